@@ -1,0 +1,464 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * heisen/format.h — the on-shm segment format, ABI version 1.
+ *
+ * One segment file per process image lives in the session directory as
+ * "<pid>.<image>.seg" (image counts execs of that pid within the session,
+ * starting at 0).  The writer is libheisen.so inside the process; readers are
+ * heisen-dump and heisen-run, possibly while the writer still runs, possibly
+ * after it died mid-write (SIGKILL).  This header is the whole contract: a
+ * reader needs no code from the writer.  The layout self-describes (magic,
+ * version, endianness tag, word size, header size, and the offset / entry size
+ * / capacity of every table), in the manner of LTTng-UST's ring buffer
+ * metadata; readers must validate all of it before use and must bounds-check
+ * every index and offset they read (STYLE.md habits 7 and 8).
+ *
+ * Concurrency rules (see DESIGN.md "The flight recorder"):
+ *   - Fields marked [atomic] are read and written with __atomic builtins.
+ *     Tables are append-only: a writer reserves an entry, fills it, then
+ *     publishes it (a release store of the table's count, or of the entry's
+ *     own ready/seq word); a reader loads that word with acquire and then may
+ *     read the entry.  A writer killed mid-entry leaves at most one
+ *     unpublished entry behind.
+ *   - Each thread slot and each ring has exactly one writer: its thread.
+ *   - Index tables (hs_index_slot) are open-addressed hash tables with linear
+ *     probing whose keys are never removed; key 0 means empty.
+ *
+ * Plain integer types only (no _Atomic, no pointers, no bitfields) so the
+ * layout is the same for every compiler and for readers in other languages.
+ * All sizes in bytes, all times in nanoseconds of CLOCK_MONOTONIC unless a
+ * field says otherwise, all addresses are virtual addresses in the writer.
+ */
+#ifndef HEISEN_FORMAT_H
+#define HEISEN_FORMAT_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#define HS_MAGIC "HEISENSG"      /* 8 bytes, no terminator stored */
+#define HS_MAGIC_LEN 8
+#define HS_ABI_VERSION 1u
+#define HS_ENDIAN_TAG 0x01020304u /* reads back as 0x04030201 on a foreign-endian host */
+
+/* Fixed shapes.  Changing any of these changes the ABI version. */
+#define HS_STACK_DEPTH 32        /* native PCs kept per stack, innermost first */
+#define HS_HELD_MAX 32           /* entries in a thread's held-lock stack */
+#define HS_CYCLE_MAX 16          /* edges kept in one potential-deadlock finding */
+#define HS_EXE_MAX 256
+#define HS_ARGV_MAX 2048
+#define HS_THREAD_NAME_MAX 16
+#define HS_BUILD_ID_MAX 32
+
+/* ---- table directory -------------------------------------------------- */
+
+/* Table ids: the order of hs_header.tables[]. */
+enum hs_table_id {
+	HS_T_MODULES = 0,  /* struct hs_module; count [atomic] publishes */
+	HS_T_STRINGS,      /* bytes (entry_size 1); count [atomic] = bytes reserved */
+	HS_T_STACKS,       /* struct hs_stack; entry 0 is reserved = "no stack" */
+	HS_T_STACK_INDEX,  /* struct hs_index_slot: key = stack hash, value = stack id */
+	HS_T_SITE_INDEX,   /* struct hs_index_slot: key = call-site PC, value = stack id */
+	HS_T_LOCKS,        /* struct hs_lock; entry 0 is reserved = "no lock" */
+	HS_T_LOCK_INDEX,   /* struct hs_index_slot: key = lock address, value = lock id, aux = last generation */
+	HS_T_EDGES,        /* struct hs_edge; entry 0 is reserved = "no edge" */
+	HS_T_EDGE_INDEX,   /* struct hs_index_slot: key = hs_edge_key(), value = edge id */
+	HS_T_THREADS,      /* struct hs_thread; count = capacity, slots are free/live/exited */
+	HS_T_FINDINGS,     /* struct hs_finding; each entry has its own ready word */
+	HS_T_RINGS,        /* struct hs_ring_header followed by ring_records hs_record; ring i belongs to thread slot i */
+	HS_T_COUNT
+};
+
+/*
+ * A table: entry i lives at offset + i * entry_size, for i < capacity.
+ * count is the number of entries in use (for tables whose entries are not
+ * self-publishing it is the publication word: entries below count are
+ * complete).  dropped counts insertions refused because the table was full;
+ * a reader should say so loudly, as lockdep does.
+ */
+struct hs_table {
+	uint64_t offset;      /* from the start of the segment */
+	uint32_t entry_size;  /* bytes per entry */
+	uint32_t capacity;    /* entries */
+	uint32_t count;       /* [atomic] entries in use / published */
+	uint32_t dropped;     /* [atomic] insertions refused: table full */
+};
+
+/* ---- header ----------------------------------------------------------- */
+
+/* hs_header.state: low 8 bits are the state, the upper 56 bits its value. */
+enum hs_state {
+	HS_STATE_INIT = 0,     /* being created; not yet valid */
+	HS_STATE_RUNNING = 1,  /* value unused.  Still RUNNING with the pid gone = vanished (SIGKILL, OOM) */
+	HS_STATE_EXITED = 2,   /* value = exit status (0..255) */
+	HS_STATE_CRASHED = 3,  /* value = signal number; a crash finding is in the table */
+	HS_STATE_EXECED = 4,   /* value = the image number that replaced this one */
+	HS_STATE_KILLED = 5,   /* value = signal number; written by an outside observer (heisen-run's waitpid) */
+};
+#define HS_STATE_PACK(state, value) (((uint64_t)(value) << 8) | (uint64_t)(state))
+#define HS_STATE_OF(word) ((unsigned)((word) & 0xffu))
+#define HS_STATE_VALUE(word) ((int64_t)((word) >> 8))
+
+/* hs_header.flags */
+#define HS_HDR_FALLBACK_SMALL 0x1u  /* sized down because the session directory was short of space */
+#define HS_HDR_SUSPECT 0x2u         /* the writer found its own state inconsistent and went quiet */
+
+/*
+ * The segment header, at offset 0.  Written once at creation except the
+ * fields marked [atomic].  A reader checks, in this order: file size >=
+ * sizeof(struct hs_header); magic; endian_tag; abi_version; word_size;
+ * header_size; segment_size <= file size; then every table lies inside
+ * segment_size with entry_size >= the reader's sizeof for that table.
+ */
+struct hs_header {
+	char magic[HS_MAGIC_LEN];  /* HS_MAGIC */
+	uint32_t abi_version;      /* HS_ABI_VERSION */
+	uint32_t endian_tag;       /* HS_ENDIAN_TAG in the writer's byte order */
+	uint32_t word_size;        /* sizeof(void *) of the writer */
+	uint32_t header_size;      /* sizeof(struct hs_header) of the writer */
+	uint64_t segment_size;     /* bytes of the segment the writer sized */
+	struct hs_table tables[HS_T_COUNT];
+
+	/* identity */
+	int32_t pid;
+	int32_t ppid;              /* parent at start (fork: the forking process) */
+	uint32_t uid;
+	uint32_t image;            /* 0 = first image of this pid in the session; +1 per exec */
+	uint64_t start_ticks;      /* field 22 of /proc/pid/stat (clock ticks since boot): tells a reused pid apart */
+	uint64_t start_real_ns;    /* CLOCK_REALTIME at start */
+	uint64_t start_mono_ns;    /* CLOCK_MONOTONIC at start; all other *_ns fields are this clock */
+
+	/* end of life */
+	uint64_t state;            /* [atomic] HS_STATE_PACK(state, value) */
+	uint64_t end_mono_ns;      /* [atomic] when state left RUNNING (0 = not yet) */
+
+	/* geometry of the rings, repeated here for readers' convenience */
+	uint32_t ring_records;     /* records per ring, a power of two */
+	uint32_t flags;            /* [atomic] HS_HDR_* */
+
+	/* counters, [atomic], monotonically increasing */
+	uint64_t events;           /* records written to all rings */
+	uint64_t findings_dropped; /* findings not recorded: table full or writer suspect */
+
+	char exe[HS_EXE_MAX];      /* /proc/self/exe, NUL-terminated, may be truncated */
+	uint32_t argc;             /* arguments stored in argv[] */
+	uint32_t argv_truncated;   /* 1 when argv[] could not hold them all */
+	char argv[HS_ARGV_MAX];    /* argc NUL-terminated strings back to back */
+
+	uint64_t reserved[16];     /* zero; room for later fields without an ABI bump */
+};
+
+/* ---- modules (for symbolization after the process is gone) ------------ */
+
+/*
+ * One loaded ELF object as dl_iterate_phdr saw it.  Appended at start and
+ * after every dlopen; never removed (a dlclosed module keeps its entry so old
+ * PCs still resolve).  Symbolize pc with: module whose [lo, hi) contains pc,
+ * then the ELF file at path loaded with bias `base` (pc - base is the
+ * address in the file's own terms).
+ */
+struct hs_module {
+	uint64_t base;             /* load bias, dlpi_addr */
+	uint64_t lo, hi;           /* lowest and highest+1 address of its PT_LOAD segments */
+	uint32_t path;             /* offset into the strings table; NUL-terminated; exe for the main program */
+	uint16_t path_len;         /* without the NUL */
+	uint8_t build_id_len;      /* 0 when the object has no NT_GNU_BUILD_ID */
+	uint8_t flags;             /* HS_MOD_* */
+	uint8_t build_id[HS_BUILD_ID_MAX];
+};
+#define HS_MOD_MAIN 0x1u    /* the main executable */
+#define HS_MOD_DLOPEN 0x2u  /* appeared after a dlopen */
+
+/* ---- stacks ------------------------------------------------------------ */
+
+/*
+ * A deduplicated call stack: depth PCs, innermost first.  pc[0] is the
+ * address of the instruction that was executing (a crash) or the return
+ * address into the caller of the hooked function; every other pc[i] is a
+ * return address, so symbolize pc[i] - 1 for i > 0 (and for i == 0 unless
+ * HS_STACK_EXACT_TOP).  Published by hs_index_slot.value (stack index) and by
+ * the ready word.
+ */
+struct hs_stack {
+	uint64_t hash;             /* of depth and pc[], 0 never used */
+	uint32_t ready;            /* [atomic] 1 when pc[] is complete */
+	uint16_t depth;            /* valid entries in pc[] */
+	uint16_t flags;            /* HS_STACK_* */
+	uint64_t pc[HS_STACK_DEPTH];
+};
+#define HS_STACK_TRUNCATED 0x1u  /* the real stack was deeper */
+#define HS_STACK_EXACT_TOP 0x2u  /* pc[0] is a faulting PC, not a return address */
+#define HS_STACK_SITE 0x4u       /* captured the first time this call site was seen: pc[0] is exact, callers are representative */
+
+/* Open-addressed hash slot used by every *_INDEX table. */
+struct hs_index_slot {
+	uint64_t key;              /* [atomic] 0 = empty; published last with release */
+	uint32_t value;            /* [atomic] id in the table it indexes (0 = not yet / none) */
+	uint32_t aux;              /* table-specific (lock index: last generation used at this address) */
+};
+
+/* ---- locks and the lock-order graph ------------------------------------ */
+
+enum hs_lock_kind {
+	HS_LOCK_MUTEX = 1,
+	HS_LOCK_RWLOCK = 2,
+	HS_LOCK_SPIN = 3,
+	HS_LOCK_GIL = 4,           /* CPython's GIL, one node per interpreter (issue 3) */
+};
+#define HS_LOCKF_RECURSIVE 0x1u    /* PTHREAD_MUTEX_RECURSIVE */
+#define HS_LOCKF_ERRORCHECK 0x2u   /* PTHREAD_MUTEX_ERRORCHECK */
+#define HS_LOCKF_WRITER_PREF 0x4u  /* rwlock that prefers writers: reads can block behind a waiting writer */
+#define HS_LOCKF_DEAD 0x8u         /* [atomic] destroyed; a new acquisition at addr makes a new lock with gen+1 */
+
+/*
+ * Acquisition modes.  A thread waiting to acquire lock L in mode `acq` can be
+ * blocked by another thread holding L in mode `hold` unless acq ==
+ * HS_MODE_READ_RECURSIVE and hold is a read mode (lockdep's recursive-read
+ * rule; glibc's default rwlock prefers readers, so its rdlock is recursive).
+ */
+enum hs_mode {
+	HS_MODE_WRITE = 0,           /* exclusive: mutex, spin, wrlock */
+	HS_MODE_READ = 1,            /* shared, may queue behind a writer (writer-preferring rwlock) */
+	HS_MODE_READ_RECURSIVE = 2,  /* shared, never queues behind a waiting writer */
+};
+
+/*
+ * A lock, identified by (addr, gen): gen starts at 1 and grows each time the
+ * lock at addr is destroyed and a new one is used there.  Lock id 0 is
+ * reserved.
+ */
+struct hs_lock {
+	uint64_t addr;
+	uint32_t gen;
+	uint16_t kind;             /* enum hs_lock_kind */
+	uint16_t flags;            /* HS_LOCKF_* [atomic] */
+	uint32_t first_stack;      /* stack of its first acquisition */
+	int32_t first_tid;
+	uint32_t name;             /* strings offset of a name given by heisen_name_lock(), 0 = none */
+	uint32_t first_out;        /* writer-internal: first edge id out of this lock (adjacency list) */
+	uint64_t first_ns;         /* time of first acquisition */
+};
+
+/*
+ * An edge A -> B of the lock-order graph: some thread acquired B (blocking,
+ * in mode to_mode) while holding A (in mode from_mode).  Stored once per
+ * (from, to, from_mode, to_mode), with the stacks of that first occurrence:
+ * from_stack is where A was acquired, to_stack where B was.  Edge id 0 is
+ * reserved.
+ */
+struct hs_edge {
+	uint32_t from, to;         /* lock ids */
+	uint8_t from_mode;         /* enum hs_mode: how A was held */
+	uint8_t to_mode;           /* enum hs_mode: how B was acquired */
+	uint16_t flags;            /* HS_EDGE_* */
+	uint32_t from_stack;
+	uint32_t to_stack;
+	int32_t tid;               /* the thread that made the edge */
+	uint32_t next_out;         /* writer-internal: next edge id with the same `from` */
+	uint32_t pad;
+	uint64_t ts_ns;            /* when it was first seen */
+};
+#define HS_EDGE_IN_CYCLE 0x1u      /* [atomic] part of a reported potential-deadlock cycle */
+
+/* The edge index key.  Lock ids fit in 28 bits (capacities are far below). */
+static inline uint64_t hs_edge_key(uint32_t from, uint32_t to, unsigned from_mode, unsigned to_mode)
+{
+	return ((uint64_t)(from & 0x0fffffffu) << 36) | ((uint64_t)(to & 0x0fffffffu) << 8) |
+	       ((uint64_t)(from_mode & 3u) << 4) | ((uint64_t)(to_mode & 3u) << 2) | 1u;
+}
+
+/* ---- threads ------------------------------------------------------------ */
+
+enum hs_thread_state {
+	HS_THREAD_FREE = 0,
+	HS_THREAD_LIVE = 1,
+	HS_THREAD_EXITED = 2,      /* kept for the dumper until the slot is needed again */
+};
+
+enum hs_wait_kind {
+	HS_WAIT_NONE = 0,
+	HS_WAIT_LOCK = 1,          /* wait_lock/wait_addr: a mutex, rwlock or spin lock */
+	HS_WAIT_COND = 2,          /* wait_addr: the condition variable; wait_lock: its mutex (released while waiting) */
+	HS_WAIT_GIL = 3,           /* issue 3 */
+};
+
+/* One entry of a held-lock stack, outermost first. */
+struct hs_held {
+	uint64_t addr;             /* the lock's address */
+	uint32_t lock;             /* lock id */
+	uint8_t mode;              /* enum hs_mode it is held in */
+	uint8_t trylock;           /* 1 when taken by a trylock */
+	uint16_t recursion;        /* extra re-entries of a recursive mutex */
+	uint32_t stack;            /* acquisition stack */
+	uint32_t pad;
+	uint64_t since_ns;         /* when it was acquired */
+};
+
+/*
+ * A thread slot.  Its thread writes it; anyone may read it.  The lock state
+ * (held[], held_count and the wait_* words) is guarded by a seqlock: the
+ * writer makes lock_seq odd, changes the fields, makes it even again (release).
+ * A reader copies the fields between two equal even reads of lock_seq;
+ * after a few failed tries it may use a torn copy but must say so.
+ */
+struct hs_thread {
+	uint32_t state;            /* [atomic] enum hs_thread_state */
+	int32_t tid;
+	char name[HS_THREAD_NAME_MAX];
+	uint64_t start_ns;
+	uint64_t end_ns;           /* when it exited, 0 while live */
+	uint32_t generation;       /* times this slot has been (re)used */
+	uint32_t held_overflow;    /* locks held beyond HS_HELD_MAX (not tracked) */
+
+	uint64_t lock_seq;         /* [atomic] seqlock over the fields below */
+	uint32_t held_count;
+	uint32_t wait_kind;        /* enum hs_wait_kind */
+	uint64_t wait_addr;        /* the lock (or condition variable) waited for */
+	uint32_t wait_lock;        /* lock id waited for (cond: its mutex) */
+	uint8_t wait_mode;         /* enum hs_mode */
+	uint8_t pad[3];
+	uint32_t wait_stack;       /* where it waits */
+	uint32_t pad2;
+	uint64_t wait_since_ns;
+	struct hs_held held[HS_HELD_MAX];
+};
+
+/* ---- rings (the flight recorder) ---------------------------------------- */
+
+enum hs_record_type {
+	HS_REC_NONE = 0,
+	HS_REC_THREAD_START = 1,   /* a = tid, b = slot generation */
+	HS_REC_THREAD_EXIT = 2,    /* a = tid */
+	HS_REC_LOCK_ACQUIRED = 3,  /* a = lock address, b = lock id, c = mode | trylock << 8 | waited_ns << 16 */
+	HS_REC_LOCK_BUSY = 4,      /* a trylock that failed: a = address, b = lock id */
+	HS_REC_LOCK_RELEASED = 5,  /* a = address, b = lock id */
+	HS_REC_LOCK_DESTROYED = 6, /* a = address, b = lock id */
+	HS_REC_COND_WAIT = 7,      /* a = condition variable, b = mutex address */
+	HS_REC_COND_WOKE = 8,      /* a = condition variable, b = mutex address, c = result (0 / ETIMEDOUT) */
+	HS_REC_NEW_EDGE = 9,       /* a = edge id */
+	HS_REC_FINDING = 10,       /* a = finding index */
+	HS_REC_FORK = 11,          /* a = child pid (recorded in the parent) */
+	HS_REC_DLOPEN = 12,        /* a = strings offset of the path, b = 1 on success */
+	HS_REC_SIGNAL = 13,        /* a = signal, b = fault address */
+	HS_REC_EXIT = 14,          /* a = status */
+	HS_REC_LOCK_ERROR = 15,    /* the real call failed: a = address, b = lock id, c = errno value */
+};
+
+/*
+ * A ring record.  Publication protocol (a seqlock per record): the writer
+ * stores seq = 0, a release fence, the payload, then seq = pos + 1 with
+ * release, where pos is the record's absolute position (head before the
+ * write).  A reader for position pos accepts the record only if seq ==
+ * pos + 1 both before (acquire) and after (after an acquire fence) copying
+ * the payload; anything else is an overwritten or torn record and is skipped.
+ */
+struct hs_record {
+	uint64_t seq;              /* [atomic] */
+	uint64_t ts_ns;
+	uint32_t type;             /* enum hs_record_type */
+	uint32_t stack;            /* stack id, 0 = none */
+	uint64_t a, b, c;          /* payload, by type */
+};
+
+/*
+ * The head of ring i, followed by hs_header.ring_records records.  Records
+ * with positions in [max(0, head - ring_records), head) may be valid; the
+ * writer overwrote head - ring_records older ones (flight-recorder mode).
+ * A ring follows its thread slot: when the slot is reused the ring goes on,
+ * and a HS_REC_THREAD_START record marks where the new thread begins.
+ */
+struct hs_ring_header {
+	uint64_t head;             /* [atomic] next position to write */
+	int32_t tid;               /* current owner */
+	uint32_t slot;             /* its thread slot */
+	uint64_t pad[6];           /* to 64 bytes: the records start on a cache line */
+};
+
+/* ---- findings ----------------------------------------------------------- */
+
+enum hs_finding_kind {
+	HS_FIND_POTENTIAL_DEADLOCK = 1, /* a cycle in the lock-order graph: edges[0..n) */
+	HS_FIND_SELF_DEADLOCK = 2,      /* relocking a held non-recursive lock: lock, stack (now), stack2 (first acquisition) */
+	HS_FIND_CRASH = 3,              /* signo, si_code, addr, stack (the faulting thread) */
+};
+
+/*
+ * A finding recorded by the writer.  Entries are reserved by a fetch-add on
+ * tables[HS_T_FINDINGS].count and published by ready = 1 (release); a reader
+ * skips entries whose ready word is not 1.
+ */
+struct hs_finding {
+	uint32_t ready;            /* [atomic] */
+	uint16_t kind;             /* enum hs_finding_kind */
+	uint16_t n;                /* edges used in edges[] */
+	int32_t tid;               /* the thread that made it happen */
+	uint32_t count;            /* [atomic] times seen (duplicates fold into the first) */
+	uint64_t ts_ns;
+	uint32_t stack;            /* main stack (crash: faulting; self-deadlock: the relock) */
+	uint32_t stack2;           /* second stack (self-deadlock: the first acquisition) */
+	uint32_t lock;             /* lock id (self-deadlock) */
+	int32_t signo;             /* crash */
+	int32_t si_code;           /* crash */
+	uint32_t pad;
+	uint64_t addr;             /* crash: fault address; self-deadlock: lock address */
+	uint32_t edges[HS_CYCLE_MAX]; /* potential deadlock: the cycle, edges[i].to == edges[i+1].from */
+};
+
+/* ---- layout ------------------------------------------------------------- */
+
+/* Table capacities a segment is made with. */
+struct hs_geometry {
+	uint32_t modules, string_bytes, stacks, locks, edges, threads, findings, ring_records;
+};
+
+/* The default geometry (about 3.3 MiB per process). */
+#define HS_GEOMETRY_DEFAULT {512, 128 * 1024, 2048, 4096, 4096, 128, 128, 256}
+/* The fallback when the session directory is short of space (about 0.3 MiB). */
+#define HS_GEOMETRY_SMALL {128, 16 * 1024, 256, 512, 512, 16, 32, 64}
+
+static inline uint64_t hs_align64(uint64_t x) { return (x + 63u) & ~(uint64_t)63u; }
+
+/* Index tables get twice the capacity of what they index, rounded to a power of two. */
+static inline uint32_t hs_index_capacity(uint32_t n)
+{
+	uint32_t c = 16;
+	while (c < 2 * n)
+		c <<= 1;
+	return c;
+}
+
+/*
+ * Fill h->tables[] and h->segment_size for geometry g (ring_records must be a
+ * power of two).  Used by the writer to lay out a new segment and by tests
+ * to synthesize one; readers must not use it (they trust only what the
+ * segment says, after validating it).
+ */
+static inline void hs_layout(struct hs_header *h, const struct hs_geometry *g)
+{
+	static const uint32_t entry[HS_T_COUNT] = {
+		sizeof(struct hs_module), 1, sizeof(struct hs_stack), sizeof(struct hs_index_slot),
+		sizeof(struct hs_index_slot), sizeof(struct hs_lock), sizeof(struct hs_index_slot),
+		sizeof(struct hs_edge), sizeof(struct hs_index_slot), sizeof(struct hs_thread),
+		sizeof(struct hs_finding), 0,
+	};
+	uint32_t cap[HS_T_COUNT] = {
+		g->modules, g->string_bytes, g->stacks, hs_index_capacity(g->stacks),
+		hs_index_capacity(g->stacks), g->locks, hs_index_capacity(g->locks),
+		g->edges, hs_index_capacity(g->edges), g->threads, g->findings, g->threads,
+	};
+	uint64_t off = hs_align64(sizeof(struct hs_header));
+	for (int t = 0; t < HS_T_COUNT; t++) {
+		uint32_t es = entry[t];
+		if (t == HS_T_RINGS)
+			es = (uint32_t)(sizeof(struct hs_ring_header) + (uint64_t)g->ring_records * sizeof(struct hs_record));
+		h->tables[t].offset = off;
+		h->tables[t].entry_size = es;
+		h->tables[t].capacity = cap[t];
+		h->tables[t].count = 0;
+		h->tables[t].dropped = 0;
+		off = hs_align64(off + (uint64_t)es * cap[t]);
+	}
+	h->ring_records = g->ring_records;
+	h->segment_size = off;
+}
+
+#endif /* HEISEN_FORMAT_H */
