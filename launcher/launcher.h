@@ -1,0 +1,127 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * launcher/launcher.h — internal interfaces of heisen-run.
+ *
+ * heisen-run starts a command under libheisen.so, forwards signals to it,
+ * reaps every process of the tree (it is often PID 1 in a container), watches
+ * for hangs by running `heisen-dump --check-hang` twice a second, marks the
+ * segments of processes that died without saying so, and prints heisen-dump's
+ * report when the run ended badly.  One concern per file:
+ *
+ *   main.c      options and the order of the run
+ *   paths.c     where libheisen.so and heisen-dump are
+ *   session.c   the session directory and the child's environment
+ *   segment.c   reading and marking segment headers (include/heisen/format.h)
+ *   procfs.c    what /proc says about a pid (start time, children)
+ *   reaper.c    signals, spawning, forwarding, reaping
+ *   watchdog.c  heisen-dump as a subprocess: hang checks, reports, the kill
+ *
+ * Design: shared/DESIGN.md; contracts: docs/interfaces.md.  Nothing here is
+ * exported; heisen-run is one process and, apart from its signal mask, keeps
+ * no state that a child could inherit (every descriptor is O_CLOEXEC).
+ */
+#ifndef HEISEN_LAUNCHER_H
+#define HEISEN_LAUNCHER_H
+
+#include <limits.h>
+#include <stdint.h>
+#include <sys/types.h>
+
+#define HR_NAME "heisen-run"
+
+/* Exit status of heisen-run for its own errors (bad usage, no library ...),
+ * as docker run and env do: the command never ran. */
+#define HR_EXIT_SELF 125
+
+/* Watchdog period and the time limits on helper runs of heisen-dump. */
+#define HR_TICK_MS 500
+#define HR_CHECK_TIMEOUT_MS 10000
+#define HR_REPORT_TIMEOUT_MS 120000
+
+/* After the main child ended: how long to keep reaping (not PID 1), how long
+ * leftovers get after SIGTERM before SIGKILL (PID 1), and how long to reap
+ * after a SIGKILL of the tree.  See main.c "Ending a run". */
+#define HR_LINGER_MS 500
+#define HR_PID1_GRACE_MS 2000
+#define HR_KILL_REAP_MS 3000
+
+/* Everything one run knows.  Filled by main.c; the other files read it and
+ * update the fields they own (noted per field). */
+struct hr_run {
+	/* options (main.c) */
+	const char *dir_opt;       /* --dir, or NULL */
+	const char *hang_timeout;  /* seconds, as given (heisen-dump parses it again) */
+	double hang_seconds;       /* 0 = watchdog off */
+	int on_hang_kill;          /* --on-hang kill */
+	int quiet;                 /* --quiet */
+	int rm_clean;              /* --rm */
+	char **cmd;                /* the command, NULL-terminated */
+
+	/* paths (paths.c), absolute */
+	char lib[PATH_MAX];
+	char dump[PATH_MAX];
+
+	/* session (session.c) */
+	char session[PATH_MAX];    /* absolute */
+	int session_fd;            /* O_DIRECTORY|O_CLOEXEC */
+	int session_created;       /* 1 when this run made the directory */
+	int session_auto;          /* 1 for the default /dev/shm path (not --dir, not HEISEN_DIR) */
+	char **child_env;          /* environment of the command */
+	char **dump_env;           /* environment of heisen-dump: no LD_PRELOAD, no HEISEN_DIR */
+
+	/* children (reaper.c) */
+	int pid1;                  /* getpid() == 1 */
+	pid_t main_pid;
+	int main_done, main_status;
+	pid_t helper_pid;          /* the heisen-dump run being waited for, 0 = none */
+	int helper_done, helper_status;
+	int no_children;           /* last reap saw ECHILD */
+	int stop_requested;        /* a terminating signal arrived after the main child ended */
+
+	/* watchdog (watchdog.c) */
+	int hang_seen;
+	char **sigs;               /* hang signatures already reported */
+	size_t nsigs;
+	char *last_check_error;    /* last stderr of a failing --check-hang, printed once */
+};
+
+/* paths.c */
+int hr_find_paths(struct hr_run *r);
+
+/* session.c */
+int hr_session_open(struct hr_run *r);
+int hr_build_envs(struct hr_run *r);
+void hr_session_remove_if_clean(struct hr_run *r, int only_if_empty);
+char *hr_preload_value(const char *ours, const char *existing);
+
+/* segment.c */
+int hr_seg_mark_ended(int dirfd, pid_t pid, uint64_t start_ticks, int wstatus);
+int hr_seg_mark_killed_if_gone(int dirfd, pid_t pid, int signo);
+size_t hr_seg_live_pids(int dirfd, pid_t *out, size_t max);
+int hr_seg_count(int dirfd);
+
+/* procfs.c */
+int hr_proc_start_ticks(pid_t pid, uint64_t *ticks);
+size_t hr_proc_children(pid_t pid, pid_t *out, size_t max);
+pid_t hr_proc_ppid(pid_t pid);
+
+/* reaper.c */
+int hr_signals_init(void);
+void hr_child_restore(void);
+pid_t hr_spawn(char *const argv[], char *const envp[], int search_path, int out_fd, int err_fd,
+	       int *exec_errno);
+void hr_service(struct hr_run *r, int timeout_ms);
+int hr_wait_helper(struct hr_run *r, pid_t pid, int timeout_ms, int *status);
+void hr_reap_for(struct hr_run *r, int ms);
+uint64_t hr_now_ms(void);
+
+/* watchdog.c */
+int hr_watch_tick(struct hr_run *r);
+int hr_final_report(struct hr_run *r, int abnormal);
+void hr_kill_tree(struct hr_run *r);
+
+/* main.c */
+void hr_warn(const struct hr_run *r, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+void hr_err(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+
+#endif

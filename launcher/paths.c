@@ -1,0 +1,104 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * launcher/paths.c — where libheisen.so and heisen-dump are.
+ *
+ * heisen-run finds its companions relative to its own executable
+ * (/proc/self/exe), so one tree works wherever it was unpacked: after
+ * `meson install` (with or without --destdir) the library is in
+ * HR_LIBDIR_REL (bindir -> libdir/heisen, computed at configure time by
+ * launcher/meson.build) and heisen-dump sits next to heisen-run; in a meson
+ * build tree they are <build>/shim/libheisen.so and <build>/dumper/heisen-dump.
+ * HEISEN_LIB and HEISEN_DUMP override either.  The library path handed to
+ * LD_PRELOAD is always absolute and canonical (DESIGN.md "What it must not
+ * do"), because the child may chdir and ld.so resolves relative names
+ * against the current directory.
+ */
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "launcher.h"
+
+#ifndef HR_LIBDIR_REL
+#define HR_LIBDIR_REL "../lib/heisen"
+#endif
+
+/*
+ * Canonicalize `path` into out[PATH_MAX] if it names a file we may use in
+ * `mode` (R_OK for a library, X_OK for a program).  Returns 0, or -1 with
+ * errno from realpath/access; out is then unspecified.
+ */
+static int usable(const char *path, int mode, char *out)
+{
+	if (!realpath(path, out))
+		return -1;
+	return access(out, mode);
+}
+
+/*
+ * Find `what` (for messages), trying the environment variable `env` first,
+ * then exe_dir/<each candidate>.  On success out holds an absolute path and
+ * 0 is returned.  On failure every place tried is named on stderr and -1 is
+ * returned.
+ */
+static int find_one(const char *what, const char *env, int mode, const char *exe_dir,
+		    const char *const cand[], size_t ncand, char *out)
+{
+	const char *e = getenv(env);
+	char p[PATH_MAX];
+
+	if (e && *e) {
+		if (usable(e, mode, out) == 0)
+			return 0;
+		hr_err("%s=%s is not usable: %s", env, e, strerror(errno));
+		return -1;
+	}
+	for (size_t i = 0; i < ncand; i++) {
+		if (snprintf(p, sizeof p, "%s/%s", exe_dir, cand[i]) >= (int)sizeof p)
+			continue;
+		if (usable(p, mode, out) == 0)
+			return 0;
+	}
+	hr_err("cannot find %s; looked in:", what);
+	for (size_t i = 0; i < ncand; i++)
+		fprintf(stderr, "  %s/%s\n", exe_dir, cand[i]);
+	fprintf(stderr, "  (set %s to its path to override)\n", env);
+	return -1;
+}
+
+/*
+ * Fill r->lib and r->dump.  Returns 0, or -1 after a message naming what is
+ * missing and where it was looked for.
+ */
+int hr_find_paths(struct hr_run *r)
+{
+	char exe[PATH_MAX];
+	ssize_t n = readlink("/proc/self/exe", exe, sizeof exe - 1);
+	if (n < 0) {
+		hr_err("readlink /proc/self/exe: %s (is /proc mounted?)", strerror(errno));
+		return -1;
+	}
+	exe[n] = '\0';
+	char *slash = strrchr(exe, '/');
+	if (!slash) {
+		hr_err("/proc/self/exe is not a path: %s", exe);
+		return -1;
+	}
+	*slash = '\0';
+
+	static const char *const lib_cand[] = {
+		HR_LIBDIR_REL "/libheisen.so", /* installed: bindir -> libdir/heisen */
+		"../shim/libheisen.so",        /* meson build tree */
+	};
+	static const char *const dump_cand[] = {
+		"heisen-dump",           /* installed: same bindir */
+		"../dumper/heisen-dump", /* meson build tree */
+	};
+	if (find_one("libheisen.so", "HEISEN_LIB", R_OK, exe, lib_cand, 2, r->lib) < 0)
+		return -1;
+	if (find_one("heisen-dump", "HEISEN_DUMP", X_OK, exe, dump_cand, 2, r->dump) < 0)
+		return -1;
+	return 0;
+}

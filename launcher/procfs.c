@@ -1,0 +1,119 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * launcher/procfs.c — what /proc says about a pid.
+ *
+ * Two questions only: when did this pid start (field 22 of /proc/pid/stat,
+ * the same clock-tick count the shim stores as hs_header.start_ticks, so a
+ * reused pid is told apart from the process that made a segment), and which
+ * are its children (/proc/pid/task/<tid>/children, one file per thread, since
+ * a child belongs to the thread that forked it).  A zombie still answers
+ * both until it is reaped, which is why the reaper asks before reaping.
+ */
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "launcher.h"
+
+/* Read up to n-1 bytes of path into buf, NUL-terminated.  Returns the length
+ * or -1 with errno. */
+static ssize_t read_small(const char *path, char *buf, size_t n)
+{
+	int fd = open(path, O_RDONLY | O_CLOEXEC);
+	if (fd < 0)
+		return -1;
+	size_t len = 0;
+	while (len + 1 < n) {
+		ssize_t k = read(fd, buf + len, n - 1 - len);
+		if (k < 0 && errno == EINTR)
+			continue;
+		if (k <= 0)
+			break;
+		len += (size_t)k;
+	}
+	close(fd);
+	buf[len] = '\0';
+	return (ssize_t)len;
+}
+
+/*
+ * Start time of pid in clock ticks since boot.  Returns 0 and sets *ticks,
+ * or -1 when the pid does not exist (or /proc cannot be read).
+ */
+int hr_proc_start_ticks(pid_t pid, uint64_t *ticks)
+{
+	char path[64], buf[1024];
+	snprintf(path, sizeof path, "/proc/%d/stat", (int)pid);
+	if (read_small(path, buf, sizeof buf) <= 0)
+		return -1;
+	/* comm may hold spaces and parentheses: fields restart after the last ')'. */
+	char *p = strrchr(buf, ')');
+	if (!p)
+		return -1;
+	p++;
+	/* After ')' come fields 3 (state) .. ; starttime is field 22. */
+	for (int field = 3; field < 22; field++) {
+		p = strchr(p + 1, ' ');
+		if (!p)
+			return -1;
+	}
+	char *end;
+	unsigned long long v = strtoull(p + 1, &end, 10);
+	if (end == p + 1)
+		return -1;
+	*ticks = v;
+	return 0;
+}
+
+/*
+ * Children of pid (of all its threads).  Writes at most max pids to out and
+ * returns how many; 0 when pid is gone or the kernel lacks
+ * CONFIG_PROC_CHILDREN.
+ */
+size_t hr_proc_children(pid_t pid, pid_t *out, size_t max)
+{
+	char path[64], buf[4096];
+	snprintf(path, sizeof path, "/proc/%d/task", (int)pid);
+	DIR *d = opendir(path);
+	if (!d)
+		return 0;
+	size_t n = 0;
+	struct dirent *de;
+	while (n < max && (de = readdir(d))) {
+		if (de->d_name[0] < '0' || de->d_name[0] > '9')
+			continue;
+		char cpath[sizeof path + sizeof de->d_name + 16];
+		snprintf(cpath, sizeof cpath, "%s/%s/children", path, de->d_name);
+		if (read_small(cpath, buf, sizeof buf) <= 0)
+			continue;
+		for (char *s = buf; n < max;) {
+			char *end;
+			long c = strtol(s, &end, 10);
+			if (end == s)
+				break;
+			if (c > 0)
+				out[n++] = (pid_t)c;
+			s = end;
+		}
+	}
+	closedir(d);
+	return n;
+}
+
+/* Parent of pid (field 4 of /proc/pid/stat), or -1 when pid is gone. */
+pid_t hr_proc_ppid(pid_t pid)
+{
+	char path[64], buf[1024];
+	snprintf(path, sizeof path, "/proc/%d/stat", (int)pid);
+	if (read_small(path, buf, sizeof buf) <= 0)
+		return -1;
+	char *p = strrchr(buf, ')');
+	int ppid;
+	if (!p || sscanf(p + 1, " %*c %d", &ppid) != 1)
+		return -1;
+	return (pid_t)ppid;
+}

@@ -1,0 +1,268 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * launcher/segment.c — reading and marking segment headers.
+ *
+ * heisen-run touches only the header of a segment (include/heisen/format.h):
+ * its identity (pid, start_ticks) to list the live processes of a session,
+ * and its state word, which it moves from RUNNING to KILLED(signal) or
+ * EXITED(status) when waitpid tells it how a process ended that could not
+ * say so itself (SIGKILL, the OOM killer, a raw exit_group) — the contract
+ * in docs/interfaces.md "Ending states".  The shared memory is not trusted:
+ * a header is mapped only after the file is known to be a regular file big
+ * enough for it, and used only after magic, endianness, ABI version, word
+ * size, header size and segment size all check out.  The writer may still
+ * run, so the state word changes only by compare-and-swap from the RUNNING
+ * value just read: if the process wrote its own ending first, it wins.
+ */
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <signal.h>
+#include <stddef.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "heisen/format.h"
+#include "launcher.h"
+
+_Static_assert(offsetof(struct hs_header, state) % 8 == 0, "state word must be 8-aligned for atomics");
+_Static_assert(offsetof(struct hs_header, end_mono_ns) % 8 == 0, "end_mono_ns must be 8-aligned");
+
+/* A mapped, validated header.  len is what was mapped (whole pages). */
+struct seg_map {
+	struct hs_header *h;
+	size_t len;
+};
+
+/*
+ * Parse "<pid>.<image>.seg".  Returns 1 and fills *pid, *image on a match,
+ * 0 for any other name (readers ignore other files: interfaces.md).
+ */
+static int parse_name(const char *s, pid_t *pid, unsigned *image)
+{
+	unsigned long p = 0, im = 0;
+	const char *c = s;
+	if (*c < '0' || *c > '9')
+		return 0;
+	for (; *c >= '0' && *c <= '9'; c++)
+		if ((p = p * 10 + (unsigned long)(*c - '0')) > 0x7fffffffUL)
+			return 0;
+	if (*c++ != '.' || *c < '0' || *c > '9')
+		return 0;
+	for (; *c >= '0' && *c <= '9'; c++)
+		if ((im = im * 10 + (unsigned long)(*c - '0')) > 0xffffffffUL)
+			return 0;
+	if (strcmp(c, ".seg") != 0 || p == 0)
+		return 0;
+	*pid = (pid_t)p;
+	*image = (unsigned)im;
+	return 1;
+}
+
+/* A fresh DIR stream over dirfd (its own position), or NULL. */
+static DIR *open_dir(int dirfd)
+{
+	int fd = openat(dirfd, ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+	if (fd < 0)
+		return NULL;
+	DIR *d = fdopendir(fd);
+	if (!d)
+		close(fd);
+	return d;
+}
+
+/*
+ * Map and validate the header of segment `name` in dirfd, writable when
+ * `rw`.  Returns 0, or -1 when the file is missing, not a regular file, too
+ * small or not a valid ABI-1 header for this word size; nothing stays mapped
+ * on failure.  A header still in HS_STATE_INIT is valid here: callers look
+ * at the state.
+ */
+static int seg_map(int dirfd, const char *name, int rw, struct seg_map *m)
+{
+	struct stat st;
+	int fd = openat(dirfd, name, (rw ? O_RDWR : O_RDONLY) | O_NOFOLLOW | O_CLOEXEC | O_NOCTTY | O_NONBLOCK);
+	if (fd < 0)
+		return -1;
+	if (fstat(fd, &st) < 0 || !S_ISREG(st.st_mode) || (uint64_t)st.st_size < sizeof(struct hs_header)) {
+		close(fd);
+		return -1;
+	}
+	long pg = sysconf(_SC_PAGESIZE);
+	size_t len = (sizeof(struct hs_header) + (size_t)pg - 1) & ~((size_t)pg - 1);
+	void *a = mmap(NULL, len, PROT_READ | (rw ? PROT_WRITE : 0), MAP_SHARED, fd, 0);
+	close(fd);
+	if (a == MAP_FAILED)
+		return -1;
+	struct hs_header *h = a;
+	if (memcmp(h->magic, HS_MAGIC, HS_MAGIC_LEN) != 0 || h->endian_tag != HS_ENDIAN_TAG ||
+	    h->abi_version != HS_ABI_VERSION || h->word_size != sizeof(void *) ||
+	    h->header_size != sizeof(struct hs_header) || h->segment_size < sizeof(struct hs_header) ||
+	    h->segment_size > (uint64_t)st.st_size) {
+		munmap(a, len);
+		return -1;
+	}
+	m->h = h;
+	m->len = len;
+	return 0;
+}
+
+static void seg_unmap(struct seg_map *m)
+{
+	munmap(m->h, m->len);
+}
+
+/*
+ * Name of the highest-image segment of pid in dirfd into out[n].  Returns 1
+ * if there is one, 0 if not.
+ */
+static int latest_segment(int dirfd, pid_t pid, char *out, size_t n)
+{
+	DIR *d = open_dir(dirfd);
+	if (!d)
+		return 0;
+	struct dirent *de;
+	long best = -1;
+	while ((de = readdir(d))) {
+		pid_t p;
+		unsigned im;
+		if (parse_name(de->d_name, &p, &im) && p == pid && (long)im > best &&
+		    strlen(de->d_name) < n) {
+			best = im;
+			strcpy(out, de->d_name);
+		}
+	}
+	closedir(d);
+	return best >= 0;
+}
+
+static uint64_t mono_ns(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+}
+
+/*
+ * Move the latest segment of pid from RUNNING to `next` if it belongs to the
+ * process started at `ticks` (0 = do not check).  Returns 1 if this call
+ * changed it, 0 if there was nothing to change (no segment, not ours, not
+ * RUNNING, or the process wrote its own end first).
+ */
+static int mark(int dirfd, pid_t pid, uint64_t ticks, uint64_t next)
+{
+	char name[64];
+	struct seg_map m;
+	if (!latest_segment(dirfd, pid, name, sizeof name) || seg_map(dirfd, name, 1, &m) < 0)
+		return 0;
+	int done = 0;
+	/* start_ticks is written once, before the state turns RUNNING. */
+	uint64_t cur = __atomic_load_n(&m.h->state, __ATOMIC_ACQUIRE);
+	if (m.h->pid == pid && HS_STATE_OF(cur) == HS_STATE_RUNNING &&
+	    (ticks == 0 || m.h->start_ticks == 0 || m.h->start_ticks == ticks)) {
+		/* acq_rel: a reader that sees the new state also sees what the
+		 * process wrote before it died (it published with release). */
+		done = __atomic_compare_exchange_n(&m.h->state, &cur, next, 0, __ATOMIC_ACQ_REL,
+						   __ATOMIC_ACQUIRE);
+		if (done) {
+			uint64_t zero = 0;
+			/* Only if the process did not set it on its way out. */
+			__atomic_compare_exchange_n(&m.h->end_mono_ns, &zero, mono_ns(), 0,
+						    __ATOMIC_RELEASE, __ATOMIC_RELAXED);
+		}
+	}
+	seg_unmap(&m);
+	return done;
+}
+
+/*
+ * Record how pid ended (a waitpid status) in its latest segment if that
+ * still says RUNNING and was made by the process that started at
+ * start_ticks (0 = unknown, do not check).  Returns 1 if marked, else 0.
+ */
+int hr_seg_mark_ended(int dirfd, pid_t pid, uint64_t start_ticks, int wstatus)
+{
+	uint64_t next;
+	if (WIFSIGNALED(wstatus))
+		next = HS_STATE_PACK(HS_STATE_KILLED, WTERMSIG(wstatus));
+	else if (WIFEXITED(wstatus))
+		next = HS_STATE_PACK(HS_STATE_EXITED, WEXITSTATUS(wstatus));
+	else
+		return 0;
+	return mark(dirfd, pid, start_ticks, next);
+}
+
+/*
+ * For a process that heisen-run killed but cannot reap (not its child): if
+ * the segment's process is gone — no such pid, or the pid now has another
+ * start time — mark it KILLED(signo).  Returns 1 if marked, else 0.
+ */
+int hr_seg_mark_killed_if_gone(int dirfd, pid_t pid, int signo)
+{
+	char name[64];
+	struct seg_map m;
+	if (!latest_segment(dirfd, pid, name, sizeof name) || seg_map(dirfd, name, 0, &m) < 0)
+		return 0;
+	uint64_t want = m.h->start_ticks;
+	seg_unmap(&m);
+	uint64_t now;
+	if (hr_proc_start_ticks(pid, &now) == 0 && (want == 0 || now == want))
+		return 0; /* still there (perhaps a zombie someone else will reap) */
+	return mark(dirfd, pid, want, HS_STATE_PACK(HS_STATE_KILLED, signo));
+}
+
+/*
+ * Pids of the session whose latest segment says RUNNING and that are still
+ * the process that made it (start time checked against /proc, so a reused
+ * pid is never listed).  Writes at most max pids to out; returns how many.
+ */
+size_t hr_seg_live_pids(int dirfd, pid_t *out, size_t max)
+{
+	DIR *d = open_dir(dirfd);
+	if (!d)
+		return 0;
+	size_t n = 0;
+	struct dirent *de;
+	while (n < max && (de = readdir(d))) {
+		pid_t p;
+		unsigned im;
+		struct seg_map m;
+		if (!parse_name(de->d_name, &p, &im) || seg_map(dirfd, de->d_name, 0, &m) < 0)
+			continue;
+		uint64_t st = __atomic_load_n(&m.h->state, __ATOMIC_ACQUIRE);
+		uint64_t want = m.h->start_ticks;
+		int ok = m.h->pid == p && HS_STATE_OF(st) == HS_STATE_RUNNING;
+		seg_unmap(&m);
+		uint64_t now;
+		if (!ok || hr_proc_start_ticks(p, &now) < 0 || (want != 0 && now != want))
+			continue;
+		size_t i = 0;
+		while (i < n && out[i] != p)
+			i++;
+		if (i == n)
+			out[n++] = p;
+	}
+	closedir(d);
+	return n;
+}
+
+/* Number of "<pid>.<image>.seg" names in dirfd (0 if it cannot be read). */
+int hr_seg_count(int dirfd)
+{
+	DIR *d = open_dir(dirfd);
+	if (!d)
+		return 0;
+	int n = 0;
+	struct dirent *de;
+	while ((de = readdir(d))) {
+		pid_t p;
+		unsigned im;
+		n += parse_name(de->d_name, &p, &im);
+	}
+	closedir(d);
+	return n;
+}
