@@ -1,0 +1,205 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * shim/init.c — start-up and the process's life cycle: resolving the real
+ * functions behind the hooks, the constructor that creates the session and
+ * the segment, fork (the child gets a segment of its own and keeps the locks
+ * its forking thread held), exit and _exit (the state word says how the
+ * process ended), and the public annotation API.  DESIGN.md "Interposition".
+ */
+#include <dlfcn.h>
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#include "heisen/heisen.h"
+#include "hooks.h"
+#include "shim.h"
+
+#define HS_HOOK(ret, name, params) ret(*hs_real_##name) params;
+#define HS_HOOK_V(ret, name, params, version) HS_HOOK(ret, name, params)
+#include "hooks.def"
+#undef HS_HOOK
+#undef HS_HOOK_V
+
+static void *resolve(const char *name, const char *version)
+{
+	void *p = version ? dlvsym(RTLD_NEXT, name, version) : NULL;
+	if (!p)
+		p = dlsym(RTLD_NEXT, name);
+	if (!p) {
+		hs_write_err("heisen: cannot resolve the real ");
+		hs_write_err(name);
+		hs_write_err("; aborting\n");
+		abort();
+	}
+	return p;
+}
+
+void hs_resolve_all(void)
+{
+#define HS_HOOK(ret, name, params)                                                       \
+	if (!hs_real_##name)                                                             \
+		__atomic_store_n(&hs_real_##name, (ret(*) params)resolve(#name, NULL), __ATOMIC_RELEASE);
+#define HS_HOOK_V(ret, name, params, version)                                            \
+	if (!hs_real_##name)                                                             \
+		__atomic_store_n(&hs_real_##name, (ret(*) params)resolve(#name, version), __ATOMIC_RELEASE);
+#include "hooks.def"
+#undef HS_HOOK
+#undef HS_HOOK_V
+}
+
+/* ---- fork ------------------------------------------------------------------ */
+
+/*
+ * The fork child: only async-signal-safe work.  It gets its own segment
+ * (hs_segment_create(1)), this thread attaches to it carrying the locks it
+ * held in the parent (they are held in the child too), and the parent's
+ * mapping is dropped so the child can never write into it.
+ */
+static void atfork_child(void)
+{
+	struct hs_tls *t = &hs_tls;
+	struct hs_seg old = hs_seg;
+	struct hs_thread *oslot = t->slot && t->seg_gen == hs_seg_gen ? t->slot : NULL;
+	int was = t->in_hook;
+
+	if (!__atomic_load_n(&hs_recording, __ATOMIC_ACQUIRE))
+		return;
+	t->in_hook = 1;
+	__atomic_store_n(&hs_recording, 0, __ATOMIC_RELEASE);
+	memset(&hs_seg, 0, sizeof hs_seg);
+	hs_seg.hdr = old.hdr; /* hs_segment_create copies the parent's identity from here */
+	if (hs_segment_create(1) != 0) {
+		memset(&hs_seg, 0, sizeof hs_seg);
+		hs_seg_unbind(&old);
+		t->slot = NULL;
+		t->in_hook = was;
+		return;
+	}
+	/* the same objects are mapped: copy the module table */
+	for (uint32_t i = 0; i < old.hdr->tables[HS_T_MODULES].count && i < hs_seg.hdr->tables[HS_T_MODULES].capacity;
+	     i++) {
+		struct hs_module m = old.modules[i];
+		m.path = hs_str_add(&hs_seg, old.strings + old.modules[i].path, old.modules[i].path_len);
+		hs_seg.modules[i] = m;
+		__atomic_store_n(&hs_seg.hdr->tables[HS_T_MODULES].count, i + 1, __ATOMIC_RELEASE);
+	}
+	t->slot = NULL;
+	t->dead = 0;
+	if (hs_thread_attach(t) == 0 && oslot) {
+		uint64_t now = hs_now();
+		for (uint32_t i = 0; i < oslot->held_count && i < HS_HELD_MAX; i++) {
+			struct hs_held h = oslot->held[i];
+			const struct hs_lock *ol = &old.locks[h.lock];
+			const struct hs_stack *os = &old.stacks[h.stack];
+			h.stack = h.stack ? hs_stack_intern(&hs_seg, os->pc, os->depth, os->flags) : 0;
+			h.lock = hs_lock_id(&hs_seg, h.addr, ol->kind, ol->flags & ~HS_LOCKF_DEAD, h.stack, t->tid, now);
+			hs_lockstate_begin(t->slot);
+			t->slot->held[t->slot->held_count++] = h;
+			hs_lockstate_end(t->slot);
+		}
+	}
+	hs_seg_unbind(&old);
+	__atomic_store_n(&hs_recording, 1, __ATOMIC_RELEASE);
+	t->in_hook = was;
+}
+
+HS_EXPORT pid_t fork(void)
+{
+	pid_t pid = HS_REAL(fork)();
+	if (pid > 0) {
+		struct hs_tls *t = hs_enter();
+		if (t) {
+			hs_rec(t, hs_now(), HS_REC_FORK, 0, (uint64_t)pid, 0, 0);
+			hs_leave(t);
+		}
+	}
+	return pid;
+}
+
+/* ---- exit ------------------------------------------------------------------- */
+
+static void record_exit(int status)
+{
+	struct hs_tls *t = hs_enter();
+	if (t) {
+		hs_rec(t, hs_now(), HS_REC_EXIT, 0, (uint64_t)(status & 0xff), 0, 0);
+		hs_leave(t);
+	}
+	hs_segment_end(HS_STATE_EXITED, status & 0xff);
+}
+
+static void on_exit_handler(int status, void *arg)
+{
+	(void)arg;
+	record_exit(status);
+}
+
+HS_EXPORT void _exit(int status)
+{
+	record_exit(status);
+	HS_REAL(_exit)(status);
+	__builtin_unreachable();
+}
+
+HS_EXPORT void _Exit(int status)
+{
+	record_exit(status);
+	HS_REAL(_Exit)(status);
+	__builtin_unreachable();
+}
+
+/* ---- start-up ----------------------------------------------------------------- */
+
+__attribute__((constructor(101))) static void hs_init(void)
+{
+	struct hs_tls *t = &hs_tls;
+	const char *off = getenv("HEISEN_DISABLE");
+	t->in_hook = 1;
+	hs_resolve_all();
+	if (off && off[0] == '1')
+		goto out;
+	if (hs_session_setup() != 0 || hs_segment_create(0) != 0)
+		goto out;
+	hs_modules_scan();
+	hs_threads_init();
+	pthread_atfork(NULL, NULL, atfork_child);
+	on_exit(on_exit_handler, NULL);
+	hs_signals_install();
+	__atomic_store_n(&hs_recording, 1, __ATOMIC_RELEASE);
+	t->in_hook = 0;
+	/* attach the main thread now, so it is in the table from the start */
+	if ((t = hs_enter()) != NULL)
+		hs_leave(t);
+	return;
+out:
+	t->in_hook = 0;
+}
+
+/* ---- the annotation API (heisen/heisen.h) ------------------------------------- */
+
+HS_EXPORT int heisen_name_lock(const void *lock, const char *name)
+{
+	struct hs_tls *t = hs_enter();
+	uint32_t id, off;
+	int rc = -1;
+	if (!t)
+		return -1;
+	id = hs_lock_id(&hs_seg, (uint64_t)(uintptr_t)lock, 0, 0, 0, t->tid, hs_now());
+	if (id) {
+		off = hs_str_add(&hs_seg, name, strnlen(name, 63));
+		if (off) {
+			__atomic_store_n(&hs_seg.locks[id].name, off, __ATOMIC_RELEASE);
+			rc = 0;
+		}
+	}
+	hs_leave(t);
+	return rc;
+}
+
+HS_EXPORT unsigned heisen_abi_version(void)
+{
+	return HS_ABI_VERSION;
+}

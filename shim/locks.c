@@ -1,0 +1,517 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * shim/locks.c — the pthread lock hooks: mutexes, rwlocks, spin locks and
+ * condition-variable waits.  Each hook keeps the thread's held-lock stack in
+ * its slot (so an outside reader sees who holds what), feeds the lock-order
+ * graph before it blocks (so a run that then deadlocks is still predicted),
+ * publishes "waiting for L since t" while it is blocked, and records what
+ * happened in the thread's ring.  DESIGN.md "Lock order", "Hangs".
+ *
+ * Every blocking acquire first tries the lock: an uncontended acquisition
+ * never publishes a wait, and a contended one does so before it blocks.
+ * Every hook resolves its original once, takes the reentrancy guard, calls
+ * the original and records only what actually happened (STYLE.md habit 4).
+ */
+#include <errno.h>
+#include <pthread.h>
+#include <string.h>
+
+#include "hooks.h"
+#include "shim.h"
+
+#define RET_ADDR() ((uint64_t)(uintptr_t)__builtin_extract_return_addr(__builtin_return_address(0)))
+
+/* One acquisition in progress. */
+struct acq {
+	uint64_t addr;
+	uint64_t site;          /* return address into the caller of the hook */
+	uint64_t t0;            /* when the hook was entered */
+	uint32_t id;            /* lock id, 0 = untracked */
+	uint32_t stack;         /* the call site's stack */
+	uint8_t kind;           /* enum hs_lock_kind */
+	uint8_t acq_mode;       /* enum hs_mode of the acquisition */
+	uint8_t hold_mode;      /* enum hs_mode it will be held in */
+	uint8_t trylock;        /* cannot block */
+	int reentry;            /* index + 1 of the held entry it re-enters (recursive) */
+	int waited;             /* it had to block */
+};
+
+static int held_index(const struct hs_thread *th, uint64_t addr)
+{
+	uint32_t n = th->held_count < HS_HELD_MAX ? th->held_count : HS_HELD_MAX;
+	for (int i = (int)n - 1; i >= 0; i--)
+		if (th->held[i].addr == addr)
+			return i;
+	return -1;
+}
+
+/* A self-deadlock finding for lock id, once per lock. */
+static void self_deadlock(struct hs_tls *t, struct acq *a, const struct hs_held *h)
+{
+	struct hs_table *tab = &hs_seg.hdr->tables[HS_T_FINDINGS];
+	uint32_t n = __atomic_load_n(&tab->count, __ATOMIC_ACQUIRE);
+	struct hs_finding f;
+	uint32_t idx;
+	if (n > tab->capacity)
+		n = tab->capacity;
+	for (uint32_t i = 0; i < n; i++) {
+		struct hs_finding *o = &hs_seg.findings[i];
+		if (__atomic_load_n(&o->ready, __ATOMIC_ACQUIRE) && o->kind == HS_FIND_SELF_DEADLOCK &&
+		    o->lock == a->id) {
+			__atomic_add_fetch(&o->count, 1, __ATOMIC_RELAXED);
+			return;
+		}
+	}
+	memset(&f, 0, sizeof f);
+	f.kind = HS_FIND_SELF_DEADLOCK;
+	f.tid = t->tid;
+	f.ts_ns = a->t0;
+	f.stack = hs_stack_here();
+	f.stack2 = h->stack;
+	f.lock = a->id;
+	f.addr = a->addr;
+	idx = hs_finding_add(&hs_seg, &f);
+	if (idx)
+		hs_rec(t, a->t0, HS_REC_FINDING, f.stack, idx - 1, a->addr, 0);
+}
+
+/*
+ * Before acquiring: identify the lock, catch a relock of a held lock, and
+ * add the edges held -> this lock for a blocking acquisition.
+ */
+static void acq_before(struct hs_tls *t, struct acq *a, unsigned flags)
+{
+	struct hs_thread *th = t->slot;
+	uint32_t n;
+	int h;
+
+	a->t0 = hs_now();
+	a->stack = hs_stack_site(a->site);
+	a->id = hs_lock_id(&hs_seg, a->addr, a->kind, flags, a->stack, t->tid, a->t0);
+	if (!a->id)
+		return;
+	if (HS_UNLIKELY(hs_seg.locks[a->id].kind == 0)) {
+		/* named by heisen_name_lock() before its first use */
+		hs_seg.locks[a->id].flags = (uint16_t)flags;
+		__atomic_store_n(&hs_seg.locks[a->id].kind, a->kind, __ATOMIC_RELEASE);
+	}
+	h = held_index(th, a->addr);
+	if (h >= 0) {
+		const struct hs_held *he = &th->held[h];
+		if (a->kind == HS_LOCK_MUTEX && (flags & HS_LOCKF_RECURSIVE)) {
+			a->reentry = h + 1;
+			return;
+		}
+		if (a->kind == HS_LOCK_RWLOCK && a->acq_mode == HS_MODE_READ_RECURSIVE && he->mode != HS_MODE_WRITE) {
+			a->reentry = h + 1;
+			return;
+		}
+		if (!a->trylock)
+			self_deadlock(t, a, he);
+		return;
+	}
+	if (a->trylock)
+		return; /* a trylock cannot block: no edge into it */
+	n = th->held_count < HS_HELD_MAX ? th->held_count : HS_HELD_MAX;
+	for (uint32_t i = 0; i < n; i++) {
+		const struct hs_held *he = &th->held[i];
+		int created;
+		uint32_t finding, e;
+		if (he->lock == a->id || he->lock == 0)
+			continue;
+		e = hs_graph_add(&hs_seg, he->lock, he->mode, he->stack, a->id, a->acq_mode, 0, hs_stack_here,
+				 t->tid, a->t0, &created, &finding);
+		if (created)
+			hs_rec(t, a->t0, HS_REC_NEW_EDGE, hs_seg.edges[e].to_stack, e, he->lock, a->id);
+		if (finding)
+			hs_rec(t, a->t0, HS_REC_FINDING, 0, finding - 1, 0, 0);
+	}
+}
+
+/* Publish "waiting for this lock since t0" in the thread's slot. */
+static void wait_begin(struct hs_tls *t, const struct acq *a, unsigned kind, uint64_t addr)
+{
+	struct hs_thread *th = t->slot;
+	hs_lockstate_begin(th);
+	th->wait_kind = kind;
+	th->wait_addr = addr;
+	th->wait_lock = a->id;
+	th->wait_mode = a->acq_mode;
+	th->wait_stack = a->stack;
+	th->wait_since_ns = a->t0;
+	hs_lockstate_end(th);
+}
+
+static void wait_end(struct hs_tls *t)
+{
+	struct hs_thread *th = t->slot;
+	hs_lockstate_begin(th);
+	th->wait_kind = HS_WAIT_NONE;
+	hs_lockstate_end(th);
+}
+
+static void held_push(struct hs_thread *th, const struct hs_held *h)
+{
+	hs_lockstate_begin(th);
+	if (th->held_count < HS_HELD_MAX)
+		th->held[th->held_count++] = *h;
+	else
+		th->held_overflow++;
+	hs_lockstate_end(th);
+}
+
+/* Remove held entry i (whole, recursion included). */
+static void held_remove(struct hs_thread *th, int i)
+{
+	hs_lockstate_begin(th);
+	memmove(&th->held[i], &th->held[i + 1], (th->held_count - (uint32_t)i - 1) * sizeof th->held[0]);
+	th->held_count--;
+	hs_lockstate_end(th);
+}
+
+/* After the real call: rc is its result. */
+static void acq_after(struct hs_tls *t, struct acq *a, int rc)
+{
+	struct hs_thread *th = t->slot;
+	uint64_t now = hs_now();
+	if (rc == 0 || rc == EOWNERDEAD) {
+		uint64_t waited = a->waited ? now - a->t0 : 0;
+		if (a->reentry && (uint32_t)a->reentry <= th->held_count) {
+			hs_lockstate_begin(th);
+			th->held[a->reentry - 1].recursion++;
+			hs_lockstate_end(th);
+		} else {
+			struct hs_held h = {.addr = a->addr,
+					    .lock = a->id,
+					    .mode = a->hold_mode,
+					    .trylock = a->trylock,
+					    .stack = a->stack,
+					    .since_ns = now};
+			held_push(th, &h);
+		}
+		if (waited > 0xffffffffffffull)
+			waited = 0xffffffffffffull;
+		hs_rec(t, now, HS_REC_LOCK_ACQUIRED, a->stack, a->addr, a->id,
+		       (uint64_t)a->hold_mode | (uint64_t)a->trylock << 8 | waited << 16);
+	} else if (rc == EBUSY || rc == ETIMEDOUT) {
+		hs_rec(t, now, HS_REC_LOCK_BUSY, a->stack, a->addr, a->id, (uint64_t)rc);
+	} else {
+		hs_rec(t, now, HS_REC_LOCK_ERROR, a->stack, a->addr, a->id, (uint64_t)rc);
+	}
+}
+
+static void release(struct hs_tls *t, uint64_t addr)
+{
+	struct hs_thread *th = t->slot;
+	int i = held_index(th, addr);
+	uint32_t id = 0;
+	if (i >= 0) {
+		id = th->held[i].lock;
+		if (th->held[i].recursion) {
+			hs_lockstate_begin(th);
+			th->held[i].recursion--;
+			hs_lockstate_end(th);
+		} else {
+			held_remove(th, i);
+		}
+	}
+	hs_rec(t, hs_now(), HS_REC_LOCK_RELEASED, 0, addr, id, 0);
+}
+
+static void destroyed(struct hs_tls *t, uint64_t addr)
+{
+	hs_lock_forget(&hs_seg, addr);
+	hs_rec(t, hs_now(), HS_REC_LOCK_DESTROYED, 0, addr, 0, 0);
+}
+
+/*
+ * The body every acquiring hook shares.  TRY is the non-blocking call, BLOCK
+ * the blocking one (NULL for a trylock hook); both expressions use `lock`.
+ */
+#define ACQUIRE(kind_, acq_mode_, hold_mode_, flags_, is_try, TRY, BLOCK)                        \
+	do {                                                                                     \
+		struct hs_tls *t = hs_enter();                                                   \
+		struct acq a;                                                                    \
+		int rc;                                                                          \
+		if (!t)                                                                          \
+			return is_try ? (TRY) : (BLOCK);                                         \
+		memset(&a, 0, sizeof a);                                                         \
+		a.addr = (uint64_t)(uintptr_t)lock;                                              \
+		a.site = site;                                                                   \
+		a.kind = kind_;                                                                  \
+		a.acq_mode = acq_mode_;                                                          \
+		a.hold_mode = hold_mode_;                                                        \
+		a.trylock = is_try;                                                              \
+		acq_before(t, &a, flags_);                                                       \
+		rc = (TRY);                                                                      \
+		if (!is_try && rc == EBUSY) {                                                    \
+			a.waited = 1;                                                            \
+			wait_begin(t, &a, HS_WAIT_LOCK, a.addr);                                 \
+			rc = (BLOCK);                                                            \
+			wait_end(t);                                                             \
+		}                                                                                \
+		if (a.id)                                                                        \
+			acq_after(t, &a, rc);                                                    \
+		hs_leave(t);                                                                     \
+		return rc;                                                                       \
+	} while (0)
+
+#define RELEASE(REAL)                                                                            \
+	do {                                                                                     \
+		struct hs_tls *t = hs_enter();                                                   \
+		int rc;                                                                          \
+		if (t) {                                                                         \
+			release(t, (uint64_t)(uintptr_t)lock);                                   \
+			hs_leave(t);                                                             \
+		}                                                                                \
+		rc = (REAL);                                                                     \
+		return rc;                                                                       \
+	} while (0)
+
+#define DESTROY(REAL)                                                                            \
+	do {                                                                                     \
+		struct hs_tls *t = hs_enter();                                                   \
+		if (t) {                                                                         \
+			destroyed(t, (uint64_t)(uintptr_t)lock);                                 \
+			hs_leave(t);                                                             \
+		}                                                                                \
+		return (REAL);                                                                   \
+	} while (0)
+
+/* ---- mutexes -------------------------------------------------------------- */
+
+#define MUTEX_TRY HS_REAL(pthread_mutex_trylock)(lock)
+
+HS_EXPORT int pthread_mutex_lock(pthread_mutex_t *lock)
+{
+	uint64_t site = RET_ADDR();
+	ACQUIRE(HS_LOCK_MUTEX, HS_MODE_WRITE, HS_MODE_WRITE, hs_mutex_flags(lock), 0, MUTEX_TRY,
+		HS_REAL(pthread_mutex_lock)(lock));
+}
+
+HS_EXPORT int pthread_mutex_trylock(pthread_mutex_t *lock)
+{
+	uint64_t site = RET_ADDR();
+	ACQUIRE(HS_LOCK_MUTEX, HS_MODE_WRITE, HS_MODE_WRITE, hs_mutex_flags(lock), 1, MUTEX_TRY, 0);
+}
+
+HS_EXPORT int pthread_mutex_timedlock(pthread_mutex_t *lock, const struct timespec *abstime)
+{
+	uint64_t site = RET_ADDR();
+	ACQUIRE(HS_LOCK_MUTEX, HS_MODE_WRITE, HS_MODE_WRITE, hs_mutex_flags(lock), 0, MUTEX_TRY,
+		HS_REAL(pthread_mutex_timedlock)(lock, abstime));
+}
+
+HS_EXPORT int pthread_mutex_clocklock(pthread_mutex_t *lock, clockid_t clock, const struct timespec *abstime)
+{
+	uint64_t site = RET_ADDR();
+	ACQUIRE(HS_LOCK_MUTEX, HS_MODE_WRITE, HS_MODE_WRITE, hs_mutex_flags(lock), 0, MUTEX_TRY,
+		HS_REAL(pthread_mutex_clocklock)(lock, clock, abstime));
+}
+
+HS_EXPORT int pthread_mutex_unlock(pthread_mutex_t *lock)
+{
+	RELEASE(HS_REAL(pthread_mutex_unlock)(lock));
+}
+
+HS_EXPORT int pthread_mutex_destroy(pthread_mutex_t *lock)
+{
+	DESTROY(HS_REAL(pthread_mutex_destroy)(lock));
+}
+
+/* ---- rwlocks ---------------------------------------------------------------- */
+
+/* A read acquisition: recursive unless the rwlock makes readers queue behind writers. */
+static inline unsigned read_mode(unsigned flags)
+{
+	return (flags & HS_LOCKF_WRITER_PREF) ? HS_MODE_READ : HS_MODE_READ_RECURSIVE;
+}
+
+#define RD_TRY HS_REAL(pthread_rwlock_tryrdlock)(lock)
+#define WR_TRY HS_REAL(pthread_rwlock_trywrlock)(lock)
+
+HS_EXPORT int pthread_rwlock_rdlock(pthread_rwlock_t *lock)
+{
+	uint64_t site = RET_ADDR();
+	unsigned f = hs_rwlock_flags(lock);
+	ACQUIRE(HS_LOCK_RWLOCK, read_mode(f), HS_MODE_READ, f, 0, RD_TRY, HS_REAL(pthread_rwlock_rdlock)(lock));
+}
+
+HS_EXPORT int pthread_rwlock_wrlock(pthread_rwlock_t *lock)
+{
+	uint64_t site = RET_ADDR();
+	unsigned f = hs_rwlock_flags(lock);
+	ACQUIRE(HS_LOCK_RWLOCK, HS_MODE_WRITE, HS_MODE_WRITE, f, 0, WR_TRY, HS_REAL(pthread_rwlock_wrlock)(lock));
+}
+
+HS_EXPORT int pthread_rwlock_tryrdlock(pthread_rwlock_t *lock)
+{
+	uint64_t site = RET_ADDR();
+	unsigned f = hs_rwlock_flags(lock);
+	ACQUIRE(HS_LOCK_RWLOCK, read_mode(f), HS_MODE_READ, f, 1, RD_TRY, 0);
+}
+
+HS_EXPORT int pthread_rwlock_trywrlock(pthread_rwlock_t *lock)
+{
+	uint64_t site = RET_ADDR();
+	unsigned f = hs_rwlock_flags(lock);
+	ACQUIRE(HS_LOCK_RWLOCK, HS_MODE_WRITE, HS_MODE_WRITE, f, 1, WR_TRY, 0);
+}
+
+HS_EXPORT int pthread_rwlock_timedrdlock(pthread_rwlock_t *lock, const struct timespec *abstime)
+{
+	uint64_t site = RET_ADDR();
+	unsigned f = hs_rwlock_flags(lock);
+	ACQUIRE(HS_LOCK_RWLOCK, read_mode(f), HS_MODE_READ, f, 0, RD_TRY,
+		HS_REAL(pthread_rwlock_timedrdlock)(lock, abstime));
+}
+
+HS_EXPORT int pthread_rwlock_timedwrlock(pthread_rwlock_t *lock, const struct timespec *abstime)
+{
+	uint64_t site = RET_ADDR();
+	unsigned f = hs_rwlock_flags(lock);
+	ACQUIRE(HS_LOCK_RWLOCK, HS_MODE_WRITE, HS_MODE_WRITE, f, 0, WR_TRY,
+		HS_REAL(pthread_rwlock_timedwrlock)(lock, abstime));
+}
+
+HS_EXPORT int pthread_rwlock_clockrdlock(pthread_rwlock_t *lock, clockid_t clock, const struct timespec *abstime)
+{
+	uint64_t site = RET_ADDR();
+	unsigned f = hs_rwlock_flags(lock);
+	ACQUIRE(HS_LOCK_RWLOCK, read_mode(f), HS_MODE_READ, f, 0, RD_TRY,
+		HS_REAL(pthread_rwlock_clockrdlock)(lock, clock, abstime));
+}
+
+HS_EXPORT int pthread_rwlock_clockwrlock(pthread_rwlock_t *lock, clockid_t clock, const struct timespec *abstime)
+{
+	uint64_t site = RET_ADDR();
+	unsigned f = hs_rwlock_flags(lock);
+	ACQUIRE(HS_LOCK_RWLOCK, HS_MODE_WRITE, HS_MODE_WRITE, f, 0, WR_TRY,
+		HS_REAL(pthread_rwlock_clockwrlock)(lock, clock, abstime));
+}
+
+HS_EXPORT int pthread_rwlock_unlock(pthread_rwlock_t *lock)
+{
+	RELEASE(HS_REAL(pthread_rwlock_unlock)(lock));
+}
+
+HS_EXPORT int pthread_rwlock_destroy(pthread_rwlock_t *lock)
+{
+	DESTROY(HS_REAL(pthread_rwlock_destroy)(lock));
+}
+
+/* ---- spin locks ------------------------------------------------------------- */
+
+#define SPIN_TRY HS_REAL(pthread_spin_trylock)(lock)
+
+HS_EXPORT int pthread_spin_lock(pthread_spinlock_t *lock)
+{
+	uint64_t site = RET_ADDR();
+	ACQUIRE(HS_LOCK_SPIN, HS_MODE_WRITE, HS_MODE_WRITE, 0, 0, SPIN_TRY, HS_REAL(pthread_spin_lock)(lock));
+}
+
+HS_EXPORT int pthread_spin_trylock(pthread_spinlock_t *lock)
+{
+	uint64_t site = RET_ADDR();
+	ACQUIRE(HS_LOCK_SPIN, HS_MODE_WRITE, HS_MODE_WRITE, 0, 1, SPIN_TRY, 0);
+}
+
+HS_EXPORT int pthread_spin_unlock(pthread_spinlock_t *lock)
+{
+	RELEASE(HS_REAL(pthread_spin_unlock)(lock));
+}
+
+HS_EXPORT int pthread_spin_destroy(pthread_spinlock_t *lock)
+{
+	DESTROY(HS_REAL(pthread_spin_destroy)(lock));
+}
+
+/* ---- condition variables ---------------------------------------------------- */
+
+/*
+ * A wait releases the mutex and retakes it before returning: take it off the
+ * held stack for the wait, publish the wait, and on return put it back,
+ * adding the edges held -> mutex that the retake implies.
+ */
+struct cond_wait {
+	struct hs_held saved;
+	int had;
+	struct acq a;
+};
+
+static void cond_before(struct hs_tls *t, struct cond_wait *w, void *cond, void *mutex, uint64_t site)
+{
+	struct hs_thread *th = t->slot;
+	int i = held_index(th, (uint64_t)(uintptr_t)mutex);
+	memset(w, 0, sizeof *w);
+	w->a.addr = (uint64_t)(uintptr_t)mutex;
+	w->a.site = site;
+	w->a.kind = HS_LOCK_MUTEX;
+	w->a.t0 = hs_now();
+	w->a.stack = hs_stack_site(site);
+	if (i >= 0) {
+		w->had = 1;
+		w->saved = th->held[i];
+		w->a.id = w->saved.lock;
+		held_remove(th, i);
+	}
+	hs_rec(t, w->a.t0, HS_REC_COND_WAIT, w->a.stack, (uint64_t)(uintptr_t)cond, w->a.addr, 0);
+	wait_begin(t, &w->a, HS_WAIT_COND, (uint64_t)(uintptr_t)cond);
+}
+
+static void cond_after(struct hs_tls *t, struct cond_wait *w, void *cond, int rc)
+{
+	struct hs_thread *th = t->slot;
+	uint64_t now = hs_now();
+	wait_end(t);
+	if (w->had) {
+		uint32_t n = th->held_count < HS_HELD_MAX ? th->held_count : HS_HELD_MAX;
+		for (uint32_t i = 0; i < n; i++) {
+			const struct hs_held *he = &th->held[i];
+			int created;
+			uint32_t finding, e;
+			if (he->lock == w->saved.lock || he->lock == 0)
+				continue;
+			e = hs_graph_add(&hs_seg, he->lock, he->mode, he->stack, w->saved.lock, HS_MODE_WRITE,
+					 w->a.stack, NULL, t->tid, now, &created, &finding);
+			if (created)
+				hs_rec(t, now, HS_REC_NEW_EDGE, w->a.stack, e, he->lock, w->saved.lock);
+			if (finding)
+				hs_rec(t, now, HS_REC_FINDING, 0, finding - 1, 0, 0);
+		}
+		w->saved.since_ns = now;
+		held_push(th, &w->saved);
+	}
+	hs_rec(t, now, HS_REC_COND_WOKE, 0, (uint64_t)(uintptr_t)cond, w->a.addr, (uint64_t)rc);
+}
+
+#define COND(REAL)                                                                               \
+	do {                                                                                     \
+		uint64_t site = RET_ADDR();                                                      \
+		struct hs_tls *t = hs_enter();                                                   \
+		struct cond_wait w;                                                              \
+		int rc;                                                                          \
+		if (!t)                                                                          \
+			return (REAL);                                                           \
+		cond_before(t, &w, cond, mutex, site);                                           \
+		rc = (REAL);                                                                     \
+		cond_after(t, &w, cond, rc);                                                     \
+		hs_leave(t);                                                                     \
+		return rc;                                                                       \
+	} while (0)
+
+HS_EXPORT int pthread_cond_wait(pthread_cond_t *cond, pthread_mutex_t *mutex)
+{
+	COND(HS_REAL(pthread_cond_wait)(cond, mutex));
+}
+
+HS_EXPORT int pthread_cond_timedwait(pthread_cond_t *cond, pthread_mutex_t *mutex, const struct timespec *abstime)
+{
+	COND(HS_REAL(pthread_cond_timedwait)(cond, mutex, abstime));
+}
+
+HS_EXPORT int pthread_cond_clockwait(pthread_cond_t *cond, pthread_mutex_t *mutex, clockid_t clock,
+				     const struct timespec *abstime)
+{
+	COND(HS_REAL(pthread_cond_clockwait)(cond, mutex, clock, abstime));
+}

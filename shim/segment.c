@@ -1,0 +1,606 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * shim/segment.c — the session directory and this process's segment: where
+ * it lives, how it is created and sized so that a full /dev/shm is an error
+ * and never a SIGBUS, how it says who the process is and how it ended, and
+ * the module and string tables that let heisen-dump symbolize after the
+ * process is gone.  DESIGN.md "The flight recorder"; format in
+ * include/heisen/format.h; the directory contract in docs/interfaces.md.
+ *
+ * Everything reachable from hs_segment_create(1) (the fork child) is
+ * async-signal-safe: raw system calls through hs_sys, no malloc, no stdio.
+ */
+#include <dirent.h>
+#include <elf.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <link.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#include "shim.h"
+
+struct hs_seg hs_seg;
+int hs_recording;
+uint32_t hs_seg_gen;
+int hs_quiet;
+uint64_t hs_self_lo, hs_self_hi;
+
+static char session_dir[PATH_MAX];
+static struct hs_geometry geometry = HS_GEOMETRY_DEFAULT;
+static int modules_lock;       /* [atomic] serializes module table appends */
+
+/* ---- small async-signal-safe helpers ------------------------------------ */
+
+void hs_write_err(const char *msg)
+{
+	size_t n = strlen(msg);
+	while (n > 0) {
+		ssize_t w = syscall(SYS_write, 2, msg, n);
+		if (w <= 0)
+			return;
+		msg += w;
+		n -= (size_t)w;
+	}
+}
+
+size_t hs_fmt_u64(char *buf, uint64_t v)
+{
+	char tmp[24];
+	size_t n = 0, i;
+	do {
+		tmp[n++] = (char)('0' + v % 10);
+		v /= 10;
+	} while (v);
+	for (i = 0; i < n; i++)
+		buf[i] = tmp[n - 1 - i];
+	buf[n] = '\0';
+	return n;
+}
+
+/* Append src to dst (capacity cap), always NUL-terminating. Returns new length. */
+static size_t cat(char *dst, size_t len, size_t cap, const char *src)
+{
+	while (*src && len + 1 < cap)
+		dst[len++] = *src++;
+	dst[len] = '\0';
+	return len;
+}
+
+/* "heisen: <a><b><c> (<errno text>)\n" on stderr unless quiet. */
+static void warn3(const char *a, const char *b, const char *c, int err)
+{
+	char buf[PATH_MAX + 256];
+	size_t n = 0;
+	if (hs_quiet)
+		return;
+	n = cat(buf, n, sizeof buf, "heisen: ");
+	n = cat(buf, n, sizeof buf, a);
+	n = cat(buf, n, sizeof buf, b ? b : "");
+	n = cat(buf, n, sizeof buf, c ? c : "");
+	if (err) {
+		n = cat(buf, n, sizeof buf, " (");
+		n = cat(buf, n, sizeof buf, strerrorname_np(err) ? strerrorname_np(err) : "error");
+		n = cat(buf, n, sizeof buf, ")");
+	}
+	cat(buf, n, sizeof buf, "\n");
+	hs_write_err(buf);
+}
+
+void hs_assert_fail(const char *expr, const char *file, int line)
+{
+	char num[24];
+	hs_fmt_u64(num, (uint64_t)line);
+	hs_write_err("heisen: internal assertion failed: ");
+	hs_write_err(expr);
+	hs_write_err(" at ");
+	hs_write_err(file);
+	hs_write_err(":");
+	hs_write_err(num);
+	hs_write_err("\n");
+	abort();
+}
+
+static void spin_lock(int *l)
+{
+	while (__atomic_exchange_n(l, 1, __ATOMIC_ACQUIRE))
+		while (__atomic_load_n(l, __ATOMIC_RELAXED))
+			__builtin_ia32_pause();
+}
+
+static void spin_unlock(int *l)
+{
+	__atomic_store_n(l, 0, __ATOMIC_RELEASE);
+}
+
+/* Read up to cap-1 bytes of a small file (procfs) into buf, NUL-terminated. */
+static ssize_t read_small(const char *path, char *buf, size_t cap)
+{
+	int fd = hs_sys.open(path, O_RDONLY | O_CLOEXEC, 0);
+	ssize_t n = 0, r;
+	if (fd < 0)
+		return -1;
+	while ((size_t)n < cap - 1 && (r = hs_sys.read(fd, buf + n, cap - 1 - (size_t)n)) > 0)
+		n += r;
+	hs_sys.close(fd);
+	buf[n] = '\0';
+	return n;
+}
+
+/* Field 22 (starttime) of /proc/self/stat: tells a reused pid apart. */
+static uint64_t read_start_ticks(void)
+{
+	char buf[1024];
+	char *p;
+	int field = 2;
+	if (read_small("/proc/self/stat", buf, sizeof buf) <= 0)
+		return 0;
+	p = strrchr(buf, ')');
+	if (!p)
+		return 0;
+	for (; *p && field < 22; p++)
+		if (*p == ' ')
+			field++;
+	return strtoull(p, NULL, 10);
+}
+
+/* ---- session directory ---------------------------------------------------- */
+
+/* mkdir -p with mode 0700 for the components we create. */
+static int mkdir_p(char *path)
+{
+	for (char *p = path + 1; *p; p++) {
+		if (*p != '/')
+			continue;
+		*p = '\0';
+		if (hs_sys.mkdir(path, 0700) != 0 && errno != EEXIST) {
+			*p = '/';
+			return -1;
+		}
+		*p = '/';
+	}
+	if (hs_sys.mkdir(path, 0700) != 0 && errno != EEXIST)
+		return -1;
+	return 0;
+}
+
+/* The base directory /dev/shm/heisen-$UID must be a real directory of ours. */
+static int check_base(const char *base)
+{
+	struct stat st;
+	if (hs_sys.mkdir(base, 0700) != 0 && errno != EEXIST)
+		return -1;
+	if (hs_sys.lstat(base, &st) != 0)
+		return -1;
+	if (!S_ISDIR(st.st_mode) || st.st_uid != getuid() || (st.st_mode & 0077)) {
+		errno = EPERM;
+		return -1;
+	}
+	return 0;
+}
+
+static unsigned env_uint(const char *name, unsigned dflt, unsigned lo, unsigned hi)
+{
+	const char *v = getenv(name);
+	unsigned long x;
+	char *end;
+	if (!v || !*v)
+		return dflt;
+	x = strtoul(v, &end, 10);
+	if (*end || x < lo || x > hi) {
+		warn3("ignoring ", name, ": out of range", 0);
+		return dflt;
+	}
+	return (unsigned)x;
+}
+
+int hs_session_setup(void)
+{
+	const char *dir = getenv("HEISEN_DIR");
+	char buf[PATH_MAX];
+	size_t n = 0;
+
+	hs_quiet = getenv("HEISEN_QUIET") && getenv("HEISEN_QUIET")[0] == '1';
+	geometry.threads = env_uint("HEISEN_THREADS", geometry.threads, 4, 4096);
+	geometry.ring_records = env_uint("HEISEN_RING", geometry.ring_records, 16, 1u << 20);
+	if (geometry.ring_records & (geometry.ring_records - 1)) {
+		warn3("HEISEN_RING must be a power of two; using 256", NULL, NULL, 0);
+		geometry.ring_records = 256;
+	}
+
+	if (dir && *dir) {
+		if (dir[0] != '/') {
+			if (!getcwd(buf, sizeof buf))
+				return -1;
+			n = strlen(buf);
+			n = cat(buf, n, sizeof buf, "/");
+		}
+		n = cat(buf, n, sizeof buf, dir);
+	} else {
+		char num[24];
+		n = cat(buf, n, sizeof buf, "/dev/shm/heisen-");
+		hs_fmt_u64(num, getuid());
+		n = cat(buf, n, sizeof buf, num);
+		if (check_base(buf) != 0) {
+			warn3("refusing session base ", buf, ": not a private directory of ours", errno);
+			return -1;
+		}
+		n = cat(buf, n, sizeof buf, "/");
+		n = cat(buf, n, sizeof buf, program_invocation_short_name);
+		n = cat(buf, n, sizeof buf, "-");
+		hs_fmt_u64(num, (uint64_t)getpid());
+		n = cat(buf, n, sizeof buf, num);
+		n = cat(buf, n, sizeof buf, "-");
+		hs_fmt_u64(num, (uint64_t)time(NULL));
+		n = cat(buf, n, sizeof buf, num);
+	}
+	while (n > 1 && buf[n - 1] == '/')
+		buf[--n] = '\0';
+	if (mkdir_p(buf) != 0) {
+		warn3("cannot create session directory ", buf, NULL, errno);
+		return -1;
+	}
+	memcpy(session_dir, buf, n + 1);
+	/* the whole process tree shares the session */
+	setenv("HEISEN_DIR", session_dir, 1);
+	return 0;
+}
+
+/* ---- segment -------------------------------------------------------------- */
+
+int hs_seg_bind(struct hs_seg *s, struct hs_header *h, size_t size)
+{
+	char *base = (char *)h;
+	size_t vsz = (size_t)h->tables[HS_T_LOCKS].capacity * 2 * sizeof(uint32_t);
+	memset(s, 0, sizeof *s);
+	s->visit = hs_sys.mmap(NULL, vsz, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+	if (s->visit == MAP_FAILED) {
+		s->visit = NULL;
+		return -1;
+	}
+	s->hdr = h;
+	s->size = size;
+	s->modules = (void *)(base + h->tables[HS_T_MODULES].offset);
+	s->strings = base + h->tables[HS_T_STRINGS].offset;
+	s->stacks = (void *)(base + h->tables[HS_T_STACKS].offset);
+	s->stack_index = (void *)(base + h->tables[HS_T_STACK_INDEX].offset);
+	s->site_index = (void *)(base + h->tables[HS_T_SITE_INDEX].offset);
+	s->locks = (void *)(base + h->tables[HS_T_LOCKS].offset);
+	s->lock_index = (void *)(base + h->tables[HS_T_LOCK_INDEX].offset);
+	s->edges = (void *)(base + h->tables[HS_T_EDGES].offset);
+	s->edge_index = (void *)(base + h->tables[HS_T_EDGE_INDEX].offset);
+	s->threads = (void *)(base + h->tables[HS_T_THREADS].offset);
+	s->findings = (void *)(base + h->tables[HS_T_FINDINGS].offset);
+	s->rings = base + h->tables[HS_T_RINGS].offset;
+	return 0;
+}
+
+/* "<dir>/<pid>.<image>.seg" */
+static void seg_path(char *out, size_t cap, pid_t pid, unsigned image)
+{
+	char num[24];
+	size_t n = cat(out, 0, cap, session_dir);
+	n = cat(out, n, cap, "/");
+	hs_fmt_u64(num, (uint64_t)pid);
+	n = cat(out, n, cap, num);
+	n = cat(out, n, cap, ".");
+	hs_fmt_u64(num, image);
+	n = cat(out, n, cap, num);
+	cat(out, n, cap, ".seg");
+}
+
+/*
+ * An existing segment for our pid: if it is our own earlier image (same
+ * start_ticks, still running), we replaced it by exec: say so in its state.
+ */
+static void mark_execed(const char *path, pid_t pid, uint64_t ticks, unsigned next_image)
+{
+	struct hs_header *h;
+	int fd = hs_sys.open(path, O_RDWR | O_NOFOLLOW | O_CLOEXEC, 0);
+	if (fd < 0)
+		return;
+	h = hs_sys.mmap(NULL, sizeof *h, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+	hs_sys.close(fd);
+	if (h == MAP_FAILED)
+		return;
+	if (memcmp(h->magic, HS_MAGIC, HS_MAGIC_LEN) == 0 && h->abi_version == HS_ABI_VERSION && h->pid == pid &&
+	    h->start_ticks == ticks) {
+		uint64_t expect = HS_STATE_PACK(HS_STATE_RUNNING, 0);
+		if (__atomic_compare_exchange_n(&h->state, &expect, HS_STATE_PACK(HS_STATE_EXECED, next_image), 0,
+						__ATOMIC_ACQ_REL, __ATOMIC_RELAXED))
+			__atomic_store_n(&h->end_mono_ns, hs_now(), __ATOMIC_RELEASE);
+	}
+	hs_sys.munmap(h, sizeof *h);
+}
+
+/*
+ * Give fd `size` bytes of real backing store.  fallocate reserves tmpfs
+ * pages, so running out of space is ENOSPC here and never a SIGBUS later;
+ * where fallocate is unsupported, write zeros instead.
+ */
+static int size_file(int fd, uint64_t size)
+{
+	static const char zeros[4096];
+	if (hs_sys.fallocate(fd, 0, (off_t)size) == 0)
+		return 0;
+	if (errno != EOPNOTSUPP && errno != ENOSYS)
+		return -1;
+	if (hs_sys.ftruncate(fd, 0) != 0)
+		return -1;
+	for (uint64_t off = 0; off < size; off += sizeof zeros) {
+		size_t n = size - off < sizeof zeros ? (size_t)(size - off) : sizeof zeros;
+		if (hs_sys.pwrite(fd, zeros, n, (off_t)off) != (ssize_t)n)
+			return -1;
+	}
+	return 0;
+}
+
+static void fill_identity(struct hs_header *h, const struct hs_header *parent)
+{
+	char buf[HS_ARGV_MAX + 1];
+	ssize_t n;
+	if (parent) {
+		/* a fork child runs the same program with the same argv */
+		memcpy(h->exe, parent->exe, sizeof h->exe);
+		memcpy(h->argv, parent->argv, sizeof h->argv);
+		h->argc = parent->argc;
+		h->argv_truncated = parent->argv_truncated;
+		return;
+	}
+	n = hs_sys.readlink("/proc/self/exe", h->exe, sizeof h->exe - 1);
+	h->exe[n > 0 ? n : 0] = '\0';
+	n = read_small("/proc/self/cmdline", buf, sizeof buf);
+	if (n > 0) {
+		size_t keep = (size_t)n;
+		if (keep > HS_ARGV_MAX) {
+			h->argv_truncated = 1;
+			keep = HS_ARGV_MAX;
+		}
+		/* keep whole arguments only */
+		while (keep > 0 && buf[keep - 1] != '\0')
+			keep--, h->argv_truncated = 1;
+		memcpy(h->argv, buf, keep);
+		for (size_t i = 0; i < keep; i++)
+			h->argc += buf[i] == '\0';
+	}
+}
+
+int hs_segment_create(int forked)
+{
+	struct hs_geometry g = geometry;
+	struct hs_seg fresh;
+	struct hs_header *h;
+	char path[PATH_MAX];
+	pid_t pid = (pid_t)syscall(SYS_getpid);
+	uint64_t ticks = read_start_ticks();
+	uint32_t flags = 0;
+	unsigned image;
+	int fd = -1;
+
+	if (!session_dir[0])
+		return -1;
+	for (image = 0; image < 64; image++) {
+		seg_path(path, sizeof path, pid, image);
+		fd = hs_sys.open(path, O_RDWR | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
+		if (fd >= 0)
+			break;
+		if (errno != EEXIST) {
+			warn3("cannot create segment ", path, "; not recording this process", errno);
+			return -1;
+		}
+		mark_execed(path, pid, ticks, image + 1);
+	}
+	if (fd < 0)
+		return -1;
+
+	struct hs_header probe;
+	hs_layout(&probe, &g);
+	if (size_file(fd, probe.segment_size) != 0) {
+		int err = errno;
+		struct hs_geometry small = HS_GEOMETRY_SMALL;
+		small.ring_records = g.ring_records < small.ring_records ? g.ring_records : small.ring_records;
+		g = small;
+		hs_layout(&probe, &g);
+		if (hs_sys.ftruncate(fd, 0) != 0 || size_file(fd, probe.segment_size) != 0) {
+			warn3("no space for a segment in ", session_dir,
+			      "; not recording this process (set HEISEN_DIR to a larger volume)", errno);
+			hs_sys.close(fd);
+			hs_sys.unlink(path);
+			return -1;
+		}
+		warn3("short of space in ", session_dir, ": recording with a small segment", err);
+		flags |= HS_HDR_FALLBACK_SMALL;
+	}
+	h = hs_sys.mmap(NULL, probe.segment_size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+	hs_sys.close(fd);
+	if (h == MAP_FAILED) {
+		warn3("cannot map segment ", path, NULL, errno);
+		hs_sys.unlink(path);
+		return -1;
+	}
+
+	hs_layout(h, &g);
+	h->abi_version = HS_ABI_VERSION;
+	h->endian_tag = HS_ENDIAN_TAG;
+	h->word_size = sizeof(void *);
+	h->header_size = sizeof(struct hs_header);
+	h->pid = pid;
+	h->ppid = (int32_t)syscall(SYS_getppid);
+	h->uid = getuid();
+	h->image = image;
+	h->start_ticks = ticks;
+	{
+		struct timespec ts;
+		clock_gettime(CLOCK_REALTIME, &ts);
+		h->start_real_ns = (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+	}
+	h->start_mono_ns = hs_now();
+	h->flags = flags;
+	fill_identity(h, forked && hs_seg.hdr ? hs_seg.hdr : NULL);
+	/* id / offset 0 of these tables means "none" */
+	h->tables[HS_T_STRINGS].count = 1;
+	h->tables[HS_T_STACKS].count = 1;
+	h->tables[HS_T_LOCKS].count = 1;
+	h->tables[HS_T_EDGES].count = 1;
+	h->state = HS_STATE_PACK(HS_STATE_RUNNING, 0);
+
+	if (hs_seg_bind(&fresh, h, probe.segment_size) != 0) {
+		hs_sys.munmap(h, probe.segment_size);
+		hs_sys.unlink(path);
+		return -1;
+	}
+	/* everything above is visible before a reader can see a valid magic */
+	__atomic_thread_fence(__ATOMIC_RELEASE);
+	memcpy(h->magic, HS_MAGIC, HS_MAGIC_LEN);
+	hs_seg = fresh;
+	__atomic_add_fetch(&hs_seg_gen, 1, __ATOMIC_RELEASE);
+	return 0;
+}
+
+void hs_seg_unbind(struct hs_seg *s)
+{
+	if (s->visit)
+		hs_sys.munmap(s->visit, (size_t)s->hdr->tables[HS_T_LOCKS].capacity * 2 * sizeof(uint32_t));
+	if (s->hdr)
+		hs_sys.munmap(s->hdr, s->size);
+	memset(s, 0, sizeof *s);
+}
+
+void hs_segment_end(unsigned state, int64_t value)
+{
+	struct hs_header *h = hs_seg.hdr;
+	uint64_t expect = HS_STATE_PACK(HS_STATE_RUNNING, 0);
+	if (!h || !__atomic_load_n(&hs_recording, __ATOMIC_ACQUIRE))
+		return;
+	if (__atomic_compare_exchange_n(&h->state, &expect, HS_STATE_PACK(state, value), 0, __ATOMIC_ACQ_REL,
+					__ATOMIC_RELAXED))
+		__atomic_store_n(&h->end_mono_ns, hs_now(), __ATOMIC_RELEASE);
+}
+
+uint32_t hs_str_add(struct hs_seg *s, const char *str, size_t len)
+{
+	struct hs_table *t = &s->hdr->tables[HS_T_STRINGS];
+	uint32_t off = __atomic_fetch_add(&t->count, (uint32_t)len + 1, __ATOMIC_RELAXED);
+	if ((uint64_t)off + len + 1 > t->capacity) {
+		__atomic_add_fetch(&t->dropped, 1, __ATOMIC_RELAXED);
+		return 0;
+	}
+	memcpy(s->strings + off, str, len);
+	s->strings[off + len] = '\0';
+	/* the bytes are written before anyone is handed the offset */
+	__atomic_thread_fence(__ATOMIC_RELEASE);
+	return off;
+}
+
+/* ---- modules -------------------------------------------------------------- */
+
+static void read_build_id(const struct dl_phdr_info *info, struct hs_module *m)
+{
+	for (int i = 0; i < info->dlpi_phnum; i++) {
+		const ElfW(Phdr) *ph = &info->dlpi_phdr[i];
+		const char *p, *end;
+		if (ph->p_type != PT_NOTE)
+			continue;
+		p = (const char *)(info->dlpi_addr + ph->p_vaddr);
+		end = p + ph->p_memsz;
+		while (p + sizeof(ElfW(Nhdr)) <= end) {
+			const ElfW(Nhdr) *nh = (const void *)p;
+			const char *name = p + sizeof *nh;
+			const char *desc = name + ((nh->n_namesz + 3) & ~3u);
+			const char *next = desc + ((nh->n_descsz + 3) & ~3u);
+			if (next > end)
+				break;
+			if (nh->n_type == NT_GNU_BUILD_ID && nh->n_namesz == 4 && memcmp(name, "GNU", 4) == 0) {
+				unsigned n = nh->n_descsz < HS_BUILD_ID_MAX ? nh->n_descsz : HS_BUILD_ID_MAX;
+				memcpy(m->build_id, desc, n);
+				m->build_id_len = (uint8_t)n;
+				return;
+			}
+			p = next;
+		}
+	}
+}
+
+static int scan_one(struct dl_phdr_info *info, size_t size, void *arg)
+{
+	struct hs_seg *s = &hs_seg;
+	struct hs_table *t = &s->hdr->tables[HS_T_MODULES];
+	const char *name = info->dlpi_name;
+	uint64_t lo = UINT64_MAX, hi = 0;
+	int *first = arg;
+	unsigned mflags = 0;
+	uint32_t i, n = __atomic_load_n(&t->count, __ATOMIC_ACQUIRE);
+	struct hs_module *m;
+	(void)size;
+
+	if (*first) {
+		*first = 0;
+		if (!name || !name[0]) {
+			name = s->hdr->exe;
+			mflags = HS_MOD_MAIN;
+		}
+	}
+	if (!name || name[0] != '/')
+		return 0; /* the vDSO, or an object with no file */
+	for (int j = 0; j < info->dlpi_phnum; j++) {
+		const ElfW(Phdr) *ph = &info->dlpi_phdr[j];
+		if (ph->p_type != PT_LOAD)
+			continue;
+		if (info->dlpi_addr + ph->p_vaddr < lo)
+			lo = info->dlpi_addr + ph->p_vaddr;
+		if (info->dlpi_addr + ph->p_vaddr + ph->p_memsz > hi)
+			hi = info->dlpi_addr + ph->p_vaddr + ph->p_memsz;
+	}
+	if (hi == 0)
+		return 0;
+	if ((uint64_t)(uintptr_t)&scan_one >= lo && (uint64_t)(uintptr_t)&scan_one < hi) {
+		hs_self_lo = lo;
+		hs_self_hi = hi;
+	}
+	for (i = 0; i < n; i++)
+		if (s->modules[i].base == info->dlpi_addr && s->modules[i].lo == lo)
+			return 0;
+	if (n >= t->capacity) {
+		__atomic_add_fetch(&t->dropped, 1, __ATOMIC_RELAXED);
+		return 0;
+	}
+	m = &s->modules[n];
+	memset(m, 0, sizeof *m);
+	m->base = info->dlpi_addr;
+	m->lo = lo;
+	m->hi = hi;
+	m->path_len = (uint16_t)strnlen(name, PATH_MAX);
+	m->path = hs_str_add(s, name, m->path_len);
+	m->flags = (uint8_t)(mflags | (n > 0 && !(mflags & HS_MOD_MAIN) && s->hdr->tables[HS_T_STACKS].count > 1
+					 ? HS_MOD_DLOPEN
+					 : 0));
+	read_build_id(info, m);
+	/* the entry is complete before the count covers it */
+	__atomic_store_n(&t->count, n + 1, __ATOMIC_RELEASE);
+	return 0;
+}
+
+void hs_modules_scan(void)
+{
+	int first = 1;
+	if (!hs_seg.hdr)
+		return;
+	spin_lock(&modules_lock);
+	dl_iterate_phdr(scan_one, &first);
+	spin_unlock(&modules_lock);
+}
+
+int hs_module_known(uint64_t pc)
+{
+	struct hs_table *t = &hs_seg.hdr->tables[HS_T_MODULES];
+	uint32_t n = __atomic_load_n(&t->count, __ATOMIC_ACQUIRE);
+	for (uint32_t i = 0; i < n; i++)
+		if (pc >= hs_seg.modules[i].lo && pc < hs_seg.modules[i].hi)
+			return 1;
+	return 0;
+}

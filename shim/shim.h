@@ -1,0 +1,329 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * shim/shim.h — internal interfaces of libheisen.so.
+ *
+ * The shim is split by concern: segment.c (session directory, segment file,
+ * modules, strings, end states), threads.c (thread slots and rings),
+ * stacks.c (unwinding and the stack table), lockgraph.c (lock ids, the
+ * lock-order graph, cycle search, findings), locks.c (the pthread hooks),
+ * signals.c (crash handling), init.c (start-up, config, fork, exit).  The
+ * design is ../shared/DESIGN.md; the on-shm format is include/heisen/format.h.
+ *
+ * Rules every file keeps (STYLE.md):
+ *   - nothing here allocates with malloc, uses stdio or takes a blocking lock
+ *     on a hook's path; the one internal lock (the graph lock) is a spin lock
+ *     taken only on slow paths and never while calling out;
+ *   - a hook does its work between hs_enter() and hs_leave(), which is the
+ *     per-thread reentrancy guard: whatever the shim itself calls is never
+ *     recorded;
+ *   - the fast path is inline here; slow paths live out of line.
+ */
+#ifndef HEISEN_SHIM_H
+#define HEISEN_SHIM_H
+
+#include <stdint.h>
+#include <stddef.h>
+#include <time.h>
+
+#include "heisen/format.h"
+
+#define HS_EXPORT __attribute__((visibility("default")))
+#define HS_HIDDEN __attribute__((visibility("hidden")))
+#define HS_LIKELY(x) __builtin_expect(!!(x), 1)
+#define HS_UNLIKELY(x) __builtin_expect(!!(x), 0)
+
+/* An assert that works in hooks and signal handlers: no stdio, no malloc. */
+void hs_assert_fail(const char *expr, const char *file, int line) __attribute__((noreturn));
+#ifdef NDEBUG
+#define HS_ASSERT(e) ((void)0)
+#else
+#define HS_ASSERT(e) ((e) ? (void)0 : hs_assert_fail(#e, __FILE__, __LINE__))
+#endif
+
+/*
+ * A mapped segment and the typed bases of its tables.  One per process
+ * (hs_seg); unit tests make their own.  All pointers point into the mapping.
+ */
+struct hs_seg {
+	struct hs_header *hdr;
+	size_t size;
+	struct hs_module *modules;
+	char *strings;
+	struct hs_stack *stacks;
+	struct hs_index_slot *stack_index;
+	struct hs_index_slot *site_index;
+	struct hs_lock *locks;
+	struct hs_index_slot *lock_index;
+	struct hs_edge *edges;
+	struct hs_index_slot *edge_index;
+	struct hs_thread *threads;
+	struct hs_finding *findings;
+	char *rings;
+	/* writer-private state, not in shared memory */
+	uint32_t *visit;              /* lock id -> DFS stamp (2 per lock: in-mode recursive-read or not) */
+	uint32_t visit_stamp;
+	int graph_lock;               /* [atomic] spin lock over locks/edges insertion and the cycle search */
+};
+
+/* Per-thread state: initial-exec TLS, so access is one instruction. */
+struct hs_tls {
+	int in_hook;                  /* reentrancy guard */
+	int dead;                     /* the thread's exit destructor ran: record nothing more */
+	uint32_t seg_gen;             /* hs_seg_gen when attached: a fork makes it stale */
+	uint32_t no_slot_gen;         /* hs_seg_gen at which attaching failed: don't retry on every call */
+	int32_t tid;
+	struct hs_thread *slot;       /* NULL: not attached */
+	struct hs_ring_header *ring;
+	struct hs_record *recs;
+	uint64_t ring_mask;
+	void *altstack;               /* sigaltstack for crash handling */
+	/* a crash seen but not yet fatal (see signals.c) */
+	int pending_sig;
+	int pending_code;
+	uint64_t pending_addr;
+	uint32_t pending_stack;
+};
+
+extern __thread struct hs_tls hs_tls __attribute__((tls_model("initial-exec")));
+extern struct hs_seg hs_seg;          /* the process's segment */
+extern int hs_recording;              /* [atomic] 1 once the segment is ready */
+extern uint32_t hs_seg_gen;           /* [atomic] bumped when the process gets a new segment (fork) */
+extern int hs_quiet;
+
+/* ---- time ---------------------------------------------------------------- */
+
+static inline uint64_t hs_now(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
+/* ---- threads and the reentrancy guard (threads.c) ------------------------ */
+
+/*
+ * Attach the calling thread to a slot of hs_seg (or re-attach after fork).
+ * Returns 0, or -1 when no slot is free (the thread then goes unrecorded and
+ * the threads table's dropped counter grows).  Slow path; called from
+ * hs_enter() with the guard held.
+ */
+int hs_thread_attach(struct hs_tls *t);
+
+/* The thread-exit destructor's work: mark the slot exited.  Idempotent. */
+void hs_thread_detach(struct hs_tls *t);
+
+/* Create the thread-exit key.  Init only. */
+int hs_threads_init(void);
+
+/*
+ * Enter a hook.  Returns the thread's state with the guard taken, or NULL
+ * when the hook must only call through: the shim is not recording, the
+ * thread is already inside the shim, it is exiting, or it has no slot.
+ */
+static inline struct hs_tls *hs_enter(void)
+{
+	struct hs_tls *t = &hs_tls;
+	if (HS_UNLIKELY(!__atomic_load_n(&hs_recording, __ATOMIC_ACQUIRE)) || t->in_hook || t->dead)
+		return NULL;
+	t->in_hook = 1;
+	if (HS_UNLIKELY(t->slot == NULL || t->seg_gen != __atomic_load_n(&hs_seg_gen, __ATOMIC_ACQUIRE))) {
+		if (t->slot == NULL && t->no_slot_gen == __atomic_load_n(&hs_seg_gen, __ATOMIC_ACQUIRE)) {
+			t->in_hook = 0;
+			return NULL;
+		}
+		if (hs_thread_attach(t) != 0) {
+			t->in_hook = 0;
+			return NULL;
+		}
+	}
+	return t;
+}
+
+static inline void hs_leave(struct hs_tls *t)
+{
+	t->in_hook = 0;
+}
+
+/*
+ * Append one record to the thread's ring (flight recorder).  Never blocks,
+ * never fails; overwrites the oldest record when the ring is full.  The
+ * publication protocol is the one in format.h (struct hs_record).
+ */
+static inline void hs_rec(struct hs_tls *t, uint64_t now, uint32_t type, uint32_t stack, uint64_t a, uint64_t b,
+			  uint64_t c)
+{
+	struct hs_ring_header *rh = t->ring;
+	uint64_t pos = __atomic_load_n(&rh->head, __ATOMIC_RELAXED);
+	struct hs_record *r = &t->recs[pos & t->ring_mask];
+	__atomic_store_n(&r->seq, 0, __ATOMIC_RELAXED);
+	/* orders the invalidation above before the payload stores below */
+	__atomic_thread_fence(__ATOMIC_RELEASE);
+	r->ts_ns = now;
+	r->type = type;
+	r->stack = stack;
+	r->a = a;
+	r->b = b;
+	r->c = c;
+	/* publishes the payload: a reader that sees seq == pos + 1 sees it all */
+	__atomic_store_n(&r->seq, pos + 1, __ATOMIC_RELEASE);
+	__atomic_store_n(&rh->head, pos + 1, __ATOMIC_RELEASE);
+}
+
+/* Seqlock over a thread slot's lock state (format.h, struct hs_thread). */
+static inline void hs_lockstate_begin(struct hs_thread *th)
+{
+	uint64_t s = __atomic_load_n(&th->lock_seq, __ATOMIC_RELAXED);
+	__atomic_store_n(&th->lock_seq, s + 1, __ATOMIC_RELAXED);
+	/* the odd sequence is visible before any of the changes that follow */
+	__atomic_thread_fence(__ATOMIC_RELEASE);
+}
+
+static inline void hs_lockstate_end(struct hs_thread *th)
+{
+	uint64_t s = __atomic_load_n(&th->lock_seq, __ATOMIC_RELAXED);
+	/* the changes are visible before the even sequence */
+	__atomic_store_n(&th->lock_seq, s + 1, __ATOMIC_RELEASE);
+}
+
+/* ---- system calls (sysops.c) --------------------------------------------- */
+
+#include <sys/types.h>
+#include <sys/stat.h>
+
+/*
+ * Every system call the shim makes for itself goes through this table (as
+ * SQLite's os_unix.c does), for two reasons: the defaults are raw syscalls,
+ * so they never re-enter the shim's own interposed symbols (open, close…),
+ * and unit tests can swap an entry to drive an error path (ENOSPC).  Each
+ * returns what the libc call of the same name returns, with errno set.
+ */
+struct hs_sysops {
+	int (*open)(const char *path, int flags, int mode);
+	int (*close)(int fd);
+	int (*fallocate)(int fd, off_t off, off_t len);
+	int (*ftruncate)(int fd, off_t len);
+	ssize_t (*pwrite)(int fd, const void *buf, size_t n, off_t off);
+	ssize_t (*read)(int fd, void *buf, size_t n);
+	void *(*mmap)(void *addr, size_t len, int prot, int flags, int fd, off_t off);
+	int (*munmap)(void *addr, size_t len);
+	int (*mkdir)(const char *path, int mode);
+	int (*lstat)(const char *path, struct stat *st);
+	int (*unlink)(const char *path);
+	ssize_t (*readlink)(const char *path, char *buf, size_t n);
+};
+extern struct hs_sysops hs_sys;
+
+/* ---- segment (segment.c) ------------------------------------------------- */
+
+/*
+ * Point s's table bases into the mapping at hdr (size bytes), whose tables[]
+ * are already laid out.  Allocates the writer-private visit array with mmap.
+ * Returns 0 or -1 (errno from mmap).
+ */
+int hs_seg_bind(struct hs_seg *s, struct hs_header *hdr, size_t size);
+
+/*
+ * Create this process's segment in the session directory and make it
+ * hs_seg.  `forked` is 1 in a fork child (only async-signal-safe calls are
+ * made then).  Returns 0, or -1 with a warning on stderr (unless quiet)
+ * after falling back as far as it could; on -1 the shim records nothing.
+ */
+int hs_segment_create(int forked);
+
+/* Load the session directory from the environment, creating it (and the
+ * default under /dev/shm) as needed, exporting HEISEN_DIR.  Init only. */
+int hs_session_setup(void);
+
+/* Unmap a segment bound with hs_seg_bind (the fork child drops the parent's). */
+void hs_seg_unbind(struct hs_seg *s);
+
+/* Record the end of this image: state word and end time.  Idempotent: the
+ * first call wins.  Async-signal-safe. */
+void hs_segment_end(unsigned state, int64_t value);
+
+/* Append s to the strings table; returns its offset, 0 when full. Lock-free. */
+uint32_t hs_str_add(struct hs_seg *s, const char *str, size_t len);
+
+/* Rescan loaded objects (dl_iterate_phdr) and append the new ones to the
+ * module table.  Not async-signal-safe (takes the loader lock). */
+void hs_modules_scan(void);
+
+/* 1 when pc lies in a known module. Lock-free. */
+int hs_module_known(uint64_t pc);
+
+/* The address range of libheisen.so itself, to trim hook frames. */
+extern uint64_t hs_self_lo, hs_self_hi;
+
+/* Format helpers that do not allocate (async-signal-safe). */
+size_t hs_fmt_u64(char *buf, uint64_t v);
+void hs_write_err(const char *msg);
+
+/* ---- stacks (stacks.c) --------------------------------------------------- */
+
+/* Capture the calling thread's stack, dropping the shim's own frames, and
+ * intern it.  Returns a stack id, 0 when the table is full. */
+uint32_t hs_stack_here(void);
+
+/* The representative stack of call site `site` (a return address): the stack
+ * of the first call from there, captured once and cached. */
+uint32_t hs_stack_site(uint64_t site);
+
+/* Capture from a signal's ucontext (the faulting frame first). Async-signal-safe
+ * as far as libunwind is. */
+uint32_t hs_stack_from_signal(void *ucontext);
+
+/* Intern pcs[0..depth) with flags into s's stack table. Lock-free. */
+uint32_t hs_stack_intern(struct hs_seg *s, const uint64_t *pcs, unsigned depth, unsigned flags);
+
+/* ---- lock-order graph (lockgraph.c) ------------------------------------- */
+
+/*
+ * The lock id of the lock at addr, creating it (gen = previous gen at addr
+ * + 1) if needed.  kind/flags are used on creation.  Lock-free when the lock
+ * is known; otherwise takes the graph lock.  Returns 0 when the lock table is
+ * full (the lock is then not tracked).
+ */
+uint32_t hs_lock_id(struct hs_seg *s, uint64_t addr, unsigned kind, unsigned flags, uint32_t stack, int32_t tid,
+		    uint64_t now);
+
+/* Mark the lock at addr destroyed: the next use makes a new generation. */
+void hs_lock_forget(struct hs_seg *s, uint64_t addr);
+
+/*
+ * Note that the thread `tid` acquires lock `to` in mode to_mode (blocking)
+ * while holding `from` in from_mode.  Adds the edge if new and searches for
+ * a cycle through it; a cycle that is a deadlock under lockdep's rules
+ * becomes a potential-deadlock finding (once per set of locks).
+ * from_stack/to_stack are the two acquisition stacks; to_stack may be 0, in
+ * which case `capture` is called to get one only if the edge is new.
+ * Returns the edge id (0 when the table is full); *created is set to 1 when
+ * this call added it, and *finding_out to the finding's index + 1 when it
+ * closed a new cycle (else 0).
+ */
+uint32_t hs_graph_add(struct hs_seg *s, uint32_t from, unsigned from_mode, uint32_t from_stack, uint32_t to,
+		      unsigned to_mode, uint32_t to_stack, uint32_t (*capture)(void), int32_t tid, uint64_t now,
+		      int *created, uint32_t *finding_out);
+
+/*
+ * Record a finding; returns its index + 1, 0 when the table is full.  f's
+ * ready word is ignored; the entry is published with ready = 1.  Lock-free
+ * and async-signal-safe.
+ */
+uint32_t hs_finding_add(struct hs_seg *s, const struct hs_finding *f);
+
+/* The lock-free lookups the graph uses, also for unit tests. */
+uint32_t hs_edge_find(struct hs_seg *s, uint64_t key);
+
+/* ---- platform (platform_glibc.c) ---------------------------------------- */
+
+/* HS_LOCKF_* flags of a mutex / rwlock, read from glibc's structure. */
+unsigned hs_mutex_flags(const void *mutex);
+unsigned hs_rwlock_flags(const void *rwlock);
+
+/* ---- signals (signals.c) ------------------------------------------------- */
+
+void hs_signals_install(void);
+int hs_altstack_setup(struct hs_tls *t);
+void hs_altstack_teardown(struct hs_tls *t);
+
+#endif

@@ -1,0 +1,195 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * shim/stacks.c — call stacks: unwinding with libunwind and the
+ * deduplicated stack table in the segment.
+ *
+ * Unwinding costs microseconds, so the hot path never unwinds.  A lock
+ * acquisition is tagged with the stack of its call site, captured the first
+ * time that call site is seen and cached in the site index (lockdep keys its
+ * classes by site in the same spirit); the stack of a new lock-order edge is
+ * captured exactly, once per edge.  Stacks are interned by hash in a
+ * lock-free open-addressed index, so a crash handler can intern too.
+ */
+#define UNW_LOCAL_ONLY
+#include <libunwind.h>
+#include <string.h>
+
+#include "shim.h"
+
+static inline uint64_t mix64(uint64_t x)
+{
+	x ^= x >> 33;
+	x *= 0xff51afd7ed558ccdull;
+	x ^= x >> 33;
+	x *= 0xc4ceb9fe1a85ec53ull;
+	x ^= x >> 33;
+	return x;
+}
+
+static uint64_t stack_hash(const uint64_t *pcs, unsigned depth, unsigned flags)
+{
+	uint64_t h = 0x9e3779b97f4a7c15ull ^ ((uint64_t)depth << 32) ^ flags;
+	for (unsigned i = 0; i < depth; i++)
+		h = mix64(h ^ pcs[i]) + i;
+	return h ? h : 1;
+}
+
+static int same_stack(const struct hs_stack *st, const uint64_t *pcs, unsigned depth, unsigned flags)
+{
+	return st->depth == depth && st->flags == flags && memcmp(st->pc, pcs, depth * sizeof *pcs) == 0;
+}
+
+uint32_t hs_stack_intern(struct hs_seg *s, const uint64_t *pcs, unsigned depth, unsigned flags)
+{
+	struct hs_table *tab = &s->hdr->tables[HS_T_STACKS];
+	struct hs_table *idx = &s->hdr->tables[HS_T_STACK_INDEX];
+	uint32_t mask = idx->capacity - 1;
+	uint64_t h;
+	uint32_t i;
+
+	if (depth > HS_STACK_DEPTH) {
+		depth = HS_STACK_DEPTH;
+		flags |= HS_STACK_TRUNCATED;
+	}
+	h = stack_hash(pcs, depth, flags);
+	i = (uint32_t)h & mask;
+	for (uint32_t probe = 0; probe <= mask; probe++, i = (i + 1) & mask) {
+		struct hs_index_slot *slot = &s->stack_index[i];
+		uint64_t key = __atomic_load_n(&slot->key, __ATOMIC_ACQUIRE);
+		if (key == 0) {
+			uint64_t expect = 0;
+			if (__atomic_compare_exchange_n(&slot->key, &expect, h, 0, __ATOMIC_ACQ_REL,
+							__ATOMIC_ACQUIRE)) {
+				uint32_t id = __atomic_fetch_add(&tab->count, 1, __ATOMIC_RELAXED);
+				struct hs_stack *st;
+				if (id >= tab->capacity) {
+					__atomic_add_fetch(&tab->dropped, 1, __ATOMIC_RELAXED);
+					return 0;
+				}
+				st = &s->stacks[id];
+				st->hash = h;
+				st->depth = (uint16_t)depth;
+				st->flags = (uint16_t)flags;
+				memcpy(st->pc, pcs, depth * sizeof *pcs);
+				/* pc[] is complete before ready, and ready before the index points here */
+				__atomic_store_n(&st->ready, 1, __ATOMIC_RELEASE);
+				__atomic_store_n(&slot->value, id, __ATOMIC_RELEASE);
+				return id;
+			}
+			key = expect;
+		}
+		if (key == h) {
+			uint32_t id = __atomic_load_n(&slot->value, __ATOMIC_ACQUIRE);
+			/* id 0: another thread is still writing it; at worst we intern a twin */
+			if (id != 0 && id < tab->capacity && same_stack(&s->stacks[id], pcs, depth, flags))
+				return id;
+		}
+	}
+	__atomic_add_fetch(&tab->dropped, 1, __ATOMIC_RELAXED);
+	return 0;
+}
+
+/* Drop the shim's own frames from the top; rescan modules for unknown PCs. */
+static unsigned trim_and_check(uint64_t *pcs, unsigned n)
+{
+	unsigned skip = 0;
+	while (skip < n && pcs[skip] >= hs_self_lo && pcs[skip] < hs_self_hi)
+		skip++;
+	if (skip)
+		memmove(pcs, pcs + skip, (n - skip) * sizeof *pcs);
+	n -= skip;
+	for (unsigned i = 0; i < n; i++) {
+		if (!hs_module_known(pcs[i])) {
+			/* loaded since the last scan (dlopen): record it while it is here */
+			hs_modules_scan();
+			break;
+		}
+	}
+	return n;
+}
+
+uint32_t hs_stack_here(void)
+{
+	void *buf[HS_STACK_DEPTH + 12];
+	uint64_t pcs[HS_STACK_DEPTH + 12];
+	int n = unw_backtrace(buf, (int)(sizeof buf / sizeof buf[0]));
+	unsigned depth, flags = 0;
+	if (n <= 0)
+		return 0;
+	for (int i = 0; i < n; i++)
+		pcs[i] = (uint64_t)(uintptr_t)buf[i];
+	depth = trim_and_check(pcs, (unsigned)n);
+	if ((size_t)n == sizeof buf / sizeof buf[0] && depth >= HS_STACK_DEPTH)
+		flags |= HS_STACK_TRUNCATED;
+	return hs_stack_intern(&hs_seg, pcs, depth, flags);
+}
+
+uint32_t hs_stack_site(uint64_t site)
+{
+	struct hs_seg *s = &hs_seg;
+	struct hs_table *idx = &s->hdr->tables[HS_T_SITE_INDEX];
+	uint32_t mask = idx->capacity - 1;
+	uint32_t i = (uint32_t)mix64(site) & mask;
+	uint32_t id;
+
+	for (uint32_t probe = 0; probe <= mask; probe++, i = (i + 1) & mask) {
+		struct hs_index_slot *slot = &s->site_index[i];
+		uint64_t key = __atomic_load_n(&slot->key, __ATOMIC_ACQUIRE);
+		if (key == site) {
+			id = __atomic_load_n(&slot->value, __ATOMIC_ACQUIRE);
+			if (id)
+				return id;
+			break; /* being filled by another thread: capture our own */
+		}
+		if (key == 0)
+			break;
+	}
+	/* first time at this site: the slow path */
+	{
+		void *buf[HS_STACK_DEPTH + 12];
+		uint64_t pcs[HS_STACK_DEPTH + 12];
+		int n = unw_backtrace(buf, (int)(sizeof buf / sizeof buf[0]));
+		unsigned depth;
+		if (n <= 0)
+			return 0;
+		for (int j = 0; j < n; j++)
+			pcs[j] = (uint64_t)(uintptr_t)buf[j];
+		depth = trim_and_check(pcs, (unsigned)n);
+		id = hs_stack_intern(s, pcs, depth, HS_STACK_SITE);
+	}
+	if (!id)
+		return 0;
+	i = (uint32_t)mix64(site) & mask;
+	for (uint32_t probe = 0; probe <= mask; probe++, i = (i + 1) & mask) {
+		struct hs_index_slot *slot = &s->site_index[i];
+		uint64_t expect = 0;
+		if (__atomic_compare_exchange_n(&slot->key, &expect, site, 0, __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE) ||
+		    expect == site) {
+			uint32_t none = 0;
+			/* first writer wins; later ones keep what is there */
+			__atomic_compare_exchange_n(&slot->value, &none, id, 0, __ATOMIC_RELEASE, __ATOMIC_RELAXED);
+			return id;
+		}
+	}
+	__atomic_add_fetch(&idx->dropped, 1, __ATOMIC_RELAXED);
+	return id;
+}
+
+uint32_t hs_stack_from_signal(void *ucontext)
+{
+	unw_cursor_t c;
+	uint64_t pcs[HS_STACK_DEPTH];
+	unsigned n = 0, flags = HS_STACK_EXACT_TOP;
+	int r;
+	if (unw_init_local2(&c, (unw_context_t *)ucontext, UNW_INIT_SIGNAL_FRAME) < 0)
+		return 0;
+	do {
+		unw_word_t ip = 0;
+		if (unw_get_reg(&c, UNW_REG_IP, &ip) < 0 || ip == 0)
+			break;
+		pcs[n++] = ip;
+	} while (n < HS_STACK_DEPTH && (r = unw_step(&c)) > 0);
+	if (n == HS_STACK_DEPTH && unw_step(&c) > 0)
+		flags |= HS_STACK_TRUNCATED;
+	return hs_stack_intern(&hs_seg, pcs, n, flags);
+}

@@ -1,0 +1,91 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * shim/sysops.c — the shim's own system calls, as raw syscalls behind one
+ * swappable table (see struct hs_sysops in shim.h).  Raw, so that when later
+ * issues interpose open/close/mmap the shim's own calls are never recorded
+ * and never recurse; behind a table, so tests can fail any of them.
+ * All are async-signal-safe.
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#include "shim.h"
+
+static int sys_open(const char *path, int flags, int mode)
+{
+	return (int)syscall(SYS_openat, AT_FDCWD, path, flags, mode);
+}
+
+static int sys_close(int fd)
+{
+	/* never retried on EINTR: the number may already be someone else's */
+	return (int)syscall(SYS_close, fd);
+}
+
+static int sys_fallocate(int fd, off_t off, off_t len)
+{
+	return (int)syscall(SYS_fallocate, fd, 0, off, len);
+}
+
+static int sys_ftruncate(int fd, off_t len)
+{
+	return (int)syscall(SYS_ftruncate, fd, len);
+}
+
+static ssize_t sys_pwrite(int fd, const void *buf, size_t n, off_t off)
+{
+	return syscall(SYS_pwrite64, fd, buf, n, off);
+}
+
+static ssize_t sys_read(int fd, void *buf, size_t n)
+{
+	return syscall(SYS_read, fd, buf, n);
+}
+
+static void *sys_mmap(void *addr, size_t len, int prot, int flags, int fd, off_t off)
+{
+	return (void *)syscall(SYS_mmap, addr, len, prot, flags, fd, off);
+}
+
+static int sys_munmap(void *addr, size_t len)
+{
+	return (int)syscall(SYS_munmap, addr, len);
+}
+
+static int sys_mkdir(const char *path, int mode)
+{
+	return (int)syscall(SYS_mkdirat, AT_FDCWD, path, mode);
+}
+
+static int sys_lstat(const char *path, struct stat *st)
+{
+	return (int)syscall(SYS_newfstatat, AT_FDCWD, path, st, AT_SYMLINK_NOFOLLOW);
+}
+
+static int sys_unlink(const char *path)
+{
+	return (int)syscall(SYS_unlinkat, AT_FDCWD, path, 0);
+}
+
+static ssize_t sys_readlink(const char *path, char *buf, size_t n)
+{
+	return syscall(SYS_readlinkat, AT_FDCWD, path, buf, n);
+}
+
+struct hs_sysops hs_sys = {
+	.open = sys_open,
+	.close = sys_close,
+	.fallocate = sys_fallocate,
+	.ftruncate = sys_ftruncate,
+	.pwrite = sys_pwrite,
+	.read = sys_read,
+	.mmap = sys_mmap,
+	.munmap = sys_munmap,
+	.mkdir = sys_mkdir,
+	.lstat = sys_lstat,
+	.unlink = sys_unlink,
+	.readlink = sys_readlink,
+};
