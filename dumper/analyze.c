@@ -1,0 +1,341 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * dumper/analyze.c — findings: recorded ones, and deadlocks and hangs
+ * computed from the wait-for graph.
+ *
+ * The wait-for graph of a process has one node per thread slot copied at
+ * load time and an edge T -> U when T waits for a lock that U holds in a
+ * mode that blocks T (two readers do not block each other; a reader of a
+ * writer-preferring rwlock also queues behind a waiting writer).  Only
+ * blocked threads take part: in a live process those waiting longer than the
+ * hang timeout (so that two copies taken a moment apart cannot fake a cycle
+ * out of a lock that was just handed over), in a process that is gone every
+ * waiting thread, since its last state is final.  Strongly connected
+ * components of two or more threads are deadlocks (Tarjan); blocked threads
+ * of a live process outside them are one hang finding per process.
+ * Design: DESIGN.md "Hangs"; docs/interfaces.md "heisen-dump".
+ */
+#include "analyze.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static const char *const kind_names[HS_F_KINDS] = {
+	[HS_F_CRASH] = "crash",
+	[HS_F_DEADLOCK] = "deadlock",
+	[HS_F_SELF_DEADLOCK] = "self-deadlock",
+	[HS_F_HANG] = "hang",
+	[HS_F_POTENTIAL] = "potential-deadlock",
+};
+
+const char *hs_fkind_name(enum hs_fkind k)
+{
+	return (unsigned)k < HS_F_KINDS ? kind_names[k] : "unknown";
+}
+
+static struct hs_fnd *add_finding(struct hs_findings *out, enum hs_fkind kind, struct hs_proc *p)
+{
+	struct hs_fnd *v = realloc(out->v, (out->n + 1) * sizeof *v);
+	if (!v)
+		return NULL;
+	out->v = v;
+	v = &v[out->n++];
+	memset(v, 0, sizeof *v);
+	v->kind = kind;
+	v->proc = p;
+	return v;
+}
+
+/* ---- wait-for graph ----------------------------------------------------- */
+
+static bool waits_for_lock(const struct hs_tsnap *t)
+{
+	return t->t.state == HS_THREAD_LIVE &&
+	       (t->t.wait_kind == HS_WAIT_LOCK || t->t.wait_kind == HS_WAIT_GIL);
+}
+
+static bool same_lock(const struct hs_tsnap *w, uint64_t addr, uint32_t lock)
+{
+	if (w->t.wait_addr)
+		return addr == w->t.wait_addr;
+	return w->t.wait_lock && lock == w->t.wait_lock;
+}
+
+/* Does u block w?  Either u holds the lock w waits for in a conflicting
+ * mode, or w is a queueing reader and u waits to write the same lock. */
+static bool blocks(const struct hs_tsnap *w, const struct hs_tsnap *u)
+{
+	if (u == w || u->t.state != HS_THREAD_LIVE || !waits_for_lock(w))
+		return false;
+	for (uint32_t i = 0; i < u->t.held_count; i++) {
+		const struct hs_held *h = &u->t.held[i];
+		if (same_lock(w, h->addr, h->lock) &&
+		    (w->t.wait_mode == HS_MODE_WRITE || h->mode == HS_MODE_WRITE))
+			return true;
+	}
+	return w->t.wait_mode == HS_MODE_READ && waits_for_lock(u) && u->t.wait_mode == HS_MODE_WRITE &&
+	       same_lock(w, u->t.wait_addr, u->t.wait_lock);
+}
+
+size_t hs_holders(const struct hs_proc *p, const struct hs_tsnap *t, const struct hs_tsnap **out,
+		  size_t max)
+{
+	size_t n = 0;
+	for (uint32_t i = 0; i < p->nthreads; i++)
+		if (blocks(t, &p->threads[i])) {
+			if (n < max)
+				out[n] = &p->threads[i];
+			n++;
+		}
+	return n;
+}
+
+static uint64_t reference_ns(const struct hs_session *s, const struct hs_proc *p)
+{
+	uint64_t end;
+	if (hs_proc_alive(p))
+		return s->now_ns;
+	end = hs_seg_end_ns((struct hs_seg *)&p->seg);
+	return end ? end : s->now_ns;
+}
+
+double hs_wait_seconds(const struct hs_session *s, const struct hs_proc *p, const struct hs_tsnap *t)
+{
+	uint64_t ref = reference_ns(s, p);
+	if (t->t.wait_kind == HS_WAIT_NONE || t->t.wait_since_ns == 0 || t->t.wait_since_ns > ref)
+		return 0.0;
+	return (double)(ref - t->t.wait_since_ns) / 1e9;
+}
+
+static bool is_blocked(const struct hs_session *s, const struct hs_proc *p, const struct hs_tsnap *t,
+		       double timeout)
+{
+	if (t->t.state != HS_THREAD_LIVE || t->t.wait_kind == HS_WAIT_NONE)
+		return false;
+	return !hs_proc_alive(p) || hs_wait_seconds(s, p, t) >= timeout;
+}
+
+/* Tarjan's strongly connected components over the blocked threads. */
+struct scc {
+	const struct hs_proc *p;
+	const bool *blocked;
+	int *index, *low, *stack, *comp;
+	bool *on_stack;
+	int next_index, sp, ncomp;
+};
+
+static void strongconnect(struct scc *g, uint32_t v)
+{
+	g->index[v] = g->low[v] = g->next_index++;
+	g->stack[g->sp++] = (int)v;
+	g->on_stack[v] = true;
+	for (uint32_t w = 0; w < g->p->nthreads; w++) {
+		if (!g->blocked[w] || !blocks(&g->p->threads[v], &g->p->threads[w]))
+			continue;
+		if (g->index[w] < 0) {
+			strongconnect(g, w);
+			if (g->low[w] < g->low[v])
+				g->low[v] = g->low[w];
+		} else if (g->on_stack[w] && g->index[w] < g->low[v]) {
+			g->low[v] = g->index[w];
+		}
+	}
+	if (g->low[v] != g->index[v])
+		return;
+	int w;
+	do {
+		w = g->stack[--g->sp];
+		g->on_stack[w] = false;
+		g->comp[w] = g->ncomp;
+	} while (w != (int)v);
+	g->ncomp++;
+}
+
+static int by_tid(const void *a, const void *b)
+{
+	const struct hs_tsnap *x = *(const struct hs_tsnap *const *)a, *y = *(const struct hs_tsnap *const *)b;
+	return (x->t.tid > y->t.tid) - (x->t.tid < y->t.tid);
+}
+
+/* Add one finding holding the threads i with sel[i] == key. */
+static int add_thread_finding(struct hs_findings *out, enum hs_fkind kind, struct hs_proc *p,
+			      const int *sel, int key)
+{
+	struct hs_fnd *f;
+	uint32_t n = 0;
+	for (uint32_t i = 0; i < p->nthreads; i++)
+		n += sel[i] == key;
+	if (!(f = add_finding(out, kind, p)) || !(f->threads = calloc(n, sizeof *f->threads)))
+		return -1;
+	for (uint32_t i = 0; i < p->nthreads; i++)
+		if (sel[i] == key)
+			f->threads[f->nthreads++] = &p->threads[i];
+	qsort(f->threads, f->nthreads, sizeof *f->threads, by_tid);
+	return 0;
+}
+
+/* Components of two or more threads become deadlocks; sel marks members. */
+static int report_cycles(struct hs_findings *out, struct hs_proc *p, struct scc *g, int *sel)
+{
+	int *size = calloc((size_t)g->ncomp + 1, sizeof *size);
+	if (!size)
+		return -1;
+	for (uint32_t i = 0; i < p->nthreads; i++)
+		if (g->comp[i] >= 0)
+			size[g->comp[i]]++;
+	for (uint32_t i = 0; i < p->nthreads; i++)
+		sel[i] = (g->comp[i] >= 0 && size[g->comp[i]] > 1) ? g->comp[i] : -1;
+	for (int c = 0; c < g->ncomp; c++)
+		if (size[c] > 1 && add_thread_finding(out, HS_F_DEADLOCK, p, sel, c) != 0) {
+			free(size);
+			return -1;
+		}
+	free(size);
+	return 0;
+}
+
+static int analyze_waits(const struct hs_session *s, struct hs_proc *p, double timeout,
+			 struct hs_findings *out)
+{
+	uint32_t n = p->nthreads, nblocked = 0;
+	struct scc g = {.p = p};
+	bool *blocked = calloc(n + 1, sizeof *blocked);
+	int *ints = malloc((4 * (size_t)n + 1) * sizeof *ints);
+	int *sel = malloc(((size_t)n + 1) * sizeof *sel);
+	bool *on_stack = calloc(n + 1, sizeof *on_stack);
+	int rc = -1;
+
+	if (!blocked || !ints || !sel || !on_stack)
+		goto done;
+	g.blocked = blocked, g.on_stack = on_stack;
+	g.index = ints, g.low = ints + n, g.stack = ints + 2 * n, g.comp = ints + 3 * n;
+	for (uint32_t i = 0; i < n; i++) {
+		blocked[i] = is_blocked(s, p, &p->threads[i], timeout);
+		nblocked += blocked[i];
+		g.index[i] = g.comp[i] = -1;
+	}
+	rc = 0;
+	if (nblocked == 0)
+		goto done;
+	for (uint32_t i = 0; i < n; i++)
+		if (blocked[i] && g.index[i] < 0)
+			strongconnect(&g, i);
+	if ((rc = report_cycles(out, p, &g, sel)) != 0 || !hs_proc_alive(p))
+		goto done;
+	/* The rest of the blocked threads of a live process hang. */
+	for (uint32_t i = 0; i < n; i++)
+		sel[i] = (blocked[i] && sel[i] < 0) ? 0 : -1;
+	for (uint32_t i = 0; i < n; i++)
+		if (sel[i] == 0) {
+			rc = add_thread_finding(out, HS_F_HANG, p, sel, 0);
+			break;
+		}
+done:
+	free(blocked), free(ints), free(sel), free(on_stack);
+	return rc;
+}
+
+/* ---- recorded findings -------------------------------------------------- */
+
+static void copy_cycle(struct hs_fnd *f)
+{
+	struct hs_seg *seg = &f->proc->seg;
+	for (uint32_t j = 0; j < f->rec.n; j++) {
+		uint32_t id = f->rec.edges[j];
+		if (hs_read_edge(seg, id, &f->edges[f->nedges]) != 0) {
+			hs_seg_complain(seg, "finding %u: edge %u (id %u) is not a valid edge", f->index, j, id);
+			continue;
+		}
+		f->edge_ids[f->nedges++] = id;
+	}
+	for (uint32_t j = 0; j + 1 < f->nedges; j++)
+		if (f->edges[j].to != f->edges[j + 1].from)
+			hs_seg_complain(seg, "finding %u: edges do not form a chain at %u", f->index, j);
+}
+
+static int recorded(struct hs_proc *p, struct hs_findings *out)
+{
+	static const enum hs_fkind kinds[] = {
+		[HS_FIND_POTENTIAL_DEADLOCK] = HS_F_POTENTIAL,
+		[HS_FIND_SELF_DEADLOCK] = HS_F_SELF_DEADLOCK,
+		[HS_FIND_CRASH] = HS_F_CRASH,
+	};
+	uint32_t n = hs_seg_count(&p->seg, HS_T_FINDINGS);
+	for (uint32_t i = 0; i < n; i++) {
+		struct hs_finding rec;
+		struct hs_fnd *f;
+		if (hs_read_finding(&p->seg, i, &rec) != 0)
+			continue;
+		if (!(f = add_finding(out, kinds[rec.kind], p)))
+			return -1;
+		f->index = i;
+		f->rec = rec;
+		if (f->kind != HS_F_POTENTIAL)
+			continue;
+		copy_cycle(f);
+		if (f->nedges == 0) {
+			hs_seg_complain(&p->seg, "finding %u: potential deadlock without a valid edge, skipped", i);
+			out->n--;
+		}
+	}
+	return 0;
+}
+
+static int by_severity(const void *a, const void *b)
+{
+	const struct hs_fnd *x = a, *y = b;
+	if (x->kind != y->kind)
+		return x->kind < y->kind ? -1 : 1;
+	if (x->proc != y->proc)
+		return x->proc < y->proc ? -1 : 1; /* procs are sorted by pid */
+	return (x->index > y->index) - (x->index < y->index);
+}
+
+int hs_analyze(struct hs_session *s, double hang_timeout, bool with_recorded, struct hs_findings *out)
+{
+	int rc = 0;
+	memset(out, 0, sizeof *out);
+	for (size_t i = 0; i < s->nprocs && rc == 0; i++) {
+		if (with_recorded)
+			rc = recorded(&s->procs[i], out);
+		if (rc == 0)
+			rc = analyze_waits(s, &s->procs[i], hang_timeout, out);
+	}
+	if (out->n)
+		qsort(out->v, out->n, sizeof *out->v, by_severity);
+	return rc;
+}
+
+void hs_findings_free(struct hs_findings *f)
+{
+	for (size_t i = 0; i < f->n; i++)
+		free(f->v[i].threads);
+	free(f->v);
+	memset(f, 0, sizeof *f);
+}
+
+static int by_u64(const void *a, const void *b)
+{
+	uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
+	return (x > y) - (x < y);
+}
+
+void hs_signature(const struct hs_fnd *f, char *buf, size_t len)
+{
+	uint64_t addrs[HS_CYCLE_MAX * 8];
+	size_t n = 0, used;
+
+	used = (size_t)snprintf(buf, len, "%s %d ", hs_fkind_name(f->kind), f->proc->seg.hdr.pid);
+	for (uint32_t i = 0; i < f->nthreads && used < len; i++)
+		used += (size_t)snprintf(buf + used, len - used, "%s%d", i ? "," : "", f->threads[i]->t.tid);
+	for (uint32_t i = 0; i < f->nthreads && n < sizeof addrs / sizeof addrs[0]; i++)
+		addrs[n++] = f->threads[i]->t.wait_addr;
+	qsort(addrs, n, sizeof *addrs, by_u64);
+	for (size_t i = 0; i < n && used < len; i++) {
+		if (i && addrs[i] == addrs[i - 1])
+			continue;
+		used += (size_t)snprintf(buf + used, len - used, "%s0x%llx", i ? "," : " ",
+					 (unsigned long long)addrs[i]);
+	}
+}

@@ -1,0 +1,154 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * dumper/main.c — heisen-dump: read a session directory and report.
+ *
+ *   heisen-dump [--json | --dot] [--hang-timeout SECONDS] [--no-symbols] SESSION_DIR
+ *   heisen-dump --check-hang SECONDS SESSION_DIR
+ *
+ * Exit status: 0 no finding, 1 findings, 2 an error (errors dominate);
+ * --check-hang: 3 a deadlock or hang, 0 none, 2 an error and no hang (a
+ * watchdog must not miss a hang because another segment is corrupt).
+ * The CLI contract is docs/interfaces.md "heisen-dump".
+ */
+#include <getopt.h>
+#include <math.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "analyze.h"
+#include "report.h"
+#include "session.h"
+
+enum format { FMT_TEXT, FMT_JSON, FMT_DOT };
+
+struct options {
+	enum format format;
+	double hang_timeout;
+	bool symbols;
+	bool check_hang;
+	const char *dir;
+};
+
+static void usage(FILE *f)
+{
+	fprintf(f, "usage: heisen-dump [--json | --dot] [--hang-timeout SECONDS] [--no-symbols] SESSION_DIR\n"
+		   "       heisen-dump --check-hang SECONDS SESSION_DIR\n");
+}
+
+static int parse_seconds(const char *s, double *out)
+{
+	char *end;
+	double v = strtod(s, &end);
+	if (end == s || *end || !isfinite(v) || v < 0) {
+		fprintf(stderr, "heisen-dump: not a number of seconds: %s\n", s);
+		return -1;
+	}
+	*out = v;
+	return 0;
+}
+
+static int parse_args(int argc, char **argv, struct options *o)
+{
+	static const struct option longopts[] = {
+		{"json", no_argument, NULL, 'j'},          {"dot", no_argument, NULL, 'd'},
+		{"hang-timeout", required_argument, NULL, 't'}, {"no-symbols", no_argument, NULL, 'n'},
+		{"check-hang", required_argument, NULL, 'c'}, {"help", no_argument, NULL, 'h'},
+		{NULL, 0, NULL, 0},
+	};
+	int c;
+	*o = (struct options){.format = FMT_TEXT, .hang_timeout = 30.0, .symbols = true};
+	while ((c = getopt_long(argc, argv, "", longopts, NULL)) != -1) {
+		switch (c) {
+		case 'j': o->format = FMT_JSON; break;
+		case 'd': o->format = FMT_DOT; break;
+		case 'n': o->symbols = false; break;
+		case 't': if (parse_seconds(optarg, &o->hang_timeout)) return -1; break;
+		case 'c':
+			o->check_hang = true, o->symbols = false;
+			if (parse_seconds(optarg, &o->hang_timeout))
+				return -1;
+			break;
+		case 'h': usage(stdout); exit(0);
+		default: usage(stderr); return -1;
+		}
+	}
+	if (optind != argc - 1) {
+		usage(stderr);
+		return -1;
+	}
+	o->dir = argv[optind];
+	return 0;
+}
+
+/* A segment file cut short under our mapping (someone truncated it) raises
+ * SIGBUS on the next read: end with a clear message, not a crash. */
+static void on_sigbus(int sig)
+{
+	static const char msg[] = "heisen-dump: a segment file shrank while it was being read (SIGBUS)\n";
+	(void)sig;
+	if (write(2, msg, sizeof msg - 1) < 0) {
+		/* nothing more to do */
+	}
+	_exit(2);
+}
+
+static void print_errors(struct hs_session *s)
+{
+	hs_session_collect_errors(s);
+	for (size_t i = 0; i < s->nerrors; i++)
+		fprintf(stderr, "heisen-dump: %s: %s\n", s->errors[i].file, s->errors[i].msg);
+}
+
+static int check_hang(struct hs_session *s, const struct hs_findings *f)
+{
+	char sig[1024];
+	int hung = 0;
+	for (size_t i = 0; i < f->n; i++) {
+		if (f->v[i].kind != HS_F_DEADLOCK && f->v[i].kind != HS_F_HANG)
+			continue;
+		hs_signature(&f->v[i], sig, sizeof sig);
+		printf("%s\n", sig);
+		hung = 1;
+	}
+	fflush(stdout);
+	print_errors(s);
+	return hung ? 3 : s->nerrors ? 2 : 0;
+}
+
+int main(int argc, char **argv)
+{
+	struct hs_session s;
+	struct hs_findings f;
+	struct options o;
+	int rc;
+
+	if (parse_args(argc, argv, &o) != 0)
+		return 2;
+	signal(SIGBUS, on_sigbus);
+	if (hs_session_load(&s, o.dir, o.symbols) != 0) {
+		print_errors(&s);
+		hs_session_free(&s);
+		return 2;
+	}
+	if (hs_analyze(&s, o.hang_timeout, !o.check_hang, &f) != 0)
+		hs_session_error(&s, o.dir, "out of memory during analysis");
+	if (o.check_hang) {
+		rc = check_hang(&s, &f);
+	} else {
+		if (o.format == FMT_JSON)
+			hs_report_json(stdout, &s, &f);
+		else if (o.format == FMT_DOT)
+			hs_report_dot(stdout, &s, &f);
+		else
+			hs_report_text(stdout, &s, &f);
+		fflush(stdout);
+		print_errors(&s);
+		rc = s.nerrors ? 2 : f.n ? 1 : 0;
+	}
+	hs_findings_free(&f);
+	hs_session_free(&s);
+	return rc;
+}

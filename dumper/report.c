@@ -1,0 +1,120 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * dumper/report.c — the presentation model the reports share: how a lock is
+ * named (heisen_name_lock name, else the global it is, else its address),
+ * how a stack reads (symbolized, innermost first, hook frames dropped), and
+ * the names of modes, kinds and events used by both text and JSON so the two
+ * never disagree.  Design: docs/interfaces.md "JSON schema".
+ */
+#include "report.h"
+
+#include <string.h>
+
+void hs_lockref(struct hs_proc *p, uint32_t id, uint64_t addr, struct hs_lockref *out)
+{
+	struct hs_lock l;
+	memset(out, 0, sizeof *out);
+	out->addr = addr;
+	if (hs_read_lock(&p->seg, id, &l) == 0) {
+		if (!addr)
+			out->addr = l.addr;
+		out->gen = l.gen;
+		out->kind = hs_lock_kind_name(l.kind);
+		if (l.name)
+			hs_seg_string(&p->seg, l.name, out->name, sizeof out->name);
+	}
+	if (!out->name[0] && p->symbols && out->addr) {
+		struct hs_sym *sym = hs_proc_sym(p);
+		const char *n = sym ? hs_sym_data(sym, out->addr) : NULL;
+		if (n)
+			snprintf(out->name, sizeof out->name, "%s", n);
+	}
+	if (!out->name[0] && out->kind && strcmp(out->kind, "gil") == 0)
+		snprintf(out->name, sizeof out->name, "GIL");
+	if (out->name[0])
+		snprintf(out->label, sizeof out->label, "%s", out->name);
+	else
+		snprintf(out->label, sizeof out->label, "0x%llx", (unsigned long long)out->addr);
+}
+
+void hs_frames_of(struct hs_proc *p, uint32_t id, struct hs_frames *out)
+{
+	struct hs_stack st;
+	struct hs_sym *sym;
+
+	memset(out, 0, sizeof *out);
+	if (hs_read_stack(&p->seg, id, &st) != 0 || !(sym = hs_proc_sym(p)))
+		return;
+	out->valid = true;
+	out->truncated = st.flags & HS_STACK_TRUNCATED;
+	for (uint32_t i = 0; i < st.depth; i++) {
+		bool ret = i > 0 || !(st.flags & HS_STACK_EXACT_TOP);
+		const struct hs_frame *f = hs_sym_pc(sym, st.pc[i], ret);
+		if (f && !f->hook)
+			out->f[out->n++] = f;
+	}
+}
+
+const char *hs_mode_name(unsigned mode)
+{
+	return mode == HS_MODE_WRITE ? "write" : "read";
+}
+
+const char *hs_lock_kind_name(unsigned kind)
+{
+	switch (kind) {
+	case HS_LOCK_MUTEX: return "mutex";
+	case HS_LOCK_RWLOCK: return "rwlock";
+	case HS_LOCK_SPIN: return "spin";
+	case HS_LOCK_GIL: return "gil";
+	default: return NULL;
+	}
+}
+
+const char *hs_wait_kind_name(unsigned kind)
+{
+	switch (kind) {
+	case HS_WAIT_LOCK: return "lock";
+	case HS_WAIT_COND: return "cond";
+	case HS_WAIT_GIL: return "gil";
+	default: return NULL;
+	}
+}
+
+const char *hs_event_name(unsigned type)
+{
+	static const char *const names[] = {
+		[HS_REC_NONE] = "none",
+		[HS_REC_THREAD_START] = "thread-start",
+		[HS_REC_THREAD_EXIT] = "thread-exit",
+		[HS_REC_LOCK_ACQUIRED] = "lock-acquired",
+		[HS_REC_LOCK_BUSY] = "lock-busy",
+		[HS_REC_LOCK_RELEASED] = "lock-released",
+		[HS_REC_LOCK_DESTROYED] = "lock-destroyed",
+		[HS_REC_COND_WAIT] = "cond-wait",
+		[HS_REC_COND_WOKE] = "cond-woke",
+		[HS_REC_NEW_EDGE] = "new-edge",
+		[HS_REC_FINDING] = "finding",
+		[HS_REC_FORK] = "fork",
+		[HS_REC_DLOPEN] = "dlopen",
+		[HS_REC_SIGNAL] = "signal",
+		[HS_REC_EXIT] = "exit",
+		[HS_REC_LOCK_ERROR] = "lock-error",
+	};
+	return type < sizeof names / sizeof names[0] ? names[type] : "unknown";
+}
+
+const struct hs_held *hs_relevant_hold(const struct hs_fnd *f, const struct hs_tsnap *t)
+{
+	for (uint32_t i = t->t.held_count; i-- > 0;) {
+		const struct hs_held *h = &t->t.held[i];
+		for (uint32_t j = 0; j < f->nthreads; j++) {
+			const struct hs_tsnap *w = f->threads[j];
+			if (w != t && w->t.wait_kind != HS_WAIT_NONE &&
+			    ((w->t.wait_addr && w->t.wait_addr == h->addr) ||
+			     (!w->t.wait_addr && w->t.wait_lock && w->t.wait_lock == h->lock)))
+				return h;
+		}
+	}
+	return t->t.held_count ? &t->t.held[t->t.held_count - 1] : NULL;
+}

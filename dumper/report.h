@@ -1,0 +1,58 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * dumper/report.h — what the three reports (text, JSON, DOT) share: locks as
+ * the user should see them, stacks as symbolized frames, names of modes,
+ * kinds and events, and the entry points of the reports themselves.
+ */
+#ifndef HEISEN_DUMPER_REPORT_H
+#define HEISEN_DUMPER_REPORT_H
+
+#include <stdio.h>
+
+#include "analyze.h"
+#include "symbolize.h"
+
+/* A lock as reports show it (LOCKREF in docs/interfaces.md). */
+struct hs_lockref {
+	uint64_t addr;
+	uint32_t gen;          /* 0 when the lock id was not usable */
+	const char *kind;      /* "mutex", "rwlock", "spin", "gil", or NULL */
+	char name[128];        /* heisen_name_lock() name or data symbol, "" when none */
+	char label[160];       /* name, else the address: what text reports print */
+};
+
+/*
+ * Describe lock id (when valid) at addr (used when the id is not: 0 lets
+ * the id's own address win).  Reads the lock entry through snapshot.c, its
+ * name through the strings table, else the data symbol when p symbolizes.
+ */
+void hs_lockref(struct hs_proc *p, uint32_t id, uint64_t addr, struct hs_lockref *out);
+
+/* A stack, symbolized, hook frames removed. */
+struct hs_frames {
+	const struct hs_frame *f[HS_STACK_DEPTH];
+	uint32_t n;
+	bool valid;       /* the stack id could be read */
+	bool truncated;   /* the real stack was deeper */
+};
+
+/* Read and symbolize stack id of p into out (out->valid false when it
+ * cannot be read: id 0, not ready, or corrupt, which is complained). */
+void hs_frames_of(struct hs_proc *p, uint32_t id, struct hs_frames *out);
+
+const char *hs_mode_name(unsigned mode);          /* "write" / "read" */
+const char *hs_lock_kind_name(unsigned kind);     /* NULL when unknown */
+const char *hs_wait_kind_name(unsigned kind);     /* "lock", "cond", "gil", NULL for none */
+const char *hs_event_name(unsigned type);         /* "lock-acquired", ...; "unknown" */
+
+/* The thread's held entry for the lock that another thread of the finding
+ * waits for, else its innermost held lock, else NULL. */
+const struct hs_held *hs_relevant_hold(const struct hs_fnd *f, const struct hs_tsnap *t);
+
+/* Each report writes the whole session to out.  The text report prints
+ * errors to stderr itself (via main); JSON carries them in "errors". */
+void hs_report_text(FILE *out, struct hs_session *s, const struct hs_findings *f);
+void hs_report_json(FILE *out, struct hs_session *s, const struct hs_findings *f);
+void hs_report_dot(FILE *out, struct hs_session *s, const struct hs_findings *f);
+
+#endif

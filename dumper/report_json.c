@@ -1,0 +1,469 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * dumper/report_json.c — the machine report, exactly the schema of
+ * docs/interfaces.md ("JSON schema"): one object with "heisen", "processes",
+ * "findings" and "errors".  Every *_ns field is CLOCK_REALTIME nanoseconds
+ * (converted with the segment's start_real_ns / start_mono_ns pair) so that
+ * times from different processes compare; "seconds" is a duration.  Keys
+ * beyond the schema are additions, never changes.  Tests and tools parse
+ * this, so it must always be valid JSON, whatever the segment holds.
+ */
+#include <stdlib.h>
+#include <string.h>
+
+#include "json.h"
+#include "report.h"
+
+#define EVENTS_SHOWN 16
+
+static void lockref(struct hs_json *j, const char *key, struct hs_proc *p, uint32_t id, uint64_t addr)
+{
+	struct hs_lockref r;
+	hs_lockref(p, id, addr, &r);
+	hs_json_object(j, key);
+	hs_json_hex(j, "address", r.addr);
+	hs_json_uint(j, "generation", r.gen);
+	hs_json_str(j, "kind", r.kind);
+	hs_json_str(j, "name", r.name[0] ? r.name : NULL);
+	hs_json_end_object(j);
+}
+
+static void frame(struct hs_json *j, const struct hs_frame *f)
+{
+	hs_json_object(j, NULL);
+	hs_json_str(j, "function", f->function);
+	hs_json_str(j, "file", f->file);
+	if (f->file)
+		hs_json_int(j, "line", f->line);
+	else
+		hs_json_null(j, "line");
+	hs_json_str(j, "module", f->module);
+	hs_json_hex(j, "offset", f->offset);
+	hs_json_hex(j, "pc", f->pc);
+	hs_json_bool(j, "python", false);
+	hs_json_end_object(j);
+}
+
+static void stack(struct hs_json *j, const char *key, struct hs_proc *p, uint32_t id, const char *role,
+		  int32_t tid)
+{
+	struct hs_frames fr;
+	hs_frames_of(p, id, &fr);
+	hs_json_object(j, key);
+	hs_json_str(j, "role", role);
+	hs_json_int(j, "tid", tid);
+	hs_json_bool(j, "truncated", fr.truncated);
+	hs_json_array(j, "frames");
+	for (uint32_t i = 0; i < fr.n; i++)
+		frame(j, fr.f[i]);
+	hs_json_end_array(j);
+	hs_json_end_object(j);
+}
+
+static const char *label(struct hs_proc *p, uint32_t id, uint64_t addr, struct hs_lockref *r)
+{
+	hs_lockref(p, id, addr, r);
+	return r->label;
+}
+
+/* ---- processes ---------------------------------------------------------- */
+
+static void held(struct hs_json *j, struct hs_proc *p, const struct hs_tsnap *t)
+{
+	struct hs_lockref r;
+	char role[256];
+	hs_json_array(j, "held");
+	for (uint32_t i = 0; i < t->t.held_count; i++) {
+		const struct hs_held *h = &t->t.held[i];
+		hs_json_object(j, NULL);
+		lockref(j, "lock", p, h->lock, h->addr);
+		hs_json_str(j, "mode", hs_mode_name(h->mode));
+		hs_json_bool(j, "trylock", h->trylock);
+		hs_json_uint(j, "since_ns", hs_proc_realtime(p, h->since_ns));
+		snprintf(role, sizeof role, "acquire %s", label(p, h->lock, h->addr, &r));
+		stack(j, "stack", p, h->stack, role, t->t.tid);
+		hs_json_end_object(j);
+	}
+	hs_json_end_array(j);
+}
+
+static void waiting(struct hs_json *j, struct hs_session *s, struct hs_proc *p, const struct hs_tsnap *t)
+{
+	struct hs_lockref r;
+	bool cond = t->t.wait_kind == HS_WAIT_COND;
+	char role[256];
+	if (t->t.wait_kind == HS_WAIT_NONE) {
+		hs_json_null(j, "waiting");
+		return;
+	}
+	hs_json_object(j, "waiting");
+	hs_json_str(j, "kind", hs_wait_kind_name(t->t.wait_kind));
+	lockref(j, "lock", p, t->t.wait_lock, cond ? 0 : t->t.wait_addr);
+	if (cond)
+		hs_json_hex(j, "cond", t->t.wait_addr);
+	hs_json_str(j, "mode", hs_mode_name(t->t.wait_mode));
+	hs_json_uint(j, "since_ns", hs_proc_realtime(p, t->t.wait_since_ns));
+	hs_json_double(j, "seconds", hs_wait_seconds(s, p, t));
+	snprintf(role, sizeof role, "wait for %s", label(p, t->t.wait_lock, cond ? 0 : t->t.wait_addr, &r));
+	stack(j, "stack", p, t->t.wait_stack, role, t->t.tid);
+	hs_json_end_object(j);
+}
+
+static void event_fields(struct hs_json *j, struct hs_proc *p, const struct hs_record *r)
+{
+	char path[1024];
+	switch (r->type) {
+	case HS_REC_LOCK_ACQUIRED:
+		lockref(j, "lock", p, (uint32_t)r->b, r->a);
+		hs_json_str(j, "mode", hs_mode_name(r->c & 0xff));
+		hs_json_bool(j, "trylock", (r->c >> 8) & 0xff);
+		hs_json_uint(j, "waited_ns", r->c >> 16);
+		break;
+	case HS_REC_LOCK_BUSY:
+	case HS_REC_LOCK_RELEASED:
+	case HS_REC_LOCK_DESTROYED:
+		lockref(j, "lock", p, (uint32_t)r->b, r->a);
+		break;
+	case HS_REC_LOCK_ERROR:
+		lockref(j, "lock", p, (uint32_t)r->b, r->a);
+		hs_json_uint(j, "errno", r->c);
+		break;
+	case HS_REC_COND_WAIT:
+	case HS_REC_COND_WOKE:
+		hs_json_hex(j, "cond", r->a);
+		hs_json_hex(j, "mutex", r->b);
+		if (r->type == HS_REC_COND_WOKE)
+			hs_json_uint(j, "result", r->c);
+		break;
+	case HS_REC_THREAD_START:
+	case HS_REC_THREAD_EXIT:
+		hs_json_int(j, "tid", (int64_t)r->a);
+		break;
+	case HS_REC_NEW_EDGE: hs_json_uint(j, "edge", r->a); break;
+	case HS_REC_FINDING: hs_json_uint(j, "finding", r->a); break;
+	case HS_REC_FORK: hs_json_int(j, "child", (int64_t)r->a); break;
+	case HS_REC_EXIT: hs_json_int(j, "status", (int64_t)r->a); break;
+	case HS_REC_DLOPEN:
+		hs_seg_string(&p->seg, r->a, path, sizeof path);
+		hs_json_str(j, "path", path);
+		hs_json_bool(j, "ok", r->b == 1);
+		break;
+	case HS_REC_SIGNAL:
+		hs_json_int(j, "signal", (int64_t)r->a);
+		hs_json_str(j, "signal_name", hs_signal_name((int)r->a));
+		hs_json_hex(j, "address", r->b);
+		break;
+	default:
+		break;
+	}
+}
+
+static void events(struct hs_json *j, struct hs_proc *p, const struct hs_tsnap *t)
+{
+	struct hs_record ev[EVENTS_SHOWN];
+	size_t n = hs_read_ring(&p->seg, t->slot, ev, EVENTS_SHOWN);
+	hs_json_array(j, "events");
+	for (size_t i = 0; i < n; i++) {
+		hs_json_object(j, NULL);
+		hs_json_uint(j, "ts_ns", hs_proc_realtime(p, ev[i].ts_ns));
+		hs_json_str(j, "type", hs_event_name(ev[i].type));
+		event_fields(j, p, &ev[i]);
+		hs_json_end_object(j);
+	}
+	hs_json_end_array(j);
+}
+
+static void thread(struct hs_json *j, struct hs_session *s, struct hs_proc *p, const struct hs_tsnap *t)
+{
+	hs_json_object(j, NULL);
+	hs_json_int(j, "tid", t->t.tid);
+	hs_json_str(j, "name", t->name);
+	hs_json_str(j, "state", t->t.state == HS_THREAD_LIVE ? "live" : "exited");
+	hs_json_bool(j, "torn", t->torn);
+	hs_json_uint(j, "held_overflow", t->t.held_overflow);
+	held(j, p, t);
+	waiting(j, s, p, t);
+	events(j, p, t);
+	hs_json_end_object(j);
+}
+
+static void argv(struct hs_json *j, const struct hs_header *h)
+{
+	size_t off = 0;
+	hs_json_array(j, "argv");
+	for (uint32_t i = 0; i < h->argc && off < HS_ARGV_MAX; i++) {
+		size_t n = strnlen(h->argv + off, HS_ARGV_MAX - off);
+		hs_json_strn(j, NULL, h->argv + off, n);
+		off += n + 1;
+	}
+	hs_json_end_array(j);
+}
+
+static void dropped(struct hs_json *j, struct hs_proc *p)
+{
+	uint64_t fd = hs_seg_findings_dropped(&p->seg), ft = hs_seg_dropped(&p->seg, HS_T_FINDINGS);
+	hs_json_object(j, "dropped");
+	hs_json_uint(j, "locks", hs_seg_dropped(&p->seg, HS_T_LOCKS));
+	hs_json_uint(j, "edges", hs_seg_dropped(&p->seg, HS_T_EDGES));
+	hs_json_uint(j, "stacks", hs_seg_dropped(&p->seg, HS_T_STACKS));
+	hs_json_uint(j, "findings", fd > ft ? fd : ft);
+	hs_json_uint(j, "modules", hs_seg_dropped(&p->seg, HS_T_MODULES));
+	hs_json_uint(j, "strings", hs_seg_dropped(&p->seg, HS_T_STRINGS));
+	hs_json_uint(j, "threads", hs_seg_dropped(&p->seg, HS_T_THREADS));
+	hs_json_end_object(j);
+}
+
+static void end_fields(struct hs_json *j, struct hs_proc *p)
+{
+	uint64_t end = hs_seg_end_ns(&p->seg);
+	if (p->pstate == HS_P_EXITED)
+		hs_json_int(j, "exit_status", p->value);
+	if (p->pstate == HS_P_CRASHED || p->pstate == HS_P_KILLED) {
+		hs_json_int(j, "signal", p->value);
+		hs_json_str(j, "signal_name", hs_signal_name((int)p->value));
+	}
+	hs_json_uint(j, "start_ns", p->seg.hdr.start_real_ns);
+	if (end)
+		hs_json_uint(j, "end_ns", hs_proc_realtime(p, end));
+	else
+		hs_json_null(j, "end_ns");
+}
+
+static void process(struct hs_json *j, struct hs_session *s, struct hs_proc *p)
+{
+	const struct hs_header *h = &p->seg.hdr;
+	hs_json_object(j, NULL);
+	hs_json_int(j, "pid", h->pid);
+	hs_json_int(j, "ppid", h->ppid);
+	hs_json_uint(j, "image", h->image);
+	hs_json_str(j, "exe", p->exe);
+	argv(j, h);
+	hs_json_bool(j, "argv_truncated", h->argv_truncated != 0);
+	hs_json_str(j, "state", hs_pstate_name(p->pstate));
+	end_fields(j, p);
+	hs_json_str(j, "segment", p->seg.name);
+	hs_json_uint(j, "events_recorded", hs_seg_events(&p->seg));
+	hs_json_bool(j, "suspect", (hs_seg_flags(&p->seg) & HS_HDR_SUSPECT) != 0);
+	dropped(j, p);
+	hs_json_array(j, "threads");
+	for (uint32_t i = 0; i < p->nthreads; i++)
+		thread(j, s, p, &p->threads[i]);
+	hs_json_end_array(j);
+	hs_json_end_object(j);
+}
+
+/* ---- findings ------------------------------------------------------------ */
+
+static void potential(struct hs_json *j, struct hs_fnd *f, char *msg, size_t len)
+{
+	struct hs_lockref a, b;
+	char role[512];
+	size_t used = (size_t)snprintf(msg, len, "lock-order cycle:");
+	hs_json_array(j, "locks");
+	for (uint32_t i = 0; i < f->nedges; i++) {
+		lockref(j, NULL, f->proc, f->edges[i].from, 0);
+		used += (size_t)snprintf(msg + used, used < len ? len - used : 0, " %s ->", label(f->proc, f->edges[i].from, 0, &a));
+	}
+	if (f->nedges)
+		snprintf(msg + used, used < len ? len - used : 0, " %s", label(f->proc, f->edges[f->nedges - 1].to, 0, &a));
+	hs_json_end_array(j);
+	hs_json_array(j, "stacks");
+	for (uint32_t i = 0; i < f->nedges; i++) {
+		const struct hs_edge *e = &f->edges[i];
+		label(f->proc, e->from, 0, &a), label(f->proc, e->to, 0, &b);
+		snprintf(role, sizeof role, "acquire %s (then %s)", a.label, b.label);
+		stack(j, NULL, f->proc, e->from_stack, role, e->tid);
+		snprintf(role, sizeof role, "acquire %s while holding %s", b.label, a.label);
+		stack(j, NULL, f->proc, e->to_stack, role, e->tid);
+	}
+	hs_json_end_array(j);
+	hs_json_array(j, "edges");
+	for (uint32_t i = 0; i < f->nedges; i++) {
+		const struct hs_edge *e = &f->edges[i];
+		label(f->proc, e->from, 0, &a), label(f->proc, e->to, 0, &b);
+		hs_json_object(j, NULL);
+		lockref(j, "from", f->proc, e->from, 0);
+		lockref(j, "to", f->proc, e->to, 0);
+		hs_json_str(j, "from_mode", hs_mode_name(e->from_mode));
+		hs_json_str(j, "to_mode", hs_mode_name(e->to_mode));
+		hs_json_int(j, "tid", e->tid);
+		snprintf(role, sizeof role, "acquire %s (then %s)", a.label, b.label);
+		stack(j, "from_stack", f->proc, e->from_stack, role, e->tid);
+		snprintf(role, sizeof role, "acquire %s while holding %s", b.label, a.label);
+		stack(j, "to_stack", f->proc, e->to_stack, role, e->tid);
+		hs_json_end_object(j);
+	}
+	hs_json_end_array(j);
+}
+
+static void crash(struct hs_json *j, struct hs_fnd *f, char *msg, size_t len)
+{
+	snprintf(msg, len, "thread %d received %s (si_code %d) at address 0x%llx", f->rec.tid,
+		 hs_signal_name(f->rec.signo), f->rec.si_code, (unsigned long long)f->rec.addr);
+	hs_json_array(j, "locks");
+	hs_json_end_array(j);
+	hs_json_array(j, "stacks");
+	stack(j, NULL, f->proc, f->rec.stack, "faulting thread", f->rec.tid);
+	hs_json_end_array(j);
+	hs_json_int(j, "signal", f->rec.signo);
+	hs_json_str(j, "signal_name", hs_signal_name(f->rec.signo));
+	hs_json_int(j, "si_code", f->rec.si_code);
+	hs_json_hex(j, "address", f->rec.addr);
+}
+
+static void self_deadlock(struct hs_json *j, struct hs_fnd *f, char *msg, size_t len)
+{
+	struct hs_lockref l;
+	char role[256];
+	label(f->proc, f->rec.lock, f->rec.addr, &l);
+	snprintf(msg, len, "thread %d locks %s again while holding it", f->rec.tid, l.label);
+	hs_json_array(j, "locks");
+	lockref(j, NULL, f->proc, f->rec.lock, f->rec.addr);
+	hs_json_end_array(j);
+	hs_json_array(j, "stacks");
+	snprintf(role, sizeof role, "relock %s", l.label);
+	stack(j, NULL, f->proc, f->rec.stack, role, f->rec.tid);
+	snprintf(role, sizeof role, "first acquisition of %s", l.label);
+	stack(j, NULL, f->proc, f->rec.stack2, role, f->rec.tid);
+	hs_json_end_array(j);
+}
+
+static uint64_t wait_target(const struct hs_tsnap *t)
+{
+	return t->t.wait_kind == HS_WAIT_COND ? 0 : t->t.wait_addr;
+}
+
+static void blocked_thread(struct hs_json *j, struct hs_session *s, struct hs_fnd *f, const struct hs_tsnap *t)
+{
+	const struct hs_held *rel = hs_relevant_hold(f, t);
+	struct hs_lockref r;
+	char role[256];
+	hs_json_object(j, NULL);
+	hs_json_int(j, "tid", t->t.tid);
+	hs_json_str(j, "name", t->name);
+	hs_json_array(j, "holds");
+	for (uint32_t i = 0; i < t->t.held_count; i++)
+		lockref(j, NULL, f->proc, t->t.held[i].lock, t->t.held[i].addr);
+	hs_json_end_array(j);
+	hs_json_str(j, "wait_kind", hs_wait_kind_name(t->t.wait_kind));
+	lockref(j, "waits_for", f->proc, t->t.wait_lock, wait_target(t));
+	hs_json_uint(j, "since_ns", hs_proc_realtime(f->proc, t->t.wait_since_ns));
+	hs_json_double(j, "seconds", hs_wait_seconds(s, f->proc, t));
+	if (rel) {
+		snprintf(role, sizeof role, "thread %d acquires %s", t->t.tid, label(f->proc, rel->lock, rel->addr, &r));
+		stack(j, "hold_stack", f->proc, rel->stack, role, t->t.tid);
+	} else {
+		hs_json_null(j, "hold_stack");
+	}
+	snprintf(role, sizeof role, "thread %d waits for %s", t->t.tid,
+		 label(f->proc, t->t.wait_lock, wait_target(t), &r));
+	stack(j, "wait_stack", f->proc, t->t.wait_stack, role, t->t.tid);
+	hs_json_end_object(j);
+}
+
+static void blocked_stacks(struct hs_json *j, struct hs_fnd *f)
+{
+	struct hs_lockref r;
+	char role[256];
+	hs_json_array(j, "stacks");
+	for (uint32_t i = 0; i < f->nthreads; i++) {
+		const struct hs_tsnap *t = f->threads[i];
+		const struct hs_held *rel = hs_relevant_hold(f, t);
+		if (rel) {
+			snprintf(role, sizeof role, "thread %d acquires %s", t->t.tid, label(f->proc, rel->lock, rel->addr, &r));
+			stack(j, NULL, f->proc, rel->stack, role, t->t.tid);
+		}
+		snprintf(role, sizeof role, "thread %d waits for %s", t->t.tid,
+			 label(f->proc, t->t.wait_lock, wait_target(t), &r));
+		stack(j, NULL, f->proc, t->t.wait_stack, role, t->t.tid);
+	}
+	hs_json_end_array(j);
+}
+
+static void blocked(struct hs_json *j, struct hs_session *s, struct hs_fnd *f, char *msg, size_t len)
+{
+	struct hs_lockref r;
+	size_t used = (size_t)snprintf(msg, len, "%s:", f->kind == HS_F_DEADLOCK ? "threads wait for each other" : "blocked");
+	hs_json_array(j, "locks");
+	for (uint32_t i = 0; i < f->nthreads; i++) {
+		const struct hs_tsnap *t = f->threads[i];
+		lockref(j, NULL, f->proc, t->t.wait_lock, wait_target(t));
+		used += (size_t)snprintf(msg + used, used < len ? len - used : 0, "%s thread %d waits for %s",
+					 i ? ";" : "", t->t.tid, label(f->proc, t->t.wait_lock, wait_target(t), &r));
+	}
+	hs_json_end_array(j);
+	blocked_stacks(j, f);
+	hs_json_array(j, "threads");
+	for (uint32_t i = 0; i < f->nthreads; i++)
+		blocked_thread(j, s, f, f->threads[i]);
+	hs_json_end_array(j);
+}
+
+static void tids(struct hs_json *j, struct hs_fnd *f)
+{
+	hs_json_array(j, "tids");
+	if (f->nthreads)
+		for (uint32_t i = 0; i < f->nthreads; i++)
+			hs_json_int(j, NULL, f->threads[i]->t.tid);
+	else if (f->kind == HS_F_POTENTIAL)
+		for (uint32_t i = 0; i < f->nedges; i++) {
+			bool seen = false;
+			for (uint32_t k = 0; k < i; k++)
+				seen |= f->edges[k].tid == f->edges[i].tid;
+			if (!seen)
+				hs_json_int(j, NULL, f->edges[i].tid);
+		}
+	else
+		hs_json_int(j, NULL, f->rec.tid);
+	hs_json_end_array(j);
+}
+
+static void finding(struct hs_json *j, struct hs_session *s, struct hs_fnd *f)
+{
+	char msg[1024] = "";
+	hs_json_object(j, NULL);
+	hs_json_str(j, "kind", hs_fkind_name(f->kind));
+	hs_json_int(j, "pid", f->proc->seg.hdr.pid);
+	hs_json_str(j, "segment", f->proc->seg.name);
+	tids(j, f);
+	if (f->kind != HS_F_DEADLOCK && f->kind != HS_F_HANG)
+		hs_json_uint(j, "count", f->rec.count);
+	switch (f->kind) {
+	case HS_F_POTENTIAL: potential(j, f, msg, sizeof msg); break;
+	case HS_F_CRASH: crash(j, f, msg, sizeof msg); break;
+	case HS_F_SELF_DEADLOCK: self_deadlock(j, f, msg, sizeof msg); break;
+	default: blocked(j, s, f, msg, sizeof msg); break;
+	}
+	hs_json_str(j, "message", msg);
+	hs_json_end_object(j);
+}
+
+void hs_report_json(FILE *out, struct hs_session *s, const struct hs_findings *f)
+{
+	struct hs_json j;
+	hs_json_init(&j, out);
+	hs_json_object(&j, NULL);
+	hs_json_object(&j, "heisen");
+	hs_json_uint(&j, "abi", HS_ABI_VERSION);
+	hs_json_str(&j, "session", s->dir);
+	hs_json_end_object(&j);
+	hs_json_array(&j, "processes");
+	for (size_t i = 0; i < s->nprocs; i++)
+		process(&j, s, &s->procs[i]);
+	hs_json_end_array(&j);
+	hs_json_array(&j, "findings");
+	for (size_t i = 0; i < f->n; i++)
+		finding(&j, s, &f->v[i]);
+	hs_json_end_array(&j);
+	/* Last: reading everything above is what finds most corruption. */
+	hs_session_collect_errors(s);
+	hs_json_array(&j, "errors");
+	for (size_t i = 0; i < s->nerrors; i++) {
+		hs_json_object(&j, NULL);
+		hs_json_str(&j, "file", s->errors[i].file);
+		hs_json_str(&j, "message", s->errors[i].msg);
+		hs_json_end_object(&j);
+	}
+	hs_json_end_array(&j);
+	hs_json_end_object(&j);
+}

@@ -1,0 +1,371 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * dumper/report_text.c — the human report, in lockdep's fixed shape.
+ *
+ * Findings first, most serious first, each opened by a banner
+ * ("==== heisen: <what> in pid N ===="), then for a lock-order cycle the
+ * two-column "unsafe locking scenario", then every stack that proves it;
+ * after the findings, per process and per thread context: argv, how it
+ * ended, what each thread holds and waits for, and its last events.  Tables
+ * that overflowed are said loudly, as lockdep does, because a finding may be
+ * missing for that reason.  Design: DESIGN.md "Reports".
+ */
+#include <inttypes.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "report.h"
+
+#define EVENTS_SHOWN 16
+
+static void print_frames(FILE *out, struct hs_proc *p, uint32_t stack, const char *indent)
+{
+	struct hs_frames fr;
+	hs_frames_of(p, stack, &fr);
+	if (!fr.valid) {
+		fprintf(out, "%s(no stack recorded)\n", indent);
+		return;
+	}
+	for (uint32_t i = 0; i < fr.n; i++) {
+		const struct hs_frame *f = fr.f[i];
+		fprintf(out, "%s#%-2u ", indent, i);
+		if (f->function)
+			fprintf(out, "%s", f->function);
+		else
+			fprintf(out, "0x%" PRIx64, f->pc);
+		if (f->file)
+			fprintf(out, " (%s:%d)", f->file, f->line);
+		if (f->module && f->function)
+			fprintf(out, " [%s]\n", f->module);
+		else if (f->module)
+			fprintf(out, " [%s+0x%" PRIx64 "]\n", f->module, f->offset);
+		else
+			fprintf(out, " [?]\n");
+	}
+	if (fr.truncated)
+		fprintf(out, "%s... (deeper frames not recorded)\n", indent);
+}
+
+static const char *thread_name(const struct hs_proc *p, int32_t tid)
+{
+	const struct hs_tsnap *t = hs_proc_thread(p, tid);
+	return t && t->name[0] ? t->name : "?";
+}
+
+static void lock_call(char *buf, size_t len, struct hs_proc *p, uint32_t lock, unsigned mode)
+{
+	struct hs_lockref r;
+	const char *fn = "lock";
+	hs_lockref(p, lock, 0, &r);
+	if (r.kind && strcmp(r.kind, "rwlock") == 0)
+		fn = mode == HS_MODE_WRITE ? "write_lock" : "read_lock";
+	snprintf(buf, len, "%s(%s);", fn, r.label);
+}
+
+/* lockdep's scenario: A takes its first lock, B its first, B its second
+ * (blocks), A its second (blocks). */
+static void scenario_two(FILE *out, struct hs_fnd *f)
+{
+	const struct hs_edge *a = &f->edges[0], *b = &f->edges[1];
+	char a1[200], a2[200], b1[200], b2[200], ha[64], hb[64];
+
+	lock_call(a1, sizeof a1, f->proc, a->from, a->from_mode);
+	lock_call(a2, sizeof a2, f->proc, a->to, a->to_mode);
+	lock_call(b1, sizeof b1, f->proc, b->from, b->from_mode);
+	lock_call(b2, sizeof b2, f->proc, b->to, b->to_mode);
+	snprintf(ha, sizeof ha, "Thread A (tid %d)", a->tid);
+	snprintf(hb, sizeof hb, "Thread B (tid %d)", b->tid);
+	fprintf(out, "\n Possible unsafe locking scenario:\n\n");
+	fprintf(out, "       %-32s %s\n", ha, hb);
+	fprintf(out, "       %-32s %s\n", "----", "----");
+	fprintf(out, "  %s\n", a1);
+	fprintf(out, "  %-37s %s\n", "", b1);
+	fprintf(out, "  %-37s %s\n", "", b2);
+	fprintf(out, "  %s\n", a2);
+	fprintf(out, "\n *** DEADLOCK ***\n");
+}
+
+static void scenario_chain(FILE *out, struct hs_fnd *f)
+{
+	char from[200], to[200];
+	fprintf(out, "\n Possible unsafe locking scenario (%u threads, each blocks the next):\n\n", f->nedges);
+	for (uint32_t i = 0; i < f->nedges; i++) {
+		lock_call(from, sizeof from, f->proc, f->edges[i].from, f->edges[i].from_mode);
+		lock_call(to, sizeof to, f->proc, f->edges[i].to, f->edges[i].to_mode);
+		fprintf(out, "  Thread %c (tid %d): %s %s\n", 'A' + (int)(i % 26), f->edges[i].tid, from, to);
+	}
+	fprintf(out, "\n *** DEADLOCK ***\n");
+}
+
+static void potential(FILE *out, struct hs_fnd *f)
+{
+	struct hs_lockref from, to;
+	fprintf(out, "Locks are taken in an order that can deadlock (seen %u time%s); this run did not need to hang.\n",
+		f->rec.count, f->rec.count == 1 ? "" : "s");
+	if (f->nedges < f->rec.n)
+		fprintf(out, "!!! %u of the %u edges of this cycle could not be read\n", f->rec.n - f->nedges,
+			f->rec.n);
+	if (f->nedges == 2)
+		scenario_two(out, f);
+	else
+		scenario_chain(out, f);
+	for (uint32_t i = 0; i < f->nedges; i++) {
+		const struct hs_edge *e = &f->edges[i];
+		hs_lockref(f->proc, e->from, 0, &from);
+		hs_lockref(f->proc, e->to, 0, &to);
+		fprintf(out, "\n edge %u of %u: %s -> %s, first by thread %d (%s)\n", i + 1, f->nedges, from.label,
+			to.label, e->tid, thread_name(f->proc, e->tid));
+		fprintf(out, "  %s (%s, 0x%" PRIx64 ") was acquired (%s) at:\n", from.label, from.kind ? from.kind : "?",
+			from.addr, hs_mode_name(e->from_mode));
+		print_frames(out, f->proc, e->from_stack, "    ");
+		fprintf(out, "  then %s (%s, 0x%" PRIx64 ") was acquired (%s) while holding it, at:\n", to.label,
+			to.kind ? to.kind : "?", to.addr, hs_mode_name(e->to_mode));
+		print_frames(out, f->proc, e->to_stack, "    ");
+	}
+}
+
+static void crash(FILE *out, struct hs_fnd *f)
+{
+	fprintf(out, "Thread %d (%s) received %s (si_code %d) at address 0x%" PRIx64 ":\n", f->rec.tid,
+		thread_name(f->proc, f->rec.tid), hs_signal_name(f->rec.signo), f->rec.si_code, f->rec.addr);
+	print_frames(out, f->proc, f->rec.stack, "    ");
+}
+
+static void self_deadlock(FILE *out, struct hs_fnd *f)
+{
+	struct hs_lockref l;
+	hs_lockref(f->proc, f->rec.lock, f->rec.addr, &l);
+	fprintf(out, "Thread %d (%s) locks %s (%s, 0x%" PRIx64 ") again while holding it: it waits for itself.\n",
+		f->rec.tid, thread_name(f->proc, f->rec.tid), l.label, l.kind ? l.kind : "?", l.addr);
+	fprintf(out, "\n  relocked at:\n");
+	print_frames(out, f->proc, f->rec.stack, "    ");
+	fprintf(out, "  first acquired at:\n");
+	print_frames(out, f->proc, f->rec.stack2, "    ");
+}
+
+static void holders_text(char *buf, size_t len, const struct hs_proc *p, const struct hs_tsnap *t)
+{
+	const struct hs_tsnap *h[8];
+	size_t n = hs_holders(p, t, h, 8), used = 0;
+	buf[0] = '\0';
+	if (n == 0)
+		return;
+	used = (size_t)snprintf(buf, len, ", held by");
+	for (size_t i = 0; i < n && i < 8 && used < len; i++)
+		used += (size_t)snprintf(buf + used, len - used, "%s thread %d", i ? "," : "", h[i]->t.tid);
+}
+
+static void blocked_thread(FILE *out, struct hs_session *s, struct hs_fnd *f, const struct hs_tsnap *t)
+{
+	struct hs_lockref w, l;
+	char holders[160];
+	const struct hs_held *rel = hs_relevant_hold(f, t);
+	const char *wk = hs_wait_kind_name(t->t.wait_kind);
+
+	hs_lockref(f->proc, t->t.wait_lock, t->t.wait_kind == HS_WAIT_COND ? 0 : t->t.wait_addr, &w);
+	holders_text(holders, sizeof holders, f->proc, t);
+	fprintf(out, "\n thread %d (%s)%s:\n", t->t.tid, t->name, t->torn ? " [copy torn: writer busy]" : "");
+	for (uint32_t i = 0; i < t->t.held_count; i++) {
+		hs_lockref(f->proc, t->t.held[i].lock, t->t.held[i].addr, &l);
+		fprintf(out, "  holds %s (%s, %s)\n", l.label, l.kind ? l.kind : "?", hs_mode_name(t->t.held[i].mode));
+	}
+	if (t->t.wait_kind == HS_WAIT_COND)
+		fprintf(out, "  waits on condition variable 0x%" PRIx64 " (mutex %s) for %.1f s\n", t->t.wait_addr,
+			w.label, hs_wait_seconds(s, f->proc, t));
+	else
+		fprintf(out, "  waits for %s (%s, %s)%s for %.1f s\n", w.label, wk ? wk : "?",
+			hs_mode_name(t->t.wait_mode), holders, hs_wait_seconds(s, f->proc, t));
+	if (rel) {
+		hs_lockref(f->proc, rel->lock, rel->addr, &l);
+		fprintf(out, "  %s was acquired at:\n", l.label);
+		print_frames(out, f->proc, rel->stack, "    ");
+	}
+	fprintf(out, "  it waits at:\n");
+	print_frames(out, f->proc, t->t.wait_stack, "    ");
+}
+
+static void blocked(FILE *out, struct hs_session *s, struct hs_fnd *f)
+{
+	if (f->kind == HS_F_DEADLOCK)
+		fprintf(out, "%u threads wait for each other; none of them can proceed.\n", f->nthreads);
+	else
+		fprintf(out, "%u thread%s blocked longer than the hang timeout, not in a cycle.\n", f->nthreads,
+			f->nthreads == 1 ? "" : "s");
+	for (uint32_t i = 0; i < f->nthreads; i++)
+		blocked_thread(out, s, f, f->threads[i]);
+}
+
+static void banner(FILE *out, const struct hs_fnd *f)
+{
+	static const char *const what[HS_F_KINDS] = {
+		[HS_F_CRASH] = "crash",
+		[HS_F_DEADLOCK] = "deadlock (wait-for cycle)",
+		[HS_F_SELF_DEADLOCK] = "self-deadlock",
+		[HS_F_HANG] = "hang",
+		[HS_F_POTENTIAL] = "potential deadlock (lock-order cycle)",
+	};
+	fprintf(out, "==== heisen: %s", what[f->kind]);
+	if (f->kind == HS_F_CRASH)
+		fprintf(out, " (%s)", hs_signal_name(f->rec.signo));
+	fprintf(out, " in pid %d (%s) ====\n", f->proc->seg.hdr.pid, f->proc->exe);
+}
+
+static void finding(FILE *out, struct hs_session *s, struct hs_fnd *f)
+{
+	banner(out, f);
+	switch (f->kind) {
+	case HS_F_CRASH: crash(out, f); break;
+	case HS_F_DEADLOCK:
+	case HS_F_HANG: blocked(out, s, f); break;
+	case HS_F_SELF_DEADLOCK: self_deadlock(out, f); break;
+	case HS_F_POTENTIAL: potential(out, f); break;
+	default: break;
+	}
+	fprintf(out, "\n");
+}
+
+/* ---- per process context ------------------------------------------------ */
+
+static void state_line(FILE *out, const struct hs_proc *p)
+{
+	switch (p->pstate) {
+	case HS_P_RUNNING: fprintf(out, "running"); break;
+	case HS_P_EXITED: fprintf(out, "exited with status %" PRId64, p->value); break;
+	case HS_P_CRASHED: fprintf(out, "crashed with %s", hs_signal_name((int)p->value)); break;
+	case HS_P_EXECED: fprintf(out, "replaced by exec (image %" PRId64 ")", p->value); break;
+	case HS_P_KILLED: fprintf(out, "killed by %s", hs_signal_name((int)p->value)); break;
+	case HS_P_VANISHED:
+		fprintf(out, "VANISHED: gone without exiting (SIGKILL or the OOM killer)");
+		break;
+	default: fprintf(out, "unknown state %" PRId64, p->value); break;
+	}
+}
+
+static void argv_line(FILE *out, const struct hs_proc *p)
+{
+	const struct hs_header *h = &p->seg.hdr;
+	uint32_t i = 0;
+	size_t off = 0;
+	fprintf(out, "  argv:");
+	while (i < h->argc && off < HS_ARGV_MAX) {
+		size_t n = strnlen(h->argv + off, HS_ARGV_MAX - off);
+		fprintf(out, " %.*s", (int)n, h->argv + off);
+		off += n + 1, i++;
+	}
+	fprintf(out, "%s\n", h->argv_truncated ? " ..." : "");
+}
+
+static void overflow_lines(FILE *out, struct hs_proc *p)
+{
+	static const enum hs_table_id t[] = {HS_T_MODULES, HS_T_STRINGS, HS_T_STACKS, HS_T_LOCKS,
+					     HS_T_EDGES, HS_T_THREADS, HS_T_FINDINGS};
+	static const char *const names[] = {"modules", "strings", "stacks", "locks", "edges", "threads", "findings"};
+	uint32_t flags = hs_seg_flags(&p->seg);
+	uint64_t fd = hs_seg_findings_dropped(&p->seg);
+	for (size_t i = 0; i < sizeof t / sizeof t[0]; i++) {
+		uint32_t d = hs_seg_dropped(&p->seg, t[i]);
+		if (d)
+			fprintf(out, "  !!! table %s was full: %u insertions dropped; findings may be missing\n", names[i], d);
+	}
+	if (fd)
+		fprintf(out, "  !!! %" PRIu64 " findings were not recorded (table full or writer suspect)\n", fd);
+	if (flags & HS_HDR_SUSPECT)
+		fprintf(out, "  !!! the recorder found its own state inconsistent and went quiet\n");
+	if (flags & HS_HDR_FALLBACK_SMALL)
+		fprintf(out, "  !!! the segment was made small: the session directory was short of space\n");
+}
+
+static void event_text(FILE *out, struct hs_proc *p, const struct hs_record *r)
+{
+	struct hs_lockref l;
+	const struct hs_header *h = &p->seg.hdr;
+	double t = r->ts_ns >= h->start_mono_ns ? (double)(r->ts_ns - h->start_mono_ns) / 1e9 : 0.0;
+	fprintf(out, "      +%.6f %-14s", t, hs_event_name(r->type));
+	switch (r->type) {
+	case HS_REC_LOCK_ACQUIRED:
+		hs_lockref(p, (uint32_t)r->b, r->a, &l);
+		fprintf(out, " %s %s%s waited %.3f ms", l.label, hs_mode_name(r->c & 0xff),
+			(r->c >> 8) & 0xff ? " (trylock)" : "", (double)(r->c >> 16) / 1e6);
+		break;
+	case HS_REC_LOCK_BUSY:
+	case HS_REC_LOCK_RELEASED:
+	case HS_REC_LOCK_DESTROYED:
+		hs_lockref(p, (uint32_t)r->b, r->a, &l);
+		fprintf(out, " %s", l.label);
+		break;
+	case HS_REC_LOCK_ERROR:
+		hs_lockref(p, (uint32_t)r->b, r->a, &l);
+		fprintf(out, " %s errno %" PRIu64, l.label, r->c);
+		break;
+	case HS_REC_COND_WAIT:
+	case HS_REC_COND_WOKE:
+		fprintf(out, " cond 0x%" PRIx64 " mutex 0x%" PRIx64, r->a, r->b);
+		break;
+	case HS_REC_SIGNAL:
+		fprintf(out, " %s address 0x%" PRIx64, hs_signal_name((int)r->a), r->b);
+		break;
+	case HS_REC_NEW_EDGE:
+	case HS_REC_FINDING:
+	case HS_REC_FORK:
+	case HS_REC_EXIT:
+	case HS_REC_THREAD_START:
+	case HS_REC_THREAD_EXIT:
+		fprintf(out, " %" PRId64, (int64_t)r->a);
+		break;
+	default:
+		break;
+	}
+	fprintf(out, "\n");
+}
+
+static void thread_section(FILE *out, struct hs_session *s, struct hs_proc *p, const struct hs_tsnap *t)
+{
+	struct hs_record ev[EVENTS_SHOWN];
+	struct hs_lockref l;
+	size_t n;
+
+	fprintf(out, "  thread %d \"%s\" %s%s\n", t->t.tid, t->name,
+		t->t.state == HS_THREAD_LIVE ? "live" : "exited", t->torn ? " [copy torn: writer busy]" : "");
+	for (uint32_t i = 0; i < t->t.held_count; i++) {
+		hs_lockref(p, t->t.held[i].lock, t->t.held[i].addr, &l);
+		fprintf(out, "    holds %s (%s, %s)%s\n", l.label, l.kind ? l.kind : "?",
+			hs_mode_name(t->t.held[i].mode), t->t.held[i].trylock ? " by trylock" : "");
+	}
+	if (t->t.held_overflow)
+		fprintf(out, "    !!! and %u more locks not tracked\n", t->t.held_overflow);
+	if (t->t.wait_kind != HS_WAIT_NONE) {
+		hs_lockref(p, t->t.wait_lock, t->t.wait_kind == HS_WAIT_COND ? 0 : t->t.wait_addr, &l);
+		fprintf(out, "    waits (%s) for %s, %.1f s\n", hs_wait_kind_name(t->t.wait_kind), l.label,
+			hs_wait_seconds(s, p, t));
+	}
+	n = hs_read_ring(&p->seg, t->slot, ev, EVENTS_SHOWN);
+	if (n)
+		fprintf(out, "    last events:\n");
+	for (size_t i = 0; i < n; i++)
+		event_text(out, p, &ev[i]);
+}
+
+static void process_section(FILE *out, struct hs_session *s, struct hs_proc *p)
+{
+	const struct hs_header *h = &p->seg.hdr;
+	fprintf(out, "---- process %d (image %u), parent %d: ", h->pid, h->image, h->ppid);
+	state_line(out, p);
+	fprintf(out, " ----\n  exe:  %s\n", p->exe);
+	argv_line(out, p);
+	fprintf(out, "  segment: %s, %" PRIu64 " events recorded\n", p->seg.name, hs_seg_events(&p->seg));
+	overflow_lines(out, p);
+	for (uint32_t i = 0; i < p->nthreads; i++)
+		thread_section(out, s, p, &p->threads[i]);
+	fprintf(out, "\n");
+}
+
+void hs_report_text(FILE *out, struct hs_session *s, const struct hs_findings *f)
+{
+	if (f->n == 0)
+		fprintf(out, "heisen: no findings in %s (%zu process%s)\n\n", s->dir, s->nprocs,
+			s->nprocs == 1 ? "" : "es");
+	for (size_t i = 0; i < f->n; i++)
+		finding(out, s, &f->v[i]);
+	for (size_t i = 0; i < s->nprocs; i++)
+		process_section(out, s, &s->procs[i]);
+}

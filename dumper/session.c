@@ -1,0 +1,200 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * dumper/session.c — open every segment of a session directory once.
+ *
+ * Files are found by name ("*.seg", anything else is ignored), opened with
+ * O_NOFOLLOW and validated by segment.c; a segment still being created is
+ * skipped silently, a bad one becomes an error and the rest go on.  The
+ * thread slots of each process are copied here, once, so that the wait-for
+ * analysis and every report see the same moment.  Design:
+ * docs/interfaces.md "Session directory" and "heisen-dump".
+ */
+#include "session.h"
+
+#include <dirent.h>
+#include <errno.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "symbolize.h"
+
+void hs_session_error(struct hs_session *s, const char *file, const char *fmt, ...)
+{
+	struct hs_error *e = realloc(s->errors, (s->nerrors + 1) * sizeof *e);
+	va_list ap;
+	if (!e)
+		return;
+	s->errors = e;
+	e = &e[s->nerrors++];
+	snprintf(e->file, sizeof e->file, "%s", file);
+	va_start(ap, fmt);
+	vsnprintf(e->msg, sizeof e->msg, fmt, ap);
+	va_end(ap);
+}
+
+static bool is_seg_name(const char *name)
+{
+	size_t n = strlen(name);
+	return n > 4 && strcmp(name + n - 4, ".seg") == 0;
+}
+
+static void load_threads(struct hs_proc *p)
+{
+	uint32_t cap = p->seg.hdr.tables[HS_T_THREADS].capacity;
+	p->threads = calloc(cap ? cap : 1, sizeof *p->threads);
+	if (!p->threads)
+		return;
+	for (uint32_t i = 0; i < cap; i++)
+		if (hs_read_thread(&p->seg, i, &p->threads[p->nthreads]) == 1)
+			p->nthreads++;
+}
+
+/* Open one segment into s->procs; errors go to s->errors. */
+static void load_one(struct hs_session *s, const char *name, bool symbols, size_t cap)
+{
+	struct hs_proc *p = &s->procs[s->nprocs];
+	char path[4096], err[HS_MSG_MAX];
+	enum hs_seg_result r;
+
+	if (s->nprocs == cap)
+		return;
+	snprintf(path, sizeof path, "%s/%s", s->dir, name);
+	memset(p, 0, sizeof *p);
+	r = hs_seg_open(&p->seg, path, err, sizeof err);
+	if (r == HS_SEG_NOT_READY)
+		return;
+	if (r != HS_SEG_OK) {
+		hs_session_error(s, name, "%s", err);
+		return;
+	}
+	p->pstate = hs_liveness(hs_seg_state(&p->seg), p->seg.hdr.pid, p->seg.hdr.start_ticks, &p->value);
+	memcpy(p->exe, p->seg.hdr.exe, HS_EXE_MAX);
+	p->exe[HS_EXE_MAX] = '\0';
+	p->symbols = symbols;
+	load_threads(p);
+	s->nprocs++;
+}
+
+static int by_pid_image(const void *a, const void *b)
+{
+	const struct hs_header *x = &((const struct hs_proc *)a)->seg.hdr;
+	const struct hs_header *y = &((const struct hs_proc *)b)->seg.hdr;
+	if (x->pid != y->pid)
+		return x->pid < y->pid ? -1 : 1;
+	return x->image < y->image ? -1 : x->image > y->image;
+}
+
+static int by_name(const void *a, const void *b)
+{
+	return strcmp(*(char *const *)a, *(char *const *)b);
+}
+
+/* The "*.seg" names of dir, sorted; NULL with *n == 0 on an empty dir. */
+static char **list_segments(DIR *d, size_t *n)
+{
+	char **names = NULL, **tmp;
+	struct dirent *de;
+	size_t cap = 0;
+
+	*n = 0;
+	while ((de = readdir(d))) {
+		if (!is_seg_name(de->d_name))
+			continue;
+		if (*n == cap) {
+			cap = cap ? 2 * cap : 16;
+			if (!(tmp = realloc(names, cap * sizeof *names)))
+				break;
+			names = tmp;
+		}
+		if ((names[*n] = strdup(de->d_name)))
+			(*n)++;
+	}
+	if (*n)
+		qsort(names, *n, sizeof *names, by_name);
+	return names;
+}
+
+int hs_session_load(struct hs_session *s, const char *dir, bool symbols)
+{
+	struct timespec ts;
+	char **names;
+	size_t n;
+	DIR *d;
+
+	memset(s, 0, sizeof *s);
+	s->dir = dir;
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	s->now_ns = (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+	if (!(d = opendir(dir))) {
+		hs_session_error(s, dir, "cannot read session directory: %s", strerror(errno));
+		return -1;
+	}
+	names = list_segments(d, &n);
+	closedir(d);
+	s->procs = calloc(n ? n : 1, sizeof *s->procs);
+	for (size_t i = 0; i < n; i++) {
+		if (s->procs)
+			load_one(s, names[i], symbols, n);
+		free(names[i]);
+	}
+	free(names);
+	if (s->nprocs)
+		qsort(s->procs, s->nprocs, sizeof *s->procs, by_pid_image);
+	return 0;
+}
+
+void hs_session_collect_errors(struct hs_session *s)
+{
+	for (size_t i = 0; i < s->nprocs; i++) {
+		struct hs_proc *p = &s->procs[i];
+		for (; p->collected < p->seg.ncomplaints; p->collected++)
+			hs_session_error(s, p->seg.name, "%s", p->seg.complaints[p->collected]);
+		if (p->seg.complaints_lost && !p->lost_reported) {
+			hs_session_error(s, p->seg.name, "%u more problems not shown", p->seg.complaints_lost);
+			p->lost_reported = true;
+		}
+	}
+}
+
+void hs_session_free(struct hs_session *s)
+{
+	for (size_t i = 0; i < s->nprocs; i++) {
+		hs_sym_free(s->procs[i].sym);
+		free(s->procs[i].threads);
+		hs_seg_close(&s->procs[i].seg);
+	}
+	free(s->procs);
+	free(s->errors);
+	memset(s, 0, sizeof *s);
+}
+
+struct hs_sym *hs_proc_sym(struct hs_proc *p)
+{
+	if (!p->sym)
+		p->sym = hs_sym_new(&p->seg, p->exe, p->symbols);
+	return p->sym;
+}
+
+bool hs_proc_alive(const struct hs_proc *p)
+{
+	return p->pstate == HS_P_RUNNING;
+}
+
+uint64_t hs_proc_realtime(const struct hs_proc *p, uint64_t mono_ns)
+{
+	const struct hs_header *h = &p->seg.hdr;
+	if (mono_ns == 0)
+		return 0;
+	return h->start_real_ns + (mono_ns - h->start_mono_ns);
+}
+
+const struct hs_tsnap *hs_proc_thread(const struct hs_proc *p, int32_t tid)
+{
+	for (uint32_t i = 0; i < p->nthreads; i++)
+		if (p->threads[i].t.tid == tid)
+			return &p->threads[i];
+	return NULL;
+}

@@ -1,0 +1,61 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * dumper/snapshot.h — consistent private copies of what a writer publishes.
+ *
+ * Each function copies one published object out of a validated segment,
+ * following the publication rule format.h gives for it (count word, ready
+ * word, per-record seqlock, per-thread seqlock), and then clamps or rejects
+ * every id, count and depth in the copy.  Callers use only the copies.
+ * Anything found corrupt is complained about on the segment (naming table,
+ * index and value); something merely not published yet is not an error.
+ */
+#ifndef HEISEN_DUMPER_SNAPSHOT_H
+#define HEISEN_DUMPER_SNAPSHOT_H
+
+#include "segment.h"
+
+/* A thread slot, read under its seqlock. */
+struct hs_tsnap {
+	struct hs_thread t;                 /* held_count clamped, wait_kind/modes sane */
+	char name[HS_THREAD_NAME_MAX + 1];  /* always terminated */
+	uint32_t slot;
+	bool torn;                          /* the seqlock never settled: fields may disagree */
+};
+
+/*
+ * Copy thread slot `slot`.  Returns 1 for a live or exited thread (out
+ * filled), 0 for a free slot or one past the table.  Retries the seqlock a
+ * few times, then sets out->torn and uses the last copy.
+ */
+int hs_read_thread(struct hs_seg *seg, uint32_t slot, struct hs_tsnap *out);
+
+/*
+ * The newest records of ring `slot`, at most max, oldest first, stopping
+ * at (and including) the newest HS_REC_THREAD_START so only the current
+ * thread's records are returned.  Overwritten or torn records are skipped.
+ * Returns the number copied into out; 0 when the slot has no ring.
+ */
+size_t hs_read_ring(struct hs_seg *seg, uint32_t slot, struct hs_record *out, size_t max);
+
+/*
+ * Copy stack `id`.  Returns 0 with depth clamped to HS_STACK_DEPTH, or -1
+ * for id 0, a stack not yet ready, or an id beyond the table (complained).
+ */
+int hs_read_stack(struct hs_seg *seg, uint32_t id, struct hs_stack *out);
+
+/* Copy lock / edge `id`.  Returns 0, or -1 for id 0, an unpublished id, or
+ * an id beyond the table (complained). */
+int hs_read_lock(struct hs_seg *seg, uint32_t id, struct hs_lock *out);
+int hs_read_edge(struct hs_seg *seg, uint32_t id, struct hs_edge *out);
+
+/* Copy module `i` (< the modules count).  Returns 0 or -1. */
+int hs_read_module(struct hs_seg *seg, uint32_t i, struct hs_module *out);
+
+/*
+ * Copy finding `i`.  Returns 0 when it is published (ready == 1) and of a
+ * known kind; n is clamped to HS_CYCLE_MAX.  -1 otherwise.  Edge and stack
+ * ids inside are not checked here: they are checked where they are read.
+ */
+int hs_read_finding(struct hs_seg *seg, uint32_t i, struct hs_finding *out);
+
+#endif
