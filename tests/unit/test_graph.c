@@ -1,0 +1,146 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * tests/unit/test_graph.c — the lock-order graph (shim/lockgraph.c) on a
+ * private segment: cycles of two and three locks are found once, edges are
+ * stored once, lockdep's recursive-read rule drops cycles that cannot
+ * deadlock and keeps those that can, generations change on destroy, and a
+ * full table is counted, not overrun.
+ */
+#include "unit.h"
+
+static const struct hs_geometry geo = {16, 4096, 64, 32, 64, 4, 16, 16};
+
+static uint32_t lock(struct hs_seg *s, uint64_t addr, unsigned kind)
+{
+	return hs_lock_id(s, addr, kind, 0, 0, 1, 1);
+}
+
+/* Add from -> to (write modes unless given); returns the finding index + 1 or 0. */
+static uint32_t edge(struct hs_seg *s, uint32_t from, unsigned fm, uint32_t to, unsigned tm)
+{
+	int created;
+	uint32_t finding;
+	uint32_t e = hs_graph_add(s, from, fm, 0, to, tm, 7, NULL, 42, 1, &created, &finding);
+	CHECK(e != 0);
+	return finding;
+}
+
+static void test_abba(void)
+{
+	struct hs_seg s;
+	uint32_t a, b, f;
+	int created;
+	uint32_t finding;
+	unit_segment(&s, &geo);
+	a = lock(&s, 0x1000, HS_LOCK_MUTEX);
+	b = lock(&s, 0x2000, HS_LOCK_MUTEX);
+	CHECK(a && b && a != b);
+	CHECK(lock(&s, 0x1000, HS_LOCK_MUTEX) == a); /* stable identity */
+	CHECK(edge(&s, a, HS_MODE_WRITE, b, HS_MODE_WRITE) == 0);
+	/* the same edge again: no new edge */
+	CHECK(hs_graph_add(&s, a, 0, 0, b, 0, 9, NULL, 42, 2, &created, &finding) == 1 && !created);
+	f = edge(&s, b, HS_MODE_WRITE, a, HS_MODE_WRITE);
+	CHECK(f == 1);
+	CHECK(s.findings[0].kind == HS_FIND_POTENTIAL_DEADLOCK && s.findings[0].n == 2 && s.findings[0].ready == 1);
+	CHECK(s.edges[s.findings[0].edges[0]].from == b && s.edges[s.findings[0].edges[0]].to == a);
+	CHECK(s.edges[s.findings[0].edges[1]].from == a && s.edges[s.findings[0].edges[1]].to == b);
+	CHECK(s.edges[1].flags & HS_EDGE_IN_CYCLE);
+	/* the same two locks closing again in read mode: folded into the first report */
+	CHECK(edge(&s, b, HS_MODE_WRITE, a, HS_MODE_READ) == 0);
+	CHECK(s.hdr->tables[HS_T_FINDINGS].count == 1 && s.findings[0].count == 2);
+}
+
+static void test_three_cycle_and_consistent_order(void)
+{
+	struct hs_seg s;
+	uint32_t a, b, c, d;
+	unit_segment(&s, &geo);
+	a = lock(&s, 0x10, HS_LOCK_MUTEX);
+	b = lock(&s, 0x20, HS_LOCK_MUTEX);
+	c = lock(&s, 0x30, HS_LOCK_MUTEX);
+	d = lock(&s, 0x40, HS_LOCK_MUTEX);
+	/* a consistent order among a, b, c, d: a DAG, no finding */
+	CHECK(edge(&s, a, 0, b, 0) == 0);
+	CHECK(edge(&s, a, 0, c, 0) == 0);
+	CHECK(edge(&s, b, 0, c, 0) == 0);
+	CHECK(edge(&s, c, 0, d, 0) == 0);
+	CHECK(s.hdr->tables[HS_T_FINDINGS].count == 0);
+	/* d -> a closes a -> b -> c -> d -> a (and a -> c -> d -> a): one report, shortest found first or not, over a cycle */
+	CHECK(edge(&s, d, 0, a, 0) == 1);
+	CHECK(s.findings[0].n >= 3);
+	for (unsigned i = 0; i < s.findings[0].n; i++) {
+		const struct hs_edge *x = &s.edges[s.findings[0].edges[i]];
+		const struct hs_edge *y = &s.edges[s.findings[0].edges[(i + 1) % s.findings[0].n]];
+		CHECK(x->to == y->from); /* a closed walk */
+	}
+}
+
+static void test_recursive_read_rule(void)
+{
+	struct hs_seg s;
+	uint32_t rw, m, rw2;
+	unit_segment(&s, &geo);
+	rw = lock(&s, 0x100, HS_LOCK_RWLOCK);
+	m = lock(&s, 0x200, HS_LOCK_MUTEX);
+	rw2 = lock(&s, 0x300, HS_LOCK_RWLOCK);
+	/* T1: rdlock(rw) then lock(m); T2: lock(m) then rdlock(rw) on a reader-preferring rwlock:
+	   T2's read cannot queue behind T1's read, so no deadlock */
+	CHECK(edge(&s, rw, HS_MODE_READ, m, HS_MODE_WRITE) == 0);
+	CHECK(edge(&s, m, HS_MODE_WRITE, rw, HS_MODE_READ_RECURSIVE) == 0);
+	CHECK(s.hdr->tables[HS_T_FINDINGS].count == 0);
+	/* a writer-preferring read can queue behind a writer: that one is a deadlock */
+	CHECK(edge(&s, m, HS_MODE_WRITE, rw, HS_MODE_READ) == 1);
+	/* two rwlocks, read-only in both orders: never blocks */
+	CHECK(edge(&s, rw2, HS_MODE_READ, rw, HS_MODE_READ_RECURSIVE) == 0);
+	CHECK(edge(&s, rw, HS_MODE_READ, rw2, HS_MODE_READ_RECURSIVE) == 0);
+	/* wrlock(rw2) while holding rw for reading: the other thread's read of rw
+	   still cannot block (rw is only ever held for reading): no deadlock */
+	CHECK(edge(&s, rw, HS_MODE_READ, rw2, HS_MODE_WRITE) == 0);
+	/* once rw is held for writing while waiting for rw2, the recursive read
+	   of rw can block behind it: rw2 -> rw -> rw2 is a deadlock */
+	CHECK(edge(&s, rw, HS_MODE_WRITE, rw2, HS_MODE_WRITE) == 2);
+}
+
+static void test_generations_and_full_tables(void)
+{
+	struct hs_seg s;
+	uint32_t a, a2, ids[64];
+	unsigned n = 0;
+	unit_segment(&s, &geo);
+	a = lock(&s, 0x5000, HS_LOCK_MUTEX);
+	CHECK(s.locks[a].gen == 1);
+	hs_lock_forget(&s, 0x5000);
+	CHECK(s.locks[a].flags & HS_LOCKF_DEAD);
+	a2 = lock(&s, 0x5000, HS_LOCK_MUTEX);
+	CHECK(a2 != a && s.locks[a2].gen == 2 && s.locks[a2].addr == 0x5000);
+	/* geo.locks == 32: id 0 reserved, two used; the rest fill up and then are refused */
+	for (uint64_t addr = 0x9000; n < 64; addr += 16)
+		ids[n++] = lock(&s, addr, HS_LOCK_MUTEX);
+	CHECK(ids[0] != 0 && ids[28] != 0 && ids[29] == 0 && ids[63] == 0);
+	CHECK(s.hdr->tables[HS_T_LOCKS].dropped == 64 - 29);
+	CHECK(s.hdr->tables[HS_T_LOCKS].count == 32);
+}
+
+static void test_stack_interning(void)
+{
+	struct hs_seg s;
+	uint64_t p1[3] = {1, 2, 3}, p2[3] = {1, 2, 4};
+	uint32_t x, y;
+	unit_segment(&s, &geo);
+	x = hs_stack_intern(&s, p1, 3, 0);
+	y = hs_stack_intern(&s, p2, 3, 0);
+	CHECK(x && y && x != y);
+	CHECK(hs_stack_intern(&s, p1, 3, 0) == x);
+	CHECK(hs_stack_intern(&s, p1, 3, HS_STACK_SITE) != x); /* flags are part of identity */
+	CHECK(s.stacks[x].depth == 3 && s.stacks[x].pc[2] == 3 && s.stacks[x].ready == 1);
+}
+
+int main(void)
+{
+	test_abba();
+	test_three_cycle_and_consistent_order();
+	test_recursive_read_rule();
+	test_generations_and_full_tables();
+	test_stack_interning();
+	return unit_done("test_graph");
+}
