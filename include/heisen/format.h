@@ -136,7 +136,8 @@ struct hs_header {
 	uint32_t flags;            /* [atomic] HS_HDR_* */
 
 	/* counters, [atomic], monotonically increasing */
-	uint64_t events;           /* records written to all rings */
+	uint64_t events;           /* unused in v1, always 0: the sum of the ring heads counts records
+				      without a shared counter on the record path */
 	uint64_t findings_dropped; /* findings not recorded: table full or writer suspect */
 
 	char exe[HS_EXE_MAX];      /* /proc/self/exe, NUL-terminated, may be truncated */
