@@ -6,7 +6,9 @@
  * its forking thread held), exit and _exit (the state word says how the
  * process ended), and the public annotation API.  DESIGN.md "Interposition".
  */
+#define UNW_LOCAL_ONLY
 #include <dlfcn.h>
+#include <libunwind.h>
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
@@ -164,6 +166,8 @@ __attribute__((constructor(101))) static void hs_init(void)
 	if (hs_session_setup() != 0 || hs_segment_create(0) != 0)
 		goto out;
 	hs_modules_scan();
+	/* per-thread unwind caches: no libunwind lock that a fork could leave held */
+	unw_set_caching_policy(unw_local_addr_space, UNW_CACHE_PER_THREAD);
 	hs_threads_init();
 	pthread_atfork(NULL, NULL, atfork_child);
 	on_exit(on_exit_handler, NULL);

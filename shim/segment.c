@@ -384,6 +384,8 @@ int hs_segment_create(int forked)
 
 	if (!session_dir[0])
 		return -1;
+	if (forked)
+		modules_lock = 0; /* a thread that held it does not exist in the child */
 	for (image = 0; image < 64; image++) {
 		seg_path(path, sizeof path, pid, image);
 		fd = hs_sys.open(path, O_RDWR | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
