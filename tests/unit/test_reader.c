@@ -1,0 +1,755 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * tests/unit/test_reader.c — the dumper's reader against synthesized segments.
+ *
+ * Segments are laid out with hs_layout() from format.h, filled by hand and
+ * written to a temporary session directory: one valid segment (two locks, a
+ * two-edge cycle finding, threads holding one lock and waiting for the
+ * other, a few ring records), then corrupt variants, each of which must be
+ * rejected or clamped with its precise message and never read out of
+ * bounds (run under valgrind or ASan by hand; see dumper/meson.build).  The
+ * wait-for analysis must find a two-thread deadlock in a cyclic segment,
+ * and a hang but no deadlock in a non-cyclic one.  The symbolizer is checked
+ * against this very binary.
+ */
+#include <dirent.h>
+#include <fcntl.h>
+#include <link.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "analyze.h"
+#include "liveness.h"
+#include "report.h"
+#include "segment.h"
+#include "session.h"
+#include "snapshot.h"
+#include "symbolize.h"
+
+static int failures, checks;
+
+#define CHECK(cond)                                                                   \
+	do {                                                                          \
+		checks++;                                                             \
+		if (!(cond)) {                                                        \
+			failures++;                                                   \
+			fprintf(stderr, "%s:%d: check failed: %s\n", __FILE__, __LINE__, #cond); \
+		}                                                                     \
+	} while (0)
+
+#define CHECK_STR(a, b)                                                               \
+	do {                                                                          \
+		const char *a_ = (a), *b_ = (b);                                      \
+		checks++;                                                             \
+		if (!a_ || !b_ || strcmp(a_, b_) != 0) {                              \
+			failures++;                                                   \
+			fprintf(stderr, "%s:%d: \"%s\" != \"%s\"\n", __FILE__, __LINE__, \
+				a_ ? a_ : "(null)", b_ ? b_ : "(null)");              \
+		}                                                                     \
+	} while (0)
+
+#define LOCK_A 0x1000u
+#define LOCK_B 0x2000u
+
+/* ---- building segments -------------------------------------------------- */
+
+struct synth {
+	unsigned char *buf;
+	size_t size;
+	struct hs_header *h;
+};
+
+static void *entry(struct synth *s, int t, uint32_t i)
+{
+	return s->buf + s->h->tables[t].offset + (uint64_t)i * s->h->tables[t].entry_size;
+}
+
+static uint64_t mono_now(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+}
+
+static uint32_t add_string(struct synth *s, const char *str)
+{
+	uint32_t off = s->h->tables[HS_T_STRINGS].count;
+	memcpy(entry(s, HS_T_STRINGS, off), str, strlen(str) + 1);
+	s->h->tables[HS_T_STRINGS].count += (uint32_t)strlen(str) + 1;
+	return off;
+}
+
+static void add_lock(struct synth *s, uint32_t id, uint64_t addr)
+{
+	struct hs_lock *l = entry(s, HS_T_LOCKS, id);
+	l->addr = addr;
+	l->gen = 1;
+	l->kind = HS_LOCK_MUTEX;
+	l->first_stack = 1;
+	s->h->tables[HS_T_LOCKS].count = id + 1;
+}
+
+static void add_edge(struct synth *s, uint32_t id, uint32_t from, uint32_t to, int tid)
+{
+	struct hs_edge *e = entry(s, HS_T_EDGES, id);
+	e->from = from, e->to = to, e->tid = tid;
+	e->from_stack = 1, e->to_stack = 2;
+	s->h->tables[HS_T_EDGES].count = id + 1;
+}
+
+/* Thread in slot: holds `holds` (0 = nothing), waits for `waits` (0 = nothing). */
+static struct hs_thread *add_thread(struct synth *s, uint32_t slot, int tid, uint64_t holds, uint32_t hold_id,
+				    uint64_t waits, uint32_t wait_id, uint64_t since)
+{
+	struct hs_thread *t = entry(s, HS_T_THREADS, slot);
+	t->state = HS_THREAD_LIVE;
+	t->tid = tid;
+	snprintf(t->name, sizeof t->name, "worker-%d", tid);
+	if (holds) {
+		t->held_count = 1;
+		t->held[0] = (struct hs_held){.addr = holds, .lock = hold_id, .stack = 1, .since_ns = since};
+	}
+	if (waits) {
+		t->wait_kind = HS_WAIT_LOCK;
+		t->wait_addr = waits;
+		t->wait_lock = wait_id;
+		t->wait_stack = 2;
+		t->wait_since_ns = since;
+	}
+	return t;
+}
+
+static void add_records(struct synth *s, uint32_t slot, unsigned n)
+{
+	struct hs_ring_header *rh = entry(s, HS_T_RINGS, slot);
+	struct hs_record *r = (struct hs_record *)(rh + 1);
+	for (unsigned pos = 0; pos < n; pos++) {
+		struct hs_record *x = &r[pos & (s->h->ring_records - 1)];
+		x->seq = pos + 1;
+		x->ts_ns = s->h->start_mono_ns + pos;
+		x->type = pos == 0 ? HS_REC_THREAD_START : HS_REC_LOCK_ACQUIRED;
+		x->a = LOCK_A;
+		x->b = 1;
+	}
+	rh->head = n;
+}
+
+static uint64_t my_start_ticks(void)
+{
+	uint64_t t = 0;
+	hs_proc_start_ticks(getpid(), &t);
+	return t;
+}
+
+/*
+ * The base valid segment: this process (alive), locks 1 (A) and 2 (B), two
+ * stacks, a 2-edge potential-deadlock finding, thread 100 holding A and
+ * waiting for B since 100 s, thread 101 holding B and waiting for A
+ * (cyclic) or not waiting (not cyclic), four ring records for slot 0.
+ */
+static void synth_make(struct synth *s, bool cyclic)
+{
+	struct hs_geometry g = HS_GEOMETRY_SMALL;
+	struct hs_header h = {0};
+	uint64_t now = mono_now(), since = now - 100ull * 1000000000u;
+	struct hs_stack *st;
+	struct hs_finding *f;
+
+	hs_layout(&h, &g);
+	s->size = h.segment_size;
+	s->buf = calloc(1, s->size);
+	s->h = (struct hs_header *)s->buf;
+	*s->h = h;
+	memcpy(s->h->magic, HS_MAGIC, HS_MAGIC_LEN);
+	s->h->abi_version = HS_ABI_VERSION;
+	s->h->endian_tag = HS_ENDIAN_TAG;
+	s->h->word_size = sizeof(void *);
+	s->h->header_size = sizeof(struct hs_header);
+	s->h->pid = getpid();
+	s->h->ppid = getppid();
+	s->h->start_ticks = my_start_ticks();
+	s->h->start_mono_ns = now - 200ull * 1000000000u;
+	s->h->start_real_ns = 1700000000ull * 1000000000u;
+	s->h->state = HS_STATE_PACK(HS_STATE_RUNNING, 0);
+	snprintf(s->h->exe, sizeof s->h->exe, "/usr/bin/synthetic");
+	s->h->argc = 2;
+	memcpy(s->h->argv, "synthetic\0--flag", 17);
+
+	add_string(s, "");  /* offset 0 = "none" */
+	add_lock(s, 1, LOCK_A);
+	add_lock(s, 2, LOCK_B);
+	for (uint32_t id = 1; id <= 2; id++) {
+		st = entry(s, HS_T_STACKS, id);
+		st->hash = id;
+		st->depth = 2;
+		st->pc[0] = 0x400000 + id, st->pc[1] = 0x500000 + id;
+		st->ready = 1;
+	}
+	s->h->tables[HS_T_STACKS].count = 3;
+	add_edge(s, 1, 1, 2, 100);
+	add_edge(s, 2, 2, 1, 101);
+	f = entry(s, HS_T_FINDINGS, 0);
+	f->kind = HS_FIND_POTENTIAL_DEADLOCK;
+	f->n = 2;
+	f->edges[0] = 1, f->edges[1] = 2;
+	f->count = 1;
+	f->tid = 101;
+	f->ready = 1;
+	s->h->tables[HS_T_FINDINGS].count = 1;
+	add_thread(s, 0, 100, LOCK_A, 1, LOCK_B, 2, since);
+	add_thread(s, 1, 101, LOCK_B, 2, cyclic ? LOCK_A : 0, cyclic ? 1 : 0, since);
+	add_records(s, 0, 4);
+}
+
+static void synth_free(struct synth *s)
+{
+	free(s->buf);
+	memset(s, 0, sizeof *s);
+}
+
+/* ---- files and sessions ------------------------------------------------- */
+
+static char tmpdir[64];
+
+static void clear_dir(void)
+{
+	DIR *d = opendir(tmpdir);
+	struct dirent *de;
+	char path[512];
+	while (d && (de = readdir(d)))
+		if (de->d_name[0] != '.') {
+			snprintf(path, sizeof path, "%s/%s", tmpdir, de->d_name);
+			unlink(path);
+		}
+	if (d)
+		closedir(d);
+}
+
+static void write_file(const char *name, const void *buf, size_t n)
+{
+	char path[512];
+	int fd;
+	snprintf(path, sizeof path, "%s/%s", tmpdir, name);
+	fd = open(path, O_WRONLY | O_CREAT | O_TRUNC, 0600);
+	CHECK(fd >= 0 && write(fd, buf, n) == (ssize_t)n);
+	close(fd);
+}
+
+/* Open buf (n bytes) as a file; returns the result, err filled. */
+static enum hs_seg_result open_bytes(const void *buf, size_t n, struct hs_seg *seg, char *err, size_t errlen)
+{
+	char path[256];
+	clear_dir();
+	write_file("1.0.seg", buf, n);
+	snprintf(path, sizeof path, "%s/1.0.seg", tmpdir);
+	return hs_seg_open(seg, path, err, errlen);
+}
+
+static void expect_bad(struct synth *s, size_t n, const char *what)
+{
+	struct hs_seg seg;
+	char err[HS_MSG_MAX];
+	enum hs_seg_result r = open_bytes(s->buf, n, &seg, err, sizeof err);
+	CHECK(r == HS_SEG_BAD);
+	CHECK_STR(err, what);
+	hs_seg_close(&seg);
+}
+
+/* Run every report on the session in tmpdir (output discarded): they must
+ * survive whatever the segment holds.  Returns the session's error count. */
+static size_t report_all(struct hs_session *s, struct hs_findings *f)
+{
+	FILE *null = fopen("/dev/null", "w");
+	hs_report_text(null, s, f);
+	hs_report_json(null, s, f);
+	hs_report_dot(null, s, f);
+	fclose(null);
+	hs_session_collect_errors(s);
+	return s->nerrors;
+}
+
+static bool has_error(const struct hs_session *s, const char *msg)
+{
+	for (size_t i = 0; i < s->nerrors; i++)
+		if (strcmp(s->errors[i].msg, msg) == 0)
+			return true;
+	fprintf(stderr, "missing error \"%s\"; have:\n", msg);
+	for (size_t i = 0; i < s->nerrors; i++)
+		fprintf(stderr, "  %s: %s\n", s->errors[i].file, s->errors[i].msg);
+	return false;
+}
+
+static size_t count_kind(const struct hs_findings *f, enum hs_fkind k)
+{
+	size_t n = 0;
+	for (size_t i = 0; i < f->n; i++)
+		n += f->v[i].kind == k;
+	return n;
+}
+
+/* Load the synthesized segment as a session; analyze with timeout. */
+static void load(struct synth *s, struct hs_session *ss, struct hs_findings *f, double timeout)
+{
+	char name[64];
+	clear_dir();
+	snprintf(name, sizeof name, "%d.0.seg", (int)getpid());
+	write_file(name, s->buf, s->size);
+	CHECK(hs_session_load(ss, tmpdir, false) == 0);
+	CHECK(hs_analyze(ss, timeout, true, f) == 0);
+}
+
+/* ---- tests --------------------------------------------------------------- */
+
+static void test_valid(void)
+{
+	struct synth s;
+	struct hs_seg seg;
+	struct hs_tsnap t;
+	struct hs_record rec[16];
+	struct hs_stack st;
+	char err[HS_MSG_MAX], str[64];
+
+	synth_make(&s, true);
+	CHECK(open_bytes(s.buf, s.size, &seg, err, sizeof err) == HS_SEG_OK);
+	CHECK(hs_seg_count(&seg, HS_T_LOCKS) == 3);
+	CHECK(hs_seg_entry(&seg, HS_T_LOCKS, seg.hdr.tables[HS_T_LOCKS].capacity) == NULL);
+	CHECK(hs_seg_entry(&seg, HS_T_LOCKS, 1) != NULL);
+	CHECK(hs_seg_string(&seg, 0, str, sizeof str) == 0 && str[0] == '\0');
+	CHECK(hs_seg_string(&seg, 1u << 30, str, sizeof str) == -1);
+	CHECK(hs_read_thread(&seg, 0, &t) == 1 && t.t.tid == 100 && t.t.held_count == 1 && !t.torn);
+	CHECK_STR(t.name, "worker-100");
+	CHECK(hs_read_thread(&seg, 5, &t) == 0);        /* free slot */
+	CHECK(hs_read_thread(&seg, 1u << 20, &t) == 0); /* beyond the table */
+	CHECK(hs_read_ring(&seg, 0, rec, 16) == 4 && rec[0].type == HS_REC_THREAD_START && rec[3].seq == 4);
+	CHECK(hs_read_ring(&seg, 0, rec, 2) == 2 && rec[1].seq == 4 && rec[0].seq == 3);
+	CHECK(hs_read_ring(&seg, 1, rec, 16) == 0);
+	CHECK(hs_read_stack(&seg, 1, &st) == 0 && st.depth == 2);
+	CHECK(hs_read_stack(&seg, 0, &st) == -1);
+	CHECK(hs_read_stack(&seg, 3, &st) == -1);        /* not ready */
+	CHECK(seg.ncomplaints == 0);
+	hs_seg_close(&seg);
+	synth_free(&s);
+}
+
+static void test_torn_ring_record(void)
+{
+	struct synth s;
+	struct hs_seg seg;
+	struct hs_record rec[16];
+	char err[HS_MSG_MAX];
+	struct hs_ring_header *rh;
+
+	synth_make(&s, true);
+	rh = entry(&s, HS_T_RINGS, 0);
+	((struct hs_record *)(rh + 1))[2].seq = 0; /* writer killed mid-record */
+	CHECK(open_bytes(s.buf, s.size, &seg, err, sizeof err) == HS_SEG_OK);
+	CHECK(hs_read_ring(&seg, 0, rec, 16) == 3 && rec[2].seq == 4 && rec[1].seq == 2);
+	hs_seg_close(&seg);
+	/* A lap later: positions 0..3 were overwritten, head says 4 + ring size. */
+	rh->head = 4 + s.h->ring_records;
+	CHECK(open_bytes(s.buf, s.size, &seg, err, sizeof err) == HS_SEG_OK);
+	CHECK(hs_read_ring(&seg, 0, rec, 16) == 0);
+	hs_seg_close(&seg);
+	synth_free(&s);
+}
+
+static void test_deadlock_found(void)
+{
+	struct synth s;
+	struct hs_session ss;
+	struct hs_findings f;
+	char sig[256], want[256];
+
+	synth_make(&s, true);
+	load(&s, &ss, &f, 30.0);
+	CHECK(ss.nprocs == 1 && ss.procs[0].pstate == HS_P_RUNNING);
+	CHECK(count_kind(&f, HS_F_DEADLOCK) == 1);
+	CHECK(count_kind(&f, HS_F_HANG) == 0);
+	CHECK(count_kind(&f, HS_F_POTENTIAL) == 1);
+	CHECK(f.n >= 1 && f.v[0].kind == HS_F_DEADLOCK && f.v[0].nthreads == 2);
+	if (f.n >= 1 && f.v[0].kind == HS_F_DEADLOCK) {
+		hs_signature(&f.v[0], sig, sizeof sig);
+		snprintf(want, sizeof want, "deadlock %d 100,101 0x1000,0x2000", (int)getpid());
+		CHECK_STR(sig, want);
+	}
+	CHECK(report_all(&ss, &f) == 0);
+	hs_findings_free(&f);
+	hs_session_free(&ss);
+
+	/* Younger than the timeout in a live process: not blocked yet. */
+	load(&s, &ss, &f, 1000.0);
+	CHECK(count_kind(&f, HS_F_DEADLOCK) == 0 && count_kind(&f, HS_F_HANG) == 0);
+	hs_findings_free(&f);
+	hs_session_free(&ss);
+
+	/* A process that is gone died deadlocked, whatever the timeout. */
+	s.h->state = HS_STATE_PACK(HS_STATE_KILLED, 9);
+	load(&s, &ss, &f, 1000.0);
+	CHECK(ss.nprocs == 1 && ss.procs[0].pstate == HS_P_KILLED);
+	CHECK(count_kind(&f, HS_F_DEADLOCK) == 1);
+	hs_findings_free(&f);
+	hs_session_free(&ss);
+	synth_free(&s);
+}
+
+static void test_no_cycle(void)
+{
+	struct synth s;
+	struct hs_session ss;
+	struct hs_findings f;
+
+	synth_make(&s, false);
+	load(&s, &ss, &f, 30.0);
+	CHECK(count_kind(&f, HS_F_DEADLOCK) == 0);
+	CHECK(count_kind(&f, HS_F_HANG) == 1);
+	CHECK(f.n >= 1 && f.v[0].kind == HS_F_HANG && f.v[0].nthreads == 1 && f.v[0].threads[0]->t.tid == 100);
+	CHECK(report_all(&ss, &f) == 0);
+	hs_findings_free(&f);
+	hs_session_free(&ss);
+
+	/* Gone: a cycle-free last state is neither a deadlock nor a hang. */
+	s.h->state = HS_STATE_PACK(HS_STATE_EXITED, 0);
+	load(&s, &ss, &f, 30.0);
+	CHECK(count_kind(&f, HS_F_DEADLOCK) == 0 && count_kind(&f, HS_F_HANG) == 0);
+	hs_findings_free(&f);
+	hs_session_free(&ss);
+	synth_free(&s);
+}
+
+static void test_rwlock_readers(void)
+{
+	struct synth s;
+	struct hs_session ss;
+	struct hs_findings f;
+	struct hs_thread *t0, *t1;
+
+	/* Both hold their lock for reading and wait to read the other's:
+	 * readers do not block readers, so no deadlock. */
+	synth_make(&s, true);
+	t0 = entry(&s, HS_T_THREADS, 0), t1 = entry(&s, HS_T_THREADS, 1);
+	t0->held[0].mode = t1->held[0].mode = HS_MODE_READ_RECURSIVE;
+	t0->wait_mode = t1->wait_mode = HS_MODE_READ_RECURSIVE;
+	load(&s, &ss, &f, 30.0);
+	CHECK(count_kind(&f, HS_F_DEADLOCK) == 0);
+	hs_findings_free(&f);
+	hs_session_free(&ss);
+	/* A writer waiting on a read-held lock is blocked. */
+	t0->wait_mode = HS_MODE_WRITE, t1->wait_mode = HS_MODE_WRITE;
+	load(&s, &ss, &f, 30.0);
+	CHECK(count_kind(&f, HS_F_DEADLOCK) == 1);
+	hs_findings_free(&f);
+	hs_session_free(&ss);
+	synth_free(&s);
+}
+
+static void test_header_corruption(void)
+{
+	struct synth s;
+	struct hs_seg seg;
+	char err[HS_MSG_MAX], want[HS_MSG_MAX];
+	struct hs_header keep;
+
+	synth_make(&s, true);
+	keep = *s.h;
+
+	snprintf(want, sizeof want, "truncated: 4096 of %zu bytes", s.size);
+	expect_bad(&s, 4096, want);
+	snprintf(want, sizeof want, "truncated: 100 of %zu bytes", s.size);
+	expect_bad(&s, 100, want);
+	expect_bad(&s, 5, "bad magic: not a heisen segment");
+
+	memcpy(s.h->magic, "HEISENXX", 8);
+	expect_bad(&s, s.size, "bad magic: not a heisen segment");
+	*s.h = keep;
+
+	s.h->endian_tag = __builtin_bswap32(HS_ENDIAN_TAG);
+	expect_bad(&s, s.size, "written with the other byte order");
+	*s.h = keep;
+
+	s.h->abi_version = 2;
+	expect_bad(&s, s.size, "ABI version 2, this heisen-dump reads 1");
+	*s.h = keep;
+
+	s.h->word_size = 4;
+	expect_bad(&s, s.size, "word size 4, this heisen-dump reads 8");
+	*s.h = keep;
+
+	s.h->header_size = 64;
+	snprintf(want, sizeof want, "header size 64 is smaller than %zu", sizeof(struct hs_header));
+	expect_bad(&s, s.size, want);
+	*s.h = keep;
+
+	s.h->segment_size = s.size * 2;
+	snprintf(want, sizeof want, "truncated: %zu of %zu bytes", s.size, s.size * 2);
+	expect_bad(&s, s.size, want);
+	*s.h = keep;
+
+	s.h->tables[HS_T_EDGES].offset = s.size + 64;
+	snprintf(want, sizeof want, "table edges: offset %zu outside [%zu, %zu]", s.size + 64,
+		 sizeof(struct hs_header), s.size);
+	expect_bad(&s, s.size, want);
+	*s.h = keep;
+
+	s.h->tables[HS_T_LOCKS].capacity = 0xffffffffu;
+	snprintf(want, sizeof want, "table locks: 4294967295 entries of %u bytes at offset %llu overrun the segment (%zu bytes)",
+		 keep.tables[HS_T_LOCKS].entry_size, (unsigned long long)keep.tables[HS_T_LOCKS].offset, s.size);
+	expect_bad(&s, s.size, want);
+	*s.h = keep;
+
+	s.h->tables[HS_T_THREADS].entry_size = 8;
+	snprintf(want, sizeof want, "table threads: entry size 8, need at least %zu", sizeof(struct hs_thread));
+	expect_bad(&s, s.size, want);
+	*s.h = keep;
+
+	s.h->ring_records = 48;
+	expect_bad(&s, s.size, "ring records 48 is not a power of two");
+	*s.h = keep;
+
+	s.h->tables[HS_T_STACKS].offset += 4;
+	snprintf(want, sizeof want, "table stacks: offset %llu or entry size %u not 8-byte aligned",
+		 (unsigned long long)keep.tables[HS_T_STACKS].offset + 4, keep.tables[HS_T_STACKS].entry_size);
+	expect_bad(&s, s.size, want);
+	*s.h = keep;
+
+	/* Being created: skipped, not an error. */
+	CHECK(open_bytes(s.buf, 0, &seg, err, sizeof err) == HS_SEG_NOT_READY);
+	s.h->state = HS_STATE_PACK(HS_STATE_INIT, 0);
+	CHECK(open_bytes(s.buf, s.size, &seg, err, sizeof err) == HS_SEG_NOT_READY);
+	memset(s.h->magic, 0, HS_MAGIC_LEN);
+	CHECK(open_bytes(s.buf, s.size, &seg, err, sizeof err) == HS_SEG_NOT_READY);
+	*s.h = keep;
+	synth_free(&s);
+}
+
+/* The session goes on around a bad segment: its error names the file, the
+ * good segment next to it is still analyzed. */
+static void test_session_with_bad_segment(void)
+{
+	struct synth s;
+	struct hs_session ss;
+	struct hs_findings f;
+	char name[64], want[HS_MSG_MAX];
+
+	synth_make(&s, true);
+	clear_dir();
+	snprintf(name, sizeof name, "%d.0.seg", (int)getpid());
+	write_file(name, s.buf, s.size);
+	write_file("4711.0.seg", s.buf, 4096);
+	write_file("notes.txt", "hello", 5);
+	CHECK(hs_session_load(&ss, tmpdir, false) == 0);
+	CHECK(hs_analyze(&ss, 30.0, true, &f) == 0);
+	CHECK(ss.nprocs == 1 && ss.nerrors == 1);
+	snprintf(want, sizeof want, "truncated: 4096 of %zu bytes", s.size);
+	if (ss.nerrors == 1) {
+		CHECK_STR(ss.errors[0].file, "4711.0.seg");
+		CHECK_STR(ss.errors[0].msg, want);
+	}
+	CHECK(count_kind(&f, HS_F_DEADLOCK) == 1);
+	hs_findings_free(&f);
+	hs_session_free(&ss);
+	synth_free(&s);
+
+	CHECK(hs_session_load(&ss, "/nonexistent/heisen", false) == -1 && ss.nerrors == 1);
+	hs_session_free(&ss);
+}
+
+static void test_entry_corruption(void)
+{
+	struct synth s;
+	struct hs_session ss;
+	struct hs_findings f;
+	struct hs_thread *t0;
+	struct hs_finding *fd;
+	struct hs_lock *l;
+	struct hs_stack *st;
+	uint32_t scap, ecap, strcap;
+	char want[HS_MSG_MAX];
+
+	synth_make(&s, true);
+	scap = s.h->tables[HS_T_STACKS].capacity;
+	ecap = s.h->tables[HS_T_EDGES].capacity;
+	strcap = s.h->tables[HS_T_STRINGS].capacity;
+	t0 = entry(&s, HS_T_THREADS, 0);
+	t0->held[0].stack = 999999;             /* stack id out of range */
+	t0->held_count = 1000;                  /* beyond HS_HELD_MAX */
+	fd = entry(&s, HS_T_FINDINGS, 0);
+	fd->edges[1] = 77777;                   /* edge id out of range */
+	st = entry(&s, HS_T_STACKS, 2);
+	st->depth = 5000;                       /* deeper than HS_STACK_DEPTH */
+	/* A lock name that runs to the end of the strings table without a NUL. */
+	l = entry(&s, HS_T_LOCKS, 2);
+	l->name = strcap - 8;
+	memset(entry(&s, HS_T_STRINGS, strcap - 8), 'x', 8);
+	s.h->tables[HS_T_STRINGS].count = strcap;
+
+	load(&s, &ss, &f, 30.0);
+	CHECK(ss.nprocs == 1);
+	if (ss.nprocs == 1) {
+		struct hs_lockref r;
+		CHECK(ss.procs[0].threads[0].t.held_count == HS_HELD_MAX);
+		hs_lockref(&ss.procs[0], 2, 0, &r);
+		CHECK(r.name[0] == '\0' && r.addr == LOCK_B);
+		CHECK_STR(r.label, "0x2000");
+	}
+	/* The cycle lost an edge but is still reported with the valid one. */
+	CHECK(count_kind(&f, HS_F_POTENTIAL) == 1);
+	report_all(&ss, &f);
+	CHECK(has_error(&ss, "thread slot 0 (tid 100): held_count 1000 > 32, clamped"));
+	snprintf(want, sizeof want, "stack id 999999 out of range (capacity %u)", scap);
+	CHECK(has_error(&ss, want));
+	snprintf(want, sizeof want, "edge id 77777 out of range (capacity %u)", ecap);
+	CHECK(has_error(&ss, want));
+	CHECK(has_error(&ss, "finding 0: edge 1 (id 77777) is not a valid edge"));
+	CHECK(has_error(&ss, "stack 2: depth 5000 > 32, clamped"));
+	for (size_t i = 0; i < ss.nerrors; i++)
+		CHECK_STR(ss.errors[i].file, ss.procs[0].seg.name);
+	hs_findings_free(&f);
+	hs_session_free(&ss);
+
+	/* A finding whose every edge is bad is dropped, with a message. */
+	fd->edges[0] = 0xfffffff0u;
+	load(&s, &ss, &f, 30.0);
+	CHECK(count_kind(&f, HS_F_POTENTIAL) == 0);
+	hs_session_collect_errors(&ss);
+	CHECK(has_error(&ss, "finding 0: potential deadlock without a valid edge, skipped"));
+	hs_findings_free(&f);
+	hs_session_free(&ss);
+
+	/* Counts beyond capacity are clamped; unknown kinds complained about. */
+	s.h->tables[HS_T_FINDINGS].count = 0xffffffffu;
+	fd->kind = 99;
+	fd->n = 500;
+	load(&s, &ss, &f, 30.0);
+	report_all(&ss, &f);
+	CHECK(has_error(&ss, "finding 0: unknown kind 99"));
+	hs_findings_free(&f);
+	hs_session_free(&ss);
+	synth_free(&s);
+}
+
+static void test_string_accessor(void)
+{
+	struct synth s;
+	struct hs_seg seg;
+	char err[HS_MSG_MAX], out[8];
+	uint32_t off;
+
+	synth_make(&s, true);
+	off = add_string(&s, "lock_a_is_long");
+	CHECK(open_bytes(s.buf, s.size, &seg, err, sizeof err) == HS_SEG_OK);
+	CHECK(hs_seg_string(&seg, off, out, sizeof out) == 0);
+	CHECK_STR(out, "lock_a_");     /* cut, terminated */
+	CHECK(hs_seg_string(&seg, off + 100, out, sizeof out) == -1 && out[0] == '\0');
+	hs_seg_close(&seg);
+	synth_free(&s);
+}
+
+/* ---- symbolization of this binary ----------------------------------------- */
+
+pthread_mutex_t test_global_lock = PTHREAD_MUTEX_INITIALIZER;
+
+__attribute__((noinline)) uint64_t symbol_target(void)
+{
+	return (uint64_t)(uintptr_t)__builtin_return_address(0);
+}
+
+struct main_mod {
+	uint64_t base, lo, hi;
+	bool found;
+};
+
+static int find_main(struct dl_phdr_info *info, size_t size, void *arg)
+{
+	struct main_mod *m = arg;
+	(void)size;
+	if (m->found)
+		return 1;
+	m->lo = UINT64_MAX;
+	for (int i = 0; i < info->dlpi_phnum; i++) {
+		const ElfW(Phdr) *p = &info->dlpi_phdr[i];
+		if (p->p_type != PT_LOAD)
+			continue;
+		if (info->dlpi_addr + p->p_vaddr < m->lo)
+			m->lo = info->dlpi_addr + p->p_vaddr;
+		if (info->dlpi_addr + p->p_vaddr + p->p_memsz > m->hi)
+			m->hi = info->dlpi_addr + p->p_vaddr + p->p_memsz;
+	}
+	m->base = info->dlpi_addr;
+	m->found = true;
+	return 1;
+}
+
+static void test_symbolize(void)
+{
+	struct synth s;
+	struct hs_seg seg;
+	struct hs_module *mod;
+	struct main_mod mm = {0};
+	char err[HS_MSG_MAX], exe[1024];
+	struct hs_sym *sym;
+	const struct hs_frame *fr;
+	ssize_t n = readlink("/proc/self/exe", exe, sizeof exe - 1);
+	uint64_t ret = symbol_target();
+
+	CHECK(n > 0);
+	exe[n > 0 ? n : 0] = '\0';
+	dl_iterate_phdr(find_main, &mm);
+	synth_make(&s, true);
+	mod = entry(&s, HS_T_MODULES, 0);
+	mod->base = mm.base, mod->lo = mm.lo, mod->hi = mm.hi;
+	mod->path = add_string(&s, exe);
+	mod->flags = HS_MOD_MAIN;
+	s.h->tables[HS_T_MODULES].count = 1;
+	CHECK(open_bytes(s.buf, s.size, &seg, err, sizeof err) == HS_SEG_OK);
+
+	sym = hs_sym_new(&seg, exe, true);
+	fr = hs_sym_pc(sym, (uint64_t)(uintptr_t)&symbol_target, false);
+	CHECK(fr && fr->function && strcmp(fr->function, "symbol_target") == 0);
+	CHECK(fr && fr->file && strcmp(fr->file, "test_reader.c") == 0 && fr->line > 0);
+	CHECK(fr && fr->module && strcmp(fr->module, exe) == 0 && !fr->hook);
+	fr = hs_sym_pc(sym, ret, true); /* the return address lands in this function */
+	CHECK(fr && fr->function && strcmp(fr->function, "test_symbolize") == 0);
+	CHECK(hs_sym_pc(sym, ret, true) == fr); /* cached */
+	CHECK_STR(hs_sym_data(sym, (uint64_t)(uintptr_t)&test_global_lock), "test_global_lock");
+	CHECK_STR(hs_sym_data(sym, (uint64_t)(uintptr_t)&test_global_lock + 8), "test_global_lock+0x8");
+	fr = hs_sym_pc(sym, 0x10, true); /* in no module */
+	CHECK(fr && !fr->module && !fr->function && fr->offset == 0x10);
+	hs_sym_free(sym);
+
+	/* --no-symbols: module and offset only. */
+	sym = hs_sym_new(&seg, exe, false);
+	fr = hs_sym_pc(sym, (uint64_t)(uintptr_t)&symbol_target, false);
+	CHECK(fr && !fr->function && fr->module && fr->offset == (uint64_t)(uintptr_t)&symbol_target - mm.base);
+	CHECK(hs_sym_data(sym, (uint64_t)(uintptr_t)&test_global_lock) == NULL);
+	hs_sym_free(sym);
+	hs_seg_close(&seg);
+	synth_free(&s);
+}
+
+int main(void)
+{
+	snprintf(tmpdir, sizeof tmpdir, "/tmp/heisen-test-reader-XXXXXX");
+	if (!mkdtemp(tmpdir)) {
+		perror("mkdtemp");
+		return 1;
+	}
+	test_valid();
+	test_torn_ring_record();
+	test_deadlock_found();
+	test_no_cycle();
+	test_rwlock_readers();
+	test_header_corruption();
+	test_session_with_bad_segment();
+	test_entry_corruption();
+	test_string_accessor();
+	test_symbolize();
+	clear_dir();
+	rmdir(tmpdir);
+	printf("%d checks, %d failures\n", checks, failures);
+	return failures ? 1 : 0;
+}
