@@ -238,6 +238,23 @@ done:
 
 /* ---- recorded findings -------------------------------------------------- */
 
+/* The writer stores a cycle from the edge that closed it; it reads more
+ * naturally from the edge that was made first.  Rotation keeps the chain. */
+static void rotate_oldest_first(struct hs_fnd *f)
+{
+	struct hs_edge e[HS_CYCLE_MAX];
+	uint32_t id[HS_CYCLE_MAX], first = 0, n = f->nedges;
+	for (uint32_t j = 1; j < n; j++)
+		if (f->edges[j].ts_ns < f->edges[first].ts_ns)
+			first = j;
+	for (uint32_t j = 0; j < n; j++) {
+		e[j] = f->edges[(first + j) % n];
+		id[j] = f->edge_ids[(first + j) % n];
+	}
+	memcpy(f->edges, e, n * sizeof e[0]);
+	memcpy(f->edge_ids, id, n * sizeof id[0]);
+}
+
 static void copy_cycle(struct hs_fnd *f)
 {
 	struct hs_seg *seg = &f->proc->seg;
@@ -252,6 +269,8 @@ static void copy_cycle(struct hs_fnd *f)
 	for (uint32_t j = 0; j + 1 < f->nedges; j++)
 		if (f->edges[j].to != f->edges[j + 1].from)
 			hs_seg_complain(seg, "finding %u: edges do not form a chain at %u", f->index, j);
+	if (f->nedges == f->rec.n)
+		rotate_oldest_first(f);
 }
 
 static int recorded(struct hs_proc *p, struct hs_findings *out)

@@ -15,7 +15,8 @@
 
 #include <heisen/format.h>
 
-int hs_proc_start_ticks(pid_t pid, uint64_t *ticks)
+/* Fields 3 (state) and 22 (start time) of /proc/<pid>/stat. */
+static int proc_stat(pid_t pid, char *state, uint64_t *ticks)
 {
 	char path[64], buf[1024];
 	const char *p;
@@ -37,6 +38,8 @@ int hs_proc_start_ticks(pid_t pid, uint64_t *ticks)
 			p++;
 		if (!*p)
 			return -1;
+		if (field == 3)
+			*state = *p;
 		if (field == 22) {
 			char *end;
 			errno = 0;
@@ -49,16 +52,26 @@ int hs_proc_start_ticks(pid_t pid, uint64_t *ticks)
 	return -1;
 }
 
+int hs_proc_start_ticks(pid_t pid, uint64_t *ticks)
+{
+	char state;
+	return proc_stat(pid, &state, ticks);
+}
+
+/* A zombie has run its last instruction: it counts as gone. */
 static bool pid_is_ours(pid_t pid, uint64_t start_ticks)
 {
 	uint64_t now_ticks;
+	char state;
 	if (pid <= 0)
 		return false;
 	if (kill(pid, 0) != 0 && errno != EPERM)
 		return false;
-	if (start_ticks == 0 || hs_proc_start_ticks(pid, &now_ticks) != 0)
+	if (proc_stat(pid, &state, &now_ticks) != 0)
 		return true;
-	return now_ticks == start_ticks;
+	if (state == 'Z' || state == 'X')
+		return false;
+	return start_ticks == 0 || now_ticks == start_ticks;
 }
 
 enum hs_pstate hs_liveness(uint64_t state_word, pid_t pid, uint64_t start_ticks, int64_t *value)

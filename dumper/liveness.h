@@ -3,8 +3,8 @@
  * dumper/liveness.h — how a segment's process ended, or whether it still runs.
  *
  * The state word says running / exited / crashed / execed / killed.  A
- * segment still RUNNING whose pid is gone, or whose pid now belongs to a
- * process that started at another time (pid reuse, told apart by field 22
+ * segment still RUNNING whose pid is gone (or a zombie), or whose pid now
+ * belongs to a process that started at another time (pid reuse, told apart by field 22
  * of /proc/<pid>/stat), vanished: killed without running any code (SIGKILL,
  * the OOM killer).  Design: docs/interfaces.md "Ending states".
  */

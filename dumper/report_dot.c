@@ -64,8 +64,10 @@ static void process_graph(FILE *out, struct hs_proc *p, const struct hs_findings
 	bool *seen = calloc((size_t)nlocks + 1, sizeof *seen);
 	char title[400];
 
-	if (!seen)
+	if (!seen || nedges <= 1) {
+		free(seen);
 		return;
+	}
 	fprintf(out, "  subgraph \"cluster_%d_%u\" {\n    label=", p->seg.hdr.pid, p->seg.hdr.image);
 	snprintf(title, sizeof title, "pid %d (%s)", p->seg.hdr.pid, p->exe);
 	dot_string(out, title);

@@ -100,7 +100,7 @@ static void scenario_chain(FILE *out, struct hs_fnd *f)
 static void potential(FILE *out, struct hs_fnd *f)
 {
 	struct hs_lockref from, to;
-	fprintf(out, "Locks are taken in an order that can deadlock (seen %u time%s); this run did not need to hang.\n",
+	fprintf(out, "Locks are taken in orders that can deadlock (seen %u time%s), even in runs that do not hang.\n",
 		f->rec.count, f->rec.count == 1 ? "" : "s");
 	if (f->nedges < f->rec.n)
 		fprintf(out, "!!! %u of the %u edges of this cycle could not be read\n", f->rec.n - f->nedges,
@@ -126,8 +126,10 @@ static void potential(FILE *out, struct hs_fnd *f)
 
 static void crash(FILE *out, struct hs_fnd *f)
 {
-	fprintf(out, "Thread %d (%s) received %s (si_code %d) at address 0x%" PRIx64 ":\n", f->rec.tid,
-		thread_name(f->proc, f->rec.tid), hs_signal_name(f->rec.signo), f->rec.si_code, f->rec.addr);
+	fprintf(out, "Thread %d (%s) received %s (si_code %d) at address 0x%" PRIx64 "%s:\n", f->rec.tid,
+		thread_name(f->proc, f->rec.tid), hs_signal_name(f->rec.signo), f->rec.si_code, f->rec.addr,
+		/* SI_USER, SI_TKILL, SI_QUEUE ...: someone sent it, nothing faulted */
+		f->rec.si_code <= 0 ? ", sent by kill/raise, not a fault" : "");
 	print_frames(out, f->proc, f->rec.stack, "    ");
 }
 
@@ -160,7 +162,6 @@ static void blocked_thread(FILE *out, struct hs_session *s, struct hs_fnd *f, co
 	struct hs_lockref w, l;
 	char holders[160];
 	const struct hs_held *rel = hs_relevant_hold(f, t);
-	const char *wk = hs_wait_kind_name(t->t.wait_kind);
 
 	hs_lockref(f->proc, t->t.wait_lock, t->t.wait_kind == HS_WAIT_COND ? 0 : t->t.wait_addr, &w);
 	holders_text(holders, sizeof holders, f->proc, t);
@@ -173,7 +174,7 @@ static void blocked_thread(FILE *out, struct hs_session *s, struct hs_fnd *f, co
 		fprintf(out, "  waits on condition variable 0x%" PRIx64 " (mutex %s) for %.1f s\n", t->t.wait_addr,
 			w.label, hs_wait_seconds(s, f->proc, t));
 	else
-		fprintf(out, "  waits for %s (%s, %s)%s for %.1f s\n", w.label, wk ? wk : "?",
+		fprintf(out, "  waits for %s (%s, %s)%s for %.1f s\n", w.label, w.kind ? w.kind : "?",
 			hs_mode_name(t->t.wait_mode), holders, hs_wait_seconds(s, f->proc, t));
 	if (rel) {
 		hs_lockref(f->proc, rel->lock, rel->addr, &l);
@@ -345,12 +346,40 @@ static void thread_section(FILE *out, struct hs_session *s, struct hs_proc *p, c
 		event_text(out, p, &ev[i]);
 }
 
-static void process_section(FILE *out, struct hs_session *s, struct hs_proc *p)
+/* Worth its threads and events: a finding is about it, it did not end
+ * normally, a thread of it holds or waits, or one of its tables overflowed. */
+static bool interesting(struct hs_proc *p, const struct hs_findings *f)
+{
+	static const enum hs_table_id t[] = {HS_T_MODULES, HS_T_STRINGS, HS_T_STACKS, HS_T_LOCKS,
+					     HS_T_EDGES, HS_T_THREADS, HS_T_FINDINGS};
+	if (p->pstate != HS_P_EXITED && p->pstate != HS_P_EXECED)
+		return true;
+	if (hs_seg_findings_dropped(&p->seg) || (hs_seg_flags(&p->seg) & HS_HDR_SUSPECT))
+		return true;
+	for (size_t i = 0; i < f->n; i++)
+		if (f->v[i].proc == p)
+			return true;
+	for (size_t i = 0; i < sizeof t / sizeof t[0]; i++)
+		if (hs_seg_dropped(&p->seg, t[i]))
+			return true;
+	for (uint32_t i = 0; i < p->nthreads; i++)
+		if (p->threads[i].t.held_count || p->threads[i].t.wait_kind != HS_WAIT_NONE)
+			return true;
+	return false;
+}
+
+static void process_line(FILE *out, struct hs_proc *p)
 {
 	const struct hs_header *h = &p->seg.hdr;
 	fprintf(out, "---- process %d (image %u), parent %d: ", h->pid, h->image, h->ppid);
 	state_line(out, p);
-	fprintf(out, " ----\n  exe:  %s\n", p->exe);
+	fprintf(out, " ----\n");
+}
+
+static void process_section(FILE *out, struct hs_session *s, struct hs_proc *p)
+{
+	process_line(out, p);
+	fprintf(out, "  exe:  %s\n", p->exe);
 	argv_line(out, p);
 	fprintf(out, "  segment: %s, %" PRIu64 " events recorded\n", p->seg.name, hs_seg_events(&p->seg));
 	overflow_lines(out, p);
@@ -367,5 +396,15 @@ void hs_report_text(FILE *out, struct hs_session *s, const struct hs_findings *f
 	for (size_t i = 0; i < f->n; i++)
 		finding(out, s, &f->v[i]);
 	for (size_t i = 0; i < s->nprocs; i++)
-		process_section(out, s, &s->procs[i]);
+		if (interesting(&s->procs[i], f))
+			process_section(out, s, &s->procs[i]);
+	/* The others in one line each, after the ones that matter. */
+	for (size_t i = 0; i < s->nprocs; i++)
+		if (!interesting(&s->procs[i], f)) {
+			const struct hs_proc *p = &s->procs[i];
+			fprintf(out, "  process %d.%u (%s), parent %d: ", p->seg.hdr.pid, p->seg.hdr.image, p->exe,
+				p->seg.hdr.ppid);
+			state_line(out, p);
+			fprintf(out, "\n");
+		}
 }

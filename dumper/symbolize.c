@@ -175,8 +175,9 @@ static void fill_debuginfo(struct hs_frame *f, const struct mod *m, uint64_t add
 	const char *name = dwfl_module_addrinfo(m->dw, addr, &off, &sym, NULL, NULL, NULL);
 	Dwfl_Line *line;
 
+	/* "__libc_start_main@@GLIBC_2.34": the version says nothing in a stack */
 	if (name)
-		f->function = strdup(name);
+		f->function = strndup(name, strcspn(name, "@"));
 	if ((line = dwfl_module_getsrc(m->dw, addr))) {
 		int lineno = 0;
 		const char *src = dwfl_lineinfo(line, NULL, &lineno, NULL, NULL, NULL);
