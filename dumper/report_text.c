@@ -250,7 +250,11 @@ static void argv_line(FILE *out, const struct hs_proc *p)
 	fprintf(out, "  argv:");
 	while (i < h->argc && off < HS_ARGV_MAX) {
 		size_t n = strnlen(h->argv + off, HS_ARGV_MAX - off);
-		fprintf(out, " %.*s", (int)n, h->argv + off);
+		fputc(' ', out);
+		for (size_t k = 0; k < n; k++) {
+			unsigned char c = (unsigned char)h->argv[off + k];
+			fputc(c < 0x20 || c == 0x7f ? '?' : c, out);
+		}
 		off += n + 1, i++;
 	}
 	fprintf(out, "%s\n", h->argv_truncated ? " ..." : "");

@@ -262,6 +262,7 @@ int hs_seg_string(const struct hs_seg *seg, uint64_t off, char *out, size_t outl
 		char c = __atomic_load_n(&s[off + i], __ATOMIC_RELAXED);
 		if (c == '\0') {
 			out[i < outlen ? i : outlen - 1] = '\0';
+			hs_clean(out);
 			return 0;
 		}
 		if (i < outlen - 1)
@@ -269,6 +270,14 @@ int hs_seg_string(const struct hs_seg *seg, uint64_t off, char *out, size_t outl
 	}
 	out[0] = '\0';
 	return -1;
+}
+
+char *hs_clean(char *s)
+{
+	for (char *p = s; *p; p++)
+		if ((unsigned char)*p < 0x20 || *p == 0x7f)
+			*p = '?';
+	return s;
 }
 
 #define LIVE_HDR(seg) ((const struct hs_header *)(const void *)(seg)->base)

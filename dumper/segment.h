@@ -81,6 +81,10 @@ uint32_t hs_seg_dropped(const struct hs_seg *seg, enum hs_table_id t);
  */
 int hs_seg_string(const struct hs_seg *seg, uint64_t off, char *out, size_t outlen);
 
+/* Replace control characters in s (a string from the segment) by '?', so
+ * that printing it cannot drive the terminal.  Returns s. */
+char *hs_clean(char *s);
+
 /* Live [atomic] header words, loaded with acquire from the mapping. */
 uint64_t hs_seg_state(const struct hs_seg *seg);
 uint64_t hs_seg_end_ns(const struct hs_seg *seg);

@@ -73,6 +73,7 @@ static void load_one(struct hs_session *s, const char *name, bool symbols, size_
 	p->pstate = hs_liveness(hs_seg_state(&p->seg), p->seg.hdr.pid, p->seg.hdr.start_ticks, &p->value);
 	memcpy(p->exe, p->seg.hdr.exe, HS_EXE_MAX);
 	p->exe[HS_EXE_MAX] = '\0';
+	hs_clean(p->exe);
 	p->symbols = symbols;
 	load_threads(p);
 	s->nprocs++;

@@ -51,6 +51,7 @@ static void sanitize_thread(struct hs_seg *seg, struct hs_tsnap *s)
 			t->held[i].mode = HS_MODE_WRITE;
 	memcpy(s->name, t->name, HS_THREAD_NAME_MAX);
 	s->name[HS_THREAD_NAME_MAX] = '\0';
+	hs_clean(s->name);
 }
 
 int hs_read_thread(struct hs_seg *seg, uint32_t slot, struct hs_tsnap *out)

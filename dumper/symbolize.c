@@ -138,8 +138,12 @@ static void load_modules(struct hs_sym *s, struct hs_seg *seg, const char *exe)
 		m->hook = is_hook_module(path);
 		if (s->dwfl && !m->hook) {
 			m->dw = dwfl_report_elf(s->dwfl, base_name(path), path, -1, rec.base, false);
-			if (!m->dw)
-				warn_once(path, dwfl_errmsg(-1));
+			if (!m->dw) {
+				char why[300];
+				snprintf(why, sizeof why, "cannot read it (%s): its frames show module+offset only",
+					 dwfl_errmsg(-1));
+				warn_once(path, why);
+			}
 			check_build_id(m, &rec);
 		}
 		s->nmods++;
