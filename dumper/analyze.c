@@ -12,7 +12,8 @@
  * out of a lock that was just handed over), in a process that is gone every
  * waiting thread, since its last state is final.  Strongly connected
  * components of two or more threads are deadlocks (Tarjan); blocked threads
- * of a live process outside them are one hang finding per process.
+ * of a live process outside them are one hang finding per process.  Waits
+ * on condition variables alone are not hangs (see is_blocked).
  * Design: DESIGN.md "Hangs"; docs/interfaces.md "heisen-dump".
  */
 #include "analyze.h"
@@ -108,10 +109,17 @@ double hs_wait_seconds(const struct hs_session *s, const struct hs_proc *p, cons
 	return (double)(ref - t->t.wait_since_ns) / 1e9;
 }
 
+/*
+ * Only lock and GIL waits block.  A condition-variable wait is how an idle
+ * thread sleeps (thread pools, OpenBLAS workers): counting it would call
+ * every quiet service hung, and heisen-run may kill on a hang.  A thread
+ * stuck behind a cond waiter still shows: it waits for a lock, and the
+ * report says its holder waits on a condition variable.
+ */
 static bool is_blocked(const struct hs_session *s, const struct hs_proc *p, const struct hs_tsnap *t,
 		       double timeout)
 {
-	if (t->t.state != HS_THREAD_LIVE || t->t.wait_kind == HS_WAIT_NONE)
+	if (!waits_for_lock(t))
 		return false;
 	return !hs_proc_alive(p) || hs_wait_seconds(s, p, t) >= timeout;
 }

@@ -153,14 +153,20 @@ static void holders_text(char *buf, size_t len, const struct hs_proc *p, const s
 	if (n == 0)
 		return;
 	used = (size_t)snprintf(buf, len, ", held by");
-	for (size_t i = 0; i < n && i < 8 && used < len; i++)
+	for (size_t i = 0; i < n && i < 8 && used < len; i++) {
 		used += (size_t)snprintf(buf + used, len - used, "%s thread %d", i ? "," : "", h[i]->t.tid);
+		if (h[i]->t.wait_kind == HS_WAIT_COND && used < len)
+			used += (size_t)snprintf(buf + used, len - used, " (itself waiting on condition variable 0x%" PRIx64 ")",
+						 h[i]->t.wait_addr);
+		else if (h[i]->t.wait_kind == HS_WAIT_NONE && used < len)
+			used += (size_t)snprintf(buf + used, len - used, " (not waiting: busy or in code heisen does not see)");
+	}
 }
 
 static void blocked_thread(FILE *out, struct hs_session *s, struct hs_fnd *f, const struct hs_tsnap *t)
 {
 	struct hs_lockref w, l;
-	char holders[160];
+	char holders[512];
 	const struct hs_held *rel = hs_relevant_hold(f, t);
 
 	hs_lockref(f->proc, t->t.wait_lock, t->t.wait_kind == HS_WAIT_COND ? 0 : t->t.wait_addr, &w);

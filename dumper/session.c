@@ -41,9 +41,18 @@ static bool is_seg_name(const char *name)
 	return n > 4 && strcmp(name + n - 4, ".seg") == 0;
 }
 
+/* Far above any real HEISEN_THREADS; bounds the analysis (its recursion
+ * depth and its quadratic wait-for edges) on a crafted segment. */
+#define THREADS_READ_MAX 16384u
+
 static void load_threads(struct hs_proc *p)
 {
 	uint32_t cap = p->seg.hdr.tables[HS_T_THREADS].capacity;
+	if (cap > THREADS_READ_MAX) {
+		hs_seg_complain(&p->seg, "threads table capacity %u > %u: only the first %u slots are read", cap,
+				THREADS_READ_MAX, THREADS_READ_MAX);
+		cap = THREADS_READ_MAX;
+	}
 	p->threads = calloc(cap ? cap : 1, sizeof *p->threads);
 	if (!p->threads)
 		return;

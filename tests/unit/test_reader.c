@@ -412,6 +412,15 @@ static void test_no_cycle(void)
 	hs_findings_free(&f);
 	hs_session_free(&ss);
 
+	/* An idle thread sleeping on a condition variable is not a hang. */
+	((struct hs_thread *)entry(&s, HS_T_THREADS, 0))->wait_kind = HS_WAIT_COND;
+	load(&s, &ss, &f, 30.0);
+	CHECK(count_kind(&f, HS_F_HANG) == 0 && count_kind(&f, HS_F_DEADLOCK) == 0);
+	CHECK(report_all(&ss, &f) == 0);
+	hs_findings_free(&f);
+	hs_session_free(&ss);
+	((struct hs_thread *)entry(&s, HS_T_THREADS, 0))->wait_kind = HS_WAIT_LOCK;
+
 	/* Gone: a cycle-free last state is neither a deadlock nor a hang. */
 	s.h->state = HS_STATE_PACK(HS_STATE_EXITED, 0);
 	load(&s, &ss, &f, 30.0);
