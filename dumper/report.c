@@ -8,7 +8,21 @@
  */
 #include "report.h"
 
+#include <stdarg.h>
 #include <string.h>
+
+void hs_appendf(char *buf, size_t len, size_t *used, const char *fmt, ...)
+{
+	va_list ap;
+	int n;
+	if (len == 0 || *used >= len - 1)
+		return;
+	va_start(ap, fmt);
+	n = vsnprintf(buf + *used, len - *used, fmt, ap);
+	va_end(ap);
+	if (n > 0)
+		*used = *used + (size_t)n < len - 1 ? *used + (size_t)n : len - 1;
+}
 
 void hs_lockref(struct hs_proc *p, uint32_t id, uint64_t addr, struct hs_lockref *out)
 {

@@ -40,6 +40,10 @@ struct hs_frames {
  * cannot be read: id 0, not ready, or corrupt, which is complained). */
 void hs_frames_of(struct hs_proc *p, uint32_t id, struct hs_frames *out);
 
+/* snprintf at buf + *used, advancing *used but never past len - 1: the
+ * string is cut, never overrun, however many calls follow. */
+void hs_appendf(char *buf, size_t len, size_t *used, const char *fmt, ...) __attribute__((format(printf, 4, 5)));
+
 const char *hs_mode_name(unsigned mode);          /* "write" / "read" */
 const char *hs_lock_kind_name(unsigned kind);     /* NULL when unknown */
 const char *hs_wait_kind_name(unsigned kind);     /* "lock", "cond", "gil", NULL for none */

@@ -258,14 +258,15 @@ static void potential(struct hs_json *j, struct hs_fnd *f, char *msg, size_t len
 {
 	struct hs_lockref a, b;
 	char role[512];
-	size_t used = (size_t)snprintf(msg, len, "lock-order cycle:");
+	size_t used = 0;
+	hs_appendf(msg, len, &used, "lock-order cycle:");
 	hs_json_array(j, "locks");
 	for (uint32_t i = 0; i < f->nedges; i++) {
 		lockref(j, NULL, f->proc, f->edges[i].from, 0);
-		used += (size_t)snprintf(msg + used, used < len ? len - used : 0, " %s ->", label(f->proc, f->edges[i].from, 0, &a));
+		hs_appendf(msg, len, &used, " %s ->", label(f->proc, f->edges[i].from, 0, &a));
 	}
 	if (f->nedges)
-		snprintf(msg + used, used < len ? len - used : 0, " %s", label(f->proc, f->edges[f->nedges - 1].to, 0, &a));
+		hs_appendf(msg, len, &used, " %s", label(f->proc, f->edges[f->nedges - 1].to, 0, &a));
 	hs_json_end_array(j);
 	hs_json_array(j, "stacks");
 	for (uint32_t i = 0; i < f->nedges; i++) {
@@ -383,12 +384,13 @@ static void blocked_stacks(struct hs_json *j, struct hs_fnd *f)
 static void blocked(struct hs_json *j, struct hs_session *s, struct hs_fnd *f, char *msg, size_t len)
 {
 	struct hs_lockref r;
-	size_t used = (size_t)snprintf(msg, len, "%s:", f->kind == HS_F_DEADLOCK ? "threads wait for each other" : "blocked");
+	size_t used = 0;
+	hs_appendf(msg, len, &used, "%s:", f->kind == HS_F_DEADLOCK ? "threads wait for each other" : "blocked");
 	hs_json_array(j, "locks");
 	for (uint32_t i = 0; i < f->nthreads; i++) {
 		const struct hs_tsnap *t = f->threads[i];
 		lockref(j, NULL, f->proc, t->t.wait_lock, wait_target(t));
-		used += (size_t)snprintf(msg + used, used < len ? len - used : 0, "%s thread %d waits for %s",
+		hs_appendf(msg, len, &used, "%s thread %d waits for %s",
 					 i ? ";" : "", t->t.tid, label(f->proc, t->t.wait_lock, wait_target(t), &r));
 	}
 	hs_json_end_array(j);

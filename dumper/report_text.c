@@ -152,14 +152,14 @@ static void holders_text(char *buf, size_t len, const struct hs_proc *p, const s
 	buf[0] = '\0';
 	if (n == 0)
 		return;
-	used = (size_t)snprintf(buf, len, ", held by");
-	for (size_t i = 0; i < n && i < 8 && used < len; i++) {
-		used += (size_t)snprintf(buf + used, len - used, "%s thread %d", i ? "," : "", h[i]->t.tid);
-		if (h[i]->t.wait_kind == HS_WAIT_COND && used < len)
-			used += (size_t)snprintf(buf + used, len - used, " (itself waiting on condition variable 0x%" PRIx64 ")",
-						 h[i]->t.wait_addr);
-		else if (h[i]->t.wait_kind == HS_WAIT_NONE && used < len)
-			used += (size_t)snprintf(buf + used, len - used, " (not waiting: busy or in code heisen does not see)");
+	hs_appendf(buf, len, &used, ", held by");
+	for (size_t i = 0; i < n && i < 8; i++) {
+		hs_appendf(buf, len, &used, "%s thread %d", i ? "," : "", h[i]->t.tid);
+		if (h[i]->t.wait_kind == HS_WAIT_COND)
+			hs_appendf(buf, len, &used, " (itself waiting on condition variable 0x%" PRIx64 ")",
+				   h[i]->t.wait_addr);
+		else if (h[i]->t.wait_kind == HS_WAIT_NONE)
+			hs_appendf(buf, len, &used, " (not waiting: busy, or blocked where heisen does not see)");
 	}
 }
 
