@@ -1,0 +1,534 @@
+# SPDX-License-Identifier: MIT
+"""End-to-end tests of heisen-run (launcher/): exit statuses, signal
+forwarding (and no double SIGINT from a terminal), the child's environment,
+session directories, reaping as a subreaper and as PID 1, marking the
+segments of processes killed without a word, finding the library after
+`meson install`, and the hang watchdog (report and kill).
+
+Contracts: docs/interfaces.md; the launcher's own choices: launcher/main.c
+and launcher/reaper.c.  Run with /usr/bin/python3 -m pytest tests/test_launcher.py
+(HEISEN_BUILD names the build directory, see conftest.py).
+"""
+import os
+import pty
+import select
+import shutil
+import signal
+import stat
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from conftest import SYSTEM_PYTHON
+
+BANNER = "==== heisen report: "
+BANNER_END = "==== end of heisen report ===="
+
+
+def popen(heisen, args, **kw):
+    env = heisen.env()
+    env.update(kw.pop("env", {}))
+    return subprocess.Popen([str(heisen.run_bin)] + [str(a) for a in args], env=env,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, **kw)
+
+
+def wait_for_line(stream, needle, timeout=30):
+    """Read lines from stream until one contains needle; returns what was read."""
+    seen = []
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        r, _, _ = select.select([stream], [], [], 0.1)
+        if r:
+            line = stream.readline()
+            if not line:
+                break
+            seen.append(line)
+            if needle in line:
+                return "".join(seen)
+    raise AssertionError(f"{needle!r} not seen in {''.join(seen)!r}")
+
+
+def proc_state(pid):
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0]
+    except FileNotFoundError:
+        return None
+
+
+def find_lib(name):
+    for d in ("/lib/x86_64-linux-gnu", "/usr/lib/x86_64-linux-gnu", "/lib64", "/usr/lib64",
+              "/lib/aarch64-linux-gnu", "/usr/lib/aarch64-linux-gnu", "/usr/lib"):
+        p = Path(d) / name
+        if p.exists():
+            return str(p)
+    pytest.skip(f"{name} not found")
+
+
+# ---- exit status --------------------------------------------------------
+
+
+def test_exit_code_passthrough(heisen):
+    p = heisen.run(["--quiet", "--", "sh", "-c", "exit 3"])
+    assert p.returncode == 3, p.stderr
+
+
+def test_killed_child_gives_128_plus_signal_and_a_report(heisen, session):
+    p = heisen.run(["--dir", session, "--", "sh", "-c", "kill -TERM $$"])
+    assert p.returncode == 143, p.stderr
+    assert "killed by signal 15" in p.stderr
+    assert BANNER + str(session.resolve()) in p.stderr
+    assert BANNER_END in p.stderr
+    assert f"session: {session.resolve()}" in p.stderr
+
+
+def test_exec_failures_are_127_and_126(heisen, tmp_path):
+    p = heisen.run(["--", tmp_path / "no-such-program"])
+    assert p.returncode == 127
+    assert "No such file or directory" in p.stderr
+    f = tmp_path / "not-executable"
+    f.write_text("#!/bin/sh\n")
+    f.chmod(0o644)
+    p = heisen.run(["--", f])
+    assert p.returncode == 126
+    assert "Permission denied" in p.stderr
+
+
+def test_usage_errors_are_125(heisen):
+    assert heisen.run([]).returncode == 125
+    assert heisen.run(["--on-hang", "maybe", "--", "true"]).returncode == 125
+    assert heisen.run(["--hang-timeout", "soon", "--", "true"]).returncode == 125
+
+
+def test_heisen_lib_override_must_exist(heisen, tmp_path):
+    p = heisen.run(["--", "true"], env={"HEISEN_LIB": str(tmp_path / "nope.so")})
+    assert p.returncode == 125
+    assert "HEISEN_LIB" in p.stderr
+
+
+def test_command_options_are_not_ours(heisen):
+    # the first non-option ends heisen-run's options, even without "--"
+    p = heisen.run(["--quiet", "sh", "-c", "echo $0 $1", "--dir", "x"])
+    assert p.returncode == 0, p.stderr
+    assert p.stdout.split() == ["--dir", "x"]
+
+
+# ---- signals ------------------------------------------------------------
+
+HANDLER = """
+import os, signal, sys, time
+def h(sig, frame):
+    print("got", sig, flush=True)
+    sys.exit({code})
+signal.signal(signal.{sig}, h)
+print("ready", os.getpid(), flush=True)
+time.sleep(30)
+sys.exit(99)
+"""
+
+
+@pytest.mark.parametrize("sig,code", [("SIGTERM", 42), ("SIGUSR1", 7), ("SIGHUP", 9), ("SIGINT", 11)])
+def test_signal_is_forwarded(heisen, sig, code):
+    proc = popen(heisen, ["--quiet", "--", SYSTEM_PYTHON, "-c", HANDLER.format(sig=sig, code=code)])
+    try:
+        wait_for_line(proc.stdout, "ready")
+        proc.send_signal(getattr(signal, sig))
+        out, err = proc.communicate(timeout=30)
+    finally:
+        proc.kill()
+    assert proc.returncode == code, err
+    assert f"got {int(getattr(signal, sig))}" in out
+
+
+COUNT_SIGINT = """
+import signal, sys, time
+n = 0
+def h(*a):
+    global n
+    n += 1
+signal.signal(signal.SIGINT, h)
+print("ready", flush=True)
+t = time.time() + 20
+while n == 0 and time.time() < t:
+    time.sleep(0.01)
+time.sleep(0.7)
+print("count", n, flush=True)
+sys.exit(n)
+"""
+
+
+def run_in_pty(argv, env, send, wait_for=b"ready", timeout=30):
+    """Run argv as a session leader on a new pty; write `send` to the
+    terminal once `wait_for` was printed.  Returns (output, exit code)."""
+    pid, fd = pty.fork()
+    if pid == 0:
+        try:
+            os.execve(argv[0], argv, env)
+        finally:
+            os._exit(126)
+    out = b""
+    sent = False
+    deadline = time.monotonic() + timeout
+    try:
+        while time.monotonic() < deadline:
+            r, _, _ = select.select([fd], [], [], 0.1)
+            if r:
+                try:
+                    chunk = os.read(fd, 4096)
+                except OSError:
+                    break
+                if not chunk:
+                    break
+                out += chunk
+            if not sent and wait_for in out:
+                os.write(fd, send)
+                sent = True
+    finally:
+        os.close(fd)
+    _, st = os.waitpid(pid, 0)
+    return out.decode(errors="replace"), os.waitstatus_to_exitcode(st)
+
+
+def test_terminal_ctrl_c_reaches_the_child_once(heisen, tmp_path):
+    """Ctrl-C on the terminal goes to the whole foreground process group, the
+    command included: heisen-run must not forward its own copy too."""
+    script = tmp_path / "count.py"
+    script.write_text(COUNT_SIGINT)
+    out, rc = run_in_pty([str(heisen.run_bin), "--quiet", "--", SYSTEM_PYTHON, str(script)],
+                         heisen.env(), b"\x03")
+    assert "count 1" in out, out
+    assert rc == 1, out
+
+
+def test_kill_int_to_launcher_reaches_the_child_once(heisen, tmp_path):
+    script = tmp_path / "count.py"
+    script.write_text(COUNT_SIGINT)
+    proc = popen(heisen, ["--quiet", "--", SYSTEM_PYTHON, script])
+    try:
+        wait_for_line(proc.stdout, "ready")
+        proc.send_signal(signal.SIGINT)
+        out, err = proc.communicate(timeout=30)
+    finally:
+        proc.kill()
+    assert "count 1" in out, (out, err)
+    assert proc.returncode == 1
+
+
+def test_child_shares_our_process_group_and_stdin(heisen):
+    code = ("import os,sys; print(os.getpgrp() == os.getpgid(os.getppid()), sys.stdin.read().strip())")
+    p = heisen.run(["--quiet", "--", SYSTEM_PYTHON, "-c", code], input="from stdin\n")
+    assert p.returncode == 0, p.stderr
+    assert p.stdout.split() == ["True", "from", "stdin"]
+
+
+# ---- environment and session -------------------------------------------
+
+SHOW_ENV = 'echo "$LD_PRELOAD"; echo "$HEISEN_DIR"'
+
+
+def test_ld_preload_is_absolute_and_first(heisen, tmp_path):
+    # run through a relative path from another directory
+    rel = os.path.relpath(heisen.run_bin, tmp_path)
+    env = heisen.env()
+    p = subprocess.run([rel, "--quiet", "--", "sh", "-c", SHOW_ENV], cwd=tmp_path, env=env,
+                       capture_output=True, text=True, timeout=60)
+    assert p.returncode == 0, p.stderr
+    preload, hdir = p.stdout.splitlines()
+    assert preload == str(heisen.lib.resolve())
+    assert os.path.isabs(hdir) and os.path.isdir(hdir)
+
+
+def test_ld_preload_keeps_the_users_entries(heisen):
+    libm = find_lib("libm.so.6")
+    ours = str(heisen.lib.resolve())
+    for given in (libm, f"{libm} {ours}", f"{ours}:{libm}"):
+        p = heisen.run(["--quiet", "--", "sh", "-c", SHOW_ENV], env={"LD_PRELOAD": given})
+        assert p.returncode == 0, p.stderr
+        entries = p.stdout.splitlines()[0].replace(" ", ":").split(":")
+        assert entries == [ours, libm], given
+
+
+def test_dir_is_created_0700_and_exported(heisen, tmp_path):
+    d = tmp_path / "a" / "b" / "session"
+    p = heisen.run(["--quiet", "--dir", d, "--", "sh", "-c", SHOW_ENV])
+    assert p.returncode == 0, p.stderr
+    assert d.is_dir()
+    assert stat.S_IMODE(d.stat().st_mode) == 0o700
+    assert p.stdout.splitlines()[1] == str(d.resolve())
+
+
+def test_dir_relative_is_made_absolute(heisen, tmp_path):
+    p = subprocess.run([str(heisen.run_bin), "--quiet", "--dir", "rel", "--", "sh", "-c",
+                        'cd / && echo "$HEISEN_DIR"'], cwd=tmp_path, env=heisen.env(),
+                       capture_output=True, text=True, timeout=60)
+    assert p.returncode == 0, p.stderr
+    assert p.stdout.strip() == str((tmp_path / "rel").resolve())
+
+
+def test_default_session_under_dev_shm(heisen):
+    p = heisen.run(["--", "sh", "-c", SHOW_ENV])
+    assert p.returncode == 0, p.stderr
+    hdir = Path(p.stdout.splitlines()[1])
+    base = Path(f"/dev/shm/heisen-{os.getuid()}")
+    assert hdir.parent == base
+    assert hdir.name.startswith("sh-")
+    st = base.lstat()
+    assert stat.S_ISDIR(st.st_mode) and stat.S_IMODE(st.st_mode) == 0o700 and st.st_uid == os.getuid()
+    shutil.rmtree(hdir, ignore_errors=True)
+
+
+def test_rm_removes_a_clean_session(heisen, tmp_path):
+    p = heisen.run(["--rm", "--", "sh", "-c", SHOW_ENV])
+    assert p.returncode == 0, p.stderr
+    hdir = Path(p.stdout.splitlines()[1])
+    assert not hdir.exists(), list(hdir.iterdir())
+
+
+def run_as_other_user(heisen, uid):
+    setpriv = shutil.which("setpriv")
+    if os.geteuid() != 0 or not setpriv:
+        pytest.skip("needs root and setpriv")
+    return subprocess.run([setpriv, f"--reuid={uid}", f"--regid={uid}", "--clear-groups",
+                           str(heisen.run_bin), "--", "true"], env=heisen.env(),
+                          capture_output=True, text=True, timeout=60)
+
+
+@pytest.fixture
+def other_base():
+    uid = 54321
+    base = Path(f"/dev/shm/heisen-{uid}")
+    if base.exists() or base.is_symlink():
+        pytest.skip(f"{base} exists already")
+    yield uid, base
+    if base.is_symlink() or base.is_file():
+        base.unlink()
+    elif base.exists():
+        shutil.rmtree(base)
+
+
+def test_base_dir_symlink_is_refused(heisen, other_base, tmp_path):
+    uid, base = other_base
+    target = tmp_path / "elsewhere"
+    target.mkdir()
+    os.chown(target, uid, uid)
+    base.symlink_to(target)
+    if not os.access(heisen.run_bin, os.X_OK):
+        pytest.skip("binary not reachable")
+    p = run_as_other_user(heisen, uid)
+    assert p.returncode == 125, p.stderr
+    assert "symbolic link" in p.stderr
+    assert list(target.iterdir()) == []
+
+
+def test_base_dir_of_another_owner_is_refused(heisen, other_base):
+    uid, base = other_base
+    base.mkdir(mode=0o777)
+    base.chmod(0o777)  # root owns it; the user could write to it, but must not trust it
+    p = run_as_other_user(heisen, uid)
+    assert p.returncode == 125, p.stderr
+    assert "owned by uid 0" in p.stderr
+    assert list(base.iterdir()) == []
+
+
+# ---- reaping and marking -----------------------------------------------
+
+ORPHAN = """
+import os, subprocess, sys, time
+me = os.getpid()
+launcher = os.getppid()
+# the intermediate shell exits at once: its child is orphaned
+p = subprocess.run(["sh", "-c", "sleep 0.3 >/dev/null 2>&1 & echo $!"], capture_output=True, text=True)
+orphan = int(p.stdout)
+def stat(pid):
+    try:
+        return open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()
+    except FileNotFoundError:
+        return None
+s = stat(orphan)
+print("orphan-parent-is-launcher", s is not None and int(s[1]) == launcher, flush=True)
+time.sleep(1.0)
+s = stat(orphan)
+print("orphan-after", "gone" if s is None else s[0], flush=True)
+zombies = [d for d in os.listdir("/proc") if d.isdigit() and (stat(d) or ["?"])[0] == "Z"]
+print("zombies", len(zombies), flush=True)
+"""
+
+
+def test_orphans_are_reparented_to_us_and_reaped(heisen):
+    p = heisen.run(["--quiet", "--", SYSTEM_PYTHON, "-c", ORPHAN])
+    assert p.returncode == 0, p.stderr
+    assert "orphan-parent-is-launcher True" in p.stdout, p.stdout
+    assert "orphan-after gone" in p.stdout, p.stdout
+
+
+def unshare_pid(heisen, args, **kw):
+    unshare = shutil.which("unshare")
+    if os.geteuid() != 0 or not unshare:
+        pytest.skip("needs root and unshare")
+    probe = subprocess.run([unshare, "--pid", "--fork", "--mount-proc", "true"], capture_output=True)
+    if probe.returncode != 0:
+        pytest.skip(f"unshare --pid does not work here: {probe.stderr!r}")
+    env = heisen.env()
+    env.update(kw.pop("env", {}))
+    return subprocess.run([unshare, "--pid", "--fork", "--mount-proc", str(heisen.run_bin)] +
+                          [str(a) for a in args], env=env, capture_output=True, text=True,
+                          timeout=kw.pop("timeout", 60), **kw)
+
+
+def test_pid1_reaps_orphaned_grandchildren(heisen):
+    p = unshare_pid(heisen, ["--quiet", "--", SYSTEM_PYTHON, "-c",
+                             "import os; print('launcher-is-pid1', os.getppid() == 1, flush=True)\n" + ORPHAN])
+    assert p.returncode == 0, p.stderr
+    assert "launcher-is-pid1 True" in p.stdout
+    assert "orphan-parent-is-launcher True" in p.stdout, p.stdout
+    assert "orphan-after gone" in p.stdout, p.stdout
+    assert "zombies 0" in p.stdout, p.stdout
+
+
+def test_pid1_terminates_leftovers_when_the_command_ends(heisen, tmp_path):
+    mark = tmp_path / "got-term"
+    leftover = (f"import signal,sys,time\n"
+                f"signal.signal(signal.SIGTERM, lambda *a: (open({str(mark)!r}, 'w').write('TERM'), sys.exit(0)))\n"
+                f"time.sleep(60)\n")
+    script = f"{SYSTEM_PYTHON} -c \"$0\" & sleep 0.5; exit 5"
+    t = time.monotonic()
+    p = unshare_pid(heisen, ["--quiet", "--", "sh", "-c", script, leftover])
+    assert p.returncode == 5, p.stderr
+    assert time.monotonic() - t < 30
+    assert mark.read_text() == "TERM"
+
+
+def test_waitpid_marks_a_silent_death_killed(heisen, session):
+    """A SIGKILLed process cannot write its own end: heisen-run records what
+    waitpid said, and heisen-dump shows `killed`, signal 9."""
+    p = heisen.run(["--dir", session, "--", "sh", "-c", "kill -KILL $$"])
+    assert p.returncode == 137, p.stderr
+    rep = heisen.dump_json(session)
+    killed = [pr for pr in rep["processes"] if pr["state"] == "killed"]
+    assert len(killed) == 1, rep["processes"]
+    assert killed[0]["signal"] == 9
+    assert BANNER in p.stderr and BANNER_END in p.stderr
+
+
+def test_grandchild_killed_is_marked_too(heisen, session):
+    # an orphan killed after its parent left is ours to reap and to mark
+    orphan = ("import os, signal, subprocess, sys, time\n"
+              "p = subprocess.run(['sh', '-c', 'sleep 30 >/dev/null 2>&1 & echo $!'], capture_output=True, text=True)\n"
+              "pid = int(p.stdout)\n"
+              "d = os.environ['HEISEN_DIR']\n"
+              "t = time.time() + 20\n"
+              "while time.time() < t and not (open(f'/proc/{pid}/comm').read().strip() == 'sleep'\n"
+              "        and any(f.startswith(f'{pid}.') for f in os.listdir(d))):\n"
+              "    time.sleep(0.01)\n"
+              "time.sleep(0.3)  # let its segment reach RUNNING\n"
+              "os.kill(pid, signal.SIGKILL)\n"
+              "time.sleep(0.5)\n")
+    p = heisen.run(["--quiet", "--dir", session, "--", SYSTEM_PYTHON, "-c", orphan])
+    assert p.returncode == 0, p.stderr
+    rep = heisen.dump_json(session)
+    states = sorted((pr["state"], pr.get("signal")) for pr in rep["processes"])
+    assert ("killed", 9) in states, rep["processes"]
+    assert not any(s == "running" or s == "vanished" for s, _ in states), states
+
+
+def test_dumper_runs_without_ld_preload(heisen, tmp_path, session):
+    log = tmp_path / "dump-env.log"
+    wrap = tmp_path / "heisen-dump"
+    wrap.write_text(f"#!/bin/sh\necho \"LD_PRELOAD=${{LD_PRELOAD-unset}} HEISEN_DIR=${{HEISEN_DIR-unset}}\" >> {log}\n"
+                    f"exec {heisen.dump_bin} \"$@\"\n")
+    wrap.chmod(0o755)
+    p = heisen.run(["--dir", session, "--", "sh", "-c", "sleep 1.2; kill -TERM $$"],
+                   env={"HEISEN_DUMP": str(wrap)})
+    assert p.returncode == 143, p.stderr
+    lines = log.read_text().splitlines()
+    assert len(lines) >= 2  # at least one watchdog tick and the final report
+    assert set(lines) == {"LD_PRELOAD=unset HEISEN_DIR=unset"}
+
+
+# ---- installed layout ---------------------------------------------------
+
+
+def test_installed_tree_finds_its_library(heisen, tmp_path):
+    if not (heisen.build / "meson-private").is_dir():
+        pytest.skip("not a meson build directory")
+    dest = tmp_path / "dest"
+    p = subprocess.run(["meson", "install", "-C", str(heisen.build), "--destdir", str(dest),
+                        "--no-rebuild", "--quiet"], capture_output=True, text=True, timeout=300)
+    assert p.returncode == 0, p.stdout + p.stderr
+    runs = list(dest.rglob("heisen-run"))
+    assert len(runs) == 1, runs
+    p = subprocess.run([str(runs[0]), "--quiet", "--", "sh", "-c", SHOW_ENV], env=heisen.env(),
+                       capture_output=True, text=True, timeout=60)
+    assert p.returncode == 0, p.stderr
+    first = p.stdout.splitlines()[0].split(":")[0]
+    assert first.startswith(str(dest.resolve()) + "/"), first
+    assert first.endswith("/heisen/libheisen.so") and Path(first).is_file(), first
+    shutil.rmtree(p.stdout.splitlines()[1], ignore_errors=True)
+
+
+# ---- the hang watchdog --------------------------------------------------
+
+
+def abba(heisen):
+    t = heisen.targets / "abba_deadlock"
+    if not t.exists():
+        pytest.skip("test-targets/abba_deadlock is not built")
+    return t
+
+
+def test_on_hang_kill_kills_the_tree(heisen, session):
+    t = abba(heisen)
+    start = time.monotonic()
+    p = heisen.run(["--dir", session, "--hang-timeout", "1", "--on-hang", "kill", "--", t], timeout=90)
+    assert p.returncode == 137, p.stderr
+    assert time.monotonic() - start < 60
+    assert "waiting" in p.stdout
+    pid = int(p.stdout.split("pid ")[1].split()[0])
+    assert proc_state(pid) is None
+    assert "hang detected" in p.stderr and "deadlock" in p.stderr, p.stderr
+    assert BANNER + str(session.resolve()) in p.stderr and BANNER_END in p.stderr
+    assert f"session: {session.resolve()}" in p.stderr
+    rep = heisen.dump_json(session)
+    me = [pr for pr in rep["processes"] if pr["pid"] == pid]
+    assert me and me[-1]["state"] == "killed" and me[-1]["signal"] == 9, rep["processes"]
+
+
+def test_on_hang_kill_reaches_grandchildren(heisen, session, tmp_path):
+    t = abba(heisen)
+    # the deadlocked program is a grandchild behind a shell that waits for it
+    p = heisen.run(["--dir", session, "--hang-timeout", "1", "--on-hang", "kill", "--",
+                    "sh", "-c", f"{t} & wait; echo not reached"], timeout=90)
+    assert p.returncode == 137, p.stderr
+    pid = int(p.stdout.split("pid ")[1].split()[0])
+    assert proc_state(pid) is None
+    assert "not reached" not in p.stdout
+
+
+def test_on_hang_report_reports_once_and_keeps_watching(heisen, session):
+    t = abba(heisen)
+    proc = popen(heisen, ["--dir", session, "--hang-timeout", "1", "--", t])
+    err = []
+    reader = threading.Thread(target=lambda: err.append(proc.stderr.read()))
+    try:
+        wait_for_line(proc.stdout, "waiting")
+        reader.start()
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline and not list(session.glob("*.seg")):
+            time.sleep(0.1)
+        time.sleep(5)  # hang timeout 1 s, then several more watchdog ticks
+        assert proc.poll() is None, "report mode must not kill"
+        proc.send_signal(signal.SIGTERM)
+        proc.wait(timeout=60)
+        reader.join(timeout=60)
+    finally:
+        proc.kill()
+    text = "".join(err)
+    assert proc.returncode == 143, text
+    assert text.count("hang detected") == 1, text
+    assert "still running" in text
+    assert text.count(BANNER) == 2, text  # the hang report, then the final one
+    assert text.rstrip().endswith(f"session: {session.resolve()}")
