@@ -132,3 +132,14 @@ const struct hs_held *hs_relevant_hold(const struct hs_fnd *f, const struct hs_t
 	}
 	return t->t.held_count ? &t->t.held[t->t.held_count - 1] : NULL;
 }
+
+const struct hs_held *hs_held_for(const struct hs_tsnap *holder, const struct hs_tsnap *waiter)
+{
+	const struct hs_thread *w = &waiter->t;
+	for (uint32_t i = 0; i < holder->t.held_count; i++) {
+		const struct hs_held *h = &holder->t.held[i];
+		if ((w->wait_addr && h->addr == w->wait_addr) || (!w->wait_addr && w->wait_lock && h->lock == w->wait_lock))
+			return h;
+	}
+	return NULL;
+}

@@ -53,6 +53,10 @@ const char *hs_event_name(unsigned type);         /* "lock-acquired", ...; "unkn
  * waits for, else its innermost held lock, else NULL. */
 const struct hs_held *hs_relevant_hold(const struct hs_fnd *f, const struct hs_tsnap *t);
 
+/* The entry of holder's held stack that waiter waits for, or NULL (the
+ * holder blocks it as a queued writer, or the copies disagree). */
+const struct hs_held *hs_held_for(const struct hs_tsnap *holder, const struct hs_tsnap *waiter);
+
 /* Each report writes the whole session to out.  The text report prints
  * errors to stderr itself (via main); JSON carries them in "errors". */
 void hs_report_text(FILE *out, struct hs_session *s, const struct hs_findings *f);

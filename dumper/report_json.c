@@ -334,6 +334,30 @@ static uint64_t wait_target(const struct hs_tsnap *t)
 	return t->t.wait_kind == HS_WAIT_COND ? 0 : t->t.wait_addr;
 }
 
+/* Who holds what t waits for, and where they took it. */
+static void held_by(struct hs_json *j, struct hs_proc *p, const struct hs_tsnap *t)
+{
+	const struct hs_tsnap *h[8];
+	struct hs_lockref r;
+	char role[256];
+	size_t n = hs_holders(p, t, h, 8);
+	hs_json_array(j, "held_by");
+	for (size_t i = 0; i < n && i < 8; i++) {
+		const struct hs_held *he = hs_held_for(h[i], t);
+		hs_json_object(j, NULL);
+		hs_json_int(j, "tid", h[i]->t.tid);
+		hs_json_str(j, "wait_kind", hs_wait_kind_name(h[i]->t.wait_kind));
+		if (he) {
+			snprintf(role, sizeof role, "thread %d acquires %s", h[i]->t.tid, label(p, he->lock, he->addr, &r));
+			stack(j, "stack", p, he->stack, role, h[i]->t.tid);
+		} else {
+			hs_json_null(j, "stack");
+		}
+		hs_json_end_object(j);
+	}
+	hs_json_end_array(j);
+}
+
 static void blocked_thread(struct hs_json *j, struct hs_session *s, struct hs_fnd *f, const struct hs_tsnap *t)
 {
 	const struct hs_held *rel = hs_relevant_hold(f, t);
@@ -359,7 +383,23 @@ static void blocked_thread(struct hs_json *j, struct hs_session *s, struct hs_fn
 	snprintf(role, sizeof role, "thread %d waits for %s", t->t.tid,
 		 label(f->proc, t->t.wait_lock, wait_target(t), &r));
 	stack(j, "wait_stack", f->proc, t->t.wait_stack, role, t->t.tid);
+	held_by(j, f->proc, t);
 	hs_json_end_object(j);
+}
+
+static void holder_stacks(struct hs_json *j, struct hs_proc *p, const struct hs_tsnap *t)
+{
+	const struct hs_tsnap *h[4];
+	struct hs_lockref r;
+	char role[256];
+	size_t n = hs_holders(p, t, h, 4);
+	for (size_t i = 0; i < n && i < 4; i++) {
+		const struct hs_held *he = hs_held_for(h[i], t);
+		if (!he)
+			continue;
+		snprintf(role, sizeof role, "thread %d acquires %s (holds it)", h[i]->t.tid, label(p, he->lock, he->addr, &r));
+		stack(j, NULL, p, he->stack, role, h[i]->t.tid);
+	}
 }
 
 static void blocked_stacks(struct hs_json *j, struct hs_fnd *f)
@@ -377,6 +417,8 @@ static void blocked_stacks(struct hs_json *j, struct hs_fnd *f)
 		snprintf(role, sizeof role, "thread %d waits for %s", t->t.tid,
 			 label(f->proc, t->t.wait_lock, wait_target(t), &r));
 		stack(j, NULL, f->proc, t->t.wait_stack, role, t->t.tid);
+		if (f->kind == HS_F_HANG)
+			holder_stacks(j, f->proc, t);
 	}
 	hs_json_end_array(j);
 }

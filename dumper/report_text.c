@@ -163,6 +163,22 @@ static void holders_text(char *buf, size_t len, const struct hs_proc *p, const s
 	}
 }
 
+/* Where the holders of what t waits for took it: the other half of a hang. */
+static void holder_stacks(FILE *out, struct hs_proc *p, const struct hs_tsnap *t)
+{
+	const struct hs_tsnap *h[4];
+	struct hs_lockref l;
+	size_t n = hs_holders(p, t, h, 4);
+	for (size_t i = 0; i < n && i < 4; i++) {
+		const struct hs_held *he = hs_held_for(h[i], t);
+		if (!he)
+			continue;
+		hs_lockref(p, he->lock, he->addr, &l);
+		fprintf(out, "  thread %d (%s) acquired %s at:\n", h[i]->t.tid, h[i]->name, l.label);
+		print_frames(out, p, he->stack, "    ");
+	}
+}
+
 static void blocked_thread(FILE *out, struct hs_session *s, struct hs_fnd *f, const struct hs_tsnap *t)
 {
 	struct hs_lockref w, l;
@@ -189,6 +205,8 @@ static void blocked_thread(FILE *out, struct hs_session *s, struct hs_fnd *f, co
 	}
 	fprintf(out, "  it waits at:\n");
 	print_frames(out, f->proc, t->t.wait_stack, "    ");
+	if (f->kind == HS_F_HANG)
+		holder_stacks(out, f->proc, t);
 }
 
 static void blocked(FILE *out, struct hs_session *s, struct hs_fnd *f)

@@ -137,7 +137,7 @@ enum hs_seg_result hs_seg_validate(struct hs_seg *seg, char *err, size_t errlen)
 	uint64_t size = seg->map_size;
 	uint64_t state;
 
-	if (size == 0 || (size >= HS_MAGIC_LEN && all_zero(p, HS_MAGIC_LEN))) {
+	if (size == 0 || !p || (size >= HS_MAGIC_LEN && all_zero(p, HS_MAGIC_LEN))) {
 		snprintf(err, errlen, "not initialized yet");
 		return HS_SEG_NOT_READY;
 	}
