@@ -73,7 +73,7 @@ def find_lib(name):
 
 
 def test_exit_code_passthrough(heisen):
-    p = heisen.run(["--quiet", "--", "sh", "-c", "exit 3"])
+    p = heisen.run(["--quiet", "--rm", "--", "sh", "-c", "exit 3"])
     assert p.returncode == 3, p.stderr
 
 
@@ -112,7 +112,7 @@ def test_heisen_lib_override_must_exist(heisen, tmp_path):
 
 def test_command_options_are_not_ours(heisen):
     # the first non-option ends heisen-run's options, even without "--"
-    p = heisen.run(["--quiet", "sh", "-c", "echo $0 $1", "--dir", "x"])
+    p = heisen.run(["--quiet", "--rm", "sh", "-c", "echo $0 $1", "--dir", "x"])
     assert p.returncode == 0, p.stderr
     assert p.stdout.split() == ["--dir", "x"]
 
@@ -133,7 +133,7 @@ sys.exit(99)
 
 @pytest.mark.parametrize("sig,code", [("SIGTERM", 42), ("SIGUSR1", 7), ("SIGHUP", 9), ("SIGINT", 11)])
 def test_signal_is_forwarded(heisen, sig, code):
-    proc = popen(heisen, ["--quiet", "--", SYSTEM_PYTHON, "-c", HANDLER.format(sig=sig, code=code)])
+    proc = popen(heisen, ["--quiet", "--rm", "--", SYSTEM_PYTHON, "-c", HANDLER.format(sig=sig, code=code)])
     try:
         wait_for_line(proc.stdout, "ready")
         proc.send_signal(getattr(signal, sig))
@@ -198,7 +198,7 @@ def test_terminal_ctrl_c_reaches_the_child_once(heisen, tmp_path):
     command included: heisen-run must not forward its own copy too."""
     script = tmp_path / "count.py"
     script.write_text(COUNT_SIGINT)
-    out, rc = run_in_pty([str(heisen.run_bin), "--quiet", "--", SYSTEM_PYTHON, str(script)],
+    out, rc = run_in_pty([str(heisen.run_bin), "--quiet", "--rm", "--", SYSTEM_PYTHON, str(script)],
                          heisen.env(), b"\x03")
     assert "count 1" in out, out
     assert rc == 1, out
@@ -207,7 +207,7 @@ def test_terminal_ctrl_c_reaches_the_child_once(heisen, tmp_path):
 def test_kill_int_to_launcher_reaches_the_child_once(heisen, tmp_path):
     script = tmp_path / "count.py"
     script.write_text(COUNT_SIGINT)
-    proc = popen(heisen, ["--quiet", "--", SYSTEM_PYTHON, script])
+    proc = popen(heisen, ["--quiet", "--rm", "--", SYSTEM_PYTHON, script])
     try:
         wait_for_line(proc.stdout, "ready")
         proc.send_signal(signal.SIGINT)
@@ -220,7 +220,7 @@ def test_kill_int_to_launcher_reaches_the_child_once(heisen, tmp_path):
 
 def test_child_shares_our_process_group_and_stdin(heisen):
     code = ("import os,sys; print(os.getpgrp() == os.getpgid(os.getppid()), sys.stdin.read().strip())")
-    p = heisen.run(["--quiet", "--", SYSTEM_PYTHON, "-c", code], input="from stdin\n")
+    p = heisen.run(["--quiet", "--rm", "--", SYSTEM_PYTHON, "-c", code], input="from stdin\n")
     assert p.returncode == 0, p.stderr
     assert p.stdout.split() == ["True", "from", "stdin"]
 
@@ -240,6 +240,7 @@ def test_ld_preload_is_absolute_and_first(heisen, tmp_path):
     preload, hdir = p.stdout.splitlines()
     assert preload == str(heisen.lib.resolve())
     assert os.path.isabs(hdir) and os.path.isdir(hdir)
+    shutil.rmtree(hdir, ignore_errors=True)
 
 
 def test_ld_preload_keeps_the_users_entries(heisen):
@@ -250,6 +251,7 @@ def test_ld_preload_keeps_the_users_entries(heisen):
         assert p.returncode == 0, p.stderr
         entries = p.stdout.splitlines()[0].replace(" ", ":").split(":")
         assert entries == [ours, libm], given
+        shutil.rmtree(p.stdout.splitlines()[1], ignore_errors=True)
 
 
 def test_dir_is_created_0700_and_exported(heisen, tmp_path):
@@ -359,7 +361,7 @@ print("zombies", len(zombies), flush=True)
 
 
 def test_orphans_are_reparented_to_us_and_reaped(heisen):
-    p = heisen.run(["--quiet", "--", SYSTEM_PYTHON, "-c", ORPHAN])
+    p = heisen.run(["--quiet", "--rm", "--", SYSTEM_PYTHON, "-c", ORPHAN])
     assert p.returncode == 0, p.stderr
     assert "orphan-parent-is-launcher True" in p.stdout, p.stdout
     assert "orphan-after gone" in p.stdout, p.stdout
@@ -380,7 +382,7 @@ def unshare_pid(heisen, args, **kw):
 
 
 def test_pid1_reaps_orphaned_grandchildren(heisen):
-    p = unshare_pid(heisen, ["--quiet", "--", SYSTEM_PYTHON, "-c",
+    p = unshare_pid(heisen, ["--quiet", "--rm", "--", SYSTEM_PYTHON, "-c",
                              "import os; print('launcher-is-pid1', os.getppid() == 1, flush=True)\n" + ORPHAN])
     assert p.returncode == 0, p.stderr
     assert "launcher-is-pid1 True" in p.stdout
@@ -396,7 +398,7 @@ def test_pid1_terminates_leftovers_when_the_command_ends(heisen, tmp_path):
                 f"time.sleep(60)\n")
     script = f"{SYSTEM_PYTHON} -c \"$0\" & sleep 0.5; exit 5"
     t = time.monotonic()
-    p = unshare_pid(heisen, ["--quiet", "--", "sh", "-c", script, leftover])
+    p = unshare_pid(heisen, ["--quiet", "--rm", "--", "sh", "-c", script, leftover])
     assert p.returncode == 5, p.stderr
     assert time.monotonic() - t < 30
     assert mark.read_text() == "TERM"
