@@ -1,0 +1,288 @@
+#!/usr/bin/python3
+# SPDX-License-Identifier: MIT
+"""bench/run.py — heisen's cost, measured side by side in one run.
+
+Runs, in this order, and prints one table per part:
+  1. bench_record: the hook's pieces alone: ns per record (hs_rec, with and
+     without hs_now), per clock read, per lookup (site, lock id, edge);
+  2. bench_mutex natively, under libheisen.so (recording, and loaded with
+     HEISEN_DISABLE=1), interleaved repetition by repetition, medians and the
+     ratio against native; then the same program under the peers that are
+     installed: gcc's ThreadSanitizer (bench_mutex_tsan, built by meson when
+     gcc can link -fsanitize=thread), valgrind's helgrind and drd (smaller N);
+  3. bench/py_workload.py under /usr/bin/python3: native, heisen, heisen
+     disabled, and helgrind at a smaller size.
+A peer that is not installed is skipped with a note.  After the first
+recording run it checks with heisen-dump (when built) that the shim really
+recorded, so a shim that silently records nothing cannot look fast.
+
+Usage: /usr/bin/python3 bench/run.py [BUILD_DIR] [--quick]
+  BUILD_DIR  a configured and built meson build directory (default /work/main/build)
+  --quick    fewer repetitions and smaller sizes (a smoke run, ~30 s)
+Results and interpretation: bench/README.md.  Speed is measured here, never
+asserted in tests.
+"""
+import json
+import os
+import platform
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+PYTHON = "/usr/bin/python3"
+
+
+def die(msg):
+    print("run.py: " + msg, file=sys.stderr)
+    sys.exit(2)
+
+
+def run(argv, env=None, timeout=600):
+    """Run argv; return (stdout, wall seconds).  Dies with its stderr on failure."""
+    full_env = dict(os.environ)
+    for k in ("LD_PRELOAD", "HEISEN_DIR", "HEISEN_DISABLE"):
+        full_env.pop(k, None)
+    full_env.update(env or {})
+    t0 = time.perf_counter()
+    p = subprocess.run(argv, env=full_env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                       timeout=timeout)
+    wall = time.perf_counter() - t0
+    if p.returncode != 0:
+        die("%s exited %d\n%s" % (" ".join(argv), p.returncode, p.stderr[-4000:]))
+    return p.stdout, wall
+
+
+def parse_cases(out):
+    """'name value' lines (comments start with #) -> {name: float}."""
+    res = {}
+    for line in out.splitlines():
+        if line.startswith("#") or not line.strip():
+            continue
+        name, value = line.split()
+        res[name] = float(value)
+    return res
+
+
+def table(title, header, rows):
+    print()
+    print(title)
+    widths = [max(len(str(r[i])) for r in [header] + rows) for i in range(len(header))]
+    fmt = "  ".join("%-" + str(w) + "s" if i == 0 else "%" + str(w) + "s" for i, w in enumerate(widths))
+    print("  " + fmt % tuple(header))
+    print("  " + "  ".join("-" * w for w in widths))
+    for r in rows:
+        print("  " + fmt % tuple(r))
+    sys.stdout.flush()
+
+
+def cpu_model():
+    try:
+        for line in subprocess.run(["lscpu"], stdout=subprocess.PIPE, text=True).stdout.splitlines():
+            if line.startswith("Model name:"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or "unknown"
+
+
+def git_head():
+    """The commit of the source tree, '+dirty' when shim/ has uncommitted changes."""
+    top = os.path.dirname(HERE)
+    try:
+        head = subprocess.run(["git", "-C", top, "rev-parse", "--short", "HEAD"], stdout=subprocess.PIPE,
+                              stderr=subprocess.DEVNULL, text=True).stdout.strip()
+        dirty = subprocess.run(["git", "-C", top, "status", "--porcelain", "--", "shim", "include"],
+                               stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True).stdout.strip()
+    except OSError:
+        return "unknown"
+    return (head or "unknown") + ("+dirty shim/" if dirty else "")
+
+
+class Session:
+    """A fresh HEISEN_DIR per recording run, all under one temporary directory."""
+
+    def __init__(self):
+        self.root = tempfile.mkdtemp(prefix="heisen-bench-")
+        self.n = 0
+
+    def new(self):
+        self.n += 1
+        d = os.path.join(self.root, "s%d" % self.n)
+        os.mkdir(d, 0o700)
+        return d
+
+    def close(self):
+        shutil.rmtree(self.root, ignore_errors=True)
+
+
+def check_recorded(dump, session_dir, want_edge):
+    """heisen-dump must see the run's lock events (and, for bench_mutex, the A -> B edge)."""
+    if not dump:
+        return "not checked (no heisen-dump in the build)"
+    p = subprocess.run([dump, "--json", "--no-symbols", session_dir], stdout=subprocess.PIPE,
+                       stderr=subprocess.PIPE, text=True)
+    if p.returncode not in (0, 1):
+        die("heisen-dump failed on %s:\n%s" % (session_dir, p.stderr))
+    doc = json.loads(p.stdout)
+    types = {e["type"] for pr in doc["processes"] for t in pr["threads"] for e in t["events"]}
+    if "lock-acquired" not in types and "lock-released" not in types:
+        die("the shim recorded no lock events in %s: the numbers would be meaningless" % session_dir)
+    if want_edge:
+        dot = subprocess.run([dump, "--dot", "--no-symbols", session_dir], stdout=subprocess.PIPE,
+                             stderr=subprocess.DEVNULL, text=True).stdout
+        if "->" not in dot:
+            die("the shim recorded no lock-order edge for the nested case in %s" % session_dir)
+    return "checked with heisen-dump: lock events%s recorded" % (" and the A -> B edge" if want_edge else "")
+
+
+def main():
+    args = [a for a in sys.argv[1:] if not a.startswith("--")]
+    quick = "--quick" in sys.argv[1:]
+    build = os.path.abspath(args[0] if args else "/work/main/build")
+    exe = {name: os.path.join(build, "bench", name) for name in ("bench_record", "bench_mutex", "bench_mutex_tsan")}
+    shim = os.path.join(build, "shim", "libheisen.so")
+    dump = os.path.join(build, "dumper", "heisen-dump")
+    for name in ("bench_record", "bench_mutex"):
+        if not os.access(exe[name], os.X_OK):
+            die("%s not built: meson setup %s && ninja -C %s" % (exe[name], build, build))
+    if not os.path.exists(shim):
+        die("%s not built" % shim)
+    if not os.access(dump, os.X_OK):
+        dump = None
+    valgrind = shutil.which("valgrind")
+
+    reps = 3 if quick else 5
+    n_mutex = 1000000 if quick else 3000000
+    n_tsan = 300000 if quick else 1000000
+    n_vg = 10000 if quick else 30000
+    vg_reps = 1 if quick else 3
+    py_size = 15000 if quick else 60000
+    py_reps = 3 if quick else 5
+    py_vg_size = 500 if quick else 2000
+
+    sess = Session()
+    started = time.perf_counter()
+    print("heisen bench: %s" % " ".join([PYTHON] + sys.argv))
+    print("cpu: %s, %d cpus; kernel %s; build %s; source %s" % (cpu_model(), os.cpu_count(), platform.release(),
+                                                             build, git_head()))
+    notes = []
+
+    # 1. the record path
+    out, _ = run([exe["bench_record"], str(4000000 if quick else 10000000)])
+    rec = parse_cases(out)
+    table("1. bench_record — the hook's pieces alone: ns per op, median of 5 (hs_rec: private ring of 256 "
+          "records; lookups: hits on a default-geometry segment)",
+          ["case", "ns/op"], [[k, "%.2f" % v] for k, v in rec.items()])
+
+    # 2. uncontended locks: native and heisen interleaved, so drift hits both alike
+    heisen_env = lambda: {"LD_PRELOAD": shim, "HEISEN_DIR": sess.new()}
+    configs = [
+        ("native", lambda: {}),
+        ("heisen", heisen_env),
+        ("heisen HEISEN_DISABLE=1", lambda: dict(heisen_env(), HEISEN_DISABLE="1")),
+    ]
+    samples = {c[0]: [] for c in configs}
+    checked = None
+    for r in range(reps):
+        for name, envf in configs:
+            env = envf()
+            out, _ = run([exe["bench_mutex"], str(n_mutex)], env)
+            samples[name].append(parse_cases(out))
+            if name == "heisen" and checked is None:
+                checked = check_recorded(dump, env["HEISEN_DIR"], want_edge=True)
+    notes.append("bench_mutex under heisen: " + checked)
+    cases = list(samples["native"][0].keys())
+    med = {name: {c: statistics.median(s[c] for s in samples[name]) for c in cases} for name in samples}
+    counts = {name: "%d x N=%d" % (reps, n_mutex) for name in samples}
+
+    # peers, where installed
+    if os.access(exe["bench_mutex_tsan"], os.X_OK):
+        s = [parse_cases(run([exe["bench_mutex_tsan"], str(n_tsan)])[0]) for _ in range(reps)]
+        med["gcc TSan (-fsanitize=thread)"] = {c: statistics.median(x[c] for x in s) for c in cases}
+        counts["gcc TSan (-fsanitize=thread)"] = "%d x N=%d" % (reps, n_tsan)
+    else:
+        notes.append("TSan skipped: bench_mutex_tsan not built (gcc cannot link -fsanitize=thread; "
+                     "apt-get install libtsan2, then reconfigure)")
+    if valgrind:
+        for tool in ("helgrind", "drd"):
+            label = "valgrind --tool=" + tool
+            s = [parse_cases(run([valgrind, "--tool=" + tool, "-q", exe["bench_mutex"], str(n_vg)])[0])
+                 for _ in range(vg_reps)]
+            med[label] = {c: statistics.median(x[c] for x in s) for c in cases}
+            counts[label] = "%d x N=%d" % (vg_reps, n_vg)
+    else:
+        notes.append("helgrind and drd skipped: valgrind not installed (apt-get install valgrind)")
+
+    header = ["under"] + cases + ["runs"]
+    rows = [[name] + ["%.1f (%.2fx)" % (m[c], m[c] / med["native"][c]) for c in cases] + [counts[name]]
+            for name, m in med.items()]
+    table("2. bench_mutex — median ns per op (ratio to native in this run); mutex, rwlock_rd, rwlock_wr: "
+          "one lock+unlock pair; nested: lock A, lock B, unlock B, unlock A",
+          header, rows)
+    extra = {c: med["heisen"][c] - med["native"][c] for c in cases}
+    print("  heisen adds: " + ", ".join("%s %+.1f ns" % (c, v) for c, v in extra.items()))
+    # an uncontended lock+unlock pair: lock hook = 2 clock reads, site + lock-id lookups, 1 record;
+    # unlock hook = 1 clock read, 1 record
+    pieces = 3 * rec["hs_now"] + 2 * rec["hs_rec"] + rec["site_lookup"] + rec["lock_id_lookup"]
+    print("  of a mutex pair's %+.1f ns, the pieces of 1. account for %.1f ns: 3 x hs_now (%.1f), "
+          "2 x hs_rec (%.1f), site lookup (%.1f), lock-id lookup (%.1f); the rest is the hooks' own work "
+          "(trylock-then-lock, the held stack under its seqlock, the calls in between)"
+          % (extra["mutex"], pieces, 3 * rec["hs_now"], 2 * rec["hs_rec"], rec["site_lookup"],
+             rec["lock_id_lookup"]))
+
+    # 3. end to end: a threaded Python service
+    wl = [PYTHON, os.path.join(HERE, "py_workload.py")]
+
+    def py_run(env, size):
+        out, wall = run(wl + [str(size)], env)
+        fields = out.split()
+        if not fields or fields[0] != "ok":
+            die("py_workload: unexpected output %r" % out)
+        return wall, float(fields[-1])
+
+    py = {name: [] for name, _ in configs}
+    py_checked = None
+    run(wl + ["200"])  # warm the page cache
+    for r in range(py_reps):
+        for name, envf in configs:
+            env = envf()
+            py[name].append(py_run(env, py_size))
+            if name == "heisen" and py_checked is None:
+                py_checked = check_recorded(dump, env["HEISEN_DIR"], want_edge=False)
+    notes.append("py_workload under heisen: " + py_checked)
+    rows = []
+    pmed = {name: (statistics.median(w for w, _ in v), statistics.median(k for _, k in v)) for name, v in py.items()}
+    for name, (w, k) in pmed.items():
+        ks = [k for _, k in py[name]]
+        rows.append([name, str(py_size), "%.3f" % w, "%.3f" % k, "%.3f-%.3f" % (min(ks), max(ks)),
+                     "%.2f" % (w / pmed["native"][0]), "%.2f" % (k / pmed["native"][1]), "%d" % py_reps])
+    if valgrind:
+        nat = [py_run({}, py_vg_size) for _ in range(3)]
+        out, wall = run([valgrind, "--tool=helgrind", "-q"] + wl + [str(py_vg_size)])
+        hg = (wall, float(out.split()[-1]))
+        nw = statistics.median(w for w, _ in nat)
+        nk = statistics.median(k for _, k in nat)
+        rows.append(["native (small)", str(py_vg_size), "%.3f" % nw, "%.3f" % nk,
+                     "%.3f-%.3f" % (min(k for _, k in nat), max(k for _, k in nat)), "1.00", "1.00", "3"])
+        rows.append(["valgrind --tool=helgrind", str(py_vg_size), "%.3f" % hg[0], "%.3f" % hg[1], "-",
+                     "%.2f" % (hg[0] / nw), "%.2f" % (hg[1] / nk), "1"])
+    else:
+        notes.append("helgrind on py_workload skipped: valgrind not installed")
+    table("3. py_workload.py (threading + queue + sqlite3 :memory: + json, 4 workers) under %s — seconds, median;"
+          " wall = whole process, work = the workload alone; x = ratio of medians to native at the same size" % PYTHON,
+          ["under", "size", "wall s", "work s", "work range", "wall x", "work x", "runs"], rows)
+
+    print()
+    for n in notes:
+        print("note: " + n)
+    print("total time of this run: %.0f s" % (time.perf_counter() - started))
+    sess.close()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
