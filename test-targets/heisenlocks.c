@@ -1,0 +1,92 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * heisenlocks — a tiny CPython extension with two native mutexes.
+ *
+ * Python code calls a_then_b() and b_then_a(); each takes ext_lock_a and
+ * ext_lock_b in that order, with the GIL released around the native work as
+ * a real extension would (Py_BEGIN_ALLOW_THREADS).  Two Python threads
+ * calling them one after the other never hang, but two that overlap can:
+ * py_lock_order.py drives it, and heisen must predict the deadlock with
+ * ext_take_a_then_b / ext_take_b_then_a in the native stacks.
+ * native_tid() returns the calling thread's kernel tid, for the tests.
+ */
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+
+#include <pthread.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+pthread_mutex_t ext_lock_a = PTHREAD_MUTEX_INITIALIZER;
+pthread_mutex_t ext_lock_b = PTHREAD_MUTEX_INITIALIZER;
+static long ext_counter;
+
+__attribute__((noinline, visibility("default"))) void ext_take_a_then_b(void)
+{
+	pthread_mutex_lock(&ext_lock_a);
+	pthread_mutex_lock(&ext_lock_b);
+	ext_counter++;
+	pthread_mutex_unlock(&ext_lock_b);
+	pthread_mutex_unlock(&ext_lock_a);
+}
+
+__attribute__((noinline, visibility("default"))) void ext_take_b_then_a(void)
+{
+	pthread_mutex_lock(&ext_lock_b);
+	pthread_mutex_lock(&ext_lock_a);
+	ext_counter++;
+	pthread_mutex_unlock(&ext_lock_a);
+	pthread_mutex_unlock(&ext_lock_b);
+}
+
+static PyObject *py_a_then_b(PyObject *self, PyObject *unused)
+{
+	(void)self;
+	(void)unused;
+	Py_BEGIN_ALLOW_THREADS
+	ext_take_a_then_b();
+	Py_END_ALLOW_THREADS
+	Py_RETURN_NONE;
+}
+
+static PyObject *py_b_then_a(PyObject *self, PyObject *unused)
+{
+	(void)self;
+	(void)unused;
+	Py_BEGIN_ALLOW_THREADS
+	ext_take_b_then_a();
+	Py_END_ALLOW_THREADS
+	Py_RETURN_NONE;
+}
+
+static PyObject *py_native_tid(PyObject *self, PyObject *unused)
+{
+	(void)self;
+	(void)unused;
+	return PyLong_FromLong((long)syscall(SYS_gettid));
+}
+
+static PyObject *py_counter(PyObject *self, PyObject *unused)
+{
+	(void)self;
+	(void)unused;
+	return PyLong_FromLong(ext_counter);
+}
+
+static PyMethodDef methods[] = {
+	{"a_then_b", py_a_then_b, METH_NOARGS, "Take ext_lock_a, then ext_lock_b (GIL released)."},
+	{"b_then_a", py_b_then_a, METH_NOARGS, "Take ext_lock_b, then ext_lock_a (GIL released)."},
+	{"native_tid", py_native_tid, METH_NOARGS, "The calling thread's kernel tid."},
+	{"counter", py_counter, METH_NOARGS, "How many a_then_b/b_then_a calls completed."},
+	{NULL, NULL, 0, NULL},
+};
+
+static struct PyModuleDef module = {
+	PyModuleDef_HEAD_INIT, "heisenlocks", "Two native mutexes for heisen's tests.", -1, methods,
+	NULL, NULL, NULL, NULL,
+};
+
+PyMODINIT_FUNC PyInit_heisenlocks(void)
+{
+	return PyModule_Create(&module);
+}
