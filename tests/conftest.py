@@ -95,3 +95,103 @@ def frame_functions(stack):
 
 def lock_names(finding):
     return sorted(l.get("name") or l["address"] for l in finding.get("locks", []))
+
+
+# ---- helpers for the target tests (test-targets/) ----------------------------
+#
+# Everything above this line is shared with tests/test_launcher.py and
+# tests/test_recorder.py: keep its names working.
+
+
+def target(heisen, name):
+    """The built C test target `name` (test-targets/name.c)."""
+    p = heisen.targets / name
+    if not p.exists():
+        pytest.fail(f"{p} is missing: ninja -C {heisen.build}")
+    return p
+
+
+def pyext_dir(heisen):
+    """The build directory that holds the heisenlocks extension module."""
+    d = heisen.targets
+    if not list(d.glob("heisenlocks*.so")):
+        pytest.skip(f"heisenlocks extension not built in {d} (python3-dev missing?)")
+    return d
+
+
+def facts(stdout):
+    """The "key value" lines a target prints, as {key: [value, ...]}."""
+    out = {}
+    for line in stdout.splitlines():
+        parts = line.split(None, 1)
+        if len(parts) == 2:
+            out.setdefault(parts[0], []).append(parts[1].strip())
+    return out
+
+
+def fact_int(stdout, key, index=0):
+    """The index-th integer value printed as "key N"."""
+    vals = facts(stdout).get(key)
+    assert vals and len(vals) > index, f"target did not print {key!r}: {stdout!r}"
+    return int(vals[index])
+
+
+def all_frame_functions(finding):
+    """Every function named in any stack of a finding (stacks, edges, threads)."""
+    names = []
+    for st in finding.get("stacks", []):
+        names += frame_functions(st)
+    for e in finding.get("edges", []):
+        for k in ("from_stack", "to_stack"):
+            if e.get(k):
+                names += frame_functions(e[k])
+    for t in finding.get("threads", []):
+        for k in ("hold_stack", "wait_stack"):
+            if t.get(k):
+                names += frame_functions(t[k])
+    return names
+
+
+def lockname(ref):
+    return ref.get("name") or ref["address"]
+
+
+def process_of(report, pid, image=0):
+    ps = [p for p in report["processes"] if p["pid"] == pid and p.get("image", 0) == image]
+    assert len(ps) == 1, f"want one process {pid}.{image}, have {[(p['pid'], p.get('image')) for p in report['processes']]}"
+    return ps[0]
+
+
+def edge_pairs(finding):
+    """The edges of a potential-deadlock as {(from_name, to_name)}."""
+    return {(lockname(e["from"]), lockname(e["to"])) for e in finding["edges"]}
+
+
+class Way:
+    """One way of running a program under heisen: bare LD_PRELOAD, or heisen-run.
+
+    run(cmd, ...) returns the CompletedProcess; returncode() turns "killed by
+    signal S" into what that way reports (-S for a bare run, 128+S for
+    heisen-run, which exits with the command's own status).
+    """
+
+    def __init__(self, heisen, name, session):
+        self.heisen = heisen
+        self.name = name
+        self.session = session
+
+    def run(self, cmd, timeout=60, run_opts=(), env=None, **kw):
+        env = dict(env or {})
+        if self.name == "preload":
+            return self.heisen.preload(cmd, self.session, timeout=timeout, env=env, **kw)
+        return self.heisen.run(["--dir", self.session, *run_opts, "--", *cmd],
+                               timeout=timeout, env=env, **kw)
+
+    def killed_by(self, signo):
+        return -signo if self.name == "preload" else 128 + signo
+
+
+@pytest.fixture(params=["preload", "heisen-run"])
+def way(request, heisen, session):
+    """Run the test once under bare LD_PRELOAD + HEISEN_DIR, once under heisen-run."""
+    return Way(heisen, request.param, session)

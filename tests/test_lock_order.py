@@ -1,0 +1,292 @@
+# SPDX-License-Identifier: MIT
+"""The lock-order graph, end to end: potential deadlocks predicted in runs
+that did not hang, and the lockdep rules that keep correct programs quiet.
+
+Each target (test-targets/*.c) prints its pid and the tids of its workers;
+the tests check the report of `heisen-dump --json` against them: the kind,
+the pid, the tids, the lock names (named globals) and the functions in the
+acquisition stacks.  Every test runs twice: under a bare LD_PRELOAD +
+HEISEN_DIR and under heisen-run (the `way` fixture).
+"""
+import pytest
+
+from conftest import (all_frame_functions, edge_pairs, fact_int, facts, findings_of,
+                      frame_functions, lockname, process_of, target)
+
+
+def run_target(heisen, way, name, *args, timeout=60):
+    p = way.run([target(heisen, name), *args], timeout=timeout)
+    assert p.returncode == 0, (p.returncode, p.stdout, p.stderr)
+    assert "done" in p.stdout.split(), p.stdout
+    return p, heisen.dump_json(way.session)
+
+
+def one_potential_deadlock(report, pid):
+    pds = findings_of(report, "potential-deadlock")
+    assert len(pds) == 1, f"want exactly one potential-deadlock, have {report['findings']}"
+    f = pds[0]
+    assert f["pid"] == pid
+    return f
+
+
+def assert_cycle_is_closed(f):
+    """edges[i].to == edges[i+1].from, and the last one leads back to the first."""
+    es = f["edges"]
+    for i, e in enumerate(es):
+        nxt = es[(i + 1) % len(es)]
+        assert e["to"]["address"] == nxt["from"]["address"], es
+
+
+def edge(f, frm, to):
+    es = [e for e in f["edges"] if lockname(e["from"]) == frm and lockname(e["to"]) == to]
+    assert len(es) == 1, f"edge {frm}->{to} not in {edge_pairs(f)}"
+    return es[0]
+
+
+# ---- (a) ABBA on two mutexes, one thread after the other ---------------------
+
+
+def test_abba_sequential_is_predicted(heisen, way):
+    p, report = run_target(heisen, way, "abba_sequential")
+    pid, tid_ab, tid_ba = (fact_int(p.stdout, k) for k in ("pid", "tid_ab", "tid_ba"))
+
+    f = one_potential_deadlock(report, pid)
+    assert sorted(f["tids"]) == sorted([tid_ab, tid_ba])
+    assert sorted(lockname(l) for l in f["locks"]) == ["lock_a", "lock_b"]
+    assert all(l["kind"] == "mutex" for l in f["locks"])
+    assert len(f["edges"]) == 2
+    assert_cycle_is_closed(f)
+
+    ab, ba = edge(f, "lock_a", "lock_b"), edge(f, "lock_b", "lock_a")
+    assert ab["tid"] == tid_ab and ba["tid"] == tid_ba
+    # Both stacks of each edge were taken in the function that took the locks.
+    for e, fn in ((ab, "take_a_then_b"), (ba, "take_b_then_a")):
+        assert frame_functions(e["from_stack"])[0] == fn, e["from_stack"]
+        assert frame_functions(e["to_stack"])[0] == fn, e["to_stack"]
+    assert "take_b_then_a" not in frame_functions(ab["to_stack"])
+    # The finding's own stacks name both functions, and the hooks are hidden.
+    names = all_frame_functions(f)
+    assert {"take_a_then_b", "take_b_then_a"} <= set(names)
+    assert not any(n and n.startswith("pthread_mutex_lock") for n in names), names
+    top = f["edges"][0]["to_stack"]["frames"][0]
+    assert top["file"] == "abba_sequential.c" and isinstance(top["line"], int) and top["line"] > 0
+    assert top["module"].endswith("/abba_sequential") and top["python"] is False
+
+    proc = process_of(report, pid)
+    assert proc["state"] == "exited" and proc["exit_status"] == 0
+    assert {tid_ab, tid_ba} <= {t["tid"] for t in proc["threads"]}
+
+
+# ---- (c) three locks -----------------------------------------------------------
+
+
+def test_three_lock_cycle_is_one_finding_with_three_edges(heisen, way):
+    p, report = run_target(heisen, way, "three_lock_cycle")
+    pid = fact_int(p.stdout, "pid")
+    tids = {k: fact_int(p.stdout, k) for k in ("tid_ab", "tid_bc", "tid_ca")}
+
+    f = one_potential_deadlock(report, pid)
+    assert len(f["edges"]) == 3
+    assert edge_pairs(f) == {("lock_a", "lock_b"), ("lock_b", "lock_c"), ("lock_c", "lock_a")}
+    assert_cycle_is_closed(f)
+    assert sorted(f["tids"]) == sorted(tids.values())
+    assert sorted(lockname(l) for l in f["locks"]) == ["lock_a", "lock_b", "lock_c"]
+    for (frm, to), key, fn in ((("lock_a", "lock_b"), "tid_ab", "take_a_then_b"),
+                               (("lock_b", "lock_c"), "tid_bc", "take_b_then_c"),
+                               (("lock_c", "lock_a"), "tid_ca", "take_c_then_a")):
+        e = edge(f, frm, to)
+        assert e["tid"] == tids[key]
+        assert frame_functions(e["to_stack"])[0] == fn
+
+
+def test_three_lock_chain_without_the_closing_edge_is_quiet(heisen, way):
+    p, report = run_target(heisen, way, "three_lock_cycle", "chain")
+    assert report["findings"] == []
+    # The locks were seen and ordered: the graph has a->b, b->c, a->c, no red edge.
+    dot = heisen.dump(way.session, "--dot").stdout
+    assert dot.count("->") == 3, dot
+    assert "color=red" not in dot
+
+
+# ---- (b) a rwlock and a mutex --------------------------------------------------
+
+
+@pytest.mark.parametrize("mode, first_mode, second_mode", [
+    ("write", "write", "write"),
+    ("read-write", "read", "write"),
+    ("read-wpref", "read", "read"),
+])
+def test_rwlock_mutex_cycle_is_predicted(heisen, way, mode, first_mode, second_mode):
+    p, report = run_target(heisen, way, "rwlock_mutex_cycle", mode)
+    pid = fact_int(p.stdout, "pid")
+    tid_rw_m, tid_m_rw = fact_int(p.stdout, "tid_rw_m"), fact_int(p.stdout, "tid_m_rw")
+
+    f = one_potential_deadlock(report, pid)
+    assert edge_pairs(f) == {("rw_lock", "lock_m"), ("lock_m", "rw_lock")}
+    kinds = {lockname(l): l["kind"] for l in f["locks"]}
+    assert kinds == {"rw_lock": "rwlock", "lock_m": "mutex"}
+    assert sorted(f["tids"]) == sorted([tid_rw_m, tid_m_rw])
+    e1, e2 = edge(f, "rw_lock", "lock_m"), edge(f, "lock_m", "rw_lock")
+    assert e1["tid"] == tid_rw_m and e2["tid"] == tid_m_rw
+    assert "take_rw_then_m" in frame_functions(e1["from_stack"])[:2]
+    assert "take_m_then_rw" in frame_functions(e2["to_stack"])[:2]
+    if "from_mode" in e1:  # the rwlock's mode is shown where the schema gives it
+        assert e1["from_mode"] == first_mode and e2["to_mode"] == second_mode
+
+
+def test_read_read_on_a_reader_preferring_rwlock_is_not_a_deadlock(heisen, way):
+    """lockdep's recursive-read rule: thread 1 holds rw_lock for reading and
+    waits for lock_m; thread 2 holds lock_m and asks rw_lock for reading: a
+    default glibc rwlock prefers readers, so thread 2 is never blocked."""
+    p, report = run_target(heisen, way, "rwlock_mutex_cycle", "read")
+    assert findings_of(report, "potential-deadlock") == [], report["findings"]
+    assert report["findings"] == []
+    # Not vacuous: both edges are in the graph, just not a deadlock.
+    dot = heisen.dump(way.session, "--dot").stdout
+    assert dot.count("->") == 2, dot
+    assert "color=red" not in dot
+
+
+# ---- negatives: consistent order + trylock, recursive mutex, condvars ---------
+
+
+def test_consistent_order_with_reverse_trylock_is_quiet(heisen, way):
+    p, report = run_target(heisen, way, "consistent_order")
+    assert report["findings"] == [], report["findings"]
+    assert fact_int(p.stdout, "trylock_ok") > 0  # the reverse-order trylocks happened
+    proc = process_of(report, fact_int(p.stdout, "pid"))
+    assert len(proc["threads"]) >= 2
+    dot = heisen.dump(way.session, "--dot").stdout
+    assert dot.count("->") == 1, dot  # a->b only: a trylock adds no edge into its lock
+
+
+def test_reverse_order_with_a_blocking_lock_is_predicted(heisen, way):
+    """The positive twin of the trylock test: the same code with a blocking lock."""
+    p, report = run_target(heisen, way, "consistent_order", "blocking")
+    f = one_potential_deadlock(report, fact_int(p.stdout, "pid"))
+    assert edge_pairs(f) == {("lock_a", "lock_b"), ("lock_b", "lock_a")}
+    assert frame_functions(edge(f, "lock_b", "lock_a")["to_stack"])[0] == "take_b_then_try_a"
+
+
+def test_recursive_mutex_reentry_is_quiet(heisen, way):
+    p, report = run_target(heisen, way, "recursive_mutex")
+    assert report["findings"] == [], report["findings"]
+    proc = process_of(report, fact_int(p.stdout, "pid"))
+    for t in proc["threads"]:
+        assert t["held"] == [], t  # every re-entry was matched by its unlock
+    dot = heisen.dump(way.session, "--dot").stdout
+    assert dot.count("->") == 1, dot  # lock_r -> lock_a, and no lock_a -> lock_r
+
+
+def test_condition_variables_are_quiet(heisen, way):
+    p, report = run_target(heisen, way, "condvar")
+    assert fact_int(p.stdout, "consumed") == 500
+    assert report["findings"] == [], report["findings"]
+    proc = process_of(report, fact_int(p.stdout, "pid"))
+    for t in proc["threads"]:
+        assert t["held"] == [] and t["waiting"] is None, t
+    dot = heisen.dump(way.session, "--dot").stdout
+    assert "color=red" not in dot
+    # lock_stats -> lock_q is the only order; lock_q -> lock_stats would mean the
+    # wait's release of lock_q was missed.
+    assert dot.count("->") == 1, dot
+
+
+# ---- fork and exec ---------------------------------------------------------------
+
+
+def test_fork_child_has_its_own_segment_and_finding(heisen, way):
+    p, report = run_target(heisen, way, "fork_child")
+    pid, child = fact_int(p.stdout, "pid"), fact_int(p.stdout, "child")
+    assert fact_int(p.stdout, "child_status") == 0
+
+    parent_p, child_p = process_of(report, pid), process_of(report, child)
+    assert child_p["ppid"] == pid
+    assert child_p["segment"] == f"{child}.0.seg" and parent_p["segment"] == f"{pid}.0.seg"
+    assert (way.session / f"{child}.0.seg").exists()
+    assert child_p["state"] == "exited" and child_p["exit_status"] == 0
+    assert parent_p["state"] == "exited" and parent_p["exit_status"] == 0
+
+    pds = findings_of(report, "potential-deadlock")
+    assert [f["pid"] for f in pds] == [child], report["findings"]
+    f = pds[0]
+    assert edge_pairs(f) == {("lock_a", "lock_b"), ("lock_b", "lock_a")}
+    assert "child_take_b_then_a" in all_frame_functions(f)
+    # The child's threads are the child's, not the parent's.
+    assert pid not in f["tids"]
+    assert set(f["tids"]) <= {t["tid"] for t in child_p["threads"]}
+    assert not any(f["pid"] == pid for f in report["findings"])
+
+
+def test_exec_chain_keeps_the_session_one_segment_per_image(heisen, way):
+    p = way.run([target(heisen, "exec_chain")])
+    assert p.returncode == 0, (p.stdout, p.stderr)
+    pids = {int(v) for v in facts(p.stdout)["pid"]}
+    assert len(pids) == 1, p.stdout  # exec keeps the pid
+    pid = pids.pop()
+    report = heisen.dump_json(way.session)
+
+    for image in (0, 1, 2):
+        assert (way.session / f"{pid}.{image}.seg").exists(), sorted(way.session.iterdir())
+    i0, i1, i2 = (process_of(report, pid, image) for image in (0, 1, 2))
+    assert i0["state"] == "execed" and i1["state"] == "execed"
+    assert i2["state"] == "exited" and i2["exit_status"] == 0
+    assert i0["argv"][1:] == [] and i1["argv"][1:] == ["second"]
+    assert i2["exe"].endswith("/true") and i2["argv"] == ["true"]
+    assert i0["exe"] == i1["exe"] and i0["exe"].endswith("/exec_chain")
+    # a->b in image 0, b->a in image 1: different images, different locks.
+    assert report["findings"] == [], report["findings"]
+
+
+def test_exec_chain_without_exec_has_one_image(heisen, way):
+    """The negative twin: no exec, one segment, state exited."""
+    p = way.run([target(heisen, "exec_chain"), "stop"])
+    assert p.returncode == 0
+    pid = fact_int(p.stdout, "pid")
+    segs = sorted(x.name for x in way.session.glob(f"{pid}.*.seg"))
+    assert segs == [f"{pid}.0.seg"]
+    assert process_of(heisen.dump_json(way.session), pid)["state"] == "exited"
+
+
+# ---- self-deadlock -------------------------------------------------------------
+
+
+def test_relocking_an_errorcheck_mutex_is_a_self_deadlock(heisen, way):
+    p = way.run([target(heisen, "self_deadlock"), "errorcheck"])
+    # Behaviour unchanged: glibc still answers EDEADLK and the program goes on.
+    assert p.returncode == 0, (p.stdout, p.stderr)
+    assert facts(p.stdout)["relock"] == ["EDEADLK"]
+    report = heisen.dump_json(way.session, expect_rc=1)
+    pid, tid = fact_int(p.stdout, "pid"), fact_int(p.stdout, "tid")
+
+    sds = findings_of(report, "self-deadlock")
+    assert len(sds) == 1, report["findings"]
+    f = sds[0]
+    assert f["pid"] == pid and f["tids"] == [tid]
+    assert [lockname(l) for l in f["locks"]] == ["lock_e"]
+    assert "relock_held_mutex" in all_frame_functions(f)
+    assert findings_of(report, "potential-deadlock") == []
+
+
+def test_trylock_of_a_held_mutex_and_clean_relocks_are_quiet(heisen, way):
+    p = way.run([target(heisen, "self_deadlock"), "clean"])
+    assert p.returncode == 0, (p.stdout, p.stderr)
+    assert facts(p.stdout)["relock"] == ["EBUSY"]
+    report = heisen.dump_json(way.session, expect_rc=0)
+    assert report["findings"] == []
+
+
+def test_relocking_a_normal_mutex_hangs_and_is_explained(heisen, session):
+    """A default mutex relocked by its owner hangs for ever: the finding is
+    recorded before the real lock, so the report still names it."""
+    p = heisen.run(["--dir", session, "--hang-timeout", "1", "--on-hang", "kill", "--",
+                    target(heisen, "self_deadlock"), "normal"], timeout=60)
+    assert p.returncode == 137, (p.returncode, p.stdout, p.stderr)
+    assert "relock" not in facts(p.stdout)
+    report = heisen.dump_json(session)
+    sds = findings_of(report, "self-deadlock")
+    assert len(sds) == 1, report["findings"]
+    assert [lockname(l) for l in sds[0]["locks"]] == ["lock_n"]
+    assert sds[0]["tids"] == [fact_int(p.stdout, "tid")]
+    assert "relock_held_mutex" in all_frame_functions(sds[0])
+    assert process_of(report, fact_int(p.stdout, "pid"))["state"] == "killed"
