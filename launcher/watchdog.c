@@ -230,8 +230,7 @@ static const char *sig_name(int sig)
  * or a hang was seen.  Runs heisen-dump when the session holds segments; if
  * the run was abnormal or heisen-dump found something (exit 1) or failed
  * (exit 2), prints its report between banners and the session path.
- * Otherwise prints at most one line (not with --quiet).  Returns 1 when the
- * run was clean (nothing printed but that line), 0 otherwise.
+ * Otherwise prints nothing.  Returns 1 when the run was clean, 0 otherwise.
  */
 int hr_final_report(struct hr_run *r, int abnormal)
 {
@@ -265,8 +264,6 @@ int hr_final_report(struct hr_run *r, int abnormal)
 				ds >= 0 && WIFSIGNALED(ds) ? WTERMSIG(ds) : rc);
 		fprintf(stderr, BANNER_END "\n");
 		fprintf(stderr, HR_NAME ": session: %s\n", r->session);
-	} else if (!r->quiet) {
-		fprintf(stderr, HR_NAME ": no findings; session: %s\n", r->session);
 	}
 	close(fd);
 	return clean;

@@ -86,6 +86,14 @@ def test_killed_child_gives_128_plus_signal_and_a_report(heisen, session):
     assert f"session: {session.resolve()}" in p.stderr
 
 
+def test_clean_run_says_one_line_or_nothing(heisen, session):
+    p = heisen.run(["--dir", session, "--", "true"])
+    assert p.returncode == 0
+    assert p.stderr == f"heisen-run: no findings; session: {session.resolve()}\n"
+    p = heisen.run(["--quiet", "--rm", "--", "sh", "-c", "exit 0"])
+    assert (p.returncode, p.stderr, p.stdout) == (0, "", "")
+
+
 def test_exec_failures_are_127_and_126(heisen, tmp_path):
     p = heisen.run(["--", tmp_path / "no-such-program"])
     assert p.returncode == 127
