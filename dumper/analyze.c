@@ -4,16 +4,18 @@
  * computed from the wait-for graph.
  *
  * The wait-for graph of a process has one node per thread slot copied at
- * load time and an edge T -> U when T waits for a lock that U holds in a
- * mode that blocks T (two readers do not block each other; a reader of a
- * writer-preferring rwlock also queues behind a waiting writer).  Only
- * blocked threads take part: in a live process those waiting longer than the
- * hang timeout (so that two copies taken a moment apart cannot fake a cycle
- * out of a lock that was just handed over), in a process that is gone every
- * waiting thread, since its last state is final.  Strongly connected
- * components of two or more threads are deadlocks (Tarjan); blocked threads
- * of a live process outside them are one hang finding per process.  Waits
- * on condition variables alone are not hangs (see is_blocked).
+ * load time that waits for a lock, and an edge T -> U when U holds that
+ * lock in a mode that blocks T (two readers do not block each other; a
+ * reader of a writer-preferring rwlock also queues behind a waiting writer).
+ * A thread is blocked when it has waited longer than the hang timeout in a
+ * live process, or waits at all in a process that is gone (its last state
+ * is final).  Strongly connected components of two or more threads with at
+ * least one blocked member are deadlocks (Tarjan): the cycle is judged as a
+ * whole, so a cycle whose members started waiting a moment apart is one
+ * deadlock from the first look, never first a hang and then a deadlock
+ * (heisen-run dedupes by signature).  Blocked threads of a live process
+ * outside those cycles are one hang finding per process.  Waits on
+ * condition variables alone are not hangs (see is_blocked).
  * Design: DESIGN.md "Hangs"; docs/interfaces.md "heisen-dump".
  */
 #include "analyze.h"
@@ -127,7 +129,7 @@ static bool is_blocked(const struct hs_session *s, const struct hs_proc *p, cons
 /* Tarjan's strongly connected components over the blocked threads. */
 struct scc {
 	const struct hs_proc *p;
-	const bool *blocked;
+	const bool *waiting;
 	int *index, *low, *stack, *comp;
 	bool *on_stack;
 	int next_index, sp, ncomp;
@@ -139,7 +141,7 @@ static void strongconnect(struct scc *g, uint32_t v)
 	g->stack[g->sp++] = (int)v;
 	g->on_stack[v] = true;
 	for (uint32_t w = 0; w < g->p->nthreads; w++) {
-		if (!g->blocked[w] || !blocks(&g->p->threads[v], &g->p->threads[w]))
+		if (!g->waiting[w] || !blocks(&g->p->threads[v], &g->p->threads[w]))
 			continue;
 		if (g->index[w] < 0) {
 			strongconnect(g, w);
@@ -183,24 +185,30 @@ static int add_thread_finding(struct hs_findings *out, enum hs_fkind kind, struc
 	return 0;
 }
 
-/* Components of two or more threads become deadlocks; sel marks members. */
-static int report_cycles(struct hs_findings *out, struct hs_proc *p, struct scc *g, int *sel)
+/* Components of two or more threads with a blocked member are deadlocks;
+ * sel marks their members with the component, everyone else with -1. */
+static int report_cycles(struct hs_findings *out, struct hs_proc *p, struct scc *g, const bool *blocked,
+			 int *sel)
 {
 	int *size = calloc((size_t)g->ncomp + 1, sizeof *size);
-	if (!size)
+	bool *old = calloc((size_t)g->ncomp + 1, sizeof *old);
+	int rc = 0;
+	if (!size || !old) {
+		free(size), free(old);
 		return -1;
+	}
 	for (uint32_t i = 0; i < p->nthreads; i++)
-		if (g->comp[i] >= 0)
+		if (g->comp[i] >= 0) {
 			size[g->comp[i]]++;
-	for (uint32_t i = 0; i < p->nthreads; i++)
-		sel[i] = (g->comp[i] >= 0 && size[g->comp[i]] > 1) ? g->comp[i] : -1;
-	for (int c = 0; c < g->ncomp; c++)
-		if (size[c] > 1 && add_thread_finding(out, HS_F_DEADLOCK, p, sel, c) != 0) {
-			free(size);
-			return -1;
+			old[g->comp[i]] |= blocked[i];
 		}
-	free(size);
-	return 0;
+	for (uint32_t i = 0; i < p->nthreads; i++)
+		sel[i] = (g->comp[i] >= 0 && size[g->comp[i]] > 1 && old[g->comp[i]]) ? g->comp[i] : -1;
+	for (int c = 0; c < g->ncomp && rc == 0; c++)
+		if (size[c] > 1 && old[c])
+			rc = add_thread_finding(out, HS_F_DEADLOCK, p, sel, c);
+	free(size), free(old);
+	return rc;
 }
 
 static int analyze_waits(const struct hs_session *s, struct hs_proc *p, double timeout,
@@ -208,17 +216,18 @@ static int analyze_waits(const struct hs_session *s, struct hs_proc *p, double t
 {
 	uint32_t n = p->nthreads, nblocked = 0;
 	struct scc g = {.p = p};
-	bool *blocked = calloc(n + 1, sizeof *blocked);
+	bool *waiting = calloc(2 * (size_t)n + 1, sizeof *waiting), *blocked = waiting + n;
 	int *ints = malloc((4 * (size_t)n + 1) * sizeof *ints);
 	int *sel = malloc(((size_t)n + 1) * sizeof *sel);
 	bool *on_stack = calloc(n + 1, sizeof *on_stack);
 	int rc = -1;
 
-	if (!blocked || !ints || !sel || !on_stack)
+	if (!waiting || !ints || !sel || !on_stack)
 		goto done;
-	g.blocked = blocked, g.on_stack = on_stack;
+	g.waiting = waiting, g.on_stack = on_stack;
 	g.index = ints, g.low = ints + n, g.stack = ints + 2 * n, g.comp = ints + 3 * n;
 	for (uint32_t i = 0; i < n; i++) {
+		waiting[i] = waits_for_lock(&p->threads[i]);
 		blocked[i] = is_blocked(s, p, &p->threads[i], timeout);
 		nblocked += blocked[i];
 		g.index[i] = g.comp[i] = -1;
@@ -227,9 +236,9 @@ static int analyze_waits(const struct hs_session *s, struct hs_proc *p, double t
 	if (nblocked == 0)
 		goto done;
 	for (uint32_t i = 0; i < n; i++)
-		if (blocked[i] && g.index[i] < 0)
+		if (waiting[i] && g.index[i] < 0)
 			strongconnect(&g, i);
-	if ((rc = report_cycles(out, p, &g, sel)) != 0 || !hs_proc_alive(p))
+	if ((rc = report_cycles(out, p, &g, blocked, sel)) != 0 || !hs_proc_alive(p))
 		goto done;
 	/* The rest of the blocked threads of a live process hang. */
 	for (uint32_t i = 0; i < n; i++)
@@ -240,7 +249,7 @@ static int analyze_waits(const struct hs_session *s, struct hs_proc *p, double t
 			break;
 		}
 done:
-	free(blocked), free(ints), free(sel), free(on_stack);
+	free(waiting), free(ints), free(sel), free(on_stack);
 	return rc;
 }
 
