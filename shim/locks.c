@@ -173,7 +173,8 @@ static void held_remove(struct hs_thread *th, int i)
 static void acq_after(struct hs_tls *t, struct acq *a, int rc)
 {
 	struct hs_thread *th = t->slot;
-	uint64_t now = hs_now();
+	/* an acquisition that did not wait happened at t0: spare a clock read */
+	uint64_t now = a->waited ? hs_now() : a->t0;
 	if (rc == 0 || rc == EOWNERDEAD) {
 		uint64_t waited = a->waited ? now - a->t0 : 0;
 		if (a->reentry && (uint32_t)a->reentry <= th->held_count) {
