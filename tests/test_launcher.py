@@ -445,6 +445,47 @@ def test_grandchild_killed_is_marked_too(heisen, session):
     assert not any(s == "running" or s == "vanished" for s, _ in states), states
 
 
+FAKE_LATER_IMAGE = """
+import os, signal, sys
+d = os.environ["HEISEN_DIR"]
+pid = os.getpid()
+b = bytearray(open(f"{d}/{pid}.0.seg", "rb").read())
+if sys.argv[1] == "abi":
+    b[8:12] = (99).to_bytes(4, "little")  # abi_version: a header we must not trust
+else:
+    b = bytearray(b"garbage")
+for name in (f"{pid}.9.seg", "expected.bin"):
+    with open(f"{d}/{name}", "wb") as f:
+        f.write(b)
+print(pid, flush=True)
+os.kill(pid, signal.SIGKILL)
+"""
+
+
+@pytest.mark.parametrize("kind", ["abi", "garbage"])
+def test_an_invalid_segment_is_never_written(heisen, session, kind):
+    """The latest image of the dead pid is not a valid ABI-1 header: heisen-run
+    leaves it alone (and still exits as the command did)."""
+    p = heisen.run(["--dir", session, "--", SYSTEM_PYTHON, "-c", FAKE_LATER_IMAGE, kind])
+    assert p.returncode == 137, p.stderr
+    pid = int(p.stdout)
+    assert (session / f"{pid}.9.seg").read_bytes() == (session / "expected.bin").read_bytes()
+
+
+def test_dir_that_is_a_file_is_refused(heisen, tmp_path):
+    f = tmp_path / "file"
+    f.write_text("")
+    p = heisen.run(["--dir", f, "--", "true"])
+    assert p.returncode == 125
+    assert str(f) in p.stderr
+
+
+def test_missing_dumper_is_a_clear_error(heisen, tmp_path):
+    p = heisen.run(["--", "true"], env={"HEISEN_DUMP": str(tmp_path / "nope")})
+    assert p.returncode == 125
+    assert "HEISEN_DUMP" in p.stderr
+
+
 def test_dumper_runs_without_ld_preload(heisen, tmp_path, session):
     log = tmp_path / "dump-env.log"
     wrap = tmp_path / "heisen-dump"
