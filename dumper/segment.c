@@ -299,7 +299,14 @@ uint32_t hs_seg_flags(const struct hs_seg *seg)
 
 uint64_t hs_seg_events(const struct hs_seg *seg)
 {
-	return __atomic_load_n(&LIVE_HDR(seg)->events, __ATOMIC_RELAXED);
+	/* ABI v1 keeps no shared counter (format.h): each ring's head counts its records */
+	uint64_t sum = 0;
+	for (uint32_t i = 0; i < seg->hdr.tables[HS_T_RINGS].capacity; i++) {
+		const struct hs_ring_header *rh = hs_seg_entry(seg, HS_T_RINGS, i);
+		if (rh)
+			sum += __atomic_load_n(&rh->head, __ATOMIC_ACQUIRE);
+	}
+	return sum;
 }
 
 uint64_t hs_seg_findings_dropped(const struct hs_seg *seg)

@@ -89,6 +89,7 @@ char *hs_clean(char *s);
 uint64_t hs_seg_state(const struct hs_seg *seg);
 uint64_t hs_seg_end_ns(const struct hs_seg *seg);
 uint32_t hs_seg_flags(const struct hs_seg *seg);
+/* Records ever written to the segment's rings (the sum of their heads). */
 uint64_t hs_seg_events(const struct hs_seg *seg);
 uint64_t hs_seg_findings_dropped(const struct hs_seg *seg);
 
