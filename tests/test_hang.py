@@ -1,0 +1,173 @@
+# SPDX-License-Identifier: MIT
+"""Hangs and real deadlocks: the wait-for graph, seen from outside the process.
+
+- abba_deadlock really deadlocks: heisen-run's watchdog must name both
+  threads, both locks and both stacks, kill the tree and exit 137; the
+  dumper must say the same of a live process, and of one killed without a
+  word (SIGKILL, as the OOM killer would).
+- slow_holder blocks one thread on a lock held by a sleeping thread: a
+  `hang` past the timeout, nothing below it.
+"""
+import signal
+import subprocess
+import time
+
+import pytest
+
+from conftest import (all_frame_functions, fact_int, findings_of, lockname, process_of,
+                      target)
+
+
+def start_preloaded(heisen, session, cmd):
+    env = heisen.env(session)
+    env["LD_PRELOAD"] = str(heisen.lib)
+    return subprocess.Popen([str(c) for c in cmd], env=env, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+
+
+def read_until(proc, word, timeout=20):
+    """Lines of proc's stdout up to the one that is `word`; returns them joined."""
+    lines = []
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        line = proc.stdout.readline()
+        if not line:
+            break
+        lines.append(line)
+        if line.strip() == word:
+            return "".join(lines)
+    raise AssertionError(f"{word!r} never printed: {lines!r}")
+
+
+def check_deadlock(report, pid, tid_ab, tid_ba):
+    dls = findings_of(report, "deadlock")
+    assert len(dls) == 1, report["findings"]
+    f = dls[0]
+    assert f["pid"] == pid
+    assert sorted(f["tids"]) == sorted([tid_ab, tid_ba])
+    assert sorted(lockname(l) for l in f["locks"]) == ["lock_a", "lock_b"]
+    by_tid = {t["tid"]: t for t in f["threads"]}
+    assert set(by_tid) == {tid_ab, tid_ba}
+    for tid, holds, wants, fn in ((tid_ab, "lock_a", "lock_b", "hold_a_want_b"),
+                                  (tid_ba, "lock_b", "lock_a", "hold_b_want_a")):
+        t = by_tid[tid]
+        assert [lockname(l) for l in t["holds"]] == [holds]
+        assert lockname(t["waits_for"]) == wants
+        assert t["wait_stack"]["frames"][0]["function"] == fn
+        assert t["hold_stack"]["frames"][0]["function"] == fn
+        assert t["seconds"] >= 0
+    return f
+
+
+def test_abba_deadlock_is_named_and_killed_by_heisen_run(heisen, session):
+    t0 = time.monotonic()
+    p = heisen.run(["--dir", session, "--hang-timeout", "2", "--on-hang", "kill", "--",
+                    target(heisen, "abba_deadlock")], timeout=60)
+    elapsed = time.monotonic() - t0
+    assert p.returncode == 137, (p.returncode, p.stdout, p.stderr)
+    assert elapsed >= 2, "killed before the hang timeout"
+    assert elapsed < 30, "the watchdog took far longer than its timeout"
+    pid, tid_ab, tid_ba = (fact_int(p.stdout, k) for k in ("pid", "tid_ab", "tid_ba"))
+    assert "waiting" in p.stdout.split()
+
+    # The report went to stderr: it names the deadlock, the threads and the locks.
+    assert "deadlock" in p.stderr
+    for word in (str(tid_ab), str(tid_ba), "lock_a", "lock_b", "hold_a_want_b", "hold_b_want_a"):
+        assert word in p.stderr, word
+    assert str(session) in p.stderr
+
+    report = heisen.dump_json(session)
+    check_deadlock(report, pid, tid_ab, tid_ba)
+    proc = process_of(report, pid)
+    assert proc["state"] == "killed" and proc["signal"] == signal.SIGKILL
+    # The cycle was also predicted before the threads blocked.
+    pds = findings_of(report, "potential-deadlock")
+    assert len(pds) == 1 and sorted(pds[0]["tids"]) == sorted([tid_ab, tid_ba])
+
+
+def test_live_deadlock_seen_by_the_dumper_then_after_sigkill(heisen, session):
+    """No launcher: the dumper reads a live deadlocked process, then the
+    segment of the same process after a SIGKILL that ran none of its code."""
+    proc = start_preloaded(heisen, session, [target(heisen, "abba_deadlock")])
+    try:
+        out = read_until(proc, "waiting")
+        pid, tid_ab, tid_ba = (fact_int(out, k) for k in ("pid", "tid_ab", "tid_ba"))
+        time.sleep(1.2)
+
+        chk = heisen.dump(session, "--check-hang", "1")
+        assert chk.returncode == 3, (chk.returncode, chk.stdout, chk.stderr)
+        line = [ln for ln in chk.stdout.splitlines() if ln.startswith("deadlock")]
+        assert len(line) == 1, chk.stdout
+        sig = line[0].split()
+        assert int(sig[1]) == pid and sorted(map(int, sig[2].split(","))) == sorted([tid_ab, tid_ba])
+
+        # Below the blocking time: not yet a hang.
+        assert heisen.dump(session, "--check-hang", "60").returncode == 0
+
+        live = heisen.dump_json(session, "--hang-timeout", "1", expect_rc=1)
+        check_deadlock(live, pid, tid_ab, tid_ba)
+        assert process_of(live, pid)["state"] == "running"
+    finally:
+        proc.kill()
+        proc.wait(timeout=10)
+    assert proc.returncode == -signal.SIGKILL
+
+    dead = heisen.dump_json(session, expect_rc=1)
+    assert process_of(dead, pid)["state"] == "vanished"
+    check_deadlock(dead, pid, tid_ab, tid_ba)
+
+
+def test_blocked_past_the_timeout_without_a_cycle_is_a_hang(heisen, session):
+    proc = start_preloaded(heisen, session, [target(heisen, "slow_holder"), "4000"])
+    try:
+        out = read_until(proc, "waiting")
+        pid = fact_int(out, "pid")
+        holder, waiter = fact_int(out, "tid_holder"), fact_int(out, "tid_waiter")
+        time.sleep(1.5)
+        report = heisen.dump_json(session, "--hang-timeout", "1", expect_rc=1)
+    finally:
+        proc.kill()
+        proc.wait(timeout=10)
+    assert findings_of(report, "deadlock") == []
+    hangs = findings_of(report, "hang")
+    assert len(hangs) == 1, report["findings"]
+    h = hangs[0]
+    assert h["pid"] == pid and h["tids"] == [waiter]
+    assert [lockname(l) for l in h["locks"]] == ["lock_a"]
+    (t,) = h["threads"]
+    assert t["tid"] == waiter and lockname(t["waits_for"]) == "lock_a" and t["holds"] == []
+    assert t["seconds"] >= 1
+    assert "wait_for_holder" in all_frame_functions(h)
+    # The report says who holds it, and where it was taken.
+    if "held_by" in t:
+        assert [x["tid"] for x in t["held_by"]] == [holder]
+        assert t["held_by"][0]["stack"]["frames"][0]["function"] == "hold_for_a_while"
+
+
+def test_hang_is_reported_by_heisen_run_and_the_program_still_finishes(heisen, session):
+    p = heisen.run(["--dir", session, "--hang-timeout", "1", "--", target(heisen, "slow_holder"),
+                    "3000"], timeout=60)
+    assert p.returncode == 0, (p.returncode, p.stderr)
+    assert "done" in p.stdout.split()
+    waiter = fact_int(p.stdout, "tid_waiter")
+    assert "heisen: hang" in p.stderr, p.stderr
+    assert str(waiter) in p.stderr and "wait_for_holder" in p.stderr
+    assert "deadlock" not in p.stderr.replace("potential deadlock", "")
+
+
+def test_short_waits_are_not_hangs(heisen, session):
+    p = heisen.run(["--dir", session, "--hang-timeout", "2", "--", target(heisen, "slow_holder"),
+                    "300"], timeout=60)
+    assert p.returncode == 0, (p.returncode, p.stderr)
+    assert "hang detected" not in p.stderr and "heisen: hang" not in p.stderr, p.stderr
+    report = heisen.dump_json(session, expect_rc=0)
+    assert report["findings"] == []
+
+
+@pytest.mark.parametrize("name", ["condvar", "consistent_order"])
+def test_busy_correct_programs_are_not_hangs(heisen, session, name):
+    """Condition-variable waits and short lock contention under a 1 s watchdog."""
+    p = heisen.run(["--dir", session, "--hang-timeout", "1", "--on-hang", "kill", "--",
+                    target(heisen, name)], timeout=60)
+    assert p.returncode == 0, (p.returncode, p.stderr)
+    assert "hang detected" not in p.stderr and "heisen: hang" not in p.stderr, p.stderr
