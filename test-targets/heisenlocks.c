@@ -9,6 +9,9 @@
  * py_lock_order.py drives it, and heisen must predict the deadlock with
  * ext_take_a_then_b / ext_take_b_then_a in the native stacks.
  * native_tid() returns the calling thread's kernel tid, for the tests.
+ * crash() writes through a NULL struct pointer in ext_crash_here() (fault
+ * address 0x18): a segfault inside an extension that was dlopen'd after the
+ * program started and has taken no lock, as in seed 000.
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
@@ -37,6 +40,25 @@ __attribute__((noinline, visibility("default"))) void ext_take_b_then_a(void)
 	ext_counter++;
 	pthread_mutex_unlock(&ext_lock_a);
 	pthread_mutex_unlock(&ext_lock_b);
+}
+
+struct ext_record {
+	long id, len, flags;
+	int value; /* offset 0x18 */
+};
+struct ext_record *volatile ext_the_record = NULL;
+
+__attribute__((noinline, visibility("default"))) void ext_crash_here(void)
+{
+	ext_the_record->value = 7;
+}
+
+static PyObject *py_crash(PyObject *self, PyObject *unused)
+{
+	(void)self;
+	(void)unused;
+	ext_crash_here();
+	Py_RETURN_NONE;
 }
 
 static PyObject *py_a_then_b(PyObject *self, PyObject *unused)
@@ -77,6 +99,7 @@ static PyMethodDef methods[] = {
 	{"a_then_b", py_a_then_b, METH_NOARGS, "Take ext_lock_a, then ext_lock_b (GIL released)."},
 	{"b_then_a", py_b_then_a, METH_NOARGS, "Take ext_lock_b, then ext_lock_a (GIL released)."},
 	{"native_tid", py_native_tid, METH_NOARGS, "The calling thread's kernel tid."},
+	{"crash", py_crash, METH_NOARGS, "Segfault in ext_crash_here() (fault address 0x18)."},
 	{"counter", py_counter, METH_NOARGS, "How many a_then_b/b_then_a calls completed."},
 	{NULL, NULL, 0, NULL},
 };
