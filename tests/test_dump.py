@@ -1,0 +1,269 @@
+# SPDX-License-Identifier: MIT
+"""heisen-dump's promises: the text report, the DOT graph, the exit codes,
+and a damaged segment that is named as an error (exit 2) while the rest of
+the session is still reported, never a crash of the dumper.
+
+The sessions are real ones, recorded from test targets; the damage is done
+to copies of their segments, guided by include/heisen/format.h.
+"""
+import json
+import random
+import re
+import shutil
+import struct
+import subprocess
+
+import pytest
+
+from conftest import edge_pairs, fact_int, findings_of, lockname, target
+
+HEADER_FIXED = struct.Struct("<8sIIIIQ")   # magic, abi, endian, word, header_size, segment_size
+TABLE = struct.Struct("<QIIII")            # offset, entry_size, capacity, count, dropped
+TABLES_AT = HEADER_FIXED.size
+T_EDGES, T_FINDINGS, T_COUNT = 7, 10, 12
+ABI_AT = 8
+
+
+def read_tables(data):
+    return [TABLE.unpack_from(data, TABLES_AT + i * TABLE.size) for i in range(T_COUNT)]
+
+
+@pytest.fixture(scope="module")
+def two_process_session(heisen, tmp_path_factory):
+    """One session, two processes, each with one potential-deadlock."""
+    s = tmp_path_factory.mktemp("dump") / "session"
+    pids = {}
+    for name in ("abba_sequential", "three_lock_cycle"):
+        p = heisen.preload([target(heisen, name)], s)
+        assert p.returncode == 0, p.stderr
+        pids[name] = fact_int(p.stdout, "pid")
+    return s, pids
+
+
+def copy_session(src, dst):
+    shutil.copytree(src, dst)
+    return dst
+
+
+def finding_pids(report):
+    return sorted(f["pid"] for f in report["findings"])
+
+
+# ---- the text report, DOT, exit codes -------------------------------------------
+
+
+def test_text_report_has_the_banner_locks_and_functions(heisen, two_process_session):
+    s, pids = two_process_session
+    p = heisen.dump(s)
+    assert p.returncode == 1, p.stderr
+    out = p.stdout
+    for name, pid in pids.items():
+        banners = [ln for ln in out.splitlines()
+                   if ln.startswith("==== heisen: potential deadlock") and f"pid {pid}" in ln]
+        assert len(banners) == 1, (name, out[:2000])
+    for word in ("lock_a", "lock_b", "lock_c", "take_a_then_b", "take_b_then_a",
+                 "take_b_then_c", "take_c_then_a", "abba_sequential.c", "three_lock_cycle.c"):
+        assert word in out, word
+    # Findings come first, context after.
+    first_finding = out.index("==== heisen: potential deadlock")
+    assert all(out.index(f"process {pid}") > first_finding for pid in pids.values())
+
+
+def test_dot_draws_the_cycle_edges_in_red(heisen, two_process_session):
+    s, pids = two_process_session
+    p = heisen.dump(s, "--dot")
+    assert p.returncode in (0, 1), p.stderr
+    dot = p.stdout
+    assert dot.lstrip().startswith("digraph") and dot.rstrip().endswith("}")
+    assert dot.count("{") == dot.count("}")
+    labels = dict(re.findall(r'^\s*"([^"]+)"\s*\[label="([^"\\]+)', dot, re.M))
+    edges = re.findall(r'^\s*"([^"]+)"\s*->\s*"([^"]+)"\s*\[([^\]]*)\]', dot, re.M)
+    red = {(labels[a], labels[b]) for a, b, attrs in edges if "color=red" in attrs}
+    assert red == {("lock_a", "lock_b"), ("lock_b", "lock_a"),
+                   ("lock_b", "lock_c"), ("lock_c", "lock_a")}, dot
+    # Every edge drawn is one of the two processes' cycles: nothing else, nothing twice.
+    assert len(edges) == 5, dot
+
+
+def test_dot_of_a_clean_session_has_no_red(heisen, session):
+    p = heisen.preload([target(heisen, "consistent_order")], session)
+    assert p.returncode == 0
+    dot = heisen.dump(session, "--dot").stdout
+    assert "->" in dot and "color=red" not in dot
+
+
+def test_exit_codes(heisen, session, tmp_path, two_process_session):
+    assert heisen.dump(two_process_session[0]).returncode == 1
+    assert heisen.dump(two_process_session[0], "--json").returncode == 1
+    p = heisen.preload([target(heisen, "recursive_mutex")], session)
+    assert p.returncode == 0
+    assert heisen.dump(session).returncode == 0
+    assert heisen.dump(session, "--json").returncode == 0
+    missing = tmp_path / "no-such-session"
+    m = heisen.dump(missing)
+    assert m.returncode == 2 and str(missing) in m.stderr, m.stderr
+
+
+def test_json_is_one_object_with_the_documented_keys(heisen, two_process_session):
+    s, pids = two_process_session
+    p = heisen.dump(s, "--json")
+    report = json.loads(p.stdout)
+    assert report["heisen"]["abi"] == 1
+    assert report["heisen"]["session"] == str(s)
+    assert sorted(pr["pid"] for pr in report["processes"]) == sorted(pids.values())
+    assert finding_pids(report) == sorted(pids.values())
+    for f in report["findings"]:
+        for st in f["stacks"]:
+            assert st["frames"], st
+            for fr in st["frames"]:
+                assert set(fr) >= {"function", "file", "line", "module", "python"}
+                assert "libheisen" not in (fr["module"] or ""), fr  # hooks are hidden
+
+
+# ---- damaged segments ------------------------------------------------------------
+
+
+def damage_truncate(n):
+    def f(path, data):
+        path.write_bytes(data[:n])
+        return f"truncated to {n} bytes"
+    return f
+
+
+def damage_magic(path, data):
+    path.write_bytes(b"NOTHEISN" + data[8:])
+
+
+def damage_abi(path, data):
+    b = bytearray(data)
+    struct.pack_into("<I", b, ABI_AT, 99)
+    path.write_bytes(bytes(b))
+
+
+def damage_table_offset(path, data):
+    b = bytearray(data)
+    off, es, cap, cnt, dr = read_tables(data)[T_EDGES]
+    TABLE.pack_into(b, TABLES_AT + T_EDGES * TABLE.size, 1 << 40, es, cap, cnt, dr)
+    path.write_bytes(bytes(b))
+
+
+def damage_segment_size(path, data):
+    b = bytearray(data)
+    struct.pack_into("<Q", b, 24, len(data) * 4)
+    path.write_bytes(bytes(b))
+
+
+DAMAGE = {
+    "short-header": damage_truncate(40),
+    "truncated-4k": damage_truncate(4096),
+    "truncated-half": None,  # filled in below: half of the real size
+    "bad-magic": damage_magic,
+    "bad-abi": damage_abi,
+    "table-outside": damage_table_offset,
+    "size-beyond-file": damage_segment_size,
+}
+
+
+@pytest.mark.parametrize("how", list(DAMAGE))
+def test_damaged_segment_is_an_error_and_the_rest_is_reported(heisen, two_process_session,
+                                                               tmp_path, how):
+    src, pids = two_process_session
+    s = copy_session(src, tmp_path / "copy")
+    bad_pid, good_pid = pids["abba_sequential"], pids["three_lock_cycle"]
+    bad = s / f"{bad_pid}.0.seg"
+    data = bad.read_bytes()
+    damage = DAMAGE[how] or damage_truncate(len(data) // 2)
+    damage(bad, data)
+
+    for fmt in ((), ("--json",)):
+        p = heisen.dump(s, *fmt)
+        assert p.returncode == 2, (how, fmt, p.returncode, p.stderr)
+        assert bad.name in p.stderr, p.stderr
+        assert good_pid and str(good_pid) in p.stdout
+    report = json.loads(heisen.dump(s, "--json").stdout)
+    assert [e["file"] for e in report["errors"]] == [bad.name]
+    assert report["errors"][0]["message"]
+    # The healthy process and its finding are still there.
+    assert good_pid in [pr["pid"] for pr in report["processes"]]
+    good = [f for f in findings_of(report, "potential-deadlock") if f["pid"] == good_pid]
+    assert len(good) == 1 and len(good[0]["edges"]) == 3
+    assert edge_pairs(good[0]) == {("lock_a", "lock_b"), ("lock_b", "lock_c"), ("lock_c", "lock_a")}
+    assert bad_pid not in finding_pids(report)
+
+
+def test_random_damage_never_crashes_the_dumper(heisen, two_process_session, tmp_path):
+    """Random bytes over the header and the tables of one segment: the dumper
+    may report an error or odd content, but it exits 0, 1 or 2 with valid
+    JSON, and the other process is always reported."""
+    src, pids = two_process_session
+    bad_pid, good_pid = pids["abba_sequential"], pids["three_lock_cycle"]
+    original = (src / f"{bad_pid}.0.seg").read_bytes()
+    tables = read_tables(original)
+    rng = random.Random(20240601)
+    s = copy_session(src, tmp_path / "fuzz")
+    bad = s / f"{bad_pid}.0.seg"
+    regions = [(0, 1024)] + [(off, max(1, min(es * max(cnt, 1), 65536)))
+                             for off, es, cap, cnt, _ in tables if off + 1 < len(original)]
+    for i in range(40):
+        b = bytearray(original)
+        for _ in range(rng.choice((1, 4, 32))):
+            start, length = rng.choice(regions)
+            at = start + rng.randrange(length)
+            if at < len(b):
+                b[at] = rng.randrange(256)
+        if rng.random() < 0.25:  # big counts and ids are the classic overflow
+            start, length = rng.choice(regions)
+            at = start + rng.randrange(length)
+            b[at:at + 4] = rng.choice((b"\xff\xff\xff\xff", b"\x00\x00\x00\x80", b"\xff\xff\xff\x0f"))
+        bad.write_bytes(bytes(b[:len(original)]))
+        opts = ("--json", "--no-symbols") if i % 4 else ("--json",)
+        # Bytes: a damaged module path may reach stderr as it is; stdout is JSON,
+        # which must stay UTF-8.
+        p = subprocess.run([str(heisen.dump_bin), *opts, str(s)], capture_output=True,
+                           timeout=60, env=heisen.env())
+        assert p.returncode in (0, 1, 2), (i, p.returncode, p.stderr[-2000:])
+        report = json.loads(p.stdout.decode("utf-8"))
+        assert good_pid in [pr["pid"] for pr in report["processes"]], i
+        if i % 8 == 0:  # the text and DOT paths read the same damaged data (as bytes:
+            for fmt in ((), ("--dot",)):  # damaged strings need not be UTF-8 there)
+                q = subprocess.run([str(heisen.dump_bin), *fmt, "--no-symbols", str(s)],
+                                   capture_output=True, timeout=60, env=heisen.env())
+                assert q.returncode in (0, 1, 2), (i, fmt, q.returncode, q.stderr[-2000:])
+
+
+def test_empty_segment_of_a_dead_process_does_not_hide_the_rest(heisen, two_process_session,
+                                                                 tmp_path):
+    """A zero-length segment is what a process killed while creating its
+    segment leaves behind.  The dumper may call it not ready or an error, but
+    the other process is still reported in full."""
+    src, pids = two_process_session
+    s = copy_session(src, tmp_path / "empty")
+    (s / f"{pids['abba_sequential']}.0.seg").write_bytes(b"")
+    p = heisen.dump(s, "--json")
+    assert p.returncode in (1, 2), (p.returncode, p.stderr)
+    report = json.loads(p.stdout)
+    assert finding_pids(report) == [pids["three_lock_cycle"]]
+
+
+def test_json_escapes_argv_that_is_not_utf8(heisen, session):
+    """argv is bytes: a non-UTF-8 argument must still give valid JSON."""
+    p = subprocess.run([str(target(heisen, "exec_chain")), "stop", b"caf\xe9\xff.txt"],
+                       env={**heisen.env(session), "LD_PRELOAD": str(heisen.lib)},
+                       capture_output=True, timeout=60)
+    assert p.returncode == 0, p.stderr
+    raw = subprocess.run([str(heisen.dump_bin), "--json", str(session)], capture_output=True,
+                         timeout=60, env=heisen.env()).stdout
+    report = json.loads(raw.decode("utf-8"))  # strict: must be UTF-8
+    (proc,) = report["processes"]
+    assert len(proc["argv"]) == 3 and proc["argv"][1] == "stop"
+    assert proc["argv"][2].startswith("caf")
+
+
+def test_non_segment_files_are_ignored(heisen, two_process_session, tmp_path):
+    src, pids = two_process_session
+    s = copy_session(src, tmp_path / "extra")
+    (s / "run.json").write_text("{}")
+    (s / "notes.txt").write_text("hello")
+    p = heisen.dump(s, "--json")
+    assert p.returncode == 1, p.stderr
+    assert json.loads(p.stdout).get("errors", []) == []
