@@ -60,6 +60,7 @@ static void usage(FILE *f)
 		"Environment: HEISEN_LIB and HEISEN_DUMP override where libheisen.so and heisen-dump are.\n");
 }
 
+/* "heisen-run: <message>" on stderr, always.  For errors that end the run. */
 void hr_err(const char *fmt, ...)
 {
 	va_list ap;
@@ -70,6 +71,7 @@ void hr_err(const char *fmt, ...)
 	va_end(ap);
 }
 
+/* "heisen-run: warning: <message>" on stderr, unless --quiet.  The run goes on. */
 void hr_warn(const struct hr_run *r, const char *fmt, ...)
 {
 	if (r && r->quiet)
@@ -82,7 +84,8 @@ void hr_warn(const struct hr_run *r, const char *fmt, ...)
 	va_end(ap);
 }
 
-/* Parse argv into r.  Returns 0, or exits (125 on a usage error, 0 for --help). */
+/* Parse argv into r; returns only when a command was given (exits 125 on a
+ * usage error, 0 after --help). */
 static void parse_options(struct hr_run *r, int argc, char **argv)
 {
 	enum { OPT_DIR = 256, OPT_HANG, OPT_ON_HANG, OPT_RM };
@@ -152,6 +155,7 @@ static void parse_options(struct hr_run *r, int argc, char **argv)
 	r->cmd = argv + optind;
 }
 
+/* Our exit status for the command's wait status: its code, or 128 + signal. */
 static int exit_code_of(int st)
 {
 	if (WIFEXITED(st))

@@ -48,6 +48,7 @@ static sigset_t old_mask;
 static struct sigaction old_chld, old_pipe;
 static int ignored_at_start[NSIG];
 
+/* CLOCK_MONOTONIC in milliseconds: deadlines of the event loop. */
 uint64_t hr_now_ms(void)
 {
 	struct timespec ts;
