@@ -75,6 +75,26 @@ def test_abba_sequential_is_predicted(heisen, way):
     proc = process_of(report, pid)
     assert proc["state"] == "exited" and proc["exit_status"] == 0
     assert {tid_ab, tid_ba} <= {t["tid"] for t in proc["threads"]}
+    # The flight recorder kept each thread's acquisitions, in order.
+    for tid, order in ((tid_ab, ["lock_a", "lock_b"]), (tid_ba, ["lock_b", "lock_a"])):
+        (t,) = [t for t in proc["threads"] if t["tid"] == tid]
+        acquired = [lockname(e["lock"]) for e in t["events"] if e["type"] == "lock-acquired"]
+        assert acquired == order, t["events"]
+        released = [lockname(e["lock"]) for e in t["events"] if e["type"] == "lock-released"]
+        assert released == order[::-1], t["events"]
+    # heisen-run prints the report when a run has a finding, even with status 0.
+    if way.name == "heisen-run":
+        assert "==== heisen: potential deadlock" in p.stderr, p.stderr
+        assert "take_b_then_a" in p.stderr and str(way.session) in p.stderr
+
+
+def test_heisen_disable_records_nothing(heisen, session):
+    p = heisen.preload([target(heisen, "abba_sequential")], session,
+                       env={"HEISEN_DISABLE": "1"})
+    assert p.returncode == 0 and "done" in p.stdout.split()
+    if session.exists() and list(session.glob("*.seg")):
+        report = heisen.dump_json(session)
+        assert report["findings"] == []
 
 
 # ---- (c) three locks -----------------------------------------------------------
@@ -153,6 +173,8 @@ def test_read_read_on_a_reader_preferring_rwlock_is_not_a_deadlock(heisen, way):
 def test_consistent_order_with_reverse_trylock_is_quiet(heisen, way):
     p, report = run_target(heisen, way, "consistent_order")
     assert report["findings"] == [], report["findings"]
+    if way.name == "heisen-run":  # a clean run prints no report
+        assert "==== heisen" not in p.stderr, p.stderr
     assert fact_int(p.stdout, "trylock_ok") > 0  # the reverse-order trylocks happened
     proc = process_of(report, fact_int(p.stdout, "pid"))
     assert len(proc["threads"]) >= 2
@@ -190,6 +212,35 @@ def test_condition_variables_are_quiet(heisen, way):
     # lock_stats -> lock_q is the only order; lock_q -> lock_stats would mean the
     # wait's release of lock_q was missed.
     assert dot.count("->") == 1, dot
+
+
+# ---- lock identity: address + generation, and spin locks -----------------------
+
+
+def test_destroyed_and_reinitialized_locks_are_new_locks(heisen, way):
+    p, report = run_target(heisen, way, "lock_generations", "destroy")
+    assert report["findings"] == [], report["findings"]
+    proc = process_of(report, fact_int(p.stdout, "pid"))
+    (t2,) = [t for t in proc["threads"] if t["tid"] == fact_int(p.stdout, "tid_ba")]
+    gens = {(lockname(e["lock"]), e["lock"]["generation"]) for e in t2["events"]
+            if e["type"] == "lock-acquired"}
+    assert gens == {("lock_a", 2), ("lock_b", 2)}, t2["events"]
+    dot = heisen.dump(way.session, "--dot").stdout
+    assert dot.count("->") == 2 and "color=red" not in dot, dot
+
+
+def test_same_locks_without_destroy_are_the_same_locks(heisen, way):
+    p, report = run_target(heisen, way, "lock_generations", "keep")
+    f = one_potential_deadlock(report, fact_int(p.stdout, "pid"))
+    assert {(lockname(l), l["generation"]) for l in f["locks"]} == {("lock_a", 1), ("lock_b", 1)}
+
+
+def test_spin_lock_cycle_is_predicted(heisen, way):
+    p, report = run_target(heisen, way, "lock_generations", "spin")
+    f = one_potential_deadlock(report, fact_int(p.stdout, "pid"))
+    assert {lockname(l): l["kind"] for l in f["locks"]} == {"spin_a": "spin", "spin_b": "spin"}
+    assert sorted(f["tids"]) == sorted([fact_int(p.stdout, "tid_ab"), fact_int(p.stdout, "tid_ba")])
+    assert {"take_a_then_b", "take_b_then_a"} <= set(all_frame_functions(f))
 
 
 # ---- fork and exec ---------------------------------------------------------------
