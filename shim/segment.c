@@ -528,27 +528,20 @@ static void read_build_id(const struct dl_phdr_info *info, struct hs_module *m)
 	}
 }
 
-static int scan_one(struct dl_phdr_info *info, size_t size, void *arg)
+/*
+ * Append the object described by info (named name, HS_MOD_* mflags) to the
+ * module table unless it is there already.  Caller holds modules_lock.
+ */
+static void append_module(const struct dl_phdr_info *info, const char *name, unsigned mflags)
 {
 	struct hs_seg *s = &hs_seg;
 	struct hs_table *t = &s->hdr->tables[HS_T_MODULES];
-	const char *name = info->dlpi_name;
 	uint64_t lo = UINT64_MAX, hi = 0;
-	int *first = arg;
-	unsigned mflags = 0;
 	uint32_t i, n = __atomic_load_n(&t->count, __ATOMIC_ACQUIRE);
 	struct hs_module *m;
-	(void)size;
 
-	if (*first) {
-		*first = 0;
-		if (!name || !name[0]) {
-			name = s->hdr->exe;
-			mflags = HS_MOD_MAIN;
-		}
-	}
 	if (!name || name[0] != '/')
-		return 0; /* the vDSO, or an object with no file */
+		return; /* the vDSO, or an object with no file */
 	for (int j = 0; j < info->dlpi_phnum; j++) {
 		const ElfW(Phdr) *ph = &info->dlpi_phdr[j];
 		if (ph->p_type != PT_LOAD)
@@ -559,17 +552,17 @@ static int scan_one(struct dl_phdr_info *info, size_t size, void *arg)
 			hi = info->dlpi_addr + ph->p_vaddr + ph->p_memsz;
 	}
 	if (hi == 0)
-		return 0;
-	if ((uint64_t)(uintptr_t)&scan_one >= lo && (uint64_t)(uintptr_t)&scan_one < hi) {
+		return;
+	if ((uint64_t)(uintptr_t)&append_module >= lo && (uint64_t)(uintptr_t)&append_module < hi) {
 		hs_self_lo = lo;
 		hs_self_hi = hi;
 	}
 	for (i = 0; i < n; i++)
 		if (s->modules[i].base == info->dlpi_addr && s->modules[i].lo == lo)
-			return 0;
+			return;
 	if (n >= t->capacity) {
 		__atomic_add_fetch(&t->dropped, 1, __ATOMIC_RELAXED);
-		return 0;
+		return;
 	}
 	m = &s->modules[n];
 	memset(m, 0, sizeof *m);
@@ -578,12 +571,24 @@ static int scan_one(struct dl_phdr_info *info, size_t size, void *arg)
 	m->hi = hi;
 	m->path_len = (uint16_t)strnlen(name, PATH_MAX);
 	m->path = hs_str_add(s, name, m->path_len);
-	m->flags = (uint8_t)(mflags | (n > 0 && !(mflags & HS_MOD_MAIN) && s->hdr->tables[HS_T_STACKS].count > 1
-					 ? HS_MOD_DLOPEN
-					 : 0));
+	m->flags = (uint8_t)mflags;
 	read_build_id(info, m);
 	/* the entry is complete before the count covers it */
 	__atomic_store_n(&t->count, n + 1, __ATOMIC_RELEASE);
+}
+
+static int scan_one(struct dl_phdr_info *info, size_t size, void *arg)
+{
+	int *first = arg;
+	(void)size;
+	if (*first) {
+		*first = 0;
+		if (!info->dlpi_name || !info->dlpi_name[0]) {
+			append_module(info, hs_seg.hdr->exe, HS_MOD_MAIN);
+			return 0;
+		}
+	}
+	append_module(info, info->dlpi_name, 0);
 	return 0;
 }
 
@@ -595,6 +600,41 @@ void hs_modules_scan(void)
 	spin_lock(&modules_lock);
 	dl_iterate_phdr(scan_one, &first);
 	spin_unlock(&modules_lock);
+}
+
+int hs_module_note_pc(uint64_t pc, int may_wait)
+{
+	struct dl_find_object fo;
+	struct dl_phdr_info info;
+	const ElfW(Ehdr) *eh;
+	const char *name;
+	unsigned mflags = HS_MOD_DLOPEN;
+	uint64_t span;
+
+	if (!hs_seg.hdr || _dl_find_object((void *)(uintptr_t)pc, &fo) != 0 || !fo.dlfo_link_map)
+		return -1;
+	/* the mapping that starts an object begins with its ELF header and program headers */
+	eh = fo.dlfo_map_start;
+	span = (uint64_t)((const char *)fo.dlfo_map_end - (const char *)fo.dlfo_map_start);
+	if (span < sizeof *eh || memcmp(eh->e_ident, ELFMAG, SELFMAG) != 0 ||
+	    eh->e_phentsize != sizeof(ElfW(Phdr)) || eh->e_phoff + (uint64_t)eh->e_phnum * sizeof(ElfW(Phdr)) > span)
+		return -1;
+	memset(&info, 0, sizeof info);
+	info.dlpi_addr = fo.dlfo_link_map->l_addr;
+	info.dlpi_phdr = (const ElfW(Phdr) *)((const char *)eh + eh->e_phoff);
+	info.dlpi_phnum = eh->e_phnum;
+	name = fo.dlfo_link_map->l_name;
+	if (!name || !name[0]) {
+		name = hs_seg.hdr->exe;
+		mflags = HS_MOD_MAIN;
+	}
+	if (may_wait)
+		spin_lock(&modules_lock);
+	else if (__atomic_exchange_n(&modules_lock, 1, __ATOMIC_ACQUIRE))
+		return -1; /* a signal handler never waits for the thread it interrupted */
+	append_module(&info, name, mflags);
+	spin_unlock(&modules_lock);
+	return 0;
 }
 
 int hs_module_known(uint64_t pc)

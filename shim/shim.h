@@ -244,9 +244,18 @@ void hs_segment_end(unsigned state, int64_t value);
 /* Append s to the strings table; returns its offset, 0 when full. Lock-free. */
 uint32_t hs_str_add(struct hs_seg *s, const char *str, size_t len);
 
-/* Rescan loaded objects (dl_iterate_phdr) and append the new ones to the
- * module table.  Not async-signal-safe (takes the loader lock). */
+/* Scan every loaded object (dl_iterate_phdr) into the module table.  Init
+ * only: not async-signal-safe (takes the loader lock). */
 void hs_modules_scan(void);
+
+/*
+ * Add the object containing pc to the module table if it is new, using
+ * glibc's lock-free _dl_find_object (no loader lock), so an object loaded
+ * by dlopen is recorded the first time one of its PCs is in a stack, even
+ * from a crash handler.  may_wait = 0 in signal handlers: give up rather
+ * than wait for the module lock.  Returns 0, or -1 when pc is in no object.
+ */
+int hs_module_note_pc(uint64_t pc, int may_wait);
 
 /* 1 when pc lies in a known module. Lock-free. */
 int hs_module_known(uint64_t pc);

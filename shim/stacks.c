@@ -98,13 +98,9 @@ static unsigned trim_and_check(uint64_t *pcs, unsigned n)
 	if (skip)
 		memmove(pcs, pcs + skip, (n - skip) * sizeof *pcs);
 	n -= skip;
-	for (unsigned i = 0; i < n; i++) {
-		if (!hs_module_known(pcs[i])) {
-			/* loaded since the last scan (dlopen): record it while it is here */
-			hs_modules_scan();
-			break;
-		}
-	}
+	for (unsigned i = 0; i < n; i++)
+		if (!hs_module_known(pcs[i]))
+			hs_module_note_pc(pcs[i], 1); /* loaded by dlopen since: record it while it is here */
 	return n;
 }
 
@@ -180,7 +176,6 @@ uint32_t hs_stack_from_signal(void *ucontext)
 	unw_cursor_t c;
 	uint64_t pcs[HS_STACK_DEPTH];
 	unsigned n = 0, flags = HS_STACK_EXACT_TOP;
-	int r;
 	if (unw_init_local2(&c, (unw_context_t *)ucontext, UNW_INIT_SIGNAL_FRAME) < 0)
 		return 0;
 	do {
@@ -188,8 +183,11 @@ uint32_t hs_stack_from_signal(void *ucontext)
 		if (unw_get_reg(&c, UNW_REG_IP, &ip) < 0 || ip == 0)
 			break;
 		pcs[n++] = ip;
-	} while (n < HS_STACK_DEPTH && (r = unw_step(&c)) > 0);
+	} while (n < HS_STACK_DEPTH && unw_step(&c) > 0);
 	if (n == HS_STACK_DEPTH && unw_step(&c) > 0)
 		flags |= HS_STACK_TRUNCATED;
+	for (unsigned i = 0; i < n; i++)
+		if (!hs_module_known(pcs[i]))
+			hs_module_note_pc(pcs[i], 0);
 	return hs_stack_intern(&hs_seg, pcs, n, flags);
 }
