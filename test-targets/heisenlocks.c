@@ -9,6 +9,9 @@
  * py_lock_order.py drives it, and heisen must predict the deadlock with
  * ext_take_a_then_b / ext_take_b_then_a in the native stacks.
  * native_tid() returns the calling thread's kernel tid, for the tests.
+ * a_then_b_meet() / b_then_a_meet() do the same but meet at a barrier while
+ * holding their first lock: two threads calling them deadlock for real, with
+ * the GIL released (py_deadlock.py).
  * crash() writes through a NULL struct pointer in ext_crash_here() (fault
  * address 0x18): a segfault inside an extension that was dlopen'd after the
  * program started and has taken no lock, as in seed 000.
@@ -40,6 +43,54 @@ __attribute__((noinline, visibility("default"))) void ext_take_b_then_a(void)
 	ext_counter++;
 	pthread_mutex_unlock(&ext_lock_a);
 	pthread_mutex_unlock(&ext_lock_b);
+}
+
+static pthread_barrier_t ext_meet;
+static pthread_once_t ext_meet_once = PTHREAD_ONCE_INIT;
+
+static void ext_meet_init(void)
+{
+	pthread_barrier_init(&ext_meet, NULL, 2);
+}
+
+__attribute__((noinline, visibility("default"))) void ext_hold_a_want_b(void)
+{
+	pthread_mutex_lock(&ext_lock_a);
+	pthread_barrier_wait(&ext_meet);
+	pthread_mutex_lock(&ext_lock_b); /* never returns when the other thread came */
+	pthread_mutex_unlock(&ext_lock_b);
+	pthread_mutex_unlock(&ext_lock_a);
+}
+
+__attribute__((noinline, visibility("default"))) void ext_hold_b_want_a(void)
+{
+	pthread_mutex_lock(&ext_lock_b);
+	pthread_barrier_wait(&ext_meet);
+	pthread_mutex_lock(&ext_lock_a);
+	pthread_mutex_unlock(&ext_lock_a);
+	pthread_mutex_unlock(&ext_lock_b);
+}
+
+static PyObject *py_a_then_b_meet(PyObject *self, PyObject *unused)
+{
+	(void)self;
+	(void)unused;
+	pthread_once(&ext_meet_once, ext_meet_init);
+	Py_BEGIN_ALLOW_THREADS
+	ext_hold_a_want_b();
+	Py_END_ALLOW_THREADS
+	Py_RETURN_NONE;
+}
+
+static PyObject *py_b_then_a_meet(PyObject *self, PyObject *unused)
+{
+	(void)self;
+	(void)unused;
+	pthread_once(&ext_meet_once, ext_meet_init);
+	Py_BEGIN_ALLOW_THREADS
+	ext_hold_b_want_a();
+	Py_END_ALLOW_THREADS
+	Py_RETURN_NONE;
 }
 
 struct ext_record {
@@ -98,6 +149,8 @@ static PyObject *py_counter(PyObject *self, PyObject *unused)
 static PyMethodDef methods[] = {
 	{"a_then_b", py_a_then_b, METH_NOARGS, "Take ext_lock_a, then ext_lock_b (GIL released)."},
 	{"b_then_a", py_b_then_a, METH_NOARGS, "Take ext_lock_b, then ext_lock_a (GIL released)."},
+	{"a_then_b_meet", py_a_then_b_meet, METH_NOARGS, "Take ext_lock_a, meet the other thread, take ext_lock_b."},
+	{"b_then_a_meet", py_b_then_a_meet, METH_NOARGS, "Take ext_lock_b, meet the other thread, take ext_lock_a."},
 	{"native_tid", py_native_tid, METH_NOARGS, "The calling thread's kernel tid."},
 	{"crash", py_crash, METH_NOARGS, "Segfault in ext_crash_here() (fault address 0x18)."},
 	{"counter", py_counter, METH_NOARGS, "How many a_then_b/b_then_a calls completed."},

@@ -30,7 +30,8 @@ import heisenlocks  # noqa: E402
 
 
 def worker(label, fn):
-    print(label, heisenlocks.native_tid(), flush=True)
+    sys.stdout.write(f"{label} {heisenlocks.native_tid()}\n")  # one write: threads interleave
+    sys.stdout.flush()
     fn()
 
 

@@ -92,7 +92,7 @@ def test_live_deadlock_seen_by_the_dumper_then_after_sigkill(heisen, session):
     try:
         out = read_until(proc, "waiting")
         pid, tid_ab, tid_ba = (fact_int(out, k) for k in ("pid", "tid_ab", "tid_ba"))
-        time.sleep(1.2)
+        time.sleep(1.6)
 
         chk = heisen.dump(session, "--check-hang", "1")
         assert chk.returncode == 3, (chk.returncode, chk.stdout, chk.stderr)

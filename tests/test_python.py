@@ -92,3 +92,30 @@ def test_crash_in_a_dlopened_extension_is_symbolized(heisen, way):
     assert top["module"] and "heisenlocks" in top["module"], c["stacks"][0]["frames"][:3]
     assert top["function"] == "ext_crash_here"
     assert frame_functions(c["stacks"][0])[:2] == ["ext_crash_here", "py_crash"]
+
+
+def test_python_program_deadlocked_in_native_code_is_named_and_killed(heisen, session):
+    """Seed 001's symptom, a Python service stuck at 0% CPU: two threads
+    deadlocked inside an extension, with the GIL released."""
+    ext = pyext_dir(heisen)
+    p = heisen.run(["--dir", session, "--hang-timeout", "2", "--on-hang", "kill", "--",
+                    SYSTEM_PYTHON, script(heisen, "py_deadlock.py"), ext], timeout=60)
+    assert p.returncode == 137, (p.returncode, p.stdout, p.stderr)
+    assert "not reached" not in p.stdout
+    pid, tid_ab, tid_ba = (fact_int(p.stdout, k) for k in ("pid", "tid_ab", "tid_ba"))
+    assert "deadlock" in p.stderr and "ext_hold_a_want_b" in p.stderr
+
+    report = heisen.dump_json(session, expect_rc=1)
+    dls = findings_of(report, "deadlock")
+    assert len(dls) == 1, report["findings"]
+    f = dls[0]
+    assert f["pid"] == pid and sorted(f["tids"]) == sorted([tid_ab, tid_ba])
+    assert sorted(lockname(l) for l in f["locks"]) == ["ext_lock_a", "ext_lock_b"]
+    by_tid = {t["tid"]: t for t in f["threads"]}
+    for tid, holds, wants, fn in ((tid_ab, "ext_lock_a", "ext_lock_b", "ext_hold_a_want_b"),
+                                  (tid_ba, "ext_lock_b", "ext_lock_a", "ext_hold_b_want_a")):
+        t = by_tid[tid]
+        assert [lockname(l) for l in t["holds"]] == [holds] and lockname(t["waits_for"]) == wants
+        assert frame_functions(t["wait_stack"])[0] == fn
+        assert "heisenlocks" in t["wait_stack"]["frames"][0]["module"]
+    assert process_of(report, pid)["state"] == "killed"
