@@ -15,6 +15,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 #include <elfutils/libdwfl.h>
 #include <gelf.h>
@@ -137,6 +138,13 @@ static void load_modules(struct hs_sym *s, struct hs_seg *seg, const char *exe)
 		m->base = rec.base, m->lo = rec.lo, m->hi = rec.hi;
 		m->hook = is_hook_module(path);
 		if (s->dwfl && !m->hook) {
+			struct stat st;
+			/* the path comes from shared memory: never open a FIFO or a device it names */
+			if (stat(path, &st) != 0 || !S_ISREG(st.st_mode)) {
+				warn_once(hs_clean(path), "not a regular file (gone since the run?): its frames show module+offset only");
+				s->nmods++;
+				continue;
+			}
 			m->dw = dwfl_report_elf(s->dwfl, base_name(path), path, -1, rec.base, false);
 			if (!m->dw) {
 				char why[300];

@@ -267,3 +267,31 @@ def test_non_segment_files_are_ignored(heisen, two_process_session, tmp_path):
     p = heisen.dump(s, "--json")
     assert p.returncode == 1, p.stderr
     assert json.loads(p.stdout).get("errors", []) == []
+
+
+def test_a_module_path_naming_a_fifo_is_not_opened(heisen, two_process_session, tmp_path):
+    """Module paths come from shared memory: a damaged one naming a FIFO must
+    not make the dumper block on open (it says the file is unusable)."""
+    import os
+    s, pids = two_process_session
+    damaged = copy_session(s, tmp_path / "fifo-session")
+    import tempfile
+    libc = b"/lib/x86_64-linux-gnu/libc.so.6\0"
+    short = tempfile.mkdtemp(dir="/tmp", prefix="hf")
+    # same length as the libc path, so the strings table keeps its shape
+    pad = len(libc) - 1 - len(short) - 1
+    assert pad > 0
+    fifo = os.path.join(short, "f" * pad)
+    os.mkfifo(fifo)
+    hit = 0
+    for seg in damaged.glob("*.seg"):
+        data = seg.read_bytes()
+        if libc in data:
+            seg.write_bytes(data.replace(libc, fifo.encode() + b"\0", 1))
+            hit += 1
+    assert hit == 2
+    p = heisen.dump(damaged, timeout=30)   # a blocked open would time out here
+    assert p.returncode == 1, p.stderr
+    assert "not a regular file" in p.stderr
+    assert "take_a_then_b" in p.stdout   # the program's own frames still resolve
+    shutil.rmtree(short)
