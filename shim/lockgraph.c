@@ -21,33 +21,21 @@
 
 #include "shim.h"
 
-static inline uint64_t mix64(uint64_t x)
-{
-	x ^= x >> 33;
-	x *= 0xff51afd7ed558ccdull;
-	x ^= x >> 33;
-	x *= 0xc4ceb9fe1a85ec53ull;
-	x ^= x >> 33;
-	return x;
-}
-
 static void graph_lock(struct hs_seg *s)
 {
-	while (__atomic_exchange_n(&s->graph_lock, 1, __ATOMIC_ACQUIRE))
-		while (__atomic_load_n(&s->graph_lock, __ATOMIC_RELAXED))
-			__builtin_ia32_pause();
+	hs_spin_lock(&s->graph_lock);
 }
 
 static void graph_unlock(struct hs_seg *s)
 {
-	__atomic_store_n(&s->graph_lock, 0, __ATOMIC_RELEASE);
+	hs_spin_unlock(&s->graph_lock);
 }
 
 /* The index slot for key: the one holding it, else the empty one where it would go, else NULL (full). */
 static struct hs_index_slot *index_probe(struct hs_index_slot *tab, uint32_t capacity, uint64_t key)
 {
 	uint32_t mask = capacity - 1;
-	uint32_t i = (uint32_t)mix64(key) & mask;
+	uint32_t i = (uint32_t)hs_mix64(key) & mask;
 	for (uint32_t probe = 0; probe <= mask; probe++, i = (i + 1) & mask) {
 		uint64_t k = __atomic_load_n(&tab[i].key, __ATOMIC_ACQUIRE);
 		if (k == key || k == 0)

@@ -106,18 +106,6 @@ void hs_assert_fail(const char *expr, const char *file, int line)
 	abort();
 }
 
-static void spin_lock(int *l)
-{
-	while (__atomic_exchange_n(l, 1, __ATOMIC_ACQUIRE))
-		while (__atomic_load_n(l, __ATOMIC_RELAXED))
-			__builtin_ia32_pause();
-}
-
-static void spin_unlock(int *l)
-{
-	__atomic_store_n(l, 0, __ATOMIC_RELEASE);
-}
-
 /* Read up to cap-1 bytes of a small file (procfs) into buf, NUL-terminated. */
 static ssize_t read_small(const char *path, char *buf, size_t cap)
 {
@@ -597,9 +585,9 @@ void hs_modules_scan(void)
 	int first = 1;
 	if (!hs_seg.hdr)
 		return;
-	spin_lock(&modules_lock);
+	hs_spin_lock(&modules_lock);
 	dl_iterate_phdr(scan_one, &first);
-	spin_unlock(&modules_lock);
+	hs_spin_unlock(&modules_lock);
 }
 
 int hs_module_note_pc(uint64_t pc, int may_wait)
@@ -629,11 +617,11 @@ int hs_module_note_pc(uint64_t pc, int may_wait)
 		mflags = HS_MOD_MAIN;
 	}
 	if (may_wait)
-		spin_lock(&modules_lock);
-	else if (__atomic_exchange_n(&modules_lock, 1, __ATOMIC_ACQUIRE))
+		hs_spin_lock(&modules_lock);
+	else if (!hs_spin_trylock(&modules_lock))
 		return -1; /* a signal handler never waits for the thread it interrupted */
 	append_module(&info, name, mflags);
-	spin_unlock(&modules_lock);
+	hs_spin_unlock(&modules_lock);
 	return 0;
 }
 

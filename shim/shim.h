@@ -90,6 +90,44 @@ extern int hs_recording;              /* [atomic] 1 once the segment is ready */
 extern uint32_t hs_seg_gen;           /* [atomic] bumped when the process gets a new segment (fork) */
 extern int hs_quiet;
 
+/* ---- small shared helpers ------------------------------------------------- */
+
+/* A 64-bit mixer (murmur3's finalizer) for the open-addressed indexes. */
+static inline uint64_t hs_mix64(uint64_t x)
+{
+	x ^= x >> 33;
+	x *= 0xff51afd7ed558ccdull;
+	x ^= x >> 33;
+	x *= 0xc4ceb9fe1a85ec53ull;
+	x ^= x >> 33;
+	return x;
+}
+
+/*
+ * The shim's only lock: a spin lock for slow paths (a new lock or edge, a
+ * new module).  Never held while unwinding or calling out, and never taken
+ * by a thread already inside the shim, so it cannot deadlock with itself.
+ */
+static inline void hs_spin_lock(int *l)
+{
+	/* acquire: what the previous holder wrote is visible to us */
+	while (__atomic_exchange_n(l, 1, __ATOMIC_ACQUIRE))
+		while (__atomic_load_n(l, __ATOMIC_RELAXED))
+			__builtin_ia32_pause();
+}
+
+/* Take l if it is free; 1 on success.  For signal handlers, which never wait. */
+static inline int hs_spin_trylock(int *l)
+{
+	return !__atomic_exchange_n(l, 1, __ATOMIC_ACQUIRE);
+}
+
+static inline void hs_spin_unlock(int *l)
+{
+	/* release: our writes are visible before the lock is seen free */
+	__atomic_store_n(l, 0, __ATOMIC_RELEASE);
+}
+
 /* ---- time ---------------------------------------------------------------- */
 
 static inline uint64_t hs_now(void)

@@ -16,21 +16,11 @@
 
 #include "shim.h"
 
-static inline uint64_t mix64(uint64_t x)
-{
-	x ^= x >> 33;
-	x *= 0xff51afd7ed558ccdull;
-	x ^= x >> 33;
-	x *= 0xc4ceb9fe1a85ec53ull;
-	x ^= x >> 33;
-	return x;
-}
-
 static uint64_t stack_hash(const uint64_t *pcs, unsigned depth, unsigned flags)
 {
 	uint64_t h = 0x9e3779b97f4a7c15ull ^ ((uint64_t)depth << 32) ^ flags;
 	for (unsigned i = 0; i < depth; i++)
-		h = mix64(h ^ pcs[i]) + i;
+		h = hs_mix64(h ^ pcs[i]) + i;
 	return h ? h : 1;
 }
 
@@ -125,7 +115,7 @@ uint32_t hs_stack_site(uint64_t site)
 	struct hs_seg *s = &hs_seg;
 	struct hs_table *idx = &s->hdr->tables[HS_T_SITE_INDEX];
 	uint32_t mask = idx->capacity - 1;
-	uint32_t i = (uint32_t)mix64(site) & mask;
+	uint32_t i = (uint32_t)hs_mix64(site) & mask;
 	uint32_t id;
 
 	for (uint32_t probe = 0; probe <= mask; probe++, i = (i + 1) & mask) {
@@ -155,7 +145,7 @@ uint32_t hs_stack_site(uint64_t site)
 	}
 	if (!id)
 		return 0;
-	i = (uint32_t)mix64(site) & mask;
+	i = (uint32_t)hs_mix64(site) & mask;
 	for (uint32_t probe = 0; probe <= mask; probe++, i = (i + 1) & mask) {
 		struct hs_index_slot *slot = &s->site_index[i];
 		uint64_t expect = 0;
