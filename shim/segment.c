@@ -265,6 +265,8 @@ int hs_seg_bind(struct hs_seg *s, struct hs_header *h, size_t size)
 	s->threads = (void *)(base + h->tables[HS_T_THREADS].offset);
 	s->findings = (void *)(base + h->tables[HS_T_FINDINGS].offset);
 	s->rings = base + h->tables[HS_T_RINGS].offset;
+	s->pyframes = (void *)(base + h->tables[HS_T_PYFRAMES].offset);
+	s->pyframe_index = (void *)(base + h->tables[HS_T_PYFRAME_INDEX].offset);
 	return 0;
 }
 
@@ -437,6 +439,7 @@ int hs_segment_create(int forked)
 	h->tables[HS_T_STACKS].count = 1;
 	h->tables[HS_T_LOCKS].count = 1;
 	h->tables[HS_T_EDGES].count = 1;
+	h->tables[HS_T_PYFRAMES].count = 1;
 	h->state = HS_STATE_PACK(HS_STATE_RUNNING, 0);
 
 	if (hs_seg_bind(&fresh, h, probe.segment_size) != 0) {

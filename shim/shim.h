@@ -59,6 +59,8 @@ struct hs_seg {
 	struct hs_thread *threads;
 	struct hs_finding *findings;
 	char *rings;
+	struct hs_pyframe *pyframes;
+	struct hs_index_slot *pyframe_index;
 	/* writer-private state, not in shared memory */
 	uint32_t *visit;              /* lock id -> DFS stamp (2 per lock: in-mode recursive-read or not) */
 	uint32_t visit_stamp;

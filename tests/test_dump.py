@@ -20,7 +20,7 @@ from conftest import edge_pairs, fact_int, findings_of, lockname, target
 HEADER_FIXED = struct.Struct("<8sIIIIQ")   # magic, abi, endian, word, header_size, segment_size
 TABLE = struct.Struct("<QIIII")            # offset, entry_size, capacity, count, dropped
 TABLES_AT = HEADER_FIXED.size
-T_EDGES, T_FINDINGS, T_COUNT = 7, 10, 12
+T_EDGES, T_FINDINGS, T_COUNT = 7, 10, 14
 ABI_AT = 8
 
 
@@ -108,7 +108,7 @@ def test_json_is_one_object_with_the_documented_keys(heisen, two_process_session
     s, pids = two_process_session
     p = heisen.dump(s, "--json")
     report = json.loads(p.stdout)
-    assert report["heisen"]["abi"] == 1
+    assert report["heisen"]["abi"] == 2
     assert report["heisen"]["session"] == str(s)
     assert sorted(pr["pid"] for pr in report["processes"]) == sorted(pids.values())
     assert finding_pids(report) == sorted(pids.values())

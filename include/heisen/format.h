@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * heisen/format.h — the on-shm segment format, ABI version 1.
+ * heisen/format.h — the on-shm segment format, ABI version 2.
  *
  * One segment file per process image lives in the session directory as
  * "<pid>.<image>.seg" (image counts execs of that pid within the session,
@@ -37,11 +37,11 @@
 
 #define HS_MAGIC "HEISENSG"      /* 8 bytes, no terminator stored */
 #define HS_MAGIC_LEN 8
-#define HS_ABI_VERSION 1u
+#define HS_ABI_VERSION 2u  /* 2: Python frames, GIL wait flags, thread snapshots, 64-deep stacks */
 #define HS_ENDIAN_TAG 0x01020304u /* reads back as 0x04030201 on a foreign-endian host */
 
 /* Fixed shapes.  Changing any of these changes the ABI version. */
-#define HS_STACK_DEPTH 32        /* native PCs kept per stack, innermost first */
+#define HS_STACK_DEPTH 64        /* frames (native PCs and Python frames) kept per stack, innermost first */
 #define HS_HELD_MAX 32           /* entries in a thread's held-lock stack */
 #define HS_CYCLE_MAX 16          /* edges kept in one potential-deadlock finding */
 #define HS_EXE_MAX 256
@@ -65,6 +65,8 @@ enum hs_table_id {
 	HS_T_THREADS,      /* struct hs_thread; count = capacity, slots are free/live/exited */
 	HS_T_FINDINGS,     /* struct hs_finding; each entry has its own ready word */
 	HS_T_RINGS,        /* struct hs_ring_header followed by ring_records hs_record; ring i belongs to thread slot i */
+	HS_T_PYFRAMES,     /* struct hs_pyframe; entry 0 is reserved; count [atomic] publishes */
+	HS_T_PYFRAME_INDEX, /* struct hs_index_slot: key = hs_pyframe_key(), value = pyframe id */
 	HS_T_COUNT
 };
 
@@ -97,6 +99,11 @@ enum hs_state {
 #define HS_STATE_PACK(state, value) (((uint64_t)(value) << 8) | (uint64_t)(state))
 #define HS_STATE_OF(word) ((unsigned)((word) & 0xffu))
 #define HS_STATE_VALUE(word) ((int64_t)((word) >> 8))
+
+/* hs_header.python */
+#define HS_PY_SEEN 0x1u            /* CPython is in the process */
+#define HS_PY_FRAMES 0x2u          /* and its frames can be read (a CPython version heisen knows) */
+#define HS_PY_GOT_PATCHED 0x4u     /* GIL entry points reached through GOT patching (libpython linked into the executable) */
 
 /* hs_header.flags */
 #define HS_HDR_FALLBACK_SMALL 0x1u  /* sized down because the session directory was short of space */
@@ -140,6 +147,12 @@ struct hs_header {
 				      without a shared counter on the record path */
 	uint64_t findings_dropped; /* findings not recorded: table full or writer suspect */
 
+	/* the Python bridge (issue 3) */
+	int32_t snapshot_signal;   /* the signal that makes a thread snapshot itself, 0 = not installed */
+	uint32_t python;           /* HS_PY_* */
+	uint64_t gil_lock;         /* [atomic] lock id of the GIL node, 0 before Python was seen */
+	char python_version[32];   /* Py_GetVersion()'s first word, "" when not a Python process */
+
 	char exe[HS_EXE_MAX];      /* /proc/self/exe, NUL-terminated, may be truncated */
 	uint32_t argc;             /* arguments stored in argv[] */
 	uint32_t argv_truncated;   /* 1 when argv[] could not hold them all */
@@ -172,6 +185,39 @@ struct hs_module {
 /* ---- stacks ------------------------------------------------------------ */
 
 /*
+ * A Python frame: a pc[] entry of a stack with HS_PC_PYTHON set is not an
+ * address but HS_PC_PYTHON | pyframe id.  Python frames stand where the
+ * interpreter's native frame (_PyEval_EvalFrameDefault) that ran them
+ * stood, so native and Python frames interleave in call order (py-spy's
+ * and memray's "native mode").
+ */
+#define HS_PC_PYTHON (1ull << 63)
+#define HS_PC_IS_PYTHON(pc) (((pc) & HS_PC_PYTHON) != 0)
+#define HS_PC_PYFRAME(pc) ((uint32_t)((pc) & 0xffffffffu))
+
+/*
+ * One Python frame: a code object at one line, with its names interned in
+ * the strings table when first seen.  Deduplicated through the pyframe index
+ * by (code, line); code/name_ptr/file_ptr are the writer's object addresses,
+ * kept only to tell a reused code-object address apart.
+ */
+struct hs_pyframe {
+	uint64_t code;             /* PyCodeObject * */
+	uint64_t name_ptr;         /* its co_qualname (or co_name) object */
+	uint64_t file_ptr;         /* its co_filename object */
+	uint32_t function;         /* strings offset: qualified name, e.g. "Worker.run" */
+	uint32_t file;             /* strings offset: co_filename */
+	int32_t line;              /* 1-based, 0 = unknown */
+	uint32_t ready;            /* [atomic] 1 once the entry is complete */
+};
+
+static inline uint64_t hs_pyframe_key(uint64_t code, int32_t line)
+{
+	uint64_t k = (code * 0x9e3779b97f4a7c15ull) ^ (uint64_t)(uint32_t)line;
+	return k ? k : 1;
+}
+
+/*
  * A deduplicated call stack: depth PCs, innermost first.  pc[0] is the
  * address of the instruction that was executing (a crash) or the return
  * address into the caller of the hooked function; every other pc[i] is a
@@ -189,6 +235,7 @@ struct hs_stack {
 #define HS_STACK_TRUNCATED 0x1u  /* the real stack was deeper */
 #define HS_STACK_EXACT_TOP 0x2u  /* pc[0] is a faulting PC, not a return address */
 #define HS_STACK_SITE 0x4u       /* captured the first time this call site was seen: pc[0] is exact, callers are representative */
+#define HS_STACK_PYTHON 0x8u     /* some pc[] are Python frames (HS_PC_PYTHON) */
 
 /* Open-addressed hash slot used by every *_INDEX table. */
 struct hs_index_slot {
@@ -282,6 +329,8 @@ enum hs_wait_kind {
 	HS_WAIT_GIL = 3,           /* issue 3 */
 };
 
+#define HS_HELDF_GIL 0x1u          /* the thread held the GIL when it took this lock */
+
 /* One entry of a held-lock stack, outermost first. */
 struct hs_held {
 	uint64_t addr;             /* the lock's address */
@@ -290,7 +339,7 @@ struct hs_held {
 	uint8_t trylock;           /* 1 when taken by a trylock */
 	uint16_t recursion;        /* extra re-entries of a recursive mutex */
 	uint32_t stack;            /* acquisition stack */
-	uint32_t pad;
+	uint32_t flags;            /* HS_HELDF_* */
 	uint64_t since_ns;         /* when it was acquired */
 };
 
@@ -316,12 +365,37 @@ struct hs_thread {
 	uint64_t wait_addr;        /* the lock (or condition variable) waited for */
 	uint32_t wait_lock;        /* lock id waited for (cond: its mutex) */
 	uint8_t wait_mode;         /* enum hs_mode */
-	uint8_t pad[3];
+	uint8_t wait_flags;        /* HS_WAITF_* */
+	uint8_t pad[2];
 	uint32_t wait_stack;       /* where it waits */
 	uint32_t pad2;
 	uint64_t wait_since_ns;
 	struct hs_held held[HS_HELD_MAX];
+
+	/*
+	 * The last snapshot of this thread's stack (native and Python), taken
+	 * in the thread itself by the snapshot signal (HS_SNAPSHOT_SIGNAL) that
+	 * a hang watcher sends to every thread, or by the crash handler for the
+	 * other threads of a crashing process.  Written stack first, then
+	 * snap_ns with release; a reader wanting a fresh one compares snap_ns
+	 * with the time of its request.
+	 */
+	uint64_t snap_ns;          /* [atomic] CLOCK_MONOTONIC when taken, 0 = never */
+	uint32_t snap_stack;       /* stack id */
+	uint32_t snap_flags;       /* HS_SNAPF_* */
 };
+
+#define HS_WAITF_HOLDS_GIL 0x1u     /* the waiting thread holds the GIL */
+#define HS_SNAPF_CRASH 0x1u         /* taken because another thread crashed */
+#define HS_SNAPF_REQUESTED 0x2u     /* taken for an outside request (hang) */
+
+/*
+ * The signal a hang watcher (heisen-run, heisen-dump --snapshot) sends with
+ * tgkill to every thread of a process to make it record its own stack:
+ * there is no ptrace in most containers.  SIGRTMAX - 3 by default; the
+ * process says which it uses in hs_header.snapshot_signal (0 = none).
+ */
+#define HS_SNAPSHOT_SIGNAL_OFFSET 3 /* from SIGRTMAX */
 
 /* ---- rings (the flight recorder) ---------------------------------------- */
 
@@ -342,6 +416,20 @@ enum hs_record_type {
 	HS_REC_SIGNAL = 13,        /* a = signal, b = fault address */
 	HS_REC_EXIT = 14,          /* a = status */
 	HS_REC_LOCK_ERROR = 15,    /* the real call failed: a = address, b = lock id, c = errno value */
+	HS_REC_GIL_WAIT = 16,      /* about to take the GIL through an entry point: a = which (enum hs_gil_entry) */
+	HS_REC_GIL_ACQUIRED = 17,  /* a = which, c = waited ns */
+	HS_REC_GIL_RELEASED = 18,  /* a = which */
+	HS_REC_SNAPSHOT = 19,      /* this thread recorded its stack: a = HS_SNAPF_* */
+};
+
+/* The CPython entry points through which native code takes and drops the GIL. */
+enum hs_gil_entry {
+	HS_GIL_ENSURE = 1,         /* PyGILState_Ensure */
+	HS_GIL_RELEASE = 2,        /* PyGILState_Release */
+	HS_GIL_SAVE = 3,           /* PyEval_SaveThread (Py_BEGIN_ALLOW_THREADS) */
+	HS_GIL_RESTORE = 4,        /* PyEval_RestoreThread (Py_END_ALLOW_THREADS) */
+	HS_GIL_ACQUIRE_THREAD = 5, /* PyEval_AcquireThread */
+	HS_GIL_RELEASE_THREAD = 6, /* PyEval_ReleaseThread */
 };
 
 /*
@@ -408,13 +496,13 @@ struct hs_finding {
 
 /* Table capacities a segment is made with. */
 struct hs_geometry {
-	uint32_t modules, string_bytes, stacks, locks, edges, threads, findings, ring_records;
+	uint32_t modules, string_bytes, stacks, locks, edges, threads, findings, ring_records, pyframes;
 };
 
-/* The default geometry (about 3.3 MiB per process). */
-#define HS_GEOMETRY_DEFAULT {512, 128 * 1024, 2048, 4096, 4096, 128, 128, 256}
-/* The fallback when the session directory is short of space (about 0.3 MiB). */
-#define HS_GEOMETRY_SMALL {128, 16 * 1024, 256, 512, 512, 16, 32, 64}
+/* The default geometry (about 4.5 MiB per process). */
+#define HS_GEOMETRY_DEFAULT {512, 256 * 1024, 2048, 4096, 4096, 128, 128, 256, 4096}
+/* The fallback when the session directory is short of space (about 0.5 MiB). */
+#define HS_GEOMETRY_SMALL {128, 32 * 1024, 256, 512, 512, 16, 32, 64, 256}
 
 static inline uint64_t hs_align64(uint64_t x) { return (x + 63u) & ~(uint64_t)63u; }
 
@@ -439,12 +527,13 @@ static inline void hs_layout(struct hs_header *h, const struct hs_geometry *g)
 		sizeof(struct hs_module), 1, sizeof(struct hs_stack), sizeof(struct hs_index_slot),
 		sizeof(struct hs_index_slot), sizeof(struct hs_lock), sizeof(struct hs_index_slot),
 		sizeof(struct hs_edge), sizeof(struct hs_index_slot), sizeof(struct hs_thread),
-		sizeof(struct hs_finding), 0,
+		sizeof(struct hs_finding), 0, sizeof(struct hs_pyframe), sizeof(struct hs_index_slot),
 	};
 	uint32_t cap[HS_T_COUNT] = {
 		g->modules, g->string_bytes, g->stacks, hs_index_capacity(g->stacks),
 		hs_index_capacity(g->stacks), g->locks, hs_index_capacity(g->locks),
 		g->edges, hs_index_capacity(g->edges), g->threads, g->findings, g->threads,
+		g->pyframes, hs_index_capacity(g->pyframes),
 	};
 	uint64_t off = hs_align64(sizeof(struct hs_header));
 	for (int t = 0; t < HS_T_COUNT; t++) {

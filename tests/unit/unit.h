@@ -41,6 +41,7 @@ static inline void unit_segment(struct hs_seg *s, const struct hs_geometry *g)
 	h->tables[HS_T_STACKS].count = 1;
 	h->tables[HS_T_LOCKS].count = 1;
 	h->tables[HS_T_EDGES].count = 1;
+	h->tables[HS_T_PYFRAMES].count = 1;
 	if (hs_seg_bind(s, h, probe.segment_size) != 0) {
 		perror("bind");
 		exit(2);
