@@ -172,7 +172,9 @@ __attribute__((constructor(101))) static void hs_init(void)
 	pthread_atfork(NULL, NULL, atfork_child);
 	on_exit(on_exit_handler, NULL);
 	hs_signals_install();
+	hs_snapshot_install();
 	__atomic_store_n(&hs_recording, 1, __ATOMIC_RELEASE);
+	hs_py_init();
 	t->in_hook = 0;
 	/* attach the main thread now, so it is in the table from the start */
 	if ((t = hs_enter()) != NULL)

@@ -369,6 +369,71 @@ uint32_t hs_edge_find(struct hs_seg *s, uint64_t key);
 unsigned hs_mutex_flags(const void *mutex);
 unsigned hs_rwlock_flags(const void *rwlock);
 
+/* ---- the Python bridge (python.c) ------------------------------------------ */
+
+/*
+ * Look for CPython in the process (its symbols, at run time; never
+ * required) and, when it is there, hook its GIL entry points by patching
+ * the GOT of every loaded object that imports them (elf_got_surgery.c).
+ * Sets hs_header.python / python_version.  Idempotent: called at start-up
+ * and again when new objects may have been loaded (dlsym).  Not
+ * async-signal-safe.
+ */
+void hs_py_init(void);
+
+/* 1 when CPython is initialized and the calling thread holds the GIL.
+ * Async-signal-safe (reads thread-state memory only). */
+int hs_py_holds_gil(void);
+
+/* The GIL's lock id (a node of the lock-order graph named "GIL"), 0 when
+ * there is no Python. */
+uint32_t hs_py_gil_lock(void);
+
+/* ---- Python frames (python_frames.c) ----------------------------------------- */
+
+/*
+ * Interleave the calling thread's Python frames into a native stack: each
+ * native frame of the interpreter's evaluation loop in pcs[0..n) is replaced
+ * by the Python frames it was running (HS_PC_PYTHON | pyframe id), innermost
+ * first, up to max entries.  Returns the new depth; *python is set when any
+ * Python frame was added.  Does nothing (returns n) when frames cannot be
+ * read (no CPython, or a version heisen does not know).  Async-signal-safe:
+ * reads the thread's own frame chain, interns with lock-free tables.
+ */
+unsigned hs_py_interleave(struct hs_seg *s, uint64_t *pcs, unsigned n, unsigned max, int *python);
+
+/* Prepare frame reading for the CPython found by hs_py_init (symbol
+ * addresses, evaluation-loop range, version check).  Sets HS_PY_FRAMES in the
+ * header on success.  Called by hs_py_init. */
+void hs_py_frames_init(void);
+
+/* ---- GOT patching (elf_got_surgery.c) ----------------------------------------- */
+
+/* One function to reroute: calls to `name` from any patched object go to `replacement`. */
+struct hs_got_hook {
+	const char *name;
+	void *replacement;
+};
+
+/*
+ * Patch the GOT (JUMP_SLOT and GLOB_DAT relocations) of every loaded object
+ * that imports one of hooks[0..n) so that it calls the replacement instead,
+ * except the dynamic linker, the vDSO and libheisen.so itself.  Remembers
+ * what it patched (and the original values), so calling it again patches
+ * only objects loaded since.  Returns the number of slots patched.  Not
+ * async-signal-safe (dl_iterate_phdr, mprotect).
+ */
+int hs_got_patch(const struct hs_got_hook *hooks, size_t n);
+
+/* Put every patched slot back as it was (the symmetric undo). */
+void hs_got_unpatch_all(void);
+
+/* ---- snapshots (signals.c) ---------------------------------------------------- */
+
+/* Install the handler of the snapshot signal (format.h HS_SNAPSHOT_SIGNAL_OFFSET)
+ * and record it in hs_header.snapshot_signal.  Init only. */
+void hs_snapshot_install(void);
+
 /* ---- signals (signals.c) ------------------------------------------------- */
 
 void hs_signals_install(void);

@@ -388,6 +388,7 @@ struct hs_thread {
 #define HS_WAITF_HOLDS_GIL 0x1u     /* the waiting thread holds the GIL */
 #define HS_SNAPF_CRASH 0x1u         /* taken because another thread crashed */
 #define HS_SNAPF_REQUESTED 0x2u     /* taken for an outside request (hang) */
+#define HS_SNAPF_HOLDS_GIL 0x4u     /* the thread held the GIL when it took the snapshot */
 
 /*
  * The signal a hang watcher (heisen-run, heisen-dump --snapshot) sends with
@@ -396,6 +397,9 @@ struct hs_thread {
  * process says which it uses in hs_header.snapshot_signal (0 = none).
  */
 #define HS_SNAPSHOT_SIGNAL_OFFSET 3 /* from SIGRTMAX */
+/* A request is sent with rt_tgsigqueueinfo, si_code SI_QUEUE and this
+ * si_value, so the program's own use of the signal is told apart. */
+#define HS_SNAPSHOT_MAGIC 0x6865697365ll
 
 /* ---- rings (the flight recorder) ---------------------------------------- */
 
