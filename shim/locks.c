@@ -33,6 +33,7 @@ struct acq {
 	uint8_t hold_mode;      /* enum hs_mode it will be held in */
 	uint8_t trylock;        /* cannot block */
 	int reentry;            /* index + 1 of the held entry it re-enters (recursive) */
+	int holds_gil;          /* the thread holds CPython's GIL */
 	int waited;             /* it had to block */
 };
 
@@ -75,6 +76,22 @@ static void self_deadlock(struct hs_tls *t, struct acq *a, const struct hs_held 
 		hs_rec(t, a->t0, HS_REC_FINDING, f.stack, idx - 1, a->addr, 0);
 }
 
+/* Add the edge from -> to (one of them the GIL) and note it in the ring. */
+static void gil_edge(struct hs_tls *t, uint32_t from, unsigned from_mode, uint32_t from_stack, uint32_t to,
+		     unsigned to_mode, uint32_t to_stack, uint64_t now)
+{
+	int created;
+	uint32_t finding, e;
+	if (!from || !to || from == to)
+		return;
+	e = hs_graph_add(&hs_seg, from, from_mode, from_stack, to, to_mode, to_stack, hs_stack_here, t->tid, now,
+			 &created, &finding);
+	if (created)
+		hs_rec(t, now, HS_REC_NEW_EDGE, hs_seg.edges[e].to_stack, e, from, to);
+	if (finding)
+		hs_rec(t, now, HS_REC_FINDING, 0, finding - 1, 0, 0);
+}
+
 /*
  * Before acquiring: identify the lock, catch a relock of a held lock, and
  * add the edges held -> this lock for a blocking acquisition.
@@ -110,8 +127,11 @@ static void acq_before(struct hs_tls *t, struct acq *a, unsigned flags)
 			self_deadlock(t, a, he);
 		return;
 	}
+	a->holds_gil = __atomic_load_n(&hs_py_present, __ATOMIC_RELAXED) && hs_py_holds_gil();
 	if (a->trylock)
 		return; /* a trylock cannot block: no edge into it */
+	if (a->holds_gil)
+		gil_edge(t, hs_py_gil_lock(), HS_MODE_WRITE, 0, a->id, a->acq_mode, 0, a->t0);
 	n = th->held_count < HS_HELD_MAX ? th->held_count : HS_HELD_MAX;
 	for (uint32_t i = 0; i < n; i++) {
 		const struct hs_held *he = &th->held[i];
@@ -137,6 +157,7 @@ static void wait_begin(struct hs_tls *t, const struct acq *a, unsigned kind, uin
 	th->wait_addr = addr;
 	th->wait_lock = a->id;
 	th->wait_mode = a->acq_mode;
+	th->wait_flags = a->holds_gil ? HS_WAITF_HOLDS_GIL : 0;
 	th->wait_stack = a->stack;
 	th->wait_since_ns = a->t0;
 	hs_lockstate_end(th);
@@ -187,6 +208,7 @@ static void acq_after(struct hs_tls *t, struct acq *a, int rc)
 					    .mode = a->hold_mode,
 					    .trylock = a->trylock,
 					    .stack = a->stack,
+					    .flags = a->holds_gil ? HS_HELDF_GIL : 0,
 					    .since_ns = now};
 			held_push(th, &h);
 		}
@@ -208,6 +230,13 @@ static void release(struct hs_tls *t, uint64_t addr)
 	uint32_t id = 0;
 	if (i >= 0) {
 		id = th->held[i].lock;
+		if (!(th->held[i].flags & HS_HELDF_GIL) && __atomic_load_n(&hs_py_present, __ATOMIC_RELAXED) &&
+		    hs_py_holds_gil()) {
+			/* taken without the GIL, released with it: the GIL was taken while holding it */
+			gil_edge(t, id, th->held[i].mode, th->held[i].stack, hs_py_gil_lock(), HS_MODE_WRITE, 0,
+				 hs_now());
+			th->held[i].flags |= HS_HELDF_GIL;
+		}
 		if (th->held[i].recursion) {
 			hs_lockstate_begin(th);
 			th->held[i].recursion--;
@@ -231,7 +260,7 @@ static void destroyed(struct hs_tls *t, uint64_t addr)
  */
 #define ACQUIRE(kind_, acq_mode_, hold_mode_, flags_, is_try, TRY, BLOCK)                        \
 	do {                                                                                     \
-		struct hs_tls *t = hs_enter();                                                   \
+		struct hs_tls *t = hs_py_internal(lock) ? NULL : hs_enter();                     \
 		struct acq a;                                                                    \
 		int rc;                                                                          \
 		if (!t)                                                                          \
@@ -259,7 +288,7 @@ static void destroyed(struct hs_tls *t, uint64_t addr)
 
 #define RELEASE(REAL)                                                                            \
 	do {                                                                                     \
-		struct hs_tls *t = hs_enter();                                                   \
+		struct hs_tls *t = hs_py_internal(lock) ? NULL : hs_enter();                     \
 		int rc;                                                                          \
 		if (t) {                                                                         \
 			release(t, (uint64_t)(uintptr_t)lock);                                   \
@@ -489,7 +518,7 @@ static void cond_after(struct hs_tls *t, struct cond_wait *w, void *cond, int rc
 #define COND(REAL)                                                                               \
 	do {                                                                                     \
 		uint64_t site = RET_ADDR();                                                      \
-		struct hs_tls *t = hs_enter();                                                   \
+		struct hs_tls *t = hs_py_internal(mutex) ? NULL : hs_enter();                    \
 		struct cond_wait w;                                                              \
 		int rc;                                                                          \
 		if (!t)                                                                          \

@@ -1,17 +1,327 @@
 /* SPDX-License-Identifier: MIT */
-/* shim/python.c — the Python bridge (issue 3): being written. */
+/*
+ * shim/python.c — the Python bridge: CPython's GIL as a lock.
+ *
+ * CPython is looked for at run time (its symbols, with dlsym) and never
+ * required.  When it is there, the entry points through which native code
+ * takes and drops the GIL — PyGILState_Ensure/Release, PyEval_SaveThread/
+ * RestoreThread, PyEval_AcquireThread/ReleaseThread — are rerouted here by
+ * patching the GOT of every object that imports them (elf_got_surgery.c),
+ * in both cases: libpython linked into the executable (Debian's and conda's
+ * python3, where LD_PRELOAD cannot reach these symbols) and libpython as a
+ * shared library.  heisen never exports Py* symbols itself: a library that
+ * probes dlsym(RTLD_DEFAULT, "PyGILState_Ensure") must not find Python in a
+ * process that has none.
+ *
+ * The GIL is one node of the lock-order graph, named "GIL" (DESIGN.md "The
+ * GIL is a lock"):
+ *   - taking a native lock while holding the GIL adds GIL -> L (locks.c asks
+ *     hs_py_holds_gil(), which is PyGILState_Check);
+ *   - taking the GIL through an entry point while holding L adds L -> GIL,
+ *     before blocking, and publishes "waiting for the GIL" in the thread's
+ *     wait word;
+ *   - a lock taken without the GIL and released with it held means the GIL
+ *     was taken (on a path heisen cannot see, inside the interpreter) while
+ *     holding L: L -> GIL too.
+ * The GIL's own implementation is a pthread mutex and condition variables
+ * inside the interpreter's runtime state (_PyRuntime); those are the GIL's
+ * internals, not locks of the program, and are never tracked (otherwise
+ * GIL -> gil.mutex -> GIL would be a cycle in every Python program).
+ */
+#include <dlfcn.h>
+#include <link.h>
+#include <string.h>
+
+#include "hooks.h"
 #include "shim.h"
 
-void hs_py_init(void)
-{
-}
+#define RET_ADDR() ((uint64_t)(uintptr_t)__builtin_extract_return_addr(__builtin_return_address(0)))
+
+/* The real CPython functions (from the executable or libpython, never ours). */
+static struct {
+	int (*is_initialized)(void);
+	int (*gil_check)(void);
+	int (*ensure)(void);
+	void (*release)(int);
+	void *(*save_thread)(void);
+	void (*restore_thread)(void *);
+	void (*acquire_thread)(void *);
+	void (*release_thread)(void *);
+	const char *(*version)(void);
+} py;
+
+int hs_py_present;               /* [atomic] CPython found and hooked */
+uint64_t hs_py_rt_lo, hs_py_rt_size;  /* _PyRuntime: the GIL's internals live there */
+static uint64_t gil_addr;        /* the GIL node's address: _PyRuntime, or a CPython function */
+static uint32_t gil_id, gil_seg_gen;
+static int init_lock;
 
 int hs_py_holds_gil(void)
 {
-	return 0;
+	if (!__atomic_load_n(&hs_py_present, __ATOMIC_ACQUIRE) || !py.is_initialized || !py.gil_check)
+		return 0;
+	/* PyGILState_Check answers 1 before the interpreter exists: ask only after */
+	return py.is_initialized() && py.gil_check();
 }
 
 uint32_t hs_py_gil_lock(void)
 {
-	return 0;
+	uint32_t gen = __atomic_load_n(&hs_seg_gen, __ATOMIC_ACQUIRE);
+	uint32_t id;
+	if (!__atomic_load_n(&hs_py_present, __ATOMIC_ACQUIRE))
+		return 0;
+	if (gil_seg_gen == gen && gil_id)
+		return gil_id;
+	/* a new segment (start-up, fork child): the GIL gets its node there */
+	id = hs_lock_id(&hs_seg, gil_addr, HS_LOCK_GIL, 0, 0, hs_tls.tid, hs_now());
+	if (id) {
+		if (!hs_seg.locks[id].name)
+			__atomic_store_n(&hs_seg.locks[id].name, hs_str_add(&hs_seg, "GIL", 3), __ATOMIC_RELEASE);
+		__atomic_store_n(&hs_seg.hdr->gil_lock, id, __ATOMIC_RELEASE);
+		gil_id = id;
+		gil_seg_gen = gen;
+	}
+	return id;
+}
+
+/* ---- the hooks ------------------------------------------------------------- */
+
+/*
+ * About to take the GIL through entry point `which`: add held -> GIL for
+ * every native lock held (before blocking, so a run that then deadlocks is
+ * still predicted), then publish the wait.
+ */
+static void gil_wait_begin(struct hs_tls *t, unsigned which, uint64_t site, uint64_t now)
+{
+	struct hs_thread *th = t->slot;
+	uint32_t gil = hs_py_gil_lock();
+	uint32_t stack = hs_stack_site(site);
+	uint32_t n = th->held_count < HS_HELD_MAX ? th->held_count : HS_HELD_MAX;
+
+	for (uint32_t i = 0; gil && i < n; i++) {
+		const struct hs_held *he = &th->held[i];
+		int created;
+		uint32_t finding, e;
+		if (he->lock == 0 || he->lock == gil)
+			continue;
+		e = hs_graph_add(&hs_seg, he->lock, he->mode, he->stack, gil, HS_MODE_WRITE, 0, hs_stack_here,
+				 t->tid, now, &created, &finding);
+		if (created)
+			hs_rec(t, now, HS_REC_NEW_EDGE, hs_seg.edges[e].to_stack, e, he->lock, gil);
+		if (finding)
+			hs_rec(t, now, HS_REC_FINDING, 0, finding - 1, 0, 0);
+	}
+	hs_rec(t, now, HS_REC_GIL_WAIT, stack, which, 0, 0);
+	hs_lockstate_begin(th);
+	th->wait_kind = HS_WAIT_GIL;
+	th->wait_addr = gil_addr;
+	th->wait_lock = gil;
+	th->wait_mode = HS_MODE_WRITE;
+	th->wait_flags = 0;
+	th->wait_stack = stack;
+	th->wait_since_ns = now;
+	hs_lockstate_end(th);
+}
+
+static void gil_wait_end(struct hs_tls *t, unsigned which, uint64_t since)
+{
+	struct hs_thread *th = t->slot;
+	uint64_t now = hs_now();
+	hs_lockstate_begin(th);
+	th->wait_kind = HS_WAIT_NONE;
+	hs_lockstate_end(th);
+	hs_rec(t, now, HS_REC_GIL_ACQUIRED, 0, which, 0, now - since);
+}
+
+static int hook_ensure(void)
+{
+	uint64_t site = RET_ADDR();
+	struct hs_tls *t = hs_enter();
+	uint64_t now;
+	int rc;
+	if (!t)
+		return py.ensure();
+	if (hs_py_holds_gil()) {
+		/* re-entrant Ensure: nothing is taken */
+		rc = py.ensure();
+		hs_leave(t);
+		return rc;
+	}
+	now = hs_now();
+	gil_wait_begin(t, HS_GIL_ENSURE, site, now);
+	rc = py.ensure();
+	gil_wait_end(t, HS_GIL_ENSURE, now);
+	hs_leave(t);
+	return rc;
+}
+
+static void hook_gilstate_release(int state)
+{
+	struct hs_tls *t = hs_enter();
+	if (t) {
+		/* PyGILState_UNLOCKED (1): Ensure took the GIL, Release gives it back */
+		if (state == 1)
+			hs_rec(t, hs_now(), HS_REC_GIL_RELEASED, 0, HS_GIL_RELEASE, 0, 0);
+		hs_leave(t);
+	}
+	py.release(state);
+}
+
+static void *hook_save_thread(void)
+{
+	struct hs_tls *t = hs_enter();
+	if (t) {
+		hs_rec(t, hs_now(), HS_REC_GIL_RELEASED, 0, HS_GIL_SAVE, 0, 0);
+		hs_leave(t);
+	}
+	return py.save_thread();
+}
+
+/* RestoreThread and AcquireThread take the GIL for tstate: one body. */
+static void take_for(void (*real)(void *), void *tstate, unsigned which, uint64_t site)
+{
+	struct hs_tls *t = hs_enter();
+	uint64_t now;
+	if (!t) {
+		real(tstate);
+		return;
+	}
+	now = hs_now();
+	gil_wait_begin(t, which, site, now);
+	real(tstate);
+	gil_wait_end(t, which, now);
+	hs_leave(t);
+}
+
+static void hook_restore_thread(void *tstate)
+{
+	take_for(py.restore_thread, tstate, HS_GIL_RESTORE, RET_ADDR());
+}
+
+static void hook_acquire_thread(void *tstate)
+{
+	take_for(py.acquire_thread, tstate, HS_GIL_ACQUIRE_THREAD, RET_ADDR());
+}
+
+static void hook_release_thread(void *tstate)
+{
+	struct hs_tls *t = hs_enter();
+	if (t) {
+		hs_rec(t, hs_now(), HS_REC_GIL_RELEASED, 0, HS_GIL_RELEASE_THREAD, 0, 0);
+		hs_leave(t);
+	}
+	py.release_thread(tstate);
+}
+
+/* ---- detection ---------------------------------------------------------------- */
+
+static void *sym(const char *name)
+{
+	/* RTLD_DEFAULT: the executable's or libpython's definition; heisen exports none */
+	return dlsym(RTLD_DEFAULT, name);
+}
+
+/* Resolve CPython's functions; 0 when this process has no (complete) CPython. */
+static int resolve(void)
+{
+	void *rt;
+	Dl_info info;
+	const ElfW(Sym) *es = NULL;
+
+	py.is_initialized = (int (*)(void))sym("Py_IsInitialized");
+	if (!py.is_initialized)
+		return 0; /* the common case outside Python: one lookup */
+	py.gil_check = (int (*)(void))sym("PyGILState_Check");
+	py.ensure = (int (*)(void))sym("PyGILState_Ensure");
+	py.release = (void (*)(int))sym("PyGILState_Release");
+	py.save_thread = (void *(*)(void))sym("PyEval_SaveThread");
+	py.restore_thread = (void (*)(void *))sym("PyEval_RestoreThread");
+	py.acquire_thread = (void (*)(void *))sym("PyEval_AcquireThread");
+	py.release_thread = (void (*)(void *))sym("PyEval_ReleaseThread");
+	py.version = (const char *(*)(void))sym("Py_GetVersion");
+	if (!py.is_initialized || !py.gil_check || !py.ensure || !py.release || !py.save_thread ||
+	    !py.restore_thread || !py.acquire_thread || !py.release_thread)
+		return 0;
+	rt = sym("_PyRuntime");
+	if (rt && dladdr1(rt, &info, (void **)&es, RTLD_DL_SYMENT) && es && es->st_size) {
+		hs_py_rt_lo = (uint64_t)(uintptr_t)rt;
+		hs_py_rt_size = es->st_size;
+	}
+	gil_addr = rt ? (uint64_t)(uintptr_t)rt : (uint64_t)(uintptr_t)py.save_thread;
+	return 1;
+}
+
+static void note_version(void)
+{
+	struct hs_header *h = hs_seg.hdr;
+	const char *v = py.version ? py.version() : "";
+	size_t n = 0;
+	if (!h || h->python_version[0])
+		return;
+	while (v[n] && v[n] != ' ' && n < sizeof h->python_version - 1) {
+		h->python_version[n] = v[n];
+		n++;
+	}
+	h->python_version[n] = '\0';
+}
+
+void hs_py_init(void)
+{
+	static const struct hs_got_hook hooks[] = {
+		{"PyGILState_Ensure", (void *)hook_ensure},
+		{"PyGILState_Release", (void *)hook_gilstate_release},
+		{"PyEval_SaveThread", (void *)hook_save_thread},
+		{"PyEval_RestoreThread", (void *)hook_restore_thread},
+		{"PyEval_AcquireThread", (void *)hook_acquire_thread},
+		{"PyEval_ReleaseThread", (void *)hook_release_thread},
+	};
+	int patched;
+
+	if (!hs_seg.hdr)
+		return;
+	hs_spin_lock(&init_lock);
+	if (!__atomic_load_n(&hs_py_present, __ATOMIC_ACQUIRE)) {
+		if (!resolve()) {
+			hs_spin_unlock(&init_lock);
+			return; /* no CPython (yet): a later dlopen may bring it */
+		}
+		__atomic_or_fetch(&hs_seg.hdr->python, HS_PY_SEEN, __ATOMIC_RELAXED);
+		note_version();
+		/* the replacements call the real functions from here on */
+		__atomic_store_n(&hs_py_present, 1, __ATOMIC_RELEASE);
+		hs_py_frames_init();
+	}
+	/* every call: objects loaded since the last one get patched too */
+	patched = hs_got_patch(hooks, sizeof hooks / sizeof hooks[0]);
+	if (patched > 0)
+		__atomic_or_fetch(&hs_seg.hdr->python, HS_PY_GOT_PATCHED, __ATOMIC_RELAXED);
+	hs_spin_unlock(&init_lock);
+}
+
+/*
+ * Objects may have been loaded (a dlsym follows every dlopen: CPython's
+ * import looks up PyInit_*, ctypes its functions): look again, cheaply —
+ * only when the loader's count of added objects moved.
+ */
+static int count_adds(struct dl_phdr_info *info, size_t size, void *arg)
+{
+	(void)size;
+	*(unsigned long long *)arg = info->dlpi_adds;
+	return 1; /* the first object carries the counters: stop */
+}
+
+void hs_py_on_new_objects(void)
+{
+	static unsigned long long seen;
+	unsigned long long adds = 0;
+	struct hs_tls *t = &hs_tls;
+	if (t->in_hook || !__atomic_load_n(&hs_recording, __ATOMIC_ACQUIRE))
+		return;
+	t->in_hook = 1;
+	dl_iterate_phdr(count_adds, &adds);
+	if (adds != __atomic_load_n(&seen, __ATOMIC_RELAXED)) {
+		__atomic_store_n(&seen, adds, __ATOMIC_RELAXED);
+		hs_py_init();
+	}
+	t->in_hook = 0;
 }

@@ -385,6 +385,19 @@ void hs_py_init(void);
  * Async-signal-safe (reads thread-state memory only). */
 int hs_py_holds_gil(void);
 
+/* Called from the dlsym trampoline: objects may have been loaded since the
+ * last look; find CPython / patch them.  Cheap when nothing was loaded. */
+void hs_py_on_new_objects(void);
+
+extern int hs_py_present;                   /* [atomic] CPython found and hooked */
+extern uint64_t hs_py_rt_lo, hs_py_rt_size; /* _PyRuntime, where the GIL's own mutex and conds live */
+
+/* A lock that is part of the GIL's implementation (inside _PyRuntime): not a lock of the program. */
+static inline int hs_py_internal(const volatile void *lock)
+{
+	return (uint64_t)(uintptr_t)lock - hs_py_rt_lo < hs_py_rt_size;
+}
+
 /* The GIL's lock id (a node of the lock-order graph named "GIL"), 0 when
  * there is no Python. */
 uint32_t hs_py_gil_lock(void);
