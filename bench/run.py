@@ -139,6 +139,48 @@ def check_recorded(dump, session_dir, want_edge):
     return "checked with heisen-dump: lock events%s recorded" % (" and the A -> B edge" if want_edge else "")
 
 
+# Run inside CPython 3.11 by stack_cost(): bench_pystack (bench/bench_pystack.c)
+# measured at several Python call depths; one "depth case ns native interleaved
+# python" line per measurement, the median of REPS.
+STACK_COST = """
+import statistics, sys
+sys.path.insert(0, sys.argv[1])
+import bench_pystack as b
+n, reps = int(sys.argv[2]), int(sys.argv[3])
+def at(depth, f):
+    return f() if depth == 0 else at(depth - 1, f)
+for depth in (1, 10, 30):
+    nat, inter, py = at(depth, b.frames)
+    for case in ("native", "interleave", "here", "careful"):
+        k = n if case != "careful" else max(n // 50, 100)
+        at(depth, lambda: b.measure(case, k // 10))
+        ns = statistics.median(at(depth, lambda: b.measure(case, k)) for _ in range(reps))
+        print(depth, case, "%.1f" % ns, nat, inter, py)
+"""
+
+
+def stack_cost(build, reps, notes):
+    """Part 4: ns per stack capture with and without Python frames."""
+    bdir = os.path.join(build, "bench")
+    if not any(f.startswith("bench_pystack") and f.endswith(".so") for f in os.listdir(bdir)):
+        notes.append("stack capture with Python frames skipped: bench_pystack not built (needs CPython 3.11 headers)")
+        return
+    out, _ = run([PYTHON, "-c", STACK_COST, bdir, "20000", str(reps)])
+    rows, by = [], {}
+    for line in out.split("\n"):
+        f = line.split()
+        if len(f) == 6:
+            by.setdefault(f[0], {})[f[1]] = float(f[2])
+            by[f[0]]["shape"] = "%s native -> %s (%s Python)" % (f[3], f[4], f[5])
+    for depth, c in by.items():
+        rows.append([depth, c["shape"], "%.0f" % c["native"], "%.0f" % c["here"], "%.0f" % c["interleave"],
+                     "%.0f" % c["careful"]])
+    table("4. a stack capture (a new edge's stack) in CPython 3.11 at a Python call depth — ns per capture, median of %d:"
+          " native = unwind + module check + intern, as before issue 3; with Python = hs_stack_here (all of it, Python"
+          " frames interleaved); interleave alone = the added part; careful = interleave as a signal handler does it"
+          " (process_vm_readv)" % reps, ["depth", "frames", "native", "with Python", "interleave alone", "careful"], rows)
+
+
 def main():
     args = [a for a in sys.argv[1:] if not a.startswith("--")]
     quick = "--quick" in sys.argv[1:]
@@ -275,6 +317,9 @@ def main():
     table("3. py_workload.py (threading + queue + sqlite3 :memory: + json, 4 workers) under %s — seconds, median;"
           " wall = whole process, work = the workload alone; x = ratio of medians to native at the same size" % PYTHON,
           ["under", "size", "wall s", "work s", "work range", "wall x", "work x", "runs"], rows)
+
+    # 4. a stack capture with Python frames (issue 3)
+    stack_cost(build, reps, notes)
 
     print()
     for n in notes:

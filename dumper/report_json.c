@@ -37,10 +37,17 @@ static void frame(struct hs_json *j, const struct hs_frame *f)
 		hs_json_int(j, "line", f->line);
 	else
 		hs_json_null(j, "line");
-	hs_json_str(j, "module", f->module);
-	hs_json_hex(j, "offset", f->offset);
-	hs_json_hex(j, "pc", f->pc);
-	hs_json_bool(j, "python", false);
+	if (f->python) {
+		/* a Python frame stands for a code object at a line, not an address */
+		hs_json_null(j, "module");
+		hs_json_null(j, "offset");
+		hs_json_null(j, "pc");
+	} else {
+		hs_json_str(j, "module", f->module);
+		hs_json_hex(j, "offset", f->offset);
+		hs_json_hex(j, "pc", f->pc);
+	}
+	hs_json_bool(j, "python", f->python);
 	hs_json_end_object(j);
 }
 

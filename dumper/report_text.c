@@ -29,6 +29,14 @@ static void print_frames(FILE *out, struct hs_proc *p, uint32_t stack, const cha
 	for (uint32_t i = 0; i < fr.n; i++) {
 		const struct hs_frame *f = fr.f[i];
 		fprintf(out, "%s#%-2u ", indent, i);
+		if (f->python) {
+			/* "#3  Worker.run (/app/w.py:42) [python]" */
+			fprintf(out, "%s", f->function ? f->function : "?");
+			if (f->file)
+				fprintf(out, " (%s:%d)", f->file, f->line);
+			fprintf(out, " [python]\n");
+			continue;
+		}
 		if (f->function)
 			fprintf(out, "%s", f->function);
 		else

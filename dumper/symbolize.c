@@ -50,6 +50,7 @@ struct data_ent {
 };
 
 struct hs_sym {
+	struct hs_seg *seg;  /* for Python frames, read when first asked for */
 	struct mod *mods;
 	size_t nmods;
 	Dwfl *dwfl;
@@ -165,6 +166,7 @@ struct hs_sym *hs_sym_new(struct hs_seg *seg, const char *exe, bool debuginfo)
 	struct hs_sym *s = calloc(1, sizeof *s);
 	if (!s)
 		return NULL;
+	s->seg = seg;
 	if (debuginfo)
 		s->dwfl = dwfl_begin(&offline_callbacks);
 	load_modules(s, seg, exe ? exe : "");
@@ -200,9 +202,44 @@ static void fill_debuginfo(struct hs_frame *f, const struct mod *m, uint64_t add
 	}
 }
 
+/*
+ * Fill f from the Python frame HS_PC_PYFRAME(pc): copy the entry through the
+ * bounds-checking accessor, accept it only when its ready word says it is
+ * complete, then copy its two strings through the strings accessor.
+ */
+static void fill_python(struct hs_sym *s, struct hs_frame *f, uint64_t pc)
+{
+	uint32_t id = HS_PC_PYFRAME(pc);
+	const struct hs_pyframe *shared = id ? hs_seg_entry(s->seg, HS_T_PYFRAMES, id) : NULL;
+	struct hs_pyframe e;
+	char buf[PATH_MAX_SEG];
+
+	f->python = true;
+	f->offset = 0;
+	if (!shared || (pc & ~(HS_PC_PYTHON | 0xffffffffull)) != 0) {
+		hs_seg_complain(s->seg, "stack names Python frame %u, beyond the pyframe table", id);
+		goto unknown;
+	}
+	if (!__atomic_load_n(&shared->ready, __ATOMIC_ACQUIRE))
+		goto unknown; /* a writer killed mid-entry: not an error */
+	memcpy(&e, shared, sizeof e);
+	if (hs_seg_string(s->seg, e.function, buf, sizeof buf) == 0 && buf[0])
+		f->function = strdup(hs_clean(buf));
+	if (hs_seg_string(s->seg, e.file, buf, sizeof buf) == 0 && buf[0]) {
+		f->file = strdup(hs_clean(buf));
+		f->line = e.line > 0 ? e.line : 0;
+	}
+	if (!f->function || !f->file)
+		hs_seg_complain(s->seg, "Python frame %u names a string outside the strings table", id);
+unknown:
+	if (!f->function)
+		f->function = strdup("?");
+}
+
 const struct hs_frame *hs_sym_pc(struct hs_sym *s, uint64_t pc, bool return_address)
 {
-	struct frame_key key = {pc, return_address};
+	/* a Python frame is not an address: one entry per frame, whatever its position */
+	struct frame_key key = {pc, return_address && !HS_PC_IS_PYTHON(pc)};
 	struct frame_ent *e;
 	const struct mod *m;
 	uint64_t addr = (return_address && pc > 0) ? pc - 1 : pc;
@@ -215,7 +252,9 @@ const struct hs_frame *hs_sym_pc(struct hs_sym *s, uint64_t pc, bool return_addr
 	e->key = key;
 	e->f.pc = pc;
 	e->f.offset = pc;
-	if ((m = find_mod(s, addr))) {
+	if (HS_PC_IS_PYTHON(pc)) {
+		fill_python(s, &e->f, pc);
+	} else if ((m = find_mod(s, addr))) {
 		e->f.module = m->path;
 		e->f.offset = pc - m->base;
 		e->f.hook = m->hook;

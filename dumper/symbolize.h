@@ -15,15 +15,19 @@
 
 #include "segment.h"
 
-/* One symbolized PC.  Strings are owned by the symbolizer. */
+/*
+ * One symbolized PC, or one Python frame (python: a pc with HS_PC_PYTHON
+ * set, format.h).  Strings are owned by the symbolizer.
+ */
 struct hs_frame {
 	uint64_t pc;           /* as recorded */
-	const char *function;  /* NULL when unknown */
-	const char *file;      /* source file basename, NULL when unknown */
+	const char *function;  /* NULL when unknown; Python: the code object's qualified name */
+	const char *file;      /* source file basename, NULL when unknown; Python: co_filename as recorded */
 	int line;              /* 0 when unknown */
-	const char *module;    /* module path, NULL when the pc is in no recorded module */
+	const char *module;    /* module path, NULL when the pc is in no recorded module (always for Python) */
 	uint64_t offset;       /* pc - module bias (the address in the file's terms); pc without a module */
 	bool hook;             /* inside libheisen*: a hook frame, not shown */
+	bool python;           /* a Python frame: module and offset mean nothing */
 };
 
 struct hs_sym;
@@ -39,8 +43,11 @@ struct hs_sym *hs_sym_new(struct hs_seg *seg, const char *exe, bool debuginfo);
 
 /*
  * Symbolize pc.  return_address: pc is a return address, so the call site
- * is pc - 1 (format.h, struct hs_stack).  Never NULL except out of memory;
- * the frame stays valid until hs_sym_free.
+ * is pc - 1 (format.h, struct hs_stack).  A pc with HS_PC_PYTHON set is a
+ * Python frame: its hs_pyframe entry is read from the segment (a bad or
+ * unpublished id gives function "?" and is complained about on the
+ * segment).  Never NULL except out of memory; the frame stays valid until
+ * hs_sym_free.
  */
 const struct hs_frame *hs_sym_pc(struct hs_sym *s, uint64_t pc, bool return_address);
 

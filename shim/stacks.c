@@ -16,6 +16,15 @@
 
 #include "shim.h"
 
+/* python_frames.c: set while a signal handler reads Python frames (they are
+ * then read with process_vm_readv, which cannot fault).  Only the signal
+ * path below sets it, so it is declared here rather than in shim.h. */
+extern __thread int hs_py_careful __attribute__((tls_model("initial-exec")));
+
+/* Room for the Python frames that replace the evaluation loop's native
+ * frames: one more than a stack keeps, so hs_stack_intern sees the cut. */
+#define PY_ROOM (HS_STACK_DEPTH + 1)
+
 static uint64_t stack_hash(const uint64_t *pcs, unsigned depth, unsigned flags)
 {
 	uint64_t h = 0x9e3779b97f4a7c15ull ^ ((uint64_t)depth << 32) ^ flags;
@@ -97,9 +106,10 @@ static unsigned trim_and_check(uint64_t *pcs, unsigned n)
 uint32_t hs_stack_here(void)
 {
 	void *buf[HS_STACK_DEPTH + 12];
-	uint64_t pcs[HS_STACK_DEPTH + 12];
+	uint64_t pcs[HS_STACK_DEPTH + 12 + PY_ROOM];
 	int n = unw_backtrace(buf, (int)(sizeof buf / sizeof buf[0]));
 	unsigned depth, flags = 0;
+	int python;
 	if (n <= 0)
 		return 0;
 	for (int i = 0; i < n; i++)
@@ -107,6 +117,9 @@ uint32_t hs_stack_here(void)
 	depth = trim_and_check(pcs, (unsigned)n);
 	if ((size_t)n == sizeof buf / sizeof buf[0] && depth >= HS_STACK_DEPTH)
 		flags |= HS_STACK_TRUNCATED;
+	depth = hs_py_interleave(&hs_seg, pcs, depth, depth > PY_ROOM ? depth : PY_ROOM, &python);
+	if (python)
+		flags |= HS_STACK_PYTHON;
 	return hs_stack_intern(&hs_seg, pcs, depth, flags);
 }
 
@@ -133,15 +146,17 @@ uint32_t hs_stack_site(uint64_t site)
 	/* first time at this site: the slow path */
 	{
 		void *buf[HS_STACK_DEPTH + 12];
-		uint64_t pcs[HS_STACK_DEPTH + 12];
+		uint64_t pcs[HS_STACK_DEPTH + 12 + PY_ROOM];
 		int n = unw_backtrace(buf, (int)(sizeof buf / sizeof buf[0]));
 		unsigned depth;
+		int python;
 		if (n <= 0)
 			return 0;
 		for (int j = 0; j < n; j++)
 			pcs[j] = (uint64_t)(uintptr_t)buf[j];
 		depth = trim_and_check(pcs, (unsigned)n);
-		id = hs_stack_intern(s, pcs, depth, HS_STACK_SITE);
+		depth = hs_py_interleave(s, pcs, depth, depth > PY_ROOM ? depth : PY_ROOM, &python);
+		id = hs_stack_intern(s, pcs, depth, HS_STACK_SITE | (python ? HS_STACK_PYTHON : 0));
 	}
 	if (!id)
 		return 0;
@@ -164,8 +179,9 @@ uint32_t hs_stack_site(uint64_t site)
 uint32_t hs_stack_from_signal(void *ucontext)
 {
 	unw_cursor_t c;
-	uint64_t pcs[HS_STACK_DEPTH];
+	uint64_t pcs[HS_STACK_DEPTH + PY_ROOM];
 	unsigned n = 0, flags = HS_STACK_EXACT_TOP;
+	int python, was;
 	if (unw_init_local2(&c, (unw_context_t *)ucontext, UNW_INIT_SIGNAL_FRAME) < 0)
 		return 0;
 	do {
@@ -179,5 +195,12 @@ uint32_t hs_stack_from_signal(void *ucontext)
 	for (unsigned i = 0; i < n; i++)
 		if (!hs_module_known(pcs[i]))
 			hs_module_note_pc(pcs[i], 0);
+	/* the interrupted thread may be anywhere in the interpreter: read with care */
+	was = hs_py_careful;
+	hs_py_careful = 1;
+	n = hs_py_interleave(&hs_seg, pcs, n, n > PY_ROOM ? n : PY_ROOM, &python);
+	hs_py_careful = was;
+	if (python)
+		flags |= HS_STACK_PYTHON;
 	return hs_stack_intern(&hs_seg, pcs, n, flags);
 }
