@@ -55,6 +55,21 @@ void hs_resolve_all(void)
 /* ---- fork ------------------------------------------------------------------ */
 
 /*
+ * A stack of the parent's segment interned into the child's.  Python frames
+ * are ids into the parent's frame table, which the child does not have: they
+ * are left out (the native frames keep their meaning: same mappings).
+ */
+static uint32_t reintern_native(const struct hs_stack *os)
+{
+	uint64_t pcs[HS_STACK_DEPTH];
+	unsigned n = 0, depth = os->depth < HS_STACK_DEPTH ? os->depth : HS_STACK_DEPTH;
+	for (unsigned i = 0; i < depth; i++)
+		if (!HS_PC_IS_PYTHON(os->pc[i]))
+			pcs[n++] = os->pc[i];
+	return hs_stack_intern(&hs_seg, pcs, n, os->flags & ~HS_STACK_PYTHON);
+}
+
+/*
  * The fork child: only async-signal-safe work.  It gets its own segment
  * (hs_segment_create(1)), this thread attaches to it carrying the locks it
  * held in the parent (they are held in the child too), and the parent's
@@ -96,7 +111,7 @@ static void atfork_child(void)
 			struct hs_held h = oslot->held[i];
 			const struct hs_lock *ol = &old.locks[h.lock];
 			const struct hs_stack *os = &old.stacks[h.stack];
-			h.stack = h.stack ? hs_stack_intern(&hs_seg, os->pc, os->depth, os->flags) : 0;
+			h.stack = h.stack ? reintern_native(os) : 0;
 			h.lock = hs_lock_id(&hs_seg, h.addr, ol->kind, ol->flags & ~HS_LOCKF_DEAD, h.stack, t->tid, now);
 			hs_lockstate_begin(t->slot);
 			t->slot->held[t->slot->held_count++] = h;

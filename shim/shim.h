@@ -415,6 +415,10 @@ uint32_t hs_py_gil_lock(void);
  */
 unsigned hs_py_interleave(struct hs_seg *s, uint64_t *pcs, unsigned n, unsigned max, int *python);
 
+/* Set while capturing in a signal handler: Python frames are then read with
+ * process_vm_readv, which fails instead of faulting on a bad pointer. */
+extern __thread int hs_py_careful __attribute__((tls_model("initial-exec")));
+
 /* Prepare frame reading for the CPython found by hs_py_init (symbol
  * addresses, evaluation-loop range, version check).  Sets HS_PY_FRAMES in the
  * header on success.  Called by hs_py_init. */
@@ -440,6 +444,37 @@ int hs_got_patch(const struct hs_got_hook *hooks, size_t n);
 
 /* Put every patched slot back as it was (the symmetric undo). */
 void hs_got_unpatch_all(void);
+
+/* ---- the dlsym trampoline (dl_trampoline.S, elf_got_surgery.c; issue 3, GOT owner) ---- */
+
+/*
+ * libheisen.so exports dlsym as an assembly trampoline: it saves the argument
+ * registers, calls hs_dlsym_hook(), restores them and jumps (not calls) to
+ * the real dlsym that the hook returns, so glibc still sees the program's
+ * return address (dlsym(RTLD_NEXT, …) keeps its meaning).  The hook resolves
+ * the real dlsym once (dlvsym(RTLD_NEXT, "dlsym", "GLIBC_2.34"), then
+ * "GLIBC_2.2.5"; aborts loudly when neither exists) and, unless the thread is
+ * inside the shim (hs_tls.in_hook), exiting, or already in the callback,
+ * runs the callback: the one registered with hs_got_on_dlsym, else
+ * hs_py_on_new_objects (python.c).  The callback takes hs_tls.in_hook
+ * itself if it needs it.  Never returns NULL.
+ */
+void *hs_dlsym_hook(void);
+
+/* Replace the dlsym hook's callback (tests); NULL: back to the default,
+ * hs_py_on_new_objects.  The callback must be cheap when nothing was loaded. */
+void hs_got_on_dlsym(void (*cb)(void));
+
+/* What GOT patching did so far: slots currently patched, objects done,
+ * slots left alone (mprotect failed or table full), objects put off (not yet
+ * relocated by ld.so, or table full). */
+struct hs_got_counts {
+	unsigned slots, objects, skipped, deferred;
+};
+void hs_got_counts(struct hs_got_counts *c);
+
+/* The mprotect GOT patching uses (a raw syscall); tests swap it to fail. */
+extern int (*hs_got_mprotect)(void *addr, size_t len, int prot);
 
 /* ---- snapshots (signals.c) ---------------------------------------------------- */
 

@@ -19,7 +19,6 @@
 /* python_frames.c: set while a signal handler reads Python frames (they are
  * then read with process_vm_readv, which cannot fault).  Only the signal
  * path below sets it, so it is declared here rather than in shim.h. */
-extern __thread int hs_py_careful __attribute__((tls_model("initial-exec")));
 
 /* Room for the Python frames that replace the evaluation loop's native
  * frames: one more than a stack keeps, so hs_stack_intern sees the cut. */
