@@ -16,10 +16,6 @@
 
 #include "shim.h"
 
-/* python_frames.c: set while a signal handler reads Python frames (they are
- * then read with process_vm_readv, which cannot fault).  Only the signal
- * path below sets it, so it is declared here rather than in shim.h. */
-
 /* Room for the Python frames that replace the evaluation loop's native
  * frames: one more than a stack keeps, so hs_stack_intern sees the cut. */
 #define PY_ROOM (HS_STACK_DEPTH + 1)
