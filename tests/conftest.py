@@ -195,3 +195,171 @@ class Way:
 def way(request, heisen, session):
     """Run the test once under bare LD_PRELOAD + HEISEN_DIR, once under heisen-run."""
     return Way(heisen, request.param, session)
+
+
+# ---- helpers for the Python/GIL tests (issue 3, tests/test_gil.py) -----------
+#
+# Three kinds of CPython, because the GIL entry points are reached in two
+# different ways: Debian's /usr/bin/python3 links libpython statically (the
+# shim must patch GOT entries), pyembed (test-targets/pyembed.c) runs the same
+# interpreter through Debian's libpython3.11.so.1.0, and the python3 first on
+# PATH, when it is another shared build (pyenv, a Docker python image), is a
+# third.  The extension modules are built against Debian's 3.11 headers and
+# import in all of them.
+
+import re
+import shutil
+
+
+class Interp:
+    """One CPython to run a script with: cmd(script, *args) is its argv."""
+
+    def __init__(self, name, exe, libpython):
+        self.name = name                  # "debian-static", "embed-shared", "path-shared"
+        self.exe = Path(exe)
+        self.libpython = libpython        # "static" | "shared"
+
+    @property
+    def shared(self):
+        return self.libpython == "shared"
+
+    def cmd(self, script, *args):
+        return [self.exe, script, *args]
+
+    def __repr__(self):
+        return f"Interp({self.name}, {self.exe})"
+
+
+def _ldd_libpython(exe):
+    try:
+        out = subprocess.run(["ldd", str(exe)], capture_output=True, text=True, timeout=30).stdout
+    except (OSError, subprocess.SubprocessError):
+        return None
+    m = re.search(r"(libpython3\.\d+\.so[.\d]*) => (\S+)", out)
+    return m.group(2) if m else None
+
+
+def _path_python():
+    """(exe, None) for the shared python3 first on PATH, else (None, why not)."""
+    found = shutil.which("python3")
+    if found is None:
+        return None, "no python3 on PATH"
+    try:
+        out = subprocess.run(
+            [found, "-c", "import sys, sysconfig; print(sys.executable); "
+             "print(sysconfig.get_config_var('Py_ENABLE_SHARED')); "
+             "print('%d.%d' % sys.version_info[:2])"],
+            capture_output=True, text=True, timeout=60, env={k: v for k, v in os.environ.items()
+                                                             if k != "LD_PRELOAD"})
+    except (OSError, subprocess.SubprocessError) as e:
+        return None, f"python3 on PATH ({found}) does not run: {e}"
+    lines = out.stdout.split()
+    if out.returncode != 0 or len(lines) != 3:
+        return None, f"python3 on PATH ({found}) does not run: {out.stderr.strip()}"
+    exe, shared, version = Path(lines[0]).resolve(), lines[1], lines[2]
+    if exe == Path(SYSTEM_PYTHON).resolve():
+        return None, f"python3 on PATH is Debian's {SYSTEM_PYTHON}"
+    if shared != "1":
+        return None, f"python3 on PATH ({exe}) is not a shared build (Py_ENABLE_SHARED={shared})"
+    if version != "3.11":
+        return None, f"python3 on PATH ({exe}) is {version}: the test extensions are built for 3.11"
+    if _ldd_libpython(exe) is None:
+        return None, f"python3 on PATH ({exe}) does not link libpython dynamically (ldd)"
+    return exe, None
+
+
+INTERPRETER_KINDS = ["debian-static", "embed-shared", "path-shared"]
+
+
+def interpreter(heisen, kind):
+    """The Interp of that kind, or pytest.skip with the reason it is not here."""
+    if kind == "debian-static":
+        if not Path(SYSTEM_PYTHON).exists():
+            pytest.skip(f"{SYSTEM_PYTHON} is missing")
+        return Interp(kind, SYSTEM_PYTHON, "static")
+    if kind == "embed-shared":
+        exe = heisen.targets / "pyembed"
+        if not exe.exists():
+            pytest.fail(f"{exe} is missing: python3-dev (python-3.11-embed) must be installed "
+                        f"for CI, then ninja -C {heisen.build}")
+        lib = _ldd_libpython(exe)
+        assert lib and "libpython3.11.so" in lib, f"{exe} does not link libpython3.11.so: {lib}"
+        return Interp(kind, exe, "shared")
+    if kind == "path-shared":
+        exe, why = _path_python()
+        if exe is None:
+            pytest.skip(why)
+        return Interp(kind, exe, "shared")
+    raise ValueError(kind)
+
+
+@pytest.fixture(params=INTERPRETER_KINDS)
+def interp(request, heisen):
+    """Each CPython kind in turn (skipped, with the reason, when not available)."""
+    return interpreter(heisen, request.param)
+
+
+def marker_line(script, marker):
+    """The line number of the line of `script` that ends with "# marker: <marker>"."""
+    hits = [n for n, line in enumerate(Path(script).read_text().splitlines(), 1)
+            if line.rstrip().endswith(f"# marker: {marker}")]
+    assert len(hits) == 1, f"marker {marker!r} in {script}: {hits}"
+    return hits[0]
+
+
+def python_frames(stack):
+    """The Python frames of a stack, innermost first."""
+    return [fr for fr in stack["frames"] if fr.get("python") is True]
+
+
+def find_python_frame(stack, function, file_suffix=None, line=None):
+    """Index in stack["frames"] of the Python frame `function` (at line), or None."""
+    for i, fr in enumerate(stack["frames"]):
+        if fr.get("python") is not True or fr.get("function") != function:
+            continue
+        if file_suffix is not None and not (fr.get("file") or "").endswith(file_suffix):
+            continue
+        if line is not None and fr.get("line") != line:
+            continue
+        return i
+    return None
+
+
+def native_index(stack, function):
+    """Index in stack["frames"] of the first native frame `function`, or None."""
+    for i, fr in enumerate(stack["frames"]):
+        if fr.get("python") is False and fr.get("function") == function:
+            return i
+    return None
+
+
+def all_stacks(finding):
+    """Every stack of a finding: stacks, edges' from/to, threads' hold/wait/stack."""
+    out = list(finding.get("stacks", []))
+    for e in finding.get("edges", []):
+        out += [e[k] for k in ("from_stack", "to_stack") if e.get(k)]
+    for t in finding.get("threads", []):
+        out += [t[k] for k in ("hold_stack", "wait_stack", "stack") if t.get(k)]
+    return out
+
+
+def lockrefs_in(report):
+    """Every LOCKREF anywhere in a report (findings and threads' held/waiting)."""
+    refs = []
+
+    def walk(x):
+        if isinstance(x, dict):
+            if "address" in x and "kind" in x and "generation" in x:
+                refs.append(x)
+            for v in x.values():
+                walk(v)
+        elif isinstance(x, list):
+            for v in x:
+                walk(v)
+
+    walk(report.get("findings", []))
+    for p in report.get("processes", []):
+        for t in p.get("threads", []):
+            walk(t.get("held"))
+            walk(t.get("waiting"))
+    return refs
