@@ -16,7 +16,15 @@
  * (heisen-run dedupes by signature).  Blocked threads of a live process
  * outside those cycles are one hang finding per process.  Waits on
  * condition variables alone are not hangs (see is_blocked).
- * Design: DESIGN.md "Hangs"; docs/interfaces.md "heisen-dump".
+ *
+ * The GIL is a lock of that graph too: a thread waiting for it (wait kind
+ * HS_WAIT_GIL) is blocked by whoever holds it, known from that thread's
+ * wait word (HS_WAITF_HOLDS_GIL), its held stack, or a snapshot it took
+ * after the waiter began to wait.  A process that made no progress at all
+ * (--stalled, judged outside: ring records and CPU time) is a hang of every
+ * thread, whatever they block in (read, poll, a futex inside a library).
+ * Design: DESIGN.md "Hangs"; docs/interfaces.md "heisen-dump" and "Python
+ * and the GIL".
  */
 #include "analyze.h"
 
@@ -65,12 +73,43 @@ static bool same_lock(const struct hs_tsnap *w, uint64_t addr, uint32_t lock)
 	return w->t.wait_lock && lock == w->t.wait_lock;
 }
 
+bool hs_holds_gil(const struct hs_proc *p, const struct hs_tsnap *t, uint64_t since)
+{
+	uint64_t gil = p->seg.hdr.gil_lock;
+	if (t->t.state != HS_THREAD_LIVE)
+		return false;
+	if ((t->t.wait_kind == HS_WAIT_LOCK || t->t.wait_kind == HS_WAIT_COND) &&
+	    (t->t.wait_flags & HS_WAITF_HOLDS_GIL))
+		return true;
+	for (uint32_t i = 0; gil && i < t->t.held_count; i++)
+		if (t->t.held[i].lock == gil)
+			return true;
+	return t->t.snap_ns && t->t.snap_ns >= since && (t->t.snap_flags & HS_SNAPF_HOLDS_GIL);
+}
+
+bool hs_snapshot_fresh(const struct hs_fnd *f, const struct hs_tsnap *t)
+{
+	return t->t.snap_ns && t->t.snap_stack && t->t.snap_ns >= f->since_ns;
+}
+
+const char *hs_snapshot_why(const struct hs_tsnap *t)
+{
+	if (t->t.snap_flags & HS_SNAPF_CRASH)
+		return "crash";
+	if (t->t.snap_flags & HS_SNAPF_REQUESTED)
+		return "hang";
+	return "snapshot";
+}
+
 /* Does u block w?  Either u holds the lock w waits for in a conflicting
- * mode, or w is a queueing reader and u waits to write the same lock. */
-static bool blocks(const struct hs_tsnap *w, const struct hs_tsnap *u)
+ * mode, or w is a queueing reader and u waits to write the same lock, or w
+ * waits for the GIL and u holds it. */
+static bool blocks(const struct hs_proc *p, const struct hs_tsnap *w, const struct hs_tsnap *u)
 {
 	if (u == w || u->t.state != HS_THREAD_LIVE || !waits_for_lock(w))
 		return false;
+	if (w->t.wait_kind == HS_WAIT_GIL && hs_holds_gil(p, u, w->t.wait_since_ns ? w->t.wait_since_ns : 1))
+		return true;
 	for (uint32_t i = 0; i < u->t.held_count; i++) {
 		const struct hs_held *h = &u->t.held[i];
 		if (same_lock(w, h->addr, h->lock) &&
@@ -86,7 +125,7 @@ size_t hs_holders(const struct hs_proc *p, const struct hs_tsnap *t, const struc
 {
 	size_t n = 0;
 	for (uint32_t i = 0; i < p->nthreads; i++)
-		if (blocks(t, &p->threads[i])) {
+		if (blocks(p, t, &p->threads[i])) {
 			if (n < max)
 				out[n] = &p->threads[i];
 			n++;
@@ -141,7 +180,7 @@ static void strongconnect(struct scc *g, uint32_t v)
 	g->stack[g->sp++] = (int)v;
 	g->on_stack[v] = true;
 	for (uint32_t w = 0; w < g->p->nthreads; w++) {
-		if (!g->waiting[w] || !blocks(&g->p->threads[v], &g->p->threads[w]))
+		if (!g->waiting[w] || !blocks(g->p, &g->p->threads[v], &g->p->threads[w]))
 			continue;
 		if (g->index[w] < 0) {
 			strongconnect(g, w);
@@ -290,6 +329,23 @@ static void copy_cycle(struct hs_fnd *f)
 		rotate_oldest_first(f);
 }
 
+/* The other threads' snapshots taken because this crash asked for them. */
+static int crash_others(struct hs_proc *p, struct hs_fnd *f)
+{
+	f->since_ns = f->rec.ts_ns;
+	for (uint32_t i = 0; i < p->nthreads; i++) {
+		const struct hs_tsnap *t = &p->threads[i];
+		if (t->t.tid == f->rec.tid || !(t->t.snap_flags & HS_SNAPF_CRASH) || !hs_snapshot_fresh(f, t))
+			continue;
+		if (!f->others && !(f->others = calloc(p->nthreads, sizeof *f->others)))
+			return -1;
+		f->others[f->nothers++] = t;
+	}
+	if (f->nothers)
+		qsort(f->others, f->nothers, sizeof *f->others, by_tid);
+	return 0;
+}
+
 static int recorded(struct hs_proc *p, struct hs_findings *out)
 {
 	static const enum hs_fkind kinds[] = {
@@ -307,6 +363,8 @@ static int recorded(struct hs_proc *p, struct hs_findings *out)
 			return -1;
 		f->index = i;
 		f->rec = rec;
+		if (f->kind == HS_F_CRASH && crash_others(p, f) != 0)
+			return -1;
 		if (f->kind != HS_F_POTENTIAL)
 			continue;
 		copy_cycle(f);
@@ -328,7 +386,55 @@ static int by_severity(const void *a, const void *b)
 	return (x->index > y->index) - (x->index < y->index);
 }
 
-int hs_analyze(struct hs_session *s, double hang_timeout, bool with_recorded, struct hs_findings *out)
+/* The segment of pid that a stall is about: the live image, else the last. */
+static struct hs_proc *stalled_proc(struct hs_session *s, int32_t pid)
+{
+	struct hs_proc *best = NULL;
+	for (size_t i = 0; i < s->nprocs; i++) {
+		struct hs_proc *p = &s->procs[i];
+		if (p->seg.hdr.pid != pid)
+			continue;
+		if (hs_proc_alive(p))
+			return p;
+		best = p; /* sorted by image: the last one wins */
+	}
+	return best;
+}
+
+/* The stall of p: a hang of every live thread, instead of its lock-wait
+ * hang; nothing when a deadlock already explains it. */
+static int add_stall(struct hs_session *s, struct hs_proc *p, double seconds, uint64_t since,
+		     struct hs_findings *out)
+{
+	struct hs_fnd *f;
+	uint64_t span = seconds > 0 ? (uint64_t)(seconds * 1e9) : 0;
+	uint64_t ref = reference_ns(s, p);
+	uint32_t n = 0;
+	for (size_t i = 0; i < out->n; i++)
+		if (out->v[i].proc == p && out->v[i].kind == HS_F_DEADLOCK)
+			return 0;
+	for (size_t i = 0; i < out->n; i++)
+		if (out->v[i].proc == p && out->v[i].kind == HS_F_HANG) {
+			free(out->v[i].threads);
+			free(out->v[i].others);
+			memmove(&out->v[i], &out->v[i + 1], (out->n - i - 1) * sizeof out->v[0]);
+			out->n--, i--;
+		}
+	for (uint32_t i = 0; i < p->nthreads; i++)
+		n += p->threads[i].t.state == HS_THREAD_LIVE;
+	if (!(f = add_finding(out, HS_F_HANG, p)) || !(f->threads = calloc(n + 1, sizeof *f->threads)))
+		return -1;
+	f->stalled_seconds = seconds > 0 ? seconds : 1e-9;
+	f->since_ns = since ? since : ref > span ? ref - span : 0;
+	for (uint32_t i = 0; i < p->nthreads; i++)
+		if (p->threads[i].t.state == HS_THREAD_LIVE)
+			f->threads[f->nthreads++] = &p->threads[i];
+	qsort(f->threads, f->nthreads, sizeof *f->threads, by_tid);
+	return 0;
+}
+
+int hs_analyze_stalled(struct hs_session *s, double hang_timeout, bool with_recorded,
+		       const struct hs_stall *stalls, size_t nstalls, struct hs_findings *out)
 {
 	int rc = 0;
 	memset(out, 0, sizeof *out);
@@ -338,15 +444,27 @@ int hs_analyze(struct hs_session *s, double hang_timeout, bool with_recorded, st
 		if (rc == 0)
 			rc = analyze_waits(s, &s->procs[i], hang_timeout, out);
 	}
+	for (size_t i = 0; i < nstalls && rc == 0; i++) {
+		struct hs_proc *p = stalled_proc(s, stalls[i].pid);
+		if (p)
+			rc = add_stall(s, p, stalls[i].seconds, stalls[i].since_ns, out);
+	}
 	if (out->n)
 		qsort(out->v, out->n, sizeof *out->v, by_severity);
 	return rc;
 }
 
+int hs_analyze(struct hs_session *s, double hang_timeout, bool with_recorded, struct hs_findings *out)
+{
+	return hs_analyze_stalled(s, hang_timeout, with_recorded, NULL, 0, out);
+}
+
 void hs_findings_free(struct hs_findings *f)
 {
-	for (size_t i = 0; i < f->n; i++)
+	for (size_t i = 0; i < f->n; i++) {
 		free(f->v[i].threads);
+		free(f->v[i].others);
+	}
 	free(f->v);
 	memset(f, 0, sizeof *f);
 }

@@ -32,8 +32,22 @@ struct hs_fnd {
 	struct hs_edge edges[HS_CYCLE_MAX];  /* potential: the cycle's valid edges, copied */
 	uint32_t edge_ids[HS_CYCLE_MAX];
 	uint32_t nedges;
-	const struct hs_tsnap **threads;     /* deadlock, hang: the blocked threads, by tid */
+	const struct hs_tsnap **threads;     /* deadlock, hang: the blocked threads, by tid;
+						stalled hang: every live thread */
 	uint32_t nthreads;
+	double stalled_seconds;              /* hang: > 0 when the process made no progress (--stalled) */
+	uint64_t since_ns;                   /* stalled hang: when the stall began; crash: rec.ts_ns
+						(the writer's CLOCK_MONOTONIC): older snapshots are stale */
+	const struct hs_tsnap **others;      /* crash: the other threads that took a crash snapshot */
+	uint32_t nothers;
+};
+
+/* A process that made no progress (no ring records, no CPU time) for
+ * `seconds`, as judged by heisen-run's watchdog or heisen-dump --snapshot. */
+struct hs_stall {
+	int32_t pid;
+	double seconds;
+	uint64_t since_ns;  /* when it began (the writer's CLOCK_MONOTONIC), 0 = seconds before now */
 };
 
 struct hs_findings {
@@ -48,6 +62,29 @@ struct hs_findings {
  * then holds what was found so far).  Free out with hs_findings_free.
  */
 int hs_analyze(struct hs_session *s, double hang_timeout, bool with_recorded, struct hs_findings *out);
+
+/*
+ * hs_analyze, and also a `hang` finding for each live process of stalls[]
+ * (every live thread, with its snapshot), which replaces the lock-wait hang
+ * of that process; a process with a deadlock gets no extra hang finding.
+ */
+int hs_analyze_stalled(struct hs_session *s, double hang_timeout, bool with_recorded,
+		       const struct hs_stall *stalls, size_t nstalls, struct hs_findings *out);
+
+/*
+ * Does t hold the GIL?  Known from its wait word (HS_WAITF_HOLDS_GIL: it is
+ * blocked on a native lock with the GIL), from the GIL node in its held
+ * stack, or from a snapshot taken at or after `since` (0: any snapshot)
+ * with HS_SNAPF_HOLDS_GIL.
+ */
+bool hs_holds_gil(const struct hs_proc *p, const struct hs_tsnap *t, uint64_t since);
+
+/* Is t's snapshot one that finding f can show as current (taken after the
+ * stall began, or after the crash)?  false when it has none. */
+bool hs_snapshot_fresh(const struct hs_fnd *f, const struct hs_tsnap *t);
+
+/* "hang", "crash" or "snapshot" (neither flag): why t took its snapshot. */
+const char *hs_snapshot_why(const struct hs_tsnap *t);
 
 void hs_findings_free(struct hs_findings *f);
 

@@ -2,8 +2,14 @@
 /*
  * dumper/main.c — heisen-dump: read a session directory and report.
  *
- *   heisen-dump [--json | --dot] [--hang-timeout SECONDS] [--no-symbols] SESSION_DIR
+ *   heisen-dump [--json | --dot] [--hang-timeout SECONDS] [--no-symbols]
+ *               [--stalled PID:SECONDS[,...]] [--snapshot] SESSION_DIR
  *   heisen-dump --check-hang SECONDS SESSION_DIR
+ *
+ * --stalled: the process made no progress for SECONDS (heisen-run's
+ * watchdog judged it): a `hang` of every thread, with its snapshot stack.
+ * --snapshot: judge that here (progress over one second), after asking
+ * every thread of every live process for a snapshot (dumper/stall.c).
  *
  * Exit status: 0 no finding, 1 findings, 2 an error (errors dominate);
  * --check-hang: 3 a deadlock or hang, 0 none, 2 an error and no hang (a
@@ -21,6 +27,7 @@
 #include "analyze.h"
 #include "report.h"
 #include "session.h"
+#include "stall.h"
 
 enum format { FMT_TEXT, FMT_JSON, FMT_DOT };
 
@@ -29,12 +36,19 @@ struct options {
 	double hang_timeout;
 	bool symbols;
 	bool check_hang;
+	bool snapshot;
+	struct hs_stall *stalls;
+	size_t nstalls;
 	const char *dir;
 };
 
+#define SNAPSHOT_SAMPLE_S 1.0   /* --snapshot: progress is judged over this long */
+#define SNAPSHOT_WAIT_MS 300    /* then the threads get this long to answer */
+
 static void usage(FILE *f)
 {
-	fprintf(f, "usage: heisen-dump [--json | --dot] [--hang-timeout SECONDS] [--no-symbols] SESSION_DIR\n"
+	fprintf(f, "usage: heisen-dump [--json | --dot] [--hang-timeout SECONDS] [--no-symbols]\n"
+		   "                   [--stalled PID:SECONDS[,...]] [--snapshot] SESSION_DIR\n"
 		   "       heisen-dump --check-hang SECONDS SESSION_DIR\n");
 }
 
@@ -56,6 +70,7 @@ static int parse_args(int argc, char **argv, struct options *o)
 		{"json", no_argument, NULL, 'j'},          {"dot", no_argument, NULL, 'd'},
 		{"hang-timeout", required_argument, NULL, 't'}, {"no-symbols", no_argument, NULL, 'n'},
 		{"check-hang", required_argument, NULL, 'c'}, {"help", no_argument, NULL, 'h'},
+		{"stalled", required_argument, NULL, 's'},   {"snapshot", no_argument, NULL, 'S'},
 		{NULL, 0, NULL, 0},
 	};
 	int c;
@@ -70,6 +85,13 @@ static int parse_args(int argc, char **argv, struct options *o)
 			o->check_hang = true, o->symbols = false;
 			if (parse_seconds(optarg, &o->hang_timeout))
 				return -1;
+			break;
+		case 'S': o->snapshot = true; break;
+		case 's':
+			if (hs_stalls_parse(optarg, &o->stalls, &o->nstalls) != 0) {
+				fprintf(stderr, "heisen-dump: --stalled: expected PID:SECONDS[,PID:SECONDS...]: %s\n", optarg);
+				return -1;
+			}
 			break;
 		case 'h': usage(stdout); exit(0);
 		default: usage(stderr); return -1;
@@ -133,7 +155,20 @@ int main(int argc, char **argv)
 		hs_session_free(&s);
 		return 2;
 	}
-	if (hs_analyze(&s, o.hang_timeout, !o.check_hang, &f) != 0)
+	if (o.snapshot && !o.check_hang) {
+		/* sample, ask for snapshots, then read the session again to see them */
+		if (hs_snapshot_session(&s, SNAPSHOT_SAMPLE_S, SNAPSHOT_WAIT_MS, &o.stalls, &o.nstalls) != 0)
+			hs_session_error(&s, o.dir, "out of memory while taking snapshots");
+		hs_session_free(&s);
+		if (hs_session_load(&s, o.dir, o.symbols) != 0) {
+			print_errors(&s);
+			hs_session_free(&s);
+			return 2;
+		}
+	}
+	if (!o.check_hang && hs_stalls_noted(&s, &o.stalls, &o.nstalls) != 0)
+		hs_session_error(&s, o.dir, "out of memory while reading stall notes");
+	if (hs_analyze_stalled(&s, o.hang_timeout, !o.check_hang, o.stalls, o.nstalls, &f) != 0)
 		hs_session_error(&s, o.dir, "out of memory during analysis");
 	if (o.check_hang) {
 		rc = check_hang(&s, &f);
@@ -150,5 +185,6 @@ int main(int argc, char **argv)
 	}
 	hs_findings_free(&f);
 	hs_session_free(&s);
+	free(o.stalls);
 	return rc;
 }

@@ -114,6 +114,10 @@ const char *hs_event_name(unsigned type)
 		[HS_REC_SIGNAL] = "signal",
 		[HS_REC_EXIT] = "exit",
 		[HS_REC_LOCK_ERROR] = "lock-error",
+		[HS_REC_GIL_WAIT] = "gil-wait",
+		[HS_REC_GIL_ACQUIRED] = "gil-acquired",
+		[HS_REC_GIL_RELEASED] = "gil-released",
+		[HS_REC_SNAPSHOT] = "snapshot",
 	};
 	return type < sizeof names / sizeof names[0] ? names[type] : "unknown";
 }

@@ -180,6 +180,39 @@ static void events(struct hs_json *j, struct hs_proc *p, const struct hs_tsnap *
 	hs_json_end_array(j);
 }
 
+/* The thread's latest snapshot: {"ns", "stack", "holds_gil", "why"} or null;
+ * "stale" when a finding shows it and it was taken before the finding began. */
+static void snapshot(struct hs_json *j, struct hs_proc *p, const struct hs_tsnap *t, bool stale)
+{
+	char role[128];
+	if (!t->t.snap_ns) {
+		hs_json_null(j, "snapshot");
+		return;
+	}
+	hs_json_object(j, "snapshot");
+	hs_json_uint(j, "ns", hs_proc_realtime(p, t->t.snap_ns));
+	snprintf(role, sizeof role, "thread %d snapshot", t->t.tid);
+	stack(j, "stack", p, t->t.snap_stack, role, t->t.tid);
+	hs_json_bool(j, "holds_gil", (t->t.snap_flags & HS_SNAPF_HOLDS_GIL) != 0);
+	hs_json_str(j, "why", hs_snapshot_why(t));
+	hs_json_bool(j, "stale", stale);
+	hs_json_end_object(j);
+}
+
+/* The GIL as a LOCKREF: the GIL node when the writer has one, else made up. */
+static void gilref(struct hs_json *j, const char *key, struct hs_proc *p, const struct hs_tsnap *t)
+{
+	struct hs_lockref r;
+	uint32_t id = t && t->t.wait_kind == HS_WAIT_GIL && t->t.wait_lock ? t->t.wait_lock : (uint32_t)p->seg.hdr.gil_lock;
+	hs_lockref(p, id, 0, &r);
+	hs_json_object(j, key);
+	hs_json_hex(j, "address", r.addr ? r.addr : (t ? t->t.wait_addr : 0));
+	hs_json_uint(j, "generation", r.gen ? r.gen : 1);
+	hs_json_str(j, "kind", "gil");
+	hs_json_str(j, "name", "GIL");
+	hs_json_end_object(j);
+}
+
 static void thread(struct hs_json *j, struct hs_session *s, struct hs_proc *p, const struct hs_tsnap *t)
 {
 	hs_json_object(j, NULL);
@@ -190,6 +223,8 @@ static void thread(struct hs_json *j, struct hs_session *s, struct hs_proc *p, c
 	hs_json_uint(j, "held_overflow", t->t.held_overflow);
 	held(j, p, t);
 	waiting(j, s, p, t);
+	hs_json_bool(j, "holds_gil", hs_holds_gil(p, t, 0));
+	snapshot(j, p, t, false);
 	events(j, p, t);
 	hs_json_end_object(j);
 }
@@ -236,6 +271,21 @@ static void end_fields(struct hs_json *j, struct hs_proc *p)
 		hs_json_null(j, "end_ns");
 }
 
+/* "python": what the shim found of CPython, null when the process had none. */
+static void python(struct hs_json *j, const struct hs_header *h)
+{
+	if (!(h->python & HS_PY_SEEN)) {
+		hs_json_null(j, "python");
+		return;
+	}
+	hs_json_object(j, "python");
+	/* from shared memory: bounded, never trusted to be terminated */
+	hs_json_strn(j, "version", h->python_version, strnlen(h->python_version, sizeof h->python_version));
+	hs_json_bool(j, "frames", (h->python & HS_PY_FRAMES) != 0);
+	hs_json_bool(j, "got_patched", (h->python & HS_PY_GOT_PATCHED) != 0);
+	hs_json_end_object(j);
+}
+
 static void process(struct hs_json *j, struct hs_session *s, struct hs_proc *p)
 {
 	const struct hs_header *h = &p->seg.hdr;
@@ -251,6 +301,7 @@ static void process(struct hs_json *j, struct hs_session *s, struct hs_proc *p)
 	hs_json_str(j, "segment", p->seg.name);
 	hs_json_uint(j, "events_recorded", hs_seg_events(&p->seg));
 	hs_json_bool(j, "suspect", (hs_seg_flags(&p->seg) & HS_HDR_SUSPECT) != 0);
+	python(j, h);
 	dropped(j, p);
 	hs_json_array(j, "threads");
 	for (uint32_t i = 0; i < p->nthreads; i++)
@@ -312,6 +363,26 @@ static void crash(struct hs_json *j, struct hs_fnd *f, char *msg, size_t len)
 	hs_json_end_array(j);
 	hs_json_array(j, "stacks");
 	stack(j, NULL, f->proc, f->rec.stack, "faulting thread", f->rec.tid);
+	for (uint32_t i = 0; i < f->nothers; i++) {
+		char role[128];
+		snprintf(role, sizeof role, "thread %d at the crash", f->others[i]->t.tid);
+		stack(j, NULL, f->proc, f->others[i]->t.snap_stack, role, f->others[i]->t.tid);
+	}
+	hs_json_end_array(j);
+	/* every other thread, as it recorded itself when the crash asked */
+	hs_json_array(j, "threads");
+	for (uint32_t i = 0; i < f->nothers; i++) {
+		const struct hs_tsnap *t = f->others[i];
+		char role[128];
+		hs_json_object(j, NULL);
+		hs_json_int(j, "tid", t->t.tid);
+		hs_json_str(j, "name", t->name);
+		snprintf(role, sizeof role, "thread %d at the crash", t->t.tid);
+		stack(j, "stack", f->proc, t->t.snap_stack, role, t->t.tid);
+		hs_json_bool(j, "holds_gil", hs_holds_gil(f->proc, t, f->since_ns));
+		hs_json_str(j, "why", "crash");
+		hs_json_end_object(j);
+	}
 	hs_json_end_array(j);
 	hs_json_int(j, "signal", f->rec.signo);
 	hs_json_str(j, "signal_name", hs_signal_name(f->rec.signo));
@@ -373,12 +444,21 @@ static void blocked_thread(struct hs_json *j, struct hs_session *s, struct hs_fn
 	hs_json_object(j, NULL);
 	hs_json_int(j, "tid", t->t.tid);
 	hs_json_str(j, "name", t->name);
+	bool gil = hs_holds_gil(f->proc, t, f->since_ns), gil_held = false;
 	hs_json_array(j, "holds");
-	for (uint32_t i = 0; i < t->t.held_count; i++)
+	for (uint32_t i = 0; i < t->t.held_count; i++) {
+		gil_held |= f->proc->seg.hdr.gil_lock && t->t.held[i].lock == f->proc->seg.hdr.gil_lock;
 		lockref(j, NULL, f->proc, t->t.held[i].lock, t->t.held[i].addr);
+	}
+	if (gil && !gil_held)
+		gilref(j, NULL, f->proc, NULL);
 	hs_json_end_array(j);
+	hs_json_bool(j, "holds_gil", gil);
 	hs_json_str(j, "wait_kind", hs_wait_kind_name(t->t.wait_kind));
-	lockref(j, "waits_for", f->proc, t->t.wait_lock, wait_target(t));
+	if (t->t.wait_kind == HS_WAIT_GIL)
+		gilref(j, "waits_for", f->proc, t);
+	else
+		lockref(j, "waits_for", f->proc, t->t.wait_lock, wait_target(t));
 	hs_json_uint(j, "since_ns", hs_proc_realtime(f->proc, t->t.wait_since_ns));
 	hs_json_double(j, "seconds", hs_wait_seconds(s, f->proc, t));
 	if (rel) {
@@ -391,6 +471,12 @@ static void blocked_thread(struct hs_json *j, struct hs_session *s, struct hs_fn
 		 label(f->proc, t->t.wait_lock, wait_target(t), &r));
 	stack(j, "wait_stack", f->proc, t->t.wait_stack, role, t->t.tid);
 	held_by(j, f->proc, t);
+	if (hs_snapshot_fresh(f, t)) {
+		snprintf(role, sizeof role, "thread %d snapshot", t->t.tid);
+		stack(j, "stack", f->proc, t->t.snap_stack, role, t->t.tid);
+	} else {
+		hs_json_null(j, "stack");
+	}
 	hs_json_end_object(j);
 }
 
@@ -438,15 +524,95 @@ static void blocked(struct hs_json *j, struct hs_session *s, struct hs_fnd *f, c
 	hs_json_array(j, "locks");
 	for (uint32_t i = 0; i < f->nthreads; i++) {
 		const struct hs_tsnap *t = f->threads[i];
+		if (t->t.wait_kind == HS_WAIT_GIL) {
+			gilref(j, NULL, f->proc, t);
+			hs_appendf(msg, len, &used, "%s thread %d waits for GIL", i ? ";" : "", t->t.tid);
+			continue;
+		}
 		lockref(j, NULL, f->proc, t->t.wait_lock, wait_target(t));
-		hs_appendf(msg, len, &used, "%s thread %d waits for %s",
-					 i ? ";" : "", t->t.tid, label(f->proc, t->t.wait_lock, wait_target(t), &r));
+		hs_appendf(msg, len, &used, "%s thread %d waits for %s%s",
+					 i ? ";" : "", t->t.tid, label(f->proc, t->t.wait_lock, wait_target(t), &r),
+					 hs_holds_gil(f->proc, t, f->since_ns) ? " holding the GIL" : "");
 	}
 	hs_json_end_array(j);
 	blocked_stacks(j, f);
 	hs_json_array(j, "threads");
 	for (uint32_t i = 0; i < f->nthreads; i++)
 		blocked_thread(j, s, f, f->threads[i]);
+	hs_json_end_array(j);
+}
+
+/* A process that made no progress: every thread, blocked anywhere. */
+static void stalled(struct hs_json *j, struct hs_session *s, struct hs_fnd *f, char *msg, size_t len)
+{
+	struct hs_proc *p = f->proc;
+	char role[256];
+	size_t used = 0;
+	uint32_t nwait = 0;
+	hs_appendf(msg, len, &used, "no progress for %.1f s (no events, no CPU time): %u thread%s",
+		   f->stalled_seconds, f->nthreads, f->nthreads == 1 ? "" : "s");
+	hs_json_double(j, "stalled_seconds", f->stalled_seconds);
+	hs_json_array(j, "locks");
+	for (uint32_t i = 0; i < f->nthreads; i++) {
+		const struct hs_tsnap *t = f->threads[i];
+		if (t->t.wait_kind == HS_WAIT_GIL)
+			gilref(j, NULL, p, t);
+		else if (t->t.wait_kind == HS_WAIT_LOCK)
+			lockref(j, NULL, p, t->t.wait_lock, wait_target(t));
+		nwait += t->t.wait_kind != HS_WAIT_NONE;
+	}
+	hs_json_end_array(j);
+	if (nwait)
+		hs_appendf(msg, len, &used, ", %u waiting for a lock", nwait);
+	hs_json_array(j, "stacks");
+	for (uint32_t i = 0; i < f->nthreads; i++) {
+		const struct hs_tsnap *t = f->threads[i];
+		if (t->t.snap_ns && t->t.snap_stack) {
+			snprintf(role, sizeof role, "thread %d (%s) snapshot%s", t->t.tid, t->name,
+				 hs_snapshot_fresh(f, t) ? "" : " (stale: before the stall)");
+			stack(j, NULL, p, t->t.snap_stack, role, t->t.tid);
+		}
+		if (t->t.wait_kind != HS_WAIT_NONE && t->t.wait_stack) {
+			snprintf(role, sizeof role, "thread %d waits", t->t.tid);
+			stack(j, NULL, p, t->t.wait_stack, role, t->t.tid);
+		}
+	}
+	hs_json_end_array(j);
+	hs_json_array(j, "threads");
+	for (uint32_t i = 0; i < f->nthreads; i++) {
+		const struct hs_tsnap *t = f->threads[i];
+		bool fresh = hs_snapshot_fresh(f, t);
+		hs_json_object(j, NULL);
+		hs_json_int(j, "tid", t->t.tid);
+		hs_json_str(j, "name", t->name);
+		if (t->t.snap_ns && t->t.snap_stack) {
+			snprintf(role, sizeof role, "thread %d snapshot", t->t.tid);
+			stack(j, "stack", p, t->t.snap_stack, role, t->t.tid);
+		} else {
+			hs_json_null(j, "stack");
+		}
+		hs_json_bool(j, "stale", !fresh);
+		if (t->t.snap_ns)
+			hs_json_uint(j, "snapshot_ns", hs_proc_realtime(p, t->t.snap_ns));
+		else
+			hs_json_null(j, "snapshot_ns");
+		waiting(j, s, p, t);
+		hs_json_bool(j, "holds_gil", hs_holds_gil(p, t, f->since_ns));
+		hs_json_array(j, "holds");
+		for (uint32_t k = 0; k < t->t.held_count; k++)
+			lockref(j, NULL, p, t->t.held[k].lock, t->t.held[k].addr);
+		hs_json_end_array(j);
+		if (t->t.wait_kind == HS_WAIT_GIL)
+			gilref(j, "waits_for", p, t);
+		else if (t->t.wait_kind == HS_WAIT_LOCK)
+			lockref(j, "waits_for", p, t->t.wait_lock, wait_target(t));
+		else
+			hs_json_null(j, "waits_for");
+		hs_json_double(j, "seconds", t->t.wait_kind != HS_WAIT_NONE ? hs_wait_seconds(s, p, t) : f->stalled_seconds);
+		if (t->t.wait_kind == HS_WAIT_LOCK || t->t.wait_kind == HS_WAIT_GIL)
+			held_by(j, p, t);
+		hs_json_end_object(j);
+	}
 	hs_json_end_array(j);
 }
 
@@ -483,6 +649,13 @@ static void finding(struct hs_json *j, struct hs_session *s, struct hs_fnd *f)
 	case HS_F_POTENTIAL: potential(j, f, msg, sizeof msg); break;
 	case HS_F_CRASH: crash(j, f, msg, sizeof msg); break;
 	case HS_F_SELF_DEADLOCK: self_deadlock(j, f, msg, sizeof msg); break;
+	case HS_F_HANG:
+		if (f->stalled_seconds > 0) {
+			stalled(j, s, f, msg, sizeof msg);
+			break;
+		}
+		blocked(j, s, f, msg, sizeof msg);
+		break;
 	default: blocked(j, s, f, msg, sizeof msg); break;
 	}
 	hs_json_str(j, "message", msg);

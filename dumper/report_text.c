@@ -139,6 +139,12 @@ static void crash(FILE *out, struct hs_fnd *f)
 		/* SI_USER, SI_TKILL, SI_QUEUE ...: someone sent it, nothing faulted */
 		f->rec.si_code <= 0 ? ", sent by kill/raise, not a fault" : "");
 	print_frames(out, f->proc, f->rec.stack, "    ");
+	for (uint32_t i = 0; i < f->nothers; i++) {
+		const struct hs_tsnap *t = f->others[i];
+		fprintf(out, "\n thread %d (%s) at the crash%s:\n", t->t.tid, t->name,
+			hs_holds_gil(f->proc, t, f->since_ns) ? ", holding the GIL" : "");
+		print_frames(out, f->proc, t->t.snap_stack, "    ");
+	}
 }
 
 static void self_deadlock(FILE *out, struct hs_fnd *f)
@@ -151,6 +157,14 @@ static void self_deadlock(FILE *out, struct hs_fnd *f)
 	print_frames(out, f->proc, f->rec.stack, "    ");
 	fprintf(out, "  first acquired at:\n");
 	print_frames(out, f->proc, f->rec.stack2, "    ");
+}
+
+/* A GIL wait before the writer has a GIL node: name it all the same. */
+static void gil_label(struct hs_lockref *r)
+{
+	r->kind = "gil";
+	snprintf(r->name, sizeof r->name, "GIL");
+	snprintf(r->label, sizeof r->label, "GIL");
 }
 
 static void holders_text(char *buf, size_t len, const struct hs_proc *p, const struct hs_tsnap *t)
@@ -194,8 +208,12 @@ static void blocked_thread(FILE *out, struct hs_session *s, struct hs_fnd *f, co
 	const struct hs_held *rel = hs_relevant_hold(f, t);
 
 	hs_lockref(f->proc, t->t.wait_lock, t->t.wait_kind == HS_WAIT_COND ? 0 : t->t.wait_addr, &w);
+	if (t->t.wait_kind == HS_WAIT_GIL)
+		gil_label(&w);
 	holders_text(holders, sizeof holders, f->proc, t);
 	fprintf(out, "\n thread %d (%s)%s:\n", t->t.tid, t->name, t->torn ? " [copy torn: writer busy]" : "");
+	if (hs_holds_gil(f->proc, t, f->since_ns))
+		fprintf(out, "  holds GIL (gil)\n");
 	for (uint32_t i = 0; i < t->t.held_count; i++) {
 		hs_lockref(f->proc, t->t.held[i].lock, t->t.held[i].addr, &l);
 		fprintf(out, "  holds %s (%s, %s)\n", l.label, l.kind ? l.kind : "?", hs_mode_name(t->t.held[i].mode));
@@ -213,8 +231,57 @@ static void blocked_thread(FILE *out, struct hs_session *s, struct hs_fnd *f, co
 	}
 	fprintf(out, "  it waits at:\n");
 	print_frames(out, f->proc, t->t.wait_stack, "    ");
+	if (hs_snapshot_fresh(f, t)) {
+		fprintf(out, "  its snapshot (where it is now):\n");
+		print_frames(out, f->proc, t->t.snap_stack, "    ");
+	}
 	if (f->kind == HS_F_HANG)
 		holder_stacks(out, f->proc, t);
+}
+
+/* One thread of a process that made no progress: what it waits for, if
+ * heisen sees it, and where it is (its snapshot). */
+static void stalled_thread(FILE *out, struct hs_session *s, struct hs_fnd *f, const struct hs_tsnap *t)
+{
+	struct hs_lockref l;
+	char holders[512];
+	fprintf(out, "\n thread %d (%s)%s%s:\n", t->t.tid, t->name,
+		hs_holds_gil(f->proc, t, f->since_ns) ? ", holds the GIL" : "", t->torn ? " [copy torn: writer busy]" : "");
+	for (uint32_t i = 0; i < t->t.held_count; i++) {
+		hs_lockref(f->proc, t->t.held[i].lock, t->t.held[i].addr, &l);
+		fprintf(out, "  holds %s (%s, %s)\n", l.label, l.kind ? l.kind : "?", hs_mode_name(t->t.held[i].mode));
+	}
+	if (t->t.wait_kind != HS_WAIT_NONE) {
+		hs_lockref(f->proc, t->t.wait_lock, t->t.wait_kind == HS_WAIT_COND ? 0 : t->t.wait_addr, &l);
+		if (t->t.wait_kind == HS_WAIT_GIL)
+			gil_label(&l);
+		holders_text(holders, sizeof holders, f->proc, t);
+		fprintf(out, "  waits (%s) for %s%s for %.1f s\n", hs_wait_kind_name(t->t.wait_kind), l.label,
+			holders, hs_wait_seconds(s, f->proc, t));
+	}
+	if (!t->t.snap_ns || !t->t.snap_stack) {
+		fprintf(out, "  (no snapshot: the thread did not answer the snapshot signal)\n");
+		if (t->t.wait_kind != HS_WAIT_NONE) {
+			fprintf(out, "  it waits at:\n");
+			print_frames(out, f->proc, t->t.wait_stack, "    ");
+		}
+		return;
+	}
+	if (hs_snapshot_fresh(f, t))
+		fprintf(out, "  it is at (snapshot taken %.1f s into the stall):\n",
+			(double)(t->t.snap_ns - f->since_ns) / 1e9);
+	else
+		fprintf(out, "  STALE snapshot, taken %.1f s before the stall began (the thread did not answer now):\n",
+			(double)(f->since_ns - t->t.snap_ns) / 1e9);
+	print_frames(out, f->proc, t->t.snap_stack, "    ");
+}
+
+static void stalled(FILE *out, struct hs_session *s, struct hs_fnd *f)
+{
+	fprintf(out, "The process made no progress for %.1f s (no events recorded, no CPU time); its %u thread%s:\n",
+		f->stalled_seconds, f->nthreads, f->nthreads == 1 ? "" : "s");
+	for (uint32_t i = 0; i < f->nthreads; i++)
+		stalled_thread(out, s, f, f->threads[i]);
 }
 
 static void blocked(FILE *out, struct hs_session *s, struct hs_fnd *f)
@@ -248,8 +315,13 @@ static void finding(FILE *out, struct hs_session *s, struct hs_fnd *f)
 	banner(out, f);
 	switch (f->kind) {
 	case HS_F_CRASH: crash(out, f); break;
-	case HS_F_DEADLOCK:
-	case HS_F_HANG: blocked(out, s, f); break;
+	case HS_F_DEADLOCK: blocked(out, s, f); break;
+	case HS_F_HANG:
+		if (f->stalled_seconds > 0)
+			stalled(out, s, f);
+		else
+			blocked(out, s, f);
+		break;
 	case HS_F_SELF_DEADLOCK: self_deadlock(out, f); break;
 	case HS_F_POTENTIAL: potential(out, f); break;
 	default: break;
@@ -372,8 +444,16 @@ static void thread_section(FILE *out, struct hs_session *s, struct hs_proc *p, c
 		fprintf(out, "    !!! and %u more locks not tracked\n", t->t.held_overflow);
 	if (t->t.wait_kind != HS_WAIT_NONE) {
 		hs_lockref(p, t->t.wait_lock, t->t.wait_kind == HS_WAIT_COND ? 0 : t->t.wait_addr, &l);
-		fprintf(out, "    waits (%s) for %s, %.1f s\n", hs_wait_kind_name(t->t.wait_kind), l.label,
-			hs_wait_seconds(s, p, t));
+		if (t->t.wait_kind == HS_WAIT_GIL)
+			gil_label(&l);
+		fprintf(out, "    waits (%s) for %s, %.1f s%s\n", hs_wait_kind_name(t->t.wait_kind), l.label,
+			hs_wait_seconds(s, p, t), hs_holds_gil(p, t, 0) ? ", holding the GIL" : "");
+	}
+	if (t->t.snap_ns && t->t.snap_stack) {
+		fprintf(out, "    latest snapshot (%s, %.1f s before this report%s):\n", hs_snapshot_why(t),
+			s->now_ns > t->t.snap_ns ? (double)(s->now_ns - t->t.snap_ns) / 1e9 : 0.0,
+			(t->t.snap_flags & HS_SNAPF_HOLDS_GIL) ? ", holding the GIL" : "");
+		print_frames(out, p, t->t.snap_stack, "      ");
 	}
 	n = hs_read_ring(&p->seg, t->slot, ev, EVENTS_SHOWN);
 	if (n)
@@ -417,6 +497,14 @@ static void process_section(FILE *out, struct hs_session *s, struct hs_proc *p)
 	process_line(out, p);
 	fprintf(out, "  exe:  %s\n", p->exe);
 	argv_line(out, p);
+	if (p->seg.hdr.python & HS_PY_SEEN) {
+		char v[sizeof p->seg.hdr.python_version + 1];
+		snprintf(v, sizeof v, "%.*s", (int)strnlen(p->seg.hdr.python_version, sizeof v - 1),
+			 p->seg.hdr.python_version);
+		fprintf(out, "  python: CPython %s%s%s\n", hs_clean(v),
+			(p->seg.hdr.python & HS_PY_FRAMES) ? ", Python frames in stacks" : ", native frames only",
+			(p->seg.hdr.python & HS_PY_GOT_PATCHED) ? ", GIL entry points hooked" : "");
+	}
 	fprintf(out, "  segment: %s, %" PRIu64 " events recorded\n", p->seg.name, hs_seg_events(&p->seg));
 	overflow_lines(out, p);
 	for (uint32_t i = 0; i < p->nthreads; i++)

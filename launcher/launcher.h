@@ -83,7 +83,23 @@ struct hr_run {
 	char **sigs;               /* hang signatures already reported */
 	size_t nsigs;
 	char *last_check_error;    /* last stderr of a failing --check-hang, printed once */
+	struct hr_stall *stalls;   /* progress of each live process of the session */
+	size_t nstalls;
 };
+
+/* The watchdog's view of one live process (watchdog.c): a process whose
+ * progress (ring records + CPU ticks) has not moved since since_ms is
+ * stalled; a stall is reported once, and one that ends and comes back is
+ * new. */
+struct hr_stall {
+	pid_t pid;
+	uint64_t progress;
+	uint64_t since_ms;         /* when progress last moved (or was first seen) */
+	int snapsig;               /* the process's snapshot signal, 0 = none */
+	int reported;              /* this stall was reported */
+	int alive;                 /* seen in the current tick */
+};
+#define HR_SNAPSHOT_WAIT_MS 300  /* how long threads get to answer a snapshot request */
 
 /* paths.c */
 int hr_find_paths(struct hr_run *r);
@@ -99,11 +115,15 @@ int hr_seg_mark_ended(int dirfd, pid_t pid, uint64_t start_ticks, int wstatus);
 int hr_seg_mark_killed_if_gone(int dirfd, pid_t pid, int signo);
 size_t hr_seg_live_pids(int dirfd, pid_t *out, size_t max);
 int hr_seg_count(int dirfd);
+int hr_seg_progress(int dirfd, pid_t pid, uint64_t *events, int *snapsig);
+int hr_seg_note_stall(int dirfd, pid_t pid, uint64_t since_mono_ns, double seconds);
 
 /* procfs.c */
 int hr_proc_start_ticks(pid_t pid, uint64_t *ticks);
 size_t hr_proc_children(pid_t pid, pid_t *out, size_t max);
 pid_t hr_proc_ppid(pid_t pid);
+int hr_proc_cpu_ticks(pid_t pid, uint64_t *ticks);
+size_t hr_snapshot_request(pid_t pid, int sig);
 
 /* reaper.c */
 int hr_signals_init(void);

@@ -2,21 +2,27 @@
 /*
  * launcher/procfs.c — what /proc says about a pid.
  *
- * Two questions only: when did this pid start (field 22 of /proc/pid/stat,
+ * Three questions: when did this pid start (field 22 of /proc/pid/stat,
  * the same clock-tick count the shim stores as hs_header.start_ticks, so a
  * reused pid is told apart from the process that made a segment), and which
  * are its children (/proc/pid/task/<tid>/children, one file per thread, since
  * a child belongs to the thread that forked it).  A zombie still answers
  * both until it is reaped, which is why the reaper asks before reaping.
+ * And how much CPU time has it used (the watchdog's measure of progress,
+ * with the ring records).  Also here: sending a snapshot request to each
+ * of its threads (/proc/pid/task), the hang watchdog's way to see stacks.
  */
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/syscall.h>
 #include <unistd.h>
 
+#include "heisen/format.h"
 #include "launcher.h"
 
 /* Read up to n-1 bytes of path into buf, NUL-terminated.  Returns the length
@@ -116,4 +122,54 @@ pid_t hr_proc_ppid(pid_t pid)
 	if (!p || sscanf(p + 1, " %*c %d", &ppid) != 1)
 		return -1;
 	return (pid_t)ppid;
+}
+
+/* CPU time of pid, all its threads, in clock ticks (utime + stime, fields
+ * 14 and 15 of /proc/pid/stat).  Returns 0, or -1 when pid is gone. */
+int hr_proc_cpu_ticks(pid_t pid, uint64_t *ticks)
+{
+	char path[64], buf[1024];
+	unsigned long long ut, st;
+	snprintf(path, sizeof path, "/proc/%d/stat", (int)pid);
+	if (read_small(path, buf, sizeof buf) <= 0)
+		return -1;
+	char *p = strrchr(buf, ')');
+	if (!p || sscanf(p + 1, " %*c %*d %*d %*d %*d %*d %*u %*u %*u %*u %*u %llu %llu", &ut, &st) != 2)
+		return -1;
+	*ticks = ut + st;
+	return 0;
+}
+
+/*
+ * Ask every thread of pid to record its own stack: rt_tgsigqueueinfo with
+ * signal sig, si_code SI_QUEUE and si_value HS_SNAPSHOT_MAGIC
+ * (include/heisen/format.h).  No ptrace.  Returns the threads asked.
+ */
+size_t hr_snapshot_request(pid_t pid, int sig)
+{
+	char path[64];
+	snprintf(path, sizeof path, "/proc/%d/task", (int)pid);
+	if (sig <= 0)
+		return 0;
+	DIR *d = opendir(path);
+	if (!d)
+		return 0;
+	size_t n = 0;
+	struct dirent *de;
+	while ((de = readdir(d))) {
+		long tid = strtol(de->d_name, NULL, 10);
+		siginfo_t si;
+		if (tid <= 0)
+			continue;
+		memset(&si, 0, sizeof si);
+		si.si_signo = sig;
+		si.si_code = SI_QUEUE;
+		si.si_pid = getpid();
+		si.si_uid = getuid();
+		si.si_value.sival_ptr = (void *)(uintptr_t)HS_SNAPSHOT_MAGIC;
+		if (syscall(SYS_rt_tgsigqueueinfo, pid, (pid_t)tid, sig, &si) == 0)
+			n++;
+	}
+	closedir(d);
+	return n;
 }

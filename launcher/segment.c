@@ -19,6 +19,7 @@
 #include <fcntl.h>
 #include <signal.h>
 #include <stddef.h>
+#include <stdio.h>
 #include <string.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
@@ -265,4 +266,81 @@ int hr_seg_count(int dirfd)
 	}
 	closedir(d);
 	return n;
+}
+
+/*
+ * Progress of pid as its latest segment shows it: the records written to
+ * all its rings (the sum of the ring heads, table HS_T_RINGS, every offset
+ * checked against the file) into *events, and the snapshot signal it
+ * installed (0 = none) into *snapsig.  Returns 0, or -1 when pid has no
+ * usable segment.
+ */
+int hr_seg_progress(int dirfd, pid_t pid, uint64_t *events, int *snapsig)
+{
+	char name[64];
+	struct stat st;
+	int fd;
+	if (!latest_segment(dirfd, pid, name, sizeof name))
+		return -1;
+	fd = openat(dirfd, name, O_RDONLY | O_NOFOLLOW | O_CLOEXEC | O_NOCTTY | O_NONBLOCK);
+	if (fd < 0)
+		return -1;
+	if (fstat(fd, &st) < 0 || !S_ISREG(st.st_mode) || (uint64_t)st.st_size < sizeof(struct hs_header)) {
+		close(fd);
+		return -1;
+	}
+	void *a = mmap(NULL, (size_t)st.st_size, PROT_READ, MAP_SHARED, fd, 0);
+	close(fd);
+	if (a == MAP_FAILED)
+		return -1;
+	const struct hs_header *h = a;
+	const struct hs_table *t = &h->tables[HS_T_RINGS];
+	int rc = -1;
+	if (memcmp(h->magic, HS_MAGIC, HS_MAGIC_LEN) == 0 && h->endian_tag == HS_ENDIAN_TAG &&
+	    h->abi_version == HS_ABI_VERSION && h->word_size == sizeof(void *) &&
+	    h->header_size == sizeof(struct hs_header) && h->segment_size <= (uint64_t)st.st_size &&
+	    h->pid == pid && t->entry_size >= sizeof(struct hs_ring_header) && t->offset % 8 == 0 &&
+	    t->entry_size % 8 == 0 && t->offset <= h->segment_size &&
+	    (uint64_t)t->entry_size * t->capacity <= h->segment_size - t->offset) {
+		uint64_t sum = 0;
+		for (uint32_t i = 0; i < t->capacity; i++) {
+			const struct hs_ring_header *rh =
+				(const void *)((const char *)a + t->offset + (uint64_t)i * t->entry_size);
+			sum += __atomic_load_n(&rh->head, __ATOMIC_RELAXED);
+		}
+		*events = sum;
+		*snapsig = h->snapshot_signal;
+		rc = 0;
+	}
+	munmap(a, (size_t)st.st_size);
+	return rc;
+}
+
+/*
+ * Leave a note next to pid's latest segment that it made no progress
+ * since since_mono_ns (CLOCK_MONOTONIC, the writer's clock) for `seconds`:
+ * "<pid>.<image>.stall" holding "since_mono_ns seconds\n", replaced
+ * atomically (write, then rename).  heisen-dump reads it for a process that
+ * was killed or vanished (docs/interfaces.md "Python and the GIL", hang):
+ * the stall outlives heisen-run.  Returns 0 or -1.
+ */
+int hr_seg_note_stall(int dirfd, pid_t pid, uint64_t since_mono_ns, double seconds)
+{
+	char name[64], note[80], tmp[96], line[64];
+	size_t len;
+	if (!latest_segment(dirfd, pid, name, sizeof name) || (len = strlen(name)) < 5)
+		return -1;
+	snprintf(note, sizeof note, "%.*s.stall", (int)(len - 4), name);
+	snprintf(tmp, sizeof tmp, ".%s.tmp", note);
+	int fd = openat(dirfd, tmp, O_WRONLY | O_CREAT | O_TRUNC | O_NOFOLLOW | O_CLOEXEC, 0600);
+	if (fd < 0)
+		return -1;
+	int n = snprintf(line, sizeof line, "%llu %.3f\n", (unsigned long long)since_mono_ns, seconds);
+	int ok = write(fd, line, (size_t)n) == n;
+	close(fd);
+	if (!ok || renameat(dirfd, tmp, dirfd, note) != 0) {
+		unlinkat(dirfd, tmp, 0);
+		return -1;
+	}
+	return 0;
 }

@@ -15,7 +15,16 @@
  * Hang signatures: `--check-hang S` prints one stable line per deadlock or
  * hang and exits 3.  A tick that shows a signature not reported before
  * prints the full report once; the same signatures are not reported again.
+ *
+ * Stalls: every tick also samples the progress of each live process of the
+ * session — records written to its rings plus its CPU time — so a process
+ * blocked in something that is not a lock (read, poll, a futex inside a
+ * library) is a hang once nothing moved for the hang timeout.  Before the
+ * report, every thread of the processes concerned is asked for a snapshot
+ * of its own stack (the snapshot signal, format.h; no ptrace), and
+ * heisen-dump gets --stalled PID:SECONDS.  Design: DESIGN.md "Hangs".
  */
+#include <stdint.h>
 #include <errno.h>
 #include <signal.h>
 #include <stdio.h>
@@ -108,17 +117,23 @@ static int run_dump(struct hr_run *r, const char *const opts[], int out_fd, int 
 	return st;
 }
 
-/* Print the full report of heisen-dump between banners.  Returns heisen-dump's
- * exit code (0 none, 1 findings, 2 errors) or -1 if it did not run. */
-static int print_report(struct hr_run *r)
+/* Print the full report of heisen-dump between banners, with --stalled
+ * `stalled` unless it is NULL or "".  Returns heisen-dump's exit code (0
+ * none, 1 findings, 2 errors) or -1 if it did not run. */
+static int print_report(struct hr_run *r, const char *stalled)
 {
 	int fd = new_out("heisen-report");
 	if (fd < 0)
 		return -1;
-	const char *opts[3] = {NULL};
+	const char *opts[5] = {NULL};
+	size_t n = 0;
 	if (r->hang_seconds > 0) {
-		opts[0] = "--hang-timeout";
-		opts[1] = r->hang_timeout;
+		opts[n++] = "--hang-timeout";
+		opts[n++] = r->hang_timeout;
+	}
+	if (stalled && *stalled) {
+		opts[n++] = "--stalled";
+		opts[n++] = stalled;
 	}
 	int st = run_dump(r, opts, fd, HR_REPORT_TIMEOUT_MS);
 	fprintf(stderr, "==== heisen report: %s ====\n", r->session);
@@ -136,17 +151,159 @@ static int seen(const struct hr_run *r, const char *sig)
 	return 0;
 }
 
+/* ---- stalls: no progress at all ------------------------------------------- */
+
+static struct hr_stall *stall_of(struct hr_run *r, pid_t pid)
+{
+	for (size_t i = 0; i < r->nstalls; i++)
+		if (r->stalls[i].pid == pid)
+			return &r->stalls[i];
+	return NULL;
+}
+
+/* Progress of pid: ring records plus CPU ticks.  -1 when it cannot be read. */
+static int progress_of(struct hr_run *r, pid_t pid, uint64_t *out, int *snapsig)
+{
+	uint64_t events, cpu;
+	if (hr_seg_progress(r->session_fd, pid, &events, snapsig) < 0 || hr_proc_cpu_ticks(pid, &cpu) < 0)
+		return -1;
+	*out = events + cpu;
+	return 0;
+}
+
 /*
- * One watchdog tick: run `heisen-dump --check-hang S SESSION`.  On
- * signatures not reported before, print them and the full report and
- * remember them.  Returns 1 when a new hang was seen, else 0 (no hang, only
- * known ones, or heisen-dump failed: that is said once per distinct
- * message, and the run goes on).
+ * Sample every live process of the session: a process whose progress
+ * moved starts a new (not yet reported) stall clock; processes that are
+ * gone are forgotten.
+ */
+static void sample_progress(struct hr_run *r, uint64_t now)
+{
+	pid_t pids[1024];
+	size_t n = hr_seg_live_pids(r->session_fd, pids, 1024), k = 0;
+	for (size_t i = 0; i < r->nstalls; i++)
+		r->stalls[i].alive = 0;
+	for (size_t i = 0; i < n; i++) {
+		uint64_t prog;
+		int snapsig;
+		struct hr_stall *e;
+		if (progress_of(r, pids[i], &prog, &snapsig) < 0)
+			continue;
+		if (!(e = stall_of(r, pids[i]))) {
+			struct hr_stall *v = realloc(r->stalls, (r->nstalls + 1) * sizeof *v);
+			if (!v)
+				continue;
+			r->stalls = v;
+			e = &v[r->nstalls++];
+			*e = (struct hr_stall){.pid = pids[i], .progress = prog, .since_ms = now};
+		} else if (e->progress != prog) {
+			e->progress = prog;
+			e->since_ms = now;
+			e->reported = 0;
+		}
+		e->snapsig = snapsig;
+		e->alive = 1;
+	}
+	for (size_t i = 0; i < r->nstalls; i++)
+		if (r->stalls[i].alive)
+			r->stalls[k++] = r->stalls[i];
+	r->nstalls = k;
+}
+
+static int is_stalled(const struct hr_run *r, const struct hr_stall *e, uint64_t now)
+{
+	return e->alive && (double)(now - e->since_ms) >= r->hang_seconds * 1000.0;
+}
+
+/* Keep the notes of reported stalls up to date (segment.c): the stall
+ * outlives a --on-hang kill and heisen-run itself. */
+static void note_stalls(struct hr_run *r, uint64_t now)
+{
+	for (size_t i = 0; i < r->nstalls; i++) {
+		const struct hr_stall *s = &r->stalls[i];
+		if (s->reported && is_stalled(r, s, now))
+			hr_seg_note_stall(r->session_fd, s->pid, s->since_ms * 1000000ull,
+					  (double)(now - s->since_ms) / 1000.0);
+	}
+}
+
+/* The pid of a --check-hang signature line ("kind pid tids locks"). */
+static pid_t line_pid(const char *line)
+{
+	const char *sp = strchr(line, ' ');
+	return sp ? (pid_t)strtol(sp + 1, NULL, 10) : 0;
+}
+
+/*
+ * Ask every thread of the processes in want[0..n) for a snapshot, give
+ * them HR_SNAPSHOT_WAIT_MS (still forwarding signals and reaping), then
+ * take the progress they made by answering as the new baseline, without
+ * restarting their stall clocks: a snapshot is not progress.
+ */
+static void snapshot_pids(struct hr_run *r, const pid_t *want, size_t n)
+{
+	size_t asked = 0;
+	for (size_t i = 0; i < n; i++) {
+		struct hr_stall *e = stall_of(r, want[i]);
+		if (e && e->snapsig)
+			asked += hr_snapshot_request(want[i], e->snapsig);
+	}
+	if (!asked)
+		return;
+	hr_service(r, HR_SNAPSHOT_WAIT_MS);
+	for (size_t i = 0; i < n; i++) {
+		struct hr_stall *e = stall_of(r, want[i]);
+		uint64_t prog;
+		int snapsig;
+		if (e && progress_of(r, want[i], &prog, &snapsig) == 0)
+			e->progress = prog;
+	}
+}
+
+/* "PID:SECONDS,..." of every stalled process, for heisen-dump --stalled;
+ * "" when none. */
+static void stalled_arg(const struct hr_run *r, uint64_t now, char *buf, size_t len)
+{
+	size_t used = 0;
+	buf[0] = '\0';
+	for (size_t i = 0; i < r->nstalls && used + 32 < len; i++)
+		if (is_stalled(r, &r->stalls[i], now))
+			used += (size_t)snprintf(buf + used, len - used, "%s%d:%.1f", used ? "," : "",
+						 (int)r->stalls[i].pid, (double)(now - r->stalls[i].since_ms) / 1000.0);
+}
+
+static int remember(struct hr_run *r, const char *line)
+{
+	char **s = realloc(r->sigs, (r->nsigs + 1) * sizeof *s);
+	char *copy = strdup(line);
+	if (!s || !copy) {
+		free(copy);
+		if (s)
+			r->sigs = s;
+		return -1;
+	}
+	r->sigs = s;
+	r->sigs[r->nsigs++] = copy;
+	return 0;
+}
+
+/*
+ * One watchdog tick.  Two judges: `heisen-dump --check-hang S SESSION`
+ * (threads blocked on locks longer than S, wait-for cycles), and progress
+ * (a process whose ring records and CPU time did not move for S seconds is
+ * stalled, whatever its threads block in).  On a signature or a stall not
+ * reported before: print them, ask the processes concerned for snapshots
+ * of every thread, then print the full report (with --stalled).  A stall
+ * whose process already has a reported signature, and new signatures of a
+ * process whose stall was reported, are the same hang: not reported again.
+ * Returns 1 when a new hang was reported, else 0 (heisen-dump failing is
+ * said once per distinct message, and the run goes on).
  */
 int hr_watch_tick(struct hr_run *r)
 {
 	if (hr_seg_count(r->session_fd) == 0)
 		return 0; /* nothing recorded yet (or a command without the shim) */
+	uint64_t now = hr_now_ms();
+	sample_progress(r, now);
 	int out = new_out("heisen-check"), err = new_out("heisen-check-err");
 	if (out < 0 || err < 0) {
 		if (out >= 0)
@@ -161,38 +318,19 @@ int hr_watch_tick(struct hr_run *r)
 	int timed_out = pid > 0 ? hr_wait_helper(r, pid, HR_CHECK_TIMEOUT_MS, &st) : 0;
 	char *text = slurp(out), *etext = slurp(err);
 	char msg[PATH_MAX + 512] = "";
+	char *lines[256];
+	size_t nlines = 0;
+	int hung = 0;
 	if (pid < 0 || e)
 		snprintf(msg, sizeof msg, "cannot run %s: %s", r->dump, strerror(e ? e : errno));
 	else if (timed_out < 0)
 		snprintf(msg, sizeof msg, "%s --check-hang took longer than %d s: killed it", r->dump,
 			 HR_CHECK_TIMEOUT_MS / 1000);
 	else if (WIFEXITED(st) && WEXITSTATUS(st) == 3 && text) {
-		size_t nlines = 0;
-		for (char *line = strtok(text, "\n"); line; line = strtok(NULL, "\n")) {
-			nlines++;
-			if (*line && !seen(r, line)) {
-				char **s = realloc(r->sigs, (r->nsigs + 1) * sizeof *s);
-				char *copy = strdup(line);
-				if (!s || !copy) {
-					free(copy);
-					if (s)
-						r->sigs = s;
-					break;
-				}
-				r->sigs = s;
-				r->sigs[r->nsigs++] = copy;
-				if (!fresh)
-					fprintf(stderr, HR_NAME ": hang detected (no progress for %s s):\n",
-						r->hang_timeout);
-				fresh = 1;
-				fprintf(stderr, "  %s\n", line);
-			}
-		}
-		if (nlines == 0 && !r->hang_seen) {
-			/* exit 3 without a signature: report once all the same */
-			fprintf(stderr, HR_NAME ": hang detected (no progress for %s s)\n", r->hang_timeout);
-			fresh = 1;
-		}
+		hung = 1;
+		for (char *line = strtok(text, "\n"); line && nlines < 256; line = strtok(NULL, "\n"))
+			if (*line)
+				lines[nlines++] = line;
 	} else if (!(WIFEXITED(st) && WEXITSTATUS(st) == 0)) {
 		char *nl = etext ? strchr(etext, '\n') : NULL;
 		if (nl)
@@ -206,16 +344,72 @@ int hr_watch_tick(struct hr_run *r)
 		free(r->last_check_error);
 		r->last_check_error = strdup(msg);
 	}
+
+	/* What is new: signatures, then stalls; a process is one hang. */
+	int new_line[256] = {0};
+	pid_t want[256 + 64];
+	size_t nwant = 0;
+	for (size_t i = 0; i < nlines; i++) {
+		struct hr_stall *s = stall_of(r, line_pid(lines[i]));
+		if (seen(r, lines[i]))
+			continue;
+		if (s && s->reported && is_stalled(r, s, now)) {
+			remember(r, lines[i]); /* the stall already told this story */
+			continue;
+		}
+		new_line[i] = 1;
+		fresh = 1;
+	}
+	for (size_t i = 0; i < r->nstalls; i++) {
+		struct hr_stall *s = &r->stalls[i];
+		if (!is_stalled(r, s, now) || s->reported)
+			continue;
+		for (size_t k = 0; k < nlines && !s->reported; k++)
+			if (line_pid(lines[k]) == s->pid && !new_line[k])
+				s->reported = 1; /* its deadlock or hang was reported */
+		if (!s->reported)
+			fresh = 1;
+	}
+	if (hung && nlines == 0 && !r->hang_seen)
+		fresh = 1; /* exit 3 without a signature: report once all the same */
+	if (fresh) {
+		char arg[4096];
+		fprintf(stderr, HR_NAME ": hang detected (no progress for %s s):\n", r->hang_timeout);
+		for (size_t i = 0; i < nlines; i++)
+			if (new_line[i]) {
+				fprintf(stderr, "  %s\n", lines[i]);
+				if (nwant < sizeof want / sizeof want[0])
+					want[nwant++] = line_pid(lines[i]);
+			}
+		for (size_t i = 0; i < r->nstalls; i++) {
+			struct hr_stall *s = &r->stalls[i];
+			if (!is_stalled(r, s, now) || s->reported)
+				continue;
+			fprintf(stderr, "  stalled %d: no events and no CPU time for %.1f s\n", (int)s->pid,
+				(double)(now - s->since_ms) / 1000.0);
+			if (nwant < sizeof want / sizeof want[0])
+				want[nwant++] = s->pid;
+		}
+		snapshot_pids(r, want, nwant);
+		for (size_t i = 0; i < nlines; i++)
+			if (!seen(r, lines[i]))
+				remember(r, lines[i]);
+		stalled_arg(r, now, arg, sizeof arg);
+		for (size_t i = 0; i < r->nstalls; i++)
+			if (is_stalled(r, &r->stalls[i], now))
+				r->stalls[i].reported = 1;
+		r->hang_seen = 1;
+		note_stalls(r, now);
+		print_report(r, arg);
+		if (!r->on_hang_kill)
+			fprintf(stderr, HR_NAME ": still running; session: %s\n", r->session);
+	} else {
+		note_stalls(r, now);
+	}
 	free(text);
 	free(etext);
 	close(out);
 	close(err);
-	if (fresh) {
-		r->hang_seen = 1;
-		print_report(r);
-		if (!r->on_hang_kill)
-			fprintf(stderr, HR_NAME ": still running; session: %s\n", r->session);
-	}
 	return fresh;
 }
 

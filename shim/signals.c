@@ -15,12 +15,26 @@
  * the program's handler survives (it returned) is not a crash; the crash is
  * recorded when the default action is about to run, with the stack of the
  * original fault when the program's handler re-raised it (faulthandler does).
+ *
+ * Snapshots (issue 3).  There is no ptrace in most containers, so a thread
+ * records its own stack when asked: SIGRTMAX - HS_SNAPSHOT_SIGNAL_OFFSET,
+ * sent with rt_tgsigqueueinfo, si_code SI_QUEUE and si_value
+ * HS_SNAPSHOT_MAGIC (format.h), by a hang watcher (heisen-run, heisen-dump
+ * --snapshot) or by the crash path of this process for every other thread.
+ * Anything else arriving on that signal is the program's own use of it and
+ * goes to the program's handler, interposed like the crash signals.  The
+ * handler writes snap_stack and snap_flags, then snap_ns (release), never
+ * blocks, and keeps errno; SA_RESTART makes most interrupted system calls
+ * resume, but some (nanosleep, poll, epoll_wait, sem_timedwait...) return
+ * EINTR, as under any profiler signal: README.md "Hang snapshots".
  */
 #include <errno.h>
+#include <fcntl.h>
 #include <signal.h>
 #include <string.h>
 #include <sys/mman.h>
 #include <sys/syscall.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "hooks.h"
@@ -30,9 +44,16 @@
 
 static const int crash_signals[] = {SIGSEGV, SIGBUS, SIGILL, SIGFPE, SIGABRT};
 
-/* The program's view of each crash signal's action. */
+/* The program's view of each crash signal's action (and the snapshot signal's). */
 static struct sigaction user_action[NSIG];
 static int installed;           /* our handler is in place */
+static int snap_sig;            /* [atomic] the snapshot signal, 0 = not installed */
+
+/* The crash path asks the other threads with this bit added to the magic:
+ * a snapshot "because another thread crashed".  Only this process sends it. */
+#define SNAP_CRASH_BIT (1ull << 56)
+#define CRASH_SNAP_WAIT_NS 200000000ull  /* how long a crash waits for the others */
+#define CRASH_SNAP_MAX_TIDS 1024
 
 static int is_crash_signal(int sig)
 {
@@ -41,6 +62,14 @@ static int is_crash_signal(int sig)
 			return 1;
 	return 0;
 }
+
+/* Signals whose action heisen keeps for itself while the program sees its own. */
+static int is_ours(int sig)
+{
+	return is_crash_signal(sig) || (sig > 0 && sig == __atomic_load_n(&snap_sig, __ATOMIC_ACQUIRE));
+}
+
+static void snapshot_others(void);
 
 int hs_altstack_setup(struct hs_tls *t)
 {
@@ -98,7 +127,38 @@ static void commit_crash(struct hs_tls *t, int sig, int code, uint64_t addr, uin
 		if (idx)
 			hs_rec(t, f.ts_ns, HS_REC_FINDING, stack, idx - 1, 0, 0);
 	}
+	snapshot_others();
 	hs_segment_end(HS_STATE_CRASHED, sig);
+}
+
+/*
+ * Run the program's handler for sig the way the kernel would have: with
+ * its mask (and sig itself unless SA_NODEFER) blocked, honouring
+ * SA_RESETHAND.  The caller checked that it is a real handler.  The guard
+ * is dropped to `was` while it runs: its calls are the program's.
+ */
+static void call_user_handler(struct hs_tls *t, int was, int sig, siginfo_t *si, void *uc)
+{
+	struct sigaction *ua = &user_action[sig], copy = *ua;
+	sigset_t old, mask = ua->sa_mask;
+	if (!(ua->sa_flags & SA_NODEFER))
+		sigaddset(&mask, sig);
+	if (ua->sa_flags & SA_RESETHAND) {
+		memset(ua, 0, sizeof *ua);
+		ua->sa_handler = SIG_DFL;
+	}
+	t->in_hook = was;
+	pthread_sigmask(SIG_BLOCK, &mask, &old);
+	if (copy.sa_flags & SA_SIGINFO)
+		copy.sa_sigaction(sig, si, uc);
+	else
+		copy.sa_handler(sig);
+	pthread_sigmask(SIG_SETMASK, &old, NULL);
+}
+
+static int is_handler(const struct sigaction *ua)
+{
+	return ua->sa_handler != SIG_DFL && ua->sa_handler != SIG_IGN;
 }
 
 static void crash_handler(int sig, siginfo_t *si, void *uc)
@@ -119,31 +179,8 @@ static void crash_handler(int sig, siginfo_t *si, void *uc)
 			t->pending_stack = hs_stack_from_signal(uc);
 		}
 	}
-	if (ua->sa_handler != SIG_DFL && ua->sa_handler != SIG_IGN) {
-		sigset_t old;
-		sigset_t mask = ua->sa_mask;
-		if (!(ua->sa_flags & SA_NODEFER))
-			sigaddset(&mask, sig);
-		if (ua->sa_flags & SA_RESETHAND) {
-			struct sigaction copy = *ua;
-			memset(ua, 0, sizeof *ua);
-			ua->sa_handler = SIG_DFL;
-			ua = &copy;
-			t->in_hook = was;
-			pthread_sigmask(SIG_BLOCK, &mask, &old);
-			if (copy.sa_flags & SA_SIGINFO)
-				copy.sa_sigaction(sig, si, uc);
-			else
-				copy.sa_handler(sig);
-		} else {
-			t->in_hook = was;
-			pthread_sigmask(SIG_BLOCK, &mask, &old);
-			if (ua->sa_flags & SA_SIGINFO)
-				ua->sa_sigaction(sig, si, uc);
-			else
-				ua->sa_handler(sig);
-		}
-		pthread_sigmask(SIG_SETMASK, &old, NULL);
+	if (is_handler(ua)) {
+		call_user_handler(t, was, sig, si, uc);
 		errno = saved_errno;
 		return; /* the program handled it, or re-raised it (pending) */
 	}
@@ -185,7 +222,7 @@ void hs_signals_install(void)
 
 HS_EXPORT int sigaction(int sig, const struct sigaction *act, struct sigaction *old)
 {
-	if (!__atomic_load_n(&installed, __ATOMIC_ACQUIRE) || sig <= 0 || sig >= NSIG || !is_crash_signal(sig))
+	if (!__atomic_load_n(&installed, __ATOMIC_ACQUIRE) || sig <= 0 || sig >= NSIG || !is_ours(sig))
 		return HS_REAL(sigaction)(sig, act, old);
 	/* keep heisen's handler in place; the program sees its own view */
 	if (old)
@@ -198,7 +235,7 @@ HS_EXPORT int sigaction(int sig, const struct sigaction *act, struct sigaction *
 HS_EXPORT sighandler_t signal(int sig, sighandler_t handler)
 {
 	struct sigaction sa, old;
-	if (!__atomic_load_n(&installed, __ATOMIC_ACQUIRE) || sig <= 0 || sig >= NSIG || !is_crash_signal(sig))
+	if (!__atomic_load_n(&installed, __ATOMIC_ACQUIRE) || sig <= 0 || sig >= NSIG || !is_ours(sig))
 		return HS_REAL(signal)(sig, handler);
 	if (handler == SIG_ERR) {
 		errno = EINVAL;
@@ -214,7 +251,192 @@ HS_EXPORT sighandler_t signal(int sig, sighandler_t handler)
 	return old.sa_handler;
 }
 
-/* Snapshots: filled in by the hang-snapshot work (issue 3). */
+/* ---- snapshots ------------------------------------------------------------- */
+
+static int same_gen(const struct hs_tls *t)
+{
+	return t->slot && t->seg_gen == __atomic_load_n(&hs_seg_gen, __ATOMIC_ACQUIRE);
+}
+
+/*
+ * The calling thread records its stack at the interrupted point as its
+ * snapshot: snap_stack, snap_flags, then snap_ns.  Attaches the thread if it
+ * never entered a hook (a thread that only ever blocked in read()), unless
+ * the signal interrupted the shim before the thread had a slot.  The ring
+ * record is skipped when the shim was interrupted (it may be inside
+ * hs_rec); the slot fields have this thread as their only writer.
+ */
+static void take_snapshot(void *uc, unsigned why)
+{
+	struct hs_tls *t = &hs_tls;
+	int was = t->in_hook;
+	struct hs_thread *th;
+	uint32_t stack;
+	unsigned flags;
+	uint64_t now;
+
+	if (!__atomic_load_n(&hs_recording, __ATOMIC_ACQUIRE) || t->dead)
+		return;
+	if (!same_gen(t)) {
+		if (was || (t->slot == NULL && t->no_slot_gen == __atomic_load_n(&hs_seg_gen, __ATOMIC_ACQUIRE)))
+			return;
+		t->in_hook = 1;
+		if (hs_thread_attach(t) != 0) {
+			t->in_hook = was;
+			return;
+		}
+	}
+	t->in_hook = 1;
+	th = t->slot;
+	stack = hs_stack_from_signal(uc);
+	flags = why | (hs_py_holds_gil() ? HS_SNAPF_HOLDS_GIL : 0u);
+	th->snap_stack = stack;
+	th->snap_flags = flags;
+	now = hs_now();
+	/* release: a reader that sees this time sees the stack and flags above */
+	__atomic_store_n(&th->snap_ns, now, __ATOMIC_RELEASE);
+	if (!was)
+		hs_rec(t, now, HS_REC_SNAPSHOT, stack, flags, 0, 0);
+	t->in_hook = was;
+}
+
+static void snapshot_handler(int sig, siginfo_t *si, void *uc)
+{
+	int saved_errno = errno;
+	uint64_t v = (uint64_t)(uintptr_t)si->si_value.sival_ptr;
+	struct hs_tls *t = &hs_tls;
+	struct sigaction *ua = &user_action[sig];
+
+	if (si->si_code == SI_QUEUE && (v & ~SNAP_CRASH_BIT) == (uint64_t)HS_SNAPSHOT_MAGIC) {
+		take_snapshot(uc, (v & SNAP_CRASH_BIT) ? HS_SNAPF_CRASH : HS_SNAPF_REQUESTED);
+		errno = saved_errno;
+		return;
+	}
+	/* The program's own use of the signal: what it would have seen without us. */
+	if (is_handler(ua)) {
+		int was = t->in_hook;
+		t->in_hook = 1;
+		call_user_handler(t, was, sig, si, uc);
+	} else if (ua->sa_handler == SIG_DFL) {
+		/* the default action of a real-time signal is to terminate */
+		struct sigaction dfl;
+		memset(&dfl, 0, sizeof dfl);
+		dfl.sa_handler = SIG_DFL;
+		HS_REAL(sigaction)(sig, &dfl, NULL);
+		syscall(SYS_tgkill, (pid_t)syscall(SYS_getpid), (pid_t)syscall(SYS_gettid), sig);
+	}
+	errno = saved_errno;
+}
+
+/* The atfork child handler: the child's new segment says which signal, too. */
+static void snapshot_atfork_child(void)
+{
+	int sig = __atomic_load_n(&snap_sig, __ATOMIC_ACQUIRE);
+	if (sig && hs_seg.hdr)
+		hs_seg.hdr->snapshot_signal = sig;
+}
+
 void hs_snapshot_install(void)
 {
+	int sig = SIGRTMAX - HS_SNAPSHOT_SIGNAL_OFFSET;
+	struct sigaction sa, old;
+	if (sig <= 0 || sig >= NSIG || !hs_seg.hdr)
+		return;
+	memset(&sa, 0, sizeof sa);
+	sa.sa_sigaction = snapshot_handler;
+	sa.sa_flags = SA_SIGINFO | SA_RESTART | SA_ONSTACK;
+	sigemptyset(&sa.sa_mask);
+	if (HS_REAL(sigaction)(sig, &sa, &old) != 0)
+		return;
+	user_action[sig] = old; /* whatever was there before us */
+	__atomic_store_n(&snap_sig, sig, __ATOMIC_RELEASE);
+	hs_seg.hdr->snapshot_signal = sig;
+	/* registered after init.c's handler, so it runs after the child's segment exists */
+	pthread_atfork(NULL, NULL, snapshot_atfork_child);
+}
+
+struct linux_dirent64 {
+	uint64_t d_ino;
+	int64_t d_off;
+	unsigned short d_reclen;
+	unsigned char d_type;
+	char d_name[];
+};
+
+/* Parse a decimal tid; 0 when s is not one. */
+static pid_t parse_tid(const char *s)
+{
+	long v = 0;
+	if (!*s)
+		return 0;
+	for (; *s; s++) {
+		if (*s < '0' || *s > '9' || v > 0x3fffffff)
+			return 0;
+		v = v * 10 + (*s - '0');
+	}
+	return (pid_t)v;
+}
+
+/* Live slots other than self that took a crash snapshot at or after since. */
+static unsigned crash_snapshots_since(uint64_t since, int32_t self)
+{
+	uint32_t cap = hs_seg.hdr->tables[HS_T_THREADS].capacity;
+	unsigned n = 0;
+	for (uint32_t i = 0; i < cap; i++) {
+		struct hs_thread *th = &hs_seg.threads[i];
+		/* acquire: pairs with take_snapshot's release of snap_ns */
+		uint64_t ns = __atomic_load_n(&th->snap_ns, __ATOMIC_ACQUIRE);
+		if (ns >= since && th->tid != self && (th->snap_flags & HS_SNAPF_CRASH) &&
+		    __atomic_load_n(&th->state, __ATOMIC_ACQUIRE) == HS_THREAD_LIVE)
+			n++;
+	}
+	return n;
+}
+
+/*
+ * The crash path: ask every other thread of the process for a snapshot and
+ * wait up to CRASH_SNAP_WAIT_NS for them.  /proc/self/task is read with raw
+ * system calls (no opendir, no malloc: we are in a signal handler).  A
+ * thread that blocks the signal, or is stuck in the kernel, just costs the
+ * wait.
+ */
+static void snapshot_others(void)
+{
+	int sig = __atomic_load_n(&snap_sig, __ATOMIC_ACQUIRE);
+	pid_t pid = (pid_t)syscall(SYS_getpid), self = (pid_t)syscall(SYS_gettid);
+	char buf[4096];
+	unsigned sent = 0;
+	uint64_t since;
+	int fd;
+	long n;
+
+	if (!sig)
+		return;
+	fd = hs_sys.open("/proc/self/task", O_RDONLY | O_DIRECTORY | O_CLOEXEC, 0);
+	if (fd < 0)
+		return;
+	since = hs_now();
+	while (sent < CRASH_SNAP_MAX_TIDS && (n = syscall(SYS_getdents64, fd, buf, sizeof buf)) > 0) {
+		for (long off = 0; off < n;) {
+			struct linux_dirent64 *d = (struct linux_dirent64 *)(void *)(buf + off);
+			pid_t tid = parse_tid(d->d_name);
+			off += d->d_reclen;
+			if (tid > 0 && tid != self) {
+				siginfo_t si;
+				memset(&si, 0, sizeof si);
+				si.si_signo = sig;
+				si.si_code = SI_QUEUE;
+				si.si_pid = pid;
+				si.si_uid = getuid();
+				si.si_value.sival_ptr = (void *)(uintptr_t)((uint64_t)HS_SNAPSHOT_MAGIC | SNAP_CRASH_BIT);
+				if (syscall(SYS_rt_tgsigqueueinfo, pid, tid, sig, &si) == 0)
+					sent++;
+			}
+		}
+	}
+	hs_sys.close(fd);
+	while (sent && crash_snapshots_since(since, self) < sent && hs_now() - since < CRASH_SNAP_WAIT_NS) {
+		struct timespec ts = {0, 1000000};
+		syscall(SYS_nanosleep, &ts, NULL);
+	}
 }

@@ -1,0 +1,52 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * dumper/stall.h — hang snapshots from the outside: parsing --stalled,
+ * asking every thread of a live process to record its own stack (the
+ * snapshot signal, format.h HS_SNAPSHOT_MAGIC), and judging progress
+ * (ring records plus CPU time) for heisen-dump --snapshot.  No ptrace.
+ * Design: DESIGN.md "Hangs"; docs/interfaces.md "Python and the GIL".
+ */
+#ifndef HEISEN_DUMPER_STALL_H
+#define HEISEN_DUMPER_STALL_H
+
+#include "analyze.h"
+
+/*
+ * Append the stalls of "PID:SECONDS[,PID:SECONDS...]" to *v (realloc'd).
+ * Returns 0, or -1 on a malformed list (nothing appended) or no memory.
+ */
+int hs_stalls_parse(const char *arg, struct hs_stall **v, size_t *n);
+
+/*
+ * Send a snapshot request to every thread of pid (rt_tgsigqueueinfo with
+ * si_code SI_QUEUE and HS_SNAPSHOT_MAGIC).  Returns the number of threads
+ * asked, 0 when sig is 0 or the process is gone.
+ */
+unsigned hs_snapshot_request(int32_t pid, int sig);
+
+/*
+ * Progress of the live process p so far: records written to its rings
+ * plus its CPU time in clock ticks (utime + stime, /proc/pid/stat).  Two
+ * equal values some time apart mean it did nothing in between.
+ */
+uint64_t hs_progress(const struct hs_proc *p);
+
+/*
+ * heisen-dump --snapshot: sample the progress of every live process of s
+ * over sample_s seconds, ask every thread of every live process for a
+ * snapshot, wait for them (up to wait_ms), and append each process that
+ * made no progress to *stalls.  The caller reloads the session afterwards
+ * to see the snapshots.  Returns 0, or -1 out of memory.
+ */
+int hs_snapshot_session(struct hs_session *s, double sample_s, int wait_ms, struct hs_stall **stalls,
+			size_t *nstalls);
+
+/*
+ * Append the stalls heisen-run noted in the session ("<pid>.<image>.stall":
+ * "since_mono_ns seconds") for processes that were killed or vanished and
+ * are not in *stalls yet: the hang they died in.  Returns 0, or -1 out of
+ * memory.
+ */
+int hs_stalls_noted(struct hs_session *s, struct hs_stall **stalls, size_t *nstalls);
+
+#endif
