@@ -279,6 +279,8 @@ void hs_py_init(void)
 
 	if (!hs_seg.hdr)
 		return;
+	/* init_lock covers the one-time setup only: it is never held while
+	   taking the loader's lock (hs_got_patch takes its own after that one) */
 	hs_spin_lock(&init_lock);
 	if (!__atomic_load_n(&hs_py_present, __ATOMIC_ACQUIRE)) {
 		if (!resolve()) {
@@ -289,13 +291,13 @@ void hs_py_init(void)
 		note_version();
 		/* the replacements call the real functions from here on */
 		__atomic_store_n(&hs_py_present, 1, __ATOMIC_RELEASE);
-		hs_py_frames_init();
 	}
+	hs_spin_unlock(&init_lock);
+	hs_py_frames_init(); /* idempotent */
 	/* every call: objects loaded since the last one get patched too */
 	patched = hs_got_patch(hooks, sizeof hooks / sizeof hooks[0]);
 	if (patched > 0)
 		__atomic_or_fetch(&hs_seg.hdr->python, HS_PY_GOT_PATCHED, __ATOMIC_RELAXED);
-	hs_spin_unlock(&init_lock);
 }
 
 /*
