@@ -123,9 +123,15 @@ static void potential(FILE *out, struct hs_fnd *f)
 		hs_lockref(f->proc, e->to, 0, &to);
 		fprintf(out, "\n edge %u of %u: %s -> %s, first by thread %d (%s)\n", i + 1, f->nedges, from.label,
 			to.label, e->tid, thread_name(f->proc, e->tid));
-		fprintf(out, "  %s (%s, 0x%" PRIx64 ") was acquired (%s) at:\n", from.label, from.kind ? from.kind : "?",
-			from.addr, hs_mode_name(e->from_mode));
-		print_frames(out, f->proc, e->from_stack, "    ");
+		if (!e->from_stack && from.kind && strcmp(from.kind, "gil") == 0) {
+			/* the interpreter takes the GIL on paths no hook sees: say so, not "no stack" */
+			fprintf(out, "  %s was held: the thread was running Python code (the interpreter took it),\n",
+				from.label);
+		} else {
+			fprintf(out, "  %s (%s, 0x%" PRIx64 ") was acquired (%s) at:\n", from.label,
+				from.kind ? from.kind : "?", from.addr, hs_mode_name(e->from_mode));
+			print_frames(out, f->proc, e->from_stack, "    ");
+		}
 		fprintf(out, "  then %s (%s, 0x%" PRIx64 ") was acquired (%s) while holding it, at:\n", to.label,
 			to.kind ? to.kind : "?", to.addr, hs_mode_name(e->to_mode));
 		print_frames(out, f->proc, e->to_stack, "    ");
