@@ -211,6 +211,23 @@ def test_seed003_predicted_when_the_holder_only_reads(heisen, session, interp):
     check_seed003_prediction(heisen, report, p.stdout, interp, "capi")
 
 
+def test_seed003_text_report_shows_python_lines(heisen, session, interp):
+    """The text report (docs/interfaces.md): `#N  function (file:line) [python]`."""
+    ext = cudalike_dir(heisen)
+    src = script(heisen, SEED)
+    p = heisen.preload(interp.cmd(src, "quiet", "capi", "write", ext), session)
+    assert p.returncode == 0, (p.returncode, p.stdout, p.stderr)
+    text = heisen.dump(session)
+    assert text.returncode == 1, text.stderr
+    assert "potential deadlock" in text.stdout and "GIL" in text.stdout
+    for fn, marker in (("holder", "holder calls with_context"),
+                       ("launcher", "launcher calls launch (quiet)")):
+        want = f"{fn} ({src}:{marker_line(src, marker)}) [python]"
+        assert re.search(r"#\d+\s+" + re.escape(want), text.stdout), (want, text.stdout)
+    for fn in ("cuda_ctx_call", "ctx_call_python", "cuda_launch_kernel"):
+        assert re.search(r"#\d+\s+" + fn + r" \(cudalike\.c:\d+\)", text.stdout), fn
+
+
 # ---- seed 003, for real: the deadlock -----------------------------------------------
 
 @pytest.mark.parametrize("via", list(VIAS))
@@ -225,7 +242,8 @@ def test_seed003_deadlock_is_named_and_killed(heisen, session, interp, via):
     assert 2 <= elapsed < 45, elapsed
     pid, tid_holder, tid_launcher = (fact_int(p.stdout, k)
                                      for k in ("pid", "tid_holder", "tid_launcher"))
-    for word in ("deadlock", "GIL", "cuda_ctx_lock", str(tid_holder), str(tid_launcher)):
+    for word in ("deadlock", "GIL", "cuda_ctx_lock", str(tid_holder), str(tid_launcher),
+                 f"launcher ({src}:{marker_line(src, 'launcher calls launch (hang)')}) [python]"):
         assert word in p.stderr, (word, p.stderr)
 
     report = heisen.dump_json(session, expect_rc=1)
