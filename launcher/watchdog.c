@@ -249,7 +249,9 @@ static void snapshot_pids(struct hr_run *r, const pid_t *want, size_t n)
 	}
 	if (!asked)
 		return;
-	hr_service(r, HR_SNAPSHOT_WAIT_MS);
+	/* the whole wait: hr_service returns at the first signal (a helper's SIGCHLD) */
+	for (uint64_t now = hr_now_ms(), end = now + HR_SNAPSHOT_WAIT_MS; now < end; now = hr_now_ms())
+		hr_service(r, (int)(end - now));
 	for (size_t i = 0; i < n; i++) {
 		struct hr_stall *e = stall_of(r, want[i]);
 		uint64_t prog;
