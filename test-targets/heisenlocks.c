@@ -25,6 +25,7 @@
 
 pthread_mutex_t ext_lock_a = PTHREAD_MUTEX_INITIALIZER;
 pthread_mutex_t ext_lock_b = PTHREAD_MUTEX_INITIALIZER;
+pthread_mutex_t ext_lock_c = PTHREAD_MUTEX_INITIALIZER; /* the GIL-ordering pair below */
 static long ext_counter;
 
 __attribute__((noinline, visibility("default"))) void ext_take_a_then_b(void)
@@ -146,7 +147,42 @@ static PyObject *py_counter(PyObject *self, PyObject *unused)
 	return PyLong_FromLong(ext_counter);
 }
 
+/*
+ * ext_lock_c taken *without* the GIL (released around the lock call) and
+ * kept: the caller returns to Python holding it, so the GIL was retaken
+ * while holding ext_lock_c (L -> GIL).  release_c() then drops it with the
+ * GIL held.  take_c_with_gil() takes it while holding the GIL (GIL -> L).
+ */
+__attribute__((noinline)) static void ext_take_c(void)
+{
+	pthread_mutex_lock(&ext_lock_c);
+}
+
+static PyObject *py_take_c_nogil(PyObject *self, PyObject *unused)
+{
+	Py_BEGIN_ALLOW_THREADS
+	ext_take_c();
+	Py_END_ALLOW_THREADS
+	Py_RETURN_NONE;
+}
+
+static PyObject *py_release_c(PyObject *self, PyObject *unused)
+{
+	pthread_mutex_unlock(&ext_lock_c);
+	Py_RETURN_NONE;
+}
+
+__attribute__((noinline)) static PyObject *py_take_c_with_gil(PyObject *self, PyObject *unused)
+{
+	pthread_mutex_lock(&ext_lock_c);
+	pthread_mutex_unlock(&ext_lock_c);
+	Py_RETURN_NONE;
+}
+
 static PyMethodDef methods[] = {
+	{"take_c_nogil", py_take_c_nogil, METH_NOARGS, "Take ext_lock_c with the GIL released; return holding it."},
+	{"release_c", py_release_c, METH_NOARGS, "Release ext_lock_c (GIL held)."},
+	{"take_c_with_gil", py_take_c_with_gil, METH_NOARGS, "Take and release ext_lock_c while holding the GIL."},
 	{"a_then_b", py_a_then_b, METH_NOARGS, "Take ext_lock_a, then ext_lock_b (GIL released)."},
 	{"b_then_a", py_b_then_a, METH_NOARGS, "Take ext_lock_b, then ext_lock_a (GIL released)."},
 	{"a_then_b_meet", py_a_then_b_meet, METH_NOARGS, "Take ext_lock_a, meet the other thread, take ext_lock_b."},

@@ -1,0 +1,53 @@
+# SPDX-License-Identifier: MIT
+"""GIL ordering seen two ways (issue 3, "The GIL in the graph").
+
+test-targets/py_gil_order.py: one thread takes ext_lock_c with the GIL
+released and comes back to Python holding it (ext_lock_c -> GIL); later
+another takes ext_lock_c while holding the GIL (GIL -> ext_lock_c).
+
+- With GOT patching (the default), the extension's PyEval_RestoreThread is
+  hooked and the ext_lock_c -> GIL edge is made there, before the GIL wait.
+- With HEISEN_GOT_PATCH=0 no entry point is hooked; the edge comes only from
+  the release of a lock taken without the GIL while the GIL is held — the
+  fallback for GIL takes heisen cannot see (inside the interpreter).
+"""
+import pytest
+
+from conftest import edge_pairs, fact_int, findings_of, pyext_dir, target
+
+
+@pytest.mark.parametrize("got", ["1", "0"])
+def test_lock_kept_across_a_gil_retake_closes_a_cycle_with_the_gil(heisen, session, got):
+    ext = pyext_dir(heisen)
+    p = heisen.preload(["/usr/bin/python3", ext / "py_gil_order.py"], session,
+                       env={"HEISEN_GOT_PATCH": got, "HEISEN_PYEXT": str(ext)})
+    assert p.returncode == 0, p.stderr
+    assert "done ok" in p.stdout
+    report = heisen.dump_json(session, expect_rc=1)
+    [proc] = report["processes"]
+    assert proc["python"]["got_patched"] is (got == "1")
+    [f] = findings_of(report, "potential-deadlock")
+    assert edge_pairs(f) == {("ext_lock_c", "GIL"), ("GIL", "ext_lock_c")}
+    by_from = {e["from"]["name"]: e for e in f["edges"]}
+    assert by_from["ext_lock_c"]["tid"] == fact_int(p.stdout, "tid_keeper")
+    assert by_from["GIL"]["tid"] == fact_int(p.stdout, "tid_grabber")
+    # where ext_lock_c was taken (without the GIL): the extension's native frame
+    held_at = [fr["function"] for fr in by_from["ext_lock_c"]["from_stack"]["frames"]]
+    assert "ext_take_c" in held_at
+    # the GIL -> ext_lock_c acquisition, with the Python caller's frame
+    taken = by_from["GIL"]["to_stack"]["frames"]
+    assert "py_take_c_with_gil" in [fr["function"] for fr in taken]
+    assert any(fr["python"] and fr["function"] == "grabber" for fr in taken)
+
+
+def test_without_the_reverse_order_there_is_no_gil_finding(heisen, session):
+    """The keeper alone (lock kept across a GIL retake) is an order, not a cycle."""
+    ext = pyext_dir(heisen)
+    code = ("import sys; sys.path.insert(0, %r); import heisenlocks, threading\n"
+            "t = threading.Thread(target=lambda: (heisenlocks.take_c_nogil(), heisenlocks.release_c()))\n"
+            "t.start(); t.join(); print('ok')\n" % str(ext))
+    for got in ("1", "0"):
+        p = heisen.preload(["/usr/bin/python3", "-c", code], session / got, env={"HEISEN_GOT_PATCH": got})
+        assert p.returncode == 0 and p.stdout == "ok\n", p.stderr
+        report = heisen.dump_json(session / got, expect_rc=0)
+        assert report["findings"] == []
