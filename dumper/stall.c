@@ -21,6 +21,8 @@
 #include <time.h>
 #include <unistd.h>
 
+#include <heisen/snapshot_request.h>
+
 int hs_stalls_parse(const char *arg, struct hs_stall **v, size_t *n)
 {
 	size_t k = 1, have = *n;
@@ -62,17 +64,8 @@ unsigned hs_snapshot_request(int32_t pid, int sig)
 	if (!(d = opendir(path)))
 		return 0;
 	while ((de = readdir(d))) {
-		siginfo_t si;
 		long tid = strtol(de->d_name, NULL, 10);
-		if (tid <= 0)
-			continue;
-		memset(&si, 0, sizeof si);
-		si.si_signo = sig;
-		si.si_code = SI_QUEUE;
-		si.si_pid = getpid();
-		si.si_uid = getuid();
-		si.si_value.sival_ptr = (void *)(uintptr_t)HS_SNAPSHOT_MAGIC;
-		if (syscall(SYS_rt_tgsigqueueinfo, (pid_t)pid, (pid_t)tid, sig, &si) == 0)
+		if (tid > 0 && hs_snapshot_request_tid((pid_t)pid, (pid_t)tid, sig) == 0)
 			sent++;
 	}
 	closedir(d);

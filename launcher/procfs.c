@@ -22,6 +22,8 @@
 #include <sys/syscall.h>
 #include <unistd.h>
 
+#include <heisen/snapshot_request.h>
+
 #include "heisen/format.h"
 #include "launcher.h"
 
@@ -158,16 +160,7 @@ size_t hr_snapshot_request(pid_t pid, int sig)
 	struct dirent *de;
 	while ((de = readdir(d))) {
 		long tid = strtol(de->d_name, NULL, 10);
-		siginfo_t si;
-		if (tid <= 0)
-			continue;
-		memset(&si, 0, sizeof si);
-		si.si_signo = sig;
-		si.si_code = SI_QUEUE;
-		si.si_pid = getpid();
-		si.si_uid = getuid();
-		si.si_value.sival_ptr = (void *)(uintptr_t)HS_SNAPSHOT_MAGIC;
-		if (syscall(SYS_rt_tgsigqueueinfo, pid, (pid_t)tid, sig, &si) == 0)
+		if (tid > 0 && hs_snapshot_request_tid(pid, (pid_t)tid, sig) == 0)
 			n++;
 	}
 	closedir(d);

@@ -322,19 +322,16 @@ static int cache_get(const struct hs_seg *s, uint64_t code, uint64_t name, uint6
 static void cache_put(const struct hs_seg *s, uint64_t code, uint64_t name, uint64_t file, uint32_t fn, uint32_t fl)
 {
 	struct name_cache *c = &cache[hs_mix64(code) & (PY_CACHE - 1)];
-	uint32_t q = __atomic_load_n(&c->seq, __ATOMIC_RELAXED);
-	if ((q & 1) || !__atomic_compare_exchange_n(&c->seq, &q, q + 1, 0, __ATOMIC_ACQUIRE, __ATOMIC_RELAXED))
+	uint32_t q;
+	if (!hs_seq_write_try(&c->seq, &q))
 		return;
-	/* the odd seq is visible before the fields change */
-	__atomic_thread_fence(__ATOMIC_RELEASE);
 	c->tag = seg_tag(s);
 	c->code = code;
 	c->name_ptr = name;
 	c->file_ptr = file;
 	c->function = fn;
 	c->file = fl;
-	/* the fields are visible before the even seq */
-	__atomic_store_n(&c->seq, q + 2, __ATOMIC_RELEASE);
+	hs_seq_write_end(&c->seq, q);
 }
 
 /*
@@ -370,19 +367,16 @@ static void icache_put(const struct hs_seg *s, uint64_t code, uint64_t instr, ui
 		       uint32_t id)
 {
 	struct instr_cache *c = &icache[hs_mix64(code ^ (instr << 16)) & (PY_ICACHE - 1)];
-	uint32_t q = __atomic_load_n(&c->seq, __ATOMIC_RELAXED);
-	if ((q & 1) || !__atomic_compare_exchange_n(&c->seq, &q, q + 1, 0, __ATOMIC_ACQUIRE, __ATOMIC_RELAXED))
+	uint32_t q;
+	if (!hs_seq_write_try(&c->seq, &q))
 		return;
-	/* the odd seq is visible before the fields change */
-	__atomic_thread_fence(__ATOMIC_RELEASE);
 	c->tag = seg_tag(s);
 	c->code = code;
 	c->instr = instr;
 	c->name_ptr = name;
 	c->file_ptr = file;
 	c->id = id;
-	/* the fields are visible before the even seq */
-	__atomic_store_n(&c->seq, q + 2, __ATOMIC_RELEASE);
+	hs_seq_write_end(&c->seq, q);
 }
 
 /* ---- the pyframe table ----------------------------------------------------- */

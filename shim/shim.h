@@ -130,6 +130,30 @@ static inline void hs_spin_unlock(int *l)
 	__atomic_store_n(l, 0, __ATOMIC_RELEASE);
 }
 
+/*
+ * A seqlock entry that any thread may refill (a cache): take it for writing
+ * if no one is writing it (seq even, and we win the CAS), else skip — a
+ * cache miss costs nothing.  *q receives the odd sequence to pass to
+ * hs_seq_write_end.  Readers: load seq (acquire), copy, acquire fence, and
+ * accept only an even seq that has not changed.
+ */
+static inline int hs_seq_write_try(uint32_t *seq, uint32_t *q)
+{
+	uint32_t v = __atomic_load_n(seq, __ATOMIC_RELAXED);
+	if ((v & 1) || !__atomic_compare_exchange_n(seq, &v, v + 1, 0, __ATOMIC_ACQUIRE, __ATOMIC_RELAXED))
+		return 0;
+	/* the odd seq is visible before the fields change */
+	__atomic_thread_fence(__ATOMIC_RELEASE);
+	*q = v + 1;
+	return 1;
+}
+
+static inline void hs_seq_write_end(uint32_t *seq, uint32_t q)
+{
+	/* the fields are visible before the even seq */
+	__atomic_store_n(seq, q + 1, __ATOMIC_RELEASE);
+}
+
 /* ---- time ---------------------------------------------------------------- */
 
 static inline uint64_t hs_now(void)

@@ -105,6 +105,20 @@ void hs_altstack_teardown(struct hs_tls *t)
 	t->altstack = NULL;
 }
 
+/*
+ * Put sig back to its default action and send it to this thread again: it
+ * is pending while the handler runs (blocked) and takes the default action
+ * — termination, a core dump — as soon as the handler returns.
+ */
+static void reraise_default(int sig)
+{
+	struct sigaction dfl;
+	memset(&dfl, 0, sizeof dfl);
+	dfl.sa_handler = SIG_DFL;
+	HS_REAL(sigaction)(sig, &dfl, NULL);
+	syscall(SYS_tgkill, (pid_t)syscall(SYS_getpid), (pid_t)syscall(SYS_gettid), sig);
+}
+
 /* Record the crash: finding, ring record, state word. Once per process. */
 static void commit_crash(struct hs_tls *t, int sig, int code, uint64_t addr, uint32_t stack)
 {
@@ -193,14 +207,8 @@ static void crash_handler(int sig, siginfo_t *si, void *uc)
 	/* the default action: terminate, and dump core where enabled */
 	if (__atomic_load_n(&hs_recording, __ATOMIC_ACQUIRE))
 		commit_crash(t, sig, t->pending_code, t->pending_addr, t->pending_stack);
-	{
-		struct sigaction dfl;
-		memset(&dfl, 0, sizeof dfl);
-		dfl.sa_handler = SIG_DFL;
-		HS_REAL(sigaction)(sig, &dfl, NULL);
-	}
 	/* pending until we return, then fatal with the original signal */
-	syscall(SYS_tgkill, (pid_t)syscall(SYS_getpid), (pid_t)syscall(SYS_gettid), sig);
+	reraise_default(sig);
 	errno = saved_errno;
 }
 
@@ -319,11 +327,7 @@ static void snapshot_handler(int sig, siginfo_t *si, void *uc)
 		call_user_handler(t, was, sig, si, uc);
 	} else if (ua->sa_handler == SIG_DFL) {
 		/* the default action of a real-time signal is to terminate */
-		struct sigaction dfl;
-		memset(&dfl, 0, sizeof dfl);
-		dfl.sa_handler = SIG_DFL;
-		HS_REAL(sigaction)(sig, &dfl, NULL);
-		syscall(SYS_tgkill, (pid_t)syscall(SYS_getpid), (pid_t)syscall(SYS_gettid), sig);
+		reraise_default(sig);
 	}
 	errno = saved_errno;
 }
