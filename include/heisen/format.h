@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * heisen/format.h — the on-shm segment format, ABI version 2.
+ * heisen/format.h — the on-shm segment format, ABI version 3.
  *
  * One segment file per process image lives in the session directory as
  * "<pid>.<image>.seg" (image counts execs of that pid within the session,
@@ -37,7 +37,7 @@
 
 #define HS_MAGIC "HEISENSG"      /* 8 bytes, no terminator stored */
 #define HS_MAGIC_LEN 8
-#define HS_ABI_VERSION 2u  /* 2: Python frames, GIL wait flags, thread snapshots, 64-deep stacks */
+#define HS_ABI_VERSION 3u  /* 2: Python frames, GIL wait flags, thread snapshots, 64-deep stacks; 3: heap findings and counters */
 #define HS_ENDIAN_TAG 0x01020304u /* reads back as 0x04030201 on a foreign-endian host */
 
 /* Fixed shapes.  Changing any of these changes the ABI version. */
@@ -108,6 +108,14 @@ enum hs_state {
 /* hs_header.flags */
 #define HS_HDR_FALLBACK_SMALL 0x1u  /* sized down because the session directory was short of space */
 #define HS_HDR_SUSPECT 0x2u         /* the writer found its own state inconsistent and went quiet */
+#define HS_HDR_HEAP 0x4u            /* heap checking is on in this process (HEISEN_HEAP) */
+
+/* hs_header.heap_stacks: the stack kept for each allocation and free. */
+enum hs_heap_stacks {
+	HS_HEAP_STACKS_SITE = 0,    /* the call site's representative stack (exact caller; cached per site) */
+	HS_HEAP_STACKS_FULL = 1,    /* a full unwind at every malloc and free (slow; HEISEN_HEAP_STACKS=full) */
+	HS_HEAP_STACKS_NONE = 2,    /* none (HEISEN_HEAP_STACKS=none) */
+};
 
 /*
  * The segment header, at offset 0.  Written once at creation except the
@@ -158,7 +166,15 @@ struct hs_header {
 	uint32_t argv_truncated;   /* 1 when argv[] could not hold them all */
 	char argv[HS_ARGV_MAX];    /* argc NUL-terminated strings back to back */
 
-	uint64_t reserved[16];     /* zero; room for later fields without an ABI bump */
+	/* the heap (issue 4), [atomic]; all 0 when heap checking is off (HS_HDR_HEAP clear) */
+	uint64_t heap_live_bytes;  /* bytes handed out and not yet freed */
+	uint64_t heap_peak_bytes;  /* high-water mark of heap_live_bytes */
+	uint64_t heap_allocs;      /* allocations served */
+	uint64_t heap_failures;    /* allocations the real allocator refused (NULL) */
+	uint64_t heap_last_fail_size; /* size of the last refused allocation */
+	uint32_t heap_last_fail_stack; /* its stack */
+	uint32_t heap_stacks;      /* HS_HEAP_STACKS_*: what stack each malloc/free records */
+	uint64_t reserved[10];     /* zero; room for later fields without an ABI bump */
 };
 
 /* ---- modules (for symbolization after the process is gone) ------------ */
@@ -472,6 +488,9 @@ enum hs_finding_kind {
 	HS_FIND_POTENTIAL_DEADLOCK = 1, /* a cycle in the lock-order graph: edges[0..n) */
 	HS_FIND_SELF_DEADLOCK = 2,      /* relocking a held non-recursive lock: lock, stack (now), stack2 (first acquisition) */
 	HS_FIND_CRASH = 3,              /* signo, si_code, addr, stack (the faulting thread) */
+	HS_FIND_DOUBLE_FREE = 4,        /* addr, size; stack = the second free (tid), stack2 = the first (tid2), stack3 = the allocation (tid3) */
+	HS_FIND_INVALID_FREE = 5,       /* addr: never handed out, or the middle of a block; stack = the free (tid) */
+	HS_FIND_HEAP_OVERFLOW = 6,      /* addr, size: the tail canary broken; stack = the free (tid), stack3 = the allocation (tid3) */
 };
 
 /*
@@ -494,6 +513,12 @@ struct hs_finding {
 	uint32_t pad;
 	uint64_t addr;             /* crash: fault address; self-deadlock: lock address */
 	uint32_t edges[HS_CYCLE_MAX]; /* potential deadlock: the cycle, edges[i].to == edges[i+1].from */
+	/* heap findings (ABI 3) */
+	uint32_t stack3;           /* the allocation's stack */
+	int32_t tid2;              /* the first free's thread */
+	int32_t tid3;              /* the allocating thread */
+	uint32_t pad3;
+	uint64_t size;             /* the block's size as requested */
 };
 
 /* ---- layout ------------------------------------------------------------- */
