@@ -1,0 +1,906 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * shim/heap.c — the heap checker: malloc and friends, interposed, put a small
+ * header in front of every block they hand out, so that a double free, an
+ * invalid free or a broken tail canary is caught at the free that finds it,
+ * with the allocation's, the first free's and the second free's stacks
+ * (AddressSanitizer's report, without recompiling).  DESIGN.md "Heap";
+ * the contract and environment variables are docs/interfaces.md "The heap".
+ *
+ * A block of ours, from the real allocation's start:
+ *
+ *   [ padding (aligned blocks) ][ struct blk: size, links, stacks, offset, magic, state ][ user bytes ][ canary ]
+ *                                                                           user pointer ^
+ *
+ * The last 16 bytes of struct blk are the word pair right before the user
+ * pointer: magic (HEAP_MAGIC ^ the user pointer) and the state word.  Only
+ * those 16 bytes are ever read before the magic matches: glibc puts 16 bytes
+ * of its own chunk header before every pointer it returns, so they are
+ * always mapped for a pointer that came from malloc.  A pointer without our
+ * magic is foreign (allocated before checking started, by the shim itself,
+ * or by __libc_malloc directly) and goes to glibc untouched.
+ *
+ * The state word goes live -> freed by compare-and-swap, and the freed word
+ * carries the first free's stack id and thread, so two racing frees of one
+ * block publish and see the first free atomically: exactly one wins, the
+ * other is the double free.  Freed blocks wait in a bounded FIFO quarantine
+ * (HEISEN_QUARANTINE_MB, split into shards by block address so threads
+ * rarely meet on a lock) before glibc gets them back, so a late second free
+ * still finds state "freed"; the magic is cleared just before the real free.
+ *
+ * What is detected:
+ *   - double-free: a free (or realloc) of one of our blocks in state freed,
+ *     while it is in the quarantine (or leaked by "continue");
+ *   - invalid-free: a pointer not 16-byte aligned (glibc never returns one),
+ *     a pointer with our magic but a state that is neither live nor freed,
+ *     and a pointer into the middle of one of our blocks whose header lies
+ *     in the same page as the pointer (a bounded backward scan: larger
+ *     offsets go to glibc, which aborts on them as it would without us);
+ *   - heap-overflow: the tail canary (8 to 23 bytes after the requested size)
+ *     changed, checked at free and realloc.
+ * Out of scope: use after free, reads past the end, overflows that skip the
+ * canary, and anything glibc hands out before the shim's constructor.
+ *
+ * The hooks never take a blocking lock: the quarantine shards are short
+ * spin locks, never held while calling out; glibc is reached through its
+ * exported __libc_* entry points, so there is no dlsym bootstrap.  Inside
+ * the shim (hs_tls.in_hook) allocations are glibc's own (foreign), but a
+ * free of one of our blocks still strips its header.
+ */
+#include <dlfcn.h>
+#include <errno.h>
+#include <malloc.h>
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "shim.h"
+
+/* glibc's allocator under its exported internal names (no dlsym needed). */
+extern void *__libc_malloc(size_t);
+extern void __libc_free(void *);
+extern void *__libc_calloc(size_t, size_t);
+extern void *__libc_realloc(void *, size_t);
+extern void *__libc_memalign(size_t, size_t);
+extern void *__libc_valloc(size_t);
+extern void *__libc_pvalloc(size_t);
+
+#define RET_ADDR() ((uint64_t)(uintptr_t)__builtin_extract_return_addr(__builtin_return_address(0)))
+
+#define HEAP_MAGIC 0x9e3c5a48454150f1ull /* mixed with the user pointer */
+#define ST_LIVE 0xa7u                  /* the whole word: no other bits */
+#define ST_FREED 0xf3u                 /* | first-free stack << 8 (24 bits) | tid << 32 */
+#define ST_KIND(w) ((unsigned)((w)&0xffu))
+#define ST_STACK(w) ((uint32_t)(((w) >> 8) & 0xffffffu))
+#define ST_TID(w) ((int32_t)(uint32_t)((w) >> 32))
+
+/* The metadata in front of a block: 48 bytes, so user = blk + 1 stays 16-aligned. */
+struct blk {
+	uint64_t size;         /* as requested */
+	struct blk *qnext;     /* quarantine FIFO link (while freed) */
+	uint32_t alloc_stack;  /* stack id of the allocation */
+	int32_t alloc_tid;
+	uint32_t offset;       /* user pointer - start of the real allocation */
+	uint32_t pad;
+	uint64_t magic;        /* HEAP_MAGIC ^ user pointer; 0 once given back to glibc */
+	uint64_t state;        /* [atomic] ST_LIVE or ST_FREED | first free */
+};
+_Static_assert(sizeof(struct blk) == 48, "struct blk is 48 bytes");
+
+enum { HEAP_UNKNOWN = 0, HEAP_INIT = 1, HEAP_OFF = 2, HEAP_ON = 3 };
+static int heap_mode;                  /* [atomic] HEAP_* */
+static unsigned heap_stacks = HS_HEAP_STACKS_SITE;
+static int heap_continue;              /* HEISEN_ON_HEAP_ERROR=continue */
+static size_t page_size = 4096;
+
+/* The quarantine: shards picked by block address, each a FIFO with its own budget. */
+#define QSHARDS 16
+struct qshard {
+	int lock;              /* [atomic] hs_spin_lock */
+	int pad;
+	struct blk *head, *tail;
+	uint64_t bytes;        /* real bytes of the blocks queued */
+} __attribute__((aligned(64)));
+static struct qshard quar[QSHARDS];
+static uint64_t quar_limit;            /* bytes per shard */
+
+/* Canary bytes: position-dependent, so a run of one repeated byte is caught. */
+static const unsigned char canary_pat[32] = {
+	0xa1, 0xb2, 0xc3, 0xd4, 0xe5, 0xf6, 0x07, 0x18, 0x29, 0x3a, 0x4b, 0x5c, 0x6d, 0x7e, 0x8f, 0x90,
+	0xa9, 0xba, 0xcb, 0xdc, 0xed, 0xfe, 0x0f, 0x10, 0x21, 0x32, 0x43, 0x54, 0x65, 0x76, 0x87, 0x98,
+};
+
+/* Bytes of canary after a block of size n: at least 8, ending 16-aligned. */
+static inline size_t canary_len(size_t n)
+{
+	return (((n + 8 + 15) & ~(size_t)15) - n);
+}
+
+static inline struct blk *blk_of(void *p)
+{
+	return (struct blk *)p - 1;
+}
+
+static inline void *real_start(struct blk *b)
+{
+	return (char *)(b + 1) - b->offset;
+}
+
+static inline uint64_t real_bytes(struct blk *b)
+{
+	return b->offset + b->size + canary_len(b->size);
+}
+
+/* 1 when p carries our magic.  Reads p-16 only (see the top comment). */
+static inline int ours(const void *p)
+{
+	uint64_t m;
+	memcpy(&m, (const char *)p - 16, sizeof m);
+	return m == (HEAP_MAGIC ^ (uint64_t)(uintptr_t)p);
+}
+
+/* ---- counters (hs_header.heap_*) ------------------------------------------ */
+
+static inline struct hs_header *hdr_if_recording(void)
+{
+	/* acquire: pairs with the release that published hs_seg */
+	return __atomic_load_n(&hs_recording, __ATOMIC_ACQUIRE) ? hs_seg.hdr : NULL;
+}
+
+static inline void count_alloc(uint64_t n)
+{
+	struct hs_header *h = hdr_if_recording();
+	uint64_t live, peak;
+	if (!h)
+		return;
+	/* relaxed throughout: counters, ordered with nothing else */
+	__atomic_add_fetch(&h->heap_allocs, 1, __ATOMIC_RELAXED);
+	live = __atomic_add_fetch(&h->heap_live_bytes, n, __ATOMIC_RELAXED);
+	peak = __atomic_load_n(&h->heap_peak_bytes, __ATOMIC_RELAXED);
+	while (live > peak &&
+	       !__atomic_compare_exchange_n(&h->heap_peak_bytes, &peak, live, 1, __ATOMIC_RELAXED, __ATOMIC_RELAXED))
+		;
+}
+
+static inline void count_free(uint64_t n)
+{
+	struct hs_header *h = hdr_if_recording();
+	if (h)
+		__atomic_sub_fetch(&h->heap_live_bytes, n, __ATOMIC_RELAXED);
+}
+
+static void count_failure(uint64_t n, uint32_t stack)
+{
+	struct hs_header *h = hdr_if_recording();
+	if (!h)
+		return;
+	__atomic_add_fetch(&h->heap_failures, 1, __ATOMIC_RELAXED);
+	__atomic_store_n(&h->heap_last_fail_size, n, __ATOMIC_RELAXED);
+	__atomic_store_n(&h->heap_last_fail_stack, stack, __ATOMIC_RELAXED);
+}
+
+/* ---- stacks ---------------------------------------------------------------- */
+
+/*
+ * The stack of the call site `site` for HEISEN_HEAP_STACKS=site: a
+ * process-private direct-mapped cache in front of hs_stack_site(), which
+ * also remembers failures (a full stack table must not mean an unwind per
+ * malloc).  One 64-bit word per entry, so a racing reader never sees a torn
+ * one: tag (39 bits of the site's hash) | exact << 24 | stack id (24 bits).
+ * A site called from libffi (ctypes calling malloc/free) is marked exact:
+ * its representative stack would show the Python lines of the first ctypes
+ * call ever made, so it gets a full unwind every time instead.
+ */
+#define SITE_CACHE 8192u
+static uint64_t site_cache[SITE_CACHE];
+
+static int site_is_ffi(uint64_t site)
+{
+	struct hs_table *t = &hs_seg.hdr->tables[HS_T_MODULES];
+	uint32_t n = __atomic_load_n(&t->count, __ATOMIC_ACQUIRE);
+	uint32_t sbytes = hs_seg.hdr->tables[HS_T_STRINGS].capacity;
+	for (uint32_t i = 0; i < n && i < t->capacity; i++) {
+		const struct hs_module *m = &hs_seg.modules[i];
+		if (site >= m->lo && site < m->hi) {
+			if (m->path >= sbytes || m->path + (uint32_t)m->path_len >= sbytes)
+				return 0;
+			return memmem(hs_seg.strings + m->path, m->path_len, "libffi", 6) != NULL;
+		}
+	}
+	return 0;
+}
+
+static uint32_t site_stack(uint64_t site)
+{
+	uint64_t h = hs_mix64(site);
+	uint64_t *e = &site_cache[h & (SITE_CACHE - 1)];
+	uint64_t tag = h >> 25, v = __atomic_load_n(e, __ATOMIC_RELAXED);
+	uint32_t id;
+	int exact;
+	if (HS_LIKELY(v != 0 && (v >> 25) == tag)) {
+		if (HS_UNLIKELY(v & (1u << 24)))
+			return hs_stack_here();
+		return (uint32_t)(v & 0xffffffu);
+	}
+	exact = site_is_ffi(site);
+	id = exact ? hs_stack_here() : hs_stack_site(site);
+	/* relaxed: the word is self-contained; a lost race only costs a lookup */
+	__atomic_store_n(e, tag << 25 | (uint64_t)exact << 24 | (id & 0xffffffu), __ATOMIC_RELAXED);
+	return id;
+}
+
+/* The stack kept for one malloc or free at `site`; 0 when not recording. */
+static inline uint32_t heap_stack(uint64_t site)
+{
+	if (!__atomic_load_n(&hs_recording, __ATOMIC_ACQUIRE))
+		return 0;
+	switch (heap_stacks) {
+	case HS_HEAP_STACKS_FULL:
+		return hs_stack_here();
+	case HS_HEAP_STACKS_NONE:
+		return 0;
+	default:
+		return site_stack(site);
+	}
+}
+
+/* ---- the guard ------------------------------------------------------------------ */
+
+/*
+ * Take the reentrancy guard for a checked operation.  Returns 1 when the
+ * thread also has a ring (findings can be noted in it), 0 when not (not
+ * recording, exiting, no slot) — the block is still managed the same way.
+ * The caller has checked that hs_tls.in_hook was clear.
+ */
+static inline int heap_enter(struct hs_tls *t)
+{
+	if (hs_enter())
+		return 1;
+	t->in_hook = 1;
+	return 0;
+}
+
+/* ---- findings ------------------------------------------------------------------- */
+
+static void fmt_hex(char *buf, uint64_t v)
+{
+	static const char d[] = "0123456789abcdef";
+	char tmp[17];
+	int n = 0;
+	do {
+		tmp[n++] = d[v & 15];
+		v >>= 4;
+	} while (v);
+	buf[0] = '0';
+	buf[1] = 'x';
+	for (int i = 0; i < n; i++)
+		buf[2 + i] = tmp[n - 1 - i];
+	buf[2 + n] = '\0';
+}
+
+static const char *kind_name(unsigned kind)
+{
+	switch (kind) {
+	case HS_FIND_DOUBLE_FREE:
+		return "double-free";
+	case HS_FIND_INVALID_FREE:
+		return "invalid-free";
+	default:
+		return "heap-overflow";
+	}
+}
+
+/*
+ * Record a heap finding (duplicates — same kind and stacks, or with no
+ * stacks the same address — fold into the first one's count, once reported
+ * we go quiet about it), say so on stderr, and abort unless
+ * HEISEN_ON_HEAP_ERROR=continue.  With the guard held; releases it before
+ * abort() so that the crash handler records the SIGABRT.
+ */
+static void heap_finding(struct hs_tls *t, int ring, struct hs_finding *f)
+{
+	struct hs_seg *s = &hs_seg;
+	char buf[24];
+	int dup = 0;
+	if (__atomic_load_n(&hs_recording, __ATOMIC_ACQUIRE)) {
+		struct hs_table *tab = &s->hdr->tables[HS_T_FINDINGS];
+		uint32_t n = __atomic_load_n(&tab->count, __ATOMIC_ACQUIRE);
+		if (n > tab->capacity)
+			n = tab->capacity;
+		for (uint32_t i = 0; i < n && !dup; i++) {
+			struct hs_finding *o = &s->findings[i];
+			if (__atomic_load_n(&o->ready, __ATOMIC_ACQUIRE) && o->kind == f->kind && o->stack == f->stack &&
+			    o->stack2 == f->stack2 && o->stack3 == f->stack3 &&
+			    (f->stack || f->stack2 || f->stack3 || o->addr == f->addr)) {
+				__atomic_add_fetch(&o->count, 1, __ATOMIC_RELAXED);
+				dup = 1;
+			}
+		}
+		if (!dup) {
+			uint32_t idx = hs_finding_add(s, f);
+			if (idx && ring)
+				hs_rec(t, f->ts_ns, HS_REC_FINDING, f->stack, idx - 1, f->addr, f->kind);
+		}
+	}
+	if (!hs_quiet && !dup) {
+		hs_write_err("heisen: ");
+		hs_write_err(kind_name(f->kind));
+		hs_write_err(" of ");
+		fmt_hex(buf, f->addr);
+		hs_write_err(buf);
+		hs_write_err(heap_continue ? " (skipped; heisen-dump has the stacks)\n"
+					   : " (aborting; heisen-dump has the stacks)\n");
+	}
+	if (!heap_continue) {
+		t->in_hook = 0;
+		abort();
+	}
+}
+
+static void finding_init(struct hs_finding *f, struct hs_tls *t, unsigned kind, void *p)
+{
+	memset(f, 0, sizeof *f);
+	f->kind = (uint16_t)kind;
+	f->tid = t->tid;
+	f->ts_ns = hs_now();
+	f->addr = (uint64_t)(uintptr_t)p;
+	f->stack = __atomic_load_n(&hs_recording, __ATOMIC_ACQUIRE) ? hs_stack_here() : 0;
+}
+
+/* A free or realloc of p (ours) whose state word is `state`, not live. */
+static void bad_state(struct hs_tls *t, int ring, void *p, uint64_t state)
+{
+	struct blk *b = blk_of(p);
+	struct hs_finding f;
+	if (ST_KIND(state) == ST_FREED) {
+		finding_init(&f, t, HS_FIND_DOUBLE_FREE, p);
+		f.stack2 = ST_STACK(state);
+		f.tid2 = ST_TID(state);
+	} else {
+		finding_init(&f, t, HS_FIND_INVALID_FREE, p);
+	}
+	f.stack3 = b->alloc_stack;
+	f.tid3 = b->alloc_tid;
+	f.size = b->size;
+	heap_finding(t, ring, &f);
+}
+
+/*
+ * The block of ours whose user bytes (or canary) contain p, found by
+ * scanning back for a header in the page that holds p - 16 (mapped: the
+ * caller read it).  NULL when there is none there.
+ */
+static struct blk *containing(const void *p)
+{
+	uintptr_t u = ((uintptr_t)p - 1) & ~(uintptr_t)15;
+	uintptr_t lim = ((uintptr_t)p - 16) & ~(uintptr_t)(page_size - 1);
+	for (; u >= lim + 16 && u > 16; u -= 16) {
+		uint64_t m;
+		memcpy(&m, (const void *)(u - 16), sizeof m);
+		if (m == (HEAP_MAGIC ^ (uint64_t)u)) {
+			struct blk *b = blk_of((void *)u);
+			uint64_t st = __atomic_load_n(&b->state, __ATOMIC_RELAXED);
+			if ((ST_KIND(st) == ST_LIVE || ST_KIND(st) == ST_FREED) &&
+			    (uintptr_t)p < u + b->size + canary_len(b->size))
+				return b;
+			return NULL;
+		}
+	}
+	return NULL;
+}
+
+/*
+ * A pointer without our magic: glibc's, unless it is provably bad (see
+ * the top comment).  Returns 1 when it was reported (do not free it).
+ */
+static int foreign_is_invalid(struct hs_tls *t, int ring, void *p)
+{
+	struct blk *b = containing(p);
+	struct hs_finding f;
+	if (!b && ((uintptr_t)p & 15) == 0)
+		return 0;
+	finding_init(&f, t, HS_FIND_INVALID_FREE, p);
+	if (b) {
+		uint64_t st = __atomic_load_n(&b->state, __ATOMIC_RELAXED);
+		f.size = b->size;
+		f.stack3 = b->alloc_stack;
+		f.tid3 = b->alloc_tid;
+		/* the offset of p into the block (it starts at addr - pad3) */
+		f.pad3 = (uint32_t)((uintptr_t)p - (uintptr_t)(b + 1));
+		if (ST_KIND(st) == ST_FREED) {
+			f.stack2 = ST_STACK(st);
+			f.tid2 = ST_TID(st);
+		}
+	}
+	heap_finding(t, ring, &f);
+	return 1;
+}
+
+/* ---- allocation and release ----------------------------------------------------- */
+
+/* Give b back to glibc.  The magic goes first, so the address is foreign from now on. */
+static void real_free(struct blk *b)
+{
+	void *r = real_start(b);
+	__atomic_store_n(&b->magic, 0, __ATOMIC_RELAXED);
+	__atomic_store_n(&b->state, 0, __ATOMIC_RELAXED);
+	__libc_free(r);
+}
+
+/* Queue b (freed) in the quarantine; give back the oldest blocks over budget. */
+static void quarantine_put(struct blk *b)
+{
+	struct qshard *q;
+	struct blk *victims = NULL;
+	if (quar_limit == 0) {
+		real_free(b);
+		return;
+	}
+	q = &quar[(hs_mix64((uint64_t)(uintptr_t)b) >> 7) % QSHARDS];
+	b->qnext = NULL;
+	hs_spin_lock(&q->lock);
+	if (q->tail)
+		q->tail->qnext = b;
+	else
+		q->head = b;
+	q->tail = b;
+	q->bytes += real_bytes(b);
+	while (q->bytes > quar_limit && q->head) {
+		struct blk *v = q->head;
+		q->head = v->qnext;
+		if (!q->head)
+			q->tail = NULL;
+		q->bytes -= real_bytes(v);
+		v->qnext = victims;
+		victims = v;
+	}
+	hs_spin_unlock(&q->lock);
+	while (victims) {
+		struct blk *n = victims->qnext;
+		real_free(victims);
+		victims = n;
+	}
+}
+
+/*
+ * A checked allocation of n bytes aligned to align (0: malloc's 16),
+ * zeroed when zero.  With the guard held.  NULL with errno ENOMEM (or what
+ * glibc set) on failure, counted as a heap failure.
+ */
+static void *blk_alloc(struct hs_tls *t, size_t n, size_t align, int zero, uint64_t site)
+{
+	size_t off = align <= 16 ? sizeof(struct blk) : ((sizeof(struct blk) + align - 1) & ~(align - 1));
+	size_t total;
+	char *r, *u;
+	struct blk *b;
+	uint32_t stack;
+
+	if (n > SIZE_MAX / 2 || __builtin_add_overflow(off + 32, n, &total)) {
+		r = NULL;
+		errno = ENOMEM;
+	} else {
+		total = off + n + canary_len(n);
+		if (align <= 16)
+			r = zero ? __libc_calloc(1, total) : __libc_malloc(total);
+		else
+			r = __libc_memalign(align, total);
+	}
+	stack = heap_stack(site);
+	if (HS_UNLIKELY(r == NULL)) {
+		int e = errno;
+		count_failure(n, stack);
+		errno = e;
+		return NULL;
+	}
+	u = r + off;
+	b = blk_of(u);
+	b->size = n;
+	b->qnext = NULL;
+	b->alloc_stack = stack;
+	b->alloc_tid = t->tid;
+	b->offset = (uint32_t)off;
+	b->pad = 0;
+	if (zero && align > 16)
+		memset(u, 0, n);
+	memcpy(u + n, canary_pat, canary_len(n));
+	/* relaxed: the program's own hand-over of the pointer orders these stores for other threads */
+	__atomic_store_n(&b->state, ST_LIVE, __ATOMIC_RELAXED);
+	__atomic_store_n(&b->magic, HEAP_MAGIC ^ (uint64_t)(uintptr_t)u, __ATOMIC_RELAXED);
+	count_alloc(n);
+	return u;
+}
+
+/*
+ * A checked free of p, which carries our magic.  With the guard held.
+ * Returns 1 when the block was freed, 0 when it was reported instead
+ * (double or invalid free: nothing freed; overflow: marked freed but kept
+ * out of glibc's hands, since glibc's own next chunk may be damaged).
+ */
+static int blk_free(struct hs_tls *t, int ring, void *p, uint64_t site)
+{
+	struct blk *b = blk_of(p);
+	/* acquire: the first free's stores to the block happen before we read them */
+	uint64_t old = __atomic_load_n(&b->state, __ATOMIC_ACQUIRE);
+	if (HS_LIKELY(old == ST_LIVE)) {
+		uint32_t st = heap_stack(site);
+		uint64_t nw = ST_FREED | (uint64_t)(st < (1u << 24) ? st : 0) << 8 | (uint64_t)(uint32_t)t->tid << 32;
+		/* acq_rel: the winner's free is published whole; a loser sees the winner's word */
+		if (__atomic_compare_exchange_n(&b->state, &old, nw, 0, __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE)) {
+			if (HS_UNLIKELY(memcmp((char *)p + b->size, canary_pat, canary_len(b->size)) != 0)) {
+				struct hs_finding f;
+				finding_init(&f, t, HS_FIND_HEAP_OVERFLOW, p);
+				f.stack3 = b->alloc_stack;
+				f.tid3 = b->alloc_tid;
+				f.size = b->size;
+				count_free(b->size);
+				heap_finding(t, ring, &f);
+				return 0;
+			}
+			count_free(b->size);
+			quarantine_put(b);
+			return 1;
+		}
+	}
+	bad_state(t, ring, p, old);
+	return 0;
+}
+
+/* A free of our block inside the shim: no findings, no quarantine lock. */
+static void blk_free_quiet(void *p)
+{
+	struct blk *b = blk_of(p);
+	uint64_t old = ST_LIVE;
+	if (__atomic_compare_exchange_n(&b->state, &old, ST_FREED, 0, __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE)) {
+		count_free(b->size);
+		real_free(b);
+	}
+}
+
+/* ---- initialisation and fork ---------------------------------------------------- */
+
+static uint64_t fork_live;              /* heap_live_bytes when fork was called */
+
+static void heap_before_fork(void)
+{
+	struct hs_header *h = hdr_if_recording();
+	fork_live = h ? __atomic_load_n(&h->heap_live_bytes, __ATOMIC_RELAXED) : 0;
+}
+
+static void heap_mark_header(void)
+{
+	struct hs_header *h = hdr_if_recording();
+	if (!h)
+		return;
+	h->heap_stacks = heap_stacks;
+	__atomic_or_fetch(&h->flags, HS_HDR_HEAP, __ATOMIC_RELAXED);
+}
+
+/*
+ * The fork child (one thread): quarantine locks another thread held at the
+ * fork are released, and their shard's list (possibly mid-update) is
+ * abandoned — those blocks stay allocated in the child.  The child's new
+ * segment starts with the parent's live bytes.  Must run after init.c's
+ * atfork_child has made the child's segment.  Idempotent.
+ */
+HS_HIDDEN void hs_heap_after_fork_child(void)
+{
+	struct hs_header *h;
+	if (__atomic_load_n(&heap_mode, __ATOMIC_ACQUIRE) != HEAP_ON)
+		return;
+	for (int i = 0; i < QSHARDS; i++) {
+		if (__atomic_load_n(&quar[i].lock, __ATOMIC_RELAXED)) {
+			quar[i].head = quar[i].tail = NULL;
+			quar[i].bytes = 0;
+			__atomic_store_n(&quar[i].lock, 0, __ATOMIC_RELEASE);
+		}
+	}
+	heap_mark_header();
+	h = hdr_if_recording();
+	if (h && fork_live && h->heap_live_bytes == 0 && h->heap_allocs == 0) {
+		h->heap_live_bytes = fork_live;
+		h->heap_peak_bytes = fork_live;
+	}
+}
+
+/*
+ * Read the configuration (HEISEN_HEAP, HEISEN_QUARANTINE_MB,
+ * HEISEN_HEAP_STACKS, HEISEN_ON_HEAP_ERROR) and switch checking on when
+ * asked and the shim records.  Called from the shim's constructor, or
+ * lazily from the first hook that sees hs_recording.  Idempotent; only the
+ * first call does anything.  Allocations made before it stay foreign.
+ */
+HS_HIDDEN void hs_heap_init(void)
+{
+	int expect = HEAP_UNKNOWN;
+	const char *on, *v;
+	struct hs_tls *t = &hs_tls;
+	int was = t->in_hook;
+	if (!__atomic_load_n(&hs_recording, __ATOMIC_ACQUIRE))
+		return;
+	if (!__atomic_compare_exchange_n(&heap_mode, &expect, HEAP_INIT, 0, __ATOMIC_ACQ_REL, __ATOMIC_RELAXED))
+		return;
+	t->in_hook = 1;
+	on = getenv("HEISEN_HEAP");
+	if (!on || strcmp(on, "1") != 0) {
+		__atomic_store_n(&heap_mode, HEAP_OFF, __ATOMIC_RELEASE);
+		t->in_hook = was;
+		return;
+	}
+	page_size = (size_t)sysconf(_SC_PAGESIZE);
+	v = getenv("HEISEN_QUARANTINE_MB");
+	quar_limit = ((v && *v ? strtoull(v, NULL, 10) : 64ull) << 20) / QSHARDS;
+	v = getenv("HEISEN_HEAP_STACKS");
+	if (v && strcmp(v, "full") == 0)
+		heap_stacks = HS_HEAP_STACKS_FULL;
+	else if (v && strcmp(v, "none") == 0)
+		heap_stacks = HS_HEAP_STACKS_NONE;
+	v = getenv("HEISEN_ON_HEAP_ERROR");
+	heap_continue = v && strcmp(v, "continue") == 0;
+	heap_mark_header();
+	pthread_atfork(heap_before_fork, NULL, hs_heap_after_fork_child);
+	/* release: the settings above are visible to every hook that sees HEAP_ON */
+	__atomic_store_n(&heap_mode, HEAP_ON, __ATOMIC_RELEASE);
+	t->in_hook = was;
+}
+
+/* 1 when checking is on; runs the lazy initialisation. */
+static inline int heap_on(void)
+{
+	int m = __atomic_load_n(&heap_mode, __ATOMIC_ACQUIRE);
+	if (HS_LIKELY(m >= HEAP_OFF))
+		return m == HEAP_ON;
+	if (m == HEAP_UNKNOWN && !hs_tls.in_hook) {
+		hs_heap_init();
+		return __atomic_load_n(&heap_mode, __ATOMIC_ACQUIRE) == HEAP_ON;
+	}
+	return 0;
+}
+
+/* ---- the hooks ------------------------------------------------------------------------ */
+
+/* A checked allocation from a hook; the caller has checked heap_on(). */
+static void *hook_alloc(size_t n, size_t align, int zero, uint64_t site)
+{
+	struct hs_tls *t = &hs_tls;
+	int e = errno;
+	void *p;
+	heap_enter(t);
+	p = blk_alloc(t, n, align, zero, site);
+	hs_leave(t);
+	if (p)
+		errno = e;
+	return p;
+}
+
+HS_EXPORT void *malloc(size_t n)
+{
+	if (!heap_on() || hs_tls.in_hook)
+		return __libc_malloc(n);
+	return hook_alloc(n, 0, 0, RET_ADDR());
+}
+
+HS_EXPORT void *calloc(size_t n, size_t m)
+{
+	size_t total;
+	if (!heap_on() || hs_tls.in_hook)
+		return __libc_calloc(n, m);
+	if (__builtin_mul_overflow(n, m, &total)) {
+		errno = ENOMEM;
+		return NULL;
+	}
+	return hook_alloc(total, 0, 1, RET_ADDR());
+}
+
+static void hook_free(void *p, uint64_t site)
+{
+	struct hs_tls *t = &hs_tls;
+	int e = errno, ring;
+	if (HS_UNLIKELY(t->in_hook)) {
+		if (((uintptr_t)p & 15) == 0 && ours(p))
+			blk_free_quiet(p);
+		else
+			__libc_free(p);
+		errno = e;
+		return;
+	}
+	ring = heap_enter(t);
+	if (((uintptr_t)p & 15) == 0 && ours(p))
+		blk_free(t, ring, p, site);
+	else if (!foreign_is_invalid(t, ring, p))
+		__libc_free(p);
+	hs_leave(t);
+	errno = e;
+}
+
+HS_EXPORT void free(void *p)
+{
+	if (!p)
+		return;
+	if (!heap_on()) {
+		__libc_free(p);
+		return;
+	}
+	hook_free(p, RET_ADDR());
+}
+
+/* realloc of a checked block or a foreign one; the caller has checked heap_on(). */
+static void *hook_realloc(void *p, size_t n, uint64_t site)
+{
+	struct hs_tls *t = &hs_tls;
+	int e = errno, ring;
+	struct blk *b;
+	void *q;
+	uint64_t st;
+
+	if (p == NULL)
+		return hs_tls.in_hook ? __libc_malloc(n) : hook_alloc(n, 0, 0, site);
+	if (((uintptr_t)p & 15) != 0 || !ours(p)) {
+		if (!t->in_hook && ((uintptr_t)p & 15) != 0) {
+			ring = heap_enter(t);
+			foreign_is_invalid(t, ring, p);
+			hs_leave(t);
+			errno = EINVAL;
+			return NULL;
+		}
+		return __libc_realloc(p, n);
+	}
+	b = blk_of(p);
+	if (HS_UNLIKELY(t->in_hook)) {
+		/* the shim resizing a block of the program: keep it glibc's from now on */
+		if (n == 0) {
+			blk_free_quiet(p);
+			return NULL;
+		}
+		q = __libc_malloc(n);
+		if (q) {
+			memcpy(q, p, b->size < n ? b->size : n);
+			blk_free_quiet(p);
+		}
+		return q;
+	}
+	ring = heap_enter(t);
+	st = __atomic_load_n(&b->state, __ATOMIC_ACQUIRE);
+	if (HS_UNLIKELY(st != ST_LIVE)) {
+		/* continue: a new block with what the old one held; the old one is not freed again */
+		bad_state(t, ring, p, st);
+		q = n ? blk_alloc(t, n, 0, 0, site) : NULL;
+		if (q)
+			memcpy(q, p, b->size < n ? b->size : n);
+		hs_leave(t);
+		errno = e;
+		return q;
+	}
+	if (n == 0) {
+		/* glibc: realloc(p, 0) frees p and returns NULL */
+		blk_free(t, ring, p, site);
+		hs_leave(t);
+		errno = e;
+		return NULL;
+	}
+	q = blk_alloc(t, n, 0, 0, site);
+	if (q) {
+		memcpy(q, p, b->size < n ? b->size : n);
+		blk_free(t, ring, p, site);
+		errno = e;
+	}
+	hs_leave(t);
+	return q;
+}
+
+HS_EXPORT void *realloc(void *p, size_t n)
+{
+	if (!heap_on())
+		return __libc_realloc(p, n);
+	return hook_realloc(p, n, RET_ADDR());
+}
+
+HS_EXPORT void *reallocarray(void *p, size_t n, size_t m)
+{
+	size_t total;
+	if (__builtin_mul_overflow(n, m, &total)) {
+		errno = ENOMEM;
+		return NULL;
+	}
+	if (!heap_on())
+		return __libc_realloc(p, total);
+	return hook_realloc(p, total, RET_ADDR());
+}
+
+/* glibc's memalign rules: <= 16 is malloc, too large is EINVAL, others round up to a power of two. */
+static void *hook_memalign(size_t align, size_t n, uint64_t site)
+{
+	if (align > SIZE_MAX / 2 + 1) {
+		errno = EINVAL;
+		return NULL;
+	}
+	if (align & (align - 1)) {
+		size_t a = 32;
+		while (a < align)
+			a <<= 1;
+		align = a;
+	}
+	if (align > UINT32_MAX / 2)
+		return __libc_memalign(align, n); /* foreign: our offset field cannot hold it */
+	return hook_alloc(n, align <= 16 ? 0 : align, 0, site);
+}
+
+HS_EXPORT void *memalign(size_t align, size_t n)
+{
+	if (!heap_on() || hs_tls.in_hook)
+		return __libc_memalign(align, n);
+	return hook_memalign(align, n, RET_ADDR());
+}
+
+HS_EXPORT void *aligned_alloc(size_t align, size_t n)
+{
+	/* glibc 2.36: aligned_alloc is memalign (2.38 adds EINVAL for a non-power of two) */
+	if (!heap_on() || hs_tls.in_hook)
+		return __libc_memalign(align, n);
+	return hook_memalign(align, n, RET_ADDR());
+}
+
+HS_EXPORT int posix_memalign(void **pp, size_t align, size_t n)
+{
+	int e = errno;
+	void *p;
+	if (align % sizeof(void *) != 0 || (align & (align - 1)) != 0 || align == 0)
+		return EINVAL;
+	if (!heap_on() || hs_tls.in_hook)
+		p = __libc_memalign(align, n);
+	else
+		p = hook_memalign(align, n, RET_ADDR());
+	if (!p) {
+		errno = e;
+		return ENOMEM;
+	}
+	*pp = p;
+	return 0;
+}
+
+HS_EXPORT void *valloc(size_t n)
+{
+	if (!heap_on() || hs_tls.in_hook)
+		return __libc_valloc(n);
+	return hook_memalign(page_size, n, RET_ADDR());
+}
+
+HS_EXPORT void *pvalloc(size_t n)
+{
+	size_t r;
+	if (!heap_on() || hs_tls.in_hook)
+		return __libc_pvalloc(n);
+	if (__builtin_add_overflow(n, page_size - 1, &r)) {
+		errno = ENOMEM;
+		return NULL;
+	}
+	return hook_memalign(page_size, r & ~(page_size - 1), RET_ADDR());
+}
+
+/* glibc's malloc_usable_size, for foreign pointers: resolved once, inside the guard. */
+static size_t (*real_usable)(void *);
+
+HS_EXPORT size_t malloc_usable_size(void *p)
+{
+	size_t (*f)(void *);
+	if (!p)
+		return 0;
+	if (heap_on() && ((uintptr_t)p & 15) == 0 && ours(p))
+		return blk_of(p)->size;
+	f = __atomic_load_n(&real_usable, __ATOMIC_ACQUIRE);
+	if (HS_UNLIKELY(!f)) {
+		struct hs_tls *t = &hs_tls;
+		int was = t->in_hook;
+		t->in_hook = 1;
+		f = (size_t(*)(void *))dlvsym(RTLD_NEXT, "malloc_usable_size", "GLIBC_2.2.5");
+		if (!f)
+			f = (size_t(*)(void *))dlsym(RTLD_NEXT, "malloc_usable_size");
+		t->in_hook = was;
+		if (!f) {
+			hs_write_err("heisen: cannot resolve the real malloc_usable_size; aborting\n");
+			abort();
+		}
+		__atomic_store_n(&real_usable, f, __ATOMIC_RELEASE);
+	}
+	return f(p);
+}
