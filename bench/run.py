@@ -11,20 +11,26 @@ Runs, in this order, and prints one table per part:
      installed: gcc's ThreadSanitizer (bench_mutex_tsan, built by meson when
      gcc can link -fsanitize=thread), valgrind's helgrind and drd (smaller N);
   3. bench/py_workload.py under /usr/bin/python3: native, heisen, heisen
-     disabled, and helgrind at a smaller size.
+     disabled, and helgrind at a smaller size;
+  4. a stack capture with Python frames (bench_pystack, when built);
+  5. the GIL check per lock acquisition (benchgil, when built): ns per
+     uncontended mutex pair with the GIL held and with it released, native,
+     heisen and heisen disabled interleaved; the difference under heisen is
+     what the check and the GIL -> L edge lookup cost.
 A peer that is not installed is skipped with a note.  After the first
 recording run it checks with heisen-dump (when built) that the shim really
 recorded, so a shim that silently records nothing cannot look fast.
 
 Usage: /usr/bin/python3 bench/run.py [BUILD_DIR] [--quick]
   BUILD_DIR  a configured and built meson build directory (default /work/main/build)
-  --quick    fewer repetitions and smaller sizes (a smoke run, ~30 s)
+  --quick    fewer repetitions and smaller sizes (a smoke run, ~20 s)
 Results and interpretation: bench/README.md.  Speed is measured here, never
 asserted in tests.
 """
 import json
 import os
 import platform
+import re
 import shutil
 import statistics
 import subprocess
@@ -181,6 +187,97 @@ def stack_cost(build, reps, notes):
           " (process_vm_readv)" % reps, ["depth", "frames", "native", "with Python", "interleave alone", "careful"], rows)
 
 
+# Run under /usr/bin/python3 by gil_cost(): benchgil (bench/benchgil.c);
+# "addr ADDRESS", then "case ns_per_op" lines, each the median of INNER
+# in-process repetitions (with and without the GIL alternating).
+GIL_COST = """
+import statistics, sys
+sys.path.insert(0, sys.argv[1])
+import benchgil as b
+n, inner = int(sys.argv[2]), int(sys.argv[3])
+ns = {"gil": [], "nogil": [], "check": []}
+for _ in range(inner):
+    ns["gil"].append(b.pairs_gil(n))
+    ns["nogil"].append(b.pairs_nogil(n))
+    ns["check"].append(b.check_gil(n))
+print("addr", b.mutex_addr())
+for case, v in ns.items():
+    print(case, "%.3f" % (statistics.median(v) / n))
+"""
+
+
+def check_gil_edge(dump, session_dir, addr, n):
+    """heisen-dump must see CPython, the pairs' events, and the edge GIL -> benchgil's mutex."""
+    if not dump:
+        return "not checked (no heisen-dump in the build)"
+    p = subprocess.run([dump, "--json", "--no-symbols", session_dir], stdout=subprocess.PIPE,
+                       stderr=subprocess.PIPE, text=True)
+    if p.returncode not in (0, 1):
+        die("heisen-dump failed on %s:\n%s" % (session_dir, p.stderr))
+    procs = [pr for pr in json.loads(p.stdout)["processes"] if pr.get("python")]
+    if not procs:
+        die("the shim did not find CPython in %s: the GIL check never ran" % session_dir)
+    events = sum(pr["events_recorded"] for pr in procs)
+    if events < 2 * n:
+        die("the shim recorded %d events in %s, fewer than the %d lock/unlock pairs" % (events, session_dir, n))
+    # --json lists edges only inside findings (a lone GIL -> L edge closes no
+    # cycle); the graph itself is in --dot
+    dot = subprocess.run([dump, "--dot", "--no-symbols", session_dir], stdout=subprocess.PIPE,
+                         stderr=subprocess.DEVNULL, text=True).stdout
+    gil = re.findall(r'^\s*("[^"]+") \[label="GIL\\n', dot, re.M)
+    mine = re.findall(r'^\s*("[^"]+") \[label="[^"]*%s' % re.escape("0x%x" % addr), dot, re.M)
+    if not gil or not mine or not any("%s -> %s" % (g, m) in dot for g in gil for m in mine):
+        die("no GIL -> benchgil mutex (0x%x) edge recorded in %s: the numbers would be meaningless"
+            % (addr, session_dir))
+    return ("checked with heisen-dump: CPython %s seen, %d events (--json), the edge GIL -> mutex 0x%x (--dot)"
+            % (procs[0]["python"]["version"], events, addr))
+
+
+def gil_cost(build, shim, dump, sess, reps, n, inner, notes):
+    """Part 5: ns per lock+unlock pair with and without the GIL, native and under heisen."""
+    bdir = os.path.join(build, "bench")
+    if not any(f.startswith("benchgil") and f.endswith(".so") for f in os.listdir(bdir)):
+        notes.append("GIL check cost skipped: benchgil not built (needs CPython headers)")
+        return
+    heisen_env = lambda: {"LD_PRELOAD": shim, "HEISEN_DIR": sess.new()}
+    configs = [
+        ("native", lambda: {}),
+        ("heisen", heisen_env),
+        ("heisen HEISEN_DISABLE=1", lambda: dict(heisen_env(), HEISEN_DISABLE="1")),
+    ]
+    samples = {c[0]: [] for c in configs}
+    checked = None
+    for _ in range(reps):
+        for name, envf in configs:
+            env = envf()
+            out, _ = run([PYTHON, "-c", GIL_COST, bdir, str(n), str(inner)], env)
+            addr = int(out.split()[1])
+            samples[name].append(parse_cases("\n".join(out.splitlines()[1:])))
+            if name == "heisen" and checked is None:
+                checked = check_gil_edge(dump, env["HEISEN_DIR"], addr, n)
+    notes.append("benchgil under heisen: " + checked)
+    med = {name: {c: statistics.median(s[c] for s in v) for c in ("gil", "nogil", "check")}
+           for name, v in samples.items()}
+    nat = med["native"]
+    rows = []
+    for name, m in med.items():
+        rng = lambda c: "%.1f-%.1f" % (min(s[c] for s in samples[name]), max(s[c] for s in samples[name]))
+        rows.append([name, "%.1f (%.2fx)" % (m["gil"], m["gil"] / nat["gil"]), rng("gil"),
+                     "%.1f (%.2fx)" % (m["nogil"], m["nogil"] / nat["nogil"]), rng("nogil"),
+                     "%+.1f" % (m["gil"] - m["nogil"]), "%.1f" % m["check"], "%d x N=%d" % (reps, n)])
+    table("5. benchgil under %s — the GIL check per lock acquisition: median ns per uncontended mutex lock+unlock "
+          "pair (ratio to native in this run); with GIL = the GIL held (heisen: the check answers yes, plus the "
+          "GIL -> L edge lookup), without GIL = inside Py_BEGIN_ALLOW_THREADS (the check answers no); each run "
+          "the median of %d in-process repetitions" % (PYTHON, inner),
+          ["under", "with GIL", "range", "without GIL", "range", "GIL - no GIL", "PyGILState_Check", "runs"], rows)
+    h = med["heisen"]
+    print("  GIL check cost (heisen with GIL - heisen without GIL): %+.1f ns per acquisition (native's own "
+          "difference: %+.1f ns); heisen adds %+.1f ns per pair with the GIL, %+.1f ns without; "
+          "PyGILState_Check alone: %.1f ns"
+          % (h["gil"] - h["nogil"], nat["gil"] - nat["nogil"], h["gil"] - nat["gil"], h["nogil"] - nat["nogil"],
+             nat["check"]))
+
+
 def main():
     args = [a for a in sys.argv[1:] if not a.startswith("--")]
     quick = "--quick" in sys.argv[1:]
@@ -205,6 +302,8 @@ def main():
     py_size = 15000 if quick else 60000
     py_reps = 3 if quick else 5
     py_vg_size = 500 if quick else 2000
+    n_gil = 500000 if quick else 2000000
+    gil_inner = 3
 
     sess = Session()
     started = time.perf_counter()
@@ -267,13 +366,14 @@ def main():
           header, rows)
     extra = {c: med["heisen"][c] - med["native"][c] for c in cases}
     print("  heisen adds: " + ", ".join("%s %+.1f ns" % (c, v) for c, v in extra.items()))
-    # an uncontended lock+unlock pair: lock hook = 2 clock reads, site + lock-id lookups, 1 record;
-    # unlock hook = 1 clock read, 1 record
-    pieces = 3 * rec["hs_now"] + 2 * rec["hs_rec"] + rec["site_lookup"] + rec["lock_id_lookup"]
-    print("  of a mutex pair's %+.1f ns, the pieces of 1. account for %.1f ns: 3 x hs_now (%.1f), "
+    # an uncontended lock+unlock pair: lock hook = 1 clock read (acq_after reuses acq_before's
+    # when the acquisition did not wait), site + lock-id lookups, 1 record; unlock hook = 1 clock
+    # read, 1 record
+    pieces = 2 * rec["hs_now"] + 2 * rec["hs_rec"] + rec["site_lookup"] + rec["lock_id_lookup"]
+    print("  of a mutex pair's %+.1f ns, the pieces of 1. account for %.1f ns: 2 x hs_now (%.1f), "
           "2 x hs_rec (%.1f), site lookup (%.1f), lock-id lookup (%.1f); the rest is the hooks' own work "
           "(trylock-then-lock, the held stack under its seqlock, the calls in between)"
-          % (extra["mutex"], pieces, 3 * rec["hs_now"], 2 * rec["hs_rec"], rec["site_lookup"],
+          % (extra["mutex"], pieces, 2 * rec["hs_now"], 2 * rec["hs_rec"], rec["site_lookup"],
              rec["lock_id_lookup"]))
 
     # 3. end to end: a threaded Python service
@@ -320,6 +420,9 @@ def main():
 
     # 4. a stack capture with Python frames (issue 3)
     stack_cost(build, reps, notes)
+
+    # 5. the GIL check per lock acquisition (issue 3)
+    gil_cost(build, shim, dump, sess, reps, n_gil, gil_inner, notes)
 
     print()
     for n in notes:
