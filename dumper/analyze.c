@@ -28,6 +28,7 @@
  */
 #include "analyze.h"
 
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -35,6 +36,9 @@
 static const char *const kind_names[HS_F_KINDS] = {
 	[HS_F_CRASH] = "crash",
 	[HS_F_DEADLOCK] = "deadlock",
+	[HS_F_DOUBLE_FREE] = "double-free",
+	[HS_F_HEAP_OVERFLOW] = "heap-overflow",
+	[HS_F_INVALID_FREE] = "invalid-free",
 	[HS_F_SELF_DEADLOCK] = "self-deadlock",
 	[HS_F_HANG] = "hang",
 	[HS_F_POTENTIAL] = "potential-deadlock",
@@ -346,13 +350,64 @@ static int crash_others(struct hs_proc *p, struct hs_fnd *f)
 	return 0;
 }
 
+/*
+ * A heap finding's ids, checked once here so that the reports can trust
+ * them: a stack id beyond the stacks table is complained about and zeroed
+ * (the report then says "no stack recorded"); an invalid free's offset
+ * into its block (pad3) must lie inside the block, its canary included,
+ * and below the address, or the block is not named.
+ */
+static void check_heap(struct hs_fnd *f)
+{
+	static const char *const what[] = {"free", "first free", "allocation"};
+	struct hs_seg *seg = &f->proc->seg;
+	uint32_t cap = seg->hdr.tables[HS_T_STACKS].capacity;
+	uint32_t *ids[] = {&f->rec.stack, &f->rec.stack2, &f->rec.stack3};
+	for (size_t i = 0; i < sizeof ids / sizeof ids[0]; i++)
+		if (*ids[i] >= cap) {
+			hs_seg_complain(seg, "finding %u: %s stack id %u out of range (capacity %u)", f->index, what[i],
+					*ids[i], cap);
+			*ids[i] = 0;
+		}
+	if (f->kind != HS_F_INVALID_FREE || f->rec.size == 0 || f->rec.pad3 == 0)
+		return;
+	/* the canary is at most 23 bytes; allow 32 */
+	if ((uint64_t)f->rec.pad3 > f->rec.addr || (uint64_t)f->rec.pad3 >= f->rec.size + 32) {
+		hs_seg_complain(seg, "finding %u: offset %u is outside the %llu-byte block", f->index, f->rec.pad3,
+				(unsigned long long)f->rec.size);
+		return;
+	}
+	f->in_block = true;
+	f->block = f->rec.addr - f->rec.pad3;
+}
+
+/* Crash findings that are heisen's own abort after a heap finding of the
+ * same process (HEISEN_ON_HEAP_ERROR=abort): a SIGABRT sent by the process
+ * itself (si_code <= 0: abort() raises it) at or after a heap finding. */
+static void mark_heap_aborts(struct hs_findings *out, size_t first)
+{
+	for (size_t i = first; i < out->n; i++) {
+		struct hs_fnd *c = &out->v[i];
+		if (c->kind != HS_F_CRASH || c->rec.signo != SIGABRT || c->rec.si_code > 0)
+			continue;
+		for (size_t k = first; k < out->n; k++)
+			if (hs_fkind_heap(out->v[k].kind) && out->v[k].rec.ts_ns <= c->rec.ts_ns &&
+			    c->rec.tid == out->v[k].rec.tid)
+				c->heap_abort = true;
+	}
+}
+
 static int recorded(struct hs_proc *p, struct hs_findings *out)
 {
 	static const enum hs_fkind kinds[] = {
 		[HS_FIND_POTENTIAL_DEADLOCK] = HS_F_POTENTIAL,
 		[HS_FIND_SELF_DEADLOCK] = HS_F_SELF_DEADLOCK,
 		[HS_FIND_CRASH] = HS_F_CRASH,
+		[HS_FIND_DOUBLE_FREE] = HS_F_DOUBLE_FREE,
+		[HS_FIND_INVALID_FREE] = HS_F_INVALID_FREE,
+		[HS_FIND_HEAP_OVERFLOW] = HS_F_HEAP_OVERFLOW,
 	};
+	size_t first = out->n;
 	uint32_t n = hs_seg_count(&p->seg, HS_T_FINDINGS);
 	for (uint32_t i = 0; i < n; i++) {
 		struct hs_finding rec;
@@ -365,6 +420,8 @@ static int recorded(struct hs_proc *p, struct hs_findings *out)
 		f->rec = rec;
 		if (f->kind == HS_F_CRASH && crash_others(p, f) != 0)
 			return -1;
+		if (hs_fkind_heap(f->kind))
+			check_heap(f);
 		if (f->kind != HS_F_POTENTIAL)
 			continue;
 		copy_cycle(f);
@@ -373,6 +430,7 @@ static int recorded(struct hs_proc *p, struct hs_findings *out)
 			out->n--;
 		}
 	}
+	mark_heap_aborts(out, first);
 	return 0;
 }
 

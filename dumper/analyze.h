@@ -3,7 +3,8 @@
  * dumper/analyze.h — the findings of a session, most serious first.
  *
  * Two sources: what the writer recorded in its findings table (potential
- * deadlocks, self-deadlocks, crashes), and what the dumper computes from
+ * deadlocks, self-deadlocks, crashes, double and invalid frees, heap
+ * overflows), and what the dumper computes from
  * the thread slots it copied: the wait-for graph (thread -> lock it waits
  * for -> thread holding it), whose cycles are deadlocks, and threads blocked
  * longer than the hang timeout, which are hangs.  Reports read findings;
@@ -18,6 +19,9 @@
 enum hs_fkind {
 	HS_F_CRASH,
 	HS_F_DEADLOCK,
+	HS_F_DOUBLE_FREE,       /* heap findings (issue 4): recorded by the writer at the free */
+	HS_F_HEAP_OVERFLOW,
+	HS_F_INVALID_FREE,
 	HS_F_SELF_DEADLOCK,
 	HS_F_HANG,
 	HS_F_POTENTIAL,
@@ -28,7 +32,8 @@ struct hs_fnd {
 	enum hs_fkind kind;
 	struct hs_proc *proc;
 	uint32_t index;                      /* entry in the segment's findings table, if from there */
-	struct hs_finding rec;               /* crash, self-deadlock, potential: the writer's copy */
+	struct hs_finding rec;               /* crash, self-deadlock, potential, heap: the writer's copy
+						(heap: stack ids beyond the table are zeroed, complained) */
 	struct hs_edge edges[HS_CYCLE_MAX];  /* potential: the cycle's valid edges, copied */
 	uint32_t edge_ids[HS_CYCLE_MAX];
 	uint32_t nedges;
@@ -40,7 +45,18 @@ struct hs_fnd {
 						(the writer's CLOCK_MONOTONIC): older snapshots are stale */
 	const struct hs_tsnap **others;      /* crash: the other threads that took a crash snapshot */
 	uint32_t nothers;
+	bool heap_abort;                     /* crash: a SIGABRT raised by the process itself after
+						a heap finding of its own (HEISEN_ON_HEAP_ERROR=abort) */
+	bool in_block;                       /* invalid-free: addr is inside a block of size rec.size
+						that starts at block (rec.pad3 bytes before addr) */
+	uint64_t block;
 };
+
+/* A heap finding kind? */
+static inline bool hs_fkind_heap(enum hs_fkind k)
+{
+	return k == HS_F_DOUBLE_FREE || k == HS_F_HEAP_OVERFLOW || k == HS_F_INVALID_FREE;
+}
 
 /* A process that made no progress (no ring records, no CPU time) for
  * `seconds`, as judged by heisen-run's watchdog or heisen-dump --snapshot. */

@@ -147,3 +147,66 @@ const struct hs_held *hs_held_for(const struct hs_tsnap *holder, const struct hs
 	}
 	return NULL;
 }
+
+const char *hs_heap_stacks_name(unsigned v)
+{
+	switch (v) {
+	case HS_HEAP_STACKS_SITE: return "site";
+	case HS_HEAP_STACKS_FULL: return "full";
+	case HS_HEAP_STACKS_NONE: return "none";
+	default: return NULL;
+	}
+}
+
+const char *hs_heap_stacks_note(unsigned v)
+{
+	switch (v) {
+	case HS_HEAP_STACKS_SITE:
+		return "stacks per call site (HEISEN_HEAP_STACKS=site): the innermost caller is exact, "
+		       "the frames above it are those of the site's first call; HEISEN_HEAP_STACKS=full for exact stacks";
+	case HS_HEAP_STACKS_FULL: return "full stacks at every malloc and free (HEISEN_HEAP_STACKS=full)";
+	case HS_HEAP_STACKS_NONE: return "no allocation or free stacks recorded (HEISEN_HEAP_STACKS=none)";
+	default: return "unknown stack mode";
+	}
+}
+
+void hs_heap_message(const struct hs_fnd *f, char *msg, size_t len)
+{
+	const struct hs_finding *r = &f->rec;
+	size_t used = 0;
+	msg[0] = '\0';
+	switch (f->kind) {
+	case HS_F_DOUBLE_FREE:
+		hs_appendf(msg, len, &used, "double free of 0x%llx (%llu bytes) in thread %d", (unsigned long long)r->addr,
+			   (unsigned long long)r->size, r->tid);
+		if (r->tid2)
+			hs_appendf(msg, len, &used, ": first freed by thread %d", r->tid2);
+		if (r->tid3)
+			hs_appendf(msg, len, &used, "%s allocated by thread %d", r->tid2 ? "," : ":", r->tid3);
+		break;
+	case HS_F_HEAP_OVERFLOW:
+		hs_appendf(msg, len, &used,
+			   "heap overflow: the bytes after the %llu-byte block at 0x%llx were overwritten, "
+			   "found at its free in thread %d", (unsigned long long)r->size, (unsigned long long)r->addr, r->tid);
+		if (r->tid3)
+			hs_appendf(msg, len, &used, "; allocated by thread %d", r->tid3);
+		break;
+	case HS_F_INVALID_FREE:
+		hs_appendf(msg, len, &used, "invalid free of 0x%llx in thread %d: ", (unsigned long long)r->addr, r->tid);
+		if (f->in_block)
+			hs_appendf(msg, len, &used, "middle of a %llu-byte block at 0x%llx (offset %u)",
+				   (unsigned long long)r->size, (unsigned long long)f->block, r->pad3);
+		else if (r->size)
+			hs_appendf(msg, len, &used, "a %llu-byte block whose heisen header is in an unknown state "
+				   "(overwritten?)", (unsigned long long)r->size);
+		else
+			hs_appendf(msg, len, &used, "unknown pointer: not the start of any block malloc handed out");
+		if (r->size && r->tid3)
+			hs_appendf(msg, len, &used, ", allocated by thread %d", r->tid3);
+		if (r->size && r->tid2)
+			hs_appendf(msg, len, &used, ", already freed by thread %d", r->tid2);
+		break;
+	default:
+		break;
+	}
+}

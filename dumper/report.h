@@ -49,6 +49,20 @@ const char *hs_lock_kind_name(unsigned kind);     /* NULL when unknown */
 const char *hs_wait_kind_name(unsigned kind);     /* "lock", "cond", "gil", NULL for none */
 const char *hs_event_name(unsigned type);         /* "lock-acquired", ...; "unknown" */
 
+/* "site", "full", "none" (hs_header.heap_stacks), NULL when unknown. */
+const char *hs_heap_stacks_name(unsigned v);
+
+/* What the stacks of a heap finding are, for a reader: one line, no newline. */
+const char *hs_heap_stacks_note(unsigned v);
+
+/*
+ * The one-line message of a heap finding f (double-free, invalid-free,
+ * heap-overflow), ASan's first line: "double free of 0x... (64 bytes) in
+ * thread 12: first freed by thread 11, allocated by thread 10".  Shared by
+ * the text and JSON reports so the two never disagree.
+ */
+void hs_heap_message(const struct hs_fnd *f, char *msg, size_t len);
+
 /* The thread's held entry for the lock that another thread of the finding
  * waits for, else its innermost held lock, else NULL. */
 const struct hs_held *hs_relevant_hold(const struct hs_fnd *f, const struct hs_tsnap *t);

@@ -51,20 +51,30 @@ static void frame(struct hs_json *j, const struct hs_frame *f)
 	hs_json_end_object(j);
 }
 
-static void stack(struct hs_json *j, const char *key, struct hs_proc *p, uint32_t id, const char *role,
-		  int32_t tid)
+/* A stack object; tid null when has_tid is false (nobody in particular). */
+static void stack_of(struct hs_json *j, const char *key, struct hs_proc *p, uint32_t id, const char *role,
+		     int32_t tid, bool has_tid)
 {
 	struct hs_frames fr;
 	hs_frames_of(p, id, &fr);
 	hs_json_object(j, key);
 	hs_json_str(j, "role", role);
-	hs_json_int(j, "tid", tid);
+	if (has_tid)
+		hs_json_int(j, "tid", tid);
+	else
+		hs_json_null(j, "tid");
 	hs_json_bool(j, "truncated", fr.truncated);
 	hs_json_array(j, "frames");
 	for (uint32_t i = 0; i < fr.n; i++)
 		frame(j, fr.f[i]);
 	hs_json_end_array(j);
 	hs_json_end_object(j);
+}
+
+static void stack(struct hs_json *j, const char *key, struct hs_proc *p, uint32_t id, const char *role,
+		  int32_t tid)
+{
+	stack_of(j, key, p, id, role, tid, true);
 }
 
 static const char *label(struct hs_proc *p, uint32_t id, uint64_t addr, struct hs_lockref *r)
@@ -286,6 +296,32 @@ static void python(struct hs_json *j, const struct hs_header *h)
 	hs_json_end_object(j);
 }
 
+/* "heap": the heap checker's counters, null when it was off in the process.
+ * From the header copied at load; the stack id is checked where it is read. */
+static void heap(struct hs_json *j, struct hs_proc *p)
+{
+	const struct hs_header *h = &p->seg.hdr;
+	if (!(hs_seg_flags(&p->seg) & HS_HDR_HEAP)) {
+		hs_json_null(j, "heap");
+		return;
+	}
+	hs_json_object(j, "heap");
+	hs_json_uint(j, "live_bytes", h->heap_live_bytes);
+	hs_json_uint(j, "peak_bytes", h->heap_peak_bytes);
+	hs_json_uint(j, "allocs", h->heap_allocs);
+	hs_json_uint(j, "failures", h->heap_failures);
+	if (h->heap_failures) {
+		hs_json_object(j, "last_failure");
+		hs_json_uint(j, "size", h->heap_last_fail_size);
+		stack_of(j, "stack", p, h->heap_last_fail_stack, "allocation failure", 0, false);
+		hs_json_end_object(j);
+	} else {
+		hs_json_null(j, "last_failure");
+	}
+	hs_json_str(j, "stacks", hs_heap_stacks_name(h->heap_stacks));
+	hs_json_end_object(j);
+}
+
 static void process(struct hs_json *j, struct hs_session *s, struct hs_proc *p)
 {
 	const struct hs_header *h = &p->seg.hdr;
@@ -302,6 +338,7 @@ static void process(struct hs_json *j, struct hs_session *s, struct hs_proc *p)
 	hs_json_uint(j, "events_recorded", hs_seg_events(&p->seg));
 	hs_json_bool(j, "suspect", (hs_seg_flags(&p->seg) & HS_HDR_SUSPECT) != 0);
 	python(j, h);
+	heap(j, p);
 	dropped(j, p);
 	hs_json_array(j, "threads");
 	for (uint32_t i = 0; i < p->nthreads; i++)
@@ -388,6 +425,59 @@ static void crash(struct hs_json *j, struct hs_fnd *f, char *msg, size_t len)
 	hs_json_str(j, "signal_name", hs_signal_name(f->rec.signo));
 	hs_json_int(j, "si_code", f->rec.si_code);
 	hs_json_hex(j, "address", f->rec.addr);
+	/* heisen's own abort after a heap finding (HEISEN_ON_HEAP_ERROR=abort) */
+	hs_json_bool(j, "heap_abort", f->heap_abort);
+	if (f->heap_abort) {
+		size_t used = strlen(msg);
+		hs_appendf(msg, len, &used, " (heisen's own abort after a heap finding)");
+	}
+}
+
+/* double-free, invalid-free, heap-overflow: docs/interfaces.md "The heap". */
+static void heap_finding(struct hs_json *j, struct hs_fnd *f, char *msg, size_t len)
+{
+	const struct hs_finding *r = &f->rec;
+	bool known = r->size != 0;  /* invalid-free: inside a block heisen knows */
+	hs_heap_message(f, msg, len);
+	hs_json_hex(j, "address", r->addr);
+	if (f->kind != HS_F_INVALID_FREE || known)
+		hs_json_uint(j, "size", r->size);
+	else
+		hs_json_null(j, "size");
+	if (f->kind == HS_F_INVALID_FREE) {
+		if (f->in_block) {
+			hs_json_object(j, "block");
+			hs_json_hex(j, "address", f->block);
+			hs_json_uint(j, "size", r->size);
+			hs_json_uint(j, "offset", r->pad3);
+			hs_json_end_object(j);
+		} else {
+			hs_json_null(j, "block");
+		}
+	}
+	hs_json_str(j, "heap_stacks", hs_heap_stacks_name(f->proc->seg.hdr.heap_stacks));
+	hs_json_array(j, "locks");
+	hs_json_end_array(j);
+	hs_json_array(j, "stacks");
+	switch (f->kind) {
+	case HS_F_DOUBLE_FREE:
+		stack(j, NULL, f->proc, r->stack, "second free", r->tid);
+		stack(j, NULL, f->proc, r->stack2, "first free", r->tid2);
+		stack(j, NULL, f->proc, r->stack3, "allocation", r->tid3);
+		break;
+	case HS_F_HEAP_OVERFLOW:
+		stack(j, NULL, f->proc, r->stack, "free", r->tid);
+		stack(j, NULL, f->proc, r->stack3, "allocation", r->tid3);
+		break;
+	default:
+		stack(j, NULL, f->proc, r->stack, "free", r->tid);
+		if (known && (r->stack3 || r->tid3))
+			stack(j, NULL, f->proc, r->stack3, "allocation", r->tid3);
+		if (known && (r->stack2 || r->tid2))
+			stack(j, NULL, f->proc, r->stack2, "earlier free", r->tid2);
+		break;
+	}
+	hs_json_end_array(j);
 }
 
 static void self_deadlock(struct hs_json *j, struct hs_fnd *f, char *msg, size_t len)
@@ -630,7 +720,16 @@ static void tids(struct hs_json *j, struct hs_fnd *f)
 			if (!seen)
 				hs_json_int(j, NULL, f->edges[i].tid);
 		}
-	else
+	else if (f->kind == HS_F_DOUBLE_FREE) {
+		/* [second free, first free, allocation], as the stacks */
+		hs_json_int(j, NULL, f->rec.tid);
+		hs_json_int(j, NULL, f->rec.tid2);
+		hs_json_int(j, NULL, f->rec.tid3);
+	} else if (hs_fkind_heap(f->kind)) {
+		hs_json_int(j, NULL, f->rec.tid);
+		if (f->rec.size && f->rec.tid3)
+			hs_json_int(j, NULL, f->rec.tid3);
+	} else
 		hs_json_int(j, NULL, f->rec.tid);
 	hs_json_end_array(j);
 }
@@ -649,6 +748,9 @@ static void finding(struct hs_json *j, struct hs_session *s, struct hs_fnd *f)
 	case HS_F_POTENTIAL: potential(j, f, msg, sizeof msg); break;
 	case HS_F_CRASH: crash(j, f, msg, sizeof msg); break;
 	case HS_F_SELF_DEADLOCK: self_deadlock(j, f, msg, sizeof msg); break;
+	case HS_F_DOUBLE_FREE:
+	case HS_F_HEAP_OVERFLOW:
+	case HS_F_INVALID_FREE: heap_finding(j, f, msg, sizeof msg); break;
 	case HS_F_HANG:
 		if (f->stalled_seconds > 0) {
 			stalled(j, s, f, msg, sizeof msg);

@@ -144,6 +144,9 @@ static void crash(FILE *out, struct hs_fnd *f)
 		thread_name(f->proc, f->rec.tid), hs_signal_name(f->rec.signo), f->rec.si_code, f->rec.addr,
 		/* SI_USER, SI_TKILL, SI_QUEUE ...: someone sent it, nothing faulted */
 		f->rec.si_code <= 0 ? ", sent by kill/raise, not a fault" : "");
+	if (f->heap_abort)
+		fprintf(out, "This SIGABRT is heisen's own: it aborts after recording a heap finding (above), as "
+			     "AddressSanitizer does; HEISEN_ON_HEAP_ERROR=continue skips the bad free instead.\n");
 	print_frames(out, f->proc, f->rec.stack, "    ");
 	for (uint32_t i = 0; i < f->nothers; i++) {
 		const struct hs_tsnap *t = f->others[i];
@@ -163,6 +166,36 @@ static void self_deadlock(FILE *out, struct hs_fnd *f)
 	print_frames(out, f->proc, f->rec.stack, "    ");
 	fprintf(out, "  first acquired at:\n");
 	print_frames(out, f->proc, f->rec.stack2, "    ");
+}
+
+/*
+ * A heap finding, in AddressSanitizer's shape: the one-line message, then
+ * the stack of the free that found it, then "freed by thread ... here",
+ * then "previously allocated by thread ... here".
+ */
+static void heap(FILE *out, struct hs_fnd *f)
+{
+	const struct hs_finding *r = &f->rec;
+	char msg[512];
+	hs_heap_message(f, msg, sizeof msg);
+	fprintf(out, "%s", msg);
+	if (r->count > 1)
+		fprintf(out, " (seen %u times)", r->count);
+	fprintf(out, "\n\n");
+	fprintf(out, " %s by thread %d (%s) here:\n", f->kind == HS_F_DOUBLE_FREE ? "second free" : "free", r->tid,
+		thread_name(f->proc, r->tid));
+	print_frames(out, f->proc, r->stack, "    ");
+	if (f->kind == HS_F_DOUBLE_FREE || (f->kind == HS_F_INVALID_FREE && r->size && (r->stack2 || r->tid2))) {
+		fprintf(out, "\n %s by thread %d (%s) here:\n",
+			f->kind == HS_F_DOUBLE_FREE ? "first freed" : "the block was freed", r->tid2,
+			thread_name(f->proc, r->tid2));
+		print_frames(out, f->proc, r->stack2, "    ");
+	}
+	if (f->kind != HS_F_INVALID_FREE || (r->size && (r->stack3 || r->tid3))) {
+		fprintf(out, "\n previously allocated by thread %d (%s) here:\n", r->tid3, thread_name(f->proc, r->tid3));
+		print_frames(out, f->proc, r->stack3, "    ");
+	}
+	fprintf(out, "\n (%s)\n", hs_heap_stacks_note(f->proc->seg.hdr.heap_stacks));
 }
 
 /* A GIL wait before the writer has a GIL node: name it all the same. */
@@ -306,6 +339,9 @@ static void banner(FILE *out, const struct hs_fnd *f)
 	static const char *const what[HS_F_KINDS] = {
 		[HS_F_CRASH] = "crash",
 		[HS_F_DEADLOCK] = "deadlock (wait-for cycle)",
+		[HS_F_DOUBLE_FREE] = "double free",
+		[HS_F_HEAP_OVERFLOW] = "heap overflow",
+		[HS_F_INVALID_FREE] = "invalid free",
 		[HS_F_SELF_DEADLOCK] = "self-deadlock",
 		[HS_F_HANG] = "hang",
 		[HS_F_POTENTIAL] = "potential deadlock (lock-order cycle)",
@@ -330,6 +366,9 @@ static void finding(FILE *out, struct hs_session *s, struct hs_fnd *f)
 		break;
 	case HS_F_SELF_DEADLOCK: self_deadlock(out, f); break;
 	case HS_F_POTENTIAL: potential(out, f); break;
+	case HS_F_DOUBLE_FREE:
+	case HS_F_HEAP_OVERFLOW:
+	case HS_F_INVALID_FREE: heap(out, f); break;
 	default: break;
 	}
 	fprintf(out, "\n");
@@ -498,6 +537,28 @@ static void process_line(FILE *out, struct hs_proc *p)
 	fprintf(out, " ----\n");
 }
 
+/* "  heap: 1.2 MiB live, peak 3.4 MiB, 5678 allocations, no failures; stacks: site"
+ * (from the header copied at load) when the heap checker was on. */
+static void heap_line(FILE *out, struct hs_proc *p)
+{
+	const struct hs_header *h = &p->seg.hdr;
+	const char *st = hs_heap_stacks_name(h->heap_stacks);
+	if (!(hs_seg_flags(&p->seg) & HS_HDR_HEAP))
+		return;
+	fprintf(out, "  heap: %.1f KiB live, peak %.1f KiB, %" PRIu64 " allocation%s, ", (double)h->heap_live_bytes / 1024,
+		(double)h->heap_peak_bytes / 1024, h->heap_allocs, h->heap_allocs == 1 ? "" : "s");
+	if (h->heap_failures)
+		fprintf(out, "%" PRIu64 " FAILED (the last of %" PRIu64 " bytes)", h->heap_failures,
+			h->heap_last_fail_size);
+	else
+		fprintf(out, "no failures");
+	fprintf(out, "; stacks: %s\n", st ? st : "unknown");
+	if (h->heap_failures) {
+		fprintf(out, "    the last failed allocation was at:\n");
+		print_frames(out, p, h->heap_last_fail_stack, "      ");
+	}
+}
+
 static void process_section(FILE *out, struct hs_session *s, struct hs_proc *p)
 {
 	process_line(out, p);
@@ -511,6 +572,7 @@ static void process_section(FILE *out, struct hs_session *s, struct hs_proc *p)
 			(p->seg.hdr.python & HS_PY_FRAMES) ? ", Python frames in stacks" : ", native frames only",
 			(p->seg.hdr.python & HS_PY_GOT_PATCHED) ? ", GIL entry points hooked" : "");
 	}
+	heap_line(out, p);
 	fprintf(out, "  segment: %s, %" PRIu64 " events recorded\n", p->seg.name, hs_seg_events(&p->seg));
 	overflow_lines(out, p);
 	for (uint32_t i = 0; i < p->nthreads; i++)

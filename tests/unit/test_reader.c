@@ -651,6 +651,165 @@ static void test_entry_corruption(void)
 	synth_free(&s);
 }
 
+/* ---- heap findings (ABI 3) ----------------------------------------------- */
+
+static struct hs_finding *add_heap_finding(struct synth *s, uint32_t i, unsigned kind, uint64_t addr, uint64_t size)
+{
+	struct hs_finding *f = entry(s, HS_T_FINDINGS, i);
+	memset(f, 0, sizeof *f);
+	f->kind = (uint16_t)kind;
+	f->addr = addr;
+	f->size = size;
+	f->count = 1;
+	f->tid = 100;
+	f->stack = 1;
+	f->ts_ns = s->h->start_mono_ns + 10 + i;
+	f->ready = 1;
+	if (s->h->tables[HS_T_FINDINGS].count < i + 1)
+		s->h->tables[HS_T_FINDINGS].count = i + 1;
+	return f;
+}
+
+/* The whole JSON report of ss, in a malloc'd string. */
+static char *json_of(struct hs_session *ss, struct hs_findings *f)
+{
+	char *buf = NULL;
+	size_t n = 0;
+	FILE *m = open_memstream(&buf, &n);
+	hs_report_json(m, ss, f);
+	fclose(m);
+	return buf;
+}
+
+static char *text_of(struct hs_session *ss, struct hs_findings *f)
+{
+	char *buf = NULL;
+	size_t n = 0;
+	FILE *m = open_memstream(&buf, &n);
+	hs_report_text(m, ss, f);
+	fclose(m);
+	return buf;
+}
+
+#define CHECK_HAS(hay, needle)                                                        \
+	do {                                                                          \
+		checks++;                                                             \
+		if (!(hay) || !strstr((hay), (needle))) {                             \
+			failures++;                                                   \
+			fprintf(stderr, "%s:%d: missing \"%s\"\n", __FILE__, __LINE__, (needle)); \
+		}                                                                     \
+	} while (0)
+
+/*
+ * Double free, heap overflow, invalid free inside a block and of an unknown
+ * pointer, heisen's own SIGABRT after them, the per-process heap block; then
+ * a double free whose first-free stack id is beyond the stacks table and an
+ * invalid free whose offset lies outside its block: complained, never read.
+ */
+static void test_heap_findings(void)
+{
+	struct synth s;
+	struct hs_session ss;
+	struct hs_findings f;
+	struct hs_finding *d;
+	char want[HS_MSG_MAX], *js, *tx;
+	uint32_t scap;
+
+	synth_make(&s, false);
+	scap = s.h->tables[HS_T_STACKS].capacity;
+	s.h->flags |= HS_HDR_HEAP;
+	s.h->heap_live_bytes = 4096;
+	s.h->heap_peak_bytes = 1 << 20;
+	s.h->heap_allocs = 321;
+	s.h->heap_failures = 2;
+	s.h->heap_last_fail_size = 1ull << 40;
+	s.h->heap_last_fail_stack = 2;
+	s.h->heap_stacks = HS_HEAP_STACKS_SITE;
+	d = add_heap_finding(&s, 1, HS_FIND_DOUBLE_FREE, 0x7000, 64);
+	d->tid = 102, d->stack = 1, d->tid2 = 101, d->stack2 = 2, d->tid3 = 100, d->stack3 = 1;
+	d = add_heap_finding(&s, 2, HS_FIND_HEAP_OVERFLOW, 0x9000, 10);
+	d->stack3 = 2, d->tid3 = 101;
+	d = add_heap_finding(&s, 3, HS_FIND_INVALID_FREE, 0x8010, 64);
+	d->pad3 = 16, d->stack3 = 2, d->tid3 = 101;
+	add_heap_finding(&s, 4, HS_FIND_INVALID_FREE, 0x7ffc1234, 0);
+	d = add_heap_finding(&s, 5, HS_FIND_CRASH, 0, 0);
+	d->signo = 6, d->si_code = -6, d->tid = 102, d->ts_ns = s.h->start_mono_ns + 100;
+
+	load(&s, &ss, &f, 1000.0);
+	CHECK(f.n == 6);
+	if (f.n == 6) {
+		/* severity: crash, double-free, heap-overflow, invalid-free, potential-deadlock */
+		CHECK(f.v[0].kind == HS_F_CRASH && f.v[0].heap_abort);
+		CHECK(f.v[1].kind == HS_F_DOUBLE_FREE);
+		CHECK(f.v[2].kind == HS_F_HEAP_OVERFLOW);
+		CHECK(f.v[3].kind == HS_F_INVALID_FREE && f.v[3].in_block && f.v[3].block == 0x8000);
+		CHECK(f.v[4].kind == HS_F_INVALID_FREE && !f.v[4].in_block);
+		CHECK(f.v[5].kind == HS_F_POTENTIAL);
+	}
+	CHECK_STR(hs_fkind_name(HS_F_DOUBLE_FREE), "double-free");
+	CHECK_STR(hs_fkind_name(HS_F_INVALID_FREE), "invalid-free");
+	CHECK_STR(hs_fkind_name(HS_F_HEAP_OVERFLOW), "heap-overflow");
+	js = json_of(&ss, &f);
+	CHECK_HAS(js, "\"kind\":\"double-free\"");
+	CHECK_HAS(js, "\"tids\":[102,101,100]");
+	CHECK_HAS(js, "\"address\":\"0x7000\",\"size\":64");
+	CHECK_HAS(js, "\"role\":\"second free\",\"tid\":102");
+	CHECK_HAS(js, "\"role\":\"first free\",\"tid\":101");
+	CHECK_HAS(js, "\"role\":\"allocation\",\"tid\":100");
+	CHECK_HAS(js, "double free of 0x7000 (64 bytes) in thread 102: first freed by thread 101, allocated by thread 100");
+	CHECK_HAS(js, "middle of a 64-byte block at 0x8000 (offset 16)");
+	CHECK_HAS(js, "\"block\":{\"address\":\"0x8000\",\"size\":64,\"offset\":16}");
+	CHECK_HAS(js, "unknown pointer");
+	CHECK_HAS(js, "\"kind\":\"heap-overflow\"");
+	CHECK_HAS(js, "\"heap_abort\":true");
+	CHECK_HAS(js, "\"heap\":{\"live_bytes\":4096,\"peak_bytes\":1048576,\"allocs\":321,\"failures\":2,"
+		      "\"last_failure\":{\"size\":1099511627776,\"stack\":{\"role\":\"allocation failure\",\"tid\":null");
+	CHECK_HAS(js, "\"stacks\":\"site\"}");
+	tx = text_of(&ss, &f);
+	CHECK_HAS(tx, "==== heisen: double free in pid");
+	CHECK_HAS(tx, " first freed by thread 101 (worker-101) here:");
+	CHECK_HAS(tx, " previously allocated by thread 100 (worker-100) here:");
+	CHECK_HAS(tx, "This SIGABRT is heisen's own");
+	CHECK_HAS(tx, "  heap: 4.0 KiB live, peak 1024.0 KiB, 321 allocations, 2 FAILED");
+	free(js), free(tx);
+	CHECK(report_all(&ss, &f) == 0);
+	hs_findings_free(&f);
+	hs_session_free(&ss);
+
+	/* Heap checking off: "heap": null. */
+	s.h->flags &= ~HS_HDR_HEAP;
+	load(&s, &ss, &f, 1000.0);
+	js = json_of(&ss, &f);
+	CHECK_HAS(js, "\"heap\":null");
+	free(js);
+	hs_findings_free(&f);
+	hs_session_free(&ss);
+
+	/* Corrupt: a first-free stack id beyond the table, an offset outside the block. */
+	d = entry(&s, HS_T_FINDINGS, 1);
+	d->stack2 = 999999;
+	d = entry(&s, HS_T_FINDINGS, 3);
+	d->pad3 = 5000;
+	load(&s, &ss, &f, 1000.0);
+	CHECK(count_kind(&f, HS_F_DOUBLE_FREE) == 1 && count_kind(&f, HS_F_INVALID_FREE) == 2);
+	for (size_t i = 0; i < f.n; i++) {
+		if (f.v[i].kind == HS_F_DOUBLE_FREE)
+			CHECK(f.v[i].rec.stack2 == 0 && f.v[i].rec.stack == 1);
+		if (f.v[i].kind == HS_F_INVALID_FREE)
+			CHECK(!f.v[i].in_block);
+	}
+	tx = text_of(&ss, &f);
+	CHECK_HAS(tx, " first freed by thread 101 (worker-101) here:\n    (no stack recorded)");
+	free(tx);
+	report_all(&ss, &f);
+	snprintf(want, sizeof want, "finding 1: first free stack id 999999 out of range (capacity %u)", scap);
+	CHECK(has_error(&ss, want));
+	CHECK(has_error(&ss, "finding 3: offset 5000 is outside the 64-byte block"));
+	hs_findings_free(&f);
+	hs_session_free(&ss);
+	synth_free(&s);
+}
+
 static void test_string_accessor(void)
 {
 	struct synth s;
@@ -765,6 +924,7 @@ int main(void)
 	test_header_corruption();
 	test_session_with_bad_segment();
 	test_entry_corruption();
+	test_heap_findings();
 	test_string_accessor();
 	test_symbolize();
 	clear_dir();
