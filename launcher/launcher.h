@@ -55,6 +55,7 @@ struct hr_run {
 	int on_hang_kill;          /* --on-hang kill */
 	int quiet;                 /* --quiet */
 	int rm_clean;              /* --rm */
+	int python_malloc;         /* --python-malloc: PYTHONMALLOC=malloc for the command */
 	char **cmd;                /* the command, NULL-terminated */
 
 	/* paths (paths.c), absolute */

@@ -3,7 +3,7 @@
  * launcher/main.c — heisen-run: options and the order of a run.
  *
  *   heisen-run [--dir DIR] [--hang-timeout S] [--on-hang report|kill]
- *              [--quiet] [--rm] -- CMD ARGS...
+ *              [--python-malloc] [--quiet] [--rm] -- CMD ARGS...
  *
  * A run: find libheisen.so and heisen-dump (paths.c); take over signals and
  * become a subreaper (reaper.c); make the session (session.c); start CMD
@@ -51,6 +51,8 @@ static void usage(FILE *f)
 		"  --hang-timeout S      a thread blocked S seconds is hung (default 30; 0 = no watchdog)\n"
 		"  --on-hang report|kill on a hang, print the report and keep watching (report,\n"
 		"                        default) or also SIGKILL the process tree and exit 137 (kill)\n"
+		"  --python-malloc       set PYTHONMALLOC=malloc for CMD: CPython's small objects then\n"
+		"                        come from malloc, where the heap checker (HEISEN_HEAP=1) sees them\n"
 		"  --quiet, -q           no warnings, no session line after a clean run\n"
 		"  --rm                  remove the session's segments after a clean run\n"
 		"  --help, -h            this text\n"
@@ -88,13 +90,14 @@ void hr_warn(const struct hr_run *r, const char *fmt, ...)
  * usage error, 0 after --help). */
 static void parse_options(struct hr_run *r, int argc, char **argv)
 {
-	enum { OPT_DIR = 256, OPT_HANG, OPT_ON_HANG, OPT_RM };
+	enum { OPT_DIR = 256, OPT_HANG, OPT_ON_HANG, OPT_RM, OPT_PYMALLOC };
 	static const struct option opts[] = {
 		{"dir", required_argument, NULL, OPT_DIR},
 		{"hang-timeout", required_argument, NULL, OPT_HANG},
 		{"on-hang", required_argument, NULL, OPT_ON_HANG},
 		{"quiet", no_argument, NULL, 'q'},
 		{"rm", no_argument, NULL, OPT_RM},
+		{"python-malloc", no_argument, NULL, OPT_PYMALLOC},
 		{"help", no_argument, NULL, 'h'},
 		{NULL, 0, NULL, 0},
 	};
@@ -138,6 +141,9 @@ static void parse_options(struct hr_run *r, int argc, char **argv)
 			break;
 		case OPT_RM:
 			r->rm_clean = 1;
+			break;
+		case OPT_PYMALLOC:
+			r->python_malloc = 1;
 			break;
 		case 'h':
 			usage(stdout);

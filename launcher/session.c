@@ -238,9 +238,10 @@ static char *env_entry(const char *name, const char *value)
 	return s;
 }
 
-/* environ without LD_PRELOAD and HEISEN_DIR, with room for `extra` more
- * entries; NULL on ENOMEM.  Entries are shared with environ. */
-static char **env_without_ours(size_t extra, size_t *count)
+/* environ without LD_PRELOAD and HEISEN_DIR (and PYTHONMALLOC when
+ * drop_pymalloc), with room for `extra` more entries; NULL on ENOMEM.
+ * Entries are shared with environ. */
+static char **env_without_ours(size_t extra, size_t *count, int drop_pymalloc)
 {
 	size_t n = 0;
 	while (environ && environ[n])
@@ -252,6 +253,8 @@ static char **env_without_ours(size_t extra, size_t *count)
 	for (size_t i = 0; i < n; i++) {
 		if (strncmp(environ[i], "LD_PRELOAD=", 11) == 0 || strncmp(environ[i], "HEISEN_DIR=", 11) == 0)
 			continue;
+		if (drop_pymalloc && strncmp(environ[i], "PYTHONMALLOC=", 13) == 0)
+			continue;
 		e[j++] = environ[i];
 	}
 	*count = j;
@@ -260,14 +263,15 @@ static char **env_without_ours(size_t extra, size_t *count)
 
 /*
  * Build r->child_env (HEISEN_DIR and LD_PRELOAD set, see the top of this
- * file) and r->dump_env (neither).  Our own environment is not changed.
+ * file; with --python-malloc also PYTHONMALLOC=malloc, replacing the
+ * user's) and r->dump_env (neither).  Our own environment is not changed.
  * Returns 0, or -1 after a message (ENOMEM).
  */
 int hr_build_envs(struct hr_run *r)
 {
 	size_t n;
-	r->dump_env = env_without_ours(0, &n);
-	r->child_env = env_without_ours(2, &n);
+	r->dump_env = env_without_ours(0, &n, 0);
+	r->child_env = env_without_ours(3, &n, r->python_malloc);
 	char *pre = hr_preload_value(r->lib, getenv("LD_PRELOAD"));
 	if (!r->dump_env || !r->child_env || !pre) {
 		hr_err("out of memory");
@@ -286,6 +290,11 @@ int hr_build_envs(struct hr_run *r)
 	r->child_env[n++] = env_entry("HEISEN_DIR", r->session);
 	free(pre);
 	if (!r->child_env[n - 1] || !r->child_env[n - 2]) {
+		hr_err("out of memory");
+		return -1;
+	}
+	/* CPython's small objects then come from malloc, where the heap checker sees them */
+	if (r->python_malloc && !(r->child_env[n++] = env_entry("PYTHONMALLOC", "malloc"))) {
 		hr_err("out of memory");
 		return -1;
 	}
