@@ -24,8 +24,8 @@
  * carries the first free's stack id and thread, so two racing frees of one
  * block publish and see the first free atomically: exactly one wins, the
  * other is the double free.  Freed blocks wait in a bounded FIFO quarantine
- * (HEISEN_QUARANTINE_MB, split into shards by block address so threads
- * rarely meet on a lock) before glibc gets them back, so a late second free
+ * (HEISEN_QUARANTINE_MB, split into shards by thread so threads rarely
+ * meet on a lock and blocks go back to glibc from the thread that freed them) before glibc gets them back, so a late second free
  * still finds state "freed"; the magic is cleared just before the real free.
  *
  * What is detected:
@@ -94,7 +94,7 @@ static unsigned heap_stacks = HS_HEAP_STACKS_SITE;
 static int heap_continue;              /* HEISEN_ON_HEAP_ERROR=continue */
 static size_t page_size = 4096;
 
-/* The quarantine: shards picked by block address, each a FIFO with its own budget. */
+/* The quarantine: shards picked by thread, each a FIFO; one budget for all. */
 #define QSHARDS 16
 struct qshard {
 	int lock;              /* [atomic] hs_spin_lock */
@@ -103,7 +103,8 @@ struct qshard {
 	uint64_t bytes;        /* real bytes of the blocks queued */
 } __attribute__((aligned(64)));
 static struct qshard quar[QSHARDS];
-static uint64_t quar_limit;            /* bytes per shard */
+static uint64_t quar_limit;            /* bytes in all shards together */
+static uint64_t quar_total;            /* [atomic] bytes queued in all shards */
 
 /* Canary bytes: position-dependent, so a run of one repeated byte is caught. */
 static const unsigned char canary_pat[32] = {
@@ -428,16 +429,23 @@ static void real_free(struct blk *b)
 	__libc_free(r);
 }
 
-/* Queue b (freed) in the quarantine; give back the oldest blocks over budget. */
+/*
+ * Queue b (freed) in the calling thread's shard; while the quarantine as a
+ * whole is over budget, give back that shard's oldest blocks.  Shards by
+ * thread keep the real frees in the thread (and glibc arena) that freed,
+ * and threads meet on a shard lock only when they hash together; a thread
+ * that stops freeing keeps its shard's blocks, within the global budget.
+ */
 static void quarantine_put(struct blk *b)
 {
 	struct qshard *q;
 	struct blk *victims = NULL;
+	uint64_t bytes = real_bytes(b);
 	if (quar_limit == 0) {
 		real_free(b);
 		return;
 	}
-	q = &quar[(hs_mix64((uint64_t)(uintptr_t)b) >> 7) % QSHARDS];
+	q = &quar[(hs_mix64((uint64_t)(uintptr_t)&hs_tls) >> 7) % QSHARDS];
 	b->qnext = NULL;
 	hs_spin_lock(&q->lock);
 	if (q->tail)
@@ -445,15 +453,22 @@ static void quarantine_put(struct blk *b)
 	else
 		q->head = b;
 	q->tail = b;
-	q->bytes += real_bytes(b);
-	while (q->bytes > quar_limit && q->head) {
-		struct blk *v = q->head;
-		q->head = v->qnext;
-		if (!q->head)
-			q->tail = NULL;
-		q->bytes -= real_bytes(v);
-		v->qnext = victims;
-		victims = v;
+	q->bytes += bytes;
+	/* relaxed: a budget, ordered with nothing else */
+	if (__atomic_add_fetch(&quar_total, bytes, __ATOMIC_RELAXED) > quar_limit) {
+		uint64_t out = 0;
+		while (q->head && __atomic_load_n(&quar_total, __ATOMIC_RELAXED) - out > quar_limit) {
+			struct blk *v = q->head;
+			uint64_t vb = real_bytes(v);
+			q->head = v->qnext;
+			if (!q->head)
+				q->tail = NULL;
+			q->bytes -= vb;
+			out += vb;
+			v->qnext = victims;
+			victims = v;
+		}
+		__atomic_sub_fetch(&quar_total, out, __ATOMIC_RELAXED);
 	}
 	hs_spin_unlock(&q->lock);
 	while (victims) {
@@ -591,6 +606,7 @@ HS_HIDDEN void hs_heap_after_fork_child(void)
 	for (int i = 0; i < QSHARDS; i++) {
 		if (__atomic_load_n(&quar[i].lock, __ATOMIC_RELAXED)) {
 			quar[i].head = quar[i].tail = NULL;
+			__atomic_sub_fetch(&quar_total, quar[i].bytes, __ATOMIC_RELAXED);
 			quar[i].bytes = 0;
 			__atomic_store_n(&quar[i].lock, 0, __ATOMIC_RELEASE);
 		}
@@ -629,7 +645,7 @@ HS_HIDDEN void hs_heap_init(void)
 	}
 	page_size = (size_t)sysconf(_SC_PAGESIZE);
 	v = getenv("HEISEN_QUARANTINE_MB");
-	quar_limit = ((v && *v ? strtoull(v, NULL, 10) : 64ull) << 20) / QSHARDS;
+	quar_limit = (v && *v ? strtoull(v, NULL, 10) : 64ull) << 20;
 	v = getenv("HEISEN_HEAP_STACKS");
 	if (v && strcmp(v, "full") == 0)
 		heap_stacks = HS_HEAP_STACKS_FULL;
