@@ -363,3 +363,8 @@ def lockrefs_in(report):
             walk(t.get("held"))
             walk(t.get("waiting"))
     return refs
+
+
+def pytest_configure(config):
+    config.addinivalue_line("markers", "regrtest: CPython's own regression tests under the shim "
+                            "(tests/test_heap.py; a minute or two; deselect with -m 'not regrtest')")
