@@ -354,7 +354,7 @@ static int crash_others(struct hs_proc *p, struct hs_fnd *f)
  * A heap finding's ids, checked once here so that the reports can trust
  * them: a stack id beyond the stacks table is complained about and zeroed
  * (the report then says "no stack recorded"); an invalid free's offset
- * into its block (pad3) must lie inside the block, its canary included,
+ * into its block (offset) must lie inside the block, its canary included,
  * and below the address, or the block is not named.
  */
 static void check_heap(struct hs_fnd *f)
@@ -369,16 +369,16 @@ static void check_heap(struct hs_fnd *f)
 					*ids[i], cap);
 			*ids[i] = 0;
 		}
-	if (f->kind != HS_F_INVALID_FREE || f->rec.size == 0 || f->rec.pad3 == 0)
+	if (f->kind != HS_F_INVALID_FREE || f->rec.size == 0 || f->rec.offset == 0)
 		return;
 	/* the canary is at most 23 bytes; allow 32 */
-	if ((uint64_t)f->rec.pad3 > f->rec.addr || (uint64_t)f->rec.pad3 >= f->rec.size + 32) {
-		hs_seg_complain(seg, "finding %u: offset %u is outside the %llu-byte block", f->index, f->rec.pad3,
+	if ((uint64_t)f->rec.offset > f->rec.addr || (uint64_t)f->rec.offset >= f->rec.size + 32) {
+		hs_seg_complain(seg, "finding %u: offset %u is outside the %llu-byte block", f->index, f->rec.offset,
 				(unsigned long long)f->rec.size);
 		return;
 	}
 	f->in_block = true;
-	f->block = f->rec.addr - f->rec.pad3;
+	f->block = f->rec.addr - f->rec.offset;
 }
 
 /* Crash findings that are heisen's own abort after a heap finding of the

@@ -48,7 +48,7 @@ struct hs_fnd {
 	bool heap_abort;                     /* crash: a SIGABRT raised by the process itself after
 						a heap finding of its own (HEISEN_ON_HEAP_ERROR=abort) */
 	bool in_block;                       /* invalid-free: addr is inside a block of size rec.size
-						that starts at block (rec.pad3 bytes before addr) */
+						that starts at block (rec.offset bytes before addr) */
 	uint64_t block;
 };
 

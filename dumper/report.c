@@ -195,7 +195,7 @@ void hs_heap_message(const struct hs_fnd *f, char *msg, size_t len)
 		hs_appendf(msg, len, &used, "invalid free of 0x%llx in thread %d: ", (unsigned long long)r->addr, r->tid);
 		if (f->in_block)
 			hs_appendf(msg, len, &used, "middle of a %llu-byte block at 0x%llx (offset %u)",
-				   (unsigned long long)r->size, (unsigned long long)f->block, r->pad3);
+				   (unsigned long long)r->size, (unsigned long long)f->block, r->offset);
 		else if (r->size)
 			hs_appendf(msg, len, &used, "a %llu-byte block whose heisen header is in an unknown state "
 				   "(overwritten?)", (unsigned long long)r->size);

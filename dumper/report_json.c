@@ -449,7 +449,7 @@ static void heap_finding(struct hs_json *j, struct hs_fnd *f, char *msg, size_t 
 			hs_json_object(j, "block");
 			hs_json_hex(j, "address", f->block);
 			hs_json_uint(j, "size", r->size);
-			hs_json_uint(j, "offset", r->pad3);
+			hs_json_uint(j, "offset", r->offset);
 			hs_json_end_object(j);
 		} else {
 			hs_json_null(j, "block");

@@ -199,8 +199,11 @@ static uint64_t site_cache[SITE_CACHE];
 static int site_is_ffi(uint64_t site)
 {
 	struct hs_table *t = &hs_seg.hdr->tables[HS_T_MODULES];
-	uint32_t n = __atomic_load_n(&t->count, __ATOMIC_ACQUIRE);
-	uint32_t sbytes = hs_seg.hdr->tables[HS_T_STRINGS].capacity;
+	uint32_t n, sbytes = hs_seg.hdr->tables[HS_T_STRINGS].capacity;
+	/* libffi comes with a dlopen (ctypes): put its object in the table before asking */
+	if (!hs_module_known(site))
+		hs_module_note_pc(site, 1);
+	n = __atomic_load_n(&t->count, __ATOMIC_ACQUIRE);
 	for (uint32_t i = 0; i < n && i < t->capacity; i++) {
 		const struct hs_module *m = &hs_seg.modules[i];
 		if (site >= m->lo && site < m->hi) {
@@ -301,9 +304,18 @@ static const char *kind_name(unsigned kind)
  */
 static void heap_finding(struct hs_tls *t, int ring, struct hs_finding *f)
 {
+	static int aborting; /* [atomic] a thread is on its way to abort() */
 	struct hs_seg *s = &hs_seg;
 	char buf[24];
 	int dup = 0;
+	if (!heap_continue && __atomic_exchange_n(&aborting, 1, __ATOMIC_ACQ_REL)) {
+		/* report once, then go quiet (ASan, lockdep): another thread found
+		   the first error and is aborting the process; never do the bad
+		   free, never race it to a second report — wait for the end */
+		t->in_hook = 0;
+		for (;;)
+			pause();
+	}
 	if (__atomic_load_n(&hs_recording, __ATOMIC_ACQUIRE)) {
 		struct hs_table *tab = &s->hdr->tables[HS_T_FINDINGS];
 		uint32_t n = __atomic_load_n(&tab->count, __ATOMIC_ACQUIRE);
@@ -392,14 +404,43 @@ static struct blk *containing(const void *p)
 }
 
 /*
+ * 1 when p lies in the calling thread's own stack: never heap memory.  The
+ * bounds come from pthread_getattr_np once per thread (for the main thread
+ * glibc reads /proc/self/maps, with the guard held so nothing is recorded).
+ */
+static __thread uintptr_t stack_lo, stack_hi __attribute__((tls_model("initial-exec")));
+
+static int on_own_stack(const void *p)
+{
+	if (!stack_hi) {
+		pthread_attr_t a;
+		void *addr;
+		size_t size;
+		int was = hs_tls.in_hook;
+		hs_tls.in_hook = 1;
+		stack_hi = 1; /* asked once, even when the answer is no */
+		if (pthread_getattr_np(pthread_self(), &a) == 0) {
+			if (pthread_attr_getstack(&a, &addr, &size) == 0) {
+				stack_lo = (uintptr_t)addr;
+				stack_hi = (uintptr_t)addr + size;
+			}
+			pthread_attr_destroy(&a);
+		}
+		hs_tls.in_hook = was;
+	}
+	return (uintptr_t)p >= stack_lo && (uintptr_t)p < stack_hi;
+}
+
+/*
  * A pointer without our magic: glibc's, unless it is provably bad (see
- * the top comment).  Returns 1 when it was reported (do not free it).
+ * the top comment): misaligned, inside one of our blocks, or on the
+ * freeing thread's own stack.  Returns 1 when it was reported (do not free it).
  */
 static int foreign_is_invalid(struct hs_tls *t, int ring, void *p)
 {
 	struct blk *b = containing(p);
 	struct hs_finding f;
-	if (!b && ((uintptr_t)p & 15) == 0)
+	if (!b && ((uintptr_t)p & 15) == 0 && !on_own_stack(p))
 		return 0;
 	finding_init(&f, t, HS_FIND_INVALID_FREE, p);
 	if (b) {
@@ -407,8 +448,8 @@ static int foreign_is_invalid(struct hs_tls *t, int ring, void *p)
 		f.size = b->size;
 		f.stack3 = b->alloc_stack;
 		f.tid3 = b->alloc_tid;
-		/* the offset of p into the block (it starts at addr - pad3) */
-		f.pad3 = (uint32_t)((uintptr_t)p - (uintptr_t)(b + 1));
+		/* the offset of p into the block (it starts at addr - offset) */
+		f.offset = (uint32_t)((uintptr_t)p - (uintptr_t)(b + 1));
 		if (ST_KIND(st) == ST_FREED) {
 			f.stack2 = ST_STACK(st);
 			f.tid2 = ST_TID(st);

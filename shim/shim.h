@@ -500,6 +500,16 @@ void hs_got_counts(struct hs_got_counts *c);
 /* The mprotect GOT patching uses (a raw syscall); tests swap it to fail. */
 extern int (*hs_got_mprotect)(void *addr, size_t len, int prot);
 
+/* ---- the heap (heap.c) ----------------------------------------------------------- */
+
+/* Read HEISEN_HEAP & co. and, when heap checking is on, set it up (header
+ * flags, stacks mode, quarantine) and register its fork handlers.  Init only;
+ * call after init.c's own pthread_atfork so the child's segment exists first. */
+void hs_heap_init(void);
+
+/* The fork child's heap work (quarantine locks, counters into the new segment). */
+void hs_heap_after_fork_child(void);
+
 /* ---- snapshots (signals.c) ---------------------------------------------------- */
 
 /* Install the handler of the snapshot signal (format.h HS_SNAPSHOT_SIGNAL_OFFSET)

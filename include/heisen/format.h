@@ -517,7 +517,7 @@ struct hs_finding {
 	uint32_t stack3;           /* the allocation's stack */
 	int32_t tid2;              /* the first free's thread */
 	int32_t tid3;              /* the allocating thread */
-	uint32_t pad3;
+	uint32_t offset;           /* invalid free inside a block: addr - offset is the block's start */
 	uint64_t size;             /* the block's size as requested */
 };
 

@@ -281,7 +281,7 @@ static void test_invalid_and_foreign(void)
 	uint64_t inv = seen(self, HS_FIND_INVALID_FREE), dbl = seen(self, HS_FIND_DOUBLE_FREE);
 	free(p + 16); /* the middle of a block */
 	f = find(self, HS_FIND_INVALID_FREE, p + 16);
-	CHECK(f != NULL && f->size == 64 && f->pad3 == 16 && f->stack3 != 0);
+	CHECK(f != NULL && f->size == 64 && f->offset == 16 && f->stack3 != 0);
 	free(p + 3); /* misaligned */
 	CHECK(find(self, HS_FIND_INVALID_FREE, p + 3) != NULL);
 	free(p); /* the block itself is still fine */

@@ -730,7 +730,7 @@ static void test_heap_findings(void)
 	d = add_heap_finding(&s, 2, HS_FIND_HEAP_OVERFLOW, 0x9000, 10);
 	d->stack3 = 2, d->tid3 = 101;
 	d = add_heap_finding(&s, 3, HS_FIND_INVALID_FREE, 0x8010, 64);
-	d->pad3 = 16, d->stack3 = 2, d->tid3 = 101;
+	d->offset = 16, d->stack3 = 2, d->tid3 = 101;
 	add_heap_finding(&s, 4, HS_FIND_INVALID_FREE, 0x7ffc1234, 0);
 	d = add_heap_finding(&s, 5, HS_FIND_CRASH, 0, 0);
 	d->signo = 6, d->si_code = -6, d->tid = 102, d->ts_ns = s.h->start_mono_ns + 100;
@@ -789,7 +789,7 @@ static void test_heap_findings(void)
 	d = entry(&s, HS_T_FINDINGS, 1);
 	d->stack2 = 999999;
 	d = entry(&s, HS_T_FINDINGS, 3);
-	d->pad3 = 5000;
+	d->offset = 5000;
 	load(&s, &ss, &f, 1000.0);
 	CHECK(count_kind(&f, HS_F_DOUBLE_FREE) == 1 && count_kind(&f, HS_F_INVALID_FREE) == 2);
 	for (size_t i = 0; i < f.n; i++) {
