@@ -16,14 +16,22 @@ Runs, in this order, and prints one table per part:
   5. the GIL check per lock acquisition (benchgil, when built): ns per
      uncontended mutex pair with the GIL held and with it released, native,
      heisen and heisen disabled interleaved; the difference under heisen is
-     what the check and the GIL -> L edge lookup cost.
+     what the check and the GIL -> L edge lookup cost;
+  6. the heap checker (issue 4): bench_malloc (ns per malloc/free pair, one
+     thread and 4) natively, under heisen with the heap off and on
+     (HEISEN_HEAP=1, HEISEN_HEAP_STACKS=site|full|none), interleaved, and
+     under gcc's ASan runtime preloaded and valgrind --tool=memcheck; then
+     py_workload.py natively, under heisen with the heap off and on (with and
+     without PYTHONMALLOC=malloc), under the preloaded ASan runtime (a failure
+     there is reported, not fatal) and memcheck at a smaller size.
 A peer that is not installed is skipped with a note.  After the first
 recording run it checks with heisen-dump (when built) that the shim really
 recorded, so a shim that silently records nothing cannot look fast.
 
-Usage: /usr/bin/python3 bench/run.py [BUILD_DIR] [--quick]
-  BUILD_DIR  a configured and built meson build directory (default /work/main/build)
-  --quick    fewer repetitions and smaller sizes (a smoke run, ~20 s)
+Usage: /usr/bin/python3 bench/run.py [BUILD_DIR] [--quick] [--heap-only]
+  BUILD_DIR    a configured and built meson build directory (default /work/main/build)
+  --quick      fewer repetitions and smaller sizes (a smoke run, ~40 s)
+  --heap-only  part 6 alone
 Results and interpretation: bench/README.md.  Speed is measured here, never
 asserted in tests.
 """
@@ -47,19 +55,25 @@ def die(msg):
     sys.exit(2)
 
 
-def run(argv, env=None, timeout=600):
-    """Run argv; return (stdout, wall seconds).  Dies with its stderr on failure."""
+def try_run(argv, env=None, timeout=600):
+    """Run argv with env added to a clean environment; return (exit status, stdout, stderr, wall seconds)."""
     full_env = dict(os.environ)
-    for k in ("LD_PRELOAD", "HEISEN_DIR", "HEISEN_DISABLE"):
+    for k in ("LD_PRELOAD", "HEISEN_DIR", "HEISEN_DISABLE", "HEISEN_HEAP", "HEISEN_HEAP_STACKS", "PYTHONMALLOC",
+              "ASAN_OPTIONS"):
         full_env.pop(k, None)
     full_env.update(env or {})
     t0 = time.perf_counter()
     p = subprocess.run(argv, env=full_env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                        timeout=timeout)
-    wall = time.perf_counter() - t0
-    if p.returncode != 0:
-        die("%s exited %d\n%s" % (" ".join(argv), p.returncode, p.stderr[-4000:]))
-    return p.stdout, wall
+    return p.returncode, p.stdout, p.stderr, time.perf_counter() - t0
+
+
+def run(argv, env=None, timeout=600):
+    """Run argv; return (stdout, wall seconds).  Dies with its stderr on failure."""
+    rc, out, err, wall = try_run(argv, env, timeout)
+    if rc != 0:
+        die("%s exited %d\n%s" % (" ".join(argv), rc, err[-4000:]))
+    return out, wall
 
 
 def parse_cases(out):
@@ -278,9 +292,195 @@ def gil_cost(build, shim, dump, sess, reps, n, inner, notes):
              nat["check"]))
 
 
+def check_heap(dump, session_dir, stacks, min_allocs):
+    """heisen-dump --json must show the process's heap block: the checker on, in the stacks mode asked
+    for, with at least min_allocs allocations counted (so a shim that checks nothing cannot look fast)."""
+    if not dump:
+        return "not checked (no heisen-dump in the build)"
+    p = subprocess.run([dump, "--json", "--no-symbols", session_dir], stdout=subprocess.PIPE,
+                       stderr=subprocess.PIPE, text=True)
+    if p.returncode not in (0, 1):
+        die("heisen-dump failed on %s:\n%s" % (session_dir, p.stderr))
+    heaps = [pr["heap"] for pr in json.loads(p.stdout)["processes"] if pr.get("heap")]
+    if not heaps:
+        die("no heap block in %s: the heap checker was not on, the numbers would be meaningless" % session_dir)
+    allocs = sum(h["allocs"] for h in heaps)
+    if allocs < max(min_allocs, 1):
+        die("the heap checker counted %d allocations in %s, fewer than %d" % (allocs, session_dir, min_allocs))
+    modes = {h["stacks"] for h in heaps}
+    if modes != {stacks}:
+        die("heap stacks mode %s in %s, asked for %s" % (sorted(modes), session_dir, stacks))
+    return "checked with heisen-dump --json: heap block, stacks %s, %d allocs" % (stacks, allocs)
+
+
+def asan_runtime():
+    """gcc's ASan runtime (libasan.so) when installed, else None."""
+    try:
+        path = subprocess.run(["gcc", "-print-file-name=libasan.so"], stdout=subprocess.PIPE,
+                              stderr=subprocess.DEVNULL, text=True).stdout.strip()
+    except OSError:
+        return None
+    return path if os.path.isabs(path) and os.path.exists(path) else None
+
+
+def memcheck_errors(err):
+    m = re.search(r"ERROR SUMMARY: ([\d,]+) errors", err)
+    return m.group(1).replace(",", "") if m else "?"
+
+
+def heap_cost(build, shim, dump, sess, quick, valgrind, notes):
+    """Part 6: the heap checker (issue 4) against native, ASan's runtime and memcheck."""
+    exe = os.path.join(build, "bench", "bench_malloc")
+    if not os.access(exe, os.X_OK):
+        notes.append("heap part skipped: %s not built" % exe)
+        return
+    reps = 3 if quick else 5
+    n = 500000 if quick else 2000000
+    n_vg = 50000 if quick else 200000
+    vg_reps = 1 if quick else 3
+    py_size = 10000 if quick else 30000
+    py_reps = 3 if quick else 5
+    py_vg_size = 300 if quick else 1500
+    asan = asan_runtime()
+    if not asan:
+        notes.append("ASan skipped: gcc's libasan.so not installed (apt-get install libasan8)")
+
+    heisen = lambda **kw: (lambda: dict({"LD_PRELOAD": shim, "HEISEN_DIR": sess.new()}, **kw))
+    # (label, environment, stacks mode to check with heisen-dump or None)
+    configs = [
+        ("native", lambda: {}, None),
+        ("heisen, heap off", heisen(), None),
+        ("heisen heap, stacks=site (default)", heisen(HEISEN_HEAP="1"), "site"),
+        ("heisen heap, stacks=full", heisen(HEISEN_HEAP="1", HEISEN_HEAP_STACKS="full"), "full"),
+        ("heisen heap, stacks=none", heisen(HEISEN_HEAP="1", HEISEN_HEAP_STACKS="none"), "none"),
+    ]
+    if asan:
+        configs.append(("LD_PRELOAD=libasan.so (gcc 12)", lambda: {"LD_PRELOAD": asan,
+                                                                    "ASAN_OPTIONS": "detect_leaks=0"}, None))
+    samples = {c[0]: [] for c in configs}
+    checked = set()
+    for _ in range(reps):
+        for name, envf, stacks in configs:
+            env = envf()
+            out, _ = run([exe, str(n)], env)
+            samples[name].append(parse_cases(out))
+            if stacks and stacks not in checked:
+                checked.add(stacks)
+                # n pairs + n/10 warm-up in one thread, the same in four
+                notes.append("bench_malloc, heap stacks=%s: %s" % (stacks, check_heap(dump, env["HEISEN_DIR"],
+                                                                                      stacks, 2 * n)))
+    cases = list(samples["native"][0].keys())
+    med = {name: {c: statistics.median(s[c] for s in v) for c in cases} for name, v in samples.items()}
+    counts = {name: "%d x N=%d" % (reps, n) for name in samples}
+    if valgrind:
+        s, errs = [], []
+        for _ in range(vg_reps):
+            rc, out, err, _ = try_run([valgrind, "--tool=memcheck", exe, str(n_vg)])
+            if rc != 0:
+                die("memcheck: bench_malloc exited %d\n%s" % (rc, err[-4000:]))
+            s.append(parse_cases(out))
+            errs.append(memcheck_errors(err))
+        med["valgrind --tool=memcheck"] = {c: statistics.median(x[c] for x in s) for c in cases}
+        counts["valgrind --tool=memcheck"] = "%d x N=%d" % (vg_reps, n_vg)
+        notes.append("bench_malloc under memcheck: ERROR SUMMARY %s errors" % "/".join(errs))
+    else:
+        notes.append("memcheck skipped: valgrind not installed (apt-get install valgrind)")
+    nat = med["native"]
+    rows = [[name] + ["%.1f (%.2fx)" % (m[c], m[c] / nat[c]) for c in cases] + [counts[name]]
+            for name, m in med.items()]
+    table("6. heap checker (issue 4), bench_malloc — median ns per malloc/free pair, sizes 16..512 bytes (ratio to "
+          "native in this run); single: one thread; threads4: 4 threads at once on %d cpus, wall ns per pair"
+          % os.cpu_count(), ["under"] + cases + ["runs"], rows)
+    off = med["heisen, heap off"]
+    site, full, none = (med["heisen heap, stacks=%s" % k] for k in ("site (default)", "full", "none"))
+    print("  heisen with the heap off adds %+.1f ns per pair (single); the heap checker on top of it: "
+          "site %+.1f, full %+.1f, none %+.1f ns"
+          % (off["single"] - nat["single"], site["single"] - off["single"], full["single"] - off["single"],
+             none["single"] - off["single"]))
+    print("  the stack kept per malloc and per free (two per pair), against none: site %+.1f ns per pair "
+          "(threads4 %+.1f), full %+.1f (threads4 %+.1f)"
+          % (site["single"] - none["single"], site["threads4"] - none["threads4"],
+             full["single"] - none["single"], full["threads4"] - none["threads4"]))
+
+    # end to end: the threaded Python service
+    wl = [PYTHON, os.path.join(HERE, "py_workload.py")]
+    asan_env = lambda **kw: (lambda: dict({"LD_PRELOAD": asan,
+                                           "ASAN_OPTIONS": "detect_leaks=0:verify_asan_link_order=0"}, **kw))
+    # (label, environment, check the heap block)
+    pconf = [
+        ("native", lambda: {}, False),
+        ("native PYTHONMALLOC=malloc", lambda: {"PYTHONMALLOC": "malloc"}, False),
+        ("heisen, heap off", heisen(), False),
+        ("heisen heap", heisen(HEISEN_HEAP="1"), True),
+        ("heisen heap PYTHONMALLOC=malloc", heisen(HEISEN_HEAP="1", PYTHONMALLOC="malloc"), True),
+    ]
+    if asan:
+        pconf += [("LD_PRELOAD=libasan.so", asan_env(), False),
+                  ("LD_PRELOAD=libasan.so PYTHONMALLOC=malloc", asan_env(PYTHONMALLOC="malloc"), False)]
+    py = {c[0]: [] for c in pconf}
+    failed = {}
+    pchecked = set()
+    for _ in range(py_reps):
+        for name, envf, check in pconf:
+            if name in failed:
+                continue
+            env = envf()
+            rc, out, err, wall = try_run(wl + [str(py_size)], env)
+            fields = out.split()
+            if rc != 0 or not fields or fields[0] != "ok":
+                if "libasan" not in name:
+                    die("py_workload under %s exited %d\n%s%s" % (name, rc, out[-2000:], err[-4000:]))
+                last = [l for l in err.splitlines() if l.strip()]
+                failed[name] = "exit %d: %s" % (rc, last[-1][:200] if last else "no message")
+                continue
+            py[name].append((wall, float(fields[-1])))
+            if check and name not in pchecked:
+                pchecked.add(name)
+                notes.append("py_workload under %s: %s" % (name, check_heap(dump, env["HEISEN_DIR"], "site", 1)))
+    for name, why in failed.items():
+        notes.append("py_workload under %s FAILED (gcc's ASan runtime preloaded into a program not built "
+                     "with it is unsupported): %s" % (name, why))
+    pmed = {name: (statistics.median(w for w, _ in v), statistics.median(k for _, k in v))
+            for name, v in py.items() if v}
+    rows = []
+    for name, _, _ in pconf:
+        if name not in pmed:
+            rows.append([name, str(py_size), "failed", "-", "-", "-", "-", "%d" % len(py[name])])
+            continue
+        w, k = pmed[name]
+        ks = [k for _, k in py[name]]
+        rows.append([name, str(py_size), "%.3f" % w, "%.3f" % k, "%.3f-%.3f" % (min(ks), max(ks)),
+                     "%.2f" % (w / pmed["native"][0]), "%.2f" % (k / pmed["native"][1]), "%d" % len(ks)])
+    if valgrind:
+        small = [run(wl + [str(py_vg_size)])[::-1] for _ in range(3)]
+        nw = statistics.median(w for w, _ in small)
+        nk = statistics.median(float(o.split()[-1]) for _, o in small)
+        nks = [float(o.split()[-1]) for _, o in small]
+        rc, out, err, wall = try_run([valgrind, "--tool=memcheck"] + wl + [str(py_vg_size)])
+        if rc != 0 or not out.startswith("ok"):
+            die("py_workload under memcheck exited %d\n%s" % (rc, err[-4000:]))
+        notes.append("py_workload under memcheck: ERROR SUMMARY %s errors" % memcheck_errors(err))
+        rows.append(["native (small)", str(py_vg_size), "%.3f" % nw, "%.3f" % nk,
+                     "%.3f-%.3f" % (min(nks), max(nks)), "1.00", "1.00", "3"])
+        rows.append(["valgrind --tool=memcheck", str(py_vg_size), "%.3f" % wall, "%.3f" % float(out.split()[-1]),
+                     "-", "%.2f" % (wall / nw), "%.2f" % (float(out.split()[-1]) / nk), "1"])
+    table("6b. py_workload.py under %s with the heap checked — seconds, median; wall = whole process, work = the "
+          "workload alone; x = ratio of medians to native at the same size (PYTHONMALLOC=malloc: pymalloc off, "
+          "every object through malloc)" % PYTHON,
+          ["under", "size", "wall s", "work s", "work range", "wall x", "work x", "runs"], rows)
+    if "heisen heap" in pmed and "heisen, heap off" in pmed:
+        print("  work medians: heap checker on %.3f s against heap off %.3f s (%.2fx); with PYTHONMALLOC=malloc "
+              "%.3f s against native PYTHONMALLOC=malloc %.3f s (%.2fx)"
+              % (pmed["heisen heap"][1], pmed["heisen, heap off"][1],
+                 pmed["heisen heap"][1] / pmed["heisen, heap off"][1],
+                 pmed["heisen heap PYTHONMALLOC=malloc"][1], pmed["native PYTHONMALLOC=malloc"][1],
+                 pmed["heisen heap PYTHONMALLOC=malloc"][1] / pmed["native PYTHONMALLOC=malloc"][1]))
+
+
 def main():
     args = [a for a in sys.argv[1:] if not a.startswith("--")]
     quick = "--quick" in sys.argv[1:]
+    heap_only = "--heap-only" in sys.argv[1:]
     build = os.path.abspath(args[0] if args else "/work/main/build")
     exe = {name: os.path.join(build, "bench", name) for name in ("bench_record", "bench_mutex", "bench_mutex_tsan")}
     shim = os.path.join(build, "shim", "libheisen.so")
@@ -311,6 +511,15 @@ def main():
     print("cpu: %s, %d cpus; kernel %s; build %s; source %s" % (cpu_model(), os.cpu_count(), platform.release(),
                                                              build, git_head()))
     notes = []
+
+    if heap_only:
+        heap_cost(build, shim, dump, sess, quick, valgrind, notes)
+        print()
+        for n in notes:
+            print("note: " + n)
+        print("total time of this run: %.0f s" % (time.perf_counter() - started))
+        sess.close()
+        return 0
 
     # 1. the record path
     out, _ = run([exe["bench_record"], str(4000000 if quick else 10000000)])
@@ -423,6 +632,9 @@ def main():
 
     # 5. the GIL check per lock acquisition (issue 3)
     gil_cost(build, shim, dump, sess, reps, n_gil, gil_inner, notes)
+
+    # 6. the heap checker (issue 4)
+    heap_cost(build, shim, dump, sess, quick, valgrind, notes)
 
     print()
     for n in notes:
