@@ -139,6 +139,37 @@ class Session:
         shutil.rmtree(self.root, ignore_errors=True)
 
 
+def heisen_configs(shim, sess):
+    """The three runs most parts compare: native, heisen recording, heisen loaded but disabled.
+    Each config is (name, function returning a fresh environment)."""
+    heisen_env = lambda: {"LD_PRELOAD": shim, "HEISEN_DIR": sess.new()}
+    return [
+        ("native", lambda: {}),
+        ("heisen", heisen_env),
+        ("heisen HEISEN_DISABLE=1", lambda: dict(heisen_env(), HEISEN_DISABLE="1")),
+    ]
+
+
+def interleaved(configs, reps, measure, verify=None):
+    """measure(env) for every config, repetition by repetition, so drift hits all alike.
+
+    configs: tuples whose [0] is the name and [1] makes the environment.
+    verify: {config name: check(env, sample) -> note}; each check runs once, on
+    that config's first run (a heisen run is verified to have recorded, so a
+    shim that records nothing cannot look fast).
+    Returns ({name: [sample, ...]}, [note, ...])."""
+    samples = {c[0]: [] for c in configs}
+    notes, pending = [], dict(verify or {})
+    for _ in range(reps):
+        for c in configs:
+            env = c[1]()
+            sample = measure(env)
+            samples[c[0]].append(sample)
+            if c[0] in pending:
+                notes.append(pending.pop(c[0])(env, sample))
+    return samples, notes
+
+
 def check_recorded(dump, session_dir, want_edge):
     """heisen-dump must see the run's lock events (and, for bench_mutex, the A -> B edge)."""
     if not dump:
@@ -253,23 +284,15 @@ def gil_cost(build, shim, dump, sess, reps, n, inner, notes):
     if not any(f.startswith("benchgil") and f.endswith(".so") for f in os.listdir(bdir)):
         notes.append("GIL check cost skipped: benchgil not built (needs CPython headers)")
         return
-    heisen_env = lambda: {"LD_PRELOAD": shim, "HEISEN_DIR": sess.new()}
-    configs = [
-        ("native", lambda: {}),
-        ("heisen", heisen_env),
-        ("heisen HEISEN_DISABLE=1", lambda: dict(heisen_env(), HEISEN_DISABLE="1")),
-    ]
-    samples = {c[0]: [] for c in configs}
-    checked = None
-    for _ in range(reps):
-        for name, envf in configs:
-            env = envf()
-            out, _ = run([PYTHON, "-c", GIL_COST, bdir, str(n), str(inner)], env)
-            addr = int(out.split()[1])
-            samples[name].append(parse_cases("\n".join(out.splitlines()[1:])))
-            if name == "heisen" and checked is None:
-                checked = check_gil_edge(dump, env["HEISEN_DIR"], addr, n)
-    notes.append("benchgil under heisen: " + checked)
+    def measure(env):
+        out, _ = run([PYTHON, "-c", GIL_COST, bdir, str(n), str(inner)], env)
+        return int(out.split()[1]), parse_cases("\n".join(out.splitlines()[1:]))
+
+    verify = {"heisen": lambda env, smp: "benchgil under heisen: " +
+              check_gil_edge(dump, env["HEISEN_DIR"], smp[0], n)}
+    runs, checked = interleaved(heisen_configs(shim, sess), reps, measure, verify)
+    notes.extend(checked)
+    samples = {name: [cases for _, cases in v] for name, v in runs.items()}
     med = {name: {c: statistics.median(s[c] for s in v) for c in ("gil", "nogil", "check")}
            for name, v in samples.items()}
     nat = med["native"]
@@ -357,18 +380,11 @@ def heap_cost(build, shim, dump, sess, quick, valgrind, notes):
     if asan:
         configs.append(("LD_PRELOAD=libasan.so (gcc 12)", lambda: {"LD_PRELOAD": asan,
                                                                     "ASAN_OPTIONS": "detect_leaks=0"}, None))
-    samples = {c[0]: [] for c in configs}
-    checked = set()
-    for _ in range(reps):
-        for name, envf, stacks in configs:
-            env = envf()
-            out, _ = run([exe, str(n)], env)
-            samples[name].append(parse_cases(out))
-            if stacks and stacks not in checked:
-                checked.add(stacks)
-                # n pairs + n/10 warm-up in one thread, the same in four
-                notes.append("bench_malloc, heap stacks=%s: %s" % (stacks, check_heap(dump, env["HEISEN_DIR"],
-                                                                                      stacks, 2 * n)))
+    # n pairs + n/10 warm-up in one thread, the same in four
+    verify = {name: (lambda st: lambda env, _: "bench_malloc, heap stacks=%s: %s" % (
+        st, check_heap(dump, env["HEISEN_DIR"], st, 2 * n)))(stacks) for name, _, stacks in configs if stacks}
+    samples, checked = interleaved(configs, reps, lambda env: parse_cases(run([exe, str(n)], env)[0]), verify)
+    notes.extend(checked)
     cases = list(samples["native"][0].keys())
     med = {name: {c: statistics.median(s[c] for s in v) for c in cases} for name, v in samples.items()}
     counts = {name: "%d x N=%d" % (reps, n) for name in samples}
@@ -529,22 +545,12 @@ def main():
           ["case", "ns/op"], [[k, "%.2f" % v] for k, v in rec.items()])
 
     # 2. uncontended locks: native and heisen interleaved, so drift hits both alike
-    heisen_env = lambda: {"LD_PRELOAD": shim, "HEISEN_DIR": sess.new()}
-    configs = [
-        ("native", lambda: {}),
-        ("heisen", heisen_env),
-        ("heisen HEISEN_DISABLE=1", lambda: dict(heisen_env(), HEISEN_DISABLE="1")),
-    ]
-    samples = {c[0]: [] for c in configs}
-    checked = None
-    for r in range(reps):
-        for name, envf in configs:
-            env = envf()
-            out, _ = run([exe["bench_mutex"], str(n_mutex)], env)
-            samples[name].append(parse_cases(out))
-            if name == "heisen" and checked is None:
-                checked = check_recorded(dump, env["HEISEN_DIR"], want_edge=True)
-    notes.append("bench_mutex under heisen: " + checked)
+    configs = heisen_configs(shim, sess)
+    samples, checked = interleaved(
+        configs, reps, lambda env: parse_cases(run([exe["bench_mutex"], str(n_mutex)], env)[0]),
+        {"heisen": lambda env, _: "bench_mutex under heisen: " +
+         check_recorded(dump, env["HEISEN_DIR"], want_edge=True)})
+    notes.extend(checked)
     cases = list(samples["native"][0].keys())
     med = {name: {c: statistics.median(s[c] for s in samples[name]) for c in cases} for name in samples}
     counts = {name: "%d x N=%d" % (reps, n_mutex) for name in samples}
@@ -595,16 +601,12 @@ def main():
             die("py_workload: unexpected output %r" % out)
         return wall, float(fields[-1])
 
-    py = {name: [] for name, _ in configs}
-    py_checked = None
     run(wl + ["200"])  # warm the page cache
-    for r in range(py_reps):
-        for name, envf in configs:
-            env = envf()
-            py[name].append(py_run(env, py_size))
-            if name == "heisen" and py_checked is None:
-                py_checked = check_recorded(dump, env["HEISEN_DIR"], want_edge=False)
-    notes.append("py_workload under heisen: " + py_checked)
+    py, checked = interleaved(
+        configs, py_reps, lambda env: py_run(env, py_size),
+        {"heisen": lambda env, _: "py_workload under heisen: " +
+         check_recorded(dump, env["HEISEN_DIR"], want_edge=False)})
+    notes.extend(checked)
     rows = []
     pmed = {name: (statistics.median(w for w, _ in v), statistics.median(k for _, k in v)) for name, v in py.items()}
     for name, (w, k) in pmed.items():
