@@ -372,7 +372,7 @@ def heap_cost(build, shim, dump, sess, quick, valgrind, notes):
     # (label, environment, stacks mode to check with heisen-dump or None)
     configs = [
         ("native", lambda: {}, None),
-        ("heisen, heap off", heisen(), None),
+        ("heisen, heap off", heisen(HEISEN_HEAP="0"), None),
         ("heisen heap, stacks=site (default)", heisen(HEISEN_HEAP="1"), "site"),
         ("heisen heap, stacks=full", heisen(HEISEN_HEAP="1", HEISEN_HEAP_STACKS="full"), "full"),
         ("heisen heap, stacks=none", heisen(HEISEN_HEAP="1", HEISEN_HEAP_STACKS="none"), "none"),
@@ -426,7 +426,7 @@ def heap_cost(build, shim, dump, sess, quick, valgrind, notes):
     pconf = [
         ("native", lambda: {}, False),
         ("native PYTHONMALLOC=malloc", lambda: {"PYTHONMALLOC": "malloc"}, False),
-        ("heisen, heap off", heisen(), False),
+        ("heisen, heap off", heisen(HEISEN_HEAP="0"), False),
         ("heisen heap", heisen(HEISEN_HEAP="1"), True),
         ("heisen heap PYTHONMALLOC=malloc", heisen(HEISEN_HEAP="1", PYTHONMALLOC="malloc"), True),
     ]

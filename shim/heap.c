@@ -678,8 +678,8 @@ HS_HIDDEN void hs_heap_init(void)
 	if (!__atomic_compare_exchange_n(&heap_mode, &expect, HEAP_INIT, 0, __ATOMIC_ACQ_REL, __ATOMIC_RELAXED))
 		return;
 	t->in_hook = 1;
-	on = getenv("HEISEN_HEAP");
-	if (!on || strcmp(on, "1") != 0) {
+	on = getenv("HEISEN_HEAP"); /* on unless HEISEN_HEAP=0 */
+	if (on && strcmp(on, "0") == 0) {
 		__atomic_store_n(&heap_mode, HEAP_OFF, __ATOMIC_RELEASE);
 		t->in_hook = was;
 		return;

@@ -4,8 +4,9 @@ overflows, what HEISEN_ON_HEAP_ERROR does, the per-process heap block, the
 report's stacks (native and Python), heisen-run --python-malloc, and CPython's
 own regression tests under the shim with the heap on.
 
-Every target runs with HEISEN_HEAP=1 (off by default while issue 4 is
-built); contracts: docs/interfaces.md "The heap".  The targets print the
+Checking is on by default (HEISEN_HEAP=0 switches it off); the targets
+still pass HEISEN_HEAP=1 explicitly so that they say what they rely on.
+Contracts: docs/interfaces.md "The heap".  The targets print the
 facts (pids, tids, addresses) the assertions compare with.
 """
 import os
@@ -100,11 +101,21 @@ def test_on_heap_error_continue(heisen, way):
     assert proc["state"] == "exited" and proc["exit_status"] == 0
 
 
-def test_heap_off_by_default(heisen, session):
-    p = heisen.preload([target(heisen, "heap_aligned")], session)
+def test_heap_on_by_default_and_off_with_heisen_heap_0(heisen, tmp_path):
+    """Checking is on unless HEISEN_HEAP=0: the default run has the heap block
+    and catches the double free; HEISEN_HEAP=0 has neither."""
+    on, off = tmp_path / "on", tmp_path / "off"
+    p = heisen.preload([target(heisen, "heap_aligned")], on)
     assert p.returncode == 0, p.stderr
-    r = heisen.dump_json(session, expect_rc=0)
-    assert process_of(r, fact_int(p.stdout, "pid"))["heap"] is None
+    h = process_of(heisen.dump_json(on, expect_rc=0), fact_int(p.stdout, "pid"))["heap"]
+    assert h is not None and h["stacks"] == "site" and h["allocs"] > 0
+    p = heisen.preload([target(heisen, "heap_aligned")], off, env={"HEISEN_HEAP": "0"})
+    assert p.returncode == 0, p.stderr
+    assert process_of(heisen.dump_json(off, expect_rc=0), fact_int(p.stdout, "pid"))["heap"] is None
+    # The seed-004 double free: caught by default, unseen with HEISEN_HEAP=0.
+    p = heisen.preload([target(heisen, "heap_handle_reopen")], tmp_path / "s004")
+    assert p.returncode == -signal.SIGABRT, (p.returncode, p.stderr)
+    assert len(findings_of(heisen.dump_json(tmp_path / "s004", expect_rc=1), "double-free")) == 1
 
 
 # ---- seed 000: ten Python threads race on a native cache --------------------
