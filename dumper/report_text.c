@@ -517,6 +517,8 @@ static bool interesting(struct hs_proc *p, const struct hs_findings *f)
 		return true;
 	if (hs_seg_findings_dropped(&p->seg) || (hs_seg_flags(&p->seg) & HS_HDR_SUSPECT))
 		return true;
+	if ((hs_seg_flags(&p->seg) & HS_HDR_HEAP) && p->seg.hdr.heap_failures)
+		return true; /* refused allocations: the heap line says where */
 	for (size_t i = 0; i < f->n; i++)
 		if (f->v[i].proc == p)
 			return true;

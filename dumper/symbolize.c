@@ -12,6 +12,7 @@
  */
 #include "symbolize.h"
 
+#include <dlfcn.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -182,6 +183,39 @@ static const struct mod *find_mod(const struct hs_sym *s, uint64_t addr)
 	return NULL;
 }
 
+/*
+ * name demangled when it is a C++ (Itanium ABI) symbol, as a malloc'ed
+ * string; else a copy of its first n bytes.  The demangler is libstdc++'s
+ * __cxa_demangle, found at run time (libstdc++.so.6 is on every system that
+ * runs C++; without it names stay mangled).
+ */
+static char *demangle_n(const char *name, size_t n)
+{
+	typedef char *(*demangle_fn)(const char *, char *, size_t *, int *);
+	static demangle_fn fn;
+	static int tried;
+	char *copy = strndup(name, n), *out;
+	int status = -1;
+
+	if (!copy || strncmp(copy, "_Z", 2) != 0)
+		return copy;
+	if (!tried) {
+		void *h = dlopen("libstdc++.so.6", RTLD_LAZY | RTLD_LOCAL);
+		tried = 1;
+		if (h)
+			fn = (demangle_fn)dlsym(h, "__cxa_demangle");
+	}
+	if (!fn)
+		return copy;
+	out = fn(copy, NULL, NULL, &status);
+	if (status != 0 || !out) {
+		free(out);
+		return copy;
+	}
+	free(copy);
+	return out;
+}
+
 static void fill_debuginfo(struct hs_frame *f, const struct mod *m, uint64_t addr)
 {
 	GElf_Off off;
@@ -191,7 +225,7 @@ static void fill_debuginfo(struct hs_frame *f, const struct mod *m, uint64_t add
 
 	/* "__libc_start_main@@GLIBC_2.34": the version says nothing in a stack */
 	if (name)
-		f->function = strndup(name, strcspn(name, "@"));
+		f->function = demangle_n(name, strcspn(name, "@"));
 	if ((line = dwfl_module_getsrc(m->dw, addr))) {
 		int lineno = 0;
 		const char *src = dwfl_lineinfo(line, NULL, &lineno, NULL, NULL, NULL);
@@ -280,10 +314,14 @@ static char *data_name(const struct hs_sym *s, uint64_t addr)
 		return NULL;
 	if (off >= sym.st_size && !(off == 0 && sym.st_size == 0))
 		return NULL;
-	if (off == 0)
-		return strdup(name);
-	snprintf(buf, sizeof buf, "%s+0x%llx", name, (unsigned long long)off);
-	return strdup(buf);
+	{
+		char *d = demangle_n(name, strlen(name));
+		if (!d || off == 0)
+			return d;
+		snprintf(buf, sizeof buf, "%s+0x%llx", d, (unsigned long long)off);
+		free(d);
+		return strdup(buf);
+	}
 }
 
 const char *hs_sym_data(struct hs_sym *s, uint64_t addr)

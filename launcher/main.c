@@ -52,7 +52,7 @@ static void usage(FILE *f)
 		"  --on-hang report|kill on a hang, print the report and keep watching (report,\n"
 		"                        default) or also SIGKILL the process tree and exit 137 (kill)\n"
 		"  --python-malloc       set PYTHONMALLOC=malloc for CMD: CPython's small objects then\n"
-		"                        come from malloc, where the heap checker (HEISEN_HEAP=1) sees them\n"
+		"                        come from malloc, where the heap checker sees them\n"
 		"  --quiet, -q           no warnings, no session line after a clean run\n"
 		"  --rm                  remove the session's segments after a clean run\n"
 		"  --help, -h            this text\n"

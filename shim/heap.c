@@ -68,6 +68,16 @@ extern void *__libc_pvalloc(size_t);
 
 #define RET_ADDR() ((uint64_t)(uintptr_t)__builtin_extract_return_addr(__builtin_return_address(0)))
 
+/*
+ * The caller's stack pointer at its call into the hook (the hook's CFA on
+ * x86-64: above the saved frame pointer and the return address; the shim is
+ * built with frame pointers), kept per thread for wrapper_stack().  SITE()
+ * records it and yields the return address: every allocating hook passes
+ * SITE() as its call site.
+ */
+static __thread uint64_t heap_cfa __attribute__((tls_model("initial-exec")));
+#define SITE() (heap_cfa = (uint64_t)(uintptr_t)__builtin_frame_address(0) + 16, RET_ADDR())
+
 #define HEAP_MAGIC 0x9e3c5a48454150f1ull /* mixed with the user pointer */
 #define ST_LIVE 0xa7u                  /* the whole word: no other bits */
 #define ST_FREED 0xf3u                 /* | first-free stack << 8 (24 bits) | tid << 32 */
@@ -188,15 +198,28 @@ static void count_failure(uint64_t n, uint32_t stack)
  * process-private direct-mapped cache in front of hs_stack_site(), which
  * also remembers failures (a full stack table must not mean an unwind per
  * malloc).  One 64-bit word per entry, so a racing reader never sees a torn
- * one: tag (39 bits of the site's hash) | exact << 24 | stack id (24 bits).
- * A site called from libffi (ctypes calling malloc/free) is marked exact:
- * its representative stack would show the Python lines of the first ctypes
- * call ever made, so it gets a full unwind every time instead.
+ * one: tag (38 bits of the key's hash) | wrapper << 25 | exact << 24 |
+ * stack id (24 bits).  Two kinds of site get other treatment, because a
+ * site's first caller would misrepresent every later one:
+ *   - exact: a site in libffi (ctypes calling malloc/free); its
+ *     representative stack would show the Python lines of the first ctypes
+ *     call ever made, so it gets a full unwind every time;
+ *   - wrapper: a site in libstdc++ (operator new calls malloc; every C++
+ *     allocation of the process comes through the same few sites); the key
+ *     becomes (site, first caller outside libstdc++), found by a short
+ *     unwind, so each C++ call site of `new` has a representative stack of
+ *     its own.
  */
 #define SITE_CACHE 8192u
+#define SITE_EXACT (1ull << 24)
+#define SITE_WRAPPER (1ull << 25)
 static uint64_t site_cache[SITE_CACHE];
+static uint64_t wrapper_lo, wrapper_hi; /* [atomic] libstdc++'s range, once seen */
 
-static int site_is_ffi(uint64_t site)
+enum site_kind { SITE_PLAIN, SITE_FFI, SITE_CXX };
+
+/* What kind of object `site` lies in (first sight of a site only). */
+static enum site_kind site_kind_of(uint64_t site)
 {
 	struct hs_table *t = &hs_seg.hdr->tables[HS_T_MODULES];
 	uint32_t n, sbytes = hs_seg.hdr->tables[HS_T_STRINGS].capacity;
@@ -206,32 +229,101 @@ static int site_is_ffi(uint64_t site)
 	n = __atomic_load_n(&t->count, __ATOMIC_ACQUIRE);
 	for (uint32_t i = 0; i < n && i < t->capacity; i++) {
 		const struct hs_module *m = &hs_seg.modules[i];
-		if (site >= m->lo && site < m->hi) {
-			if (m->path >= sbytes || m->path + (uint32_t)m->path_len >= sbytes)
-				return 0;
-			return memmem(hs_seg.strings + m->path, m->path_len, "libffi", 6) != NULL;
+		const char *path = hs_seg.strings + m->path;
+		if (site < m->lo || site >= m->hi)
+			continue;
+		if (m->path >= sbytes || m->path + (uint32_t)m->path_len >= sbytes)
+			return SITE_PLAIN;
+		if (memmem(path, m->path_len, "libffi", 6))
+			return SITE_FFI;
+		if (memmem(path, m->path_len, "libstdc++", 9)) {
+			/* relaxed: a reader that sees 0 only takes the slower, still correct, way */
+			__atomic_store_n(&wrapper_lo, m->lo, __ATOMIC_RELAXED);
+			__atomic_store_n(&wrapper_hi, m->hi, __ATOMIC_RELAXED);
+			return SITE_CXX;
 		}
+		return SITE_PLAIN;
 	}
-	return 0;
+	return SITE_PLAIN;
+}
+
+/* The cached stack for key (a site, or a wrapper's composite key); the
+ * kind of site is looked up only when first_sight and the key is new. */
+static uint32_t site_stack_key(uint64_t key, uint64_t site, int first_sight);
+
+/*
+ * A wrapper site (libstdc++'s operator new calling malloc): key it by its
+ * first caller outside the wrapper.  Unwinding for that caller costs some
+ * 200 ns, so it is done once per wrapper site, to learn where the caller's
+ * return address lies relative to the hook's CFA (heap_cfa): that offset is
+ * fixed for a given call site (the wrapper's frame at its call into malloc
+ * has one shape), and is kept in the site's cache entry (*entry, bits 0-23,
+ * 8-byte units; 0 = not learnt, or not found: unwind every time).  Later
+ * calls read the caller from the stack directly.
+ */
+static uint32_t wrapper_stack(uint64_t site, uint64_t *entry)
+{
+	uint64_t lo = __atomic_load_n(&wrapper_lo, __ATOMIC_RELAXED);
+	uint64_t hi = __atomic_load_n(&wrapper_hi, __ATOMIC_RELAXED);
+	uint64_t v = __atomic_load_n(entry, __ATOMIC_RELAXED), outer = 0, cfa = heap_cfa;
+	uint32_t k = (uint32_t)(v & 0xffffffu);
+	if (!lo || !cfa)
+		return hs_stack_here();
+	if (k) {
+		outer = *(const uint64_t *)(uintptr_t)(cfa + 8u * k);
+		if (outer >= lo && outer < hi)
+			outer = 0;
+	}
+	if (!outer) {
+		outer = hs_caller_outside(lo, hi);
+		if (!outer)
+			return hs_stack_here();
+		/* learn the slot: the first word above the CFA that holds the caller */
+		for (k = 1; k < 64; k++)
+			if (*(const uint64_t *)(uintptr_t)(cfa + 8u * k) == outer)
+				break;
+		if (k < 64 && (v & SITE_WRAPPER))
+			/* relaxed: a self-contained word; a lost race only re-learns */
+			__atomic_compare_exchange_n(entry, &v, (v & ~(uint64_t)0xffffffu) | k, 0, __ATOMIC_RELAXED,
+						    __ATOMIC_RELAXED);
+	}
+	/* bit 63: never a user-space PC, so never the key of a plain site */
+	return site_stack_key(hs_mix64(site ^ hs_mix64(outer)) | (1ull << 63), site, 0);
+}
+
+static uint32_t site_stack_key(uint64_t key, uint64_t site, int first_sight)
+{
+	uint64_t h = hs_mix64(key);
+	uint64_t *e = &site_cache[h & (SITE_CACHE - 1)];
+	uint64_t tag = h >> 26, v = __atomic_load_n(e, __ATOMIC_RELAXED);
+	enum site_kind kind = SITE_PLAIN;
+	uint32_t id;
+	if (HS_LIKELY(v != 0 && (v >> 26) == tag)) {
+		if (HS_UNLIKELY(v & SITE_EXACT))
+			return hs_stack_here();
+		if (HS_UNLIKELY(v & SITE_WRAPPER))
+			return wrapper_stack(site, e);
+		return (uint32_t)(v & 0xffffffu);
+	}
+	if (first_sight)
+		kind = site_kind_of(site);
+	id = 0;
+	if (kind == SITE_PLAIN)
+		id = hs_stack_site(key);
+	/* relaxed: the word is self-contained; a lost race only costs a lookup */
+	__atomic_store_n(e, tag << 26 | (kind == SITE_FFI ? SITE_EXACT : 0) | (kind == SITE_CXX ? SITE_WRAPPER : 0) |
+				    (id & 0xffffffu),
+			 __ATOMIC_RELAXED);
+	if (kind == SITE_FFI)
+		return hs_stack_here();
+	if (kind == SITE_CXX)
+		return wrapper_stack(site, e);
+	return id;
 }
 
 static uint32_t site_stack(uint64_t site)
 {
-	uint64_t h = hs_mix64(site);
-	uint64_t *e = &site_cache[h & (SITE_CACHE - 1)];
-	uint64_t tag = h >> 25, v = __atomic_load_n(e, __ATOMIC_RELAXED);
-	uint32_t id;
-	int exact;
-	if (HS_LIKELY(v != 0 && (v >> 25) == tag)) {
-		if (HS_UNLIKELY(v & (1u << 24)))
-			return hs_stack_here();
-		return (uint32_t)(v & 0xffffffu);
-	}
-	exact = site_is_ffi(site);
-	id = exact ? hs_stack_here() : hs_stack_site(site);
-	/* relaxed: the word is self-contained; a lost race only costs a lookup */
-	__atomic_store_n(e, tag << 25 | (uint64_t)exact << 24 | (id & 0xffffffu), __ATOMIC_RELAXED);
-	return id;
+	return site_stack_key(site, site, 1);
 }
 
 /* The stack kept for one malloc or free at `site`; 0 when not recording. */
@@ -734,7 +826,7 @@ HS_EXPORT void *malloc(size_t n)
 {
 	if (!heap_on() || hs_tls.in_hook)
 		return __libc_malloc(n);
-	return hook_alloc(n, 0, 0, RET_ADDR());
+	return hook_alloc(n, 0, 0, SITE());
 }
 
 HS_EXPORT void *calloc(size_t n, size_t m)
@@ -746,7 +838,7 @@ HS_EXPORT void *calloc(size_t n, size_t m)
 		errno = ENOMEM;
 		return NULL;
 	}
-	return hook_alloc(total, 0, 1, RET_ADDR());
+	return hook_alloc(total, 0, 1, SITE());
 }
 
 static void hook_free(void *p, uint64_t site)
@@ -778,7 +870,7 @@ HS_EXPORT void free(void *p)
 		__libc_free(p);
 		return;
 	}
-	hook_free(p, RET_ADDR());
+	hook_free(p, SITE());
 }
 
 /* realloc of a checked block or a foreign one; the caller has checked heap_on(). */
@@ -849,7 +941,7 @@ HS_EXPORT void *realloc(void *p, size_t n)
 {
 	if (!heap_on())
 		return __libc_realloc(p, n);
-	return hook_realloc(p, n, RET_ADDR());
+	return hook_realloc(p, n, SITE());
 }
 
 HS_EXPORT void *reallocarray(void *p, size_t n, size_t m)
@@ -861,7 +953,7 @@ HS_EXPORT void *reallocarray(void *p, size_t n, size_t m)
 	}
 	if (!heap_on())
 		return __libc_realloc(p, total);
-	return hook_realloc(p, total, RET_ADDR());
+	return hook_realloc(p, total, SITE());
 }
 
 /* glibc's memalign rules: <= 16 is malloc, too large is EINVAL, others round up to a power of two. */
@@ -886,7 +978,7 @@ HS_EXPORT void *memalign(size_t align, size_t n)
 {
 	if (!heap_on() || hs_tls.in_hook)
 		return __libc_memalign(align, n);
-	return hook_memalign(align, n, RET_ADDR());
+	return hook_memalign(align, n, SITE());
 }
 
 HS_EXPORT void *aligned_alloc(size_t align, size_t n)
@@ -894,7 +986,7 @@ HS_EXPORT void *aligned_alloc(size_t align, size_t n)
 	/* glibc 2.36: aligned_alloc is memalign (2.38 adds EINVAL for a non-power of two) */
 	if (!heap_on() || hs_tls.in_hook)
 		return __libc_memalign(align, n);
-	return hook_memalign(align, n, RET_ADDR());
+	return hook_memalign(align, n, SITE());
 }
 
 HS_EXPORT int posix_memalign(void **pp, size_t align, size_t n)
@@ -906,7 +998,7 @@ HS_EXPORT int posix_memalign(void **pp, size_t align, size_t n)
 	if (!heap_on() || hs_tls.in_hook)
 		p = __libc_memalign(align, n);
 	else
-		p = hook_memalign(align, n, RET_ADDR());
+		p = hook_memalign(align, n, SITE());
 	if (!p) {
 		errno = e;
 		return ENOMEM;
@@ -919,7 +1011,7 @@ HS_EXPORT void *valloc(size_t n)
 {
 	if (!heap_on() || hs_tls.in_hook)
 		return __libc_valloc(n);
-	return hook_memalign(page_size, n, RET_ADDR());
+	return hook_memalign(page_size, n, SITE());
 }
 
 HS_EXPORT void *pvalloc(size_t n)
@@ -931,7 +1023,7 @@ HS_EXPORT void *pvalloc(size_t n)
 		errno = ENOMEM;
 		return NULL;
 	}
-	return hook_memalign(page_size, r & ~(page_size - 1), RET_ADDR());
+	return hook_memalign(page_size, r & ~(page_size - 1), SITE());
 }
 
 /* glibc's malloc_usable_size, for foreign pointers: resolved once, inside the guard. */
