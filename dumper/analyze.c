@@ -35,6 +35,8 @@
 
 static const char *const kind_names[HS_F_KINDS] = {
 	[HS_F_CRASH] = "crash",
+	[HS_F_OOM_KILL] = "oom-kill",
+	[HS_F_KILLED] = "killed",
 	[HS_F_DEADLOCK] = "deadlock",
 	[HS_F_DOUBLE_FREE] = "double-free",
 	[HS_F_HEAP_OVERFLOW] = "heap-overflow",
@@ -60,6 +62,11 @@ static struct hs_fnd *add_finding(struct hs_findings *out, enum hs_fkind kind, s
 	v->kind = kind;
 	v->proc = p;
 	return v;
+}
+
+struct hs_fnd *hs_finding_new(struct hs_findings *out, enum hs_fkind kind, struct hs_proc *p)
+{
+	return add_finding(out, kind, p);
 }
 
 /* ---- wait-for graph ----------------------------------------------------- */
@@ -507,6 +514,9 @@ int hs_analyze_stalled(struct hs_session *s, double hang_timeout, bool with_reco
 		if (p)
 			rc = add_stall(s, p, stalls[i].seconds, stalls[i].since_ns, out);
 	}
+	/* processes that died without running any code (issue 6), after the hangs that may explain them */
+	if (with_recorded && rc == 0)
+		rc = hs_proc_findings(s, out);
 	if (out->n)
 		qsort(out->v, out->n, sizeof *out->v, by_severity);
 	return rc;
