@@ -631,8 +631,12 @@ int hs_proc_findings(struct hs_session *s, struct hs_findings *out)
 	attribute(c, n);
 	for (size_t i = 0; i < n && rc == 0; i++) {
 		const struct hs_death *d = &c[i].d;
+		/* the counter decides when it can be read; else memory near the limit at the last sample.
+		   The cgroup's peak only supports: it is the cgroup's, since it was made */
 		bool oom = c[i].counter_known ? (d->evidence & HS_EV_OOM_COUNTER) != 0
-					      : (d->evidence & (HS_EV_NEAR_LIMIT | HS_EV_CGROUP_PEAK)) != 0;
+					      : (d->evidence & HS_EV_NEAR_LIMIT) != 0;
+		if (!oom)
+			c[i].d.evidence &= ~HS_EV_CGROUP_PEAK;
 		if (!oom && explained_by_hang(out, c[i].p))
 			continue;
 		rc = add_death(out, &c[i], oom);
@@ -727,19 +731,14 @@ static int cpu_warnings(struct hs_session *s, struct hs_warnings *w)
 		if (allowed <= 0 || (double)pi->env.cpu_online < CPU_WARN * allowed)
 			continue;
 		for (size_t k = first; k < w->n && !x; k++)
-			if (w->v[k].kind == HS_W_CPU_OVERSUBSCRIBED) {
-				const struct hs_proc *q = NULL;
-				for (size_t m = 0; m < s->nprocs && !q; m++)
-					if (s->procs[m].seg.hdr.pid == w->v[k].pids[0])
-						q = &s->procs[m];
-				if (q && same_cpu_env(&q->info->env, &pi->env))
-					x = &w->v[k];
-			}
+			if (w->v[k].kind == HS_W_CPU_OVERSUBSCRIBED && same_cpu_env(&w->v[k].cpu_env, &pi->env))
+				x = &w->v[k];
 		if (!x) {
 			char quota[96] = "no CPU quota";
 			size_t used = 0;
 			if (!(x = add_warning(w, HS_W_CPU_OVERSUBSCRIBED)))
 				return -1;
+			x->cpu_env = pi->env;
 			x->cpu_online = pi->env.cpu_online;
 			x->cpu_affinity = pi->env.cpu_affinity;
 			x->cpu_allowed = allowed;
@@ -765,7 +764,7 @@ static int memory_warnings(struct hs_session *s, struct hs_warnings *w)
 	for (size_t i = 0; i < s->nprocs; i++) {
 		const struct hs_pinfo *pi = s->procs[i].info;
 		struct hs_warning *x;
-		uint64_t peak = 0, cg;
+		uint64_t peak = 0;
 		int32_t who = 0;
 		bool seen = false;
 		char lim[32], pk[32];
@@ -788,22 +787,19 @@ static int memory_warnings(struct hs_session *s, struct hs_warnings *w)
 				who = s->procs[k].seg.hdr.pid;
 			}
 		}
-		cg = pi->cgroup_ok ? cgroup_peak_now(&pi->env) : 0;
-		if ((double)(peak > cg ? peak : cg) < MEM_WARN * (double)pi->env.mem_limit)
+		/* the processes' own peaks: the cgroup's peak is since the cgroup was made, not this session */
+		if ((double)peak < MEM_WARN * (double)pi->env.mem_limit)
 			continue;
 		if (!(x = add_warning(w, HS_W_MEMORY_LIMIT)))
 			return -1;
 		x->limit = pi->env.mem_limit;
-		x->peak = peak > cg ? peak : cg;
-		x->peak_pid = peak >= cg ? who : 0;
+		x->peak = peak;
+		x->peak_pid = who;
 		hs_fmt_bytes(lim, sizeof lim, x->limit);
 		hs_fmt_bytes(pk, sizeof pk, x->peak);
 		hs_appendf(x->message, sizeof x->message, &used, "the memory limit of %s (%s) is at or below the observed peak: ",
 			   lim, pi->env.mem_cgroup[0] ? pi->env.mem_cgroup : "cgroup");
-		if (x->peak_pid)
-			hs_appendf(x->message, sizeof x->message, &used, "pid %d reached %s resident", x->peak_pid, pk);
-		else
-			hs_appendf(x->message, sizeof x->message, &used, "the cgroup's usage reached %s", pk);
+		hs_appendf(x->message, sizeof x->message, &used, "pid %d reached %s resident", x->peak_pid, pk);
 		hs_appendf(x->message, sizeof x->message, &used, " (%.0f%%)", 100.0 * (double)x->peak / (double)x->limit);
 		for (size_t k = i; k < s->nprocs; k++) {
 			const struct hs_pinfo *qi = s->procs[k].info;

@@ -110,6 +110,7 @@ struct hs_warning {
 	/* the numbers behind it (0 when not relevant to the kind) */
 	uint32_t cpu_online, cpu_affinity;
 	double cpu_allowed;
+	struct hs_env cpu_env;       /* the environment the CPU warning is about (for grouping) */
 	uint64_t limit, peak;
 	int32_t peak_pid;
 	uint64_t fds, nofile;

@@ -7,11 +7,15 @@ processes multiprocessing and subprocess make (tests/test_proc.py).
     py_seed002.py sigkill                       a worker takes native locks (heisenlocks), allocates
                                                 a little, says "victim PID ready" and waits to be
                                                 SIGKILLed by the test: BrokenProcessPool
-    py_seed002.py clean [N]                     N workers (default 3) each square numbers: exit 0
+    py_seed002.py clean [N]                     N workers (default 3) each square numbers: exit 0;
+                                                knobs that leave argv alone (for heisen-dump diff):
+                                                SEED002_WORKERS=N, SEED002_SQLITE=1 (import sqlite3),
+                                                SEED002_GROW_MIB=M (the main process grows by M MiB),
+                                                SEED002_EXT=DIR (heisenlocks: a lock-order cycle)
     py_seed002.py tree                          a spawn pool, a forkserver pool, subprocess.run of a
                                                 Python child, a fork child: every pid printed
     py_seed002.py peak MIB                      grow to MIB resident, free it, exit 0
-    py_seed002.py fds N                         hold N open descriptors, then exit 0
+    py_seed002.py fds N                         hold N open descriptors for 1.5 s, then exit 0
 
 Prints "key value" lines (conftest.facts): "main PID", "worker PID", ...
 """
@@ -62,6 +66,17 @@ def run_pool(ctx, work, *args):
 
 
 def clean(n):
+    n = int(os.environ.get("SEED002_WORKERS", n))
+    if os.environ.get("SEED002_SQLITE") == "1":
+        import sqlite3
+        sqlite3.connect(":memory:").execute("select 1")
+    grown = [bytearray(1 << 20) for _ in range(int(os.environ.get("SEED002_GROW_MIB", "0")))]
+    if os.environ.get("SEED002_EXT"):
+        sys.path.insert(0, os.environ["SEED002_EXT"])
+        import heisenlocks
+        heisenlocks.a_then_b()
+        heisenlocks.b_then_a()
+    del grown
     with cf.ProcessPoolExecutor(max_workers=n, mp_context=mp.get_context("fork")) as ex:
         pids = {pid for pid, _ in ex.map(square, range(64))}
         # every worker gets one task, so each has started and shows in the tree
@@ -73,9 +88,11 @@ def clean(n):
 
 def tree():
     for ctx in ("spawn", "forkserver"):
-        with mp.get_context(ctx).Pool(2) as pool:
-            for pid, _ in pool.map(square, range(8), chunksize=1):
-                say(ctx + "_worker", pid)
+        pool = mp.get_context(ctx).Pool(2)
+        for pid, _ in pool.map(square, range(8), chunksize=1):
+            say(ctx + "_worker", pid)
+        pool.close()  # not terminate(), which the with-statement does: let the workers exit
+        pool.join()
         if ctx == "forkserver":
             from multiprocessing import forkserver
             say("forkserver", forkserver._forkserver._forkserver_pid)
@@ -98,9 +115,16 @@ def peak(mib):
 
 
 def fds(n):
+    """Hold n descriptors open while working (large allocations) for 1.5 s:
+    heisen counts open descriptors at most once a second, with a memory sample."""
     held = [open(os.devnull) for _ in range(n)]
     say("held", len(held))
-    return 0
+    end = time.monotonic() + 1.5
+    while time.monotonic() < end:
+        buf = bytearray(256 << 10)
+        time.sleep(0.01)
+    del buf
+    return len(held) - n
 
 
 def main():
