@@ -19,7 +19,7 @@
 #include "session.h"
 
 #define PEAK_RATIO 1.25              /* peaks differ when one is 25% above the other */
-#define PEAK_MIN_BYTES (8ull << 20)  /* ... and by more than this */
+#define PEAK_MIN_BYTES (16ull << 20) /* ... and by more than this */
 #define LABEL_MAX 1024
 
 /* A (key, value) pair; lists are sorted by key, then value. */

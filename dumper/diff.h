@@ -17,7 +17,7 @@
  *   - findings, by kind, process path and site (lock names, the innermost
  *     function of their stacks), never by address;
  *   - peak memory per process path, when it moved by more than a quarter
- *     and 8 MiB (RSS is never the same twice);
+ *     and 16 MiB (RSS is never the same twice);
  *   - and the warnings, by kind.
  * The CLI and JSON are docs/interfaces.md "heisen-dump diff".
  */

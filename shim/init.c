@@ -120,6 +120,7 @@ static void atfork_child(void)
 	}
 	hs_seg_unbind(&old);
 	__atomic_store_n(&hs_recording, 1, __ATOMIC_RELEASE);
+	hs_proc_after_fork();
 	hs_mem_sample(t->slot ? t : NULL, hs_now(), HS_MEMW_START, 0);
 	t->in_hook = was;
 }

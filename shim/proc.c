@@ -45,6 +45,9 @@ static uint64_t mem_last_ns;          /* [atomic] when the last sample was taken
 static uint64_t mem_big;              /* [atomic] bytes of large allocations since then */
 static uint64_t mem_step = 1u << 20;  /* [atomic] mem_big that makes a sample due */
 static int mem_sampling;              /* [atomic] a sample is being taken (one at a time) */
+static uint64_t maxrss_base;          /* ru_maxrss (KiB) when this image started: exec keeps the
+					 previous image's high-water mark there, so only a larger
+					 value is this image's own (a fork child starts from 0) */
 static uint64_t page_bytes = 4096;
 
 /* ---- small parsers (no libc beyond string.h) -------------------------------- */
@@ -408,7 +411,8 @@ void hs_mem_sample(struct hs_tls *t, uint64_t now, unsigned why, uint64_t size)
 		rss = parse_u64(&p) * page_bytes;
 	}
 	peak = rss;
-	if (hs_sys.getrusage(RUSAGE_SELF, &ru) == 0 && (uint64_t)ru.ru_maxrss * 1024 > peak)
+	if (hs_sys.getrusage(RUSAGE_SELF, &ru) == 0 && (uint64_t)ru.ru_maxrss > maxrss_base &&
+	    (uint64_t)ru.ru_maxrss * 1024 > peak)
 		peak = (uint64_t)ru.ru_maxrss * 1024;
 	if (rss) {
 		/* relaxed: counters read as a whole by the dumper, nothing else depends on them */
@@ -448,8 +452,17 @@ int hs_mem_due(uint64_t n, uint64_t now, unsigned *why)
 void hs_proc_init(void)
 {
 	long pg = sysconf(_SC_PAGESIZE);
+	struct rusage ru;
 	if (pg > 0)
 		page_bytes = (uint64_t)pg;
+	if (hs_sys.getrusage(RUSAGE_SELF, &ru) == 0)
+		maxrss_base = (uint64_t)ru.ru_maxrss;
+}
+
+void hs_proc_after_fork(void)
+{
+	maxrss_base = 0; /* a new process: its high-water mark is its own (it starts at the parent's RSS) */
+	__atomic_store_n(&mem_sampling, 0, __ATOMIC_RELAXED); /* a thread of the parent may have held it */
 }
 
 void hs_proc_end(struct hs_tls *t, unsigned why)

@@ -568,8 +568,11 @@ void hs_env_inherit(struct hs_env *e, const struct hs_env *parent);
  * there is none or it cannot be read.  Async-signal-safe. */
 int hs_oom_kills_read(const struct hs_env *e, uint64_t *out);
 
-/* Page size for the samples.  Init only. */
+/* Page size and the high-water mark inherited through exec.  Init only. */
 void hs_proc_init(void);
+
+/* The fork child's sampler state (one thread, async-signal-safe). */
+void hs_proc_after_fork(void);
 
 /* The end of this image (why: HS_MEMW_EXIT or HS_MEMW_SIGNAL): a last memory
  * sample and descriptor count, and at exit the OOM-kill counter again
