@@ -11,9 +11,19 @@
  */
 #include <errno.h>
 #include <sys/mman.h>
+#include <time.h>
 
 #include "hooks.h"
 #include "shim.h"
+
+/* The clock for "is a sample due": CLOCK_MONOTONIC_COARSE (a few ns from the
+ * vDSO instead of ~25; a tick, 1-4 ms, of resolution is plenty here). */
+static inline uint64_t coarse_now(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_MONOTONIC_COARSE, &ts);
+	return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
 
 void hs_mem_big_alloc(uint64_t n)
 {
@@ -23,7 +33,7 @@ void hs_mem_big_alloc(uint64_t n)
 	if (t->in_hook || t->dead || !__atomic_load_n(&hs_recording, __ATOMIC_ACQUIRE))
 		return;
 	e = errno;
-	if (hs_mem_due(n, hs_now(), &why)) {
+	if (hs_mem_due(n, coarse_now(), &why)) {
 		/* the guard, and a ring for the record when the thread can have one */
 		g = hs_enter();
 		if (!g)

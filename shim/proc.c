@@ -112,17 +112,22 @@ static ssize_t read_in(const char *dir, const char *file, char *buf, size_t cap)
 	return hs_read_small(join(path, sizeof path, dir, "/", file), buf, cap);
 }
 
-/* Drop the last component of the cgroup directory dir (length *n) if it is
- * below the mount point (length root); 0 when it is the mount point. */
+/* Drop the last component of the cgroup directory dir (length *n); 0 when
+ * that would reach the mount point (length root): the root cgroup has no
+ * limits (v1's root files always say unlimited, v2's root has none). */
 static int up(char *dir, size_t *n, size_t root)
 {
-	if (*n <= root)
+	size_t k = *n;
+	if (k <= root)
 		return 0;
-	while (*n > root && dir[*n - 1] != '/')
-		(*n)--;
-	if (*n > root)
-		(*n)--; /* the slash, unless it is the mount point's own */
-	dir[*n] = '\0';
+	while (k > root && dir[k - 1] != '/')
+		k--;
+	if (k > root)
+		k--; /* the slash */
+	if (k <= root)
+		return 0;
+	*n = k;
+	dir[k] = '\0';
 	return 1;
 }
 
@@ -190,11 +195,14 @@ static uint64_t limit_value(const char *buf)
 	return v >= (1ull << 62) ? 0 : v;
 }
 
-/* The tightest memory limit from dir up to the mount point (root bytes of dir). */
+/* The tightest memory limit from dir up to, not including, the root cgroup
+ * (root bytes of dir are the mount point). */
 static uint64_t memory_limit(char *dir, size_t n, size_t root, unsigned version)
 {
 	char buf[64];
 	uint64_t best = 0;
+	if (n <= root)
+		return 0;
 	do {
 		if (read_in(dir, version == 2 ? "memory.max" : "memory.limit_in_bytes", buf, sizeof buf) > 0) {
 			uint64_t v = limit_value(buf);
@@ -205,10 +213,12 @@ static uint64_t memory_limit(char *dir, size_t n, size_t root, unsigned version)
 	return best;
 }
 
-/* The tightest CFS quota (quota/period) from dir up to the mount point. */
+/* The tightest CFS quota (quota/period) from dir up to, not including, the root cgroup. */
 static void cpu_quota(char *dir, size_t n, size_t root, unsigned version, struct hs_env *e)
 {
 	char buf[64];
+	if (n <= root)
+		return;
 	do {
 		uint64_t q = 0, per = 0;
 		const char *p = buf;
@@ -267,14 +277,16 @@ static void read_cgroups(struct hs_env *e)
 		cpu_quota(dir, n, e->mem_cgroup_root, 2, e);
 		n = cgroup_dir(dir, sizeof dir, "/sys/fs/cgroup", path, &e->flags);
 	} else {
-		for (size_t i = 0; i < sizeof cpu_mounts / sizeof cpu_mounts[0]; i++) {
-			uint32_t ignore = 0;
-			if (!cgroup_path(self, "cpu", path, sizeof path) || hs_sys.lstat(cpu_mounts[i], &st) != 0)
-				continue;
-			n = cgroup_dir(dir, sizeof dir, cpu_mounts[i], path, &ignore);
-			cpu_quota(dir, n, strlen(cpu_mounts[i]), 1, e);
-			break;
-		}
+		if (cgroup_path(self, "cpu", path, sizeof path))
+			for (size_t i = 0; i < sizeof cpu_mounts / sizeof cpu_mounts[0]; i++) {
+				uint32_t ignore = 0;
+				if (hs_sys.lstat(cpu_mounts[i], &st) != 0)
+					continue;
+				n = strcmp(path, "/") == 0 ? strlen(join(dir, sizeof dir, cpu_mounts[i], NULL, NULL))
+							   : cgroup_dir(dir, sizeof dir, cpu_mounts[i], path, &ignore);
+				cpu_quota(dir, n, strlen(cpu_mounts[i]), 1, e);
+				break;
+			}
 		if (!cgroup_path(self, "memory", path, sizeof path) ||
 		    hs_sys.lstat("/sys/fs/cgroup/memory", &st) != 0)
 			return;
@@ -437,8 +449,9 @@ void hs_mem_sample(struct hs_tls *t, uint64_t now, unsigned why, uint64_t size)
 int hs_mem_due(uint64_t n, uint64_t now, unsigned *why)
 {
 	uint64_t acc = __atomic_add_fetch(&mem_big, n, __ATOMIC_RELAXED);
+	/* now may be a coarser clock than the samples' (behind it by a tick): never wrap */
 	if (acc >= __atomic_load_n(&mem_step, __ATOMIC_RELAXED) &&
-	    now - __atomic_load_n(&mem_last_ns, __ATOMIC_RELAXED) >= HS_MEM_MIN_GAP_NS) {
+	    now >= __atomic_load_n(&mem_last_ns, __ATOMIC_RELAXED) + HS_MEM_MIN_GAP_NS) {
 		*why = HS_MEMW_ALLOC;
 		return 1;
 	}

@@ -112,8 +112,13 @@ ssize_t hs_read_small(const char *path, char *buf, size_t cap)
 	ssize_t n = 0, r;
 	if (fd < 0)
 		return -1;
-	while ((size_t)n < cap - 1 && (r = hs_sys.read(fd, buf + n, cap - 1 - (size_t)n)) > 0)
+	while ((size_t)n < cap - 1 && (r = hs_sys.read(fd, buf + n, cap - 1 - (size_t)n)) > 0) {
 		n += r;
+		/* a short read of a file smaller than a page is its end (procfs, sysfs and
+		   cgroupfs hand out a page at a time): spare the read that returns 0 */
+		if ((size_t)r < cap - 1 - (size_t)(n - r) && n < 4096)
+			break;
+	}
 	hs_sys.close(fd);
 	buf[n] = '\0';
 	return n;

@@ -228,7 +228,8 @@ extern uint64_t hs_mem_next_ns;
  */
 void hs_mem_sample(struct hs_tls *t, uint64_t now, unsigned why, uint64_t size);
 
-/* Count a large allocation of n bytes; 1 (with *why) when a sample is due. Lock-free. */
+/* Count a large allocation of n bytes; 1 (with *why) when a sample is due.
+ * now may come from CLOCK_MONOTONIC_COARSE.  Lock-free. */
 int hs_mem_due(uint64_t n, uint64_t now, unsigned *why);
 
 /*
@@ -318,7 +319,8 @@ extern struct hs_sysops hs_sys;
 
 /* Read up to cap-1 bytes of a small file (procfs, sysfs, cgroupfs) into buf,
  * NUL-terminated, through hs_sys.  Returns the bytes read, or -1 when it
- * cannot be opened.  Async-signal-safe. */
+ * cannot be opened.  A short read below 4096 bytes is taken as the end of
+ * the file (those file systems fill a read up to a page).  Async-signal-safe. */
 ssize_t hs_read_small(const char *path, char *buf, size_t cap);
 
 /* ---- segment (segment.c) ------------------------------------------------- */
