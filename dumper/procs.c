@@ -184,6 +184,19 @@ static uint32_t count_fd_dir(int32_t pid, bool *ok)
 	return n;
 }
 
+bool hs_proc_fds_now(struct hs_proc *p, uint32_t *n)
+{
+	struct hs_pinfo *pi = p->info;
+	if (!pi || p->pstate != HS_P_RUNNING)
+		return false;
+	if (!pi->fds_now_asked) {
+		pi->fds_now_asked = true;
+		pi->fds_now = count_fd_dir(p->seg.hdr.pid, &pi->fds_now_known);
+	}
+	*n = pi->fds_now;
+	return pi->fds_now_known;
+}
+
 static void read_live(struct hs_proc *p, struct hs_pinfo *pi)
 {
 	const struct hs_header *h = &p->seg.hdr;
@@ -206,8 +219,6 @@ static void read_live(struct hs_proc *p, struct hs_pinfo *pi)
 		pi->term_pid = (int32_t)LOAD32(p, term_pid);
 		pi->term_uid = LOAD32(p, term_uid);
 	}
-	if (p->pstate == HS_P_RUNNING)
-		pi->fds_now = count_fd_dir(h->pid, &pi->fds_now_known);
 	/* the last sign of life */
 	pi->last_ns = h->start_mono_ns;
 	if (end > pi->last_ns)
@@ -814,15 +825,17 @@ static int memory_warnings(struct hs_session *s, struct hs_warnings *w)
 static int fd_warnings(struct hs_session *s, struct hs_warnings *w)
 {
 	for (size_t i = 0; i < s->nprocs; i++) {
-		const struct hs_proc *p = &s->procs[i];
+		struct hs_proc *p = &s->procs[i];
 		const struct hs_pinfo *pi = p->info;
 		struct hs_warning *x;
 		uint64_t fds, lim;
+		uint32_t now = 0;
 		size_t used = 0;
 		if (!pi || !pi->env_valid)
 			continue;
 		lim = pi->env.nofile_soft;
-		fds = pi->fds_peak > pi->fds_now ? pi->fds_peak : pi->fds_now;
+		hs_proc_fds_now(p, &now);
+		fds = pi->fds_peak > now ? pi->fds_peak : now;
 		if (!lim || lim == HS_UNLIMITED || (double)fds < FDS_WARN * (double)lim)
 			continue;
 		if (!(x = add_warning(w, HS_W_OPEN_FILES)))

@@ -67,7 +67,7 @@ struct hs_pinfo {
 	uint64_t rss, rss_peak, rss_sample_ns, rss_samples;
 	uint64_t oom_end, oom_end_ns;
 	uint32_t fds_open, fds_peak;
-	bool fds_now_known;          /* a live process: /proc/PID/fd counted now */
+	bool fds_now_asked, fds_now_known; /* hs_proc_fds_now: asked once; the count could be read */
 	uint32_t fds_now;
 	/* a terminating signal the process recorded itself (HS_STATE_SIGNALED) */
 	bool term;
@@ -147,6 +147,10 @@ void hs_death_message(const struct hs_fnd *f, char *msg, size_t len);
 
 /* p's command line as one string ("python3 app.py ..."), cut to len. */
 void hs_proc_cmdline(const struct hs_proc *p, char *buf, size_t len);
+
+/* The open descriptors of a live process now (/proc/PID/fd, counted on the
+ * first call): true with *n, false when p is not running or it cannot be read. */
+bool hs_proc_fds_now(struct hs_proc *p, uint32_t *n);
 
 /* The memory limit of p, 0 when none or unknown. */
 uint64_t hs_proc_limit(const struct hs_proc *p);

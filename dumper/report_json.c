@@ -415,6 +415,7 @@ static void environment(struct hs_json *j, const struct hs_pinfo *pi)
 static void memory(struct hs_json *j, struct hs_proc *p)
 {
 	const struct hs_pinfo *pi = p->info;
+	uint32_t fds;
 	hs_json_object(j, "memory");
 	hs_json_uint(j, "rss_bytes", pi->rss);
 	hs_json_uint(j, "peak_rss_bytes", pi->rss_peak);
@@ -426,8 +427,8 @@ static void memory(struct hs_json *j, struct hs_proc *p)
 	uint_or_null(j, "limit_bytes", hs_proc_limit(p));
 	hs_json_uint(j, "fds_open", pi->fds_open);
 	hs_json_uint(j, "fds_peak", pi->fds_peak);
-	if (pi->fds_now_known)
-		hs_json_uint(j, "fds_now", pi->fds_now);
+	if (hs_proc_fds_now(p, &fds))
+		hs_json_uint(j, "fds_now", fds);
 	else
 		hs_json_null(j, "fds_now");
 	if (pi->oom_end_ns)

@@ -733,14 +733,20 @@ static uint64_t session_t0(const struct hs_session *s)
 	return t0;
 }
 
-/* The finding about the process (killed, oom-kill, crash), for the tree. */
-static const char *node_finding(const struct hs_findings *f, const struct hs_pnode *n)
+/* The kinds of the findings about the process, for the tree: "oom-kill, potential-deadlock". */
+static void node_findings(const struct hs_findings *f, const struct hs_pnode *n, char *buf, size_t len)
 {
-	for (size_t i = 0; i < f->n; i++)
-		if (f->v[i].proc->info && f->v[i].proc->info->node == n &&
-		    (f->v[i].kind == HS_F_OOM_KILL || f->v[i].kind == HS_F_KILLED || f->v[i].kind == HS_F_CRASH))
-			return hs_fkind_name(f->v[i].kind);
-	return NULL;
+	size_t used = 0;
+	buf[0] = '\0';
+	for (size_t i = 0; i < f->n; i++) {
+		bool seen = false;
+		if (!f->v[i].proc->info || f->v[i].proc->info->node != n)
+			continue;
+		for (size_t k = 0; k < i && !seen; k++)
+			seen = f->v[k].kind == f->v[i].kind && f->v[k].proc->info && f->v[k].proc->info->node == n;
+		if (!seen)
+			hs_appendf(buf, len, &used, "%s%s", used ? ", " : "", hs_fkind_name(f->v[i].kind));
+	}
 }
 
 static void tree_node(FILE *out, const struct hs_session *s, const struct hs_findings *f, const struct hs_pnode *n,
@@ -749,8 +755,7 @@ static void tree_node(FILE *out, const struct hs_session *s, const struct hs_fin
 	const struct hs_proc *p = n->images[n->nimages - 1], *first = n->images[0];
 	const struct hs_pinfo *pi = p->info;
 	uint64_t end = hs_seg_end_ns(&p->seg), peak = 0;
-	const char *fk = node_finding(f, n);
-	char cmd[120], pk[32];
+	char cmd[120], pk[32], fk[160];
 	size_t len = strlen(prefix);
 	for (size_t i = 0; i < n->nimages; i++)
 		if (n->images[i]->info && n->images[i]->info->rss_peak > peak)
@@ -776,7 +781,8 @@ static void tree_node(FILE *out, const struct hs_session *s, const struct hs_fin
 		fprintf(out, " .. last seen +%.3f s", (double)(hs_proc_realtime(p, pi->last_ns) - t0) / 1e9);
 	if (peak)
 		fprintf(out, "; peak %s", hs_fmt_bytes(pk, sizeof pk, peak));
-	if (fk)
+	node_findings(f, n, fk, sizeof fk);
+	if (fk[0])
 		fprintf(out, "  <== %s", fk);
 	fprintf(out, "\n");
 	if (n->depth)

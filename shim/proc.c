@@ -413,6 +413,12 @@ void hs_mem_sample(struct hs_tls *t, uint64_t now, unsigned why, uint64_t size)
 	/* acquire: one sampler at a time; a signal handler that interrupts one skips */
 	if (__atomic_exchange_n(&mem_sampling, 1, __ATOMIC_ACQUIRE))
 		return;
+	/* a vfork child (it shares our memory until it execs) must not write its numbers into
+	   its parent's segment */
+	if (h->pid != (int32_t)syscall(SYS_getpid)) {
+		__atomic_store_n(&mem_sampling, 0, __ATOMIC_RELEASE);
+		return;
+	}
 	__atomic_store_n(&mem_big, 0, __ATOMIC_RELAXED);
 	__atomic_store_n(&mem_last_ns, now, __ATOMIC_RELAXED);
 	if (hs_read_small("/proc/self/statm", buf, sizeof buf) > 0) {
