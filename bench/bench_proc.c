@@ -18,21 +18,10 @@
 #include <unistd.h>
 
 #include "../shim/shim.h"
+#include "bench.h"
 
 #define REPS 5
 
-static double now_s(void)
-{
-	struct timespec ts;
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
-
-static int cmp_double(const void *a, const void *b)
-{
-	double x = *(const double *)a, y = *(const double *)b;
-	return (x > y) - (x < y);
-}
 
 int main(int argc, char **argv)
 {
@@ -58,18 +47,18 @@ int main(int argc, char **argv)
 	__atomic_store_n(&hs_recording, 1, __ATOMIC_RELEASE);
 	fixed = hs_now(); /* one time for every sample: the descriptor count is due only when asked */
 	for (int r = 0; r < REPS; r++) {
-		double t0 = now_s();
+		double t0 = bench_now_s();
 		for (long i = 0; i < n; i++)
 			hs_env_read(&e);
-		res[0][r] = (now_s() - t0) / (double)n * 1e6;
-		t0 = now_s();
+		res[0][r] = (bench_now_s() - t0) / (double)n * 1e6;
+		t0 = bench_now_s();
 		for (long i = 0; i < n; i++)
 			hs_mem_sample(NULL, fixed, HS_MEMW_TIME, 0);
-		res[1][r] = (now_s() - t0) / (double)n * 1e6;
-		t0 = now_s();
+		res[1][r] = (bench_now_s() - t0) / (double)n * 1e6;
+		t0 = bench_now_s();
 		for (long i = 0; i < n; i++)
 			hs_mem_sample(NULL, fixed, HS_MEMW_START, 0);
-		res[2][r] = (now_s() - t0) / (double)n * 1e6;
+		res[2][r] = (bench_now_s() - t0) / (double)n * 1e6;
 	}
 	if (!hs_seg.hdr->rss_samples || !hs_seg.hdr->rss_bytes || !e.cpu_online) {
 		fprintf(stderr, "bench_proc: nothing was recorded: the numbers would be meaningless\n");
@@ -78,7 +67,7 @@ int main(int argc, char **argv)
 	printf("# bench_proc: %ld ops x %d reps; cgroup v%u, %u CPUs, %u open descriptors\n", n, REPS, e.cgroup,
 	       e.cpu_online, hs_seg.hdr->fds_open);
 	for (int c = 0; c < CASES; c++) {
-		qsort(res[c], REPS, sizeof res[c][0], cmp_double);
+		qsort(res[c], REPS, sizeof res[c][0], bench_cmp_double);
 		printf("%-16s %8.2f\n", names[c], res[c][REPS / 2]);
 	}
 	/* the session: one segment file */

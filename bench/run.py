@@ -177,15 +177,23 @@ def interleaved(configs, reps, measure, verify=None):
     return samples, notes
 
 
-def check_recorded(dump, session_dir, want_edge):
-    """heisen-dump must see the run's lock events (and, for bench_mutex, the A -> B edge)."""
-    if not dump:
-        return "not checked (no heisen-dump in the build)"
+NOT_CHECKED = "not checked (no heisen-dump in the build)"
+
+
+def dump_json(dump, session_dir):
+    """heisen-dump --json --no-symbols of a bench run's session, parsed; dies when it fails."""
     p = subprocess.run([dump, "--json", "--no-symbols", session_dir], stdout=subprocess.PIPE,
                        stderr=subprocess.PIPE, text=True)
     if p.returncode not in (0, 1):
         die("heisen-dump failed on %s:\n%s" % (session_dir, p.stderr))
-    doc = json.loads(p.stdout)
+    return json.loads(p.stdout)
+
+
+def check_recorded(dump, session_dir, want_edge):
+    """heisen-dump must see the run's lock events (and, for bench_mutex, the A -> B edge)."""
+    if not dump:
+        return NOT_CHECKED
+    doc = dump_json(dump, session_dir)
     types = {e["type"] for pr in doc["processes"] for t in pr["threads"] for e in t["events"]}
     if "lock-acquired" not in types and "lock-released" not in types:
         die("the shim recorded no lock events in %s: the numbers would be meaningless" % session_dir)
@@ -261,12 +269,8 @@ for case, v in ns.items():
 def check_gil_edge(dump, session_dir, addr, n):
     """heisen-dump must see CPython, the pairs' events, and the edge GIL -> benchgil's mutex."""
     if not dump:
-        return "not checked (no heisen-dump in the build)"
-    p = subprocess.run([dump, "--json", "--no-symbols", session_dir], stdout=subprocess.PIPE,
-                       stderr=subprocess.PIPE, text=True)
-    if p.returncode not in (0, 1):
-        die("heisen-dump failed on %s:\n%s" % (session_dir, p.stderr))
-    procs = [pr for pr in json.loads(p.stdout)["processes"] if pr.get("python")]
+        return NOT_CHECKED
+    procs = [pr for pr in dump_json(dump, session_dir)["processes"] if pr.get("python")]
     if not procs:
         die("the shim did not find CPython in %s: the GIL check never ran" % session_dir)
     events = sum(pr["events_recorded"] for pr in procs)
@@ -326,12 +330,8 @@ def check_heap(dump, session_dir, stacks, min_allocs):
     """heisen-dump --json must show the process's heap block: the checker on, in the stacks mode asked
     for, with at least min_allocs allocations counted (so a shim that checks nothing cannot look fast)."""
     if not dump:
-        return "not checked (no heisen-dump in the build)"
-    p = subprocess.run([dump, "--json", "--no-symbols", session_dir], stdout=subprocess.PIPE,
-                       stderr=subprocess.PIPE, text=True)
-    if p.returncode not in (0, 1):
-        die("heisen-dump failed on %s:\n%s" % (session_dir, p.stderr))
-    heaps = [pr["heap"] for pr in json.loads(p.stdout)["processes"] if pr.get("heap")]
+        return NOT_CHECKED
+    heaps = [pr["heap"] for pr in dump_json(dump, session_dir)["processes"] if pr.get("heap")]
     if not heaps:
         die("no heap block in %s: the heap checker was not on, the numbers would be meaningless" % session_dir)
     allocs = sum(h["allocs"] for h in heaps)
@@ -503,12 +503,8 @@ def heap_cost(build, shim, dump, sess, quick, valgrind, notes):
 def check_samples(dump, session_dir):
     """heisen-dump --json must show memory samples and the environment of the run's process."""
     if not dump:
-        return "not checked (no heisen-dump in the build)"
-    p = subprocess.run([dump, "--json", "--no-symbols", session_dir], stdout=subprocess.PIPE,
-                       stderr=subprocess.PIPE, text=True)
-    if p.returncode not in (0, 1):
-        die("heisen-dump failed on %s:\n%s" % (session_dir, p.stderr))
-    procs = json.loads(p.stdout)["processes"]
+        return NOT_CHECKED
+    procs = dump_json(dump, session_dir)["processes"]
     samples = sum(pr["memory"]["samples"] for pr in procs if pr.get("memory"))
     if not samples or not all(pr.get("environment") for pr in procs):
         die("no memory samples or no environment in %s: the numbers would be meaningless" % session_dir)
