@@ -27,7 +27,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import SYSTEM_PYTHON, fact_int, facts, findings_of, process_of, pyext_dir
+from conftest import SYSTEM_PYTHON, fact_int, facts, findings_of, interpreter, process_of, pyext_dir
 
 MIB = 1 << 20
 
@@ -222,6 +222,29 @@ def test_seed002_pool_worker_oom_killed_in_a_memory_cgroup(heisen, way):
     c2 = evidence(f2)["oom-kill-counter"]
     assert f2["pid"] == hog and c2["read_by"] == "exit" and c2["read_by_pid"] == main
     assert c2["after"] == counter["after"]
+
+
+@pytest.mark.parametrize("kind,ctx", [("path-shared", "spawn"), ("debian-static", "forkserver")])
+def test_seed002_oom_kill_with_spawn_and_forkserver_workers(heisen, session, kind, ctx):
+    """The same on the shared python3 first on PATH (spawn: the worker is an
+    exec of python) and with a forkserver (the worker's real parent is the
+    forkserver; the one it worked for is main)."""
+    py = interpreter(heisen, kind)
+    with memory_cgroup(LIMIT) as (_, cg):
+        p = heisen.preload([py.exe, script(heisen, "py_seed002.py"), "oom", ctx], session, timeout=120,
+                           preexec_fn=join(cg))
+        assert p.returncode == 1 and "broken BrokenProcessPool" in p.stdout, (p.returncode, p.stdout, p.stderr[-3000:])
+        main, hog = fact_int(p.stdout, "main"), fact_int(p.stdout, "hog")
+        r = heisen.dump_json(session, expect_rc=1)
+    (f,) = findings_of(r, "oom-kill")
+    c = evidence(f)["oom-kill-counter"]
+    assert f["pid"] == hog and f["parent"] == main and c["after"] > c["before"]
+    assert 100 * MIB < f["memory"]["peak_rss_bytes"] <= LIMIT and f["memory"]["limit_bytes"] == LIMIT
+    pr = proc_by_pid(r, hog)
+    assert pr["parent"] == main and pr["via"] == ("exec" if ctx == "spawn" else "forkserver")
+    if ctx == "forkserver":
+        fs = proc_by_pid(r, pr["real_parent"])
+        assert pr["real_parent"] != main and fs["parent"] == main and any("forkserver" in a for a in fs["argv"])
 
 
 def test_worker_sigkilled_by_the_test_is_killed_with_its_last_events(heisen, session):
