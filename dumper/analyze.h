@@ -52,6 +52,8 @@ struct hs_fnd {
 	bool in_block;                       /* invalid-free: addr is inside a block of size rec.size
 						that starts at block (rec.offset bytes before addr) */
 	uint64_t block;
+	int32_t stalled_child;               /* stalled hang: a descendant process that is stalled too (the
+						nearest, by pid order), 0 = none: this one may only wait for it */
 	struct hs_death death;               /* killed, oom-kill: what is known and the evidence (procs.h);
 						threads = every thread of the process, rec.tid = its pid,
 						rec.ts_ns = its last sign of life */

@@ -866,7 +866,13 @@ static void stalled(struct hs_json *j, struct hs_session *s, struct hs_fnd *f, c
 	uint32_t nwait = 0;
 	hs_appendf(msg, len, &used, "no progress for %.1f s (no events, no CPU time): %u thread%s",
 		   f->stalled_seconds, f->nthreads, f->nthreads == 1 ? "" : "s");
+	if (f->stalled_child)
+		hs_appendf(msg, len, &used, "; its descendant %d is stalled too (it may only wait for it)", f->stalled_child);
 	hs_json_double(j, "stalled_seconds", f->stalled_seconds);
+	if (f->stalled_child)
+		hs_json_int(j, "stalled_descendant", f->stalled_child);
+	else
+		hs_json_null(j, "stalled_descendant");
 	hs_json_array(j, "locks");
 	for (uint32_t i = 0; i < f->nthreads; i++) {
 		const struct hs_tsnap *t = f->threads[i];

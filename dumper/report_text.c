@@ -319,6 +319,9 @@ static void stalled(FILE *out, struct hs_session *s, struct hs_fnd *f)
 {
 	fprintf(out, "The process made no progress for %.1f s (no events recorded, no CPU time); its %u thread%s:\n",
 		f->stalled_seconds, f->nthreads, f->nthreads == 1 ? "" : "s");
+	if (f->stalled_child)
+		fprintf(out, "(Its descendant, pid %d, made no progress either: this one may only be waiting for it; "
+			     "see that process's hang.)\n", f->stalled_child);
 	for (uint32_t i = 0; i < f->nthreads; i++)
 		stalled_thread(out, s, f, f->threads[i]);
 }

@@ -541,6 +541,28 @@ def test_heisen_run_watchdog_sees_a_hang_in_a_grandchild(heisen, session):
     assert all(pr["state"] != "running" for pr in r["processes"]), [(pr["pid"], pr["state"]) for pr in r["processes"]]
 
 
+def test_heisen_run_watchdog_sees_a_grandchild_stalled_outside_any_lock(heisen, session):
+    """A grandchild blocked in os.read: every process of the chain made no
+    progress; each hang names the stalled descendant it may only wait for,
+    and the grandchild's names its Python line."""
+    child = ("import subprocess, sys\n"
+             f"subprocess.run([sys.executable, {str(script(heisen, 'py_blocked_read.py'))!r}])\n")
+    p = heisen.run(["--dir", session, "--hang-timeout", "2", "--on-hang", "kill", "--",
+                    "sh", "-c", f"{SYSTEM_PYTHON} -c \"$0\"; echo after", child], timeout=90)
+    assert p.returncode == 137, (p.returncode, p.stdout, p.stderr[-3000:])
+    grandchild = fact_int(p.stdout, "pid")
+    r = heisen.dump_json(session, expect_rc=1)
+    hangs = {f["pid"]: f for f in findings_of(r, "hang")}
+    mid = proc_by_pid(r, grandchild)["parent"]
+    top = proc_by_pid(r, mid)["parent"]
+    assert set(hangs) == {top, mid, grandchild}, hangs.keys()
+    assert hangs[grandchild]["stalled_descendant"] is None
+    assert hangs[mid]["stalled_descendant"] == grandchild and hangs[top]["stalled_descendant"] == mid
+    assert any(fr.get("function") == "wait_for_reply" for t in hangs[grandchild]["threads"] if t["stack"]
+               for fr in t["stack"]["frames"])
+    assert f"its descendant {grandchild} is stalled too" in hangs[mid]["message"]
+
+
 # ---- terminating signals and the do-no-harm promises -----------------------------------
 
 
