@@ -155,17 +155,19 @@ static void node_label(const struct hs_session *s, const struct hs_pnode *n, cha
 static int make_labels(struct side *d)
 {
 	struct hs_ptree *t = d->s.tree;
+	struct hs_pnode **by_index;
 	if (!t)
 		return 0;
-	if (!(d->labels = calloc(t->n ? t->n : 1, sizeof *d->labels)))
+	if (!(d->labels = calloc(t->n ? t->n : 1, sizeof *d->labels)) ||
+	    !(by_index = calloc(t->n ? t->n : 1, sizeof *by_index)))
 		return -1;
-	/* nodes are indexed in start order, parents first */
+	for (size_t k = 0; k < t->n; k++)
+		if (t->nodes[k].index < t->n)
+			by_index[t->nodes[k].index] = &t->nodes[k];
+	/* nodes are indexed in start order: parents first */
 	for (size_t i = 0; i < t->n; i++) {
-		struct hs_pnode *n = NULL;
+		struct hs_pnode *n = by_index[i];
 		char own[LABEL_MAX], full[LABEL_MAX];
-		for (size_t k = 0; k < t->n && !n; k++)
-			if (t->nodes[k].index == i)
-				n = &t->nodes[k];
 		if (!n)
 			continue;
 		node_label(&d->s, n, own, sizeof own);
@@ -173,9 +175,12 @@ static int make_labels(struct side *d)
 			snprintf(full, sizeof full, "%s / %s", d->labels[n->parent->index], own);
 		else
 			snprintf(full, sizeof full, "%s", own);
-		if (!(d->labels[i] = strdup(full)))
+		if (!(d->labels[i] = strdup(full))) {
+			free(by_index);
 			return -1;
+		}
 	}
+	free(by_index);
 	return 0;
 }
 
