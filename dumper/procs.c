@@ -34,6 +34,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "analyze.h"
 #include "report.h"
@@ -421,12 +422,37 @@ static bool read_number(const char *dir, const char *file, uint64_t *out)
 	return true;
 }
 
+/*
+ * May heisen-dump read e's cgroup files now?  Only in the writer's cgroup
+ * namespace: from another one (the host, reading a container's session)
+ * the same path names another cgroup.  (Like liveness, this assumes the
+ * session is read on the machine that wrote it.)
+ */
+static bool same_cgroup_ns(const struct hs_env *e)
+{
+	static uint32_t mine;
+	static bool known;
+	if (!known) {
+		char buf[64];
+		ssize_t n = readlink("/proc/self/ns/cgroup", buf, sizeof buf - 1);
+		const char *p = n > 0 ? memchr(buf, '[', (size_t)n) : NULL;
+		if (p) {
+			buf[n] = '\0';
+			mine = (uint32_t)strtoul(p + 1, NULL, 10);
+		}
+		known = true;
+	}
+	return !e->cgroup_ns || !mine || e->cgroup_ns == mine;
+}
+
 /* The OOM-kill counter of e's memory cgroup now. */
 static bool oom_kills_now(const struct hs_env *e, uint64_t *out)
 {
 	char path[HS_CGROUP_PATH_MAX + 64], line[128];
 	bool found = false;
 	FILE *f;
+	if (!same_cgroup_ns(e))
+		return false;
 	snprintf(path, sizeof path, "%s/%s", e->mem_cgroup, e->cgroup == 2 ? "memory.events" : "memory.oom_control");
 	if (!(f = fopen(path, "re")))
 		return false;
@@ -444,6 +470,8 @@ static uint64_t cgroup_peak_now(const struct hs_env *e)
 {
 	char dir[HS_CGROUP_PATH_MAX];
 	size_t n = strlen(e->mem_cgroup);
+	if (!same_cgroup_ns(e))
+		return 0;
 	memcpy(dir, e->mem_cgroup, n + 1);
 	while (n >= e->mem_cgroup_root) {
 		uint64_t lim, peak;

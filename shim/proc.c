@@ -334,6 +334,20 @@ void hs_env_read(struct hs_env *e)
 		for (int i = 0; i < nb && i < (int)sizeof mask; i++)
 			e->cpu_affinity += (uint32_t)__builtin_popcount(mask[i]);
 	read_cgroups(e);
+	if (e->cgroup) {
+		/* "cgroup:[4026531835]" */
+		ssize_t n = hs_sys.readlink("/proc/self/ns/cgroup", buf, sizeof buf - 1);
+		const char *p = buf;
+		if (n > 0) {
+			buf[n] = '\0';
+			while (*p && *p != '[')
+				p++;
+			if (*p == '[') {
+				p++;
+				e->cgroup_ns = (uint32_t)parse_u64(&p);
+			}
+		}
+	}
 	if (hs_sys.sysinfo(&si) == 0)
 		e->mem_total = (uint64_t)si.totalram * (si.mem_unit ? si.mem_unit : 1);
 	if (hs_sys.statfs("/dev/shm", &sf) == 0) {

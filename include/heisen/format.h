@@ -169,7 +169,9 @@ struct hs_env {
 	uint32_t cgroup;           /* version of the memory controller's hierarchy: 0 = none found, 1, 2 */
 	uint32_t flags;            /* HS_ENV_* */
 	uint32_t mem_cgroup_root;  /* bytes of mem_cgroup that are the controller's mount point */
-	uint32_t pad;
+	uint32_t cgroup_ns;        /* inode of /proc/self/ns/cgroup, 0 = unknown: a reader in another
+				      cgroup namespace sees other cgroups at these paths and must not
+				      read them */
 	char kernel[HS_KERNEL_MAX];        /* uname -r */
 	char libc[HS_LIBC_MAX];            /* "2.36" */
 	char mem_cgroup[HS_CGROUP_PATH_MAX]; /* the memory cgroup's directory, "" = none, e.g.
