@@ -25,22 +25,11 @@
 #endif
 
 #include "../shim/shim.h"
+#include "bench.h"
 
 #define REPS 5
 #define KEYS 16 /* distinct locks / sites / edges the lookups cycle through */
 
-static double now_s(void)
-{
-	struct timespec ts;
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
-
-static int cmp_double(const void *a, const void *b)
-{
-	double x = *(const double *)a, y = *(const double *)b;
-	return (x > y) - (x < y);
-}
 
 /* The shape of the hooks' LOCK_ACQUIRED record, with a caller-supplied clock. */
 __attribute__((noinline)) static void run_rec(struct hs_tls *t, uint64_t n, int stamp)
@@ -154,9 +143,9 @@ static int lookups_setup(void)
 
 static double time_one(uint64_t (*fn)(uint64_t), uint64_t n, volatile uint64_t *sink)
 {
-	double t0 = now_s();
+	double t0 = bench_now_s();
 	*sink += fn(n);
-	return (now_s() - t0) * 1e9 / (double)n;
+	return (bench_now_s() - t0) * 1e9 / (double)n;
 }
 
 int main(int argc, char **argv)
@@ -195,11 +184,11 @@ int main(int argc, char **argv)
 	}
 	run_rec(&t, n / 10, 1); /* warm up: fault the ring in, settle the clock */
 	for (int r = 0; r < REPS; r++) {
-		double t0 = now_s();
+		double t0 = bench_now_s();
 		run_rec(&t, n, 0);
-		double t1 = now_s();
+		double t1 = bench_now_s();
 		run_rec(&t, n, 1);
-		double t2 = now_s();
+		double t2 = bench_now_s();
 		res[C_REC][r] = (t1 - t0) * 1e9 / (double)n;
 		res[C_REC_NOW][r] = (t2 - t1) * 1e9 / (double)n;
 		res[C_NOW][r] = time_one(run_clock, n, &sink);
@@ -222,7 +211,7 @@ int main(int argc, char **argv)
 	for (int c = 0; c < NCASES; c++) {
 		if (!have[c])
 			continue;
-		qsort(res[c], REPS, sizeof res[c][0], cmp_double);
+		qsort(res[c], REPS, sizeof res[c][0], bench_cmp_double);
 		printf("%-16s %8.2f\n", names[c], res[c][REPS / 2]);
 	}
 	(void)sink;

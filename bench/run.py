@@ -23,18 +23,26 @@ Runs, in this order, and prints one table per part:
      under gcc's ASan runtime preloaded and valgrind --tool=memcheck; then
      py_workload.py natively, under heisen with the heap off and on (with and
      without PYTHONMALLOC=malloc), under the preloaded ASan runtime (a failure
-     there is reported, not fatal) and memcheck at a smaller size.
+     there is reported, not fatal) and memcheck at a smaller size;
+  7. processes and environment (issue 6): bench_proc (reading the
+     environment once at start, one memory sample with and without counting
+     descriptors), bench_bigalloc (ns per malloc 256 KiB / mmap 1 MiB pair,
+     where allocation-driven samples are taken) natively, under heisen with
+     the heap off and on and with HEISEN_DISABLE=1, interleaved; and the cost
+     of starting a process (/bin/true) natively, under heisen and disabled.
 A peer that is not installed is skipped with a note.  After the first
 recording run it checks with heisen-dump (when built) that the shim really
 recorded, so a shim that silently records nothing cannot look fast.
 
-Usage: /usr/bin/python3 bench/run.py [BUILD_DIR] [--quick] [--heap-only]
+Usage: /usr/bin/python3 bench/run.py [BUILD_DIR] [--quick] [--heap-only] [--proc-only]
   BUILD_DIR    a configured and built meson build directory (default /work/main/build)
   --quick      fewer repetitions and smaller sizes (a smoke run, ~40 s)
   --heap-only  part 6 alone
+  --proc-only  part 7 alone
 Results and interpretation: bench/README.md.  Speed is measured here, never
 asserted in tests.
 """
+import glob
 import json
 import os
 import platform
@@ -170,15 +178,23 @@ def interleaved(configs, reps, measure, verify=None):
     return samples, notes
 
 
-def check_recorded(dump, session_dir, want_edge):
-    """heisen-dump must see the run's lock events (and, for bench_mutex, the A -> B edge)."""
-    if not dump:
-        return "not checked (no heisen-dump in the build)"
+NOT_CHECKED = "not checked (no heisen-dump in the build)"
+
+
+def dump_json(dump, session_dir):
+    """heisen-dump --json --no-symbols of a bench run's session, parsed; dies when it fails."""
     p = subprocess.run([dump, "--json", "--no-symbols", session_dir], stdout=subprocess.PIPE,
                        stderr=subprocess.PIPE, text=True)
     if p.returncode not in (0, 1):
         die("heisen-dump failed on %s:\n%s" % (session_dir, p.stderr))
-    doc = json.loads(p.stdout)
+    return json.loads(p.stdout)
+
+
+def check_recorded(dump, session_dir, want_edge):
+    """heisen-dump must see the run's lock events (and, for bench_mutex, the A -> B edge)."""
+    if not dump:
+        return NOT_CHECKED
+    doc = dump_json(dump, session_dir)
     types = {e["type"] for pr in doc["processes"] for t in pr["threads"] for e in t["events"]}
     if "lock-acquired" not in types and "lock-released" not in types:
         die("the shim recorded no lock events in %s: the numbers would be meaningless" % session_dir)
@@ -254,12 +270,8 @@ for case, v in ns.items():
 def check_gil_edge(dump, session_dir, addr, n):
     """heisen-dump must see CPython, the pairs' events, and the edge GIL -> benchgil's mutex."""
     if not dump:
-        return "not checked (no heisen-dump in the build)"
-    p = subprocess.run([dump, "--json", "--no-symbols", session_dir], stdout=subprocess.PIPE,
-                       stderr=subprocess.PIPE, text=True)
-    if p.returncode not in (0, 1):
-        die("heisen-dump failed on %s:\n%s" % (session_dir, p.stderr))
-    procs = [pr for pr in json.loads(p.stdout)["processes"] if pr.get("python")]
+        return NOT_CHECKED
+    procs = [pr for pr in dump_json(dump, session_dir)["processes"] if pr.get("python")]
     if not procs:
         die("the shim did not find CPython in %s: the GIL check never ran" % session_dir)
     events = sum(pr["events_recorded"] for pr in procs)
@@ -319,12 +331,8 @@ def check_heap(dump, session_dir, stacks, min_allocs):
     """heisen-dump --json must show the process's heap block: the checker on, in the stacks mode asked
     for, with at least min_allocs allocations counted (so a shim that checks nothing cannot look fast)."""
     if not dump:
-        return "not checked (no heisen-dump in the build)"
-    p = subprocess.run([dump, "--json", "--no-symbols", session_dir], stdout=subprocess.PIPE,
-                       stderr=subprocess.PIPE, text=True)
-    if p.returncode not in (0, 1):
-        die("heisen-dump failed on %s:\n%s" % (session_dir, p.stderr))
-    heaps = [pr["heap"] for pr in json.loads(p.stdout)["processes"] if pr.get("heap")]
+        return NOT_CHECKED
+    heaps = [pr["heap"] for pr in dump_json(dump, session_dir)["processes"] if pr.get("heap")]
     if not heaps:
         die("no heap block in %s: the heap checker was not on, the numbers would be meaningless" % session_dir)
     allocs = sum(h["allocs"] for h in heaps)
@@ -493,10 +501,76 @@ def heap_cost(build, shim, dump, sess, quick, valgrind, notes):
                  pmed["heisen heap PYTHONMALLOC=malloc"][1] / pmed["native PYTHONMALLOC=malloc"][1]))
 
 
+def check_samples(dump, session_dir):
+    """heisen-dump --json must show memory samples and the environment of the run's process."""
+    if not dump:
+        return NOT_CHECKED
+    procs = dump_json(dump, session_dir)["processes"]
+    samples = sum(pr["memory"]["samples"] for pr in procs if pr.get("memory"))
+    if not samples or not all(pr.get("environment") for pr in procs):
+        die("no memory samples or no environment in %s: the numbers would be meaningless" % session_dir)
+    return "checked with heisen-dump --json: environment recorded, %d memory samples" % samples
+
+
+def proc_cost(build, shim, dump, sess, quick, notes):
+    """Part 7: processes and environment (issue 6)."""
+    bp, bb = (os.path.join(build, "bench", x) for x in ("bench_proc", "bench_bigalloc"))
+    if not (os.access(bp, os.X_OK) and os.access(bb, os.X_OK)):
+        notes.append("part 7 skipped: bench_proc or bench_bigalloc not built")
+        return
+    reps = 3 if quick else 5
+    out, _ = run([bp, str(500 if quick else 2000)])
+    pc = parse_cases(out)
+    table("7a. bench_proc — what issue 6 adds, alone: us per op, median of 5 (env_read: once per process "
+          "image at start; mem_sample: statm + getrusage; +fds: and counting /proc/self/fd)",
+          ["case", "us/op"], [[k, "%.2f" % v] for k, v in pc.items()])
+    n = 50000 if quick else 200000
+    heisen = lambda **kw: (lambda: dict({"LD_PRELOAD": shim, "HEISEN_DIR": sess.new()}, **kw))
+    configs = [("native", lambda: {}), ("heisen, heap off", heisen(HEISEN_HEAP="0")),
+               ("heisen (heap on, the default)", heisen()),
+               ("heisen HEISEN_DISABLE=1", heisen(HEISEN_DISABLE="1"))]
+    samples, checked = interleaved(
+        configs, reps, lambda env: parse_cases(run([bb, str(n)], env)[0]),
+        {"heisen, heap off": lambda env, _: "bench_bigalloc, heap off: " + check_samples(dump, env["HEISEN_DIR"])})
+    notes.extend(checked)
+    cases = list(samples["native"][0].keys())
+    med = {name: {c: statistics.median(x[c] for x in v) for c in cases} for name, v in samples.items()}
+    rows = [[name] + ["%.1f (%.2fx)" % (m[c], m[c] / med["native"][c]) for c in cases] + ["%d x N=%d" % (reps, n)]
+            for name, m in med.items()]
+    table("7b. bench_bigalloc — median ns per pair (ratio to native in this run); malloc256k: malloc 256 KiB, "
+          "touch, free; mmap1m: mmap 1 MiB, touch, munmap", ["under"] + cases + ["runs"], rows)
+    print("  heisen with the heap off adds %+.1f ns per malloc256k pair (the size check, the due check on "
+          "CLOCK_MONOTONIC_COARSE, a sample per 1 MiB of such allocations at most once a tick)"
+          % (med["heisen, heap off"]["malloc256k"] - med["native"]["malloc256k"]))
+    k = 100 if quick else 300
+
+    def starts(env):
+        t = time.perf_counter()
+        for _ in range(k):
+            subprocess.run(["/bin/true"], env=dict(os.environ, **env), check=True)
+        took = (time.perf_counter() - t) / k * 1e3
+        # keep one segment (for the check): thousands of 4.5 MiB files would slow the next runs down
+        for f in sorted(glob.glob(os.path.join(env.get("HEISEN_DIR", "/nonexistent"), "*.seg")))[1:]:
+            os.unlink(f)
+        return took
+
+    st, checked = interleaved(heisen_configs(shim, sess), reps, starts,
+                              {"heisen": lambda env, _: "/bin/true under heisen: " +
+                               check_samples(dump, env["HEISEN_DIR"])})
+    notes.extend(checked)
+    smed = {name: statistics.median(v) for name, v in st.items()}
+    table("7c. starting a process — /bin/true from Python's subprocess.run, ms per process, median of %d x %d"
+          % (reps, k), ["under", "ms", "x"], [[nm, "%.3f" % v, "%.2f" % (v / smed["native"])]
+                                              for nm, v in smed.items()])
+    print("  of heisen's %+.3f ms per process start, reading the environment (7a) is %.3f ms"
+          % (smed["heisen"] - smed["native"], pc["env_read"] / 1e3))
+
+
 def main():
     args = [a for a in sys.argv[1:] if not a.startswith("--")]
     quick = "--quick" in sys.argv[1:]
     heap_only = "--heap-only" in sys.argv[1:]
+    proc_only = "--proc-only" in sys.argv[1:]
     build = os.path.abspath(args[0] if args else "/work/main/build")
     exe = {name: os.path.join(build, "bench", name) for name in ("bench_record", "bench_mutex", "bench_mutex_tsan")}
     shim = os.path.join(build, "shim", "libheisen.so")
@@ -528,8 +602,11 @@ def main():
                                                              build, git_head()))
     notes = []
 
-    if heap_only:
-        heap_cost(build, shim, dump, sess, quick, valgrind, notes)
+    if heap_only or proc_only:
+        if heap_only:
+            heap_cost(build, shim, dump, sess, quick, valgrind, notes)
+        if proc_only:
+            proc_cost(build, shim, dump, sess, quick, notes)
         print()
         for n in notes:
             print("note: " + n)
@@ -637,6 +714,9 @@ def main():
 
     # 6. the heap checker (issue 4)
     heap_cost(build, shim, dump, sess, quick, valgrind, notes)
+
+    # 7. processes and environment (issue 6)
+    proc_cost(build, shim, dump, sess, quick, notes)
 
     print()
     for n in notes:

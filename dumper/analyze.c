@@ -35,6 +35,8 @@
 
 static const char *const kind_names[HS_F_KINDS] = {
 	[HS_F_CRASH] = "crash",
+	[HS_F_OOM_KILL] = "oom-kill",
+	[HS_F_KILLED] = "killed",
 	[HS_F_DEADLOCK] = "deadlock",
 	[HS_F_DOUBLE_FREE] = "double-free",
 	[HS_F_HEAP_OVERFLOW] = "heap-overflow",
@@ -60,6 +62,11 @@ static struct hs_fnd *add_finding(struct hs_findings *out, enum hs_fkind kind, s
 	v->kind = kind;
 	v->proc = p;
 	return v;
+}
+
+struct hs_fnd *hs_finding_new(struct hs_findings *out, enum hs_fkind kind, struct hs_proc *p)
+{
+	return add_finding(out, kind, p);
 }
 
 /* ---- wait-for graph ----------------------------------------------------- */
@@ -491,6 +498,30 @@ static int add_stall(struct hs_session *s, struct hs_proc *p, double seconds, ui
 	return 0;
 }
 
+/* Is a below b in the process tree? */
+static bool below(const struct hs_pnode *a, const struct hs_pnode *b)
+{
+	for (unsigned hops = 0; a && hops < 4096; hops++, a = a->parent)
+		if (a->parent == b)
+			return true;
+	return false;
+}
+
+/* The nearest descendant of f's process that has a stalled hang too, 0 if none. */
+static int32_t stalled_descendant(const struct hs_findings *out, const struct hs_fnd *f)
+{
+	const struct hs_pnode *me = f->proc->info ? f->proc->info->node : NULL;
+	const struct hs_pnode *best = NULL;
+	for (size_t i = 0; me && i < out->n; i++) {
+		const struct hs_pnode *n = out->v[i].proc->info ? out->v[i].proc->info->node : NULL;
+		if (out->v[i].kind != HS_F_HANG || out->v[i].stalled_seconds <= 0 || !n || !below(n, me))
+			continue;
+		if (!best || n->depth < best->depth)
+			best = n;
+	}
+	return best ? best->pid : 0;
+}
+
 int hs_analyze_stalled(struct hs_session *s, double hang_timeout, bool with_recorded,
 		       const struct hs_stall *stalls, size_t nstalls, struct hs_findings *out)
 {
@@ -507,6 +538,13 @@ int hs_analyze_stalled(struct hs_session *s, double hang_timeout, bool with_reco
 		if (p)
 			rc = add_stall(s, p, stalls[i].seconds, stalls[i].since_ns, out);
 	}
+	/* a stalled process whose descendant is stalled too may only be waiting for it (issue 6) */
+	for (size_t i = 0; i < out->n && rc == 0; i++)
+		if (out->v[i].kind == HS_F_HANG && out->v[i].stalled_seconds > 0)
+			out->v[i].stalled_child = stalled_descendant(out, &out->v[i]);
+	/* processes that died without running any code (issue 6), after the hangs that may explain them */
+	if (with_recorded && rc == 0)
+		rc = hs_proc_findings(s, out);
 	if (out->n)
 		qsort(out->v, out->n, sizeof *out->v, by_severity);
 	return rc;

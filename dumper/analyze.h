@@ -18,6 +18,8 @@
 /* In severity order: the order findings are reported in. */
 enum hs_fkind {
 	HS_F_CRASH,
+	HS_F_OOM_KILL,          /* issue 6: a process that vanished, and the evidence says the OOM killer */
+	HS_F_KILLED,            /* issue 6: a process that died without running any code (procs.c) */
 	HS_F_DEADLOCK,
 	HS_F_DOUBLE_FREE,       /* heap findings (issue 4): recorded by the writer at the free */
 	HS_F_HEAP_OVERFLOW,
@@ -50,7 +52,17 @@ struct hs_fnd {
 	bool in_block;                       /* invalid-free: addr is inside a block of size rec.size
 						that starts at block (rec.offset bytes before addr) */
 	uint64_t block;
+	int32_t stalled_child;               /* stalled hang: a descendant process that is stalled too (the
+						nearest, by pid order), 0 = none: this one may only wait for it */
+	struct hs_death death;               /* killed, oom-kill: what is known and the evidence (procs.h);
+						threads = every thread of the process, rec.tid = its pid,
+						rec.ts_ns = its last sign of life */
 };
+
+/* Append a zeroed finding of kind about p to out; NULL out of memory.  For
+ * the analyses that live in other files (procs.c). */
+struct hs_findings;
+struct hs_fnd *hs_finding_new(struct hs_findings *out, enum hs_fkind kind, struct hs_proc *p);
 
 /* A heap finding kind? */
 static inline bool hs_fkind_heap(enum hs_fkind k)

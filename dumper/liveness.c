@@ -87,6 +87,7 @@ enum hs_pstate hs_liveness(uint64_t state_word, pid_t pid, uint64_t start_ticks,
 	case HS_STATE_EXECED:
 		return HS_P_EXECED;
 	case HS_STATE_KILLED:
+	case HS_STATE_SIGNALED:
 		return HS_P_KILLED;
 	default:
 		*value = HS_STATE_OF(state_word);

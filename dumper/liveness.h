@@ -21,7 +21,8 @@ enum hs_pstate {
 	HS_P_CRASHED,   /* value = signal */
 	HS_P_EXECED,    /* value = the image that replaced it */
 	HS_P_VANISHED,  /* RUNNING, but the pid is gone or reused */
-	HS_P_KILLED,    /* value = signal, written by heisen-run */
+	HS_P_KILLED,    /* value = signal: written by heisen-run from waitpid, or by the process itself
+			   when a terminating signal found it at SIG_DFL (HS_STATE_SIGNALED: the sender is known) */
 	HS_P_UNKNOWN,   /* a state word this reader does not know; value = the raw state */
 };
 

@@ -5,6 +5,7 @@
  *   heisen-dump [--json | --dot] [--hang-timeout SECONDS] [--no-symbols]
  *               [--stalled PID:SECONDS[,...]] [--snapshot] SESSION_DIR
  *   heisen-dump --check-hang SECONDS SESSION_DIR
+ *   heisen-dump diff [--json] [--no-symbols] SESSION_A SESSION_B   (diff.c)
  *
  * --stalled: the process made no progress for SECONDS (heisen-run's
  * watchdog judged it): a `hang` of every thread, with its snapshot stack.
@@ -25,6 +26,7 @@
 #include <unistd.h>
 
 #include "analyze.h"
+#include "diff.h"
 #include "report.h"
 #include "session.h"
 #include "stall.h"
@@ -49,7 +51,8 @@ static void usage(FILE *f)
 {
 	fprintf(f, "usage: heisen-dump [--json | --dot] [--hang-timeout SECONDS] [--no-symbols]\n"
 		   "                   [--stalled PID:SECONDS[,...]] [--snapshot] SESSION_DIR\n"
-		   "       heisen-dump --check-hang SECONDS SESSION_DIR\n");
+		   "       heisen-dump --check-hang SECONDS SESSION_DIR\n"
+		   "       heisen-dump diff [--json] [--no-symbols] SESSION_A SESSION_B\n");
 }
 
 static int parse_seconds(const char *s, double *out)
@@ -147,6 +150,10 @@ int main(int argc, char **argv)
 	struct options o;
 	int rc;
 
+	if (argc > 1 && strcmp(argv[1], "diff") == 0) {
+		signal(SIGBUS, on_sigbus);
+		return hs_diff_main(argc - 1, argv + 1);
+	}
 	if (parse_args(argc, argv, &o) != 0)
 		return 2;
 	signal(SIGBUS, on_sigbus);

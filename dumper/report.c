@@ -118,8 +118,10 @@ const char *hs_event_name(unsigned type)
 		[HS_REC_GIL_ACQUIRED] = "gil-acquired",
 		[HS_REC_GIL_RELEASED] = "gil-released",
 		[HS_REC_SNAPSHOT] = "snapshot",
+		[HS_REC_MEMORY] = "memory",
+		[HS_REC_TERM_SIGNAL] = "term-signal",
 	};
-	return type < sizeof names / sizeof names[0] ? names[type] : "unknown";
+	return type < sizeof names / sizeof names[0] && names[type] ? names[type] : "unknown";
 }
 
 const struct hs_held *hs_relevant_hold(const struct hs_fnd *f, const struct hs_tsnap *t)
@@ -146,6 +148,18 @@ const struct hs_held *hs_held_for(const struct hs_tsnap *holder, const struct hs
 			return h;
 	}
 	return NULL;
+}
+
+const char *hs_mem_why_name(unsigned why)
+{
+	switch (why) {
+	case HS_MEMW_START: return "start";
+	case HS_MEMW_TIME: return "interval";
+	case HS_MEMW_ALLOC: return "allocation";
+	case HS_MEMW_EXIT: return "exit";
+	case HS_MEMW_SIGNAL: return "signal";
+	default: return "unknown";
+	}
 }
 
 const char *hs_heap_stacks_name(unsigned v)

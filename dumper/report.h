@@ -49,6 +49,9 @@ const char *hs_lock_kind_name(unsigned kind);     /* NULL when unknown */
 const char *hs_wait_kind_name(unsigned kind);     /* "lock", "cond", "gil", NULL for none */
 const char *hs_event_name(unsigned type);         /* "lock-acquired", ...; "unknown" */
 
+/* Why a memory sample was taken (enum hs_mem_why): "start", "interval", "allocation", "exit", "signal". */
+const char *hs_mem_why_name(unsigned why);
+
 /* "site", "full", "none" (hs_header.heap_stacks), NULL when unknown. */
 const char *hs_heap_stacks_name(unsigned v);
 

@@ -170,6 +170,21 @@ static void event_fields(struct hs_json *j, struct hs_proc *p, const struct hs_r
 		hs_json_str(j, "signal_name", hs_signal_name((int)r->a));
 		hs_json_hex(j, "address", r->b);
 		break;
+	case HS_REC_MEMORY:
+		hs_json_uint(j, "rss_bytes", r->a);
+		if (hs_seg_flags(&p->seg) & HS_HDR_HEAP)
+			hs_json_uint(j, "heap_live_bytes", r->b);
+		else
+			hs_json_null(j, "heap_live_bytes");
+		hs_json_str(j, "why", hs_mem_why_name((unsigned)(r->c & 0xff)));
+		hs_json_uint(j, "alloc_bytes", r->c >> 8);
+		break;
+	case HS_REC_TERM_SIGNAL:
+		hs_json_int(j, "signal", (int64_t)r->a);
+		hs_json_str(j, "signal_name", hs_signal_name((int)r->a));
+		hs_json_int(j, "sender_pid", (int64_t)r->b);
+		hs_json_int(j, "si_code", (int64_t)r->c);
+		break;
 	default:
 		break;
 	}
@@ -274,6 +289,19 @@ static void end_fields(struct hs_json *j, struct hs_proc *p)
 		hs_json_int(j, "signal", p->value);
 		hs_json_str(j, "signal_name", hs_signal_name((int)p->value));
 	}
+	if (p->pstate == HS_P_KILLED && p->info && p->info->term) {
+		/* the process saw the signal itself (HS_STATE_SIGNALED): who sent it */
+		hs_json_object(j, "sent_by");
+		if (p->info->term_pid)
+			hs_json_int(j, "pid", p->info->term_pid);
+		else
+			hs_json_null(j, "pid");
+		hs_json_uint(j, "uid", p->info->term_uid);
+		hs_json_int(j, "si_code", p->info->term_code);
+		hs_json_end_object(j);
+	} else if (p->pstate == HS_P_KILLED) {
+		hs_json_null(j, "sent_by");
+	}
 	hs_json_uint(j, "start_ns", p->seg.hdr.start_real_ns);
 	if (end)
 		hs_json_uint(j, "end_ns", hs_proc_realtime(p, end));
@@ -322,6 +350,197 @@ static void heap(struct hs_json *j, struct hs_proc *p)
 	hs_json_end_object(j);
 }
 
+/* ---- processes and environment (issue 6) ------------------------------------- */
+
+static void rlimit(struct hs_json *j, const char *key, uint64_t v)
+{
+	if (v == HS_UNLIMITED)
+		hs_json_null(j, key);
+	else
+		hs_json_uint(j, key, v);
+}
+
+static void uint_or_null(struct hs_json *j, const char *key, uint64_t v)
+{
+	if (v)
+		hs_json_uint(j, key, v);
+	else
+		hs_json_null(j, key);
+}
+
+/* "environment": what the process saw at start, null when the segment has none. */
+static void environment(struct hs_json *j, const struct hs_pinfo *pi)
+{
+	const struct hs_env *e = &pi->env;
+	if (!pi->env_valid) {
+		hs_json_null(j, "environment");
+		return;
+	}
+	hs_json_object(j, "environment");
+	hs_json_bool(j, "inherited", pi->env_inherited);
+	hs_json_uint(j, "cpu_online", e->cpu_online);
+	hs_json_uint(j, "cpu_affinity", e->cpu_affinity);
+	uint_or_null(j, "cpu_quota_us", e->cpu_quota_us);
+	uint_or_null(j, "cpu_period_us", e->cpu_quota_us ? e->cpu_period_us : 0);
+	hs_json_double(j, "cpu_allowed", hs_env_cpu_allowed(e));
+	uint_or_null(j, "memory_limit_bytes", e->mem_limit);
+	hs_json_uint(j, "memory_total_bytes", e->mem_total);
+	hs_json_uint(j, "shm_bytes", e->shm_size);
+	hs_json_uint(j, "shm_free_bytes", e->shm_free);
+	hs_json_object(j, "rlimits");
+	rlimit(j, "nofile", e->nofile_soft);
+	rlimit(j, "nofile_hard", e->nofile_hard);
+	rlimit(j, "as", e->as_soft);
+	rlimit(j, "core", e->core_soft);
+	hs_json_end_object(j);
+	hs_json_str(j, "kernel", e->kernel);
+	hs_json_str(j, "libc", e->libc);
+	if (e->cgroup) {
+		hs_json_object(j, "cgroup");
+		hs_json_uint(j, "version", e->cgroup);
+		hs_json_str(j, "memory", e->mem_cgroup);
+		hs_json_bool(j, "mount_root", (e->flags & HS_ENV_CGROUP_ROOT) != 0);
+		if (e->flags & HS_ENV_OOM_COUNTER)
+			hs_json_uint(j, "oom_kills_at_start", e->oom_kills);
+		else
+			hs_json_null(j, "oom_kills_at_start");
+		hs_json_end_object(j);
+	} else {
+		hs_json_null(j, "cgroup");
+	}
+	hs_json_end_object(j);
+}
+
+/* "memory": the samples, null when none was taken. */
+static void memory(struct hs_json *j, struct hs_proc *p)
+{
+	const struct hs_pinfo *pi = p->info;
+	uint32_t fds;
+	hs_json_object(j, "memory");
+	hs_json_uint(j, "rss_bytes", pi->rss);
+	hs_json_uint(j, "peak_rss_bytes", pi->rss_peak);
+	hs_json_uint(j, "samples", pi->rss_samples);
+	if (pi->rss_sample_ns)
+		hs_json_uint(j, "sampled_ns", hs_proc_realtime(p, pi->rss_sample_ns));
+	else
+		hs_json_null(j, "sampled_ns");
+	uint_or_null(j, "limit_bytes", hs_proc_limit(p));
+	hs_json_uint(j, "fds_open", pi->fds_open);
+	hs_json_uint(j, "fds_peak", pi->fds_peak);
+	if (hs_proc_fds_now(p, &fds))
+		hs_json_uint(j, "fds_now", fds);
+	else
+		hs_json_null(j, "fds_now");
+	if (pi->oom_end_ns)
+		hs_json_uint(j, "oom_kills_at_exit", pi->oom_end);
+	else
+		hs_json_null(j, "oom_kills_at_exit");
+	hs_json_end_object(j);
+}
+
+/* "modules": the loaded objects with their build-ids. */
+static void modules(struct hs_json *j, struct hs_proc *p)
+{
+	uint32_t n = hs_seg_count(&p->seg, HS_T_MODULES);
+	hs_json_array(j, "modules");
+	for (uint32_t i = 0; i < n; i++) {
+		struct hs_module m;
+		char path[1024], id[2 * HS_BUILD_ID_MAX + 1];
+		if (hs_read_module(&p->seg, i, &m) != 0 || hs_seg_string(&p->seg, m.path, path, sizeof path) != 0)
+			continue;
+		for (unsigned k = 0; k < m.build_id_len && k < HS_BUILD_ID_MAX; k++)
+			snprintf(id + 2 * k, 3, "%02x", m.build_id[k]);
+		id[2 * (m.build_id_len < HS_BUILD_ID_MAX ? m.build_id_len : HS_BUILD_ID_MAX)] = '\0';
+		hs_json_object(j, NULL);
+		hs_json_str(j, "path", path);
+		hs_json_str(j, "build_id", id[0] ? id : NULL);
+		hs_json_bool(j, "dlopen", (m.flags & HS_MOD_DLOPEN) != 0);
+		hs_json_end_object(j);
+	}
+	hs_json_end_array(j);
+}
+
+/* Place in the tree: the logical parent, how it was started, its children. */
+static void tree_fields(struct hs_json *j, const struct hs_proc *p)
+{
+	const struct hs_pnode *n = p->info ? p->info->node : NULL;
+	if (!n) {
+		hs_json_null(j, "parent");
+		return;
+	}
+	if (n->parent)
+		hs_json_int(j, "parent", n->parent->pid);
+	else
+		hs_json_null(j, "parent");
+	if (n->real_parent)
+		hs_json_int(j, "real_parent", n->real_parent->pid);
+	else
+		hs_json_null(j, "real_parent");
+	hs_json_str(j, "via", n->via);
+	hs_json_array(j, "children");
+	for (size_t i = 0; i < n->nchildren; i++)
+		hs_json_int(j, NULL, n->children[i]->pid);
+	hs_json_end_array(j);
+}
+
+static void tree_node(struct hs_json *j, const struct hs_pnode *n)
+{
+	hs_json_object(j, NULL);
+	hs_json_int(j, "pid", n->pid);
+	hs_json_array(j, "images");
+	for (size_t i = 0; i < n->nimages; i++)
+		hs_json_uint(j, NULL, n->images[i]->seg.hdr.image);
+	hs_json_end_array(j);
+	hs_json_str(j, "via", n->via);
+	hs_json_array(j, "children");
+	for (size_t i = 0; i < n->nchildren; i++)
+		tree_node(j, n->children[i]);
+	hs_json_end_array(j);
+	hs_json_end_object(j);
+}
+
+static void warnings(struct hs_json *j, struct hs_session *s)
+{
+	struct hs_warnings w;
+	if (hs_warnings_find(s, &w) != 0)
+		hs_session_error(s, s->dir, "out of memory while looking for warnings");
+	hs_json_array(j, "warnings");
+	for (size_t i = 0; i < w.n; i++) {
+		const struct hs_warning *x = &w.v[i];
+		hs_json_object(j, NULL);
+		hs_json_str(j, "kind", hs_wkind_name(x->kind));
+		hs_json_array(j, "pids");
+		for (size_t k = 0; k < x->npids; k++)
+			hs_json_int(j, NULL, x->pids[k]);
+		hs_json_end_array(j);
+		hs_json_str(j, "message", x->message);
+		switch (x->kind) {
+		case HS_W_CPU_OVERSUBSCRIBED:
+			hs_json_uint(j, "cpu_online", x->cpu_online);
+			hs_json_uint(j, "cpu_affinity", x->cpu_affinity);
+			hs_json_double(j, "cpu_allowed", x->cpu_allowed);
+			break;
+		case HS_W_MEMORY_LIMIT:
+			hs_json_uint(j, "limit_bytes", x->limit);
+			hs_json_uint(j, "peak_bytes", x->peak);
+			if (x->peak_pid)
+				hs_json_int(j, "peak_pid", x->peak_pid);
+			else
+				hs_json_null(j, "peak_pid");
+			break;
+		case HS_W_OPEN_FILES:
+			hs_json_uint(j, "fds", x->fds);
+			hs_json_uint(j, "nofile", x->nofile);
+			break;
+		default:
+			break;
+		}
+		hs_json_end_object(j);
+	}
+	hs_json_end_array(j);
+	hs_warnings_free(&w);
+}
+
 static void process(struct hs_json *j, struct hs_session *s, struct hs_proc *p)
 {
 	const struct hs_header *h = &p->seg.hdr;
@@ -339,6 +558,12 @@ static void process(struct hs_json *j, struct hs_session *s, struct hs_proc *p)
 	hs_json_bool(j, "suspect", (hs_seg_flags(&p->seg) & HS_HDR_SUSPECT) != 0);
 	python(j, h);
 	heap(j, p);
+	if (p->info) {
+		tree_fields(j, p);
+		memory(j, p);
+		environment(j, p->info);
+	}
+	modules(j, p);
 	dropped(j, p);
 	hs_json_array(j, "threads");
 	for (uint32_t i = 0; i < p->nthreads; i++)
@@ -641,7 +866,13 @@ static void stalled(struct hs_json *j, struct hs_session *s, struct hs_fnd *f, c
 	uint32_t nwait = 0;
 	hs_appendf(msg, len, &used, "no progress for %.1f s (no events, no CPU time): %u thread%s",
 		   f->stalled_seconds, f->nthreads, f->nthreads == 1 ? "" : "s");
+	if (f->stalled_child)
+		hs_appendf(msg, len, &used, "; its descendant %d is stalled too (it may only wait for it)", f->stalled_child);
 	hs_json_double(j, "stalled_seconds", f->stalled_seconds);
+	if (f->stalled_child)
+		hs_json_int(j, "stalled_descendant", f->stalled_child);
+	else
+		hs_json_null(j, "stalled_descendant");
 	hs_json_array(j, "locks");
 	for (uint32_t i = 0; i < f->nthreads; i++) {
 		const struct hs_tsnap *t = f->threads[i];
@@ -706,6 +937,91 @@ static void stalled(struct hs_json *j, struct hs_session *s, struct hs_fnd *f, c
 	hs_json_end_array(j);
 }
 
+/* killed, oom-kill: docs/interfaces.md "Processes and environment". */
+static void death(struct hs_json *j, struct hs_fnd *f, char *msg, size_t len)
+{
+	const struct hs_death *d = &f->death;
+	struct hs_proc *p = f->proc;
+	const struct hs_pinfo *pi = p->info;
+	hs_death_message(f, msg, len);
+	if (d->signal) {
+		hs_json_int(j, "signal", d->signal);
+		hs_json_str(j, "signal_name", hs_signal_name(d->signal));
+	} else {
+		hs_json_null(j, "signal");
+		hs_json_null(j, "signal_name");
+	}
+	hs_json_array(j, "evidence");
+	if (d->evidence & HS_EV_OOM_COUNTER) {
+		hs_json_object(j, NULL);
+		hs_json_str(j, "kind", "oom-kill-counter");
+		hs_json_str(j, "cgroup", pi->env.mem_cgroup);
+		hs_json_uint(j, "before", d->oom_before);
+		hs_json_uint(j, "after", d->oom_after);
+		if (d->oom_after_pid) {
+			hs_json_str(j, "read_by", d->oom_after_start ? "start" : "exit");
+			hs_json_int(j, "read_by_pid", d->oom_after_pid);
+		} else {
+			hs_json_str(j, "read_by", "heisen-dump");
+			hs_json_null(j, "read_by_pid");
+		}
+		hs_json_end_object(j);
+	}
+	if (d->evidence & HS_EV_NEAR_LIMIT) {
+		hs_json_object(j, NULL);
+		hs_json_str(j, "kind", "near-limit");
+		hs_json_uint(j, "rss_bytes", pi->rss);
+		hs_json_uint(j, "limit_bytes", d->limit);
+		hs_json_double(j, "ratio", (double)pi->rss / (double)d->limit);
+		hs_json_end_object(j);
+	}
+	if (d->evidence & HS_EV_CGROUP_PEAK) {
+		hs_json_object(j, NULL);
+		hs_json_str(j, "kind", "cgroup-peak");
+		hs_json_uint(j, "peak_bytes", d->cgroup_peak);
+		hs_json_uint(j, "limit_bytes", d->limit);
+		hs_json_end_object(j);
+	}
+	if (d->evidence & HS_EV_SIGKILL) {
+		hs_json_object(j, NULL);
+		hs_json_str(j, "kind", "waitpid-sigkill");
+		hs_json_end_object(j);
+	}
+	hs_json_end_array(j);
+	memory(j, p);
+	if (hs_seg_flags(&p->seg) & HS_HDR_HEAP) {
+		hs_json_uint(j, "heap_live_bytes", p->seg.hdr.heap_live_bytes);
+		hs_json_uint(j, "heap_peak_bytes", p->seg.hdr.heap_peak_bytes);
+	} else {
+		hs_json_null(j, "heap_live_bytes");
+		hs_json_null(j, "heap_peak_bytes");
+	}
+	hs_json_double(j, "ran_seconds", d->ran_seconds);
+	hs_json_bool(j, "ran_at_least", d->ran_at_least);
+	hs_json_uint(j, "start_ns", p->seg.hdr.start_real_ns);
+	hs_json_uint(j, "last_seen_ns", hs_proc_realtime(p, pi->last_ns));
+	if (pi->node && pi->node->parent)
+		hs_json_int(j, "parent", pi->node->parent->pid);
+	else
+		hs_json_null(j, "parent");
+	hs_json_array(j, "locks");
+	hs_json_end_array(j);
+	hs_json_array(j, "stacks");
+	hs_json_end_array(j);
+	/* every thread of the process, with its last events */
+	hs_json_array(j, "threads");
+	for (uint32_t i = 0; i < f->nthreads; i++) {
+		const struct hs_tsnap *t = f->threads[i];
+		hs_json_object(j, NULL);
+		hs_json_int(j, "tid", t->t.tid);
+		hs_json_str(j, "name", t->name);
+		hs_json_str(j, "state", t->t.state == HS_THREAD_LIVE ? "live" : "exited");
+		events(j, p, t);
+		hs_json_end_object(j);
+	}
+	hs_json_end_array(j);
+}
+
 static void tids(struct hs_json *j, struct hs_fnd *f)
 {
 	hs_json_array(j, "tids");
@@ -751,6 +1067,8 @@ static void finding(struct hs_json *j, struct hs_session *s, struct hs_fnd *f)
 	case HS_F_DOUBLE_FREE:
 	case HS_F_HEAP_OVERFLOW:
 	case HS_F_INVALID_FREE: heap_finding(j, f, msg, sizeof msg); break;
+	case HS_F_OOM_KILL:
+	case HS_F_KILLED: death(j, f, msg, sizeof msg); break;
 	case HS_F_HANG:
 		if (f->stalled_seconds > 0) {
 			stalled(j, s, f, msg, sizeof msg);
@@ -780,6 +1098,11 @@ void hs_report_json(FILE *out, struct hs_session *s, const struct hs_findings *f
 	hs_json_array(&j, "findings");
 	for (size_t i = 0; i < f->n; i++)
 		finding(&j, s, &f->v[i]);
+	hs_json_end_array(&j);
+	warnings(&j, s);
+	hs_json_array(&j, "tree");
+	for (size_t i = 0; s->tree && i < s->tree->nroots; i++)
+		tree_node(&j, s->tree->roots[i]);
 	hs_json_end_array(&j);
 	/* Last: reading everything above is what finds most corruption. */
 	hs_session_collect_errors(s);

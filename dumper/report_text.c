@@ -319,6 +319,9 @@ static void stalled(FILE *out, struct hs_session *s, struct hs_fnd *f)
 {
 	fprintf(out, "The process made no progress for %.1f s (no events recorded, no CPU time); its %u thread%s:\n",
 		f->stalled_seconds, f->nthreads, f->nthreads == 1 ? "" : "s");
+	if (f->stalled_child)
+		fprintf(out, "(Its descendant, pid %d, made no progress either: this one may only be waiting for it; "
+			     "see that process's hang.)\n", f->stalled_child);
 	for (uint32_t i = 0; i < f->nthreads; i++)
 		stalled_thread(out, s, f, f->threads[i]);
 }
@@ -334,10 +337,82 @@ static void blocked(FILE *out, struct hs_session *s, struct hs_fnd *f)
 		blocked_thread(out, s, f, f->threads[i]);
 }
 
+/* The last events of every thread of f's process (killed, oom-kill). */
+static void event_text(FILE *out, struct hs_proc *p, const struct hs_record *r);
+
+/* A process that died without running any code: what is known, and the evidence. */
+static void death(FILE *out, struct hs_session *s, struct hs_fnd *f)
+{
+	const struct hs_death *d = &f->death;
+	struct hs_proc *p = f->proc;
+	const struct hs_pinfo *pi = p->info;
+	const struct hs_header *h = &p->seg.hdr;
+	char msg[1024], a[32], b[32];
+	(void)s;
+	hs_death_message(f, msg, sizeof msg);
+	fprintf(out, "%s\n", msg);
+	if (f->kind == HS_F_OOM_KILL || d->evidence) {
+		fprintf(out, "\n evidence:\n");
+		if (d->evidence & HS_EV_OOM_COUNTER) {
+			fprintf(out, "  - the OOM-kill counter of its memory cgroup %s rose from %" PRIu64 " (at its start) to %" PRIu64,
+				pi->env.mem_cgroup, d->oom_before, d->oom_after);
+			if (d->oom_after_pid)
+				fprintf(out, " (read by pid %d at its %s)\n", d->oom_after_pid, d->oom_after_start ? "start" : "exit");
+			else
+				fprintf(out, " (read by heisen-dump now)\n");
+		}
+		if (d->evidence & HS_EV_NEAR_LIMIT)
+			fprintf(out, "  - its last memory sample, %s resident, was %.0f%% of the %s memory limit\n",
+				hs_fmt_bytes(a, sizeof a, pi->rss), 100.0 * (double)pi->rss / (double)d->limit,
+				hs_fmt_bytes(b, sizeof b, d->limit));
+		if (d->evidence & HS_EV_CGROUP_PEAK)
+			fprintf(out, "  - the cgroup's own peak usage, %s, reached the %s limit\n",
+				hs_fmt_bytes(a, sizeof a, d->cgroup_peak), hs_fmt_bytes(b, sizeof b, d->limit));
+		if (d->evidence & HS_EV_SIGKILL)
+			fprintf(out, "  - heisen-run's waitpid said it was killed by SIGKILL\n");
+		if (f->kind == HS_F_KILLED && !(d->evidence & ~HS_EV_SIGKILL))
+			fprintf(out, "  - nothing points at the OOM killer: %s\n",
+				!pi->env_valid || !pi->cgroup_ok ? "no memory cgroup was found"
+				: !(pi->env.flags & HS_ENV_OOM_COUNTER) ? "its cgroup has no OOM-kill counter (kernel < 4.13)"
+				: "the OOM-kill counter of its memory cgroup did not rise");
+	}
+	fprintf(out, "\n memory: ");
+	if (pi->rss_samples)
+		fprintf(out, "%s resident at the last sample (+%.3f s), peak %s", hs_fmt_bytes(a, sizeof a, pi->rss),
+			pi->rss_sample_ns > h->start_mono_ns ? (double)(pi->rss_sample_ns - h->start_mono_ns) / 1e9 : 0.0,
+			hs_fmt_bytes(b, sizeof b, pi->rss_peak));
+	else
+		fprintf(out, "no sample recorded");
+	if (hs_seg_flags(&p->seg) & HS_HDR_HEAP)
+		fprintf(out, "; heap %s live, peak %s", hs_fmt_bytes(a, sizeof a, h->heap_live_bytes),
+			hs_fmt_bytes(b, sizeof b, h->heap_peak_bytes));
+	if (d->limit)
+		fprintf(out, "; limit %s", hs_fmt_bytes(a, sizeof a, d->limit));
+	fprintf(out, "\n");
+	if (pi->node && pi->node->parent) {
+		char cmd[160];
+		hs_proc_cmdline(pi->node->parent->images[0], cmd, sizeof cmd);
+		fprintf(out, " parent: pid %d (%s)\n", pi->node->parent->pid, cmd);
+	}
+	for (uint32_t i = 0; i < f->nthreads; i++) {
+		struct hs_record ev[8];
+		const struct hs_tsnap *t = f->threads[i];
+		size_t n = hs_read_ring(&p->seg, t->slot, ev, 8);
+		fprintf(out, "\n thread %d \"%s\" (%s), its last events:\n", t->t.tid, t->name,
+			t->t.state == HS_THREAD_LIVE ? "live at the end" : "exited");
+		if (!n)
+			fprintf(out, "      (none recorded)\n");
+		for (size_t k = 0; k < n; k++)
+			event_text(out, p, &ev[k]);
+	}
+}
+
 static void banner(FILE *out, const struct hs_fnd *f)
 {
 	static const char *const what[HS_F_KINDS] = {
 		[HS_F_CRASH] = "crash",
+		[HS_F_OOM_KILL] = "OOM kill",
+		[HS_F_KILLED] = "killed",
 		[HS_F_DEADLOCK] = "deadlock (wait-for cycle)",
 		[HS_F_DOUBLE_FREE] = "double free",
 		[HS_F_HEAP_OVERFLOW] = "heap overflow",
@@ -369,6 +444,8 @@ static void finding(FILE *out, struct hs_session *s, struct hs_fnd *f)
 	case HS_F_DOUBLE_FREE:
 	case HS_F_HEAP_OVERFLOW:
 	case HS_F_INVALID_FREE: heap(out, f); break;
+	case HS_F_OOM_KILL:
+	case HS_F_KILLED: death(out, s, f); break;
 	default: break;
 	}
 	fprintf(out, "\n");
@@ -383,7 +460,13 @@ static void state_line(FILE *out, const struct hs_proc *p)
 	case HS_P_EXITED: fprintf(out, "exited with status %" PRId64, p->value); break;
 	case HS_P_CRASHED: fprintf(out, "crashed with %s", hs_signal_name((int)p->value)); break;
 	case HS_P_EXECED: fprintf(out, "replaced by exec (image %" PRId64 ")", p->value); break;
-	case HS_P_KILLED: fprintf(out, "killed by %s", hs_signal_name((int)p->value)); break;
+	case HS_P_KILLED:
+		fprintf(out, "killed by %s", hs_signal_name((int)p->value));
+		if (p->info && p->info->term && p->info->term_pid)
+			fprintf(out, " sent by pid %d", p->info->term_pid);
+		else if (p->info && p->info->term)
+			fprintf(out, " (si_code %d)", p->info->term_code);
+		break;
 	case HS_P_VANISHED:
 		fprintf(out, "VANISHED: gone without exiting (SIGKILL or the OOM killer)");
 		break;
@@ -457,6 +540,21 @@ static void event_text(FILE *out, struct hs_proc *p, const struct hs_record *r)
 		break;
 	case HS_REC_SIGNAL:
 		fprintf(out, " %s address 0x%" PRIx64, hs_signal_name((int)r->a), r->b);
+		break;
+	case HS_REC_MEMORY: {
+		char a[32], b[32];
+		fprintf(out, " rss %s", hs_fmt_bytes(a, sizeof a, r->a));
+		if (hs_seg_flags(&p->seg) & HS_HDR_HEAP)
+			fprintf(out, ", heap %s", hs_fmt_bytes(b, sizeof b, r->b));
+		fprintf(out, " (%s", hs_mem_why_name((unsigned)(r->c & 0xff)));
+		if (r->c >> 8)
+			fprintf(out, " of %s", hs_fmt_bytes(a, sizeof a, r->c >> 8));
+		fprintf(out, ")");
+		break;
+	}
+	case HS_REC_TERM_SIGNAL:
+		fprintf(out, " %s from pid %" PRId64 " (si_code %" PRId64 ")", hs_signal_name((int)r->a), (int64_t)r->b,
+			(int64_t)r->c);
 		break;
 	case HS_REC_NEW_EDGE:
 	case HS_REC_FINDING:
@@ -561,6 +659,52 @@ static void heap_line(FILE *out, struct hs_proc *p)
 	}
 }
 
+static void rlimit_text(char *buf, size_t len, uint64_t v)
+{
+	if (v == HS_UNLIMITED)
+		snprintf(buf, len, "unlimited");
+	else
+		snprintf(buf, len, "%" PRIu64, v);
+}
+
+/* "  memory: ..." and "  environment: ..." (issue 6). */
+static void memory_lines(FILE *out, const struct hs_proc *p)
+{
+	const struct hs_pinfo *pi = p->info;
+	const struct hs_env *e;
+	char a[32], b[32], c[32], d[32];
+	if (!pi)
+		return;
+	if (pi->rss_samples)
+		fprintf(out, "  memory: %s resident at the last sample, peak %s; %u descriptors open at the last count (most %u)\n",
+			hs_fmt_bytes(a, sizeof a, pi->rss), hs_fmt_bytes(b, sizeof b, pi->rss_peak), pi->fds_open,
+			pi->fds_peak);
+	if (!pi->env_valid)
+		return;
+	e = &pi->env;
+	fprintf(out, "  environment%s: %u CPUs online, affinity %u", pi->env_inherited ? " (as its parent's)" : "",
+		e->cpu_online, e->cpu_affinity);
+	if (e->cpu_quota_us)
+		fprintf(out, ", CPU quota %.2f (%" PRIu64 "/%" PRIu64 " us)", (double)e->cpu_quota_us / (double)e->cpu_period_us,
+			e->cpu_quota_us, e->cpu_period_us);
+	else
+		fprintf(out, ", no CPU quota");
+	fprintf(out, "; memory limit %s of %s RAM", e->mem_limit ? hs_fmt_bytes(a, sizeof a, e->mem_limit) : "none",
+		hs_fmt_bytes(b, sizeof b, e->mem_total));
+	fprintf(out, "; /dev/shm %s (%s free)\n", hs_fmt_bytes(c, sizeof c, e->shm_size), hs_fmt_bytes(d, sizeof d, e->shm_free));
+	rlimit_text(a, sizeof a, e->nofile_soft);
+	rlimit_text(b, sizeof b, e->nofile_hard);
+	rlimit_text(c, sizeof c, e->as_soft);
+	rlimit_text(d, sizeof d, e->core_soft);
+	fprintf(out, "    rlimits: open files %s (hard %s), address space %s, core %s; kernel %s, glibc %s",
+		a, b, c, d, e->kernel, e->libc);
+	if (e->cgroup)
+		fprintf(out, "; cgroup v%u %s", e->cgroup, e->mem_cgroup);
+	if (e->flags & HS_ENV_OOM_COUNTER)
+		fprintf(out, " (OOM kills %" PRIu64 " at start)", e->oom_kills);
+	fprintf(out, "\n");
+}
+
 static void process_section(FILE *out, struct hs_session *s, struct hs_proc *p)
 {
 	process_line(out, p);
@@ -575,11 +719,113 @@ static void process_section(FILE *out, struct hs_session *s, struct hs_proc *p)
 			(p->seg.hdr.python & HS_PY_GOT_PATCHED) ? ", GIL entry points hooked" : "");
 	}
 	heap_line(out, p);
+	memory_lines(out, p);
 	fprintf(out, "  segment: %s, %" PRIu64 " events recorded\n", p->seg.name, hs_seg_events(&p->seg));
 	overflow_lines(out, p);
 	for (uint32_t i = 0; i < p->nthreads; i++)
 		thread_section(out, s, p, &p->threads[i]);
 	fprintf(out, "\n");
+}
+
+/* ---- the process tree and the warnings (issue 6) ----------------------------- */
+
+static uint64_t session_t0(const struct hs_session *s)
+{
+	uint64_t t0 = 0;
+	for (size_t i = 0; i < s->nprocs; i++)
+		if (!t0 || s->procs[i].seg.hdr.start_real_ns < t0)
+			t0 = s->procs[i].seg.hdr.start_real_ns;
+	return t0;
+}
+
+/* The kinds of the findings about the process, for the tree: "oom-kill, potential-deadlock". */
+static void node_findings(const struct hs_findings *f, const struct hs_pnode *n, char *buf, size_t len)
+{
+	size_t used = 0;
+	buf[0] = '\0';
+	for (size_t i = 0; i < f->n; i++) {
+		bool seen = false;
+		if (!f->v[i].proc->info || f->v[i].proc->info->node != n)
+			continue;
+		for (size_t k = 0; k < i && !seen; k++)
+			seen = f->v[k].kind == f->v[i].kind && f->v[k].proc->info && f->v[k].proc->info->node == n;
+		if (!seen)
+			hs_appendf(buf, len, &used, "%s%s", used ? ", " : "", hs_fkind_name(f->v[i].kind));
+	}
+}
+
+static void tree_node(FILE *out, const struct hs_session *s, const struct hs_findings *f, const struct hs_pnode *n,
+		      char *prefix, size_t plen, bool last, uint64_t t0)
+{
+	const struct hs_proc *p = n->images[n->nimages - 1], *first = n->images[0];
+	const struct hs_pinfo *pi = p->info;
+	uint64_t end = hs_seg_end_ns(&p->seg), peak = 0;
+	char cmd[120], pk[32], fk[160];
+	size_t len = strlen(prefix);
+	for (size_t i = 0; i < n->nimages; i++)
+		if (n->images[i]->info && n->images[i]->info->rss_peak > peak)
+			peak = n->images[i]->info->rss_peak;
+	hs_proc_cmdline(first, cmd, sizeof cmd);
+	fprintf(out, "  %s%s%d %s", prefix, n->depth ? (last ? "`- " : "|- ") : "", n->pid, cmd);
+	for (size_t i = 1; i < n->nimages; i++) {
+		char c2[80];
+		hs_proc_cmdline(n->images[i], c2, sizeof c2);
+		fprintf(out, " => exec %s", c2);
+	}
+	fprintf(out, "\n  %s%s   [%s", prefix, n->depth ? (last ? "   " : "|  ") : "", n->via);
+	if (n->real_parent && n->parent != n->real_parent)
+		fprintf(out, " by %d for %d", n->real_parent->pid, n->parent ? n->parent->pid : 0);
+	else if (!n->parent)
+		fprintf(out, ", parent %d outside the session", n->real_ppid);
+	fprintf(out, "] ");
+	state_line(out, p);
+	fprintf(out, "; +%.3f s", (double)(first->seg.hdr.start_real_ns - t0) / 1e9);
+	if (end)
+		fprintf(out, " .. +%.3f s", (double)(hs_proc_realtime(p, end) - t0) / 1e9);
+	else if (p->pstate != HS_P_RUNNING && pi)
+		fprintf(out, " .. last seen +%.3f s", (double)(hs_proc_realtime(p, pi->last_ns) - t0) / 1e9);
+	if (peak)
+		fprintf(out, "; peak %s", hs_fmt_bytes(pk, sizeof pk, peak));
+	node_findings(f, n, fk, sizeof fk);
+	if (fk[0])
+		fprintf(out, "  <== %s", fk);
+	fprintf(out, "\n");
+	if (n->depth)
+		snprintf(prefix + len, plen - len, "%s", last ? "   " : "|  ");
+	for (size_t i = 0; i < n->nchildren; i++)
+		tree_node(out, s, f, n->children[i], prefix, plen, i + 1 == n->nchildren, t0);
+	prefix[len] = '\0';
+}
+
+static void tree_text(FILE *out, const struct hs_session *s, const struct hs_findings *f)
+{
+	char prefix[512] = "";
+	uint64_t t0 = session_t0(s);
+	if (!s->tree || s->tree->n == 0)
+		return;
+	fprintf(out, "---- process tree: %zu process%s (times from the first start) ----\n", s->tree->n,
+		s->tree->n == 1 ? "" : "es");
+	for (size_t i = 0; i < s->tree->nroots; i++)
+		tree_node(out, s, f, s->tree->roots[i], prefix, sizeof prefix, true, t0);
+	fprintf(out, "\n");
+}
+
+static void warnings_text(FILE *out, struct hs_session *s)
+{
+	struct hs_warnings w;
+	if (hs_warnings_find(s, &w) != 0)
+		hs_session_error(s, s->dir, "out of memory while looking for warnings");
+	if (w.n)
+		fprintf(out, "==== heisen: warnings (the environment itself may be the cause) ====\n");
+	for (size_t i = 0; i < w.n; i++) {
+		fprintf(out, " %s (pid%s", hs_wkind_name(w.v[i].kind), w.v[i].npids == 1 ? "" : "s");
+		for (size_t k = 0; k < w.v[i].npids && k < 16; k++)
+			fprintf(out, "%s %d", k ? "," : "", w.v[i].pids[k]);
+		fprintf(out, "%s): %s\n", w.v[i].npids > 16 ? ", ..." : "", w.v[i].message);
+	}
+	if (w.n)
+		fprintf(out, "\n");
+	hs_warnings_free(&w);
 }
 
 void hs_report_text(FILE *out, struct hs_session *s, const struct hs_findings *f)
@@ -589,6 +835,8 @@ void hs_report_text(FILE *out, struct hs_session *s, const struct hs_findings *f
 			s->nprocs == 1 ? "" : "es");
 	for (size_t i = 0; i < f->n; i++)
 		finding(out, s, &f->v[i]);
+	warnings_text(out, s);
+	tree_text(out, s, f);
 	for (size_t i = 0; i < s->nprocs; i++)
 		if (interesting(&s->procs[i], f))
 			process_section(out, s, &s->procs[i]);

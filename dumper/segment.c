@@ -316,6 +316,21 @@ uint64_t hs_seg_findings_dropped(const struct hs_seg *seg)
 	return __atomic_load_n(&LIVE_HDR(seg)->findings_dropped, __ATOMIC_RELAXED);
 }
 
+uint64_t hs_seg_load64(const struct hs_seg *seg, size_t off)
+{
+	if (!seg->base || off % 8 || off + 8 > sizeof(struct hs_header))
+		return 0;
+	/* validated at open: the mapping holds at least sizeof(struct hs_header) */
+	return __atomic_load_n((const uint64_t *)(const void *)(seg->base + off), __ATOMIC_ACQUIRE);
+}
+
+uint32_t hs_seg_load32(const struct hs_seg *seg, size_t off)
+{
+	if (!seg->base || off % 4 || off + 4 > sizeof(struct hs_header))
+		return 0;
+	return __atomic_load_n((const uint32_t *)(const void *)(seg->base + off), __ATOMIC_ACQUIRE);
+}
+
 void hs_seg_complain(struct hs_seg *seg, const char *fmt, ...)
 {
 	char msg[HS_MSG_MAX];

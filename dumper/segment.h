@@ -94,6 +94,15 @@ uint64_t hs_seg_events(const struct hs_seg *seg);
 uint64_t hs_seg_findings_dropped(const struct hs_seg *seg);
 
 /*
+ * An [atomic] header field the writer keeps changing (issue 6: the memory
+ * samples, the OOM-kill counter at exit), loaded from the mapping with
+ * acquire: off is its offsetof() in struct hs_header, 8- (or 4-) byte
+ * aligned.  Returns 0 for an offset that is not inside this reader's header.
+ */
+uint64_t hs_seg_load64(const struct hs_seg *seg, size_t off);
+uint32_t hs_seg_load32(const struct hs_seg *seg, size_t off);
+
+/*
  * Record that something read from seg is wrong (printf format).  The same
  * message twice is kept once; beyond HS_SEG_COMPLAINTS they are counted.
  */

@@ -79,7 +79,8 @@ static void load_one(struct hs_session *s, const char *name, bool symbols, size_
 		hs_session_error(s, name, "%s", err);
 		return;
 	}
-	p->pstate = hs_liveness(hs_seg_state(&p->seg), p->seg.hdr.pid, p->seg.hdr.start_ticks, &p->value);
+	p->state_word = hs_seg_state(&p->seg);
+	p->pstate = hs_liveness(p->state_word, p->seg.hdr.pid, p->seg.hdr.start_ticks, &p->value);
 	memcpy(p->exe, p->seg.hdr.exe, HS_EXE_MAX);
 	p->exe[HS_EXE_MAX] = '\0';
 	hs_clean(p->exe);
@@ -153,6 +154,8 @@ int hs_session_load(struct hs_session *s, const char *dir, bool symbols)
 	free(names);
 	if (s->nprocs)
 		qsort(s->procs, s->nprocs, sizeof *s->procs, by_pid_image);
+	if (s->procs && hs_procs_load(s) != 0)
+		hs_session_error(s, dir, "out of memory while building the process tree");
 	return 0;
 }
 
@@ -171,6 +174,7 @@ void hs_session_collect_errors(struct hs_session *s)
 
 void hs_session_free(struct hs_session *s)
 {
+	hs_procs_free(s);
 	for (size_t i = 0; i < s->nprocs; i++) {
 		hs_sym_free(s->procs[i].sym);
 		free(s->procs[i].threads);

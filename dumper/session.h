@@ -16,6 +16,7 @@
 #include <stdint.h>
 
 #include "liveness.h"
+#include "procs.h"
 #include "segment.h"
 #include "snapshot.h"
 
@@ -37,6 +38,9 @@ struct hs_proc {
 	bool symbols;            /* use debug info (false: --no-symbols) */
 	unsigned collected;      /* complaints already moved to the session's errors */
 	bool lost_reported;
+	/* issue 6: processes and environment (procs.h) */
+	uint64_t state_word;     /* the state word as liveness judged it */
+	struct hs_pinfo *info;   /* environment, memory, place in the tree */
 };
 
 struct hs_session {
@@ -46,6 +50,8 @@ struct hs_session {
 	struct hs_error *errors;
 	size_t nerrors;
 	uint64_t now_ns;         /* CLOCK_MONOTONIC when loaded */
+	struct hs_pinfo *info_store; /* procs[i].info, one block (procs.c) */
+	struct hs_ptree *tree;   /* the process tree (procs.c) */
 };
 
 /*

@@ -824,6 +824,8 @@ static void *hook_alloc(size_t n, size_t align, int zero, uint64_t site)
 
 HS_EXPORT void *malloc(size_t n)
 {
+	if (HS_UNLIKELY(n >= HS_MEM_BIG))
+		hs_mem_big_alloc(n);
 	if (!heap_on() || hs_tls.in_hook)
 		return __libc_malloc(n);
 	return hook_alloc(n, 0, 0, SITE());
@@ -832,6 +834,8 @@ HS_EXPORT void *malloc(size_t n)
 HS_EXPORT void *calloc(size_t n, size_t m)
 {
 	size_t total;
+	if (HS_UNLIKELY(!__builtin_mul_overflow(n, m, &total) && total >= HS_MEM_BIG))
+		hs_mem_big_alloc(total);
 	if (!heap_on() || hs_tls.in_hook)
 		return __libc_calloc(n, m);
 	if (__builtin_mul_overflow(n, m, &total)) {
@@ -939,6 +943,8 @@ static void *hook_realloc(void *p, size_t n, uint64_t site)
 
 HS_EXPORT void *realloc(void *p, size_t n)
 {
+	if (HS_UNLIKELY(n >= HS_MEM_BIG))
+		hs_mem_big_alloc(n);
 	if (!heap_on())
 		return __libc_realloc(p, n);
 	return hook_realloc(p, n, SITE());
@@ -951,6 +957,8 @@ HS_EXPORT void *reallocarray(void *p, size_t n, size_t m)
 		errno = ENOMEM;
 		return NULL;
 	}
+	if (HS_UNLIKELY(total >= HS_MEM_BIG))
+		hs_mem_big_alloc(total);
 	if (!heap_on())
 		return __libc_realloc(p, total);
 	return hook_realloc(p, total, SITE());
@@ -976,6 +984,8 @@ static void *hook_memalign(size_t align, size_t n, uint64_t site)
 
 HS_EXPORT void *memalign(size_t align, size_t n)
 {
+	if (HS_UNLIKELY(n >= HS_MEM_BIG))
+		hs_mem_big_alloc(n);
 	if (!heap_on() || hs_tls.in_hook)
 		return __libc_memalign(align, n);
 	return hook_memalign(align, n, SITE());
@@ -983,6 +993,8 @@ HS_EXPORT void *memalign(size_t align, size_t n)
 
 HS_EXPORT void *aligned_alloc(size_t align, size_t n)
 {
+	if (HS_UNLIKELY(n >= HS_MEM_BIG))
+		hs_mem_big_alloc(n);
 	/* glibc 2.36: aligned_alloc is memalign (2.38 adds EINVAL for a non-power of two) */
 	if (!heap_on() || hs_tls.in_hook)
 		return __libc_memalign(align, n);
@@ -995,6 +1007,8 @@ HS_EXPORT int posix_memalign(void **pp, size_t align, size_t n)
 	void *p;
 	if (align % sizeof(void *) != 0 || (align & (align - 1)) != 0 || align == 0)
 		return EINVAL;
+	if (HS_UNLIKELY(n >= HS_MEM_BIG))
+		hs_mem_big_alloc(n);
 	if (!heap_on() || hs_tls.in_hook)
 		p = __libc_memalign(align, n);
 	else
@@ -1009,6 +1023,8 @@ HS_EXPORT int posix_memalign(void **pp, size_t align, size_t n)
 
 HS_EXPORT void *valloc(size_t n)
 {
+	if (HS_UNLIKELY(n >= HS_MEM_BIG))
+		hs_mem_big_alloc(n);
 	if (!heap_on() || hs_tls.in_hook)
 		return __libc_valloc(n);
 	return hook_memalign(page_size, n, SITE());
@@ -1017,6 +1033,8 @@ HS_EXPORT void *valloc(size_t n)
 HS_EXPORT void *pvalloc(size_t n)
 {
 	size_t r;
+	if (HS_UNLIKELY(n >= HS_MEM_BIG))
+		hs_mem_big_alloc(n);
 	if (!heap_on() || hs_tls.in_hook)
 		return __libc_pvalloc(n);
 	if (__builtin_add_overflow(n, page_size - 1, &r)) {

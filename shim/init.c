@@ -120,6 +120,8 @@ static void atfork_child(void)
 	}
 	hs_seg_unbind(&old);
 	__atomic_store_n(&hs_recording, 1, __ATOMIC_RELEASE);
+	hs_proc_after_fork();
+	hs_mem_sample(t->slot ? t : NULL, hs_now(), HS_MEMW_START, 0);
 	t->in_hook = was;
 }
 
@@ -138,12 +140,26 @@ HS_EXPORT pid_t fork(void)
 
 /* ---- exit ------------------------------------------------------------------- */
 
+/*
+ * The process ends by exit or _exit: its last memory sample, the OOM-kill
+ * counter again, then the state word.  Not in a vfork child (posix_spawn,
+ * CPython's subprocess): it shares the parent's memory and calls _exit
+ * when its exec fails, and the segment is the parent's, which lives on.
+ */
 static void record_exit(int status)
 {
-	struct hs_tls *t = hs_enter();
+	struct hs_tls *t;
+	if (!hs_seg.hdr || hs_seg.hdr->pid != (int32_t)syscall(SYS_getpid))
+		return;
+	t = hs_enter();
 	if (t) {
 		hs_rec(t, hs_now(), HS_REC_EXIT, 0, (uint64_t)(status & 0xff), 0, 0);
+		hs_proc_end(t, HS_MEMW_EXIT);
 		hs_leave(t);
+	} else if (!hs_tls.in_hook) {
+		hs_tls.in_hook = 1;
+		hs_proc_end(NULL, HS_MEMW_EXIT);
+		hs_tls.in_hook = 0;
 	}
 	hs_segment_end(HS_STATE_EXITED, status & 0xff);
 }
@@ -178,6 +194,7 @@ __attribute__((constructor(101))) static void hs_init(void)
 	hs_resolve_all();
 	if (off && off[0] == '1')
 		goto out;
+	hs_proc_init();
 	if (hs_session_setup() != 0 || hs_segment_create(0) != 0)
 		goto out;
 	hs_modules_scan();
@@ -187,14 +204,17 @@ __attribute__((constructor(101))) static void hs_init(void)
 	pthread_atfork(NULL, NULL, atfork_child);
 	on_exit(on_exit_handler, NULL);
 	hs_signals_install();
+	hs_term_signals_install();
 	hs_snapshot_install();
 	__atomic_store_n(&hs_recording, 1, __ATOMIC_RELEASE);
 	hs_heap_init(); /* needs hs_recording; its fork handlers run after atfork_child */
 	hs_py_init();
 	t->in_hook = 0;
 	/* attach the main thread now, so it is in the table from the start */
-	if ((t = hs_enter()) != NULL)
+	if ((t = hs_enter()) != NULL) {
+		hs_mem_sample(t, hs_now(), HS_MEMW_START, 0);
 		hs_leave(t);
+	}
 	return;
 out:
 	t->in_hook = 0;

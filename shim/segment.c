@@ -106,15 +106,19 @@ void hs_assert_fail(const char *expr, const char *file, int line)
 	abort();
 }
 
-/* Read up to cap-1 bytes of a small file (procfs) into buf, NUL-terminated. */
-static ssize_t read_small(const char *path, char *buf, size_t cap)
+ssize_t hs_read_small(const char *path, char *buf, size_t cap)
 {
 	int fd = hs_sys.open(path, O_RDONLY | O_CLOEXEC, 0);
 	ssize_t n = 0, r;
 	if (fd < 0)
 		return -1;
-	while ((size_t)n < cap - 1 && (r = hs_sys.read(fd, buf + n, cap - 1 - (size_t)n)) > 0)
+	while ((size_t)n < cap - 1 && (r = hs_sys.read(fd, buf + n, cap - 1 - (size_t)n)) > 0) {
 		n += r;
+		/* a short read of a file smaller than a page is its end (procfs, sysfs and
+		   cgroupfs hand out a page at a time): spare the read that returns 0 */
+		if ((size_t)r < cap - 1 - (size_t)(n - r) && n < 4096)
+			break;
+	}
 	hs_sys.close(fd);
 	buf[n] = '\0';
 	return n;
@@ -126,7 +130,7 @@ static uint64_t read_start_ticks(void)
 	char buf[1024];
 	char *p;
 	int field = 2;
-	if (read_small("/proc/self/stat", buf, sizeof buf) <= 0)
+	if (hs_read_small("/proc/self/stat", buf, sizeof buf) <= 0)
 		return 0;
 	p = strrchr(buf, ')');
 	if (!p)
@@ -344,7 +348,7 @@ static void fill_identity(struct hs_header *h, const struct hs_header *parent)
 	}
 	n = hs_sys.readlink("/proc/self/exe", h->exe, sizeof h->exe - 1);
 	h->exe[n > 0 ? n : 0] = '\0';
-	n = read_small("/proc/self/cmdline", buf, sizeof buf);
+	n = hs_read_small("/proc/self/cmdline", buf, sizeof buf);
 	if (n > 0) {
 		size_t keep = (size_t)n;
 		if (keep > HS_ARGV_MAX) {
@@ -432,8 +436,16 @@ int hs_segment_create(int forked)
 		h->start_real_ns = (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
 	}
 	h->start_mono_ns = hs_now();
-	h->flags = flags;
 	fill_identity(h, forked && hs_seg.hdr ? hs_seg.hdr : NULL);
+	/* what the process sees (issue 6): a fork child sees what its parent saw */
+	if (forked && hs_seg.hdr && (hs_seg.hdr->flags & HS_HDR_ENV)) {
+		hs_env_inherit(&h->env, &hs_seg.hdr->env);
+		flags |= HS_HDR_ENV | HS_HDR_ENV_INHERITED;
+	} else if (!forked) {
+		hs_env_read(&h->env);
+		flags |= HS_HDR_ENV;
+	}
+	h->flags = flags;
 	/* id / offset 0 of these tables means "none" */
 	h->tables[HS_T_STRINGS].count = 1;
 	h->tables[HS_T_STACKS].count = 1;

@@ -208,10 +208,35 @@ static inline void hs_leave(struct hs_tls *t)
 	t->in_hook = 0;
 }
 
+/* ---- memory samples (proc.c, issue 6) ------------------------------------ */
+
+#define HS_MEM_INTERVAL_NS 50000000ull   /* a recorded event samples memory when the last sample is older */
+#define HS_MEM_MIN_GAP_NS 1000000ull     /* allocation-driven samples: at most one per millisecond */
+#define HS_MEM_BIG (64u * 1024)          /* allocations of this size and more count toward a sample */
+#define HS_FDS_INTERVAL_NS 1000000000ull /* open descriptors are counted at most once a second */
+
+/* When the next time-driven sample is due (CLOCK_MONOTONIC ns). [atomic] */
+extern uint64_t hs_mem_next_ns;
+
+/*
+ * Take a memory sample now (why: enum hs_mem_why; size: the allocation that
+ * made it due, 0 if none): the resident set from /proc/self/statm and the
+ * peak from getrusage into the header, the open descriptors when due, and an
+ * HS_REC_MEMORY record in t's ring when t is attached (t may be NULL).  One
+ * sampler at a time: a concurrent or reentrant call returns at once.
+ * Async-signal-safe (raw system calls only); never allocates.
+ */
+void hs_mem_sample(struct hs_tls *t, uint64_t now, unsigned why, uint64_t size);
+
+/* Count a large allocation of n bytes; 1 (with *why) when a sample is due.
+ * now may come from CLOCK_MONOTONIC_COARSE.  Lock-free. */
+int hs_mem_due(uint64_t n, uint64_t now, unsigned *why);
+
 /*
  * Append one record to the thread's ring (flight recorder).  Never blocks,
  * never fails; overwrites the oldest record when the ring is full.  The
- * publication protocol is the one in format.h (struct hs_record).
+ * publication protocol is the one in format.h (struct hs_record).  A record
+ * also samples memory when the last sample is older than HS_MEM_INTERVAL_NS.
  */
 static inline void hs_rec(struct hs_tls *t, uint64_t now, uint32_t type, uint32_t stack, uint64_t a, uint64_t b,
 			  uint64_t c)
@@ -231,6 +256,9 @@ static inline void hs_rec(struct hs_tls *t, uint64_t now, uint32_t type, uint32_
 	/* publishes the payload: a reader that sees seq == pos + 1 sees it all */
 	__atomic_store_n(&r->seq, pos + 1, __ATOMIC_RELEASE);
 	__atomic_store_n(&rh->head, pos + 1, __ATOMIC_RELEASE);
+	/* relaxed: a schedule, ordered with nothing */
+	if (HS_UNLIKELY(now >= __atomic_load_n(&hs_mem_next_ns, __ATOMIC_RELAXED)))
+		hs_mem_sample(t, now, HS_MEMW_TIME, 0);
 }
 
 /* Seqlock over a thread slot's lock state (format.h, struct hs_thread). */
@@ -252,7 +280,11 @@ static inline void hs_lockstate_end(struct hs_thread *th)
 /* ---- system calls (sysops.c) --------------------------------------------- */
 
 #include <sys/types.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
+#include <sys/statfs.h>
+#include <sys/sysinfo.h>
+#include <sys/utsname.h>
 
 /*
  * Every system call the shim makes for itself goes through this table (as
@@ -274,8 +306,22 @@ struct hs_sysops {
 	int (*lstat)(const char *path, struct stat *st);
 	int (*unlink)(const char *path);
 	ssize_t (*readlink)(const char *path, char *buf, size_t n);
+	/* issue 6: the environment and the memory samples (proc.c) */
+	ssize_t (*getdents64)(int fd, void *buf, size_t n);
+	int (*getrusage)(int who, struct rusage *ru);
+	int (*sched_getaffinity)(size_t size, void *mask);  /* of this process; returns the mask's bytes */
+	int (*uname)(struct utsname *u);
+	int (*sysinfo)(struct sysinfo *si);
+	int (*statfs)(const char *path, struct statfs *st);
+	int (*getrlimit)(int resource, struct rlimit *rl);  /* prlimit64 of this process */
 };
 extern struct hs_sysops hs_sys;
+
+/* Read up to cap-1 bytes of a small file (procfs, sysfs, cgroupfs) into buf,
+ * NUL-terminated, through hs_sys.  Returns the bytes read, or -1 when it
+ * cannot be opened.  A short read below 4096 bytes is taken as the end of
+ * the file (those file systems fill a read up to a page).  Async-signal-safe. */
+ssize_t hs_read_small(const char *path, char *buf, size_t cap);
 
 /* ---- segment (segment.c) ------------------------------------------------- */
 
@@ -515,6 +561,36 @@ void hs_heap_init(void);
 /* The fork child's heap work (quarantine locks, counters into the new segment). */
 void hs_heap_after_fork_child(void);
 
+/* ---- processes and environment (proc.c, memhooks.c; issue 6) ----------------- */
+
+/* Fill e with what this process sees now (format.h struct hs_env).  Raw
+ * system calls through hs_sys, no malloc, no stdio.  Init only. */
+void hs_env_read(struct hs_env *e);
+
+/* A fork child's record: its parent's, with the OOM-kill counter read anew.
+ * Async-signal-safe. */
+void hs_env_inherit(struct hs_env *e, const struct hs_env *parent);
+
+/* Read the OOM-kill counter of e's memory cgroup into *out; 0, or -1 when
+ * there is none or it cannot be read.  Async-signal-safe. */
+int hs_oom_kills_read(const struct hs_env *e, uint64_t *out);
+
+/* Page size and the high-water mark inherited through exec.  Init only. */
+void hs_proc_init(void);
+
+/* The fork child's sampler state (one thread, async-signal-safe). */
+void hs_proc_after_fork(void);
+
+/* The end of this image (why: HS_MEMW_EXIT or HS_MEMW_SIGNAL): a last memory
+ * sample and descriptor count, and at exit the OOM-kill counter again
+ * (hs_header.oom_kills_end).  t as for hs_mem_sample.  Async-signal-safe. */
+void hs_proc_end(struct hs_tls *t, unsigned why);
+
+/* A large allocation of n bytes (>= HS_MEM_BIG) is about to be made by the
+ * program: sample memory when due.  Takes the guard itself; returns at once
+ * inside the shim or before recording starts.  (memhooks.c) */
+void hs_mem_big_alloc(uint64_t n);
+
 /* ---- snapshots (signals.c) ---------------------------------------------------- */
 
 /* Install the handler of the snapshot signal (format.h HS_SNAPSHOT_SIGNAL_OFFSET)
@@ -524,6 +600,11 @@ void hs_snapshot_install(void);
 /* ---- signals (signals.c) ------------------------------------------------- */
 
 void hs_signals_install(void);
+
+/* Put the sentinel on every terminating signal the program leaves at
+ * SIG_DFL (issue 6; signals.c's top comment).  Init only, after
+ * hs_signals_install. */
+void hs_term_signals_install(void);
 int hs_altstack_setup(struct hs_tls *t);
 void hs_altstack_teardown(struct hs_tls *t);
 

@@ -27,6 +27,26 @@
  * blocks, and keeps errno; SA_RESTART makes most interrupted system calls
  * resume, but some (nanosleep, poll, epoll_wait, sem_timedwait...) return
  * EINTR, as under any profiler signal: README.md "Hang snapshots".
+ *
+ * Terminating signals (issue 6).  A process killed by SIGTERM, SIGINT,
+ * SIGHUP... that it left at SIG_DFL runs none of its code, so without help
+ * it would look like one killed by SIGKILL (vanished).  While the program
+ * leaves such a signal at SIG_DFL, heisen installs a sentinel handler in
+ * its place: it records the signal and who sent it (si_pid, si_uid,
+ * si_code), a last memory sample, the state word HS_STATE_SIGNALED, then
+ * puts SIG_DFL back and re-raises, so the process dies of the same signal
+ * (core dump included, for SIGQUIT) as it would have.  The program always
+ * sees SIG_DFL in sigaction()/signal().  The moment it installs a handler
+ * or SIG_IGN, that action is installed for real and heisen steps aside —
+ * so an ignored signal stays ignored across exec, as nohup needs — and
+ * when it puts SIG_DFL back, the sentinel returns.  A signal that is
+ * ignored when the library loads is never touched.  Where the idea comes
+ * from: the "who killed my process" question that only the sender's pid in
+ * siginfo answers (as systemd's and the kernel's own SIGKILL tracing do).
+ *
+ * A vfork child (posix_spawn, CPython's subprocess) shares this library's
+ * memory with its parent until it execs: its sigaction() calls go straight
+ * to the kernel, so the parent's bookkeeping is never changed by them.
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -43,6 +63,11 @@
 #define ALTSTACK_SIZE (128 * 1024)
 
 static const int crash_signals[] = {SIGSEGV, SIGBUS, SIGILL, SIGFPE, SIGABRT};
+
+/* Signals whose default action ends the process and that others send (issue 6). */
+static const int term_signals[] = {SIGHUP, SIGINT, SIGQUIT, SIGTERM, SIGUSR1, SIGUSR2,
+				   SIGPIPE, SIGALRM, SIGXCPU, SIGXFSZ, SIGVTALRM, SIGPROF};
+static int term_armed[NSIG];    /* [atomic] the sentinel is installed: the program sees SIG_DFL */
 
 /* The program's view of each crash signal's action (and the snapshot signal's). */
 static struct sigaction user_action[NSIG];
@@ -61,6 +86,20 @@ static int is_crash_signal(int sig)
 		if (crash_signals[i] == sig)
 			return 1;
 	return 0;
+}
+
+static int is_term_signal(int sig)
+{
+	for (size_t i = 0; i < sizeof term_signals / sizeof term_signals[0]; i++)
+		if (term_signals[i] == sig)
+			return 1;
+	return 0;
+}
+
+/* A vfork child shares our memory with its parent (see the top comment). */
+static int in_vfork_child(void)
+{
+	return hs_seg.hdr && hs_seg.hdr->pid != (int32_t)syscall(SYS_getpid);
 }
 
 /* Signals whose action heisen keeps for itself while the program sees its own. */
@@ -142,6 +181,7 @@ static void commit_crash(struct hs_tls *t, int sig, int code, uint64_t addr, uin
 			hs_rec(t, f.ts_ns, HS_REC_FINDING, stack, idx - 1, 0, 0);
 	}
 	snapshot_others();
+	hs_proc_end(t && !t->in_hook ? t : NULL, HS_MEMW_SIGNAL);
 	hs_segment_end(HS_STATE_CRASHED, sig);
 }
 
@@ -228,10 +268,104 @@ void hs_signals_install(void)
 	__atomic_store_n(&installed, 1, __ATOMIC_RELEASE);
 }
 
+/* ---- terminating signals (issue 6) ------------------------------------------- */
+
+/*
+ * The sentinel: a terminating signal arrived while the program had it at
+ * SIG_DFL.  Record it, then die of it as the program would have.
+ */
+static void term_handler(int sig, siginfo_t *si, void *uc)
+{
+	int saved_errno = errno;
+	struct hs_tls *t = &hs_tls;
+	struct hs_header *h = hs_seg.hdr;
+	int was = t->in_hook;
+	(void)uc;
+	t->in_hook = 1;
+	if (__atomic_load_n(&hs_recording, __ATOMIC_ACQUIRE) && h && h->pid == (int32_t)syscall(SYS_getpid) &&
+	    HS_STATE_OF(__atomic_load_n(&h->state, __ATOMIC_ACQUIRE)) == HS_STATE_RUNNING) {
+		struct hs_tls *ring = !was && t->slot && t->seg_gen == __atomic_load_n(&hs_seg_gen, __ATOMIC_ACQUIRE)
+					      ? t : NULL;
+		h->term_signal = sig;
+		h->term_code = si->si_code;
+		h->term_pid = si->si_code <= 0 ? si->si_pid : 0;
+		h->term_uid = si->si_code <= 0 ? si->si_uid : 0;
+		/* the last sample first: it also puts the next time-driven one out of the record's way */
+		hs_proc_end(ring, HS_MEMW_SIGNAL);
+		if (ring)
+			hs_rec(ring, hs_now(), HS_REC_TERM_SIGNAL, 0, (uint64_t)sig, (uint64_t)(int64_t)h->term_pid,
+			       (uint64_t)(int64_t)si->si_code);
+		/* the term_* fields above are published by hs_segment_end's release CAS */
+		hs_segment_end(HS_STATE_SIGNALED, sig);
+	}
+	/* pending until we return, then the default action: the same death */
+	reraise_default(sig);
+	t->in_hook = was;
+	errno = saved_errno;
+}
+
+static void sentinel_action(struct sigaction *sa)
+{
+	memset(sa, 0, sizeof *sa);
+	sa->sa_sigaction = term_handler;
+	sa->sa_flags = SA_SIGINFO | SA_ONSTACK | SA_RESTART;
+	sigemptyset(&sa->sa_mask);
+}
+
+/* sigaction() on a terminating signal (see the top comment). */
+static int term_sigaction(int sig, const struct sigaction *act, struct sigaction *old)
+{
+	struct sigaction sentinel, prev;
+	int rc;
+	if (__atomic_load_n(&term_armed[sig], __ATOMIC_ACQUIRE)) {
+		if (old)
+			*old = user_action[sig];
+		if (!act)
+			return 0;
+		if (act->sa_handler == SIG_DFL) {
+			user_action[sig] = *act;
+			return 0;
+		}
+		/* the program takes the signal itself: its action, for real */
+		rc = HS_REAL(sigaction)(sig, act, &prev);
+		if (rc == 0)
+			__atomic_store_n(&term_armed[sig], 0, __ATOMIC_RELEASE);
+		return rc;
+	}
+	if (!act || act->sa_handler != SIG_DFL)
+		return HS_REAL(sigaction)(sig, act, old);
+	/* back to SIG_DFL: the sentinel returns, the program sees its SIG_DFL */
+	sentinel_action(&sentinel);
+	rc = HS_REAL(sigaction)(sig, &sentinel, old);
+	if (rc == 0) {
+		user_action[sig] = *act;
+		__atomic_store_n(&term_armed[sig], 1, __ATOMIC_RELEASE);
+	}
+	return rc;
+}
+
+void hs_term_signals_install(void)
+{
+	for (size_t i = 0; i < sizeof term_signals / sizeof term_signals[0]; i++) {
+		int sig = term_signals[i];
+		struct sigaction cur, sentinel;
+		if (HS_REAL(sigaction)(sig, NULL, &cur) != 0 || cur.sa_handler != SIG_DFL || (cur.sa_flags & SA_SIGINFO))
+			continue; /* ignored, or handled by the program already: leave it */
+		sentinel_action(&sentinel);
+		if (HS_REAL(sigaction)(sig, &sentinel, NULL) == 0) {
+			user_action[sig] = cur;
+			__atomic_store_n(&term_armed[sig], 1, __ATOMIC_RELEASE);
+		}
+	}
+}
+
 HS_EXPORT int sigaction(int sig, const struct sigaction *act, struct sigaction *old)
 {
-	if (!__atomic_load_n(&installed, __ATOMIC_ACQUIRE) || sig <= 0 || sig >= NSIG || !is_ours(sig))
+	if (!__atomic_load_n(&installed, __ATOMIC_ACQUIRE) || sig <= 0 || sig >= NSIG ||
+	    !(is_ours(sig) || is_term_signal(sig)) || in_vfork_child())
 		return HS_REAL(sigaction)(sig, act, old);
+	if (is_term_signal(sig))
+		return term_sigaction(sig, act, old);
 	/* keep heisen's handler in place; the program sees its own view */
 	if (old)
 		*old = user_action[sig];
@@ -243,7 +377,8 @@ HS_EXPORT int sigaction(int sig, const struct sigaction *act, struct sigaction *
 HS_EXPORT sighandler_t signal(int sig, sighandler_t handler)
 {
 	struct sigaction sa, old;
-	if (!__atomic_load_n(&installed, __ATOMIC_ACQUIRE) || sig <= 0 || sig >= NSIG || !is_ours(sig))
+	if (!__atomic_load_n(&installed, __ATOMIC_ACQUIRE) || sig <= 0 || sig >= NSIG ||
+	    !(is_ours(sig) || is_term_signal(sig)) || in_vfork_child())
 		return HS_REAL(signal)(sig, handler);
 	if (handler == SIG_ERR) {
 		errno = EINVAL;

@@ -75,6 +75,41 @@ static ssize_t sys_readlink(const char *path, char *buf, size_t n)
 	return syscall(SYS_readlinkat, AT_FDCWD, path, buf, n);
 }
 
+static ssize_t sys_getdents64(int fd, void *buf, size_t n)
+{
+	return syscall(SYS_getdents64, fd, buf, n);
+}
+
+static int sys_getrusage(int who, struct rusage *ru)
+{
+	return (int)syscall(SYS_getrusage, who, ru);
+}
+
+static int sys_sched_getaffinity(size_t size, void *mask)
+{
+	return (int)syscall(SYS_sched_getaffinity, 0, size, mask);
+}
+
+static int sys_uname(struct utsname *u)
+{
+	return (int)syscall(SYS_uname, u);
+}
+
+static int sys_sysinfo(struct sysinfo *si)
+{
+	return (int)syscall(SYS_sysinfo, si);
+}
+
+static int sys_statfs(const char *path, struct statfs *st)
+{
+	return (int)syscall(SYS_statfs, path, st);
+}
+
+static int sys_getrlimit(int resource, struct rlimit *rl)
+{
+	return (int)syscall(SYS_prlimit64, 0, resource, NULL, rl);
+}
+
 struct hs_sysops hs_sys = {
 	.open = sys_open,
 	.close = sys_close,
@@ -88,4 +123,11 @@ struct hs_sysops hs_sys = {
 	.lstat = sys_lstat,
 	.unlink = sys_unlink,
 	.readlink = sys_readlink,
+	.getdents64 = sys_getdents64,
+	.getrusage = sys_getrusage,
+	.sched_getaffinity = sys_sched_getaffinity,
+	.uname = sys_uname,
+	.sysinfo = sys_sysinfo,
+	.statfs = sys_statfs,
+	.getrlimit = sys_getrlimit,
 };

@@ -37,19 +37,23 @@ def popen(heisen, args, **kw):
 
 
 def wait_for_line(stream, needle, timeout=30):
-    """Read lines from stream until one contains needle; returns what was read."""
-    seen = []
+    """Read from stream's descriptor until a line contains needle; returns all that was read.
+
+    Reads the descriptor itself (os.read): select() on it and a buffered readline()
+    would leave lines that arrived together in Python's buffer, unseen by select."""
+    seen = ""
+    fd = stream.fileno()
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
-        r, _, _ = select.select([stream], [], [], 0.1)
+        r, _, _ = select.select([fd], [], [], 0.1)
         if r:
-            line = stream.readline()
-            if not line:
+            chunk = os.read(fd, 65536)
+            if not chunk:
                 break
-            seen.append(line)
-            if needle in line:
-                return "".join(seen)
-    raise AssertionError(f"{needle!r} not seen in {''.join(seen)!r}")
+            seen += chunk.decode(errors="replace")
+            if any(needle in line for line in seen.splitlines()):
+                return seen
+    raise AssertionError(f"{needle!r} not seen in {seen!r}")
 
 
 def proc_state(pid):

@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * heisen/format.h — the on-shm segment format, ABI version 3.
+ * heisen/format.h — the on-shm segment format, ABI version 4.
  *
  * One segment file per process image lives in the session directory as
  * "<pid>.<image>.seg" (image counts execs of that pid within the session,
@@ -37,7 +37,8 @@
 
 #define HS_MAGIC "HEISENSG"      /* 8 bytes, no terminator stored */
 #define HS_MAGIC_LEN 8
-#define HS_ABI_VERSION 3u  /* 2: Python frames, GIL wait flags, thread snapshots, 64-deep stacks; 3: heap findings and counters */
+#define HS_ABI_VERSION 4u  /* 2: Python frames, GIL wait flags, thread snapshots, 64-deep stacks; 3: heap findings and counters;
+				    4: processes and environment (issue 6) */
 #define HS_ENDIAN_TAG 0x01020304u /* reads back as 0x04030201 on a foreign-endian host */
 
 /* Fixed shapes.  Changing any of these changes the ABI version. */
@@ -95,6 +96,9 @@ enum hs_state {
 	HS_STATE_CRASHED = 3,  /* value = signal number; a crash finding is in the table */
 	HS_STATE_EXECED = 4,   /* value = the image number that replaced this one */
 	HS_STATE_KILLED = 5,   /* value = signal number; written by an outside observer (heisen-run's waitpid) */
+	HS_STATE_SIGNALED = 6, /* value = signal number: a signal whose default action terminates (SIGTERM, SIGINT...)
+				  arrived while the program left it at SIG_DFL; the process wrote this itself, with
+				  the sender in hs_header.term_* (issue 6) */
 };
 #define HS_STATE_PACK(state, value) (((uint64_t)(value) << 8) | (uint64_t)(state))
 #define HS_STATE_OF(word) ((unsigned)((word) & 0xffu))
@@ -109,12 +113,70 @@ enum hs_state {
 #define HS_HDR_FALLBACK_SMALL 0x1u  /* sized down because the session directory was short of space */
 #define HS_HDR_SUSPECT 0x2u         /* the writer found its own state inconsistent and went quiet */
 #define HS_HDR_HEAP 0x4u            /* heap checking is on in this process (HEISEN_HEAP) */
+#define HS_HDR_ENV 0x10u            /* hs_header.env was filled (issue 6) */
+#define HS_HDR_ENV_INHERITED 0x20u  /* ... copied from the forking parent's segment, not read anew */
 
 /* hs_header.heap_stacks: the stack kept for each allocation and free. */
 enum hs_heap_stacks {
 	HS_HEAP_STACKS_SITE = 0,    /* the call site's representative stack (exact caller; cached per site) */
 	HS_HEAP_STACKS_FULL = 1,    /* a full unwind at every malloc and free (slow; HEISEN_HEAP_STACKS=full) */
 	HS_HEAP_STACKS_NONE = 2,    /* none (HEISEN_HEAP_STACKS=none) */
+};
+
+/* ---- the environment a process saw (issue 6) ------------------------------ */
+
+#define HS_KERNEL_MAX 72          /* uname's release (65 bytes with its NUL), padded */
+#define HS_LIBC_MAX 24            /* gnu_get_libc_version() */
+#define HS_CGROUP_PATH_MAX 256
+#define HS_UNLIMITED UINT64_MAX   /* an rlimit of RLIM_INFINITY */
+
+/* hs_env.flags */
+#define HS_ENV_OOM_COUNTER 0x1u   /* the memory cgroup's OOM-kill counter could be read */
+#define HS_ENV_CGROUP_ROOT 0x2u   /* /proc/self/cgroup named a path the mount does not have (a cgroup
+				     namespace, or a container's own cgroup mounted at the root): the
+				     controller's mount point itself was used */
+
+/*
+ * What a process could see of its machine and its limits when it started:
+ * what a service sizes its pools by (the CPU count), what it may really use
+ * (affinity, CFS quota, memory limit), and where the OOM killer's counter
+ * is (the idea of `docker inspect` plus the cgroup files, kept where a
+ * SIGKILL cannot take it away).  Written once by the process itself before
+ * its segment's magic is published, read-only afterwards; a fork child
+ * copies its parent's (HS_HDR_ENV_INHERITED) and reads only oom_kills anew.
+ * In every number 0 means unknown or none unless the field says otherwise;
+ * strings are NUL-terminated inside their arrays — a reader must check.
+ */
+struct hs_env {
+	uint32_t cpu_online;       /* CPUs online: what sysconf(_SC_NPROCESSORS_ONLN) and Python's
+				      os.cpu_count() say (/sys/devices/system/cpu/online) */
+	uint32_t cpu_affinity;     /* CPUs in the affinity mask: sched_getaffinity(0) */
+	uint64_t cpu_quota_us;     /* CFS bandwidth, the tightest quota/period on the cgroup path
+				      (v2 cpu.max, v1 cpu.cfs_quota_us); 0 = no quota */
+	uint64_t cpu_period_us;    /* its period */
+	uint64_t mem_limit;        /* bytes: the tightest memory limit on the cgroup path (v2 memory.max,
+				      v1 memory.limit_in_bytes); 0 = none */
+	uint64_t mem_total;        /* bytes of RAM (sysinfo) */
+	uint64_t shm_size;         /* bytes of the file system mounted on /dev/shm (statfs) */
+	uint64_t shm_free;         /* bytes free there at start */
+	uint64_t nofile_soft;      /* RLIMIT_NOFILE; HS_UNLIMITED = unlimited (so for the three below) */
+	uint64_t nofile_hard;
+	uint64_t as_soft;          /* RLIMIT_AS */
+	uint64_t core_soft;        /* RLIMIT_CORE */
+	uint64_t oom_kills;        /* at start: the OOM-kill counters of the memory cgroup and of its
+				      ancestors up to the mount point, summed (v2 memory.events oom_kill,
+				      v1 memory.oom_control oom_kill, kernel >= 4.13); valid with HS_ENV_OOM_COUNTER */
+	uint32_t cgroup;           /* version of the memory controller's hierarchy: 0 = none found, 1, 2 */
+	uint32_t flags;            /* HS_ENV_* */
+	uint32_t mem_cgroup_root;  /* bytes of mem_cgroup that are the controller's mount point */
+	uint32_t cgroup_ns;        /* inode of /proc/self/ns/cgroup, 0 = unknown: a reader in another
+				      cgroup namespace sees other cgroups at these paths and must not
+				      read them */
+	char kernel[HS_KERNEL_MAX];        /* uname -r */
+	char libc[HS_LIBC_MAX];            /* "2.36" */
+	char mem_cgroup[HS_CGROUP_PATH_MAX]; /* the memory cgroup's directory, "" = none, e.g.
+					      "/sys/fs/cgroup/memory/docker/4f1c"; readers re-read the
+					      OOM-kill counter there at the end */
 };
 
 /*
@@ -175,6 +237,24 @@ struct hs_header {
 	uint32_t heap_last_fail_stack; /* its stack */
 	uint32_t heap_stacks;      /* HS_HEAP_STACKS_*: what stack each malloc/free records */
 	uint64_t reserved[10];     /* zero; room for later fields without an ABI bump */
+
+	/* processes and environment (issue 6) */
+	struct hs_env env;         /* at start (HS_HDR_ENV) */
+	uint64_t rss_bytes;        /* [atomic] resident set at the last sample (/proc/self/statm), bytes */
+	uint64_t rss_peak_bytes;   /* [atomic] the largest sample, or getrusage()'s ru_maxrss (the kernel's
+				      high-water mark) when larger */
+	uint64_t rss_sample_ns;    /* [atomic] when the last sample was taken; 0 = never */
+	uint64_t rss_samples;      /* [atomic] samples taken */
+	uint64_t oom_kills_end;    /* [atomic] env.oom_kills read again when the process exited */
+	uint64_t oom_kills_end_ns; /* [atomic] when; 0 = not read (it did not exit by itself) */
+	uint32_t fds_open;         /* [atomic] open descriptors at the last count (/proc/self/fd) */
+	uint32_t fds_peak;         /* [atomic] the most ever counted */
+	uint64_t fds_sample_ns;    /* [atomic] when they were last counted; 0 = never */
+	int32_t term_signal;       /* HS_STATE_SIGNALED: the signal, written before the state word */
+	int32_t term_code;         /* its si_code (SI_USER: kill(); SI_KERNEL: the terminal...) */
+	int32_t term_pid;          /* the sender (si_pid), 0 when the kernel sent it */
+	uint32_t term_uid;         /* and its uid */
+	uint64_t reserved6[8];     /* zero */
 };
 
 /* ---- modules (for symbolization after the process is gone) ------------ */
@@ -440,6 +520,20 @@ enum hs_record_type {
 	HS_REC_GIL_ACQUIRED = 17,  /* a = which, c = waited ns */
 	HS_REC_GIL_RELEASED = 18,  /* a = which */
 	HS_REC_SNAPSHOT = 19,      /* this thread recorded its stack: a = HS_SNAPF_* */
+	/* issue 6: 30..39 */
+	HS_REC_MEMORY = 30,        /* a memory sample: a = RSS bytes, b = heap live bytes (0: heap checker off),
+				      c = HS_MEMW_* | the size of the allocation that triggered it << 8 */
+	HS_REC_TERM_SIGNAL = 31,   /* a terminating signal arrived at SIG_DFL: a = signal, b = sender pid,
+				      c = si_code; the process dies of it next */
+};
+
+/* Why a memory sample was taken (low byte of HS_REC_MEMORY's c). */
+enum hs_mem_why {
+	HS_MEMW_START = 1,         /* the process (or fork child) started */
+	HS_MEMW_TIME = 2,          /* an event was recorded and the last sample was older than the interval */
+	HS_MEMW_ALLOC = 3,         /* large allocations (malloc, mmap...) added up since the last sample */
+	HS_MEMW_EXIT = 4,          /* exit, _exit */
+	HS_MEMW_SIGNAL = 5,        /* a crash or a terminating signal */
 };
 
 /* The CPython entry points through which native code takes and drops the GIL. */

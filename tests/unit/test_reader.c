@@ -20,6 +20,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -819,6 +820,198 @@ static void test_heap_findings(void)
 	synth_free(&s);
 }
 
+/* ---- processes and environment (ABI 4, issue 6) ----------------------------- */
+
+/* A pid that is gone: a child that exited and was reaped. */
+static pid_t dead_pid(void)
+{
+	pid_t pid = fork();
+	if (pid == 0)
+		_exit(0);
+	waitpid(pid, NULL, 0);
+	return pid;
+}
+
+#define MIB (1ull << 20)
+#define SYNTH_CG "/sys/fs/cgroup/memory/heisen-test-reader-no-such-cgroup"
+
+/* s as process pid (parent ppid), started `ago` seconds before now, with an environment. */
+static void as_process(struct synth *s, pid_t pid, pid_t ppid, unsigned ago, const char *argv, size_t argv_len)
+{
+	struct hs_env *e = &s->h->env;
+	s->h->pid = pid;
+	s->h->ppid = ppid;
+	s->h->start_ticks = pid == getpid() ? my_start_ticks() : 0;
+	s->h->start_mono_ns = mono_now() - (uint64_t)ago * 1000000000u;
+	memset(s->h->argv, 0, sizeof s->h->argv);
+	memcpy(s->h->argv, argv, argv_len);
+	s->h->argc = 0;
+	for (size_t i = 0; i < argv_len; i++)
+		s->h->argc += argv[i] == '\0';
+	s->h->flags |= HS_HDR_ENV;
+	memset(e, 0, sizeof *e);
+	e->cpu_online = 24, e->cpu_affinity = 24;
+	e->cpu_quota_us = 400000, e->cpu_period_us = 100000;
+	e->mem_limit = 1024 * MIB, e->mem_total = 64ull << 30;
+	e->nofile_soft = 64, e->nofile_hard = HS_UNLIMITED, e->as_soft = HS_UNLIMITED, e->core_soft = 0;
+	e->cgroup = 1, e->flags = HS_ENV_OOM_COUNTER, e->oom_kills = 3;
+	snprintf(e->mem_cgroup, sizeof e->mem_cgroup, "%s", SYNTH_CG);
+	e->mem_cgroup_root = (uint32_t)strlen("/sys/fs/cgroup/memory");
+	snprintf(e->kernel, sizeof e->kernel, "6.1.0-synthetic");
+	snprintf(e->libc, sizeof e->libc, "2.36");
+}
+
+static void write_synth(struct synth *s)
+{
+	char name[64];
+	snprintf(name, sizeof name, "%d.%u.seg", (int)s->h->pid, s->h->image);
+	write_file(name, s->buf, s->size);
+}
+
+static void add_memory_record(struct synth *s, uint32_t slot, uint64_t pos, uint64_t rss)
+{
+	struct hs_ring_header *rh = entry(s, HS_T_RINGS, slot);
+	struct hs_record *x = &((struct hs_record *)(rh + 1))[pos & (s->h->ring_records - 1)];
+	x->seq = pos + 1;
+	x->ts_ns = s->h->start_mono_ns + 1000 + pos;
+	x->type = HS_REC_MEMORY;
+	x->a = rss;
+	x->c = HS_MEMW_ALLOC | (8ull * MIB) << 8;
+	rh->head = pos + 1;
+}
+
+/*
+ * A session of four: main (this process, alive), its forkserver, and two
+ * workers of that forkserver that vanished in the same memory cgroup, whose
+ * OOM-kill counter main read as 4 at its exit (after 3 at their start): the
+ * bigger worker is the `oom-kill` (the counter rose by one), the smaller is
+ * `killed`.  The environment gives every warning.  Then corrupt values.
+ */
+static void test_processes_and_environment(void)
+{
+	struct synth m, fs, w1, w2;
+	struct hs_session ss;
+	struct hs_findings f;
+	char *js, *tx, want[256];
+	pid_t me = getpid(), fsp = dead_pid(), p1 = dead_pid(), p2 = dead_pid();
+	static const char fs_argv[] = "python3\0-c\0from multiprocessing.forkserver import main; main()";
+
+	synth_make(&m, false);
+	as_process(&m, me, getppid(), 100, "app.py\0serve", 13);
+	m.h->rss_bytes = 50 * MIB, m.h->rss_peak_bytes = 60 * MIB, m.h->rss_samples = 5;
+	m.h->fds_open = 60, m.h->fds_peak = 61;
+	m.h->oom_kills_end = 4, m.h->oom_kills_end_ns = mono_now();
+	synth_make(&fs, false);
+	as_process(&fs, fsp, me, 90, fs_argv, sizeof fs_argv);
+	fs.h->state = HS_STATE_PACK(HS_STATE_EXITED, 0);
+	fs.h->end_mono_ns = mono_now();
+	synth_make(&w1, false);
+	as_process(&w1, p1, fsp, 80, "python3\0-c\0worker", 19);
+	w1.h->flags |= HS_HDR_ENV_INHERITED;
+	w1.h->rss_bytes = 1000 * MIB, w1.h->rss_peak_bytes = 1000 * MIB, w1.h->rss_samples = 40;
+	w1.h->rss_sample_ns = w1.h->start_mono_ns + 5000000000ull;
+	add_memory_record(&w1, 0, 4, 990 * MIB);
+	add_memory_record(&w1, 0, 5, 1000 * MIB);
+	synth_make(&w2, false);
+	as_process(&w2, p2, fsp, 85, "python3\0-c\0worker", 19);
+	w2.h->flags |= HS_HDR_ENV_INHERITED;
+	w2.h->rss_bytes = 20 * MIB, w2.h->rss_peak_bytes = 20 * MIB, w2.h->rss_samples = 4;
+
+	clear_dir();
+	write_synth(&m), write_synth(&fs), write_synth(&w1), write_synth(&w2);
+	CHECK(hs_session_load(&ss, tmpdir, false) == 0);
+	CHECK(hs_analyze(&ss, 1000.0, true, &f) == 0);
+	CHECK(count_kind(&f, HS_F_OOM_KILL) == 1 && count_kind(&f, HS_F_KILLED) == 1);
+	for (size_t i = 0; i < f.n; i++) {
+		if (f.v[i].kind == HS_F_OOM_KILL) {
+			CHECK(f.v[i].proc->seg.hdr.pid == p1);
+			CHECK(f.v[i].death.evidence == (HS_EV_OOM_COUNTER | HS_EV_NEAR_LIMIT));
+			CHECK(f.v[i].death.oom_before == 3 && f.v[i].death.oom_after == 4);
+			CHECK(f.v[i].death.oom_after_pid == me && !f.v[i].death.oom_after_start);
+			CHECK(f.v[i].death.ran_at_least && f.v[i].death.ran_seconds > 4.9 && f.v[i].death.ran_seconds < 5.1);
+		}
+		if (f.v[i].kind == HS_F_KILLED)
+			CHECK(f.v[i].proc->seg.hdr.pid == p2 && f.v[i].death.evidence == 0);
+	}
+	/* killed and oom-kill come right after crashes, before the potential deadlocks */
+	CHECK(f.n >= 2 && f.v[0].kind == HS_F_OOM_KILL && f.v[1].kind == HS_F_KILLED);
+	/* the tree: the forkserver's workers belong to main */
+	CHECK(ss.tree && ss.tree->n == 4 && ss.tree->nroots == 1);
+	for (size_t i = 0; ss.tree && i < ss.tree->n; i++) {
+		const struct hs_pnode *n = &ss.tree->nodes[i];
+		if (n->pid == p1 || n->pid == p2)
+			CHECK(n->parent && n->parent->pid == me && n->real_parent && n->real_parent->pid == fsp &&
+			      strcmp(n->via, "forkserver") == 0 && n->depth == 1);
+		if (n->pid == fsp)
+			CHECK(n->parent && n->parent->pid == me && strcmp(n->via, "exec") == 0);
+	}
+	js = json_of(&ss, &f);
+	CHECK_HAS(js, "\"kind\":\"oom-kill\"");
+	snprintf(want, sizeof want, "{\"kind\":\"oom-kill-counter\",\"cgroup\":\"%s\",\"before\":3,\"after\":4,"
+		 "\"read_by\":\"exit\",\"read_by_pid\":%d}", SYNTH_CG, (int)me);
+	CHECK_HAS(js, want);
+	CHECK_HAS(js, "{\"kind\":\"near-limit\",\"rss_bytes\":1048576000,\"limit_bytes\":1073741824");
+	CHECK_HAS(js, "\"type\":\"memory\",\"rss_bytes\":1038090240,\"heap_live_bytes\":null,\"why\":\"allocation\","
+		      "\"alloc_bytes\":8388608");
+	snprintf(want, sizeof want, "\"parent\":%d,\"real_parent\":%d,\"via\":\"forkserver\"", (int)me, (int)fsp);
+	CHECK_HAS(js, want);
+	CHECK_HAS(js, "\"cpu_online\":24,\"cpu_affinity\":24,\"cpu_quota_us\":400000,\"cpu_period_us\":100000,"
+		      "\"cpu_allowed\":4");
+	CHECK_HAS(js, "\"rlimits\":{\"nofile\":64,\"nofile_hard\":null,\"as\":null,\"core\":0}");
+	CHECK_HAS(js, "\"kind\":\"cpu-oversubscription\"");
+	CHECK_HAS(js, "pools sized by the CPU count run 6.0x oversubscribed");
+	CHECK_HAS(js, "\"kind\":\"memory-limit\"");
+	CHECK_HAS(js, "\"kind\":\"open-files\"");
+	CHECK_HAS(js, "\"tree\":[\n{\"pid\":");
+	tx = text_of(&ss, &f);
+	snprintf(want, sizeof want, "==== heisen: OOM kill in pid %d", (int)p1);
+	CHECK_HAS(tx, want);
+	CHECK_HAS(tx, "the OOM-kill counter of its memory cgroup " SYNTH_CG " rose from 3 (at its start) to 4");
+	snprintf(want, sizeof want, "[forkserver by %d for %d]", (int)fsp, (int)me);
+	CHECK_HAS(tx, want);
+	CHECK_HAS(tx, "==== heisen: warnings");
+	free(js), free(tx);
+	CHECK(report_all(&ss, &f) == 0);
+	hs_findings_free(&f);
+	hs_session_free(&ss);
+
+	/* No counter reading after their start: memory near the limit decides alone. */
+	m.h->oom_kills_end_ns = 0;
+	write_synth(&m);
+	CHECK(hs_session_load(&ss, tmpdir, false) == 0);
+	CHECK(hs_analyze(&ss, 1000.0, true, &f) == 0);
+	CHECK(count_kind(&f, HS_F_OOM_KILL) == 1 && count_kind(&f, HS_F_KILLED) == 1);
+	for (size_t i = 0; i < f.n; i++)
+		if (f.v[i].kind == HS_F_OOM_KILL)
+			CHECK(f.v[i].proc->seg.hdr.pid == p1 && f.v[i].death.evidence == HS_EV_NEAR_LIMIT);
+	hs_findings_free(&f);
+	hs_session_free(&ss);
+
+	/* Corrupt: strings without a NUL, a cgroup path outside /sys/fs/cgroup, a
+	 * version that does not exist, a quota without a period: complained, not used. */
+	memset(w1.h->env.kernel, 'k', sizeof w1.h->env.kernel);
+	snprintf(w1.h->env.mem_cgroup, sizeof w1.h->env.mem_cgroup, "/sys/fs/cgroup/memory/../../../etc");
+	w2.h->env.cgroup = 7;
+	m.h->env.cpu_period_us = 0;
+	memset(fs.h->env.mem_cgroup, 'x', sizeof fs.h->env.mem_cgroup);
+	clear_dir();
+	write_synth(&m), write_synth(&fs), write_synth(&w1), write_synth(&w2);
+	CHECK(hs_session_load(&ss, tmpdir, false) == 0);
+	CHECK(hs_analyze(&ss, 1000.0, true, &f) == 0);
+	/* without a usable cgroup the counter is unknown; w1 is still near its limit */
+	CHECK(count_kind(&f, HS_F_OOM_KILL) == 1 && count_kind(&f, HS_F_KILLED) == 1);
+	report_all(&ss, &f);
+	CHECK(has_error(&ss, "environment: kernel release is not terminated"));
+	CHECK(has_error(&ss, "environment: memory cgroup \"/sys/fs/cgroup/memory/../../../etc\" is not a directory under "
+			     "/sys/fs/cgroup"));
+	CHECK(has_error(&ss, "environment: cgroup version 7"));
+	CHECK(has_error(&ss, "environment: a CPU quota with a zero period"));
+	CHECK(has_error(&ss, "environment: memory cgroup path is not terminated"));
+	hs_findings_free(&f);
+	hs_session_free(&ss);
+	synth_free(&m), synth_free(&fs), synth_free(&w1), synth_free(&w2);
+}
+
 static void test_string_accessor(void)
 {
 	struct synth s;
@@ -938,6 +1131,7 @@ int main(void)
 	test_session_with_bad_segment();
 	test_entry_corruption();
 	test_heap_findings();
+	test_processes_and_environment();
 	test_string_accessor();
 	test_symbolize();
 	clear_dir();

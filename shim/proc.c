@@ -1,0 +1,513 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * shim/proc.c — what a process saw and how much memory it used, kept where
+ * a SIGKILL cannot take it away (issue 6).
+ *
+ * The environment (struct hs_env, include/heisen/format.h) is read once,
+ * when the segment is made: CPUs online and in the affinity mask, the
+ * cgroup's CPU quota and memory limit (the tightest on the path up to the
+ * controller's mount point), the memory cgroup's OOM-kill counter, /dev/shm,
+ * rlimits, the kernel and the libc — what `docker inspect` and the cgroup
+ * files would have said, for seed 002's "os.cpu_count() saw 24 cores of a
+ * 4-CPU quota".  Every file is read through hs_sys (raw system calls: no
+ * malloc, no stdio, no hooks of our own) and nothing is kept open.  A fork
+ * child copies its parent's record (async-signal-safe) and reads only the
+ * OOM-kill counter anew.
+ *
+ * Memory is sampled into the header (rss_*), so the last value before a
+ * SIGKILL survives: /proc/self/statm for the resident set and getrusage()'s
+ * ru_maxrss, the kernel's high-water mark, for the peak.  A sample costs a
+ * few microseconds, so it is taken only when (a) a recorded event finds the
+ * last sample older than HS_MEM_INTERVAL_NS (the check is one load and one
+ * compare in hs_rec()), or (b) large allocations (malloc and mmap of at
+ * least HS_MEM_BIG bytes, memhooks.c) have added up to 1/32 of the last
+ * resident set since the last sample, at most once per HS_MEM_MIN_GAP_NS —
+ * a process growing toward its limit is sampled as it grows; (c) at start,
+ * exit, a crash and a terminating signal.  Open descriptors are counted at
+ * most once per second with the samples, and at the end.  Where the idea
+ * comes from: the OOM killer's own report (RSS per task) and atop's
+ * per-process accounting, here written by the process itself.
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <gnu/libc-version.h>
+#include <limits.h>
+#include <sched.h>
+#include <string.h>
+#include <sys/resource.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#include "shim.h"
+
+uint64_t hs_mem_next_ns;              /* [atomic] a time-driven sample is due at or after this */
+static uint64_t mem_last_ns;          /* [atomic] when the last sample was taken */
+static uint64_t mem_big;              /* [atomic] bytes of large allocations since then */
+static uint64_t mem_step = 1u << 20;  /* [atomic] mem_big that makes a sample due */
+static int mem_sampling;              /* [atomic] a sample is being taken (one at a time) */
+static uint64_t maxrss_base;          /* ru_maxrss (KiB) when this image started: exec keeps the
+					 previous image's high-water mark there, so only a larger
+					 value is this image's own (a fork child starts from 0) */
+static uint64_t page_bytes = 4096;
+
+/* ---- small parsers (no libc beyond string.h) -------------------------------- */
+
+/* The unsigned decimal at *p, advancing *p; 0 when there is none. */
+static uint64_t parse_u64(const char **p)
+{
+	uint64_t v = 0;
+	while (**p >= '0' && **p <= '9')
+		v = v * 10 + (uint64_t)(*(*p)++ - '0');
+	return v;
+}
+
+/* The value of "key N" on a line of buf; 1 and *v when found. */
+static int keyed(const char *buf, const char *key, uint64_t *v)
+{
+	size_t k = strlen(key);
+	for (const char *p = buf; p && *p; p = strchr(p, '\n'), p = p ? p + 1 : NULL) {
+		if (strncmp(p, key, k) == 0 && p[k] == ' ') {
+			const char *q = p + k + 1;
+			*v = parse_u64(&q);
+			return 1;
+		}
+	}
+	return 0;
+}
+
+/* CPUs in a sysfs list such as "0-3,8,10-11". */
+static uint32_t count_cpu_list(const char *p)
+{
+	uint32_t n = 0;
+	while (*p >= '0' && *p <= '9') {
+		uint64_t a = parse_u64(&p), b = a;
+		if (*p == '-') {
+			p++;
+			b = parse_u64(&p);
+		}
+		if (b >= a && b - a < 65536)
+			n += (uint32_t)(b - a + 1);
+		if (*p != ',')
+			break;
+		p++;
+	}
+	return n;
+}
+
+/* dst = a + b (+ c), cut to cap; returns dst. */
+static char *join(char *dst, size_t cap, const char *a, const char *b, const char *c)
+{
+	size_t n = 0;
+	for (const char *s[] = {a, b, c}, **q = s; q < s + 3; q++)
+		for (const char *x = *q; x && *x && n + 1 < cap; x++)
+			dst[n++] = *x;
+	dst[n] = '\0';
+	return dst;
+}
+
+/* A small file of dir, e.g. "<dir>/memory.max"; -1 when unreadable. */
+static ssize_t read_in(const char *dir, const char *file, char *buf, size_t cap)
+{
+	char path[PATH_MAX];
+	return hs_read_small(join(path, sizeof path, dir, "/", file), buf, cap);
+}
+
+/* Drop the last component of the cgroup directory dir (length *n); 0 when
+ * that would reach the mount point (length root): the root cgroup has no
+ * limits (v1's root files always say unlimited, v2's root has none). */
+static int up(char *dir, size_t *n, size_t root)
+{
+	size_t k = *n;
+	if (k <= root)
+		return 0;
+	while (k > root && dir[k - 1] != '/')
+		k--;
+	if (k > root)
+		k--; /* the slash */
+	if (k <= root)
+		return 0;
+	*n = k;
+	dir[k] = '\0';
+	return 1;
+}
+
+/* ---- cgroups ------------------------------------------------------------------ */
+
+/*
+ * The path of controller `ctl` in /proc/self/cgroup ("" for v2's "0::"
+ * line) into out.  Returns 1 when found.
+ */
+static int cgroup_path(const char *self, const char *ctl, char *out, size_t cap)
+{
+	size_t k = strlen(ctl);
+	for (const char *p = self; p && *p; p = strchr(p, '\n'), p = p ? p + 1 : NULL) {
+		const char *c = strchr(p, ':'), *e, *nl;
+		if (!c)
+			break;
+		e = strchr(c + 1, ':');
+		nl = strchr(p, '\n');
+		if (!e || (nl && e > nl))
+			continue;
+		/* the controllers field: k == 0 matches v2's empty one */
+		for (const char *q = c + 1; q <= e;) {
+			const char *end = memchr(q, ',', (size_t)(e - q));
+			size_t len = (size_t)((end ? end : e) - q);
+			if (len == k && strncmp(q, ctl, k) == 0) {
+				size_t n = nl ? (size_t)(nl - e - 1) : strlen(e + 1);
+				if (n >= cap)
+					return 0;
+				memcpy(out, e + 1, n);
+				out[n] = '\0';
+				return 1;
+			}
+			if (!end)
+				break;
+			q = end + 1;
+		}
+	}
+	return 0;
+}
+
+/*
+ * dir = mount + path when that directory exists, else mount itself (flag
+ * HS_ENV_CGROUP_ROOT: a cgroup namespace, or a container whose own cgroup is
+ * mounted at the root).  Returns the length of dir.
+ */
+static size_t cgroup_dir(char *dir, size_t cap, const char *mount, const char *path, uint32_t *flags)
+{
+	struct stat st;
+	join(dir, cap, mount, strcmp(path, "/") == 0 ? "" : path, NULL);
+	if (hs_sys.lstat(dir, &st) == 0 && S_ISDIR(st.st_mode))
+		return strlen(dir);
+	*flags |= HS_ENV_CGROUP_ROOT;
+	join(dir, cap, mount, NULL, NULL);
+	return strlen(dir);
+}
+
+/* A memory limit file's value: bytes, 0 for "max" or v1's "unlimited" (>= 2^62). */
+static uint64_t limit_value(const char *buf)
+{
+	const char *p = buf;
+	uint64_t v;
+	if (*p < '0' || *p > '9')
+		return 0;
+	v = parse_u64(&p);
+	return v >= (1ull << 62) ? 0 : v;
+}
+
+/* The tightest memory limit from dir up to, not including, the root cgroup
+ * (root bytes of dir are the mount point). */
+static uint64_t memory_limit(char *dir, size_t n, size_t root, unsigned version)
+{
+	char buf[64];
+	uint64_t best = 0;
+	if (n <= root)
+		return 0;
+	do {
+		if (read_in(dir, version == 2 ? "memory.max" : "memory.limit_in_bytes", buf, sizeof buf) > 0) {
+			uint64_t v = limit_value(buf);
+			if (v && (!best || v < best))
+				best = v;
+		}
+	} while (up(dir, &n, root));
+	return best;
+}
+
+/* The tightest CFS quota (quota/period) from dir up to, not including, the root cgroup. */
+static void cpu_quota(char *dir, size_t n, size_t root, unsigned version, struct hs_env *e)
+{
+	char buf[64];
+	if (n <= root)
+		return;
+	do {
+		uint64_t q = 0, per = 0;
+		const char *p = buf;
+		if (version == 2) {
+			/* "max 100000" or "400000 100000" */
+			if (read_in(dir, "cpu.max", buf, sizeof buf) > 0 && *p >= '0' && *p <= '9') {
+				q = parse_u64(&p);
+				if (*p == ' ')
+					p++;
+				per = parse_u64(&p);
+			}
+		} else if (read_in(dir, "cpu.cfs_quota_us", buf, sizeof buf) > 0 && *p >= '0' && *p <= '9') {
+			/* "-1" = none */
+			q = parse_u64(&p);
+			p = buf;
+			if (read_in(dir, "cpu.cfs_period_us", buf, sizeof buf) > 0)
+				per = parse_u64(&p);
+		}
+		/* q/per < best_q/best_per, without division */
+		if (q && per &&
+		    (!e->cpu_quota_us || (__uint128_t)q * e->cpu_period_us < (__uint128_t)e->cpu_quota_us * per)) {
+			e->cpu_quota_us = q;
+			e->cpu_period_us = per;
+		}
+	} while (up(dir, &n, root));
+}
+
+int hs_oom_kills_read(const struct hs_env *e, uint64_t *out)
+{
+	char buf[512];
+	size_t n = strnlen(e->mem_cgroup, sizeof e->mem_cgroup);
+	if (e->cgroup == 0 || n == 0 || n == sizeof e->mem_cgroup)
+		return -1;
+	if (read_in(e->mem_cgroup, e->cgroup == 2 ? "memory.events" : "memory.oom_control", buf, sizeof buf) <= 0)
+		return -1;
+	return keyed(buf, "oom_kill", out) ? 0 : -1;
+}
+
+/* The memory and cpu controllers: version, directories, limits, the counter. */
+static void read_cgroups(struct hs_env *e)
+{
+	static const char *const cpu_mounts[] = {"/sys/fs/cgroup/cpu", "/sys/fs/cgroup/cpu,cpuacct",
+						 "/sys/fs/cgroup/cpuacct,cpu"};
+	char self[2048], path[HS_CGROUP_PATH_MAX], dir[PATH_MAX];
+	struct stat st;
+	size_t n;
+	if (hs_read_small("/proc/self/cgroup", self, sizeof self) <= 0)
+		return;
+	if (hs_sys.lstat("/sys/fs/cgroup/cgroup.controllers", &st) == 0) {
+		/* the unified hierarchy (v2) */
+		if (!cgroup_path(self, "", path, sizeof path))
+			return;
+		n = cgroup_dir(dir, sizeof dir, "/sys/fs/cgroup", path, &e->flags);
+		e->cgroup = 2;
+		e->mem_cgroup_root = (uint32_t)strlen("/sys/fs/cgroup");
+		cpu_quota(dir, n, e->mem_cgroup_root, 2, e);
+		n = cgroup_dir(dir, sizeof dir, "/sys/fs/cgroup", path, &e->flags);
+	} else {
+		if (cgroup_path(self, "cpu", path, sizeof path))
+			for (size_t i = 0; i < sizeof cpu_mounts / sizeof cpu_mounts[0]; i++) {
+				uint32_t ignore = 0;
+				if (hs_sys.lstat(cpu_mounts[i], &st) != 0)
+					continue;
+				n = strcmp(path, "/") == 0 ? strlen(join(dir, sizeof dir, cpu_mounts[i], NULL, NULL))
+							   : cgroup_dir(dir, sizeof dir, cpu_mounts[i], path, &ignore);
+				cpu_quota(dir, n, strlen(cpu_mounts[i]), 1, e);
+				break;
+			}
+		if (!cgroup_path(self, "memory", path, sizeof path) ||
+		    hs_sys.lstat("/sys/fs/cgroup/memory", &st) != 0)
+			return;
+		n = cgroup_dir(dir, sizeof dir, "/sys/fs/cgroup/memory", path, &e->flags);
+		e->cgroup = 1;
+		e->mem_cgroup_root = (uint32_t)strlen("/sys/fs/cgroup/memory");
+	}
+	if (n >= sizeof e->mem_cgroup) {
+		e->cgroup = 0;
+		e->mem_cgroup_root = 0;
+		return;
+	}
+	memcpy(e->mem_cgroup, dir, n + 1);
+	if (hs_oom_kills_read(e, &e->oom_kills) == 0)
+		e->flags |= HS_ENV_OOM_COUNTER;
+	e->mem_limit = memory_limit(dir, n, e->mem_cgroup_root, e->cgroup);
+}
+
+/* ---- the environment ------------------------------------------------------------ */
+
+static uint64_t rlim(int resource, uint64_t *hard)
+{
+	struct rlimit rl;
+	if (hs_sys.getrlimit(resource, &rl) != 0)
+		return 0;
+	if (hard)
+		*hard = rl.rlim_max == RLIM_INFINITY ? HS_UNLIMITED : rl.rlim_max;
+	return rl.rlim_cur == RLIM_INFINITY ? HS_UNLIMITED : rl.rlim_cur;
+}
+
+void hs_env_read(struct hs_env *e)
+{
+	char buf[256];
+	unsigned char mask[512];
+	struct utsname u;
+	struct sysinfo si;
+	struct statfs sf;
+	const char *libc = gnu_get_libc_version();
+	int nb;
+
+	memset(e, 0, sizeof *e);
+	if (hs_read_small("/sys/devices/system/cpu/online", buf, sizeof buf) > 0)
+		e->cpu_online = count_cpu_list(buf);
+	if ((nb = hs_sys.sched_getaffinity(sizeof mask, mask)) > 0)
+		for (int i = 0; i < nb && i < (int)sizeof mask; i++)
+			e->cpu_affinity += (uint32_t)__builtin_popcount(mask[i]);
+	read_cgroups(e);
+	if (e->cgroup) {
+		/* "cgroup:[4026531835]" */
+		ssize_t n = hs_sys.readlink("/proc/self/ns/cgroup", buf, sizeof buf - 1);
+		const char *p = buf;
+		if (n > 0) {
+			buf[n] = '\0';
+			while (*p && *p != '[')
+				p++;
+			if (*p == '[') {
+				p++;
+				e->cgroup_ns = (uint32_t)parse_u64(&p);
+			}
+		}
+	}
+	if (hs_sys.sysinfo(&si) == 0)
+		e->mem_total = (uint64_t)si.totalram * (si.mem_unit ? si.mem_unit : 1);
+	if (hs_sys.statfs("/dev/shm", &sf) == 0) {
+		e->shm_size = (uint64_t)sf.f_blocks * (uint64_t)sf.f_frsize;
+		e->shm_free = (uint64_t)sf.f_bavail * (uint64_t)sf.f_frsize;
+	}
+	e->nofile_soft = rlim(RLIMIT_NOFILE, &e->nofile_hard);
+	e->as_soft = rlim(RLIMIT_AS, NULL);
+	e->core_soft = rlim(RLIMIT_CORE, NULL);
+	if (hs_sys.uname(&u) == 0)
+		join(e->kernel, sizeof e->kernel, u.release, NULL, NULL);
+	join(e->libc, sizeof e->libc, libc ? libc : "", NULL, NULL);
+}
+
+void hs_env_inherit(struct hs_env *e, const struct hs_env *parent)
+{
+	*e = *parent;
+	/* the counter "at start" is this process's start, not its parent's */
+	if (hs_oom_kills_read(e, &e->oom_kills) == 0)
+		e->flags |= HS_ENV_OOM_COUNTER;
+	else
+		e->flags &= ~HS_ENV_OOM_COUNTER;
+}
+
+/* ---- memory and descriptors --------------------------------------------------- */
+
+/* Open descriptors of this process (the one reading them not counted); -1 on error. */
+static long count_fds(void)
+{
+	char buf[2048];
+	long n = 0, r;
+	int fd = hs_sys.open("/proc/self/fd", O_RDONLY | O_DIRECTORY | O_CLOEXEC, 0);
+	if (fd < 0)
+		return -1;
+	while ((r = hs_sys.getdents64(fd, buf, sizeof buf)) > 0)
+		for (long off = 0; off < r;) {
+			/* struct linux_dirent64: d_ino, d_off, d_reclen (u16), d_type, d_name */
+			unsigned short reclen;
+			memcpy(&reclen, buf + off + 16, sizeof reclen);
+			if (reclen == 0)
+				break;
+			n += buf[off + 19] != '.';
+			off += reclen;
+		}
+	hs_sys.close(fd);
+	return n > 0 ? n - 1 : 0;
+}
+
+static void note_fds(struct hs_header *h, uint64_t now)
+{
+	long n = count_fds();
+	if (n < 0)
+		return;
+	__atomic_store_n(&h->fds_open, (uint32_t)n, __ATOMIC_RELAXED);
+	if ((uint32_t)n > __atomic_load_n(&h->fds_peak, __ATOMIC_RELAXED))
+		__atomic_store_n(&h->fds_peak, (uint32_t)n, __ATOMIC_RELAXED);
+	__atomic_store_n(&h->fds_sample_ns, now, __ATOMIC_RELAXED);
+}
+
+static int same_segment(const struct hs_tls *t)
+{
+	return t && t->slot && t->seg_gen == __atomic_load_n(&hs_seg_gen, __ATOMIC_ACQUIRE);
+}
+
+void hs_mem_sample(struct hs_tls *t, uint64_t now, unsigned why, uint64_t size)
+{
+	struct hs_header *h = hs_seg.hdr;
+	char buf[128];
+	struct rusage ru;
+	uint64_t rss = 0, peak;
+	const char *p = buf;
+
+	/* relaxed: a schedule, ordered with nothing else; a lost race costs one extra sample */
+	__atomic_store_n(&hs_mem_next_ns, now + HS_MEM_INTERVAL_NS, __ATOMIC_RELAXED);
+	if (!h || !__atomic_load_n(&hs_recording, __ATOMIC_ACQUIRE))
+		return;
+	/* acquire: one sampler at a time; a signal handler that interrupts one skips */
+	if (__atomic_exchange_n(&mem_sampling, 1, __ATOMIC_ACQUIRE))
+		return;
+	/* a vfork child (it shares our memory until it execs) must not write its numbers into
+	   its parent's segment */
+	if (h->pid != (int32_t)syscall(SYS_getpid)) {
+		__atomic_store_n(&mem_sampling, 0, __ATOMIC_RELEASE);
+		return;
+	}
+	__atomic_store_n(&mem_big, 0, __ATOMIC_RELAXED);
+	__atomic_store_n(&mem_last_ns, now, __ATOMIC_RELAXED);
+	if (hs_read_small("/proc/self/statm", buf, sizeof buf) > 0) {
+		/* "size resident shared text lib data dt", in pages */
+		parse_u64(&p);
+		if (*p == ' ')
+			p++;
+		rss = parse_u64(&p) * page_bytes;
+	}
+	peak = rss;
+	if (hs_sys.getrusage(RUSAGE_SELF, &ru) == 0 && (uint64_t)ru.ru_maxrss > maxrss_base &&
+	    (uint64_t)ru.ru_maxrss * 1024 > peak)
+		peak = (uint64_t)ru.ru_maxrss * 1024;
+	if (rss) {
+		/* relaxed: counters read as a whole by the dumper, nothing else depends on them */
+		__atomic_store_n(&h->rss_bytes, rss, __ATOMIC_RELAXED);
+		__atomic_store_n(&h->rss_sample_ns, now, __ATOMIC_RELAXED);
+		__atomic_add_fetch(&h->rss_samples, 1, __ATOMIC_RELAXED);
+		__atomic_store_n(&mem_step, rss / 32 > (1u << 20) ? rss / 32 : (1u << 20), __ATOMIC_RELAXED);
+	}
+	if (peak > __atomic_load_n(&h->rss_peak_bytes, __ATOMIC_RELAXED))
+		__atomic_store_n(&h->rss_peak_bytes, peak, __ATOMIC_RELAXED);
+	if (why != HS_MEMW_TIME && why != HS_MEMW_ALLOC)
+		note_fds(h, now);
+	else if (now - __atomic_load_n(&h->fds_sample_ns, __ATOMIC_RELAXED) >= HS_FDS_INTERVAL_NS)
+		note_fds(h, now);
+	if (rss && same_segment(t))
+		hs_rec(t, now, HS_REC_MEMORY, 0, rss, __atomic_load_n(&h->heap_live_bytes, __ATOMIC_RELAXED),
+		       (uint64_t)why | size << 8);
+	/* release: our stores are done before another sampler may start */
+	__atomic_store_n(&mem_sampling, 0, __ATOMIC_RELEASE);
+}
+
+int hs_mem_due(uint64_t n, uint64_t now, unsigned *why)
+{
+	uint64_t acc = __atomic_add_fetch(&mem_big, n, __ATOMIC_RELAXED);
+	/* now may be a coarser clock than the samples' (behind it by a tick): never wrap */
+	if (acc >= __atomic_load_n(&mem_step, __ATOMIC_RELAXED) &&
+	    now >= __atomic_load_n(&mem_last_ns, __ATOMIC_RELAXED) + HS_MEM_MIN_GAP_NS) {
+		*why = HS_MEMW_ALLOC;
+		return 1;
+	}
+	if (now >= __atomic_load_n(&hs_mem_next_ns, __ATOMIC_RELAXED)) {
+		*why = HS_MEMW_TIME;
+		return 1;
+	}
+	return 0;
+}
+
+void hs_proc_init(void)
+{
+	long pg = sysconf(_SC_PAGESIZE);
+	struct rusage ru;
+	if (pg > 0)
+		page_bytes = (uint64_t)pg;
+	if (hs_sys.getrusage(RUSAGE_SELF, &ru) == 0)
+		maxrss_base = (uint64_t)ru.ru_maxrss;
+}
+
+void hs_proc_after_fork(void)
+{
+	maxrss_base = 0; /* a new process: its high-water mark is its own (it starts at the parent's RSS) */
+	__atomic_store_n(&mem_sampling, 0, __ATOMIC_RELAXED); /* a thread of the parent may have held it */
+}
+
+void hs_proc_end(struct hs_tls *t, unsigned why)
+{
+	struct hs_header *h = hs_seg.hdr;
+	uint64_t now = hs_now(), v;
+	if (!h || !__atomic_load_n(&hs_recording, __ATOMIC_ACQUIRE))
+		return;
+	hs_mem_sample(t, now, why, 0);
+	if (why == HS_MEMW_EXIT && hs_oom_kills_read(&h->env, &v) == 0) {
+		__atomic_store_n(&h->oom_kills_end, v, __ATOMIC_RELAXED);
+		/* release: a reader that sees the time sees the value */
+		__atomic_store_n(&h->oom_kills_end_ns, now, __ATOMIC_RELEASE);
+	}
+}

@@ -1,0 +1,629 @@
+# SPDX-License-Identifier: MIT
+"""Process trees, OOM kills and the environment (issue 6), end to end.
+
+Seed 002 for real: a ProcessPoolExecutor worker that allocates without bound
+in a memory-limited cgroup dies of the OOM killer, the pool breaks, and
+heisen names the worker, `oom-kill`, its peak and the limit, with the
+evidence it used.  A worker SIGKILLed by the test is `killed`, with its last
+events.  multiprocessing's spawn and forkserver, subprocess and fork make a
+tree where every process has its parent and its end.  The environment each
+process saw is recorded; an affinity or CPU quota below the CPU count, a
+memory limit at the peak, and a low open-files limit are warned about; and
+`heisen-dump diff` compares two sessions without anything spurious.
+Contracts: docs/interfaces.md "Processes and environment" and "heisen-dump
+diff".  Cgroups are made below the test's own and removed, even on failure;
+a test that needs one skips, saying why, only where none can be made.
+"""
+import contextlib
+import json
+import os
+import platform
+import resource
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from conftest import SYSTEM_PYTHON, fact_int, facts, findings_of, interpreter, process_of, pyext_dir
+
+MIB = 1 << 20
+
+
+def script(heisen, name):
+    return heisen.src_targets / name
+
+
+def seed002(heisen, *args):
+    return [SYSTEM_PYTHON, script(heisen, "py_seed002.py"), *map(str, args)]
+
+
+# ---- cgroups -------------------------------------------------------------------
+
+
+def _own_cgroup(controller):
+    """(version, directory) of this process's cgroup for controller, or (None, why not)."""
+    lines = Path("/proc/self/cgroup").read_text().splitlines()
+    if Path("/sys/fs/cgroup/cgroup.controllers").exists():
+        path = next((ln.split(":", 2)[2] for ln in lines if ln.startswith("0::")), None)
+        if path is None:
+            return None, "cgroup v2 without a 0:: line in /proc/self/cgroup"
+        return 2, Path("/sys/fs/cgroup" + (path if path != "/" else ""))
+    for ln in lines:
+        _, ctls, path = ln.split(":", 2)
+        if controller in ctls.split(","):
+            for mount in (f"/sys/fs/cgroup/{controller}", "/sys/fs/cgroup/cpu,cpuacct"):
+                d = Path(mount + (path if path != "/" else ""))
+                if d.is_dir():
+                    return 1, d
+            return None, f"the {controller} controller's directory for {path} is not mounted under /sys/fs/cgroup"
+    return None, f"no {controller} cgroup controller on this machine"
+
+
+def _kill_all_in(d):
+    procs = d / "cgroup.procs"
+    for _ in range(100):
+        try:
+            pids = [int(x) for x in procs.read_text().split()]
+        except OSError:
+            return
+        if not pids:
+            return
+        for pid in pids:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+        time.sleep(0.05)
+
+
+@contextlib.contextmanager
+def cgroup(controller, settings):
+    """A new cgroup of `controller` below ours with settings {v1 file: value} /
+    {v2 file: value} chosen by version; removed (its processes killed first)
+    on the way out, whatever happened.  Yields (version, directory)."""
+    version, parent = _own_cgroup(controller)
+    if version is None:
+        pytest.skip(f"no {controller} cgroup can be made: {parent}")
+    if version == 2:
+        sub = parent / "cgroup.subtree_control"
+        try:
+            if controller not in sub.read_text().split():
+                sub.write_text(f"+{controller}")
+        except OSError as e:
+            pytest.skip(f"no {controller} cgroup can be made: enabling +{controller} in {sub}: {e}")
+    d = parent / f"heisen-test-{os.getpid()}-{time.monotonic_ns()}"
+    try:
+        d.mkdir()
+    except OSError as e:
+        pytest.skip(f"no {controller} cgroup can be made: mkdir {d}: {e}")
+    try:
+        for name, value in settings[version].items():
+            (d / name).write_text(str(value))
+        yield version, d
+    finally:
+        _kill_all_in(d)
+        for _ in range(100):
+            try:
+                d.rmdir()
+                break
+            except FileNotFoundError:
+                break
+            except OSError:
+                time.sleep(0.05)
+        assert not d.exists(), f"could not remove the test cgroup {d}"
+
+
+def memory_cgroup(limit):
+    return cgroup("memory", {1: {"memory.limit_in_bytes": limit},
+                             2: {"memory.max": limit, "memory.swap.max": 0}})
+
+
+def cpu_cgroup(quota_us, period_us):
+    return cgroup("cpu", {1: {"cpu.cfs_period_us": period_us, "cpu.cfs_quota_us": quota_us},
+                          2: {"cpu.max": f"{quota_us} {period_us}"}})
+
+
+def join(d):
+    """A preexec_fn that moves the child into cgroup directory d."""
+    procs = str(d / "cgroup.procs")
+
+    def enter():
+        with open(procs, "w") as f:
+            f.write(str(os.getpid()))
+    return enter
+
+
+# ---- helpers ----------------------------------------------------------------------
+
+
+def proc_by_pid(report, pid):
+    """The last image of pid (the one that ended)."""
+    ps = [p for p in report["processes"] if p["pid"] == pid]
+    assert ps, f"pid {pid} not in {[p['pid'] for p in report['processes']]}"
+    return max(ps, key=lambda p: p["image"])
+
+
+def settle(heisen, session, timeout=20):
+    """heisen-dump --json once no process of the session is still running
+    (multiprocessing's forkserver and resource tracker leave just after main)."""
+    end = time.monotonic() + timeout
+    while True:
+        r = heisen.dump_json(session)
+        running = [p["pid"] for p in r["processes"] if p["state"] == "running"]
+        if not running or time.monotonic() > end:
+            assert not running, f"still running after {timeout} s: {running}"
+            return r
+        time.sleep(0.1)
+
+
+def evidence(finding):
+    return {e["kind"]: e for e in finding["evidence"]}
+
+
+def warnings_of(report, kind):
+    return [w for w in report["warnings"] if w["kind"] == kind]
+
+
+def event_types(thread):
+    return [e["type"] for e in thread["events"]]
+
+
+# ---- seed 002: the OOM-killed pool worker -------------------------------------------
+
+
+LIMIT = 200 * MIB
+
+
+def test_seed002_pool_worker_oom_killed_in_a_memory_cgroup(heisen, way):
+    with memory_cgroup(LIMIT) as (_, cg):
+        t0 = time.monotonic()
+        p = way.run(seed002(heisen, "oom"), timeout=120, preexec_fn=join(cg))
+        took = time.monotonic() - t0
+        assert p.returncode == 1, (p.returncode, p.stdout, p.stderr[-3000:])
+        assert "broken BrokenProcessPool" in p.stdout, p.stdout
+        assert took < 30, f"the OOM kill took {took:.1f} s"
+        main, hog = fact_int(p.stdout, "main"), fact_int(p.stdout, "hog")
+        r = heisen.dump_json(way.session, expect_rc=1)
+        text = heisen.dump(way.session).stdout
+
+    ooms = findings_of(r, "oom-kill")
+    assert [f["pid"] for f in ooms] == [hog], r["findings"]
+    assert findings_of(r, "killed") == [], findings_of(r, "killed")
+    f = ooms[0]
+    ev = evidence(f)
+    counter = ev["oom-kill-counter"]
+    assert counter["after"] > counter["before"] and counter["cgroup"] == str(cg)
+    # its peak and the limit
+    assert f["memory"]["limit_bytes"] == LIMIT
+    assert 100 * MIB < f["memory"]["peak_rss_bytes"] <= LIMIT, f["memory"]
+    assert f["memory"]["rss_bytes"] > 100 * MIB
+    assert f["parent"] == main and f["tids"] == [hog] and f["ran_seconds"] > 0
+    assert f"pid {hog} " in f["message"] and "OOM killer" in f["message"] and "200.0 MiB" in f["message"]
+    # the memory trail that led there survived the SIGKILL
+    (t,) = f["threads"]
+    mem = [e for e in t["events"] if e["type"] == "memory"]
+    assert len(mem) >= 3 and mem[-1]["rss_bytes"] == f["memory"]["rss_bytes"]
+    assert mem[-1]["rss_bytes"] > mem[0]["rss_bytes"]
+    # the pool terminated the other worker: a SIGTERM from main, seen by the worker itself
+    others = [pr for pr in r["processes"] if pr["parent"] == main and pr["pid"] != hog]
+    assert others and all(pr["state"] == "killed" and pr["signal"] == signal.SIGTERM and
+                          pr["sent_by"]["pid"] == main for pr in others), others
+    assert proc_by_pid(r, main)["state"] == "exited" and proc_by_pid(r, main)["exit_status"] == 1
+    assert proc_by_pid(r, hog)["state"] == "vanished"
+    assert [w["kind"] for w in r["warnings"]] == ["memory-limit"], r["warnings"]
+    assert f"OOM kill in pid {hog}" in text and "<== oom-kill" in text
+    if way.name == "heisen-run":
+        assert f"OOM kill in pid {hog}" in p.stderr
+
+    # The cgroup is gone: the evidence survives, read by main at its exit.
+    r2 = heisen.dump_json(way.session, expect_rc=1)
+    (f2,) = findings_of(r2, "oom-kill")
+    c2 = evidence(f2)["oom-kill-counter"]
+    assert f2["pid"] == hog and c2["read_by"] == "exit" and c2["read_by_pid"] == main
+    assert c2["after"] == counter["after"]
+
+
+@pytest.mark.parametrize("kind,ctx", [("path-shared", "spawn"), ("debian-static", "forkserver")])
+def test_seed002_oom_kill_with_spawn_and_forkserver_workers(heisen, session, kind, ctx):
+    """The same on the shared python3 first on PATH (spawn: the worker is an
+    exec of python) and with a forkserver (the worker's real parent is the
+    forkserver; the one it worked for is main)."""
+    py = interpreter(heisen, kind)
+    with memory_cgroup(LIMIT) as (_, cg):
+        p = heisen.preload([py.exe, script(heisen, "py_seed002.py"), "oom", ctx], session, timeout=120,
+                           preexec_fn=join(cg))
+        assert p.returncode == 1 and "broken BrokenProcessPool" in p.stdout, (p.returncode, p.stdout, p.stderr[-3000:])
+        main, hog = fact_int(p.stdout, "main"), fact_int(p.stdout, "hog")
+        r = heisen.dump_json(session, expect_rc=1)
+    (f,) = findings_of(r, "oom-kill")
+    c = evidence(f)["oom-kill-counter"]
+    assert f["pid"] == hog and f["parent"] == main and c["after"] > c["before"]
+    assert 100 * MIB < f["memory"]["peak_rss_bytes"] <= LIMIT and f["memory"]["limit_bytes"] == LIMIT
+    pr = proc_by_pid(r, hog)
+    assert pr["parent"] == main and pr["via"] == ("exec" if ctx == "spawn" else "forkserver")
+    if ctx == "forkserver":
+        fs = proc_by_pid(r, pr["real_parent"])
+        assert pr["real_parent"] != main and fs["parent"] == main and any("forkserver" in a for a in fs["argv"])
+
+
+def test_worker_sigkilled_by_the_test_is_killed_with_its_last_events(heisen, session):
+    env = heisen.env(session)
+    env["LD_PRELOAD"] = str(heisen.lib)
+    proc = subprocess.Popen([str(c) for c in seed002(heisen, "sigkill", pyext_dir(heisen))], env=env,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        lines = []
+        for line in proc.stdout:
+            lines.append(line)
+            if line.startswith("victim") and line.split()[-1] == "ready":
+                break
+        out = "".join(lines)
+        main, victim = fact_int(out, "main"), int(facts(out)["victim"][0].split()[0])
+        time.sleep(0.2)
+        os.kill(victim, signal.SIGKILL)
+        rest, err = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    assert proc.returncode == 1, (proc.returncode, err[-2000:])
+    assert "broken BrokenProcessPool" in rest
+    r = heisen.dump_json(session, expect_rc=1)
+    assert findings_of(r, "oom-kill") == []
+    (f,) = findings_of(r, "killed")
+    assert f["pid"] == victim and f["parent"] == main
+    assert "oom-kill-counter" not in evidence(f)
+    assert f["memory"]["rss_bytes"] > 4 * MIB and f["memory"]["peak_rss_bytes"] >= f["memory"]["rss_bytes"]
+    assert f["ran_seconds"] > 0 and f["ran_at_least"] is True
+    (t,) = [t for t in f["threads"] if t["tid"] == victim]
+    types = event_types(t)
+    assert "lock-acquired" in types and "lock-released" in types and "memory" in types, types
+    locks = {e["lock"]["name"] for e in t["events"] if e["type"] == "lock-acquired"}
+    assert {"ext_lock_a", "ext_lock_b"} <= locks, locks
+    assert proc_by_pid(r, victim)["state"] == "vanished"
+    text = heisen.dump(session).stdout
+    assert f"killed in pid {victim}" in text and "its last events" in text and "ext_lock_b" in text
+
+
+# ---- the tree ------------------------------------------------------------------------
+
+
+def test_spawn_forkserver_subprocess_and_fork_make_one_tree(heisen, session):
+    p = heisen.preload(seed002(heisen, "tree"), session, timeout=120)
+    assert p.returncode == 0, (p.returncode, p.stderr[-3000:])
+    out = facts(p.stdout)
+    main = fact_int(p.stdout, "main")
+    spawned = {int(x) for x in out["spawn_worker"]}
+    served = {int(x) for x in out["forkserver_worker"]}
+    fserver = fact_int(p.stdout, "forkserver")
+    child, forked = fact_int(p.stdout, "subprocess_child"), fact_int(p.stdout, "fork_child")
+    r = settle(heisen, session)
+    assert r["findings"] == [], r["findings"]
+    for pr in r["processes"]:
+        assert pr["state"] in ("exited", "execed"), (pr["pid"], pr["state"], pr["argv"])
+        if pr["state"] == "exited":
+            assert pr["exit_status"] == 0, (pr["pid"], pr["argv"])
+    assert proc_by_pid(r, main)["parent"] is None
+    for pid in spawned:
+        pr = proc_by_pid(r, pid)
+        assert (pr["parent"], pr["real_parent"], pr["via"]) == (main, main, "exec"), pr["argv"]
+        assert "--multiprocessing-fork" in pr["argv"]
+    fs = proc_by_pid(r, fserver)
+    assert (fs["parent"], fs["via"]) == (main, "exec") and any("forkserver" in a for a in fs["argv"])
+    for pid in served:
+        pr = proc_by_pid(r, pid)
+        assert (pr["parent"], pr["real_parent"], pr["via"]) == (main, fserver, "forkserver"), pr
+    pr = proc_by_pid(r, child)
+    assert (pr["parent"], pr["via"], pr["argv"][1]) == (main, "exec", "-c")
+    pr = proc_by_pid(r, forked)
+    assert (pr["parent"], pr["via"]) == (main, "fork")
+    # main's children, in the JSON tree too
+    kids = set(proc_by_pid(r, main)["children"])
+    assert spawned | served | {fserver, child, forked} <= kids
+    (root,) = [n for n in r["tree"] if n["pid"] == main]
+    assert {c["pid"] for c in root["children"]} == kids
+    text = heisen.dump(session).stdout
+    assert "---- process tree:" in text and f"[forkserver by {fserver} for {main}]" in text
+
+
+def test_clean_pool_every_worker_exited_0_and_no_finding(heisen, way):
+    p = way.run(seed002(heisen, "clean", 3), timeout=120)
+    assert p.returncode == 0, (p.returncode, p.stderr[-3000:])
+    main = fact_int(p.stdout, "main")
+    workers = {int(x) for x in facts(p.stdout)["worker"]}
+    assert len(workers) == 3
+    r = settle(heisen, way.session)
+    assert r["findings"] == [] and heisen.dump(way.session).returncode == 0
+    for pid in workers:
+        pr = proc_by_pid(r, pid)
+        assert (pr["state"], pr["exit_status"], pr["parent"], pr["via"]) == ("exited", 0, main, "fork")
+        assert pr["memory"]["samples"] >= 2 and pr["memory"]["peak_rss_bytes"] > 0
+        assert pr["environment"]["inherited"] is True
+    env = proc_by_pid(r, main)["environment"]
+    if env["cpu_online"] < 2 * env["cpu_allowed"]:
+        assert r["warnings"] == [], r["warnings"]
+    if way.name == "heisen-run":
+        assert "no findings" in p.stderr
+
+
+# ---- the environment ------------------------------------------------------------------
+
+
+ENV_PROBE = """
+import json, os, platform, resource, sys
+st = os.statvfs('/dev/shm')
+lim = lambda r: [None if v == resource.RLIM_INFINITY else v for v in resource.getrlimit(r)]
+print(json.dumps({"pid": os.getpid(), "cpu_count": os.cpu_count(),
+                  "affinity": len(os.sched_getaffinity(0)), "kernel": platform.release(),
+                  "libc": os.confstr('CS_GNU_LIBC_VERSION').split()[1],
+                  "shm": st.f_blocks * st.f_frsize, "nofile": lim(resource.RLIMIT_NOFILE),
+                  "as": lim(resource.RLIMIT_AS)[0], "core": lim(resource.RLIMIT_CORE)[0],
+                  "python": platform.python_version(),
+                  "ram": os.sysconf('SC_PAGE_SIZE') * os.sysconf('SC_PHYS_PAGES')}))
+"""
+
+
+def test_each_segment_records_the_environment_it_saw(heisen, session):
+    p = heisen.preload([SYSTEM_PYTHON, "-c", ENV_PROBE], session)
+    assert p.returncode == 0, p.stderr
+    want = json.loads(p.stdout)
+    r = heisen.dump_json(session, expect_rc=0)
+    pr = proc_by_pid(r, want["pid"])
+    e = pr["environment"]
+    assert e["inherited"] is False
+    assert (e["cpu_online"], e["cpu_affinity"]) == (want["cpu_count"], want["affinity"])
+    assert (e["kernel"], e["libc"], e["shm_bytes"]) == (want["kernel"], want["libc"], want["shm"])
+    assert [e["rlimits"]["nofile"], e["rlimits"]["nofile_hard"]] == want["nofile"]
+    assert (e["rlimits"]["as"], e["rlimits"]["core"]) == (want["as"], want["core"])
+    assert abs(e["memory_total_bytes"] - want["ram"]) < 64 * MIB
+    assert pr["python"]["version"] == want["python"]
+    mods = {Path(m["path"]).name: m for m in pr["modules"]}
+    assert mods["libc.so.6"]["build_id"] and len(mods["libc.so.6"]["build_id"]) == 40
+    assert "libheisen.so" in mods
+    version, cg = _own_cgroup("memory")
+    if version is not None:
+        assert e["cgroup"]["version"] == version and e["cgroup"]["memory"] == str(cg)
+
+
+def test_cpu_affinity_below_the_cpu_count_is_warned_about(heisen, tmp_path):
+    cpus = sorted(os.sched_getaffinity(0))
+    if os.cpu_count() < 2 or len(cpus) < 2:
+        pytest.skip("one CPU: no affinity can be below the CPU count")
+    one, full = tmp_path / "one", tmp_path / "all"
+    probe = [SYSTEM_PYTHON, "-c", "import os; print(os.getpid(), os.cpu_count())"]
+    p = heisen.preload(probe, one, preexec_fn=lambda: os.sched_setaffinity(0, {cpus[0]}))
+    assert p.returncode == 0, p.stderr
+    pid = int(p.stdout.split()[0])
+    r = heisen.dump_json(one, expect_rc=0)
+    (w,) = warnings_of(r, "cpu-oversubscription")
+    assert w["pids"] == [pid] and (w["cpu_online"], w["cpu_affinity"]) == (os.cpu_count(), 1)
+    assert "affinity 1 CPU" in w["message"] and "oversubscribed" in w["message"]
+    assert "cpu-oversubscription" in heisen.dump(one).stdout
+    p = heisen.preload(probe, full)
+    r = heisen.dump_json(full, expect_rc=0)
+    e = proc_by_pid(r, int(p.stdout.split()[0]))["environment"]
+    if e["cpu_online"] < 2 * e["cpu_allowed"]:
+        assert warnings_of(r, "cpu-oversubscription") == []
+
+
+def test_cpu_quota_below_the_cpu_count_is_warned_about(heisen, session):
+    with cpu_cgroup(50000, 100000) as (_, cg):
+        p = heisen.preload([SYSTEM_PYTHON, "-c", "import os; print(os.getpid())"], session, preexec_fn=join(cg))
+    assert p.returncode == 0, p.stderr
+    pid = int(p.stdout)
+    r = heisen.dump_json(session, expect_rc=0)
+    e = proc_by_pid(r, pid)["environment"]
+    assert (e["cpu_quota_us"], e["cpu_period_us"], e["cpu_allowed"]) == (50000, 100000, 0.5)
+    (w,) = warnings_of(r, "cpu-oversubscription")
+    assert w["pids"] == [pid] and w["cpu_allowed"] == 0.5
+    assert "CPU quota of 0.50 CPUs" in w["message"]
+
+
+def test_memory_limit_at_the_observed_peak_is_warned_about(heisen, tmp_path):
+    with memory_cgroup(LIMIT) as (_, cg):
+        hi, lo = tmp_path / "hi", tmp_path / "lo"
+        p = heisen.preload(seed002(heisen, "peak", 176), hi, preexec_fn=join(cg))
+        assert p.returncode == 0, (p.returncode, p.stderr[-2000:])
+        r = heisen.dump_json(hi, expect_rc=0)
+        (w,) = warnings_of(r, "memory-limit")
+        assert w["limit_bytes"] == LIMIT and w["peak_bytes"] >= 0.9 * LIMIT
+        assert fact_int(p.stdout, "main") in w["pids"]
+        p = heisen.preload(seed002(heisen, "peak", 40), lo, preexec_fn=join(cg))
+        assert p.returncode == 0, p.stderr
+        assert warnings_of(heisen.dump_json(lo, expect_rc=0), "memory-limit") == []
+
+
+def _nofile(n):
+    return lambda: resource.setrlimit(resource.RLIMIT_NOFILE, (n, n))
+
+
+def test_low_open_files_limit_with_many_fds_open_is_warned_about(heisen, tmp_path):
+    many, few = tmp_path / "many", tmp_path / "few"
+    p = heisen.preload(seed002(heisen, "fds", 56), many, preexec_fn=_nofile(64))
+    assert p.returncode == 0, p.stderr
+    r = heisen.dump_json(many, expect_rc=0)
+    (w,) = warnings_of(r, "open-files")
+    pid = fact_int(p.stdout, "main")
+    assert w["pids"] == [pid] and w["nofile"] == 64 and w["fds"] >= 56
+    assert proc_by_pid(r, pid)["environment"]["rlimits"]["nofile"] == 64
+    p = heisen.preload(seed002(heisen, "fds", 8), few, preexec_fn=_nofile(64))
+    assert p.returncode == 0, p.stderr
+    assert warnings_of(heisen.dump_json(few, expect_rc=0), "open-files") == []
+
+
+# ---- heisen-dump diff -----------------------------------------------------------------------
+
+
+def diff(heisen, a, b, *opts):
+    return subprocess.run([str(heisen.dump_bin), "diff", *opts, str(a), str(b)], capture_output=True,
+                          text=True, timeout=120, env=heisen.env())
+
+
+def test_diff_of_two_runs_differing_in_affinity_lists_that_and_nothing_else(heisen, tmp_path):
+    cpus = sorted(os.sched_getaffinity(0))
+    if len(cpus) < 2:
+        pytest.skip("one CPU: no two affinities to compare")
+    a, b = tmp_path / "a", tmp_path / "b"
+    pa = heisen.preload(seed002(heisen, "clean", 2), a, preexec_fn=lambda: os.sched_setaffinity(0, {cpus[0]}))
+    pb = heisen.preload(seed002(heisen, "clean", 2), b)
+    assert pa.returncode == 0 and pb.returncode == 0, (pa.stderr, pb.stderr)
+    settle(heisen, a), settle(heisen, b)
+    d = diff(heisen, a, b, "--json")
+    assert d.returncode == 1, (d.returncode, d.stderr)
+    r = json.loads(d.stdout)
+    assert r["same"] is False and r["errors"] == []
+    assert r["environment"] == [{"field": "cpu_affinity", "a": "1", "b": str(len(cpus))}], r["environment"]
+    for part in ("modules", "tree", "findings", "peaks"):
+        assert r[part] == [], (part, r[part])
+    assert [w["kind"] for w in r["warnings"]] == ["cpu-oversubscription"] and r["warnings"][0]["b"] is None
+    t = diff(heisen, a, b)
+    assert t.returncode == 1 and "cpu_affinity" in t.stdout and "process tree (by command line): same" in t.stdout
+    # a session against itself, and against another run of the same: the same
+    assert diff(heisen, a, a).returncode == 0
+    c = tmp_path / "c"
+    heisen.preload(seed002(heisen, "clean", 2), c)
+    settle(heisen, c)
+    same = diff(heisen, b, c, "--json")
+    assert same.returncode == 0, same.stdout
+    assert json.loads(same.stdout)["same"] is True
+
+
+def test_diff_lists_tree_modules_findings_and_peaks(heisen, tmp_path):
+    a, b = tmp_path / "a", tmp_path / "b"
+    ext = pyext_dir(heisen)
+    pa = heisen.preload(seed002(heisen, "clean", 2), a)
+    pb = heisen.preload(seed002(heisen, "clean", 2), b,
+                        env={"SEED002_WORKERS": "3", "SEED002_SQLITE": "1", "SEED002_GROW_MIB": "96",
+                             "SEED002_EXT": str(ext)})
+    assert pa.returncode == 0 and pb.returncode == 0, (pa.stderr, pb.stderr)
+    settle(heisen, a), settle(heisen, b)
+    d = diff(heisen, a, b, "--json")
+    assert d.returncode == 1, d.stderr
+    r = json.loads(d.stdout)
+    assert r["environment"] == []
+    only_b = {Path(m["path"]).name for m in r["modules"] if m["a"] is None}
+    assert any(n.startswith("_sqlite3") for n in only_b) and any(n.startswith("heisenlocks") for n in only_b), r["modules"]
+    assert all(m["a"] is None for m in r["modules"]), r["modules"]
+    (t,) = r["tree"]
+    assert t["key"].endswith("clean 2 [fork]") and (t["a"]["count"], t["b"]["count"]) == (2, 3), r["tree"]
+    (f,) = r["findings"]
+    assert f["key"].startswith("potential-deadlock in ") and f["a"] is None and "ext_lock_a" in f["b"]["values"]
+    # the main process grew; its fork children may show what they inherited too
+    (pk,) = [pk for pk in r["peaks"] if pk["key"].endswith("clean 2")]
+    assert pk["b"] > pk["a"] + 64 * MIB, r["peaks"]
+
+
+# ---- heisen-run with many processes ----------------------------------------------------
+
+
+def test_heisen_run_watchdog_sees_a_hang_in_a_grandchild(heisen, session):
+    ext = pyext_dir(heisen)
+    child = ("import subprocess, sys\n"
+             f"subprocess.run([sys.executable, {str(script(heisen, 'py_deadlock.py'))!r}, {str(ext)!r}])\n")
+    t0 = time.monotonic()
+    p = heisen.run(["--dir", session, "--hang-timeout", "2", "--on-hang", "kill", "--",
+                    "sh", "-c", f"{SYSTEM_PYTHON} -c \"$0\"; echo after", child], timeout=90)
+    assert p.returncode == 137, (p.returncode, p.stdout, p.stderr[-3000:])
+    assert time.monotonic() - t0 < 60
+    grandchild = fact_int(p.stdout, "pid")
+    assert "after" not in p.stdout
+    r = heisen.dump_json(session, expect_rc=1)
+    (dl,) = findings_of(r, "deadlock")
+    assert dl["pid"] == grandchild
+    assert f"deadlock" in p.stderr and str(grandchild) in p.stderr
+    gc = proc_by_pid(r, grandchild)
+    assert gc["state"] == "killed" and gc["signal"] == signal.SIGKILL
+    # the three generations: sh -> python3 -c -> py_deadlock.py, every one ended
+    assert gc["parent"] is not None
+    mid = proc_by_pid(r, gc["parent"])
+    assert mid["argv"][1] == "-c" and mid["parent"] is not None
+    assert all(pr["state"] != "running" for pr in r["processes"]), [(pr["pid"], pr["state"]) for pr in r["processes"]]
+
+
+def test_heisen_run_watchdog_sees_a_grandchild_stalled_outside_any_lock(heisen, session):
+    """A grandchild blocked in os.read: every process of the chain made no
+    progress; each hang names the stalled descendant it may only wait for,
+    and the grandchild's names its Python line."""
+    child = ("import subprocess, sys\n"
+             f"subprocess.run([sys.executable, {str(script(heisen, 'py_blocked_read.py'))!r}])\n")
+    p = heisen.run(["--dir", session, "--hang-timeout", "2", "--on-hang", "kill", "--",
+                    "sh", "-c", f"{SYSTEM_PYTHON} -c \"$0\"; echo after", child], timeout=90)
+    assert p.returncode == 137, (p.returncode, p.stdout, p.stderr[-3000:])
+    grandchild = fact_int(p.stdout, "pid")
+    r = heisen.dump_json(session, expect_rc=1)
+    hangs = {f["pid"]: f for f in findings_of(r, "hang")}
+    mid = proc_by_pid(r, grandchild)["parent"]
+    top = proc_by_pid(r, mid)["parent"]
+    assert set(hangs) == {top, mid, grandchild}, hangs.keys()
+    assert hangs[grandchild]["stalled_descendant"] is None
+    assert hangs[mid]["stalled_descendant"] == grandchild and hangs[top]["stalled_descendant"] == mid
+    assert any(fr.get("function") == "wait_for_reply" for t in hangs[grandchild]["threads"] if t["stack"]
+               for fr in t["stack"]["frames"])
+    assert f"its descendant {grandchild} is stalled too" in hangs[mid]["message"]
+
+
+# ---- terminating signals and the do-no-harm promises -----------------------------------
+
+
+def test_a_sigterm_at_sig_dfl_is_recorded_with_its_sender(heisen, session):
+    env = heisen.env(session)
+    env["LD_PRELOAD"] = str(heisen.lib)
+    proc = subprocess.Popen([SYSTEM_PYTHON, "-c", "import os, time; print(os.getpid(), flush=True); time.sleep(60)"],
+                            env=env, stdout=subprocess.PIPE, text=True)
+    pid = int(proc.stdout.readline())
+    time.sleep(0.3)
+    proc.send_signal(signal.SIGTERM)
+    assert proc.wait(timeout=30) == -signal.SIGTERM
+    r = heisen.dump_json(session, expect_rc=0)
+    pr = proc_by_pid(r, pid)
+    assert (pr["state"], pr["signal"], pr["sent_by"]["pid"]) == ("killed", signal.SIGTERM, os.getpid())
+    assert r["findings"] == []
+    types = event_types(pr["threads"][0])
+    assert "term-signal" in types
+
+
+SIGNAL_VIEW = ("import signal; print([int(signal.getsignal(s)) for s in "
+               "(signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGPIPE, signal.SIGUSR1)])")
+
+
+def test_programs_see_the_signal_dispositions_they_would_have(heisen, tmp_path):
+    """SIG_DFL looks like SIG_DFL, an ignored signal stays ignored across exec
+    (nohup, `trap '' HUP; exec`), and a default signal still kills with the
+    same status."""
+    for i, cmd in enumerate((
+            [SYSTEM_PYTHON, "-c", SIGNAL_VIEW],
+            ["sh", "-c", f"trap '' HUP USR1; exec {SYSTEM_PYTHON} -c \"$0\"", SIGNAL_VIEW],
+            ["nohup", SYSTEM_PYTHON, "-c", SIGNAL_VIEW],
+            [SYSTEM_PYTHON, "-c", "import os, signal, subprocess, sys\n"
+             "signal.signal(signal.SIGUSR1, signal.SIG_IGN)\n"
+             f"subprocess.run([sys.executable, '-c', {SIGNAL_VIEW!r}], restore_signals=False)"],
+            ["sh", "-c", "kill -TERM $$"],
+            [SYSTEM_PYTHON, "-c", "import os, signal\n"
+             "signal.signal(signal.SIGTERM, lambda *a: None)\n"
+             "signal.signal(signal.SIGTERM, signal.SIG_DFL)\n"
+             "os.kill(os.getpid(), signal.SIGTERM)"])):
+        native = subprocess.run(cmd, capture_output=True, text=True, timeout=60, env=heisen.env(),
+                                cwd=tmp_path)
+        shim = heisen.preload(cmd, tmp_path / f"s{i}", cwd=tmp_path)
+        assert (shim.returncode, shim.stdout) == (native.returncode, native.stdout), (cmd, shim.stderr)
+        (tmp_path / "nohup.out").unlink(missing_ok=True)
+
+
+def test_a_vfork_child_failing_to_exec_does_not_end_its_parent(heisen, session):
+    env = heisen.env(session)
+    env["LD_PRELOAD"] = str(heisen.lib)
+    code = ("import os, subprocess, sys, time\n"
+            "try:\n    subprocess.run(['/nonexistent/program'])\nexcept FileNotFoundError:\n    print('enoent')\n"
+            "print(os.getpid(), flush=True)\nsys.stdin.read()\n")
+    proc = subprocess.Popen([SYSTEM_PYTHON, "-c", code], env=env, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                            text=True)
+    try:
+        assert proc.stdout.readline().strip() == "enoent"
+        pid = int(proc.stdout.readline())
+        r = heisen.dump_json(session)
+        assert [pr["state"] for pr in r["processes"] if pr["pid"] == pid] == ["running"], r["processes"]
+    finally:
+        proc.stdin.close()
+        assert proc.wait(timeout=30) == 0
+    assert proc_by_pid(heisen.dump_json(session), pid)["state"] == "exited"
