@@ -140,7 +140,10 @@ HS_EXPORT pid_t fork(void)
 
 static void record_exit(int status)
 {
-	struct hs_tls *t = hs_enter();
+	struct hs_tls *t;
+	if (hs_tls.vfork_pid && hs_vfork_child(&hs_tls))
+		return; /* a vfork child that did not exec: its parent's segment is not its own */
+	t = hs_enter();
 	if (t) {
 		hs_rec(t, hs_now(), HS_REC_EXIT, 0, (uint64_t)(status & 0xff), 0, 0);
 		hs_leave(t);
@@ -190,6 +193,7 @@ __attribute__((constructor(101))) static void hs_init(void)
 	hs_snapshot_install();
 	__atomic_store_n(&hs_recording, 1, __ATOMIC_RELEASE);
 	hs_heap_init(); /* needs hs_recording; its fork handlers run after atfork_child */
+	hs_fds_init();  /* likewise */
 	hs_py_init();
 	t->in_hook = 0;
 	/* attach the main thread now, so it is in the table from the start */
