@@ -455,6 +455,10 @@ uint32_t hs_py_gil_lock(void);
  */
 unsigned hs_py_interleave(struct hs_seg *s, uint64_t *pcs, unsigned n, unsigned max, int *python);
 
+/* 1 when pc (a return address) is in CPython's evaluation loop, whose
+ * native frames Python frames stand for; 0 when frames are not read. */
+int hs_py_eval_pc(uint64_t pc);
+
 /* Set while capturing in a signal handler: Python frames are then read with
  * process_vm_readv, which fails instead of faulting on a bad pointer. */
 extern __thread int hs_py_careful __attribute__((tls_model("initial-exec")));
@@ -537,9 +541,10 @@ void hs_fds_init(void);
  * The stack of call site `site` (a return address) for a hook that is not
  * on a hot path but wants exact Python lines: the native frames of the
  * site's first call, captured once and cached in the site index (under
- * site | HS_SITE_NATIVE), with the calling thread's current Python frames
- * interleaved where the evaluation loop stands.  Returns a stack id, 0 when
- * the table is full.
+ * site | HS_SITE_NATIVE), up to the first frame of CPython's evaluation
+ * loop, followed by the calling thread's current Python frames (the cached
+ * frames beyond that point belong to the first call's Python context and
+ * are dropped).  Returns a stack id, 0 when the table is full.
  */
 uint32_t hs_stack_site_python(uint64_t site);
 #define HS_SITE_NATIVE (1ull << 63)  /* site index key tag: a native-only site stack */

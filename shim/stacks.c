@@ -210,7 +210,14 @@ uint32_t hs_stack_site_python(uint64_t site)
 	st = &s->stacks[id];
 	depth = st->depth < HS_STACK_DEPTH ? st->depth : HS_STACK_DEPTH;
 	memcpy(pcs, st->pc, depth * sizeof *pcs);
-	depth = hs_py_interleave(s, pcs, depth, depth > PY_ROOM ? depth : PY_ROOM, &python);
+	/* keep the native frames up to the first evaluation loop; this call's
+	 * Python frames follow it, all of them (interleave appends the rest) */
+	for (unsigned i = 1; i < depth; i++)
+		if (hs_py_eval_pc(pcs[i])) {
+			depth = i + 1;
+			break;
+		}
+	depth = hs_py_interleave(s, pcs, depth, PY_ROOM, &python);
 	if (!python)
 		return id;
 	return hs_stack_intern(s, pcs, depth, (st->flags & HS_STACK_TRUNCATED) | HS_STACK_SITE | HS_STACK_PYTHON);
