@@ -186,7 +186,7 @@ int hs_read_finding(struct hs_seg *seg, uint32_t i, struct hs_finding *out)
 		hs_seg_complain(seg, "finding %u: unknown kind %u", i, out->kind);
 		return -1;
 	}
-	if (out->n > HS_CYCLE_MAX) {
+	if (out->kind == HS_FIND_POTENTIAL_DEADLOCK && out->n > HS_CYCLE_MAX) {
 		hs_seg_complain(seg, "finding %u: %u edges > %u, clamped", i, out->n, HS_CYCLE_MAX);
 		out->n = HS_CYCLE_MAX;
 	}

@@ -53,7 +53,8 @@ int hs_read_module(struct hs_seg *seg, uint32_t i, struct hs_module *out);
 
 /*
  * Copy finding `i`.  Returns 0 when it is published (ready == 1) and of a
- * known kind; n is clamped to HS_CYCLE_MAX.  -1 otherwise.  Edge and stack
+ * known kind; a potential deadlock's n is clamped to HS_CYCLE_MAX (an fd
+ * finding's n counts history events: analyze.c clamps it).  -1 otherwise.  Edge and stack
  * ids inside are not checked here: they are checked where they are read.
  */
 int hs_read_finding(struct hs_seg *seg, uint32_t i, struct hs_finding *out);
