@@ -45,6 +45,7 @@
 #undef _FORTIFY_SOURCE
 #undef _FILE_OFFSET_BITS
 #include <arpa/inet.h>
+#include <dlfcn.h>
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
@@ -54,6 +55,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/syscall.h>
 #include <sys/un.h>
@@ -1053,10 +1055,48 @@ HS_EXPORT int pipe(int fds[2])
 	return rc;
 }
 
+/*
+ * libunwind opens a pipe of its own (it validates memory by writing to it)
+ * when the shim first unwinds, inside a hook: it would take the program's
+ * lowest free numbers (3 and 4 in most processes), where a program that
+ * opens a file and expects 3 would find them.  Move such a pipe up, near
+ * the top of the first 4096 numbers (below the soft RLIMIT_NOFILE), with
+ * raw system calls.  It stays visible to a program that lists every fd it
+ * has (README "File descriptors": what heisen itself holds).
+ */
+static int from_libunwind(uint64_t site)
+{
+	Dl_info info;
+	return dladdr((void *)(uintptr_t)site, &info) && info.dli_fname && strstr(info.dli_fname, "libunwind");
+}
+
+static void move_up(int *fd)
+{
+	struct rlimit rl;
+	long top, nfd;
+	if (syscall(SYS_prlimit64, 0, RLIMIT_NOFILE, NULL, &rl) != 0)
+		return;
+	top = rl.rlim_cur < 4096 ? (long)rl.rlim_cur : 4096;
+	if (top < 256)
+		return;
+	nfd = syscall(SYS_fcntl, *fd, F_DUPFD_CLOEXEC, top - 64);
+	if (nfd < 0)
+		return;
+	syscall(SYS_close, *fd);
+	*fd = (int)nfd;
+}
+
 HS_EXPORT int pipe2(int fds[2], int flags)
 {
 	uint64_t site = RET_ADDR();
 	int rc = HS_REAL(pipe2)(fds, flags);
+	if (rc == 0 && hs_tls.in_hook && (flags & O_CLOEXEC) && from_libunwind(site)) {
+		int e = errno;
+		move_up(&fds[0]);
+		move_up(&fds[1]);
+		errno = e;
+		return rc;
+	}
 	if (rc == 0) {
 		made(fds[0], HS_FDK_PIPE, HS_FDC_PIPE, flags & O_CLOEXEC, "pipe read end", site);
 		made(fds[1], HS_FDK_PIPE, HS_FDC_PIPE, flags & O_CLOEXEC, "pipe write end", site);

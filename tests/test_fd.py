@@ -400,23 +400,33 @@ def test_owner_annotation_without_heisen_falls_back_to_close(heisen):
 
 # ---- CPython's own regression tests under the shim --------------------------------------
 
-# Serial, one module per run.  test_os, test_socket and test_subprocess are
-# the modules that create and close the most fds, fork, vfork and exec; their
-# times under the shim are in README.md ("File descriptors").
-REGRTESTS = ["test_os", "test_socket", "test_subprocess"]
+# Serial, one module per run: test_os, test_socket and test_subprocess are
+# the modules that create and close the most fds, fork, vfork and exec
+# (about 3, 27 and 34 s under the shim, as natively: README.md).  Left out,
+# each for a reason that is not heisen's:
+#  - test_socket's VSOCK tests: on a virtual machine whose vsock device
+#    refuses a connection to its own CID (ENODEV), the server's accept()
+#    waits forever, natively too;
+#  - test_subprocess's test_pass_fds_redirected counts every fd the child
+#    has, and a child under heisen holds two more: libunwind's memory
+#    validation pipe (moved up near fd 4032, out of the way of the lowest
+#    numbers, but there; README "File descriptors").
+REGRTESTS = {"test_os": [], "test_socket": ["-i", "*VSOCK*"],
+             "test_subprocess": ["-i", "test_pass_fds_redirected"]}
 
 
 @pytest.mark.regrtest
-@pytest.mark.parametrize("name", REGRTESTS)
+@pytest.mark.parametrize("name", sorted(REGRTESTS))
 def test_cpython_regrtest_under_fd_tracking(heisen, session, name):
     if not (Path("/usr/lib/python3.11/test") / f"{name}.py").exists():
         pytest.fail("CPython's test suite is missing: apt-get install libpython3.11-testsuite (./dev does)")
-    p = heisen.preload([SYSTEM_PYTHON, "-m", "test", "-q", name], session, timeout=900)
+    p = heisen.preload([SYSTEM_PYTHON, "-m", "test", "-q", name, *REGRTESTS[name]], session, timeout=900)
     assert p.returncode == 0, (p.returncode, p.stdout[-3000:], p.stderr[-3000:])
     assert "SUCCESS" in p.stdout, p.stdout[-2000:]
     r = heisen.dump_json(session)
     main = [x for x in r["processes"] if x["argv"][1:4] == ["-m", "test", "-q"]]
     assert main and main[0]["fds"] is not None and main[0]["fds"]["created"] > 100
-    # the suites close numbers twice on purpose (they test EBADF): never a stale close
-    stale = [f for f in findings_of(r, "stale-close") if f["rule"] != "confirmed"]
-    assert stale == [], [f["message"] for f in stale]
+    # the suites close numbers twice on purpose (they test EBADF, double-close
+    # findings are right there), and children leave fds open at exit; but no
+    # generation is ever closed by a stale owner
+    assert findings_of(r, "stale-close") == [], [f["message"] for f in findings_of(r, "stale-close")]
