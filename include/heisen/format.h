@@ -113,7 +113,7 @@ enum hs_state {
 #define HS_HDR_FALLBACK_SMALL 0x1u  /* sized down because the session directory was short of space */
 #define HS_HDR_SUSPECT 0x2u         /* the writer found its own state inconsistent and went quiet */
 #define HS_HDR_HEAP 0x4u            /* heap checking is on in this process (HEISEN_HEAP) */
-#define HS_HDR_FDS 0x8u             /* file descriptors are tracked in this process (HEISEN_FDS, issue 5) */
+#define HS_HDR_FDS 0x8u             /* file descriptors are tracked in this process (unless HEISEN_FDS=0, issue 5) */
 
 /* hs_header.heap_stacks: the stack kept for each allocation and free. */
 enum hs_heap_stacks {
@@ -653,7 +653,8 @@ enum hs_fd_state {
  * between two equal even reads of seq.  A creation is recorded after the
  * call returns, a close before the call is made (the number can be reused
  * by another thread the instant it is closed).  Numbers beyond the table's
- * capacity are counted in hs_header.fd_beyond, not tracked.  The idea is
+ * capacity (HEISEN_FD_NUMBERS, default 1024) are counted in
+ * hs_header.fd_beyond, not tracked.  The idea is
  * Android's fdsan (owner tags), generalized to untagged numbers.
  */
 struct hs_fd {
@@ -718,9 +719,9 @@ struct hs_geometry {
 	uint32_t fds, fd_events;   /* issue 5: fd numbers tracked, fd events kept (a power of two) */
 };
 
-/* The default geometry (about 5.2 MiB per process). */
+/* The default geometry (about 4.8 MiB per process). */
 #define HS_GEOMETRY_DEFAULT {512, 256 * 1024, 2048, 4096, 4096, 128, 128, 256, 4096, 1024, 4096}
-/* The fallback when the session directory is short of space (about 0.6 MiB). */
+/* The fallback when the session directory is short of space (about 0.5 MiB). */
 #define HS_GEOMETRY_SMALL {128, 32 * 1024, 256, 512, 512, 16, 32, 64, 256, 256, 256}
 
 static inline uint64_t hs_align64(uint64_t x) { return (x + 63u) & ~(uint64_t)63u; }
