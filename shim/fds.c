@@ -632,10 +632,13 @@ static unsigned story(const struct hs_fd_event *ev, unsigned n, uint32_t from_ge
  * descriptors": the rule).  A stale close already proven at the close
  * itself (FILE, DIR, owner tag) gets this EBADF appended to its history.
  * sweep: the thread is closing consecutive numbers at one site (closing
- * every number from 3 up), where EBADF is expected: no finding.
+ * every number from 3 up), where EBADF is expected: no finding.  own: this
+ * close had found the generation open and recorded closing it (a racing
+ * close, or one heisen does not see, got there first): that record is left
+ * out of the story.
  */
 static void close_failed(struct hs_tls *t, int fd, uint32_t gen, unsigned call, uint32_t stack, uint64_t now, int err,
-			 int sweep)
+			 int sweep, int own)
 {
 	struct hs_fd *s = slot_of(fd);
 	struct hs_fd_event ev[CHAIN_MAX], hist[CHAIN_MAX], fail;
@@ -660,6 +663,15 @@ static void close_failed(struct hs_tls *t, int fd, uint32_t gen, unsigned call, 
 	hs_rec(t, now, HS_REC_FD_CLOSE_FAILED, stack, (uint64_t)fd, gen, (uint64_t)err | (uint64_t)call << 16);
 	if (sweep)
 		return;
+	if (own) {
+		/* this close's own record (made before the call, which then failed) closed nothing */
+		for (unsigned i = 0; i < n; i++)
+			if (ev[i].op == HS_FDE_CLOSE && ev[i].gen == gen && ev[i].tid == t->tid && ev[i].ts_ns == now) {
+				memmove(&ev[i], &ev[i + 1], (n - i - 1) * sizeof ev[0]);
+				n--;
+				break;
+			}
+	}
 	if ((stale = stale_finding(fd, gen)) != NULL) {
 		history_append(stale, &fail);
 		return;
@@ -696,27 +708,43 @@ static void close_failed(struct hs_tls *t, int fd, uint32_t gen, unsigned call, 
 }
 
 /*
- * After a close call that found *p: a success on a number heisen thought
- * closed is a generation created where heisen does not look (a library's
- * internal open): noted, created and closed.  EBADF on a closed generation
- * is close_failed's.  Other errors (EINTR, EIO) closed the number all the
- * same on Linux: recorded before.
+ * After a close call that found *p.  Two threads closing one number at once
+ * (a racing double close) can reach the kernel in the other order than they
+ * recorded: the one that recorded first fails, the other succeeds.  So a
+ * success on a generation another thread's record had just closed is that
+ * generation's real close (noted as a second close event), and an EBADF on
+ * a generation this thread recorded closing, which another thread then
+ * really closed, is the double close.  Otherwise a success on a number
+ * heisen thought closed is a generation created where heisen does not look
+ * (a library's internal open): noted, created and closed.  EBADF on a
+ * closed generation is close_failed's.  Other errors (EINTR, EIO) closed
+ * the number all the same on Linux: recorded before.
  */
 static void after_close(struct hs_tls *t, int fd, unsigned call, uint32_t stack, uint64_t now, uint64_t site,
 			const struct pre *p, int rc, int err)
 {
 	int sweep = t->fd_last == fd - 1 && t->fd_last_site == site;
+	struct hs_fd *s = slot_of(fd);
+	struct hs_fd_event e;
+	uint32_t q;
 	t->fd_last = fd;
 	t->fd_last_site = site;
-	if (!p->tracked)
+	if (!p->tracked || !s)
 		return;
 	if (rc == 0 && p->state != HS_FDS_OPEN) {
-		struct hs_fd *s = slot_of(fd);
-		struct hs_fd_event e;
-		uint32_t q;
-		if (!s || !claim(s, &q))
+		if (!claim(s, &q))
 			return;
-		if (s->gen == p->gen && s->state != HS_FDS_OPEN) {
+		if (s->gen == p->gen && s->state == HS_FDS_CLOSED && p->state == HS_FDS_CLOSED && s->close_tid != t->tid) {
+			/* the racing close that really closed it */
+			s->close_call = (uint8_t)call;
+			s->close_tid = t->tid;
+			s->close_stack = stack;
+			s->close_ns = now;
+			event_init(&e, t, fd, s->gen, HS_FDE_CLOSE, call, stack, now);
+			e.kind = s->kind;
+			e.flags = s->flags;
+			event_add(s, &e);
+		} else if (s->gen == p->gen && s->state != HS_FDS_OPEN) {
 			s->gen++;
 			s->state = HS_FDS_CLOSED;
 			s->kind = HS_FDK_UNKNOWN;
@@ -741,8 +769,10 @@ static void after_close(struct hs_tls *t, int fd, unsigned call, uint32_t stack,
 		release(s, q);
 		return;
 	}
-	if (rc != 0 && err == EBADF && p->state == HS_FDS_CLOSED)
-		close_failed(t, fd, p->gen, call, stack, now, err, sweep);
+	/* EBADF on a generation this thread had just recorded closing: another
+	 * thread's racing close got there first (or one heisen does not see) */
+	if (rc != 0 && err == EBADF && p->state != HS_FDS_NONE)
+		close_failed(t, fd, p->gen, call, stack, now, err, sweep, p->state == HS_FDS_OPEN);
 }
 
 /*
@@ -1554,7 +1584,12 @@ static int close_number(int fd, unsigned call, uint64_t site)
 	}
 	/* never retried on EINTR: the number may already be someone else's */
 	rc = HS_REAL(close)(fd);
-	if (now) {
+	if (now && rc == 0 && p.state == HS_FDS_OPEN) {
+		/* the common case: it closed what the table said was open; only the
+		 * sweep detector's note (this thread's own state) changes */
+		hs_tls.fd_last = fd;
+		hs_tls.fd_last_site = site;
+	} else if (now) {
 		e = errno;
 		if ((t = hs_enter()) != NULL) {
 			after_close(t, fd, call, stack, now, site, &p, rc, rc ? e : 0);

@@ -430,3 +430,27 @@ def test_cpython_regrtest_under_fd_tracking(heisen, session, name):
     # findings are right there), and children leave fds open at exit; but no
     # generation is ever closed by a stale owner
     assert findings_of(r, "stale-close") == [], [f["message"] for f in findings_of(r, "stale-close")]
+
+
+# ---- two threads racing on one number ----------------------------------------------------
+
+
+def test_racing_closes_each_round_is_one_double_close(heisen, tmp_path):
+    """Two threads close one fd at once, 200 rounds, five runs: the kernel fails
+    one close per round, and heisen counts exactly one double close per round,
+    whichever thread reached the kernel and the record first."""
+    for i in range(5):
+        session = tmp_path / f"s{i}"
+        p = heisen.preload([target(heisen, "fd_race")], session)
+        assert p.returncode == 0, p.stderr
+        rounds = fact_int(p.stdout, "rounds")
+        assert fact_int(p.stdout, "ebadf") == rounds
+        racers = {fact_int(p.stdout, "tid_racer_0"), fact_int(p.stdout, "tid_racer_1")}
+        r = heisen.dump_json(session, expect_rc=1)
+        assert findings_of(r, "stale-close") == [] and r["errors"] == []
+        dc = findings_of(r, "double-close")
+        assert dc and sum(f["count"] for f in dc) == rounds, [(f["count"], f["tids"]) for f in dc]
+        for f in dc:
+            assert f["tids"][0] in racers and f["tids"][2] == fact_int(p.stdout, "pid")
+            assert frame_functions(stack_by_role(f, "second close"))[0] == "racer_close"
+            assert frame_functions(stack_by_role(f, "creation"))[0] == "open_shared"
