@@ -549,13 +549,18 @@ def fd_cost(build, shim, dump, sess, quick, notes):
     ]
     verify = {"heisen, fds on (stacks site, default)": lambda env, _: "bench_fd under heisen: " + check_fds(
         dump, env["HEISEN_DIR"], 3 * n)}
+    def medians(samples, n):
+        """Median per case and config, and the table rows with ratios to native."""
+        cases = list(samples["native"][0].keys())
+        med = {name: {c: statistics.median(s[c] for s in v) for c in cases} for name, v in samples.items()}
+        rows = [[name] + ["%.0f (%.2fx)" % (m[c], m[c] / med["native"][c]) for c in cases] +
+                ["%d x N=%d" % (reps, n)] for name, m in med.items()]
+        return cases, med, rows
+
     samples, checked = interleaved(configs, reps, lambda env: parse_cases(run([exe, str(n)], env)[0]), verify)
     notes.extend(checked)
-    cases = list(samples["native"][0].keys())
-    med = {name: {c: statistics.median(s[c] for s in v) for c in cases} for name, v in samples.items()}
+    cases, med, rows = medians(samples, n)
     nat = med["native"]
-    rows = [[name] + ["%.0f (%.2fx)" % (m[c], m[c] / nat[c]) for c in cases] + ["%d x N=%d" % (reps, n)]
-            for name, m in med.items()]
     table("7. file descriptors (issue 5), bench_fd — median ns per create/close pair (ratio to native in this "
           "run); threads4: open_close in 4 threads at once on %d cpus, wall ns per pair" % os.cpu_count(),
           ["under"] + cases + ["runs"], rows)
@@ -566,10 +571,7 @@ def fd_cost(build, shim, dump, sess, quick, notes):
     py_configs = [c for c in configs if c[0] in ("native", "heisen, fds off (HEISEN_FDS=0)",
                                                  "heisen, fds on (stacks site, default)")]
     pys, _ = interleaved(py_configs, reps, lambda env: parse_cases(run([PYTHON, "-c", PY_FD, str(py_n)], env)[0]))
-    pcases = list(pys["native"][0].keys())
-    pmed = {name: {c: statistics.median(s[c] for s in v) for c in pcases} for name, v in pys.items()}
-    rows = [[name] + ["%.0f (%.2fx)" % (m[c], m[c] / pmed["native"][c]) for c in pcases] +
-            ["%d x N=%d" % (reps, py_n)] for name, m in pmed.items()]
+    pcases, _, rows = medians(pys, py_n)
     table("7b. the same from %s — median ns per pair: os_open_close = os.close(os.open(...)), open_close = "
           "open(..., buffering=0).close() (a FileIO); stacks carry this call's Python frames" % PYTHON,
           ["under"] + pcases + ["runs"], rows)

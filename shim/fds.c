@@ -605,6 +605,34 @@ static void finding_init(struct hs_finding *f, unsigned kind, unsigned rule, int
 	f->signo = err;
 }
 
+/* A finding's three roles: (tid, stack) of the close that makes it, and
+ * the events for the second and third roles (NULL: not recorded). */
+static void roles(struct hs_finding *f, int32_t tid, uint32_t stack, const struct hs_fd_event *second,
+		  const struct hs_fd_event *third)
+{
+	f->tid = tid;
+	f->stack = stack;
+	if (second) {
+		f->tid2 = second->tid;
+		f->stack2 = second->stack;
+	}
+	if (third) {
+		f->tid3 = third->tid;
+		f->stack3 = third->stack;
+	}
+}
+
+/* In chain ev[0..n), the newest creation or owner event of `owner` (owner_flag) older than gen, or NULL. */
+static const struct hs_fd_event *owned_by(const struct hs_fd_event *ev, unsigned n, uint64_t owner,
+					  uint32_t owner_flag, uint32_t gen)
+{
+	for (unsigned i = 0; i < n; i++)
+		if ((ev[i].op == HS_FDE_CREATE || ev[i].op == HS_FDE_OWNER) && ev[i].owner == owner &&
+		    (ev[i].flags & owner_flag) && ev[i].gen <= gen)
+			return &ev[i];
+	return NULL;
+}
+
 /* In chain ev[0..n) (newest first), the newest event of generation gen with op. */
 static const struct hs_fd_event *find_ev(const struct hs_fd_event *ev, unsigned n, uint32_t gen, unsigned op)
 {
@@ -683,25 +711,11 @@ static void close_failed(struct hs_tls *t, int fd, uint32_t gen, unsigned call, 
 	if (cg && xg && cp && xp && cg->tid == t->tid && xg->tid != t->tid && cp->tid == xg->tid && xp->tid == xg->tid &&
 	    !(cg->flags & (HS_FDF_INHERITED | HS_FDF_UNSEEN))) {
 		finding_init(&f, HS_FIND_STALE_CLOSE, HS_FD_RULE_CONFIRMED, fd, gen, err);
-		f.tid = xg->tid;
-		f.stack = xg->stack;
-		f.tid2 = cp->tid;
-		f.stack2 = cp->stack;
-		f.tid3 = cg->tid;
-		f.stack3 = cg->stack;
+		roles(&f, xg->tid, xg->stack, cp, cg);
 		m = story(ev, n, gen - 1, hist);
 	} else {
 		finding_init(&f, HS_FIND_DOUBLE_CLOSE, HS_FD_RULE_EBADF, fd, gen, err);
-		f.tid = t->tid;
-		f.stack = stack;
-		if (xg) {
-			f.tid2 = xg->tid;
-			f.stack2 = xg->stack;
-		}
-		if (cg) {
-			f.tid3 = cg->tid;
-			f.stack3 = cg->stack;
-		}
+		roles(&f, t->tid, stack, xg, cg);
 		m = story(ev, n, gen, hist);
 	}
 	fd_finding(t, &f, hist, m);
@@ -794,12 +808,7 @@ static void owned_by_tag_closed(struct hs_tls *t, int fd, const struct pre *p, u
 	release(s, q);
 	own = find_ev(ev, n, p->gen, HS_FDE_OWNER);
 	finding_init(&f, HS_FIND_STALE_CLOSE, HS_FD_RULE_OWNER, fd, p->gen, 0);
-	f.tid = t->tid;
-	f.stack = stack;
-	if (own) {
-		f.tid2 = own->tid;
-		f.stack2 = own->stack;
-	}
+	roles(&f, t->tid, stack, own, NULL);
 	f.tid3 = p->tid;
 	f.stack3 = p->stack;
 	fd_finding(t, &f, hist, story(ev, n, p->gen, hist));
@@ -831,20 +840,15 @@ static void object_closing(struct hs_tls *t, int fd, uint64_t owner, uint32_t ow
 		return;
 	n = chain(fd, s->last_event, ev, CHAIN_MAX);
 	release(s, q);
-	for (unsigned i = 0; i < n && !mine; i++)
-		if ((ev[i].op == HS_FDE_CREATE || ev[i].op == HS_FDE_OWNER) && ev[i].owner == owner &&
-		    (ev[i].flags & owner_flag) && ev[i].gen < p->gen)
-			mine = &ev[i];
-	if (!mine)
+	if (p->gen < 2 || !(mine = owned_by(ev, n, owner, owner_flag, p->gen - 1)))
 		return; /* an object heisen never saw own this number: nothing to prove */
 	cur = find_ev(ev, n, p->gen, HS_FDE_CREATE);
 	finding_init(&f, HS_FIND_STALE_CLOSE, rule, fd, p->gen, 0);
-	f.tid = t->tid;
-	f.stack = stack;
-	f.tid2 = mine->tid;
-	f.stack2 = mine->stack;
-	f.tid3 = cur ? cur->tid : p->tid;
-	f.stack3 = cur ? cur->stack : p->stack;
+	roles(&f, t->tid, stack, mine, cur);
+	if (!cur) {
+		f.tid3 = p->tid;
+		f.stack3 = p->stack;
+	}
 	fd_finding(t, &f, hist, story(ev, n, mine->gen, hist));
 }
 
@@ -1716,21 +1720,10 @@ HS_EXPORT int heisen_fd_close_owned(int fd, uint64_t owner)
 	event_add(s, &fail);
 	n = chain(fd, s->last_event, ev, CHAIN_MAX);
 	release(s, q);
-	for (unsigned i = 0; i < n && !mine; i++)
-		if (ev[i].op == HS_FDE_OWNER && ev[i].owner == owner && (ev[i].flags & HS_FDF_OWNER_TAG))
-			mine = &ev[i];
+	mine = owned_by(ev, n, owner, HS_FDF_OWNER_TAG, gen);
 	cur = find_ev(ev, n, gen, HS_FDE_CREATE);
 	finding_init(&f, HS_FIND_STALE_CLOSE, HS_FD_RULE_OWNER, fd, gen, EBADF);
-	f.tid = t->tid;
-	f.stack = stack;
-	if (mine) {
-		f.tid2 = mine->tid;
-		f.stack2 = mine->stack;
-	}
-	if (cur) {
-		f.tid3 = cur->tid;
-		f.stack3 = cur->stack;
-	}
+	roles(&f, t->tid, stack, mine, cur);
 	m = story(ev, n, mine ? mine->gen : gen, hist);
 	fd_finding(t, &f, hist, m);
 	hs_leave(t);
