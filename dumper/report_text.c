@@ -616,7 +616,8 @@ static void thread_section(FILE *out, struct hs_session *s, struct hs_proc *p, c
 }
 
 /* Worth its threads and events: a finding is about it, it did not end
- * normally, a thread of it holds or waits, or one of its tables overflowed. */
+ * normally, a thread of it holds or waits, or one of its tables overflowed
+ * (fd numbers beyond the fd table included). */
 static bool interesting(struct hs_proc *p, const struct hs_findings *f)
 {
 	static const enum hs_table_id t[] = {HS_T_MODULES, HS_T_STRINGS, HS_T_STACKS, HS_T_LOCKS,
@@ -625,6 +626,8 @@ static bool interesting(struct hs_proc *p, const struct hs_findings *f)
 		return true;
 	if (hs_seg_findings_dropped(&p->seg) || (hs_seg_flags(&p->seg) & HS_HDR_SUSPECT))
 		return true;
+	if (p->seg.hdr.fd_beyond || p->seg.hdr.fd_torn || hs_seg_dropped(&p->seg, HS_T_FD_HISTORY))
+		return true; /* fds heisen could not track: said loudly */
 	for (size_t i = 0; i < f->n; i++)
 		if (f->v[i].proc == p)
 			return true;

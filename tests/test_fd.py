@@ -454,3 +454,14 @@ def test_racing_closes_each_round_is_one_double_close(heisen, tmp_path):
             assert f["tids"][0] in racers and f["tids"][2] == fact_int(p.stdout, "pid")
             assert frame_functions(stack_by_role(f, "second close"))[0] == "racer_close"
             assert frame_functions(stack_by_role(f, "creation"))[0] == "open_shared"
+
+
+def test_numbers_beyond_the_fd_table_are_counted_and_said(heisen, session):
+    p = heisen.preload([target(heisen, "fd_calls"), "open"], session, env={"HEISEN_FD_NUMBERS": "16"})
+    assert p.returncode == 0, p.stderr
+    r = heisen.dump_json(session, expect_rc=0)
+    fds = process_of(r, fact_int(p.stdout, "pid"))["fds"]
+    assert fds["numbers"] == 16 and fds["beyond"] >= 20 and fds["max"] >= 61
+    assert all(x["fd"] < 16 for x in fds["open"])
+    t = heisen.dump(session).stdout
+    assert "!!! " in t and "fds were numbered beyond the fd table (16 numbers, HEISEN_FD_NUMBERS): not tracked" in t
