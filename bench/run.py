@@ -30,15 +30,21 @@ Runs, in this order, and prints one table per part:
      where allocation-driven samples are taken) natively, under heisen with
      the heap off and on and with HEISEN_DISABLE=1, interleaved; and the cost
      of starting a process (/bin/true) natively, under heisen and disabled.
+  8. file descriptors (issue 5): bench_fd (ns per open/close, socket/close,
+     pipe2/close pair, one thread and 4) natively and under heisen with fd
+     tracking on (stacks site, the default, and full) and off (HEISEN_FDS=0),
+     interleaved; then the same pairs from Python (os.open/os.close and
+     open().close()), native and heisen.
 A peer that is not installed is skipped with a note.  After the first
 recording run it checks with heisen-dump (when built) that the shim really
 recorded, so a shim that silently records nothing cannot look fast.
 
-Usage: /usr/bin/python3 bench/run.py [BUILD_DIR] [--quick] [--heap-only] [--proc-only]
+Usage: /usr/bin/python3 bench/run.py [BUILD_DIR] [--quick] [--heap-only] [--proc-only] [--fd-only]
   BUILD_DIR    a configured and built meson build directory (default /work/main/build)
   --quick      fewer repetitions and smaller sizes (a smoke run, ~40 s)
   --heap-only  part 6 alone
   --proc-only  part 7 alone
+  --fd-only    part 8 alone
 Results and interpretation: bench/README.md.  Speed is measured here, never
 asserted in tests.
 """
@@ -67,7 +73,7 @@ def try_run(argv, env=None, timeout=600):
     """Run argv with env added to a clean environment; return (exit status, stdout, stderr, wall seconds)."""
     full_env = dict(os.environ)
     for k in ("LD_PRELOAD", "HEISEN_DIR", "HEISEN_DISABLE", "HEISEN_HEAP", "HEISEN_HEAP_STACKS", "PYTHONMALLOC",
-              "ASAN_OPTIONS"):
+              "ASAN_OPTIONS", "HEISEN_FDS", "HEISEN_FD_STACKS"):
         full_env.pop(k, None)
     full_env.update(env or {})
     t0 = time.perf_counter()
@@ -566,11 +572,90 @@ def proc_cost(build, shim, dump, sess, quick, notes):
           % (smed["heisen"] - smed["native"], pc["env_read"] / 1e3))
 
 
+def check_fds(dump, session_dir, min_created):
+    """heisen-dump must see the run's fds: at least min_created generations created."""
+    if not dump:
+        return "not checked (heisen-dump not built)"
+    rc, out, err, _ = try_run([dump, "--json", "--no-symbols", session_dir])
+    if rc not in (0, 1):
+        die("heisen-dump failed on %s (%d): %s" % (session_dir, rc, err[-2000:]))
+    created = max((p["fds"] or {}).get("created", 0) for p in json.loads(out)["processes"])
+    if created < min_created:
+        die("heisen recorded %d fd creations, expected at least %d" % (created, min_created))
+    return "recorded %d fd creations (verified with heisen-dump)" % created
+
+
+PY_FD = """
+import os, sys, time
+n = int(sys.argv[1])
+def pairs(fn, n):
+    fn(n // 10)
+    t0 = time.perf_counter()
+    fn(n)
+    return (time.perf_counter() - t0) * 1e9 / n
+def raw(n):
+    for _ in range(n):
+        os.close(os.open('/dev/null', os.O_RDONLY))
+def fileobj(n):
+    for _ in range(n):
+        open('/dev/null', 'rb', buffering=0).close()
+print('os_open_close %.1f' % pairs(raw, n))
+print('open_close %.1f' % pairs(fileobj, n))
+"""
+
+
+def fd_cost(build, shim, dump, sess, quick, notes):
+    """Part 8: file descriptors (issue 5), native against heisen with fd tracking on and off."""
+    exe = os.path.join(build, "bench", "bench_fd")
+    if not os.access(exe, os.X_OK):
+        notes.append("fd part skipped: %s not built" % exe)
+        return
+    reps = 3 if quick else 7
+    n = 100000 if quick else 300000
+    py_n = 20000 if quick else 100000
+    heisen = lambda **kw: (lambda: dict({"LD_PRELOAD": shim, "HEISEN_DIR": sess.new()}, **kw))
+    configs = [
+        ("native", lambda: {}),
+        ("heisen, fds off (HEISEN_FDS=0)", heisen(HEISEN_FDS="0")),
+        ("heisen, fds on (stacks site, default)", heisen()),
+        ("heisen, fds on, HEISEN_FD_STACKS=full", heisen(HEISEN_FD_STACKS="full")),
+    ]
+    verify = {"heisen, fds on (stacks site, default)": lambda env, _: "bench_fd under heisen: " + check_fds(
+        dump, env["HEISEN_DIR"], 3 * n)}
+    def medians(samples, n):
+        """Median per case and config, and the table rows with ratios to native."""
+        cases = list(samples["native"][0].keys())
+        med = {name: {c: statistics.median(s[c] for s in v) for c in cases} for name, v in samples.items()}
+        rows = [[name] + ["%.0f (%.2fx)" % (m[c], m[c] / med["native"][c]) for c in cases] +
+                ["%d x N=%d" % (reps, n)] for name, m in med.items()]
+        return cases, med, rows
+
+    samples, checked = interleaved(configs, reps, lambda env: parse_cases(run([exe, str(n)], env)[0]), verify)
+    notes.extend(checked)
+    cases, med, rows = medians(samples, n)
+    nat = med["native"]
+    table("8. file descriptors (issue 5), bench_fd — median ns per create/close pair (ratio to native in this "
+          "run); threads4: open_close in 4 threads at once on %d cpus, wall ns per pair" % os.cpu_count(),
+          ["under"] + cases + ["runs"], rows)
+    on, off = med["heisen, fds on (stacks site, default)"], med["heisen, fds off (HEISEN_FDS=0)"]
+    print("  fd tracking adds, per pair: " + ", ".join("%s %+.0f ns" % (c, on[c] - off[c]) for c in cases) +
+          " (against heisen with fds off); against native: " +
+          ", ".join("%s %+.0f ns" % (c, on[c] - nat[c]) for c in cases))
+    py_configs = [c for c in configs if c[0] in ("native", "heisen, fds off (HEISEN_FDS=0)",
+                                                 "heisen, fds on (stacks site, default)")]
+    pys, _ = interleaved(py_configs, reps, lambda env: parse_cases(run([PYTHON, "-c", PY_FD, str(py_n)], env)[0]))
+    pcases, _, rows = medians(pys, py_n)
+    table("8b. the same from %s — median ns per pair: os_open_close = os.close(os.open(...)), open_close = "
+          "open(..., buffering=0).close() (a FileIO); stacks carry this call's Python frames" % PYTHON,
+          ["under"] + pcases + ["runs"], rows)
+
+
 def main():
     args = [a for a in sys.argv[1:] if not a.startswith("--")]
     quick = "--quick" in sys.argv[1:]
     heap_only = "--heap-only" in sys.argv[1:]
     proc_only = "--proc-only" in sys.argv[1:]
+    fd_only = "--fd-only" in sys.argv[1:]
     build = os.path.abspath(args[0] if args else "/work/main/build")
     exe = {name: os.path.join(build, "bench", name) for name in ("bench_record", "bench_mutex", "bench_mutex_tsan")}
     shim = os.path.join(build, "shim", "libheisen.so")
@@ -602,11 +687,13 @@ def main():
                                                              build, git_head()))
     notes = []
 
-    if heap_only or proc_only:
+    if heap_only or proc_only or fd_only:
         if heap_only:
             heap_cost(build, shim, dump, sess, quick, valgrind, notes)
         if proc_only:
             proc_cost(build, shim, dump, sess, quick, notes)
+        if fd_only:
+            fd_cost(build, shim, dump, sess, quick, notes)
         print()
         for n in notes:
             print("note: " + n)
@@ -717,6 +804,8 @@ def main():
 
     # 7. processes and environment (issue 6)
     proc_cost(build, shim, dump, sess, quick, notes)
+    # 8. file descriptors (issue 5)
+    fd_cost(build, shim, dump, sess, quick, notes)
 
     print()
     for n in notes:

@@ -23,6 +23,15 @@
  * after the waiter began to wait.  A process that made no progress at all
  * (--stalled, judged outside: ring records and CPU time) is a hang of every
  * thread, whatever they block in (read, poll, a futex inside a library).
+ *
+ * fd-leak (issue 5) is computed here from the fd table copied at load:
+ * the fds a process created itself (not inherited, not the standard
+ * streams) that are still open, grouped by creation stack.  At a hang (or
+ * a deadlock) every such fd is shown: the hang may be waiting for one of
+ * them to close (seed 001).  At the end of a process only the sites that
+ * left HS_FD_LEAK_MIN or more open count: one listening socket or log file
+ * open at exit is how programs end; the same line leaving three or more
+ * behind is a leak in a loop (README "File descriptors").
  * Design: DESIGN.md "Hangs"; docs/interfaces.md "heisen-dump" and "Python
  * and the GIL".
  */
@@ -41,9 +50,12 @@ static const char *const kind_names[HS_F_KINDS] = {
 	[HS_F_DOUBLE_FREE] = "double-free",
 	[HS_F_HEAP_OVERFLOW] = "heap-overflow",
 	[HS_F_INVALID_FREE] = "invalid-free",
+	[HS_F_STALE_CLOSE] = "stale-close",
+	[HS_F_DOUBLE_CLOSE] = "double-close",
 	[HS_F_SELF_DEADLOCK] = "self-deadlock",
 	[HS_F_HANG] = "hang",
 	[HS_F_POTENTIAL] = "potential-deadlock",
+	[HS_F_FD_LEAK] = "fd-leak",
 };
 
 const char *hs_fkind_name(enum hs_fkind k)
@@ -357,16 +369,12 @@ static int crash_others(struct hs_proc *p, struct hs_fnd *f)
 	return 0;
 }
 
-/*
- * A heap finding's ids, checked once here so that the reports can trust
- * them: a stack id beyond the stacks table is complained about and zeroed
- * (the report then says "no stack recorded"); an invalid free's offset
- * into its block (offset) must lie inside the block, its canary included,
- * and below the address, or the block is not named.
- */
-static void check_heap(struct hs_fnd *f)
+/* A recorded finding's three stack ids (stack, stack2, stack3, named by
+ * what[]), checked once here so that the reports can trust them: an id
+ * beyond the stacks table is complained about and zeroed (the report then
+ * says "no stack recorded"). */
+static void check_stack_ids(struct hs_fnd *f, const char *const what[3])
 {
-	static const char *const what[] = {"free", "first free", "allocation"};
 	struct hs_seg *seg = &f->proc->seg;
 	uint32_t cap = seg->hdr.tables[HS_T_STACKS].capacity;
 	uint32_t *ids[] = {&f->rec.stack, &f->rec.stack2, &f->rec.stack3};
@@ -376,6 +384,18 @@ static void check_heap(struct hs_fnd *f)
 					*ids[i], cap);
 			*ids[i] = 0;
 		}
+}
+
+/*
+ * A heap finding's ids: the stacks, and an invalid free's offset into its
+ * block (offset), which must lie inside the block, its canary included,
+ * and below the address, or the block is not named.
+ */
+static void check_heap(struct hs_fnd *f)
+{
+	static const char *const what[] = {"free", "first free", "allocation"};
+	struct hs_seg *seg = &f->proc->seg;
+	check_stack_ids(f, what);
 	if (f->kind != HS_F_INVALID_FREE || f->rec.size == 0 || f->rec.offset == 0)
 		return;
 	/* the canary is at most 23 bytes; allow 32 */
@@ -386,6 +406,34 @@ static void check_heap(struct hs_fnd *f)
 	}
 	f->in_block = true;
 	f->block = f->rec.addr - f->rec.offset;
+}
+
+/* An fd finding's stacks and its history (format.h "fd findings"), copied:
+ * events that are not published are left out, bad ones complained. */
+static void check_fd(struct hs_fnd *f)
+{
+	static const char *const what[] = {"close", "earlier", "creation"};
+	struct hs_seg *seg = &f->proc->seg;
+	uint32_t n = f->rec.n;
+	check_stack_ids(f, what);
+	if (n > HS_FD_FINDING_EVENTS) {
+		hs_seg_complain(seg, "finding %u: %u history events > %u, clamped", f->index, n, HS_FD_FINDING_EVENTS);
+		n = HS_FD_FINDING_EVENTS;
+	}
+	for (uint32_t i = 0; i < n; i++) {
+		struct hs_fd_event *e = &f->hist[f->nhist];
+		if (hs_read_fd_history(seg, f->rec.lock + i, e) != 0)
+			continue;
+		if (e->stack >= seg->hdr.tables[HS_T_STACKS].capacity) {
+			hs_seg_complain(seg, "finding %u: history event %u stack id %u out of range", f->index, i, e->stack);
+			e->stack = 0;
+		}
+		f->nhist++;
+	}
+	if (f->rec.offset < HS_FD_RULE_EBADF || f->rec.offset > HS_FD_RULE_CONFIRMED) {
+		hs_seg_complain(seg, "finding %u: unknown fd rule %u", f->index, f->rec.offset);
+		f->rec.offset = 0;
+	}
 }
 
 /* Crash findings that are heisen's own abort after a heap finding of the
@@ -413,6 +461,8 @@ static int recorded(struct hs_proc *p, struct hs_findings *out)
 		[HS_FIND_DOUBLE_FREE] = HS_F_DOUBLE_FREE,
 		[HS_FIND_INVALID_FREE] = HS_F_INVALID_FREE,
 		[HS_FIND_HEAP_OVERFLOW] = HS_F_HEAP_OVERFLOW,
+		[HS_FIND_DOUBLE_CLOSE] = HS_F_DOUBLE_CLOSE,
+		[HS_FIND_STALE_CLOSE] = HS_F_STALE_CLOSE,
 	};
 	size_t first = out->n;
 	uint32_t n = hs_seg_count(&p->seg, HS_T_FINDINGS);
@@ -429,6 +479,8 @@ static int recorded(struct hs_proc *p, struct hs_findings *out)
 			return -1;
 		if (hs_fkind_heap(f->kind))
 			check_heap(f);
+		if (hs_fkind_fd(f->kind))
+			check_fd(f);
 		if (f->kind != HS_F_POTENTIAL)
 			continue;
 		copy_cycle(f);
@@ -522,6 +574,95 @@ static int32_t stalled_descendant(const struct hs_findings *out, const struct hs
 	return best ? best->pid : 0;
 }
 
+/* ---- fd-leak (issue 5) ---------------------------------------------------- */
+
+/* Created by this image and still open; not a standard stream. */
+static bool leak_candidate(const struct hs_fdsnap *d)
+{
+	return d->f.state == HS_FDS_OPEN && d->fd > 2 && !(d->f.flags & (HS_FDF_INHERITED | HS_FDF_UNSEEN));
+}
+
+static int by_group_size(const void *a, const void *b)
+{
+	const struct hs_fd_group *x = a, *y = b;
+	if (x->nfds != y->nfds)
+		return x->nfds > y->nfds ? -1 : 1;
+	return x->fds[0]->fd - y->fds[0]->fd;
+}
+
+static void free_groups(struct hs_fd_group *g, uint32_t n)
+{
+	for (uint32_t i = 0; i < n; i++)
+		free(g[i].fds);
+	free(g);
+}
+
+/* p's fd-leak finding, if it has one: see the top comment. */
+static int add_fd_leak(struct hs_findings *out, struct hs_proc *p, bool at_hang)
+{
+	struct hs_fd_group *g = calloc(p->nfds + 1, sizeof *g);
+	uint32_t ng = 0, kept = 0, total = 0;
+	struct hs_fnd *f;
+	if (!g)
+		return -1;
+	for (uint32_t i = 0; i < p->nfds; i++) {
+		const struct hs_fdsnap *d = &p->fds[i];
+		uint32_t k = 0;
+		if (!leak_candidate(d))
+			continue;
+		while (k < ng && g[k].stack != d->f.stack)
+			k++;
+		if (k == ng) {
+			g[ng].stack = d->f.stack;
+			if (!(g[ng++].fds = calloc(p->nfds, sizeof *g[k].fds))) {
+				free_groups(g, ng);
+				return -1;
+			}
+		}
+		g[k].fds[g[k].nfds++] = d;
+	}
+	for (uint32_t k = 0; k < ng; k++) {
+		if (!at_hang && g[k].nfds < HS_FD_LEAK_MIN) {
+			free(g[k].fds);
+			continue;
+		}
+		total += g[k].nfds;
+		g[kept++] = g[k];
+	}
+	if (kept == 0) {
+		free(g);
+		return 0;
+	}
+	qsort(g, kept, sizeof *g, by_group_size);
+	if (!(f = add_finding(out, HS_F_FD_LEAK, p))) {
+		free_groups(g, kept);
+		return -1;
+	}
+	f->groups = g;
+	f->ngroups = kept;
+	f->nleaked = total;
+	f->at_hang = at_hang;
+	return 0;
+}
+
+/* fd-leak findings: every hung (or deadlocked) process, every ended one. */
+static int fd_leaks(struct hs_session *s, struct hs_findings *out)
+{
+	size_t n = out->n;
+	for (size_t i = 0; i < s->nprocs; i++) {
+		struct hs_proc *p = &s->procs[i];
+		bool hung = false;
+		for (size_t k = 0; k < n; k++)
+			hung |= out->v[k].proc == p && (out->v[k].kind == HS_F_HANG || out->v[k].kind == HS_F_DEADLOCK);
+		if (!(hs_seg_flags(&p->seg) & HS_HDR_FDS))
+			continue;
+		if (hung || (!hs_proc_alive(p) && p->pstate != HS_P_EXECED))
+			if (add_fd_leak(out, p, hung) != 0)
+				return -1;
+	}
+	return 0;
+}
+
 int hs_analyze_stalled(struct hs_session *s, double hang_timeout, bool with_recorded,
 		       const struct hs_stall *stalls, size_t nstalls, struct hs_findings *out)
 {
@@ -545,6 +686,8 @@ int hs_analyze_stalled(struct hs_session *s, double hang_timeout, bool with_reco
 	/* processes that died without running any code (issue 6), after the hangs that may explain them */
 	if (with_recorded && rc == 0)
 		rc = hs_proc_findings(s, out);
+	if (rc == 0 && with_recorded)
+		rc = fd_leaks(s, out);
 	if (out->n)
 		qsort(out->v, out->n, sizeof *out->v, by_severity);
 	return rc;
@@ -560,6 +703,7 @@ void hs_findings_free(struct hs_findings *f)
 	for (size_t i = 0; i < f->n; i++) {
 		free(f->v[i].threads);
 		free(f->v[i].others);
+		free_groups(f->v[i].groups, f->v[i].ngroups);
 	}
 	free(f->v);
 	memset(f, 0, sizeof *f);

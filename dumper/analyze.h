@@ -4,10 +4,11 @@
  *
  * Two sources: what the writer recorded in its findings table (potential
  * deadlocks, self-deadlocks, crashes, double and invalid frees, heap
- * overflows), and what the dumper computes from
+ * overflows, double and stale closes), and what the dumper computes from
  * the thread slots it copied: the wait-for graph (thread -> lock it waits
  * for -> thread holding it), whose cycles are deadlocks, and threads blocked
- * longer than the hang timeout, which are hangs.  Reports read findings;
+ * longer than the hang timeout, which are hangs; and from the fd table it
+ * copied: the fds still open at a hang or at the end, which are fd-leaks.  Reports read findings;
  * they never re-derive them.  Design: DESIGN.md "What is detected".
  */
 #ifndef HEISEN_DUMPER_ANALYZE_H
@@ -24,11 +25,24 @@ enum hs_fkind {
 	HS_F_DOUBLE_FREE,       /* heap findings (issue 4): recorded by the writer at the free */
 	HS_F_HEAP_OVERFLOW,
 	HS_F_INVALID_FREE,
+	HS_F_STALE_CLOSE,       /* fd findings (issue 5): recorded by the writer at the close */
+	HS_F_DOUBLE_CLOSE,
 	HS_F_SELF_DEADLOCK,
 	HS_F_HANG,
 	HS_F_POTENTIAL,
+	HS_F_FD_LEAK,           /* computed from the fd table: at a hang, or at the end */
 	HS_F_KINDS
 };
+
+/* fd-leak: the open fds created at one site (one creation stack). */
+struct hs_fd_group {
+	uint32_t stack;
+	const struct hs_fdsnap **fds;   /* by number */
+	uint32_t nfds;
+};
+
+/* fd-leak at the end of a process: a site with this many fds still open. */
+#define HS_FD_LEAK_MIN 3
 
 struct hs_fnd {
 	enum hs_fkind kind;
@@ -57,6 +71,13 @@ struct hs_fnd {
 	struct hs_death death;               /* killed, oom-kill: what is known and the evidence (procs.h);
 						threads = every thread of the process, rec.tid = its pid,
 						rec.ts_ns = its last sign of life */
+	/* fd findings (issue 5) */
+	struct hs_fd_event hist[HS_FD_FINDING_EVENTS]; /* double-/stale-close: the history, oldest first */
+	uint32_t nhist;
+	struct hs_fd_group *groups;          /* fd-leak: by count, largest first */
+	uint32_t ngroups;
+	uint32_t nleaked;                    /* fd-leak: fds in the groups */
+	bool at_hang;                        /* fd-leak: of a hung process (every fd it created), not its end */
 };
 
 /* Append a zeroed finding of kind about p to out; NULL out of memory.  For
@@ -68,6 +89,12 @@ struct hs_fnd *hs_finding_new(struct hs_findings *out, enum hs_fkind kind, struc
 static inline bool hs_fkind_heap(enum hs_fkind k)
 {
 	return k == HS_F_DOUBLE_FREE || k == HS_F_HEAP_OVERFLOW || k == HS_F_INVALID_FREE;
+}
+
+/* An fd finding kind (double-close, stale-close)? */
+static inline bool hs_fkind_fd(enum hs_fkind k)
+{
+	return k == HS_F_DOUBLE_CLOSE || k == HS_F_STALE_CLOSE;
 }
 
 /* A process that made no progress (no ring records, no CPU time) for

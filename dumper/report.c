@@ -8,6 +8,7 @@
  */
 #include "report.h"
 
+#include <errno.h>
 #include <stdarg.h>
 #include <string.h>
 
@@ -120,6 +121,9 @@ const char *hs_event_name(unsigned type)
 		[HS_REC_SNAPSHOT] = "snapshot",
 		[HS_REC_MEMORY] = "memory",
 		[HS_REC_TERM_SIGNAL] = "term-signal",
+		[HS_REC_FD_CREATED] = "fd-created",
+		[HS_REC_FD_CLOSED] = "fd-closed",
+		[HS_REC_FD_CLOSE_FAILED] = "fd-close-failed",
 	};
 	return type < sizeof names / sizeof names[0] && names[type] ? names[type] : "unknown";
 }
@@ -219,6 +223,153 @@ void hs_heap_message(const struct hs_fnd *f, char *msg, size_t len)
 			hs_appendf(msg, len, &used, ", allocated by thread %d", r->tid3);
 		if (r->size && r->tid2)
 			hs_appendf(msg, len, &used, ", already freed by thread %d", r->tid2);
+		break;
+	default:
+		break;
+	}
+}
+
+/* ---- file descriptors (issue 5) ------------------------------------------ */
+
+const char *hs_fd_kind_name(unsigned kind)
+{
+	static const char *const names[HS_FDK_COUNT] = {
+		[HS_FDK_UNKNOWN] = "unknown", [HS_FDK_FILE] = "file",         [HS_FDK_DIR] = "dir",
+		[HS_FDK_SOCKET] = "socket",   [HS_FDK_PIPE] = "pipe",         [HS_FDK_EVENTFD] = "eventfd",
+		[HS_FDK_TIMERFD] = "timerfd", [HS_FDK_SIGNALFD] = "signalfd", [HS_FDK_EPOLL] = "epoll",
+		[HS_FDK_INOTIFY] = "inotify", [HS_FDK_MEMFD] = "memfd",       [HS_FDK_RECEIVED] = "received",
+	};
+	return kind < HS_FDK_COUNT ? names[kind] : "unknown";
+}
+
+const char *hs_fd_call_name(unsigned call)
+{
+	static const char *const names[HS_FDC_COUNT] = {
+		[HS_FDC_NONE] = "none",
+		[HS_FDC_OPEN] = "open",
+		[HS_FDC_OPENAT] = "openat",
+		[HS_FDC_CREAT] = "creat",
+		[HS_FDC_SOCKET] = "socket",
+		[HS_FDC_SOCKETPAIR] = "socketpair",
+		[HS_FDC_ACCEPT] = "accept",
+		[HS_FDC_PIPE] = "pipe",
+		[HS_FDC_DUP] = "dup",
+		[HS_FDC_DUP2] = "dup2",
+		[HS_FDC_DUP3] = "dup3",
+		[HS_FDC_FCNTL_DUPFD] = "fcntl-dupfd",
+		[HS_FDC_EVENTFD] = "eventfd",
+		[HS_FDC_TIMERFD] = "timerfd_create",
+		[HS_FDC_SIGNALFD] = "signalfd",
+		[HS_FDC_EPOLL] = "epoll_create",
+		[HS_FDC_INOTIFY] = "inotify_init",
+		[HS_FDC_MEMFD] = "memfd_create",
+		[HS_FDC_FOPEN] = "fopen",
+		[HS_FDC_FDOPEN] = "fdopen",
+		[HS_FDC_FREOPEN] = "freopen",
+		[HS_FDC_OPENDIR] = "opendir",
+		[HS_FDC_FDOPENDIR] = "fdopendir",
+		[HS_FDC_RECVMSG] = "recvmsg",
+		[HS_FDC_INHERITED] = "inherited",
+		[HS_FDC_UNSEEN] = "unseen",
+		[HS_FDC_CLOSE] = "close",
+		[HS_FDC_CLOSE_RANGE] = "close_range",
+		[HS_FDC_FCLOSE] = "fclose",
+		[HS_FDC_CLOSEDIR] = "closedir",
+		[HS_FDC_CLOSE_OWNED] = "heisen_fd_close_owned",
+		[HS_FDC_SET_OWNER] = "heisen_fd_set_owner",
+	};
+	return call < HS_FDC_COUNT && names[call] ? names[call] : "unknown";
+}
+
+const char *hs_fd_op_name(unsigned op)
+{
+	switch (op) {
+	case HS_FDE_CREATE: return "open";
+	case HS_FDE_CLOSE: return "close";
+	case HS_FDE_CLOSE_FAILED: return "close-failed";
+	case HS_FDE_OWNER: return "owner";
+	default: return "unknown";
+	}
+}
+
+const char *hs_fd_rule_name(unsigned rule)
+{
+	switch (rule) {
+	case HS_FD_RULE_EBADF: return "ebadf";
+	case HS_FD_RULE_FILE: return "file";
+	case HS_FD_RULE_DIR: return "dir";
+	case HS_FD_RULE_OWNER: return "owner";
+	case HS_FD_RULE_CONFIRMED: return "confirmed";
+	default: return "unknown";
+	}
+}
+
+const struct hs_fd_event *hs_fd_creation(const struct hs_fnd *f, uint32_t gen)
+{
+	for (uint32_t i = 0; i < f->nhist; i++)
+		if (f->hist[i].op == HS_FDE_CREATE && f->hist[i].gen == gen)
+			return &f->hist[i];
+	return NULL;
+}
+
+void hs_fd_message(const struct hs_fnd *f, char *msg, size_t len)
+{
+	const struct hs_finding *r = &f->rec;
+	const struct hs_fd_event *c = hs_fd_creation(f, (uint32_t)r->size);
+	size_t used = 0;
+	msg[0] = '\0';
+	switch (f->kind) {
+	case HS_F_DOUBLE_CLOSE:
+		hs_appendf(msg, len, &used, "double close of fd %llu (generation %llu", (unsigned long long)r->addr,
+			   (unsigned long long)r->size);
+		if (c)
+			hs_appendf(msg, len, &used, ", %s %s", hs_fd_kind_name(c->kind), c->path[0] ? c->path : "");
+		hs_appendf(msg, len, &used, ") in thread %d: it was already closed", r->tid);
+		if (r->tid2)
+			hs_appendf(msg, len, &used, " by thread %d", r->tid2);
+		if (r->signo)
+			hs_appendf(msg, len, &used, "; the close failed with %s", r->signo == EBADF ? "EBADF" : "an error");
+		break;
+	case HS_F_STALE_CLOSE:
+		hs_appendf(msg, len, &used, "stale close of fd %llu by thread %d: generation %llu", (unsigned long long)r->addr,
+			   r->tid, (unsigned long long)r->size);
+		if (c)
+			hs_appendf(msg, len, &used, " (%s %s)", hs_fd_kind_name(c->kind), c->path[0] ? c->path : "");
+		if (r->tid3)
+			hs_appendf(msg, len, &used, " belonged to thread %d", r->tid3);
+		else
+			hs_appendf(msg, len, &used, " belonged to someone else");
+		switch (r->offset) {
+		case HS_FD_RULE_FILE:
+			hs_appendf(msg, len, &used, "; the closing FILE's own generation was closed behind its back");
+			break;
+		case HS_FD_RULE_DIR:
+			hs_appendf(msg, len, &used, "; the closing DIR's own generation was closed behind its back");
+			break;
+		case HS_FD_RULE_OWNER:
+			hs_appendf(msg, len, &used, "; the owner declared with heisen_fd_set_owner did not close it");
+			break;
+		case HS_FD_RULE_CONFIRMED:
+			hs_appendf(msg, len, &used, "; thread %d had the number from generation %llu, and the rightful "
+				   "owner's own close then failed with EBADF", r->tid, (unsigned long long)r->size - 1);
+			break;
+		default:
+			break;
+		}
+		break;
+	case HS_F_FD_LEAK:
+		hs_appendf(msg, len, &used, "%u fd%s still open %s, created at %u site%s", f->nleaked,
+			   f->nleaked == 1 ? "" : "s", f->at_hang ? "at the hang" : "at the end of the process", f->ngroups,
+			   f->ngroups == 1 ? "" : "s");
+		if (f->ngroups && f->groups[0].nfds) {
+			const struct hs_fdsnap *d = f->groups[0].fds[0];
+			hs_appendf(msg, len, &used, "; the most: %u x %s (%s%s)", f->groups[0].nfds, hs_fd_kind_name(d->f.kind),
+				   hs_fd_call_name(d->f.call), d->f.path[0] ? ", " : "");
+			if (d->f.path[0]) {
+				used = used ? used - 1 : 0; /* before the ")" */
+				hs_appendf(msg, len, &used, "%s)", d->f.path);
+			}
+		}
 		break;
 	default:
 		break;

@@ -66,6 +66,19 @@ const char *hs_heap_stacks_note(unsigned v);
  */
 void hs_heap_message(const struct hs_fnd *f, char *msg, size_t len);
 
+/* File descriptors (issue 5): names as in the JSON schema. */
+const char *hs_fd_kind_name(unsigned kind);   /* "file", "socket", "pipe", ... */
+const char *hs_fd_call_name(unsigned call);   /* "open", "accept", "close", "fclose", ... */
+const char *hs_fd_op_name(unsigned op);       /* "open", "close", "close-failed", "owner" */
+const char *hs_fd_rule_name(unsigned rule);   /* "ebadf", "file", "dir", "owner", "confirmed" */
+
+/* The creation event of generation gen in an fd finding's history, or NULL. */
+const struct hs_fd_event *hs_fd_creation(const struct hs_fnd *f, uint32_t gen);
+
+/* The one-line message of an fd finding (double-close, stale-close,
+ * fd-leak), shared by the text and JSON reports. */
+void hs_fd_message(const struct hs_fnd *f, char *msg, size_t len);
+
 /* The thread's held entry for the lock that another thread of the finding
  * waits for, else its innermost held lock, else NULL. */
 const struct hs_held *hs_relevant_hold(const struct hs_fnd *f, const struct hs_tsnap *t);

@@ -185,6 +185,23 @@ static void event_fields(struct hs_json *j, struct hs_proc *p, const struct hs_r
 		hs_json_int(j, "sender_pid", (int64_t)r->b);
 		hs_json_int(j, "si_code", (int64_t)r->c);
 		break;
+	case HS_REC_FD_CREATED:
+		hs_json_int(j, "fd", (int64_t)r->a);
+		hs_json_uint(j, "generation", r->b);
+		hs_json_str(j, "fd_kind", hs_fd_kind_name(r->c & 0xff));
+		hs_json_str(j, "call", hs_fd_call_name((r->c >> 8) & 0xff));
+		break;
+	case HS_REC_FD_CLOSED:
+		hs_json_int(j, "fd", (int64_t)r->a);
+		hs_json_uint(j, "generation", r->b);
+		hs_json_str(j, "call", hs_fd_call_name((unsigned)r->c));
+		break;
+	case HS_REC_FD_CLOSE_FAILED:
+		hs_json_int(j, "fd", (int64_t)r->a);
+		hs_json_uint(j, "generation", r->b);
+		hs_json_str(j, "call", hs_fd_call_name((unsigned)(r->c >> 16)));
+		hs_json_uint(j, "errno", r->c & 0xffff);
+		break;
 	default:
 		break;
 	}
@@ -499,6 +516,75 @@ static void tree_node(struct hs_json *j, const struct hs_pnode *n)
 	hs_json_end_object(j);
 }
 
+/* "owner": what carries the generation, null when nothing does. */
+static const char *owner_name(uint32_t flags)
+{
+	if (flags & HS_FDF_OWNER_FILE)
+		return "file";
+	if (flags & HS_FDF_OWNER_DIR)
+		return "dir";
+	if (flags & HS_FDF_OWNER_TAG)
+		return "tag";
+	return NULL;
+}
+
+/* FDREF (docs/interfaces.md "File descriptors"): one open fd of the table. */
+static void fdref(struct hs_json *j, struct hs_proc *p, const struct hs_fdsnap *d, bool with_stack)
+{
+	char role[160];
+	hs_json_object(j, NULL);
+	hs_json_int(j, "fd", d->fd);
+	hs_json_uint(j, "generation", d->f.gen);
+	hs_json_str(j, "kind", hs_fd_kind_name(d->f.kind));
+	hs_json_str(j, "call", hs_fd_call_name(d->f.call));
+	hs_json_str(j, "path", d->f.path[0] ? d->f.path : NULL);
+	hs_json_bool(j, "cloexec", (d->f.flags & HS_FDF_CLOEXEC) != 0);
+	hs_json_bool(j, "inherited", (d->f.flags & HS_FDF_INHERITED) != 0);
+	hs_json_str(j, "owner", owner_name(d->f.flags));
+	if (d->f.tid)
+		hs_json_int(j, "tid", d->f.tid);
+	else
+		hs_json_null(j, "tid");
+	hs_json_uint(j, "since_ns", hs_proc_realtime(p, d->f.ts_ns));
+	if (p->pstate == HS_P_EXECED)
+		hs_json_bool(j, "closed_by_exec", (d->f.flags & HS_FDF_CLOEXEC) != 0);
+	hs_json_bool(j, "torn", d->torn);
+	if (with_stack) {
+		if (d->f.stack) {
+			snprintf(role, sizeof role, "creation of fd %d", d->fd);
+			stack(j, "stack", p, d->f.stack, role, d->f.tid);
+		} else {
+			hs_json_null(j, "stack");
+		}
+	}
+	hs_json_end_object(j);
+}
+
+/* "fds": the fd table's open numbers and counters, null when not tracked. */
+static void fds(struct hs_json *j, struct hs_proc *p)
+{
+	const struct hs_header *h = &p->seg.hdr;
+	if (!(hs_seg_flags(&p->seg) & HS_HDR_FDS)) {
+		hs_json_null(j, "fds");
+		return;
+	}
+	hs_json_object(j, "fds");
+	hs_json_uint(j, "numbers", h->tables[HS_T_FDS].capacity);
+	hs_json_uint(j, "created", h->fd_created);
+	hs_json_uint(j, "closed", h->fd_closed);
+	hs_json_uint(j, "beyond", h->fd_beyond);
+	hs_json_uint(j, "max", h->fd_max);
+	hs_json_uint(j, "torn", h->fd_torn);
+	hs_json_uint(j, "history_dropped", hs_seg_dropped(&p->seg, HS_T_FD_HISTORY));
+	hs_json_str(j, "stacks", h->fd_stacks == HS_HEAP_STACKS_FULL ? "full" : "site");
+	hs_json_array(j, "open");
+	for (uint32_t i = 0; i < p->nfds; i++)
+		if (p->fds[i].f.state == HS_FDS_OPEN)
+			fdref(j, p, &p->fds[i], true);
+	hs_json_end_array(j);
+	hs_json_end_object(j);
+}
+
 static void warnings(struct hs_json *j, struct hs_session *s)
 {
 	struct hs_warnings w;
@@ -564,6 +650,7 @@ static void process(struct hs_json *j, struct hs_session *s, struct hs_proc *p)
 		environment(j, p->info);
 	}
 	modules(j, p);
+	fds(j, p);
 	dropped(j, p);
 	hs_json_array(j, "threads");
 	for (uint32_t i = 0; i < p->nthreads; i++)
@@ -701,6 +788,99 @@ static void heap_finding(struct hs_json *j, struct hs_fnd *f, char *msg, size_t 
 		if (known && (r->stack2 || r->tid2))
 			stack(j, NULL, f->proc, r->stack2, "earlier free", r->tid2);
 		break;
+	}
+	hs_json_end_array(j);
+}
+
+/* double-close, stale-close: docs/interfaces.md "File descriptors". */
+static void fd_close_finding(struct hs_json *j, struct hs_fnd *f, char *msg, size_t len)
+{
+	const struct hs_finding *r = &f->rec;
+	bool stale = f->kind == HS_F_STALE_CLOSE;
+	char role[128];
+	hs_fd_message(f, msg, len);
+	hs_json_int(j, "fd", (int64_t)r->addr);
+	hs_json_uint(j, "generation", r->size);
+	hs_json_str(j, "rule", hs_fd_rule_name(r->offset));
+	if (r->signo)
+		hs_json_int(j, "errno", r->signo);
+	else
+		hs_json_null(j, "errno");
+	hs_json_array(j, "locks");
+	hs_json_end_array(j);
+	hs_json_array(j, "stacks");
+	stack(j, NULL, f->proc, r->stack, stale ? "stale close" : "second close", r->tid);
+	if (r->stack2 || r->tid2)
+		stack(j, NULL, f->proc, r->stack2, stale ? "stale owner's generation" : "first close", r->tid2);
+	stack(j, NULL, f->proc, r->stack3, stale ? "rightful owner's creation" : "creation", r->tid3);
+	if (stale && f->nhist && f->hist[f->nhist - 1].op == HS_FDE_CLOSE_FAILED &&
+	    !(r->offset == HS_FD_RULE_OWNER && f->hist[f->nhist - 1].call == HS_FDC_CLOSE_OWNED))
+		stack(j, NULL, f->proc, f->hist[f->nhist - 1].stack, "rightful owner's failed close",
+		      f->hist[f->nhist - 1].tid);
+	hs_json_end_array(j);
+	hs_json_array(j, "history");
+	for (uint32_t i = 0; i < f->nhist; i++) {
+		const struct hs_fd_event *e = &f->hist[i];
+		hs_json_object(j, NULL);
+		hs_json_uint(j, "generation", e->gen);
+		hs_json_str(j, "op", hs_fd_op_name(e->op));
+		hs_json_str(j, "call", hs_fd_call_name(e->call));
+		hs_json_str(j, "kind", hs_fd_kind_name(e->kind));
+		hs_json_str(j, "path", e->op == HS_FDE_CREATE && e->path[0] ? e->path : NULL);
+		if (e->tid)
+			hs_json_int(j, "tid", e->tid);
+		else
+			hs_json_null(j, "tid");
+		if (e->op == HS_FDE_CLOSE_FAILED)
+			hs_json_int(j, "errno", e->err);
+		else
+			hs_json_null(j, "errno");
+		hs_json_str(j, "owner", owner_name(e->flags));
+		hs_json_uint(j, "ts_ns", hs_proc_realtime(f->proc, e->ts_ns));
+		snprintf(role, sizeof role, "%s of fd %d generation %u", hs_fd_op_name(e->op), e->fd, e->gen);
+		stack_of(j, "stack", f->proc, e->stack, role, e->tid, e->tid != 0);
+		hs_json_end_object(j);
+	}
+	hs_json_end_array(j);
+}
+
+/* fd-leak: the open fds by creation site. */
+static void fd_leak(struct hs_json *j, struct hs_fnd *f, char *msg, size_t len)
+{
+	char role[256];
+	hs_fd_message(f, msg, len);
+	hs_json_str(j, "at", f->at_hang ? "hang" : "end");
+	hs_json_uint(j, "open", f->nleaked);
+	hs_json_array(j, "locks");
+	hs_json_end_array(j);
+	hs_json_array(j, "stacks");
+	for (uint32_t i = 0; i < f->ngroups; i++) {
+		const struct hs_fd_group *g = &f->groups[i];
+		size_t used = 0;
+		hs_appendf(role, sizeof role, &used, "created %u fd%s still open (fd", g->nfds, g->nfds == 1 ? "" : "s");
+		for (uint32_t k = 0; k < g->nfds; k++)
+			hs_appendf(role, sizeof role, &used, "%s %d", k ? "," : "", g->fds[k]->fd);
+		hs_appendf(role, sizeof role, &used, ")");
+		stack(j, NULL, f->proc, g->stack, role, g->fds[0]->f.tid);
+	}
+	hs_json_end_array(j);
+	hs_json_array(j, "groups");
+	for (uint32_t i = 0; i < f->ngroups; i++) {
+		const struct hs_fd_group *g = &f->groups[i];
+		const struct hs_fdsnap *d = g->fds[0];
+		hs_json_object(j, NULL);
+		hs_json_uint(j, "count", g->nfds);
+		hs_json_str(j, "kind", hs_fd_kind_name(d->f.kind));
+		hs_json_str(j, "call", hs_fd_call_name(d->f.call));
+		hs_json_str(j, "path", d->f.path[0] ? d->f.path : NULL);
+		hs_json_int(j, "tid", d->f.tid);
+		hs_json_array(j, "fds");
+		for (uint32_t k = 0; k < g->nfds; k++)
+			fdref(j, f->proc, g->fds[k], false);
+		hs_json_end_array(j);
+		snprintf(role, sizeof role, "creation of %u fd%s", g->nfds, g->nfds == 1 ? "" : "s");
+		stack(j, "stack", f->proc, g->stack, role, d->f.tid);
+		hs_json_end_object(j);
 	}
 	hs_json_end_array(j);
 }
@@ -1036,7 +1216,25 @@ static void tids(struct hs_json *j, struct hs_fnd *f)
 			if (!seen)
 				hs_json_int(j, NULL, f->edges[i].tid);
 		}
-	else if (f->kind == HS_F_DOUBLE_FREE) {
+	else if (f->kind == HS_F_FD_LEAK)
+		for (uint32_t i = 0; i < f->ngroups; i++) {
+			bool seen = false;
+			for (uint32_t k = 0; k < i; k++)
+				seen |= f->groups[k].fds[0]->f.tid == f->groups[i].fds[0]->f.tid;
+			if (!seen)
+				hs_json_int(j, NULL, f->groups[i].fds[0]->f.tid);
+		}
+	else if (f->kind == HS_F_STALE_CLOSE) {
+		/* [the stale closer, the rightful owner] */
+		hs_json_int(j, NULL, f->rec.tid);
+		if (f->rec.tid3 && f->rec.tid3 != f->rec.tid)
+			hs_json_int(j, NULL, f->rec.tid3);
+	} else if (f->kind == HS_F_DOUBLE_CLOSE) {
+		/* [second close, first close, creation], as the stacks */
+		hs_json_int(j, NULL, f->rec.tid);
+		hs_json_int(j, NULL, f->rec.tid2);
+		hs_json_int(j, NULL, f->rec.tid3);
+	} else if (f->kind == HS_F_DOUBLE_FREE) {
 		/* [second free, first free, allocation], as the stacks */
 		hs_json_int(j, NULL, f->rec.tid);
 		hs_json_int(j, NULL, f->rec.tid2);
@@ -1058,7 +1256,7 @@ static void finding(struct hs_json *j, struct hs_session *s, struct hs_fnd *f)
 	hs_json_int(j, "pid", f->proc->seg.hdr.pid);
 	hs_json_str(j, "segment", f->proc->seg.name);
 	tids(j, f);
-	if (f->kind != HS_F_DEADLOCK && f->kind != HS_F_HANG)
+	if (f->kind != HS_F_DEADLOCK && f->kind != HS_F_HANG && f->kind != HS_F_FD_LEAK)
 		hs_json_uint(j, "count", f->rec.count);
 	switch (f->kind) {
 	case HS_F_POTENTIAL: potential(j, f, msg, sizeof msg); break;
@@ -1069,6 +1267,9 @@ static void finding(struct hs_json *j, struct hs_session *s, struct hs_fnd *f)
 	case HS_F_INVALID_FREE: heap_finding(j, f, msg, sizeof msg); break;
 	case HS_F_OOM_KILL:
 	case HS_F_KILLED: death(j, f, msg, sizeof msg); break;
+	case HS_F_STALE_CLOSE:
+	case HS_F_DOUBLE_CLOSE: fd_close_finding(j, f, msg, sizeof msg); break;
+	case HS_F_FD_LEAK: fd_leak(j, f, msg, sizeof msg); break;
 	case HS_F_HANG:
 		if (f->stalled_seconds > 0) {
 			stalled(j, s, f, msg, sizeof msg);

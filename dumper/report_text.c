@@ -10,6 +10,7 @@
  * that overflowed are said loudly, as lockdep does, because a finding may be
  * missing for that reason.  Design: DESIGN.md "Reports".
  */
+#include <errno.h>
 #include <inttypes.h>
 #include <stdlib.h>
 #include <string.h>
@@ -196,6 +197,88 @@ static void heap(FILE *out, struct hs_fnd *f)
 		print_frames(out, f->proc, r->stack3, "    ");
 	}
 	fprintf(out, "\n (%s)\n", hs_heap_stacks_note(f->proc->seg.hdr.heap_stacks));
+}
+
+/* ---- file descriptors (issue 5) ------------------------------------------ */
+
+/* "thread 123 (name)" */
+static void who(char *buf, size_t len, const struct hs_proc *p, int32_t tid)
+{
+	if (tid)
+		snprintf(buf, len, "thread %d (%s)", tid, thread_name(p, tid));
+	else
+		snprintf(buf, len, "no thread heisen saw");
+}
+
+/* What an event of an fd finding's history is, in the story. */
+static const char *history_note(const struct hs_fnd *f, const struct hs_fd_event *e, uint32_t i)
+{
+	const struct hs_finding *r = &f->rec;
+	if (f->kind == HS_F_STALE_CLOSE) {
+		if (e->op == HS_FDE_CLOSE && e->gen == r->size && e->tid == r->tid && e->stack == r->stack)
+			return "  <-- the stale close";
+		if (e->op == HS_FDE_CLOSE_FAILED && e->gen == r->size && i + 1 == f->nhist)
+			return r->offset == HS_FD_RULE_OWNER && e->call == HS_FDC_CLOSE_OWNED && e->tid == r->tid
+				       ? "  <-- the stale close (refused)"
+				       : "  <-- the rightful owner finds its fd gone";
+		if (e->op == HS_FDE_CREATE && e->gen == r->size)
+			return "  <-- the rightful owner";
+	} else if (e->op == HS_FDE_CLOSE_FAILED && i + 1 == f->nhist) {
+		return "  <-- the second close";
+	}
+	return "";
+}
+
+/* The whole story of the number: each event with its stack, oldest first. */
+static void fd_history(FILE *out, struct hs_fnd *f)
+{
+	char w[64];
+	fprintf(out, "\n history of fd %llu (oldest first):\n", (unsigned long long)f->rec.addr);
+	if (f->nhist == 0)
+		fprintf(out, "   (not recorded: the history table was full)\n");
+	for (uint32_t i = 0; i < f->nhist; i++) {
+		const struct hs_fd_event *e = &f->hist[i];
+		who(w, sizeof w, f->proc, e->tid);
+		fprintf(out, "\n   gen %u %-12s %s", e->gen, hs_fd_op_name(e->op), hs_fd_call_name(e->call));
+		if (e->op == HS_FDE_CREATE)
+			fprintf(out, " %s%s%s", hs_fd_kind_name(e->kind), e->path[0] ? " " : "", e->path);
+		if (e->op == HS_FDE_CLOSE_FAILED)
+			fprintf(out, " -> %s", e->err == EBADF ? "EBADF" : "error");
+		fprintf(out, " by %s%s:\n", w, history_note(f, e, i));
+		print_frames(out, f->proc, e->stack, "      ");
+	}
+}
+
+static void fd_close_finding(FILE *out, struct hs_fnd *f)
+{
+	char msg[1024];
+	hs_fd_message(f, msg, sizeof msg);
+	fprintf(out, "%s", msg);
+	if (f->rec.count > 1)
+		fprintf(out, " (seen %u times)", f->rec.count);
+	fprintf(out, "\n");
+	fd_history(out, f);
+}
+
+static void fd_leak(FILE *out, struct hs_fnd *f)
+{
+	char msg[1024], w[64];
+	hs_fd_message(f, msg, sizeof msg);
+	fprintf(out, "%s\n", msg);
+	if (!f->at_hang)
+		fprintf(out, "(at the end, only sites that left %d or more open are shown: one listening socket or log file "
+			     "open at exit is not a leak)\n", HS_FD_LEAK_MIN);
+	for (uint32_t i = 0; i < f->ngroups; i++) {
+		const struct hs_fd_group *g = &f->groups[i];
+		const struct hs_fdsnap *d = g->fds[0];
+		who(w, sizeof w, f->proc, d->f.tid);
+		fprintf(out, "\n %u x %s (%s)%s%s: fd", g->nfds, hs_fd_kind_name(d->f.kind), hs_fd_call_name(d->f.call),
+			d->f.path[0] ? " " : "", d->f.path);
+		for (uint32_t k = 0; k < g->nfds; k++)
+			fprintf(out, "%s %d", k ? "," : "", g->fds[k]->fd);
+		fprintf(out, ", created by %s at:\n", w);
+		print_frames(out, f->proc, g->stack, "    ");
+	}
 }
 
 /* A GIL wait before the writer has a GIL node: name it all the same. */
@@ -417,9 +500,12 @@ static void banner(FILE *out, const struct hs_fnd *f)
 		[HS_F_DOUBLE_FREE] = "double free",
 		[HS_F_HEAP_OVERFLOW] = "heap overflow",
 		[HS_F_INVALID_FREE] = "invalid free",
+		[HS_F_STALE_CLOSE] = "stale close",
+		[HS_F_DOUBLE_CLOSE] = "double close",
 		[HS_F_SELF_DEADLOCK] = "self-deadlock",
 		[HS_F_HANG] = "hang",
 		[HS_F_POTENTIAL] = "potential deadlock (lock-order cycle)",
+		[HS_F_FD_LEAK] = "fd leak",
 	};
 	fprintf(out, "==== heisen: %s", what[f->kind]);
 	if (f->kind == HS_F_CRASH)
@@ -446,6 +532,9 @@ static void finding(FILE *out, struct hs_session *s, struct hs_fnd *f)
 	case HS_F_INVALID_FREE: heap(out, f); break;
 	case HS_F_OOM_KILL:
 	case HS_F_KILLED: death(out, s, f); break;
+	case HS_F_STALE_CLOSE:
+	case HS_F_DOUBLE_CLOSE: fd_close_finding(out, f); break;
+	case HS_F_FD_LEAK: fd_leak(out, f); break;
 	default: break;
 	}
 	fprintf(out, "\n");
@@ -510,6 +599,14 @@ static void overflow_lines(FILE *out, struct hs_proc *p)
 		fprintf(out, "  !!! the recorder found its own state inconsistent and went quiet\n");
 	if (flags & HS_HDR_FALLBACK_SMALL)
 		fprintf(out, "  !!! the segment was made small: the session directory was short of space\n");
+	if (p->seg.hdr.fd_beyond)
+		fprintf(out, "  !!! %u fds were numbered beyond the fd table (%u numbers, HEISEN_FD_NUMBERS): not tracked\n",
+			p->seg.hdr.fd_beyond, p->seg.hdr.tables[HS_T_FDS].capacity);
+	if (p->seg.hdr.fd_torn)
+		fprintf(out, "  !!! %u fd table updates were given up (a writer held the slot too long)\n", p->seg.hdr.fd_torn);
+	if (hs_seg_dropped(&p->seg, HS_T_FD_HISTORY))
+		fprintf(out, "  !!! the fd finding history was full: %u findings have no history\n",
+			hs_seg_dropped(&p->seg, HS_T_FD_HISTORY));
 }
 
 static void event_text(FILE *out, struct hs_proc *p, const struct hs_record *r)
@@ -555,6 +652,17 @@ static void event_text(FILE *out, struct hs_proc *p, const struct hs_record *r)
 	case HS_REC_TERM_SIGNAL:
 		fprintf(out, " %s from pid %" PRId64 " (si_code %" PRId64 ")", hs_signal_name((int)r->a), (int64_t)r->b,
 			(int64_t)r->c);
+		break;
+	case HS_REC_FD_CREATED:
+		fprintf(out, " fd %" PRIu64 " gen %" PRIu64 " %s (%s)", r->a, r->b, hs_fd_kind_name(r->c & 0xff),
+			hs_fd_call_name((r->c >> 8) & 0xff));
+		break;
+	case HS_REC_FD_CLOSED:
+		fprintf(out, " fd %" PRIu64 " gen %" PRIu64 " (%s)", r->a, r->b, hs_fd_call_name((unsigned)r->c));
+		break;
+	case HS_REC_FD_CLOSE_FAILED:
+		fprintf(out, " fd %" PRIu64 " gen %" PRIu64 " (%s) errno %" PRIu64, r->a, r->b,
+			hs_fd_call_name((unsigned)(r->c >> 16)), r->c & 0xffff);
 		break;
 	case HS_REC_NEW_EDGE:
 	case HS_REC_FINDING:
@@ -606,7 +714,8 @@ static void thread_section(FILE *out, struct hs_session *s, struct hs_proc *p, c
 }
 
 /* Worth its threads and events: a finding is about it, it did not end
- * normally, a thread of it holds or waits, or one of its tables overflowed. */
+ * normally, a thread of it holds or waits, or one of its tables overflowed
+ * (fd numbers beyond the fd table included). */
 static bool interesting(struct hs_proc *p, const struct hs_findings *f)
 {
 	static const enum hs_table_id t[] = {HS_T_MODULES, HS_T_STRINGS, HS_T_STACKS, HS_T_LOCKS,
@@ -617,6 +726,8 @@ static bool interesting(struct hs_proc *p, const struct hs_findings *f)
 		return true;
 	if ((hs_seg_flags(&p->seg) & HS_HDR_HEAP) && p->seg.hdr.heap_failures)
 		return true; /* refused allocations: the heap line says where */
+	if (p->seg.hdr.fd_beyond || p->seg.hdr.fd_torn || hs_seg_dropped(&p->seg, HS_T_FD_HISTORY))
+		return true; /* fds heisen could not track: said loudly */
 	for (size_t i = 0; i < f->n; i++)
 		if (f->v[i].proc == p)
 			return true;
@@ -705,6 +816,66 @@ static void memory_lines(FILE *out, const struct hs_proc *p)
 	fprintf(out, "\n");
 }
 
+/* The innermost frame of a stack, and its innermost Python frame: one line. */
+static void frame_brief(char *buf, size_t len, struct hs_proc *p, uint32_t stack)
+{
+	struct hs_frames fr;
+	size_t used = 0;
+	const struct hs_frame *py = NULL;
+	buf[0] = '\0';
+	hs_frames_of(p, stack, &fr);
+	if (!fr.valid || fr.n == 0) {
+		snprintf(buf, len, "(no stack recorded)");
+		return;
+	}
+	for (uint32_t i = 0; i < fr.n && !py; i++)
+		if (fr.f[i]->python)
+			py = fr.f[i];
+	if (fr.f[0]->function)
+		hs_appendf(buf, len, &used, "%s", fr.f[0]->function);
+	else
+		hs_appendf(buf, len, &used, "0x%" PRIx64, fr.f[0]->pc);
+	if (fr.f[0]->file)
+		hs_appendf(buf, len, &used, " (%s:%d)", fr.f[0]->file, fr.f[0]->line);
+	if (py && py != fr.f[0])
+		hs_appendf(buf, len, &used, " from %s (%s:%d) [python]", py->function ? py->function : "?",
+			   py->file ? py->file : "?", py->line);
+}
+
+/* "  fds: ..." and one line per open fd (issue 5), when fds were tracked. */
+static void fd_table(FILE *out, struct hs_proc *p)
+{
+	const struct hs_header *h = &p->seg.hdr;
+	uint32_t open = 0, inh = 0;
+	char w[64], at[512];
+	if (!(hs_seg_flags(&p->seg) & HS_HDR_FDS))
+		return;
+	for (uint32_t i = 0; i < p->nfds; i++)
+		if (p->fds[i].f.state == HS_FDS_OPEN) {
+			open++;
+			inh += (p->fds[i].f.flags & HS_FDF_INHERITED) != 0;
+		}
+	fprintf(out, "  fds: %u open (%u inherited), %" PRIu64 " created, %" PRIu64 " closed; stacks: %s\n", open, inh,
+		h->fd_created, h->fd_closed, h->fd_stacks == HS_HEAP_STACKS_FULL ? "full" : "site");
+	for (uint32_t i = 0; i < p->nfds; i++) {
+		const struct hs_fdsnap *d = &p->fds[i];
+		if (d->f.state != HS_FDS_OPEN)
+			continue;
+		fprintf(out, "    fd %-4d %-8s %s%s", d->fd, hs_fd_kind_name(d->f.kind), d->f.path[0] ? d->f.path : "?",
+			(d->f.flags & HS_FDF_CLOEXEC) ? " [cloexec]" : "");
+		if (p->pstate == HS_P_EXECED)
+			fprintf(out, (d->f.flags & HS_FDF_CLOEXEC) ? " (closed by exec)" : " (passed on to the next image)");
+		if (d->f.flags & HS_FDF_INHERITED) {
+			fprintf(out, " inherited\n");
+			continue;
+		}
+		who(w, sizeof w, p, d->f.tid);
+		frame_brief(at, sizeof at, p, d->f.stack);
+		fprintf(out, " (%s, gen %u) by %s at %s%s\n", hs_fd_call_name(d->f.call), d->f.gen, w, at,
+			d->torn ? " [copy torn]" : "");
+	}
+}
+
 static void process_section(FILE *out, struct hs_session *s, struct hs_proc *p)
 {
 	process_line(out, p);
@@ -720,6 +891,7 @@ static void process_section(FILE *out, struct hs_session *s, struct hs_proc *p)
 	}
 	heap_line(out, p);
 	memory_lines(out, p);
+	fd_table(out, p);
 	fprintf(out, "  segment: %s, %" PRIu64 " events recorded\n", p->seg.name, hs_seg_events(&p->seg));
 	overflow_lines(out, p);
 	for (uint32_t i = 0; i < p->nthreads; i++)

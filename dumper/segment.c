@@ -25,7 +25,7 @@
 static const char *const table_names[HS_T_COUNT] = {
 	"modules", "strings", "stacks", "stack index", "site index", "locks",
 	"lock index", "edges", "edge index", "threads", "findings", "rings",
-	"python frames", "python frame index",
+	"python frames", "python frame index", "fds", "fd events", "fd history",
 };
 
 static const uint32_t reader_sizes[HS_T_COUNT] = {
@@ -33,7 +33,7 @@ static const uint32_t reader_sizes[HS_T_COUNT] = {
 	sizeof(struct hs_index_slot), sizeof(struct hs_lock), sizeof(struct hs_index_slot),
 	sizeof(struct hs_edge), sizeof(struct hs_index_slot), sizeof(struct hs_thread),
 	sizeof(struct hs_finding), sizeof(struct hs_ring_header), sizeof(struct hs_pyframe),
-	sizeof(struct hs_index_slot),
+	sizeof(struct hs_index_slot), sizeof(struct hs_fd), sizeof(struct hs_fd_event), sizeof(struct hs_fd_event),
 };
 
 static enum hs_seg_result fail(char *err, size_t errlen, const char *fmt, ...)
@@ -127,6 +127,9 @@ static enum hs_seg_result check_geometry(const struct hs_header *h, uint64_t fil
 	if (h->tables[HS_T_RINGS].capacity &&
 	    (h->ring_records == 0 || (h->ring_records & (h->ring_records - 1))))
 		return fail(err, errlen, "ring records %u is not a power of two", h->ring_records);
+	if (h->tables[HS_T_FD_EVENTS].capacity & (h->tables[HS_T_FD_EVENTS].capacity - 1))
+		return fail(err, errlen, "table fd events: capacity %u is not a power of two",
+			    h->tables[HS_T_FD_EVENTS].capacity);
 	for (int t = 0; t < HS_T_COUNT; t++)
 		if (check_table(h, t, err, errlen) != HS_SEG_OK)
 			return HS_SEG_BAD;

@@ -61,6 +61,28 @@ static void load_threads(struct hs_proc *p)
 			p->nthreads++;
 }
 
+/* Far above any real HEISEN_FD_NUMBERS: bounds the copy on a crafted segment. */
+#define FDS_READ_MAX (1u << 20)
+
+/* Copy the fd table (issue 5): the numbers ever seen, at one moment. */
+static void load_fds(struct hs_proc *p)
+{
+	uint32_t cap = p->seg.hdr.tables[HS_T_FDS].capacity, n = 0;
+	struct hs_fdsnap tmp;
+	if (cap > FDS_READ_MAX) {
+		hs_seg_complain(&p->seg, "fd table capacity %u > %u: only the first %u numbers are read", cap,
+				FDS_READ_MAX, FDS_READ_MAX);
+		cap = FDS_READ_MAX;
+	}
+	for (uint32_t i = 0; i < cap; i++)
+		n += hs_read_fd(&p->seg, i, &tmp);
+	if (n == 0 || !(p->fds = calloc(n, sizeof *p->fds)))
+		return;
+	for (uint32_t i = 0; i < cap && p->nfds < n; i++)
+		if (hs_read_fd(&p->seg, i, &p->fds[p->nfds]) == 1)
+			p->nfds++;
+}
+
 /* Open one segment into s->procs; errors go to s->errors. */
 static void load_one(struct hs_session *s, const char *name, bool symbols, size_t cap)
 {
@@ -86,6 +108,7 @@ static void load_one(struct hs_session *s, const char *name, bool symbols, size_
 	hs_clean(p->exe);
 	p->symbols = symbols;
 	load_threads(p);
+	load_fds(p);
 	s->nprocs++;
 }
 
@@ -178,6 +201,7 @@ void hs_session_free(struct hs_session *s)
 	for (size_t i = 0; i < s->nprocs; i++) {
 		hs_sym_free(s->procs[i].sym);
 		free(s->procs[i].threads);
+		free(s->procs[i].fds);
 		hs_seg_close(&s->procs[i].seg);
 	}
 	free(s->procs);

@@ -33,6 +33,8 @@ struct hs_proc {
 	int64_t value;           /* exit status, signal, or next image */
 	struct hs_tsnap *threads;
 	uint32_t nthreads;       /* live and exited slots, in slot order */
+	struct hs_fdsnap *fds;   /* fd numbers ever seen (issue 5), by number */
+	uint32_t nfds;
 	char exe[HS_EXE_MAX + 1];
 	struct hs_sym *sym;      /* made on first use by hs_proc_sym */
 	bool symbols;            /* use debug info (false: --no-symbols) */

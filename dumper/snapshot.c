@@ -182,13 +182,82 @@ int hs_read_finding(struct hs_seg *seg, uint32_t i, struct hs_finding *out)
 	if (__atomic_load_n(&f->ready, __ATOMIC_ACQUIRE) != 1)
 		return -1;
 	memcpy(out, f, sizeof *out);
-	if (out->kind < HS_FIND_POTENTIAL_DEADLOCK || out->kind > HS_FIND_HEAP_OVERFLOW) {
+	if (out->kind < HS_FIND_POTENTIAL_DEADLOCK || out->kind > HS_FIND_STALE_CLOSE) {
 		hs_seg_complain(seg, "finding %u: unknown kind %u", i, out->kind);
 		return -1;
 	}
-	if (out->n > HS_CYCLE_MAX) {
+	if (out->kind == HS_FIND_POTENTIAL_DEADLOCK && out->n > HS_CYCLE_MAX) {
 		hs_seg_complain(seg, "finding %u: %u edges > %u, clamped", i, out->n, HS_CYCLE_MAX);
 		out->n = HS_CYCLE_MAX;
 	}
+	return 0;
+}
+
+/* ---- file descriptors (issue 5) ------------------------------------------ */
+
+static void clean_path(char *path)
+{
+	path[HS_FD_PATH_MAX - 1] = '\0';
+	hs_clean(path);
+}
+
+int hs_read_fd(struct hs_seg *seg, uint32_t fd, struct hs_fdsnap *out)
+{
+	const struct hs_fd *s = hs_seg_entry(seg, HS_T_FDS, fd);
+	int tries;
+
+	memset(out, 0, sizeof *out);
+	if (!s)
+		return 0;
+	for (tries = 0; tries < SEQLOCK_TRIES; tries++) {
+		/* acquire: the fields copied below are at least as new as q */
+		uint32_t q = __atomic_load_n(&s->seq, __ATOMIC_ACQUIRE);
+		memcpy(&out->f, s, sizeof out->f);
+		/* acquire fence: orders the copy before the second read of seq */
+		__atomic_thread_fence(__ATOMIC_ACQUIRE);
+		if (!(q & 1) && __atomic_load_n(&s->seq, __ATOMIC_RELAXED) == q)
+			break;
+		if (tries > SEQLOCK_TRIES / 2)
+			sched_yield();
+	}
+	out->torn = tries == SEQLOCK_TRIES;
+	out->fd = (int32_t)fd;
+	if (out->f.gen == 0)
+		return 0;
+	if (out->f.state > HS_FDS_CLOSED) {
+		hs_seg_complain(seg, "fd %u: unknown state %u", fd, out->f.state);
+		out->f.state = HS_FDS_CLOSED;
+	}
+	if (out->f.kind >= HS_FDK_COUNT) {
+		hs_seg_complain(seg, "fd %u: unknown kind %u", fd, out->f.kind);
+		out->f.kind = HS_FDK_UNKNOWN;
+	}
+	if (out->f.call >= HS_FDC_COUNT || out->f.close_call >= HS_FDC_COUNT) {
+		hs_seg_complain(seg, "fd %u: unknown call %u/%u", fd, out->f.call, out->f.close_call);
+		out->f.call = out->f.call >= HS_FDC_COUNT ? HS_FDC_NONE : out->f.call;
+		out->f.close_call = out->f.close_call >= HS_FDC_COUNT ? HS_FDC_NONE : out->f.close_call;
+	}
+	clean_path(out->f.path);
+	return 1;
+}
+
+int hs_read_fd_history(struct hs_seg *seg, uint32_t i, struct hs_fd_event *out)
+{
+	const struct hs_fd_event *e = hs_seg_entry(seg, HS_T_FD_HISTORY, i);
+	if (!e) {
+		hs_seg_complain(seg, "fd history entry %u out of range (capacity %u)", i,
+				seg->hdr.tables[HS_T_FD_HISTORY].capacity);
+		return -1;
+	}
+	/* acquire: pairs with the writer's release of seq after the copy */
+	if (__atomic_load_n(&e->seq, __ATOMIC_ACQUIRE) != 1)
+		return -1;
+	memcpy(out, e, sizeof *out);
+	if (out->op < HS_FDE_CREATE || out->op > HS_FDE_OWNER || out->kind >= HS_FDK_COUNT || out->call >= HS_FDC_COUNT) {
+		hs_seg_complain(seg, "fd history entry %u: unknown op %u, kind %u or call %u", i, out->op, out->kind,
+				out->call);
+		return -1;
+	}
+	clean_path(out->path);
 	return 0;
 }

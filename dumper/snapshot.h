@@ -53,9 +53,31 @@ int hs_read_module(struct hs_seg *seg, uint32_t i, struct hs_module *out);
 
 /*
  * Copy finding `i`.  Returns 0 when it is published (ready == 1) and of a
- * known kind; n is clamped to HS_CYCLE_MAX.  -1 otherwise.  Edge and stack
+ * known kind; a potential deadlock's n is clamped to HS_CYCLE_MAX (an fd
+ * finding's n counts history events: analyze.c clamps it).  -1 otherwise.  Edge and stack
  * ids inside are not checked here: they are checked where they are read.
  */
 int hs_read_finding(struct hs_seg *seg, uint32_t i, struct hs_finding *out);
+
+/* A slot of the fd table (issue 5), read under its seqlock. */
+struct hs_fdsnap {
+	struct hs_fd f;       /* state, kind, call and close_call sane; path terminated and cleaned */
+	int32_t fd;           /* the number: the slot's index */
+	bool torn;            /* the seqlock never settled: fields may disagree */
+};
+
+/*
+ * Copy slot `fd` of the fd table.  Returns 1 when the number was ever seen
+ * (gen != 0; out filled), 0 for a slot never used or one past the table.
+ * Retries the seqlock a few times, then sets out->torn.
+ */
+int hs_read_fd(struct hs_seg *seg, uint32_t fd, struct hs_fdsnap *out);
+
+/*
+ * Copy entry `i` of the fd finding history (HS_T_FD_HISTORY).  Returns 0
+ * when it is published (seq 1), -1 when not yet, or when i is beyond the
+ * table (complained).  op, kind and call are checked, path terminated.
+ */
+int hs_read_fd_history(struct hs_seg *seg, uint32_t i, struct hs_fd_event *out);
 
 #endif

@@ -287,8 +287,8 @@ static uint32_t wrapper_stack(uint64_t site, uint64_t *entry)
 			__atomic_compare_exchange_n(entry, &v, (v & ~(uint64_t)0xffffffu) | k, 0, __ATOMIC_RELAXED,
 						    __ATOMIC_RELAXED);
 	}
-	/* bit 63: never a user-space PC, so never the key of a plain site */
-	return site_stack_key(hs_mix64(site ^ hs_mix64(outer)) | (1ull << 63), site, 0);
+	/* bits 63 and 62: never a user-space PC (nor fds.c's HS_SITE_NATIVE keys, a PC with bit 63) */
+	return site_stack_key(hs_mix64(site ^ hs_mix64(outer)) | (3ull << 62), site, 0);
 }
 
 static uint32_t site_stack_key(uint64_t key, uint64_t site, int first_sight)

@@ -8,8 +8,11 @@
 #ifndef HEISEN_HOOKS_H
 #define HEISEN_HOOKS_H
 
+#include <dirent.h>
 #include <pthread.h>
 #include <signal.h>
+#include <stdio.h>
+#include <sys/socket.h>
 #include <sys/types.h>
 #include <time.h>
 

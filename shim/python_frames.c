@@ -566,6 +566,12 @@ unsigned hs_py_interleave(struct hs_seg *s, uint64_t *pcs, unsigned n, unsigned 
 	return o;
 }
 
+int hs_py_eval_pc(uint64_t pc)
+{
+	/* acquire: pairs with the release of ready in hs_py_frames_init */
+	return __atomic_load_n(&pf.ready, __ATOMIC_ACQUIRE) && pc > pf.eval_lo && pc <= pf.eval_hi;
+}
+
 /* ---- start-up ---------------------------------------------------------------- */
 
 /* Say in the header that frames are read, and which Python (a fork child's
@@ -637,6 +643,12 @@ unsigned hs_py_interleave(struct hs_seg *s, uint64_t *pcs, unsigned n, unsigned 
 
 void hs_py_frames_init(void)
 {
+}
+
+int hs_py_eval_pc(uint64_t pc)
+{
+	(void)pc;
+	return 0;
 }
 
 #endif

@@ -200,6 +200,7 @@ int hs_session_setup(void)
 	hs_quiet = getenv("HEISEN_QUIET") && getenv("HEISEN_QUIET")[0] == '1';
 	geometry.threads = env_uint("HEISEN_THREADS", geometry.threads, 4, 4096);
 	geometry.ring_records = env_uint("HEISEN_RING", geometry.ring_records, 16, 1u << 20);
+	geometry.fds = env_uint("HEISEN_FD_NUMBERS", geometry.fds, 16, 1u << 20);
 	if (geometry.ring_records & (geometry.ring_records - 1)) {
 		warn3("HEISEN_RING must be a power of two; using 256", NULL, NULL, 0);
 		geometry.ring_records = 256;

@@ -84,6 +84,10 @@ struct hs_tls {
 	int pending_code;
 	uint64_t pending_addr;
 	uint32_t pending_stack;
+	/* file descriptors (issue 5, fds.c) */
+	int32_t vfork_pid;            /* set by the vfork trampoline to the parent's pid: a vfork child shares this memory */
+	int32_t fd_last;              /* the number of this thread's last close, -1 = none (close-all sweeps) */
+	uint64_t fd_last_site;        /* and its call site */
 };
 
 extern __thread struct hs_tls hs_tls __attribute__((tls_model("initial-exec")));
@@ -180,14 +184,26 @@ void hs_thread_detach(struct hs_tls *t);
 int hs_threads_init(void);
 
 /*
+ * 1 when the calling thread is the child of a vfork() (fds.c's trampoline
+ * noted the parent's pid in t->vfork_pid) that has not exec'd yet: it runs
+ * in its parent's memory, on its parent's thread-local state, so it must
+ * record nothing.  In the parent, once the child has gone, it clears the
+ * note and returns 0.  One getpid() system call, only while a note is set.
+ */
+int hs_vfork_child(struct hs_tls *t);
+
+/*
  * Enter a hook.  Returns the thread's state with the guard taken, or NULL
  * when the hook must only call through: the shim is not recording, the
- * thread is already inside the shim, it is exiting, or it has no slot.
+ * thread is already inside the shim, it is exiting, it has no slot, or it
+ * is a vfork child (hs_vfork_child).
  */
 static inline struct hs_tls *hs_enter(void)
 {
 	struct hs_tls *t = &hs_tls;
 	if (HS_UNLIKELY(!__atomic_load_n(&hs_recording, __ATOMIC_ACQUIRE)) || t->in_hook || t->dead)
+		return NULL;
+	if (HS_UNLIKELY(t->vfork_pid != 0) && hs_vfork_child(t))
 		return NULL;
 	t->in_hook = 1;
 	if (HS_UNLIKELY(t->slot == NULL || t->seg_gen != __atomic_load_n(&hs_seg_gen, __ATOMIC_ACQUIRE))) {
@@ -490,6 +506,10 @@ uint32_t hs_py_gil_lock(void);
  */
 unsigned hs_py_interleave(struct hs_seg *s, uint64_t *pcs, unsigned n, unsigned max, int *python);
 
+/* 1 when pc (a return address) is in CPython's evaluation loop, whose
+ * native frames Python frames stand for; 0 when frames are not read. */
+int hs_py_eval_pc(uint64_t pc);
+
 /* Set while capturing in a signal handler: Python frames are then read with
  * process_vm_readv, which fails instead of faulting on a bad pointer. */
 extern __thread int hs_py_careful __attribute__((tls_model("initial-exec")));
@@ -590,6 +610,24 @@ void hs_proc_end(struct hs_tls *t, unsigned why);
  * program: sample memory when due.  Takes the guard itself; returns at once
  * inside the shim or before recording starts.  (memhooks.c) */
 void hs_mem_big_alloc(uint64_t n);
+/* ---- file descriptors (fds.c, issue 5) ------------------------------------------- */
+
+/* Read HEISEN_FDS & co. and, when fd tracking is on (the default), mark the
+ * header, note the fds this image inherited (/proc/self/fd) and register the
+ * fork handler.  Init only; call after init.c's own pthread_atfork. */
+void hs_fds_init(void);
+
+/*
+ * The stack of call site `site` (a return address) for a hook that is not
+ * on a hot path but wants exact Python lines: the native frames of the
+ * site's first call, captured once and cached in the site index (under
+ * site | HS_SITE_NATIVE), up to the first frame of CPython's evaluation
+ * loop, followed by the calling thread's current Python frames (the cached
+ * frames beyond that point belong to the first call's Python context and
+ * are dropped).  Returns a stack id, 0 when the table is full.
+ */
+uint32_t hs_stack_site_python(uint64_t site);
+#define HS_SITE_NATIVE (1ull << 63)  /* site index key tag: a native-only site stack */
 
 /* ---- snapshots (signals.c) ---------------------------------------------------- */
 

@@ -118,49 +118,36 @@ uint32_t hs_stack_here(void)
 	return hs_stack_intern(&hs_seg, pcs, depth, flags);
 }
 
-uint32_t hs_stack_site(uint64_t site)
+/* The stack id cached under key in the site index, 0 when none (or being filled). */
+static uint32_t site_get(struct hs_seg *s, uint64_t key)
 {
-	struct hs_seg *s = &hs_seg;
 	struct hs_table *idx = &s->hdr->tables[HS_T_SITE_INDEX];
 	uint32_t mask = idx->capacity - 1;
-	uint32_t i = (uint32_t)hs_mix64(site) & mask;
-	uint32_t id;
+	uint32_t i = (uint32_t)hs_mix64(key) & mask;
 
 	for (uint32_t probe = 0; probe <= mask; probe++, i = (i + 1) & mask) {
 		struct hs_index_slot *slot = &s->site_index[i];
-		uint64_t key = __atomic_load_n(&slot->key, __ATOMIC_ACQUIRE);
-		if (key == site) {
-			id = __atomic_load_n(&slot->value, __ATOMIC_ACQUIRE);
-			if (id)
-				return id;
-			break; /* being filled by another thread: capture our own */
-		}
-		if (key == 0)
+		uint64_t k = __atomic_load_n(&slot->key, __ATOMIC_ACQUIRE);
+		if (k == key)
+			return __atomic_load_n(&slot->value, __ATOMIC_ACQUIRE); /* 0: being filled: capture our own */
+		if (k == 0)
 			break;
 	}
-	/* first time at this site: the slow path */
-	{
-		void *buf[HS_STACK_DEPTH + 12];
-		uint64_t pcs[HS_STACK_DEPTH + 12 + PY_ROOM];
-		int n = unw_backtrace(buf, (int)(sizeof buf / sizeof buf[0]));
-		unsigned depth;
-		int python;
-		if (n <= 0)
-			return 0;
-		for (int j = 0; j < n; j++)
-			pcs[j] = (uint64_t)(uintptr_t)buf[j];
-		depth = trim_and_check(pcs, (unsigned)n);
-		depth = hs_py_interleave(s, pcs, depth, depth > PY_ROOM ? depth : PY_ROOM, &python);
-		id = hs_stack_intern(s, pcs, depth, HS_STACK_SITE | (python ? HS_STACK_PYTHON : 0));
-	}
-	if (!id)
-		return 0;
-	i = (uint32_t)hs_mix64(site) & mask;
+	return 0;
+}
+
+/* Cache id under key; the first writer wins.  Returns the cached id. */
+static uint32_t site_put(struct hs_seg *s, uint64_t key, uint32_t id)
+{
+	struct hs_table *idx = &s->hdr->tables[HS_T_SITE_INDEX];
+	uint32_t mask = idx->capacity - 1;
+	uint32_t i = (uint32_t)hs_mix64(key) & mask;
+
 	for (uint32_t probe = 0; probe <= mask; probe++, i = (i + 1) & mask) {
 		struct hs_index_slot *slot = &s->site_index[i];
 		uint64_t expect = 0;
-		if (__atomic_compare_exchange_n(&slot->key, &expect, site, 0, __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE) ||
-		    expect == site) {
+		if (__atomic_compare_exchange_n(&slot->key, &expect, key, 0, __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE) ||
+		    expect == key) {
 			uint32_t none = 0;
 			/* first writer wins; later ones keep what is there */
 			__atomic_compare_exchange_n(&slot->value, &none, id, 0, __ATOMIC_RELEASE, __ATOMIC_RELAXED);
@@ -169,6 +156,71 @@ uint32_t hs_stack_site(uint64_t site)
 	}
 	__atomic_add_fetch(&idx->dropped, 1, __ATOMIC_RELAXED);
 	return id;
+}
+
+/* Unwind the calling thread (the shim's frames trimmed) into pcs; returns the depth. */
+static unsigned capture(uint64_t *pcs)
+{
+	void *buf[HS_STACK_DEPTH + 12];
+	int n = unw_backtrace(buf, (int)(sizeof buf / sizeof buf[0]));
+	if (n <= 0)
+		return 0;
+	for (int j = 0; j < n; j++)
+		pcs[j] = (uint64_t)(uintptr_t)buf[j];
+	return trim_and_check(pcs, (unsigned)n);
+}
+
+uint32_t hs_stack_site(uint64_t site)
+{
+	struct hs_seg *s = &hs_seg;
+	uint64_t pcs[HS_STACK_DEPTH + 12 + PY_ROOM];
+	unsigned depth;
+	uint32_t id;
+	int python;
+
+	if ((id = site_get(s, site)) != 0)
+		return id;
+	/* first time at this site: the slow path */
+	depth = capture(pcs);
+	if (depth == 0)
+		return 0;
+	depth = hs_py_interleave(s, pcs, depth, depth > PY_ROOM ? depth : PY_ROOM, &python);
+	id = hs_stack_intern(s, pcs, depth, HS_STACK_SITE | (python ? HS_STACK_PYTHON : 0));
+	return id ? site_put(s, site, id) : 0;
+}
+
+uint32_t hs_stack_site_python(uint64_t site)
+{
+	struct hs_seg *s = &hs_seg;
+	uint64_t pcs[HS_STACK_DEPTH + 12 + PY_ROOM];
+	const struct hs_stack *st;
+	unsigned depth;
+	uint32_t id;
+	int python;
+
+	if ((id = site_get(s, site | HS_SITE_NATIVE)) == 0) {
+		depth = capture(pcs);
+		if (depth == 0 || (id = hs_stack_intern(s, pcs, depth, HS_STACK_SITE)) == 0)
+			return 0;
+		id = site_put(s, site | HS_SITE_NATIVE, id);
+	}
+	/* relaxed: the flag is set once at start-up, before any hook runs Python */
+	if (!(__atomic_load_n(&s->hdr->python, __ATOMIC_RELAXED) & HS_PY_FRAMES))
+		return id;
+	st = &s->stacks[id];
+	depth = st->depth < HS_STACK_DEPTH ? st->depth : HS_STACK_DEPTH;
+	memcpy(pcs, st->pc, depth * sizeof *pcs);
+	/* keep the native frames up to the first evaluation loop; this call's
+	 * Python frames follow it, all of them (interleave appends the rest) */
+	for (unsigned i = 1; i < depth; i++)
+		if (hs_py_eval_pc(pcs[i])) {
+			depth = i + 1;
+			break;
+		}
+	depth = hs_py_interleave(s, pcs, depth, PY_ROOM, &python);
+	if (!python)
+		return id;
+	return hs_stack_intern(s, pcs, depth, (st->flags & HS_STACK_TRUNCATED) | HS_STACK_SITE | HS_STACK_PYTHON);
 }
 
 uint64_t hs_caller_outside(uint64_t lo, uint64_t hi)

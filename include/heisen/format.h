@@ -38,7 +38,8 @@
 #define HS_MAGIC "HEISENSG"      /* 8 bytes, no terminator stored */
 #define HS_MAGIC_LEN 8
 #define HS_ABI_VERSION 4u  /* 2: Python frames, GIL wait flags, thread snapshots, 64-deep stacks; 3: heap findings and counters;
-				    4: processes and environment (issue 6) */
+				    4: processes and environment (issue 6); file descriptors (issue 5): fd table,
+				    fd event ring, fd finding history */
 #define HS_ENDIAN_TAG 0x01020304u /* reads back as 0x04030201 on a foreign-endian host */
 
 /* Fixed shapes.  Changing any of these changes the ABI version. */
@@ -68,6 +69,9 @@ enum hs_table_id {
 	HS_T_RINGS,        /* struct hs_ring_header followed by ring_records hs_record; ring i belongs to thread slot i */
 	HS_T_PYFRAMES,     /* struct hs_pyframe; entry 0 is reserved; count [atomic] publishes */
 	HS_T_PYFRAME_INDEX, /* struct hs_index_slot: key = hs_pyframe_key(), value = pyframe id */
+	HS_T_FDS,          /* struct hs_fd: slot i describes fd number i (issue 5); count unused (capacity = numbers tracked) */
+	HS_T_FD_EVENTS,    /* struct hs_fd_event: a ring of every fd creation and close, all threads (hs_header.fd_event_head) */
+	HS_T_FD_HISTORY,   /* struct hs_fd_event: copies kept for fd findings (never overwritten); count [atomic] reserves */
 	HS_T_COUNT
 };
 
@@ -113,6 +117,7 @@ enum hs_state {
 #define HS_HDR_FALLBACK_SMALL 0x1u  /* sized down because the session directory was short of space */
 #define HS_HDR_SUSPECT 0x2u         /* the writer found its own state inconsistent and went quiet */
 #define HS_HDR_HEAP 0x4u            /* heap checking is on in this process (HEISEN_HEAP) */
+#define HS_HDR_FDS 0x8u             /* file descriptors are tracked in this process (unless HEISEN_FDS=0, issue 5) */
 #define HS_HDR_ENV 0x10u            /* hs_header.env was filled (issue 6) */
 #define HS_HDR_ENV_INHERITED 0x20u  /* ... copied from the forking parent's segment, not read anew */
 
@@ -236,6 +241,15 @@ struct hs_header {
 	uint64_t heap_last_fail_size; /* size of the last refused allocation */
 	uint32_t heap_last_fail_stack; /* its stack */
 	uint32_t heap_stacks;      /* HS_HEAP_STACKS_*: what stack each malloc/free records */
+
+	/* file descriptors (issue 5), [atomic]; all 0 when fd tracking is off (HS_HDR_FDS clear) */
+	uint64_t fd_event_head;    /* next position of the fd event ring (HS_T_FD_EVENTS): events ever written */
+	uint64_t fd_created;       /* generations created (every number, tracked or not) */
+	uint64_t fd_closed;        /* generations closed */
+	uint32_t fd_beyond;        /* creations of numbers >= the fd table's capacity: not tracked */
+	uint32_t fd_max;           /* highest fd number seen created */
+	uint32_t fd_torn;          /* slot updates given up (a writer held the slot too long) */
+	uint32_t fd_stacks;        /* HS_HEAP_STACKS_* values: site (default) or full, for fd creation and close stacks */
 	uint64_t reserved[10];     /* zero; room for later fields without an ABI bump */
 
 	/* processes and environment (issue 6) */
@@ -520,6 +534,10 @@ enum hs_record_type {
 	HS_REC_GIL_ACQUIRED = 17,  /* a = which, c = waited ns */
 	HS_REC_GIL_RELEASED = 18,  /* a = which */
 	HS_REC_SNAPSHOT = 19,      /* this thread recorded its stack: a = HS_SNAPF_* */
+	/* file descriptors (issue 5): 20..29; stack = the creation or close stack */
+	HS_REC_FD_CREATED = 20,    /* a = fd, b = generation, c = kind | call << 8 (enum hs_fd_kind, hs_fd_call) */
+	HS_REC_FD_CLOSED = 21,     /* a = fd, b = generation closed, c = call (enum hs_fd_call) */
+	HS_REC_FD_CLOSE_FAILED = 22, /* a close that failed: a = fd, b = generation, c = errno | call << 16 */
 	/* issue 6: 30..39 */
 	HS_REC_MEMORY = 30,        /* a memory sample: a = RSS bytes, b = heap live bytes (0: heap checker off),
 				      c = HS_MEMW_* | the size of the allocation that triggered it << 8 */
@@ -585,6 +603,8 @@ enum hs_finding_kind {
 	HS_FIND_DOUBLE_FREE = 4,        /* addr, size; stack = the second free (tid), stack2 = the first (tid2), stack3 = the allocation (tid3) */
 	HS_FIND_INVALID_FREE = 5,       /* addr: never handed out, or the middle of a block; stack = the free (tid) */
 	HS_FIND_HEAP_OVERFLOW = 6,      /* addr, size: the tail canary broken; stack = the free (tid), stack3 = the allocation (tid3) */
+	HS_FIND_DOUBLE_CLOSE = 7,       /* issue 5: a close that failed with EBADF; see "fd findings" below */
+	HS_FIND_STALE_CLOSE = 8,        /* issue 5: a close of a generation its caller did not own; see "fd findings" below */
 };
 
 /*
@@ -615,17 +635,188 @@ struct hs_finding {
 	uint64_t size;             /* the block's size as requested */
 };
 
+/*
+ * fd findings (ABI 4) use the fields of struct hs_finding this way:
+ *   addr    the fd number
+ *   size    the generation concerned (double-close: the one closed twice;
+ *           stale-close: the rightful owner's generation that was closed)
+ *   lock    index of the finding's first event in HS_T_FD_HISTORY
+ *   n       events used there (at most HS_FD_FINDING_EVENTS, reserved
+ *           together; [atomic]: a later event, the rightful owner's EBADF,
+ *           may be appended to a stale-close after it was published)
+ *   offset  enum hs_fd_rule: how the finding was proven
+ *   signo   errno of the failing close (EBADF), 0 when none failed
+ *   double-close:  stack/tid = the failing close, stack2/tid2 = the earlier
+ *                  close of that generation, stack3/tid3 = its creation
+ *   stale-close:   stack/tid = the stale close, stack2/tid2 = where the stale
+ *                  closer got the number (its own earlier generation's
+ *                  creation or claim), stack3/tid3 = the rightful owner's
+ *                  creation
+ */
+enum hs_fd_rule {
+	HS_FD_RULE_EBADF = 1,      /* double-close: the close failed with EBADF after a recorded close */
+	HS_FD_RULE_FILE = 2,       /* stale-close: fclose/freopen of a FILE whose generation is not the number's current one */
+	HS_FD_RULE_DIR = 3,        /* stale-close: closedir of a DIR whose generation is not the number's current one */
+	HS_FD_RULE_OWNER = 4,      /* stale-close: a close that does not match heisen_fd_set_owner()'s owner */
+	HS_FD_RULE_CONFIRMED = 5,  /* stale-close: the rightful owner's own close then failed with EBADF (README: the rule) */
+};
+#define HS_FD_FINDING_EVENTS 8     /* history events reserved per fd finding */
+
+/* ---- file descriptors (issue 5) ----------------------------------------- */
+
+/* What an fd is. */
+enum hs_fd_kind {
+	HS_FDK_UNKNOWN = 0,        /* inherited, or created where heisen could not see how */
+	HS_FDK_FILE = 1,           /* open/openat/creat/fopen: a path */
+	HS_FDK_DIR = 2,            /* opendir */
+	HS_FDK_SOCKET = 3,
+	HS_FDK_PIPE = 4,
+	HS_FDK_EVENTFD = 5,
+	HS_FDK_TIMERFD = 6,
+	HS_FDK_SIGNALFD = 7,
+	HS_FDK_EPOLL = 8,
+	HS_FDK_INOTIFY = 9,
+	HS_FDK_MEMFD = 10,
+	HS_FDK_RECEIVED = 11,      /* received with SCM_RIGHTS */
+	HS_FDK_COUNT
+};
+
+/* The call that created or closed a generation. */
+enum hs_fd_call {
+	HS_FDC_NONE = 0,
+	HS_FDC_OPEN = 1,           /* open, open64, __open_2 ... */
+	HS_FDC_OPENAT = 2,
+	HS_FDC_CREAT = 3,
+	HS_FDC_SOCKET = 4,
+	HS_FDC_SOCKETPAIR = 5,
+	HS_FDC_ACCEPT = 6,         /* accept, accept4 */
+	HS_FDC_PIPE = 7,           /* pipe, pipe2 */
+	HS_FDC_DUP = 8,
+	HS_FDC_DUP2 = 9,           /* dup2: creates the new number, closes what it held */
+	HS_FDC_DUP3 = 10,
+	HS_FDC_FCNTL_DUPFD = 11,   /* F_DUPFD, F_DUPFD_CLOEXEC */
+	HS_FDC_EVENTFD = 12,
+	HS_FDC_TIMERFD = 13,
+	HS_FDC_SIGNALFD = 14,
+	HS_FDC_EPOLL = 15,         /* epoll_create, epoll_create1 */
+	HS_FDC_INOTIFY = 16,       /* inotify_init, inotify_init1 */
+	HS_FDC_MEMFD = 17,
+	HS_FDC_FOPEN = 18,         /* fopen, fopen64 */
+	HS_FDC_FDOPEN = 19,        /* takes over an open number: an owner event */
+	HS_FDC_FREOPEN = 20,       /* closes the FILE's number, opens another */
+	HS_FDC_OPENDIR = 21,
+	HS_FDC_FDOPENDIR = 22,     /* takes over an open number: an owner event */
+	HS_FDC_RECVMSG = 23,       /* SCM_RIGHTS */
+	HS_FDC_INHERITED = 24,     /* open when the process image started (parent, exec) or at fork */
+	HS_FDC_UNSEEN = 25,        /* found open at its close or its annotation: created where heisen does not look */
+	HS_FDC_CLOSE = 26,
+	HS_FDC_CLOSE_RANGE = 27,   /* close_range, closefrom */
+	HS_FDC_FCLOSE = 28,
+	HS_FDC_CLOSEDIR = 29,
+	HS_FDC_CLOSE_OWNED = 30,   /* heisen_fd_close_owned */
+	HS_FDC_SET_OWNER = 31,     /* heisen_fd_set_owner: an owner event */
+	HS_FDC_COUNT
+};
+
+/* hs_fd.state */
+enum hs_fd_state {
+	HS_FDS_NONE = 0,           /* never seen */
+	HS_FDS_OPEN = 1,           /* generation gen is open */
+	HS_FDS_CLOSED = 2,         /* generation gen was closed (close_*) */
+};
+
+/* hs_fd.flags and hs_fd_event.flags */
+#define HS_FDF_CLOEXEC 0x1u        /* close-on-exec (O_CLOEXEC, SOCK_CLOEXEC, F_SETFD ...) */
+#define HS_FDF_INHERITED 0x2u      /* open before this image started (parent, exec) or at fork: not created here */
+#define HS_FDF_OWNER_FILE 0x4u     /* owner is a FILE * (fopen, fdopen, freopen) */
+#define HS_FDF_OWNER_DIR 0x8u      /* owner is a DIR * (opendir, fdopendir) */
+#define HS_FDF_OWNER_TAG 0x10u     /* owner is a tag given by heisen_fd_set_owner */
+#define HS_FDF_UNSEEN 0x20u        /* heisen did not see this generation's creation */
+#define HS_FDF_OWNERS (HS_FDF_OWNER_FILE | HS_FDF_OWNER_DIR | HS_FDF_OWNER_TAG)
+
+#define HS_FD_PATH_MAX 80          /* bytes kept of a path or peer, NUL included: the tail when longer */
+
+/*
+ * Slot i of HS_T_FDS: fd number i, its current (or last) generation.  The
+ * generation grows by one at every creation of the number; each generation
+ * remembers its creation (call, kind, path or peer, stack, thread) and, once
+ * closed, its close.  Several threads may write one slot (the kernel
+ * serializes the system calls, not the hooks around them), so the slot is a
+ * seqlock: a writer claims it by moving seq from even to odd with a
+ * compare-and-swap, writes, and stores seq + 1 (release); a reader copies
+ * between two equal even reads of seq.  A creation is recorded after the
+ * call returns, a close before the call is made (the number can be reused
+ * by another thread the instant it is closed).  Numbers beyond the table's
+ * capacity (HEISEN_FD_NUMBERS, default 1024) are counted in
+ * hs_header.fd_beyond, not tracked.  The idea is
+ * Android's fdsan (owner tags), generalized to untagged numbers.
+ */
+struct hs_fd {
+	uint32_t seq;              /* [atomic] the slot's seqlock */
+	uint32_t gen;              /* current or last generation, 0 = never seen */
+	uint8_t state;             /* enum hs_fd_state */
+	uint8_t kind;              /* enum hs_fd_kind */
+	uint8_t call;              /* enum hs_fd_call: how it was created */
+	uint8_t close_call;        /* enum hs_fd_call: how it was closed (state CLOSED) */
+	uint32_t flags;            /* HS_FDF_* */
+	int32_t tid;               /* creating thread */
+	uint32_t stack;            /* creation stack */
+	uint64_t ts_ns;            /* creation time */
+	uint64_t owner;            /* FILE *, DIR * or owner tag (HS_FDF_OWNER_*), 0 = none */
+	int32_t close_tid;         /* closing thread (state CLOSED) */
+	uint32_t close_stack;
+	uint64_t close_ns;
+	uint64_t last_event;       /* position + 1 of this number's newest event in HS_T_FD_EVENTS, 0 = none */
+	char path[HS_FD_PATH_MAX]; /* path, peer or description, NUL-terminated ("" = unknown) */
+};
+
+/* hs_fd_event.op */
+enum hs_fd_op {
+	HS_FDE_CREATE = 1,         /* a generation began */
+	HS_FDE_CLOSE = 2,          /* a generation ended (recorded before the close call) */
+	HS_FDE_CLOSE_FAILED = 3,   /* a close call failed: err */
+	HS_FDE_OWNER = 4,          /* a FILE, DIR or owner tag took over the open generation */
+};
+
+/*
+ * One fd event.  In HS_T_FD_EVENTS (a ring shared by all threads) an event
+ * at absolute position pos lives in entry pos % capacity: the writer takes
+ * pos with a fetch-add on hs_header.fd_event_head, stores seq = 0, the
+ * payload, then seq = pos + 1 (release), as struct hs_record; prev chains
+ * the events of one number (position + 1, 0 = none), newest first, and a
+ * reader stops where an entry no longer holds the position it expects.  In
+ * HS_T_FD_HISTORY (copies kept for findings, reserved by a fetch-add on
+ * the table's count) seq is 1 once the copy is complete, and prev is 0.
+ */
+struct hs_fd_event {
+	uint64_t seq;              /* [atomic] */
+	uint64_t ts_ns;
+	uint64_t prev;             /* position + 1 of the same number's previous event, 0 = none */
+	uint64_t owner;            /* the owner (HS_FDE_OWNER, or a creation by fopen/opendir) */
+	int32_t fd;
+	uint32_t gen;
+	int32_t tid;
+	uint32_t stack;
+	uint8_t op;                /* enum hs_fd_op */
+	uint8_t call;              /* enum hs_fd_call */
+	uint8_t kind;              /* enum hs_fd_kind */
+	uint8_t err;               /* errno of a failed close */
+	uint32_t flags;            /* HS_FDF_* of the generation at the time */
+	char path[HS_FD_PATH_MAX]; /* creations: as hs_fd.path */
+};
+
 /* ---- layout ------------------------------------------------------------- */
 
 /* Table capacities a segment is made with. */
 struct hs_geometry {
 	uint32_t modules, string_bytes, stacks, locks, edges, threads, findings, ring_records, pyframes;
+	uint32_t fds, fd_events;   /* issue 5: fd numbers tracked, fd events kept (a power of two) */
 };
 
-/* The default geometry (about 4.5 MiB per process). */
-#define HS_GEOMETRY_DEFAULT {512, 256 * 1024, 2048, 4096, 4096, 128, 128, 256, 4096}
+/* The default geometry (about 4.8 MiB per process). */
+#define HS_GEOMETRY_DEFAULT {512, 256 * 1024, 2048, 4096, 4096, 128, 128, 256, 4096, 1024, 4096}
 /* The fallback when the session directory is short of space (about 0.5 MiB). */
-#define HS_GEOMETRY_SMALL {128, 32 * 1024, 256, 512, 512, 16, 32, 64, 256}
+#define HS_GEOMETRY_SMALL {128, 32 * 1024, 256, 512, 512, 16, 32, 64, 256, 256, 256}
 
 static inline uint64_t hs_align64(uint64_t x) { return (x + 63u) & ~(uint64_t)63u; }
 
@@ -651,12 +842,14 @@ static inline void hs_layout(struct hs_header *h, const struct hs_geometry *g)
 		sizeof(struct hs_index_slot), sizeof(struct hs_lock), sizeof(struct hs_index_slot),
 		sizeof(struct hs_edge), sizeof(struct hs_index_slot), sizeof(struct hs_thread),
 		sizeof(struct hs_finding), 0, sizeof(struct hs_pyframe), sizeof(struct hs_index_slot),
+		sizeof(struct hs_fd), sizeof(struct hs_fd_event), sizeof(struct hs_fd_event),
 	};
 	uint32_t cap[HS_T_COUNT] = {
 		g->modules, g->string_bytes, g->stacks, hs_index_capacity(g->stacks),
 		hs_index_capacity(g->stacks), g->locks, hs_index_capacity(g->locks),
 		g->edges, hs_index_capacity(g->edges), g->threads, g->findings, g->threads,
 		g->pyframes, hs_index_capacity(g->pyframes),
+		g->fds, g->fd_events, g->findings * HS_FD_FINDING_EVENTS,
 	};
 	uint64_t off = hs_align64(sizeof(struct hs_header));
 	for (int t = 0; t < HS_T_COUNT; t++) {

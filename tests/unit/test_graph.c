@@ -8,7 +8,7 @@
  */
 #include "unit.h"
 
-static const struct hs_geometry geo = {16, 4096, 64, 32, 64, 4, 16, 16, 16};
+static const struct hs_geometry geo = {16, 4096, 64, 32, 64, 4, 16, 16, 16, 16, 16};
 
 static uint32_t lock(struct hs_seg *s, uint64_t addr, unsigned kind)
 {

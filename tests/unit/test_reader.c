@@ -1111,6 +1111,169 @@ static void test_symbolize(void)
 	synth_free(&s);
 }
 
+/* ---- fd findings and the fd table (ABI 4, issue 5) ------------------------ */
+
+static void add_fd(struct synth *s, uint32_t fd, uint32_t gen, unsigned state, unsigned kind, uint32_t flags,
+		   const char *path, int tid)
+{
+	struct hs_fd *d = entry(s, HS_T_FDS, fd);
+	memset(d, 0, sizeof *d);
+	d->gen = gen;
+	d->state = (uint8_t)state;
+	d->kind = (uint8_t)kind;
+	d->call = flags & HS_FDF_INHERITED ? HS_FDC_INHERITED : HS_FDC_OPEN;
+	d->flags = flags;
+	d->tid = tid;
+	d->stack = tid ? 1 : 0;
+	d->ts_ns = s->h->start_mono_ns + 5;
+	snprintf(d->path, sizeof d->path, "%s", path);
+}
+
+static void add_fd_event(struct synth *s, uint32_t i, uint32_t gen, unsigned op, unsigned call, int tid,
+			 uint32_t stack, const char *path)
+{
+	struct hs_fd_event *e = entry(s, HS_T_FD_HISTORY, i);
+	memset(e, 0, sizeof *e);
+	e->fd = 5;
+	e->gen = gen;
+	e->op = (uint8_t)op;
+	e->call = (uint8_t)call;
+	e->kind = HS_FDK_FILE;
+	e->tid = tid;
+	e->stack = stack;
+	e->err = op == HS_FDE_CLOSE_FAILED ? 9 : 0;
+	e->ts_ns = s->h->start_mono_ns + 20 + i;
+	snprintf(e->path, sizeof e->path, "%s", path);
+	e->seq = 1;
+}
+
+/*
+ * A stale close confirmed by the owner's EBADF (five history events), a
+ * double close, and the fd table of a process that exited with three fds
+ * from one site open (an fd-leak at its end) and one inherited; then
+ * corrupt variants: a history event with an unknown op, a history index
+ * beyond the table, too many events, an unknown rule, a slot of an unknown
+ * kind, and an fd event ring whose capacity is not a power of two.
+ */
+static void test_fd_findings(void)
+{
+	struct synth s;
+	struct hs_session ss;
+	struct hs_findings f;
+	struct hs_finding *d;
+	char *js, *tx;
+
+	synth_make(&s, false);
+	s.h->state = HS_STATE_PACK(HS_STATE_EXITED, 0);
+	s.h->flags |= HS_HDR_FDS;
+	s.h->fd_created = 12, s.h->fd_closed = 8, s.h->fd_max = 7;
+	add_fd(&s, 0, 1, HS_FDS_OPEN, HS_FDK_FILE, HS_FDF_INHERITED, "/dev/null", 0);
+	add_fd(&s, 5, 3, HS_FDS_OPEN, HS_FDK_SOCKET, HS_FDF_CLOEXEC, "peer 127.0.0.1:80", 100);
+	add_fd(&s, 6, 1, HS_FDS_OPEN, HS_FDK_SOCKET, 0, "peer 127.0.0.1:81", 100);
+	add_fd(&s, 7, 1, HS_FDS_OPEN, HS_FDK_SOCKET, 0, "peer 127.0.0.1:82", 100);
+	add_fd(&s, 8, 4, HS_FDS_CLOSED, HS_FDK_PIPE, 0, "pipe read end", 101);
+	add_fd_event(&s, 0, 1, HS_FDE_CREATE, HS_FDC_OPEN, 100, 1, "/ckpt/state");
+	add_fd_event(&s, 1, 1, HS_FDE_CLOSE, HS_FDC_CLOSE, 100, 2, "");
+	add_fd_event(&s, 2, 2, HS_FDE_CREATE, HS_FDC_OPEN, 101, 1, "/ckpt/state.tmp");
+	add_fd_event(&s, 3, 2, HS_FDE_CLOSE, HS_FDC_CLOSE, 100, 2, "");
+	add_fd_event(&s, 4, 2, HS_FDE_CLOSE_FAILED, HS_FDC_CLOSE, 101, 1, "");
+	add_fd_event(&s, 8, 1, HS_FDE_CREATE, HS_FDC_OPEN, 102, 1, "/data");
+	add_fd_event(&s, 9, 1, HS_FDE_CLOSE, HS_FDC_CLOSE, 102, 2, "");
+	add_fd_event(&s, 10, 1, HS_FDE_CLOSE_FAILED, HS_FDC_CLOSE, 102, 1, "");
+	s.h->tables[HS_T_FD_HISTORY].count = 16;
+	d = add_heap_finding(&s, 1, HS_FIND_STALE_CLOSE, 5, 2);
+	d->tid = 100, d->stack = 2, d->tid2 = 100, d->stack2 = 1, d->tid3 = 101, d->stack3 = 1;
+	d->lock = 0, d->n = 5, d->offset = HS_FD_RULE_CONFIRMED, d->signo = 9;
+	d = add_heap_finding(&s, 2, HS_FIND_DOUBLE_CLOSE, 5, 1);
+	d->tid = 102, d->stack = 1, d->tid2 = 102, d->stack2 = 2, d->tid3 = 102, d->stack3 = 1;
+	d->lock = 8, d->n = 3, d->offset = HS_FD_RULE_EBADF, d->signo = 9;
+
+	load(&s, &ss, &f, 1000.0);
+	CHECK(ss.nprocs == 1 && ss.procs[0].nfds == 5);
+	CHECK(f.n == 4);
+	if (f.n == 4) {
+		/* severity: stale-close, double-close, potential-deadlock, fd-leak */
+		CHECK(f.v[0].kind == HS_F_STALE_CLOSE && f.v[0].nhist == 5);
+		CHECK(f.v[1].kind == HS_F_DOUBLE_CLOSE && f.v[1].nhist == 3);
+		CHECK(f.v[2].kind == HS_F_POTENTIAL);
+		CHECK(f.v[3].kind == HS_F_FD_LEAK && !f.v[3].at_hang && f.v[3].ngroups == 1 && f.v[3].nleaked == 3);
+	}
+	CHECK_STR(hs_fkind_name(HS_F_STALE_CLOSE), "stale-close");
+	CHECK_STR(hs_fkind_name(HS_F_DOUBLE_CLOSE), "double-close");
+	CHECK_STR(hs_fkind_name(HS_F_FD_LEAK), "fd-leak");
+	js = json_of(&ss, &f);
+	CHECK_HAS(js, "\"kind\":\"stale-close\"");
+	CHECK_HAS(js, "\"tids\":[100,101]");
+	CHECK_HAS(js, "\"fd\":5,\"generation\":2,\"rule\":\"confirmed\",\"errno\":9");
+	CHECK_HAS(js, "\"role\":\"stale close\",\"tid\":100");
+	CHECK_HAS(js, "\"role\":\"rightful owner's creation\",\"tid\":101");
+	CHECK_HAS(js, "\"role\":\"rightful owner's failed close\",\"tid\":101");
+	CHECK_HAS(js, "\"generation\":2,\"op\":\"close-failed\",\"call\":\"close\",\"kind\":\"file\",\"path\":null,\"tid\":101,\"errno\":9");
+	CHECK_HAS(js, "\"generation\":2,\"op\":\"open\",\"call\":\"open\",\"kind\":\"file\",\"path\":\"/ckpt/state.tmp\"");
+	CHECK_HAS(js, "stale close of fd 5 by thread 100: generation 2 (file /ckpt/state.tmp) belonged to thread 101");
+	CHECK_HAS(js, "\"kind\":\"double-close\"");
+	CHECK_HAS(js, "\"tids\":[102,102,102]");
+	CHECK_HAS(js, "double close of fd 5 (generation 1, file /data) in thread 102");
+	CHECK_HAS(js, "\"kind\":\"fd-leak\"");
+	CHECK_HAS(js, "\"at\":\"end\",\"open\":3");
+	CHECK_HAS(js, "\"fds\":{\"numbers\":256,\"created\":12,\"closed\":8");
+	CHECK_HAS(js, "{\"fd\":0,\"generation\":1,\"kind\":\"file\",\"call\":\"inherited\",\"path\":\"/dev/null\","
+		      "\"cloexec\":false,\"inherited\":true");
+	tx = text_of(&ss, &f);
+	CHECK_HAS(tx, "==== heisen: stale close in pid");
+	CHECK_HAS(tx, "<-- the stale close");
+	CHECK_HAS(tx, "<-- the rightful owner finds its fd gone");
+	CHECK_HAS(tx, "==== heisen: double close in pid");
+	CHECK_HAS(tx, "==== heisen: fd leak in pid");
+	CHECK_HAS(tx, " 3 x socket (open) peer 127.0.0.1:80: fd 5, 6, 7, created by thread 100");
+	CHECK_HAS(tx, "  fds: 4 open (1 inherited), 12 created, 8 closed; stacks: site");
+	free(js), free(tx);
+	CHECK(report_all(&ss, &f) == 0);
+	hs_findings_free(&f);
+	hs_session_free(&ss);
+
+	/* fd tracking off: "fds": null, no fd-leak. */
+	s.h->flags &= ~HS_HDR_FDS;
+	load(&s, &ss, &f, 1000.0);
+	js = json_of(&ss, &f);
+	CHECK_HAS(js, "\"fds\":null");
+	CHECK(count_kind(&f, HS_F_FD_LEAK) == 0);
+	free(js);
+	hs_findings_free(&f);
+	hs_session_free(&ss);
+	s.h->flags |= HS_HDR_FDS;
+
+	/* Corrupt: an unknown op in the history, an index beyond the history
+	 * table, too many events, an unknown rule, a slot of an unknown kind. */
+	((struct hs_fd_event *)entry(&s, HS_T_FD_HISTORY, 2))->op = 9;
+	d = entry(&s, HS_T_FINDINGS, 2);
+	d->lock = s.h->tables[HS_T_FD_HISTORY].capacity - 1;
+	d = entry(&s, HS_T_FINDINGS, 1);
+	d->n = 50;
+	d->offset = 77;
+	((struct hs_fd *)entry(&s, HS_T_FDS, 6))->kind = 200;
+	load(&s, &ss, &f, 1000.0);
+	CHECK(count_kind(&f, HS_F_STALE_CLOSE) == 1 && count_kind(&f, HS_F_DOUBLE_CLOSE) == 1);
+	CHECK(report_all(&ss, &f) > 0);
+	CHECK(has_error(&ss, "fd history entry 2: unknown op 9, kind 1 or call 1"));
+	CHECK(has_error(&ss, "finding 1: 50 history events > 8, clamped"));
+	CHECK(has_error(&ss, "finding 1: unknown fd rule 77"));
+	CHECK(has_error(&ss, "fd 6: unknown kind 200"));
+	{
+		char want[HS_MSG_MAX];
+		snprintf(want, sizeof want, "fd history entry %u out of range (capacity %u)",
+			 s.h->tables[HS_T_FD_HISTORY].capacity, s.h->tables[HS_T_FD_HISTORY].capacity);
+		CHECK(has_error(&ss, want));
+	}
+	hs_findings_free(&f);
+	hs_session_free(&ss);
+
+	/* An fd event ring whose capacity is not a power of two: the segment is refused. */
+	s.h->tables[HS_T_FD_EVENTS].capacity -= 1;
+	expect_bad(&s, s.size, "table fd events: capacity 255 is not a power of two");
+	synth_free(&s);
+}
+
 int main(void)
 {
 	snprintf(tmpdir, sizeof tmpdir, "/tmp/heisen-test-reader-XXXXXX");
@@ -1132,6 +1295,7 @@ int main(void)
 	test_entry_corruption();
 	test_heap_findings();
 	test_processes_and_environment();
+	test_fd_findings();
 	test_string_accessor();
 	test_symbolize();
 	clear_dir();

@@ -50,7 +50,7 @@ static void *reader(void *arg)
 			struct hs_record r;
 			if (!read_record(p, &r))
 				continue;
-			stats[0]++;
+			__atomic_add_fetch(&stats[0], 1, __ATOMIC_RELAXED);
 			/* every field was written from p: a torn record would mix two positions */
 			if (r.a != p || r.b != ~p || r.c != p * 3 || r.ts_ns != p + 7 || r.stack != (uint32_t)p)
 				stats[1]++;
@@ -74,8 +74,13 @@ static void test_concurrent_reader(void)
 	t.recs = recs;
 	t.ring_mask = RECORDS - 1;
 	pthread_create(&th, NULL, reader, stats);
-	for (uint64_t p = 0; p < WRITES; p++)
+	for (uint64_t p = 0; p < WRITES; p++) {
 		hs_rec(&t, p + 7, HS_REC_LOCK_ACQUIRED, (uint32_t)p, p, ~p, p * 3);
+		/* halfway, let a reader that was not scheduled yet (a loaded
+		 * machine) accept something while writes go on: up to 10 s */
+		for (int wait = 0; p == WRITES / 2 && wait < 10000 && !__atomic_load_n(&stats[0], __ATOMIC_RELAXED); wait++)
+			usleep(1000);
+	}
 	done = 1;
 	pthread_join(th, NULL);
 	CHECK(stats[0] > 0);          /* the reader did see records while they were written */

@@ -1,0 +1,1874 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * shim/fds.c — file descriptors (issue 5): every call that creates one and
+ * every way one dies, interposed, so that each fd number carries a
+ * generation and each generation its creation (call, kind, path or peer,
+ * stack with Python frames, thread) and its close (stack, thread), in the
+ * segment's fd table (format.h struct hs_fd), which survives SIGKILL.  An
+ * event ring (struct hs_fd_event) keeps the recent history of every number,
+ * so a finding can show the whole story: open (gen 1), close (gen 1), open
+ * (gen 2, by whom), close (gen 2, by the stale owner), and the rightful
+ * owner's EBADF.  The design is ../shared/DESIGN.md "File descriptors"; the
+ * rules and their limits are README.md "File descriptors"; the contract is
+ * docs/interfaces.md "File descriptors".
+ *
+ * What is found here (heisen-dump computes fd-leak from the table):
+ *   - double-close: a close that fails with EBADF after heisen saw that
+ *     generation closed, with the earlier close's and this close's stacks;
+ *   - stale-close, exactly, where an object carries its generation: a FILE
+ *     (fopen/fdopen/freopen -> fclose/freopen), a DIR (opendir/fdopendir ->
+ *     closedir) or a number tagged with heisen_fd_set_owner (fdsan's idea),
+ *     whose close finds the number holding a later generation, someone
+ *     else's — recorded at that close, before the damage;
+ *   - stale-close for raw numbers (close(), CPython's file objects), which
+ *     carry nothing: confirmed when the rightful owner's own close then
+ *     fails with EBADF — the thread that created generation g closes it and
+ *     finds it already closed by another thread, which had created and
+ *     closed generation g - 1 of that number itself (it got the number
+ *     before g existed).  A hand-over (an acceptor creates, a worker closes)
+ *     never fails a close, so it is never reported; the rule and why are in
+ *     README.md.
+ *
+ * A creation is recorded after the call returns; a close is recorded before
+ * the call is made (the number can be reused by another thread the instant
+ * it is closed), and close is never retried on EINTR.  dup2/dup3 onto an
+ * open number are recorded after the call: the number never becomes free in
+ * between.  Several threads can race on one number (the kernel serializes
+ * the system calls, not our records), so each slot is a seqlock claimed by
+ * compare-and-swap; nothing here mallocs, uses stdio or blocks beyond that
+ * bounded spin.  A vfork child shares its parent's memory: the trampoline
+ * in fd_vfork.S notes the parent's pid, and hs_enter() records nothing in
+ * the child.  Between fork and exec only async-signal-safe work is done.
+ */
+/* The hooks define open and open64, fcntl and fcntl64, fopen and fopen64 ...
+ * each under its own name: no redirection of one to the other. */
+#undef _FORTIFY_SOURCE
+#undef _FILE_OFFSET_BITS
+#include <arpa/inet.h>
+#include <dlfcn.h>
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <netinet/in.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/resource.h>
+#include <sys/socket.h>
+#include <sys/syscall.h>
+#include <sys/un.h>
+#include <unistd.h>
+
+#include "heisen/heisen.h"
+#include "hooks.h"
+#include "shim.h"
+
+#define RET_ADDR() ((uint64_t)(uintptr_t)__builtin_extract_return_addr(__builtin_return_address(0)))
+
+#define CLAIM_SPINS 100000u     /* pauses before a slot update is given up (fd_torn) */
+#define CHAIN_MAX 32            /* events of one number looked at, newest first */
+
+enum { FD_UNKNOWN = 0, FD_INIT = 1, FD_OFF = 2, FD_ON = 3 };
+static int fd_mode;             /* [atomic] FD_* */
+static int full_stacks;         /* HEISEN_FD_STACKS=full */
+
+/* ---- the vfork child ---------------------------------------------------- */
+
+/* Called by the vfork trampoline (fd_vfork.S) before it jumps to glibc's
+ * vfork: note the parent's pid in the thread's state, which the child will
+ * share.  Returns the real vfork. */
+HS_HIDDEN void *hs_vfork_prepare(void)
+{
+	hs_tls.vfork_pid = (int32_t)syscall(SYS_getpid);
+	return (void *)HS_REAL(vfork);
+}
+
+int hs_vfork_child(struct hs_tls *t)
+{
+	if ((int32_t)syscall(SYS_getpid) != t->vfork_pid)
+		return 1;
+	t->vfork_pid = 0; /* the parent, resumed: its child has exec'd or exited */
+	return 0;
+}
+
+/* ---- on or off ----------------------------------------------------------- */
+
+static inline int fds_on(void)
+{
+	int m = __atomic_load_n(&fd_mode, __ATOMIC_ACQUIRE);
+	if (HS_LIKELY(m >= FD_OFF))
+		return m == FD_ON;
+	if (m == FD_UNKNOWN && !hs_tls.in_hook) {
+		hs_fds_init();
+		return __atomic_load_n(&fd_mode, __ATOMIC_ACQUIRE) == FD_ON;
+	}
+	return 0;
+}
+
+/* ---- the table ------------------------------------------------------------ */
+
+static inline struct hs_fd *slot_of(int fd)
+{
+	struct hs_table *t = &hs_seg.hdr->tables[HS_T_FDS];
+	if (fd < 0 || (uint32_t)fd >= t->capacity)
+		return NULL;
+	return (struct hs_fd *)((char *)hs_seg.hdr + t->offset) + fd;
+}
+
+/* Claim slot s for writing (its seqlock odd).  The slots' writers are short
+ * and never call out, so the spin is bounded; on give-up, count it. */
+static int claim(struct hs_fd *s, uint32_t *q)
+{
+	for (unsigned i = 0; i < CLAIM_SPINS; i++) {
+		if (hs_seq_write_try(&s->seq, q))
+			return 1;
+		__builtin_ia32_pause();
+	}
+	__atomic_add_fetch(&hs_seg.hdr->fd_torn, 1, __ATOMIC_RELAXED);
+	return 0;
+}
+
+static inline void release(struct hs_fd *s, uint32_t q)
+{
+	hs_seq_write_end(&s->seq, q);
+}
+
+static struct hs_fd_event *ring_entry(uint64_t pos)
+{
+	struct hs_table *t = &hs_seg.hdr->tables[HS_T_FD_EVENTS];
+	struct hs_fd_event *base = (struct hs_fd_event *)((char *)hs_seg.hdr + t->offset);
+	return &base[pos & (t->capacity - 1)];
+}
+
+/* Copy an event's payload (not its seq). */
+static void event_copy(struct hs_fd_event *d, const struct hs_fd_event *e)
+{
+	d->ts_ns = e->ts_ns;
+	d->prev = e->prev;
+	d->owner = e->owner;
+	d->fd = e->fd;
+	d->gen = e->gen;
+	d->tid = e->tid;
+	d->stack = e->stack;
+	d->op = e->op;
+	d->call = e->call;
+	d->kind = e->kind;
+	d->err = e->err;
+	d->flags = e->flags;
+	memcpy(d->path, e->path, sizeof d->path);
+}
+
+/*
+ * Append e to the event ring and chain it to slot s (whose seqlock the
+ * caller holds, so the chain of one number has one writer at a time).
+ * Returns its position + 1.
+ */
+static uint64_t event_add(struct hs_fd *s, struct hs_fd_event *e)
+{
+	struct hs_table *t = &hs_seg.hdr->tables[HS_T_FD_EVENTS];
+	uint64_t pos;
+	struct hs_fd_event *d;
+	if (t->capacity == 0)
+		return 0;
+	/* relaxed: the position only has to be unique; the entry's seq publishes it */
+	pos = __atomic_fetch_add(&hs_seg.hdr->fd_event_head, 1, __ATOMIC_RELAXED);
+	d = ring_entry(pos);
+	e->prev = s ? s->last_event : 0;
+	__atomic_store_n(&d->seq, 0, __ATOMIC_RELAXED);
+	/* orders the invalidation above before the payload stores below */
+	__atomic_thread_fence(__ATOMIC_RELEASE);
+	event_copy(d, e);
+	/* publishes the payload: a reader that sees seq == pos + 1 sees it all */
+	__atomic_store_n(&d->seq, pos + 1, __ATOMIC_RELEASE);
+	if (s)
+		s->last_event = pos + 1;
+	return pos + 1;
+}
+
+/* Read the event at position + 1 `at` into out; 0 when it is still there. */
+static int event_get(uint64_t at, struct hs_fd_event *out)
+{
+	struct hs_fd_event *d;
+	if (at == 0 || hs_seg.hdr->tables[HS_T_FD_EVENTS].capacity == 0)
+		return -1;
+	d = ring_entry(at - 1);
+	if (__atomic_load_n(&d->seq, __ATOMIC_ACQUIRE) != at)
+		return -1;
+	event_copy(out, d);
+	/* the copy happens before the second look at seq */
+	__atomic_thread_fence(__ATOMIC_ACQUIRE);
+	return __atomic_load_n(&d->seq, __ATOMIC_RELAXED) == at ? 0 : -1;
+}
+
+/*
+ * The events of number fd still in the ring, newest first, from position
+ * + 1 `at`: at most max of them into out.  Returns how many.
+ */
+static unsigned chain(int fd, uint64_t at, struct hs_fd_event *out, unsigned max)
+{
+	unsigned n = 0;
+	while (at && n < max && event_get(at, &out[n]) == 0 && out[n].fd == fd) {
+		uint64_t prev = out[n].prev;
+		n++;
+		if (prev >= at)
+			break; /* a chain only goes back in time */
+		at = prev;
+	}
+	return n;
+}
+
+/* ---- descriptions ---------------------------------------------------------- */
+
+/* Keep the tail of src (the informative end of a long path) in dst. */
+static void put_text(char *dst, const char *src)
+{
+	size_t n = src ? strnlen(src, 4096) : 0;
+	if (n >= HS_FD_PATH_MAX) {
+		memcpy(dst, "...", 3);
+		memcpy(dst + 3, src + n - (HS_FD_PATH_MAX - 4), HS_FD_PATH_MAX - 4);
+		dst[HS_FD_PATH_MAX - 1] = '\0';
+		return;
+	}
+	if (n)
+		memcpy(dst, src, n);
+	dst[n] = '\0';
+}
+
+static size_t cat(char *dst, size_t len, const char *src)
+{
+	while (*src && len + 1 < HS_FD_PATH_MAX)
+		dst[len++] = *src++;
+	dst[len] = '\0';
+	return len;
+}
+
+static size_t cat_num(char *dst, size_t len, uint64_t v)
+{
+	char num[24];
+	hs_fmt_u64(num, v);
+	return cat(dst, len, num);
+}
+
+/* "127.0.0.1:8080", "[::1]:80", "unix:/run/x.sock", "unix:@abstract"; "" when unknown. */
+static void sockaddr_text(char *dst, size_t len, const struct sockaddr *sa, socklen_t salen)
+{
+	char buf[INET6_ADDRSTRLEN];
+	dst[len] = '\0';
+	if (!sa || salen < sizeof(sa_family_t))
+		return;
+	if (sa->sa_family == AF_INET && salen >= sizeof(struct sockaddr_in)) {
+		const struct sockaddr_in *in = (const void *)sa;
+		if (inet_ntop(AF_INET, &in->sin_addr, buf, sizeof buf)) {
+			len = cat(dst, len, buf);
+			len = cat(dst, len, ":");
+			cat_num(dst, len, ntohs(in->sin_port));
+		}
+	} else if (sa->sa_family == AF_INET6 && salen >= sizeof(struct sockaddr_in6)) {
+		const struct sockaddr_in6 *in6 = (const void *)sa;
+		if (inet_ntop(AF_INET6, &in6->sin6_addr, buf, sizeof buf)) {
+			len = cat(dst, len, "[");
+			len = cat(dst, len, buf);
+			len = cat(dst, len, "]:");
+			cat_num(dst, len, ntohs(in6->sin6_port));
+		}
+	} else if (sa->sa_family == AF_UNIX) {
+		const struct sockaddr_un *un = (const void *)sa;
+		size_t n = salen > offsetof(struct sockaddr_un, sun_path) ? salen - offsetof(struct sockaddr_un, sun_path) : 0;
+		char path[sizeof un->sun_path + 1];
+		if (n > sizeof un->sun_path)
+			n = sizeof un->sun_path;
+		len = cat(dst, len, "unix:");
+		if (n && un->sun_path[0] == '\0') {
+			/* abstract: a leading NUL, the name is not terminated */
+			memcpy(path + 1, un->sun_path + 1, n - 1);
+			path[0] = '@';
+			path[n] = '\0';
+		} else {
+			memcpy(path, un->sun_path, n);
+			path[n] = '\0';
+		}
+		cat(dst, len, path[0] ? path : "(unnamed)");
+	}
+}
+
+static const char *family_name(int domain)
+{
+	switch (domain) {
+	case AF_UNIX: return "AF_UNIX";
+	case AF_INET: return "AF_INET";
+	case AF_INET6: return "AF_INET6";
+	case AF_NETLINK: return "AF_NETLINK";
+	default: return "AF_?";
+	}
+}
+
+static const char *type_name(int type)
+{
+	switch (type & ~(SOCK_CLOEXEC | SOCK_NONBLOCK)) {
+	case SOCK_STREAM: return "SOCK_STREAM";
+	case SOCK_DGRAM: return "SOCK_DGRAM";
+	case SOCK_SEQPACKET: return "SOCK_SEQPACKET";
+	case SOCK_RAW: return "SOCK_RAW";
+	default: return "SOCK_?";
+	}
+}
+
+/* "socket(AF_INET, SOCK_STREAM)" */
+static void socket_text(char *dst, const char *what, int domain, int type)
+{
+	size_t n = cat(dst, 0, what);
+	n = cat(dst, n, "(");
+	n = cat(dst, n, family_name(domain));
+	n = cat(dst, n, ", ");
+	n = cat(dst, n, type_name(type));
+	cat(dst, n, ")");
+}
+
+/* A path relative to dirfd, prefixed with the directory's own path when known. */
+static void at_path(char *dst, int dirfd, const char *path)
+{
+	struct hs_fd *d;
+	char dir[HS_FD_PATH_MAX];
+	size_t n;
+	if (!path || path[0] == '/' || dirfd == AT_FDCWD || !(d = slot_of(dirfd)) || d->state != HS_FDS_OPEN) {
+		put_text(dst, path);
+		return;
+	}
+	/* relaxed copy of another slot's path: a torn one only spoils a description */
+	memcpy(dir, d->path, sizeof dir);
+	dir[sizeof dir - 1] = '\0';
+	if (!dir[0]) {
+		put_text(dst, path);
+		return;
+	}
+	{
+		char buf[2 * HS_FD_PATH_MAX + 4096];
+		n = strnlen(dir, sizeof dir);
+		memcpy(buf, dir, n);
+		buf[n++] = '/';
+		size_t m = strnlen(path, 4095);
+		memcpy(buf + n, path, m);
+		buf[n + m] = '\0';
+		put_text(dst, buf);
+	}
+}
+
+/* ---- recording ----------------------------------------------------------------- */
+
+static inline uint32_t fd_stack(uint64_t site)
+{
+	return full_stacks ? hs_stack_here() : hs_stack_site_python(site);
+}
+
+static inline void count(uint64_t *c)
+{
+	/* relaxed: counters, ordered with nothing else */
+	__atomic_add_fetch(c, 1, __ATOMIC_RELAXED);
+}
+
+/* A new generation of fd: what created it.  path may be NULL. */
+struct birth {
+	uint8_t kind, call;
+	uint32_t flags;
+	uint64_t owner;
+	const char *path;      /* copied as is (a description or an already cut path) */
+};
+
+/*
+ * Record the creation of a generation of fd (the call returned it), with
+ * the guard held.  A slot that still said "open" lost a close heisen did
+ * not see (a library's internal close): the new generation replaces it.
+ */
+static void created(struct hs_tls *t, int fd, const struct birth *b, uint32_t stack, uint64_t now)
+{
+	struct hs_header *h = hs_seg.hdr;
+	struct hs_fd *s = slot_of(fd);
+	struct hs_fd_event e;
+	uint32_t q, gen = 0, max;
+
+	count(&h->fd_created);
+	max = __atomic_load_n(&h->fd_max, __ATOMIC_RELAXED);
+	while ((uint32_t)fd > max &&
+	       !__atomic_compare_exchange_n(&h->fd_max, &max, (uint32_t)fd, 1, __ATOMIC_RELAXED, __ATOMIC_RELAXED))
+		;
+	if (!s) {
+		__atomic_add_fetch(&h->fd_beyond, 1, __ATOMIC_RELAXED);
+	} else if (claim(s, &q)) {
+		gen = s->gen + 1;
+		s->gen = gen;
+		s->state = HS_FDS_OPEN;
+		s->kind = b->kind;
+		s->call = b->call;
+		s->close_call = HS_FDC_NONE;
+		s->flags = b->flags;
+		s->tid = t->tid;
+		s->stack = stack;
+		s->ts_ns = now;
+		s->owner = b->owner;
+		s->close_tid = 0;
+		s->close_stack = 0;
+		s->close_ns = 0;
+		if (b->path)
+			memcpy(s->path, b->path, HS_FD_PATH_MAX);
+		else
+			s->path[0] = '\0';
+		s->path[HS_FD_PATH_MAX - 1] = '\0';
+		memset(&e, 0, sizeof e);
+		e.ts_ns = now;
+		e.owner = b->owner;
+		e.fd = fd;
+		e.gen = gen;
+		e.tid = t->tid;
+		e.stack = stack;
+		e.op = HS_FDE_CREATE;
+		e.call = b->call;
+		e.kind = b->kind;
+		e.flags = b->flags;
+		memcpy(e.path, s->path, sizeof e.path);
+		event_add(s, &e);
+		release(s, q);
+	}
+	hs_rec(t, now, HS_REC_FD_CREATED, stack, (uint64_t)fd, gen, (uint64_t)b->kind | (uint64_t)b->call << 8);
+}
+
+/* What a close found in the slot before the call. */
+struct pre {
+	int tracked;           /* the number has a slot */
+	uint8_t state;         /* enum hs_fd_state before */
+	uint32_t gen;
+	uint32_t flags;
+	uint64_t owner;
+	int32_t tid;           /* the generation's creator */
+	uint32_t stack;        /* its creation stack */
+};
+
+/* An event of this thread about fd's generation gen. */
+static void event_init(struct hs_fd_event *e, struct hs_tls *t, int fd, uint32_t gen, unsigned op, unsigned call,
+		       uint32_t stack, uint64_t now)
+{
+	memset(e, 0, sizeof *e);
+	e->ts_ns = now;
+	e->fd = fd;
+	e->gen = gen;
+	e->tid = t ? t->tid : 0;
+	e->stack = stack;
+	e->op = (uint8_t)op;
+	e->call = (uint8_t)call;
+}
+
+/*
+ * Before fd is closed (or after dup2 replaced it): mark its open generation
+ * closed by this call.  *p says what the slot held.  With the guard held.
+ */
+static void closing(struct hs_tls *t, int fd, unsigned call, uint32_t stack, uint64_t now, struct pre *p)
+{
+	struct hs_fd *s = slot_of(fd);
+	struct hs_fd_event e;
+	uint32_t q;
+	memset(p, 0, sizeof *p);
+	if (!s || !claim(s, &q))
+		return;
+	p->tracked = 1;
+	p->state = s->state;
+	p->gen = s->gen;
+	p->flags = s->flags;
+	p->owner = s->owner;
+	p->tid = s->tid;
+	p->stack = s->stack;
+	if (s->state == HS_FDS_OPEN) {
+		s->state = HS_FDS_CLOSED;
+		s->close_call = (uint8_t)call;
+		s->close_tid = t->tid;
+		s->close_stack = stack;
+		s->close_ns = now;
+		event_init(&e, t, fd, s->gen, HS_FDE_CLOSE, call, stack, now);
+		e.kind = s->kind;
+		e.flags = s->flags;
+		e.owner = s->owner;
+		event_add(s, &e);
+	}
+	release(s, q);
+	if (p->state == HS_FDS_OPEN) {
+		count(&hs_seg.hdr->fd_closed);
+		hs_rec(t, now, HS_REC_FD_CLOSED, stack, (uint64_t)fd, p->gen, call);
+	}
+}
+
+/* ---- findings ---------------------------------------------------------------- */
+
+static struct hs_fd_event *history_entry(uint32_t i)
+{
+	struct hs_table *t = &hs_seg.hdr->tables[HS_T_FD_HISTORY];
+	return i < t->capacity ? (struct hs_fd_event *)((char *)hs_seg.hdr + t->offset) + i : NULL;
+}
+
+/* Keep a copy of e in the history table at index i (reserved by the caller). */
+static void history_put(uint32_t i, const struct hs_fd_event *e)
+{
+	struct hs_fd_event *d = history_entry(i);
+	if (!d)
+		return;
+	event_copy(d, e);
+	d->prev = 0;
+	/* the copy is complete before a reader sees seq 1 */
+	__atomic_store_n(&d->seq, 1, __ATOMIC_RELEASE);
+}
+
+/* The published stale-close finding about (fd, gen), or NULL. */
+static struct hs_finding *stale_finding(int fd, uint32_t gen)
+{
+	struct hs_table *tab = &hs_seg.hdr->tables[HS_T_FINDINGS];
+	uint32_t n = __atomic_load_n(&tab->count, __ATOMIC_ACQUIRE);
+	if (n > tab->capacity)
+		n = tab->capacity;
+	for (uint32_t i = 0; i < n; i++) {
+		struct hs_finding *f = &hs_seg.findings[i];
+		if (__atomic_load_n(&f->ready, __ATOMIC_ACQUIRE) == 1 && f->kind == HS_FIND_STALE_CLOSE &&
+		    f->addr == (uint64_t)(uint32_t)fd && f->size == gen)
+			return f;
+	}
+	return NULL;
+}
+
+/* Append e (the rightful owner's later EBADF) to finding f's history, if room. */
+static void history_append(struct hs_finding *f, const struct hs_fd_event *e)
+{
+	uint16_t n = __atomic_load_n(&f->n, __ATOMIC_ACQUIRE);
+	if ((uint64_t)f->lock + HS_FD_FINDING_EVENTS > hs_seg.hdr->tables[HS_T_FD_HISTORY].capacity)
+		return; /* its history could not be reserved */
+	while (n < HS_FD_FINDING_EVENTS) {
+		if (__atomic_compare_exchange_n(&f->n, &n, (uint16_t)(n + 1), 0, __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE)) {
+			/* the slot is ours; a reader may see n before the copy's seq: it checks seq */
+			history_put(f->lock + n, e);
+			return;
+		}
+	}
+}
+
+/*
+ * Record an fd finding f (kind, rule, the stacks and tids already in it)
+ * with history hist[0..nhist), oldest first.  A finding with the same kind
+ * and stacks as an earlier one folds into its count (report once).
+ */
+static void fd_finding(struct hs_tls *t, struct hs_finding *f, const struct hs_fd_event *hist, unsigned nhist)
+{
+	struct hs_seg *s = &hs_seg;
+	struct hs_table *tab = &s->hdr->tables[HS_T_FINDINGS];
+	struct hs_table *ht = &s->hdr->tables[HS_T_FD_HISTORY];
+	uint32_t n = __atomic_load_n(&tab->count, __ATOMIC_ACQUIRE), first, idx;
+
+	if (n > tab->capacity)
+		n = tab->capacity;
+	for (uint32_t i = 0; i < n; i++) {
+		struct hs_finding *o = &s->findings[i];
+		if (__atomic_load_n(&o->ready, __ATOMIC_ACQUIRE) == 1 && o->kind == f->kind && o->stack == f->stack &&
+		    o->stack2 == f->stack2 && o->stack3 == f->stack3 &&
+		    (f->stack || f->stack2 || f->stack3 || (o->addr == f->addr && o->size == f->size))) {
+			__atomic_add_fetch(&o->count, 1, __ATOMIC_RELAXED);
+			return;
+		}
+	}
+	if (nhist > HS_FD_FINDING_EVENTS) {
+		/* the newest events: the close that proves it is last */
+		hist += nhist - HS_FD_FINDING_EVENTS;
+		nhist = HS_FD_FINDING_EVENTS;
+	}
+	/* relaxed: the reservation only has to be unique; each copy's seq publishes it */
+	first = __atomic_fetch_add(&ht->count, HS_FD_FINDING_EVENTS, __ATOMIC_RELAXED);
+	if ((uint64_t)first + HS_FD_FINDING_EVENTS > ht->capacity) {
+		__atomic_add_fetch(&ht->dropped, 1, __ATOMIC_RELAXED);
+		nhist = 0;
+		first = ht->capacity; /* out of range: nothing is ever written there */
+	}
+	for (unsigned i = 0; i < nhist; i++)
+		history_put(first + i, &hist[i]);
+	f->lock = first;
+	f->n = (uint16_t)nhist;
+	f->count = 1;
+	f->ts_ns = hs_now();
+	idx = hs_finding_add(s, f);
+	if (idx)
+		hs_rec(t, f->ts_ns, HS_REC_FINDING, f->stack, idx - 1, f->addr, f->kind);
+	else
+		__atomic_add_fetch(&s->hdr->findings_dropped, 1, __ATOMIC_RELAXED);
+}
+
+static void finding_init(struct hs_finding *f, unsigned kind, unsigned rule, int fd, uint32_t gen, int err)
+{
+	memset(f, 0, sizeof *f);
+	f->kind = (uint16_t)kind;
+	f->offset = rule;
+	f->addr = (uint64_t)(uint32_t)fd;
+	f->size = gen;
+	f->signo = err;
+}
+
+/* A finding's three roles: (tid, stack) of the close that makes it, and
+ * the events for the second and third roles (NULL: not recorded). */
+static void roles(struct hs_finding *f, int32_t tid, uint32_t stack, const struct hs_fd_event *second,
+		  const struct hs_fd_event *third)
+{
+	f->tid = tid;
+	f->stack = stack;
+	if (second) {
+		f->tid2 = second->tid;
+		f->stack2 = second->stack;
+	}
+	if (third) {
+		f->tid3 = third->tid;
+		f->stack3 = third->stack;
+	}
+}
+
+/* In chain ev[0..n), the newest creation or owner event of `owner` (owner_flag) older than gen, or NULL. */
+static const struct hs_fd_event *owned_by(const struct hs_fd_event *ev, unsigned n, uint64_t owner,
+					  uint32_t owner_flag, uint32_t gen)
+{
+	for (unsigned i = 0; i < n; i++)
+		if ((ev[i].op == HS_FDE_CREATE || ev[i].op == HS_FDE_OWNER) && ev[i].owner == owner &&
+		    (ev[i].flags & owner_flag) && ev[i].gen <= gen)
+			return &ev[i];
+	return NULL;
+}
+
+/* In chain ev[0..n) (newest first), the newest event of generation gen with op. */
+static const struct hs_fd_event *find_ev(const struct hs_fd_event *ev, unsigned n, uint32_t gen, unsigned op)
+{
+	for (unsigned i = 0; i < n; i++)
+		if (ev[i].gen == gen && ev[i].op == op)
+			return &ev[i];
+	return NULL;
+}
+
+/* Reverse the events of ev[0..n) with generation >= from_gen into out (oldest first). */
+static unsigned story(const struct hs_fd_event *ev, unsigned n, uint32_t from_gen, struct hs_fd_event *out)
+{
+	unsigned m = 0;
+	for (unsigned i = n; i-- > 0;)
+		if (ev[i].gen >= from_gen)
+			out[m++] = ev[i];
+	return m;
+}
+
+/*
+ * A close of fd failed with EBADF after heisen saw generation gen closed:
+ * a double close, or — when the failing thread created gen and the close
+ * that ended it was made by another thread that had created and closed gen
+ * - 1 itself — the confirmation of a stale close (README "File
+ * descriptors": the rule).  A stale close already proven at the close
+ * itself (FILE, DIR, owner tag) gets this EBADF appended to its history.
+ * sweep: the thread is closing consecutive numbers at one site (closing
+ * every number from 3 up), where EBADF is expected: no finding.  own: this
+ * close had found the generation open and recorded closing it (a racing
+ * close, or one heisen does not see, got there first): that record is left
+ * out of the story.
+ */
+static void close_failed(struct hs_tls *t, int fd, uint32_t gen, unsigned call, uint32_t stack, uint64_t now, int err,
+			 int sweep, int own)
+{
+	struct hs_fd *s = slot_of(fd);
+	struct hs_fd_event ev[CHAIN_MAX], hist[CHAIN_MAX], fail;
+	const struct hs_fd_event *cg, *xg, *cp, *xp;
+	struct hs_finding f, *stale;
+	unsigned n, m;
+	uint32_t q;
+
+	if (!s || !claim(s, &q))
+		return;
+	if (s->gen != gen || s->state != HS_FDS_CLOSED) {
+		release(s, q); /* a new generation since: our close failed for a reason we cannot see */
+		return;
+	}
+	event_init(&fail, t, fd, gen, HS_FDE_CLOSE_FAILED, call, stack, now);
+	fail.err = (uint8_t)err;
+	fail.kind = s->kind;
+	fail.flags = s->flags;
+	event_add(s, &fail);
+	n = chain(fd, s->last_event, ev, CHAIN_MAX);
+	release(s, q);
+	hs_rec(t, now, HS_REC_FD_CLOSE_FAILED, stack, (uint64_t)fd, gen, (uint64_t)err | (uint64_t)call << 16);
+	if (sweep)
+		return;
+	if (own) {
+		/* this close's own record (made before the call, which then failed) closed nothing */
+		for (unsigned i = 0; i < n; i++)
+			if (ev[i].op == HS_FDE_CLOSE && ev[i].gen == gen && ev[i].tid == t->tid && ev[i].ts_ns == now) {
+				memmove(&ev[i], &ev[i + 1], (n - i - 1) * sizeof ev[0]);
+				n--;
+				break;
+			}
+	}
+	if ((stale = stale_finding(fd, gen)) != NULL) {
+		history_append(stale, &fail);
+		return;
+	}
+	cg = find_ev(ev, n, gen, HS_FDE_CREATE);
+	xg = find_ev(ev, n, gen, HS_FDE_CLOSE);
+	cp = gen > 1 ? find_ev(ev, n, gen - 1, HS_FDE_CREATE) : NULL;
+	xp = gen > 1 ? find_ev(ev, n, gen - 1, HS_FDE_CLOSE) : NULL;
+	if (cg && xg && cp && xp && cg->tid == t->tid && xg->tid != t->tid && cp->tid == xg->tid && xp->tid == xg->tid &&
+	    !(cg->flags & (HS_FDF_INHERITED | HS_FDF_UNSEEN))) {
+		finding_init(&f, HS_FIND_STALE_CLOSE, HS_FD_RULE_CONFIRMED, fd, gen, err);
+		roles(&f, xg->tid, xg->stack, cp, cg);
+		m = story(ev, n, gen - 1, hist);
+	} else {
+		finding_init(&f, HS_FIND_DOUBLE_CLOSE, HS_FD_RULE_EBADF, fd, gen, err);
+		roles(&f, t->tid, stack, xg, cg);
+		m = story(ev, n, gen, hist);
+	}
+	fd_finding(t, &f, hist, m);
+}
+
+/*
+ * After a close call that found *p.  Two threads closing one number at once
+ * (a racing double close) can reach the kernel in the other order than they
+ * recorded: the one that recorded first fails, the other succeeds.  So a
+ * success on a generation another thread's record had just closed is that
+ * generation's real close (noted as a second close event), and an EBADF on
+ * a generation this thread recorded closing, which another thread then
+ * really closed, is the double close.  Otherwise a success on a number
+ * heisen thought closed is a generation created where heisen does not look
+ * (a library's internal open): noted, created and closed.  EBADF on a
+ * closed generation is close_failed's.  Other errors (EINTR, EIO) closed
+ * the number all the same on Linux: recorded before.
+ */
+static void after_close(struct hs_tls *t, int fd, unsigned call, uint32_t stack, uint64_t now, uint64_t site,
+			const struct pre *p, int rc, int err)
+{
+	int sweep = t->fd_last == fd - 1 && t->fd_last_site == site;
+	struct hs_fd *s = slot_of(fd);
+	struct hs_fd_event e;
+	uint32_t q;
+	t->fd_last = fd;
+	t->fd_last_site = site;
+	if (!p->tracked || !s)
+		return;
+	if (rc == 0 && p->state != HS_FDS_OPEN) {
+		if (!claim(s, &q))
+			return;
+		if (s->gen == p->gen && s->state == HS_FDS_CLOSED && p->state == HS_FDS_CLOSED && s->close_tid != t->tid) {
+			/* the racing close that really closed it */
+			s->close_call = (uint8_t)call;
+			s->close_tid = t->tid;
+			s->close_stack = stack;
+			s->close_ns = now;
+			event_init(&e, t, fd, s->gen, HS_FDE_CLOSE, call, stack, now);
+			e.kind = s->kind;
+			e.flags = s->flags;
+			event_add(s, &e);
+		} else if (s->gen == p->gen && s->state != HS_FDS_OPEN) {
+			s->gen++;
+			s->state = HS_FDS_CLOSED;
+			s->kind = HS_FDK_UNKNOWN;
+			s->call = HS_FDC_UNSEEN;
+			s->flags = HS_FDF_UNSEEN;
+			s->owner = 0;
+			s->tid = 0;
+			s->stack = 0;
+			s->ts_ns = 0;
+			s->path[0] = '\0';
+			s->close_call = (uint8_t)call;
+			s->close_tid = t->tid;
+			s->close_stack = stack;
+			s->close_ns = now;
+			event_init(&e, NULL, fd, s->gen, HS_FDE_CREATE, HS_FDC_UNSEEN, 0, now);
+			e.flags = HS_FDF_UNSEEN;
+			event_add(s, &e);
+			event_init(&e, t, fd, s->gen, HS_FDE_CLOSE, call, stack, now);
+			e.flags = HS_FDF_UNSEEN;
+			event_add(s, &e);
+		}
+		release(s, q);
+		return;
+	}
+	/* EBADF on a generation this thread had just recorded closing: another
+	 * thread's racing close got there first (or one heisen does not see) */
+	if (rc != 0 && err == EBADF && p->state != HS_FDS_NONE)
+		close_failed(t, fd, p->gen, call, stack, now, err, sweep, p->state == HS_FDS_OPEN);
+}
+
+/*
+ * A close that the program declared an owner for (fdsan's idea): a raw
+ * close() of a number tagged with heisen_fd_set_owner.  With the guard held,
+ * after closing() recorded the close.
+ */
+static void owned_by_tag_closed(struct hs_tls *t, int fd, const struct pre *p, uint32_t stack)
+{
+	struct hs_fd_event ev[CHAIN_MAX], hist[CHAIN_MAX];
+	struct hs_fd *s = slot_of(fd);
+	const struct hs_fd_event *own;
+	struct hs_finding f;
+	unsigned n;
+	uint32_t q;
+	if (!s || !claim(s, &q))
+		return;
+	n = chain(fd, s->last_event, ev, CHAIN_MAX);
+	release(s, q);
+	own = find_ev(ev, n, p->gen, HS_FDE_OWNER);
+	finding_init(&f, HS_FIND_STALE_CLOSE, HS_FD_RULE_OWNER, fd, p->gen, 0);
+	roles(&f, t->tid, stack, own, NULL);
+	f.tid3 = p->tid;
+	f.stack3 = p->stack;
+	fd_finding(t, &f, hist, story(ev, n, p->gen, hist));
+}
+
+/*
+ * The close of an object that carries its generation: a FILE (fclose,
+ * freopen), a DIR (closedir), an owner tag (heisen_fd_close_owned).  When
+ * the object's generation k is older than the number's current one, the
+ * number was closed behind the object's back and reused: this close is
+ * stale, proven here, before the call does the damage (when the current
+ * generation is open: else the call fails with EBADF, a double close).
+ * Records the close like closing().  With the guard held.
+ */
+static void object_closing(struct hs_tls *t, int fd, uint64_t owner, uint32_t owner_flag, unsigned rule,
+			   unsigned call, uint32_t stack, uint64_t now, struct pre *p)
+{
+	struct hs_fd_event ev[CHAIN_MAX], hist[CHAIN_MAX];
+	struct hs_fd *s = slot_of(fd);
+	const struct hs_fd_event *mine = NULL, *cur;
+	struct hs_finding f;
+	unsigned n;
+	uint32_t q;
+
+	closing(t, fd, call, stack, now, p);
+	if (!p->tracked || p->state != HS_FDS_OPEN || ((p->flags & owner_flag) && p->owner == owner))
+		return;
+	if (!s || !claim(s, &q))
+		return;
+	n = chain(fd, s->last_event, ev, CHAIN_MAX);
+	release(s, q);
+	if (p->gen < 2 || !(mine = owned_by(ev, n, owner, owner_flag, p->gen - 1)))
+		return; /* an object heisen never saw own this number: nothing to prove */
+	cur = find_ev(ev, n, p->gen, HS_FDE_CREATE);
+	finding_init(&f, HS_FIND_STALE_CLOSE, rule, fd, p->gen, 0);
+	roles(&f, t->tid, stack, mine, cur);
+	if (!cur) {
+		f.tid3 = p->tid;
+		f.stack3 = p->stack;
+	}
+	fd_finding(t, &f, hist, story(ev, n, mine->gen, hist));
+}
+
+/* ---- the hooks: creation ------------------------------------------------------ */
+
+/*
+ * Record a creation from a hook (the call returned fd).  Takes the guard;
+ * keeps errno.  path_of builds the description inside the guard, where the
+ * segment is known to be there: at_path when dirfd/path are given, else
+ * b->path as is.
+ */
+static void note_created(int fd, struct birth *b, int dirfd, const char *path, uint64_t site)
+{
+	int e = errno;
+	struct hs_tls *t = hs_enter();
+	if (t) {
+		char text[HS_FD_PATH_MAX];
+		if (path) {
+			at_path(text, dirfd, path);
+			b->path = text;
+		}
+		created(t, fd, b, fd_stack(site), hs_now());
+		hs_leave(t);
+	}
+	errno = e;
+}
+
+static int after_open(int fd, int dirfd, const char *path, int flags, unsigned call, uint64_t site)
+{
+	if (fd >= 0 && fds_on()) {
+		struct birth b = {.kind = (flags & O_DIRECTORY) && (flags & O_TMPFILE) != O_TMPFILE ? HS_FDK_DIR : HS_FDK_FILE,
+				  .call = (uint8_t)call,
+				  .flags = (flags & O_CLOEXEC) ? HS_FDF_CLOEXEC : 0};
+		note_created(fd, &b, dirfd, path ? path : "", site);
+	}
+	return fd;
+}
+
+/* The mode argument of open/openat: there only with O_CREAT or O_TMPFILE. */
+#define OPEN_MODE(flags)                                                                   \
+	({                                                                                 \
+		mode_t m_ = 0;                                                             \
+		if (((flags) & O_CREAT) || ((flags) & O_TMPFILE) == O_TMPFILE) {           \
+			va_list ap_;                                                       \
+			va_start(ap_, flags);                                              \
+			m_ = (mode_t)va_arg(ap_, unsigned int);                            \
+			va_end(ap_);                                                       \
+		}                                                                          \
+		m_;                                                                        \
+	})
+
+HS_EXPORT int open(const char *path, int flags, ...)
+{
+	uint64_t site = RET_ADDR();
+	return after_open(HS_REAL(open)(path, flags, OPEN_MODE(flags)), AT_FDCWD, path, flags, HS_FDC_OPEN, site);
+}
+
+HS_EXPORT int open64(const char *path, int flags, ...)
+{
+	uint64_t site = RET_ADDR();
+	return after_open(HS_REAL(open64)(path, flags, OPEN_MODE(flags)), AT_FDCWD, path, flags, HS_FDC_OPEN, site);
+}
+
+HS_EXPORT int openat(int dirfd, const char *path, int flags, ...)
+{
+	uint64_t site = RET_ADDR();
+	return after_open(HS_REAL(openat)(dirfd, path, flags, OPEN_MODE(flags)), dirfd, path, flags, HS_FDC_OPENAT,
+			  site);
+}
+
+HS_EXPORT int openat64(int dirfd, const char *path, int flags, ...)
+{
+	uint64_t site = RET_ADDR();
+	return after_open(HS_REAL(openat64)(dirfd, path, flags, OPEN_MODE(flags)), dirfd, path, flags, HS_FDC_OPENAT,
+			  site);
+}
+
+/* _FORTIFY_SOURCE's checked variants, which fortified programs call instead. */
+HS_EXPORT int __open_2(const char *path, int flags)
+{
+	uint64_t site = RET_ADDR();
+	return after_open(HS_REAL(__open_2)(path, flags), AT_FDCWD, path, flags, HS_FDC_OPEN, site);
+}
+
+HS_EXPORT int __open64_2(const char *path, int flags)
+{
+	uint64_t site = RET_ADDR();
+	return after_open(HS_REAL(__open64_2)(path, flags), AT_FDCWD, path, flags, HS_FDC_OPEN, site);
+}
+
+HS_EXPORT int __openat_2(int dirfd, const char *path, int flags)
+{
+	uint64_t site = RET_ADDR();
+	return after_open(HS_REAL(__openat_2)(dirfd, path, flags), dirfd, path, flags, HS_FDC_OPENAT, site);
+}
+
+HS_EXPORT int __openat64_2(int dirfd, const char *path, int flags)
+{
+	uint64_t site = RET_ADDR();
+	return after_open(HS_REAL(__openat64_2)(dirfd, path, flags), dirfd, path, flags, HS_FDC_OPENAT, site);
+}
+
+HS_EXPORT int creat(const char *path, mode_t mode)
+{
+	uint64_t site = RET_ADDR();
+	return after_open(HS_REAL(creat)(path, mode), AT_FDCWD, path, O_WRONLY, HS_FDC_CREAT, site);
+}
+
+HS_EXPORT int creat64(const char *path, mode_t mode)
+{
+	uint64_t site = RET_ADDR();
+	return after_open(HS_REAL(creat64)(path, mode), AT_FDCWD, path, O_WRONLY, HS_FDC_CREAT, site);
+}
+
+/* A creation described by a fixed text. */
+static int made(int fd, unsigned kind, unsigned call, int cloexec, const char *text, uint64_t site)
+{
+	if (fd >= 0 && fds_on()) {
+		char buf[HS_FD_PATH_MAX];
+		struct birth b = {.kind = (uint8_t)kind, .call = (uint8_t)call, .flags = cloexec ? HS_FDF_CLOEXEC : 0};
+		put_text(buf, text);
+		b.path = buf;
+		note_created(fd, &b, AT_FDCWD, NULL, site);
+	}
+	return fd;
+}
+
+HS_EXPORT int socket(int domain, int type, int proto)
+{
+	uint64_t site = RET_ADDR();
+	char text[HS_FD_PATH_MAX];
+	int fd = HS_REAL(socket)(domain, type, proto);
+	if (fd >= 0)
+		socket_text(text, "socket", domain, type);
+	return made(fd, HS_FDK_SOCKET, HS_FDC_SOCKET, type & SOCK_CLOEXEC, text, site);
+}
+
+/* Two numbers from one call: sv[0], sv[1]. */
+static void made_pair(int rc, const int *sv, unsigned kind, unsigned call, int cloexec, const char *what,
+		      uint64_t site)
+{
+	char text[HS_FD_PATH_MAX];
+	size_t n;
+	if (rc != 0 || !fds_on())
+		return;
+	for (int i = 0; i < 2; i++) {
+		n = cat(text, 0, what);
+		n = cat(text, n, i == 0 ? " (first end, other is fd " : " (second end, other is fd ");
+		n = cat_num(text, n, (uint64_t)sv[1 - i]);
+		cat(text, n, ")");
+		made(sv[i], kind, call, cloexec, text, site);
+	}
+}
+
+HS_EXPORT int socketpair(int domain, int type, int proto, int sv[2])
+{
+	uint64_t site = RET_ADDR();
+	int rc = HS_REAL(socketpair)(domain, type, proto, sv);
+	char what[HS_FD_PATH_MAX];
+	if (rc == 0)
+		socket_text(what, "socketpair", domain, type);
+	made_pair(rc, sv, HS_FDK_SOCKET, HS_FDC_SOCKETPAIR, type & SOCK_CLOEXEC, what, site);
+	return rc;
+}
+
+static int accepted(int fd, int lfd, const struct sockaddr *addr, const socklen_t *len, int cloexec, uint64_t site)
+{
+	char text[HS_FD_PATH_MAX];
+	size_t n;
+	if (fd < 0)
+		return fd;
+	n = cat(text, 0, "peer ");
+	sockaddr_text(text, n, addr, addr && len ? *len : 0);
+	if (!text[n]) {
+		n = cat(text, 0, "accepted on fd ");
+		cat_num(text, n, (uint64_t)lfd);
+	}
+	return made(fd, HS_FDK_SOCKET, HS_FDC_ACCEPT, cloexec, text, site);
+}
+
+HS_EXPORT int accept(int lfd, struct sockaddr *addr, socklen_t *len)
+{
+	uint64_t site = RET_ADDR();
+	return accepted(HS_REAL(accept)(lfd, addr, len), lfd, addr, len, 0, site);
+}
+
+HS_EXPORT int accept4(int lfd, struct sockaddr *addr, socklen_t *len, int flags)
+{
+	uint64_t site = RET_ADDR();
+	return accepted(HS_REAL(accept4)(lfd, addr, len, flags), lfd, addr, len, flags & SOCK_CLOEXEC, site);
+}
+
+/* connect and bind say who a socket talks to: its description, no event. */
+static void describe(int fd, const char *what, const struct sockaddr *addr, socklen_t len)
+{
+	int e = errno;
+	struct hs_tls *t = hs_enter();
+	if (t) {
+		struct hs_fd *s = slot_of(fd);
+		char text[HS_FD_PATH_MAX];
+		uint32_t q;
+		size_t n = cat(text, 0, what);
+		sockaddr_text(text, n, addr, len);
+		if (s && text[n] && claim(s, &q)) {
+			if (s->state == HS_FDS_OPEN && s->kind == HS_FDK_SOCKET)
+				memcpy(s->path, text, sizeof s->path);
+			release(s, q);
+		}
+		hs_leave(t);
+	}
+	errno = e;
+}
+
+HS_EXPORT int connect(int fd, const struct sockaddr *addr, socklen_t len)
+{
+	int rc = HS_REAL(connect)(fd, addr, len);
+	if ((rc == 0 || errno == EINPROGRESS) && fds_on())
+		describe(fd, "peer ", addr, len);
+	return rc;
+}
+
+HS_EXPORT int bind(int fd, const struct sockaddr *addr, socklen_t len)
+{
+	int rc = HS_REAL(bind)(fd, addr, len);
+	if (rc == 0 && fds_on())
+		describe(fd, "bound ", addr, len);
+	return rc;
+}
+
+HS_EXPORT int pipe(int fds[2])
+{
+	uint64_t site = RET_ADDR();
+	int rc = HS_REAL(pipe)(fds);
+	if (rc == 0) {
+		made(fds[0], HS_FDK_PIPE, HS_FDC_PIPE, 0, "pipe read end", site);
+		made(fds[1], HS_FDK_PIPE, HS_FDC_PIPE, 0, "pipe write end", site);
+	}
+	return rc;
+}
+
+/*
+ * libunwind opens a pipe of its own (it validates memory by writing to it)
+ * when the shim first unwinds, inside a hook: it would take the program's
+ * lowest free numbers (3 and 4 in most processes), where a program that
+ * opens a file and expects 3 would find them.  Move such a pipe up, near
+ * the top of the first 4096 numbers (below the soft RLIMIT_NOFILE), with
+ * raw system calls.  It stays visible to a program that lists every fd it
+ * has (README "File descriptors": what heisen itself holds).
+ */
+static int from_libunwind(uint64_t site)
+{
+	Dl_info info;
+	return dladdr((void *)(uintptr_t)site, &info) && info.dli_fname && strstr(info.dli_fname, "libunwind");
+}
+
+static void move_up(int *fd)
+{
+	struct rlimit rl;
+	long top, nfd;
+	if (syscall(SYS_prlimit64, 0, RLIMIT_NOFILE, NULL, &rl) != 0)
+		return;
+	top = rl.rlim_cur < 4096 ? (long)rl.rlim_cur : 4096;
+	if (top < 256)
+		return;
+	nfd = syscall(SYS_fcntl, *fd, F_DUPFD_CLOEXEC, top - 64);
+	if (nfd < 0)
+		return;
+	syscall(SYS_close, *fd);
+	*fd = (int)nfd;
+}
+
+HS_EXPORT int pipe2(int fds[2], int flags)
+{
+	uint64_t site = RET_ADDR();
+	int rc = HS_REAL(pipe2)(fds, flags);
+	if (rc == 0 && hs_tls.in_hook && (flags & O_CLOEXEC) && from_libunwind(site)) {
+		int e = errno;
+		move_up(&fds[0]);
+		move_up(&fds[1]);
+		errno = e;
+		return rc;
+	}
+	if (rc == 0) {
+		made(fds[0], HS_FDK_PIPE, HS_FDC_PIPE, flags & O_CLOEXEC, "pipe read end", site);
+		made(fds[1], HS_FDK_PIPE, HS_FDC_PIPE, flags & O_CLOEXEC, "pipe write end", site);
+	}
+	return rc;
+}
+
+/*
+ * fd is a copy of old (dup, dup2, dup3, F_DUPFD): the kind and description
+ * are old's.  replaces: dup2/dup3 closed what fd held first (recorded now:
+ * the number was never free in between).
+ */
+static void duplicated(int old, int fd, int cloexec, unsigned call, int replaces, uint64_t site)
+{
+	int e = errno;
+	struct hs_tls *t = hs_enter();
+	if (t) {
+		struct hs_fd *o = slot_of(old);
+		char text[HS_FD_PATH_MAX];
+		struct birth b = {.call = (uint8_t)call, .flags = cloexec ? HS_FDF_CLOEXEC : 0, .path = text};
+		uint32_t stack = fd_stack(site);
+		uint64_t now = hs_now();
+		size_t n;
+		struct pre p;
+		if (replaces)
+			closing(t, fd, call, stack, now, &p);
+		/* relaxed copy of old's description: a torn one only spoils it */
+		n = cat(text, 0, "dup of fd ");
+		n = cat_num(text, n, (uint64_t)old);
+		if (o && o->state == HS_FDS_OPEN) {
+			char src[HS_FD_PATH_MAX];
+			memcpy(src, o->path, sizeof src);
+			src[sizeof src - 1] = '\0';
+			b.kind = o->kind;
+			if (src[0]) {
+				n = cat(text, n, ": ");
+				cat(text, n, src);
+			}
+		}
+		created(t, fd, &b, stack, now);
+		hs_leave(t);
+	}
+	errno = e;
+}
+
+HS_EXPORT int dup(int old)
+{
+	uint64_t site = RET_ADDR();
+	int fd = HS_REAL(dup)(old);
+	if (fd >= 0 && fds_on())
+		duplicated(old, fd, 0, HS_FDC_DUP, 0, site);
+	return fd;
+}
+
+HS_EXPORT int dup2(int old, int nw)
+{
+	uint64_t site = RET_ADDR();
+	int fd = HS_REAL(dup2)(old, nw);
+	if (fd >= 0 && old != nw && fds_on())
+		duplicated(old, fd, 0, HS_FDC_DUP2, 1, site);
+	return fd;
+}
+
+HS_EXPORT int dup3(int old, int nw, int flags)
+{
+	uint64_t site = RET_ADDR();
+	int fd = HS_REAL(dup3)(old, nw, flags);
+	if (fd >= 0 && fds_on())
+		duplicated(old, fd, flags & O_CLOEXEC, HS_FDC_DUP3, 1, site);
+	return fd;
+}
+
+/* F_SETFD: the close-on-exec flag of fd's open generation. */
+static void set_cloexec(int fd, int on)
+{
+	struct hs_tls *t = hs_enter();
+	if (t) {
+		struct hs_fd *s = slot_of(fd);
+		uint32_t q;
+		if (s && claim(s, &q)) {
+			if (s->state == HS_FDS_OPEN)
+				s->flags = on ? s->flags | HS_FDF_CLOEXEC : s->flags & ~HS_FDF_CLOEXEC;
+			release(s, q);
+		}
+		hs_leave(t);
+	}
+}
+
+/* fcntl is variadic: the third argument is read as a pointer, as glibc's own
+ * wrapper does, and passed through unchanged for every command. */
+static int after_fcntl(int fd, int cmd, void *arg, int rc, uint64_t site)
+{
+	if (rc < 0 || !fds_on())
+		return rc;
+	if (cmd == F_DUPFD || cmd == F_DUPFD_CLOEXEC) {
+		duplicated(fd, rc, cmd == F_DUPFD_CLOEXEC, HS_FDC_FCNTL_DUPFD, 0, site);
+	} else if (cmd == F_SETFD) {
+		int e = errno;
+		set_cloexec(fd, (int)(intptr_t)arg & FD_CLOEXEC);
+		errno = e;
+	}
+	return rc;
+}
+
+HS_EXPORT int fcntl(int fd, int cmd, ...)
+{
+	uint64_t site = RET_ADDR();
+	va_list ap;
+	void *arg;
+	va_start(ap, cmd);
+	arg = va_arg(ap, void *);
+	va_end(ap);
+	return after_fcntl(fd, cmd, arg, HS_REAL(fcntl)(fd, cmd, arg), site);
+}
+
+HS_EXPORT int fcntl64(int fd, int cmd, ...)
+{
+	uint64_t site = RET_ADDR();
+	va_list ap;
+	void *arg;
+	va_start(ap, cmd);
+	arg = va_arg(ap, void *);
+	va_end(ap);
+	return after_fcntl(fd, cmd, arg, HS_REAL(fcntl64)(fd, cmd, arg), site);
+}
+
+HS_EXPORT int eventfd(unsigned int initval, int flags)
+{
+	uint64_t site = RET_ADDR();
+	return made(HS_REAL(eventfd)(initval, flags), HS_FDK_EVENTFD, HS_FDC_EVENTFD, flags & O_CLOEXEC, "eventfd", site);
+}
+
+HS_EXPORT int timerfd_create(int clock, int flags)
+{
+	uint64_t site = RET_ADDR();
+	return made(HS_REAL(timerfd_create)(clock, flags), HS_FDK_TIMERFD, HS_FDC_TIMERFD, flags & O_CLOEXEC, "timerfd",
+		    site);
+}
+
+HS_EXPORT int signalfd(int fd, const sigset_t *mask, int flags)
+{
+	uint64_t site = RET_ADDR();
+	int rc = HS_REAL(signalfd)(fd, mask, flags);
+	/* with fd != -1 it changes an existing signalfd's mask: no creation */
+	return fd == -1 ? made(rc, HS_FDK_SIGNALFD, HS_FDC_SIGNALFD, flags & O_CLOEXEC, "signalfd", site) : rc;
+}
+
+HS_EXPORT int epoll_create(int size)
+{
+	uint64_t site = RET_ADDR();
+	return made(HS_REAL(epoll_create)(size), HS_FDK_EPOLL, HS_FDC_EPOLL, 0, "epoll", site);
+}
+
+HS_EXPORT int epoll_create1(int flags)
+{
+	uint64_t site = RET_ADDR();
+	return made(HS_REAL(epoll_create1)(flags), HS_FDK_EPOLL, HS_FDC_EPOLL, flags & O_CLOEXEC, "epoll", site);
+}
+
+HS_EXPORT int inotify_init(void)
+{
+	uint64_t site = RET_ADDR();
+	return made(HS_REAL(inotify_init)(), HS_FDK_INOTIFY, HS_FDC_INOTIFY, 0, "inotify", site);
+}
+
+HS_EXPORT int inotify_init1(int flags)
+{
+	uint64_t site = RET_ADDR();
+	return made(HS_REAL(inotify_init1)(flags), HS_FDK_INOTIFY, HS_FDC_INOTIFY, flags & O_CLOEXEC, "inotify", site);
+}
+
+HS_EXPORT int memfd_create(const char *name, unsigned int flags)
+{
+	uint64_t site = RET_ADDR();
+	int fd = HS_REAL(memfd_create)(name, flags);
+	char text[HS_FD_PATH_MAX];
+	size_t n;
+	if (fd >= 0) {
+		n = cat(text, 0, "memfd:");
+		cat(text, n, name ? name : "");
+	}
+	return made(fd, HS_FDK_MEMFD, HS_FDC_MEMFD, flags & MFD_CLOEXEC, text, site);
+}
+
+/* SCM_RIGHTS: every number the message carried is a new generation here. */
+HS_EXPORT ssize_t recvmsg(int fd, struct msghdr *msg, int flags)
+{
+	uint64_t site = RET_ADDR();
+	ssize_t rc = HS_REAL(recvmsg)(fd, msg, flags);
+	if (rc >= 0 && msg && msg->msg_control && msg->msg_controllen >= sizeof(struct cmsghdr) && fds_on()) {
+		char text[HS_FD_PATH_MAX];
+		size_t n = cat(text, 0, "received on fd ");
+		cat_num(text, n, (uint64_t)fd);
+		for (struct cmsghdr *c = CMSG_FIRSTHDR(msg); c; c = CMSG_NXTHDR(msg, c)) {
+			if (c->cmsg_level != SOL_SOCKET || c->cmsg_type != SCM_RIGHTS || c->cmsg_len < CMSG_LEN(0))
+				continue;
+			size_t k = (c->cmsg_len - CMSG_LEN(0)) / sizeof(int);
+			for (size_t i = 0; i < k; i++) {
+				int nfd;
+				memcpy(&nfd, CMSG_DATA(c) + i * sizeof(int), sizeof nfd);
+				made(nfd, HS_FDK_RECEIVED, HS_FDC_RECVMSG, flags & MSG_CMSG_CLOEXEC, text, site);
+			}
+		}
+	}
+	return rc;
+}
+
+/* ---- the hooks: objects that carry their generation ------------------------------- */
+
+/*
+ * An object (a FILE, a DIR, an owner tag) takes over fd's open generation:
+ * fdopen, fdopendir, heisen_fd_set_owner.  A number heisen never saw open
+ * (but the call proved open) becomes an unseen generation first.  Returns 0,
+ * or -1 when fd has no slot.
+ */
+static int take_over(struct hs_tls *t, int fd, uint64_t owner, uint32_t owner_flag, unsigned call, uint64_t site)
+{
+	struct hs_fd *s = slot_of(fd);
+	struct hs_fd_event e;
+	uint32_t stack, q;
+	uint64_t now;
+	if (!s)
+		return -1;
+	stack = fd_stack(site);
+	now = hs_now();
+	if (!claim(s, &q))
+		return -1;
+	if (s->state != HS_FDS_OPEN) {
+		s->gen++;
+		s->state = HS_FDS_OPEN;
+		s->kind = HS_FDK_UNKNOWN;
+		s->call = HS_FDC_UNSEEN;
+		s->flags = HS_FDF_UNSEEN;
+		s->tid = 0;
+		s->stack = 0;
+		s->ts_ns = now;
+		s->path[0] = '\0';
+		event_init(&e, NULL, fd, s->gen, HS_FDE_CREATE, HS_FDC_UNSEEN, 0, now);
+		e.flags = HS_FDF_UNSEEN;
+		event_add(s, &e);
+	}
+	s->owner = owner;
+	s->flags = (s->flags & ~HS_FDF_OWNERS) | owner_flag;
+	event_init(&e, t, fd, s->gen, HS_FDE_OWNER, call, stack, now);
+	e.owner = owner;
+	e.kind = s->kind;
+	e.flags = s->flags;
+	event_add(s, &e);
+	release(s, q);
+	return 0;
+}
+
+static void after_fopen(FILE *fp, const char *path, const char *mode, unsigned call, uint64_t site)
+{
+	int e = errno, fd;
+	struct hs_tls *t;
+	if (!fp || !fds_on() || (fd = fileno_unlocked(fp)) < 0 || !(t = hs_enter())) {
+		errno = e;
+		return;
+	}
+	{
+		char text[HS_FD_PATH_MAX];
+		struct birth b = {.kind = HS_FDK_FILE, .call = (uint8_t)call, .owner = (uint64_t)(uintptr_t)fp,
+				  .flags = HS_FDF_OWNER_FILE | (mode && strchr(mode, 'e') ? HS_FDF_CLOEXEC : 0),
+				  .path = text};
+		put_text(text, path ? path : "(reopened)");
+		created(t, fd, &b, fd_stack(site), hs_now());
+	}
+	hs_leave(t);
+	errno = e;
+}
+
+HS_EXPORT FILE *fopen(const char *path, const char *mode)
+{
+	uint64_t site = RET_ADDR();
+	FILE *fp = HS_REAL(fopen)(path, mode);
+	after_fopen(fp, path, mode, HS_FDC_FOPEN, site);
+	return fp;
+}
+
+HS_EXPORT FILE *fopen64(const char *path, const char *mode)
+{
+	uint64_t site = RET_ADDR();
+	FILE *fp = HS_REAL(fopen64)(path, mode);
+	after_fopen(fp, path, mode, HS_FDC_FOPEN, site);
+	return fp;
+}
+
+HS_EXPORT FILE *fdopen(int fd, const char *mode)
+{
+	uint64_t site = RET_ADDR();
+	FILE *fp = HS_REAL(fdopen)(fd, mode);
+	struct hs_tls *t;
+	if (fp && fds_on()) {
+		int e = errno;
+		if ((t = hs_enter()) != NULL) {
+			take_over(t, fd, (uint64_t)(uintptr_t)fp, HS_FDF_OWNER_FILE, HS_FDC_FDOPEN, site);
+			hs_leave(t);
+		}
+		errno = e;
+	}
+	return fp;
+}
+
+/*
+ * Before an object's number is closed by its close call (fclose, closedir,
+ * freopen): the ownership check and the record.  Returns the number, or -1
+ * when nothing was recorded.
+ */
+static int before_object_close(int fd, uint64_t owner, uint32_t owner_flag, unsigned rule, unsigned call,
+			       uint64_t site, uint32_t *stack, uint64_t *now, struct pre *p)
+{
+	struct hs_tls *t;
+	memset(p, 0, sizeof *p);
+	if (fd < 0 || !(t = hs_enter()))
+		return -1;
+	*stack = fd_stack(site);
+	*now = hs_now();
+	object_closing(t, fd, owner, owner_flag, rule, call, *stack, *now, p);
+	hs_leave(t);
+	return fd;
+}
+
+static void after_object_close(int fd, unsigned call, uint32_t stack, uint64_t now, uint64_t site, const struct pre *p,
+			       int failed, int err)
+{
+	struct hs_tls *t;
+	if (fd < 0 || !(t = hs_enter()))
+		return;
+	after_close(t, fd, call, stack, now, site, p, failed ? -1 : 0, err);
+	hs_leave(t);
+}
+
+static FILE *reopened(FILE *(*real)(const char *, const char *, FILE *), const char *path, const char *mode, FILE *fp,
+		      uint64_t site)
+{
+	struct pre p;
+	uint32_t stack = 0;
+	uint64_t now = 0;
+	FILE *nfp;
+	if (fp && fds_on()) {
+		int e = errno;
+		before_object_close(fileno_unlocked(fp), (uint64_t)(uintptr_t)fp, HS_FDF_OWNER_FILE, HS_FD_RULE_FILE,
+				    HS_FDC_FREOPEN, site, &stack, &now, &p);
+		errno = e;
+	}
+	nfp = real(path, mode, fp);
+	after_fopen(nfp, path, mode, HS_FDC_FREOPEN, site);
+	return nfp;
+}
+
+HS_EXPORT FILE *freopen(const char *path, const char *mode, FILE *fp)
+{
+	return reopened(HS_REAL(freopen), path, mode, fp, RET_ADDR());
+}
+
+HS_EXPORT FILE *freopen64(const char *path, const char *mode, FILE *fp)
+{
+	return reopened(HS_REAL(freopen64), path, mode, fp, RET_ADDR());
+}
+
+HS_EXPORT int fclose(FILE *fp)
+{
+	uint64_t site = RET_ADDR();
+	struct pre p;
+	uint32_t stack = 0;
+	uint64_t now = 0;
+	int fd = -1, rc, e;
+	if (fp && fds_on()) {
+		e = errno;
+		fd = before_object_close(fileno_unlocked(fp), (uint64_t)(uintptr_t)fp, HS_FDF_OWNER_FILE, HS_FD_RULE_FILE,
+					 HS_FDC_FCLOSE, site, &stack, &now, &p);
+		errno = e;
+	}
+	rc = HS_REAL(fclose)(fp);
+	if (fd >= 0) {
+		e = errno;
+		after_object_close(fd, HS_FDC_FCLOSE, stack, now, site, &p, rc != 0, e);
+		errno = e;
+	}
+	return rc;
+}
+
+HS_EXPORT DIR *opendir(const char *path)
+{
+	uint64_t site = RET_ADDR();
+	DIR *d = HS_REAL(opendir)(path);
+	int fd;
+	if (d && fds_on() && (fd = dirfd(d)) >= 0) {
+		struct birth b = {.kind = HS_FDK_DIR, .call = HS_FDC_OPENDIR, .owner = (uint64_t)(uintptr_t)d,
+				  .flags = HS_FDF_OWNER_DIR | HS_FDF_CLOEXEC};
+		note_created(fd, &b, AT_FDCWD, path, site);
+	}
+	return d;
+}
+
+HS_EXPORT DIR *fdopendir(int fd)
+{
+	uint64_t site = RET_ADDR();
+	DIR *d = HS_REAL(fdopendir)(fd);
+	struct hs_tls *t;
+	if (d && fds_on()) {
+		int e = errno;
+		if ((t = hs_enter()) != NULL) {
+			take_over(t, fd, (uint64_t)(uintptr_t)d, HS_FDF_OWNER_DIR, HS_FDC_FDOPENDIR, site);
+			hs_leave(t);
+		}
+		errno = e;
+	}
+	return d;
+}
+
+HS_EXPORT int closedir(DIR *d)
+{
+	uint64_t site = RET_ADDR();
+	struct pre p;
+	uint32_t stack = 0;
+	uint64_t now = 0;
+	int fd = -1, rc, e;
+	if (fds_on()) {
+		e = errno;
+		fd = before_object_close(dirfd(d), (uint64_t)(uintptr_t)d, HS_FDF_OWNER_DIR, HS_FD_RULE_DIR, HS_FDC_CLOSEDIR,
+					 site, &stack, &now, &p);
+		errno = e;
+	}
+	rc = HS_REAL(closedir)(d);
+	if (fd >= 0) {
+		e = errno;
+		after_object_close(fd, HS_FDC_CLOSEDIR, stack, now, site, &p, rc != 0, e);
+		errno = e;
+	}
+	return rc;
+}
+
+/* ---- the hooks: closing ---------------------------------------------------------- */
+
+/* close() and heisen_fd_close_owned()'s matching case: record, close once, look at the result. */
+static int close_number(int fd, unsigned call, uint64_t site)
+{
+	struct hs_tls *t;
+	struct pre p;
+	uint32_t stack = 0;
+	uint64_t now = 0;
+	int rc, e;
+	memset(&p, 0, sizeof p);
+	if (fds_on() && (t = hs_enter()) != NULL) {
+		e = errno;
+		stack = fd_stack(site);
+		now = hs_now();
+		closing(t, fd, call, stack, now, &p);
+		if (call == HS_FDC_CLOSE && p.state == HS_FDS_OPEN && (p.flags & HS_FDF_OWNER_TAG))
+			owned_by_tag_closed(t, fd, &p, stack);
+		hs_leave(t);
+		errno = e;
+	}
+	/* never retried on EINTR: the number may already be someone else's */
+	rc = HS_REAL(close)(fd);
+	if (now && rc == 0 && p.state == HS_FDS_OPEN) {
+		/* the common case: it closed what the table said was open; only the
+		 * sweep detector's note (this thread's own state) changes */
+		hs_tls.fd_last = fd;
+		hs_tls.fd_last_site = site;
+	} else if (now) {
+		e = errno;
+		if ((t = hs_enter()) != NULL) {
+			after_close(t, fd, call, stack, now, site, &p, rc, rc ? e : 0);
+			hs_leave(t);
+		}
+		errno = e;
+	}
+	return rc;
+}
+
+HS_EXPORT int close(int fd)
+{
+	return close_number(fd, HS_FDC_CLOSE, RET_ADDR());
+}
+
+/* Every open generation of [first, last] is closed by this call (recorded before it). */
+static void closing_range(unsigned first, unsigned last, uint64_t site)
+{
+	struct hs_tls *t = hs_enter();
+	uint32_t cap, stack;
+	uint64_t now;
+	struct pre p;
+	if (!t)
+		return;
+	cap = hs_seg.hdr->tables[HS_T_FDS].capacity;
+	stack = fd_stack(site);
+	now = hs_now();
+	for (uint64_t fd = first; fd <= last && fd < cap; fd++) {
+		struct hs_fd *s = slot_of((int)fd);
+		/* relaxed look first: most numbers of a range are not open */
+		if (__atomic_load_n(&s->state, __ATOMIC_RELAXED) == HS_FDS_OPEN)
+			closing(t, (int)fd, HS_FDC_CLOSE_RANGE, stack, now, &p);
+	}
+	hs_leave(t);
+}
+
+HS_EXPORT int close_range(unsigned int first, unsigned int last, int flags)
+{
+	uint64_t site = RET_ADDR();
+	int rc, e = errno;
+	if (first <= last && fds_on()) {
+		if (!(flags & CLOSE_RANGE_CLOEXEC))
+			closing_range(first, last, site);
+		errno = e;
+	}
+	rc = HS_REAL(close_range)(first, last, flags);
+	if (rc == 0 && (flags & CLOSE_RANGE_CLOEXEC) && fds_on()) {
+		uint32_t cap = hs_recording ? hs_seg.hdr->tables[HS_T_FDS].capacity : 0;
+		for (uint64_t fd = first; fd <= last && fd < cap; fd++)
+			if (__atomic_load_n(&slot_of((int)fd)->state, __ATOMIC_RELAXED) == HS_FDS_OPEN)
+				set_cloexec((int)fd, 1);
+		errno = e;
+	}
+	return rc;
+}
+
+HS_EXPORT void closefrom(int low)
+{
+	uint64_t site = RET_ADDR();
+	if (low >= 0 && fds_on()) {
+		int e = errno;
+		closing_range((unsigned)low, ~0u, site);
+		errno = e;
+	}
+	HS_REAL(closefrom)(low);
+}
+
+/* ---- the annotation API (heisen/heisen.h) ---------------------------------------- */
+
+HS_EXPORT int heisen_fd_set_owner(int fd, uint64_t owner)
+{
+	uint64_t site = RET_ADDR();
+	struct hs_tls *t;
+	int rc = -1, e = errno;
+	if (!fds_on() || !(t = hs_enter()))
+		return -1;
+	/* the kernel's word on whether fd is open, without the fcntl hook */
+	if (syscall(SYS_fcntl, fd, F_GETFD) < 0)
+		e = EBADF;
+	else if (take_over(t, fd, owner, HS_FDF_OWNER_TAG, HS_FDC_SET_OWNER, site) == 0)
+		rc = 0;
+	hs_leave(t);
+	errno = e;
+	return rc;
+}
+
+HS_EXPORT int heisen_fd_close_owned(int fd, uint64_t owner)
+{
+	uint64_t site = RET_ADDR();
+	struct hs_fd_event ev[CHAIN_MAX], hist[CHAIN_MAX], fail;
+	const struct hs_fd_event *mine = NULL, *cur;
+	struct hs_finding f;
+	struct hs_tls *t;
+	struct hs_fd *s;
+	uint32_t q, stack, gen;
+	uint64_t now;
+	unsigned n, m;
+	int state;
+
+	if (!fds_on() || !(t = hs_enter()) || !(s = slot_of(fd))) {
+		if (t)
+			hs_leave(t);
+		return HS_REAL(close)(fd);
+	}
+	if (!claim(s, &q)) {
+		hs_leave(t);
+		return close_number(fd, HS_FDC_CLOSE_OWNED, site);
+	}
+	state = s->state;
+	gen = s->gen;
+	if (state == HS_FDS_OPEN && (s->flags & HS_FDF_OWNER_TAG) && s->owner == owner) {
+		release(s, q);
+		hs_leave(t);
+		return close_number(fd, HS_FDC_CLOSE_OWNED, site);
+	}
+	/* not this owner's number (any more): record the attempt, do not close */
+	stack = fd_stack(site);
+	now = hs_now();
+	event_init(&fail, t, fd, gen, HS_FDE_CLOSE_FAILED, HS_FDC_CLOSE_OWNED, stack, now);
+	fail.err = EBADF;
+	fail.owner = owner;
+	fail.kind = s->kind;
+	fail.flags = s->flags;
+	event_add(s, &fail);
+	n = chain(fd, s->last_event, ev, CHAIN_MAX);
+	release(s, q);
+	mine = owned_by(ev, n, owner, HS_FDF_OWNER_TAG, gen);
+	cur = find_ev(ev, n, gen, HS_FDE_CREATE);
+	finding_init(&f, HS_FIND_STALE_CLOSE, HS_FD_RULE_OWNER, fd, gen, EBADF);
+	roles(&f, t->tid, stack, mine, cur);
+	m = story(ev, n, mine ? mine->gen : gen, hist);
+	fd_finding(t, &f, hist, m);
+	hs_leave(t);
+	errno = EBADF;
+	return -1;
+}
+
+/* ---- start-up and fork --------------------------------------------------------------- */
+
+/* The kind of an inherited fd, from its /proc/self/fd link. */
+static unsigned kind_of_link(const char *l)
+{
+	if (!strncmp(l, "socket:", 7))
+		return HS_FDK_SOCKET;
+	if (!strncmp(l, "pipe:", 5))
+		return HS_FDK_PIPE;
+	if (!strcmp(l, "anon_inode:[eventfd]"))
+		return HS_FDK_EVENTFD;
+	if (!strcmp(l, "anon_inode:[eventpoll]"))
+		return HS_FDK_EPOLL;
+	if (!strcmp(l, "anon_inode:[timerfd]"))
+		return HS_FDK_TIMERFD;
+	if (!strcmp(l, "anon_inode:[signalfd]"))
+		return HS_FDK_SIGNALFD;
+	if (!strcmp(l, "anon_inode:inotify"))
+		return HS_FDK_INOTIFY;
+	if (!strncmp(l, "/memfd:", 7))
+		return HS_FDK_MEMFD;
+	if (l[0] == '/')
+		return HS_FDK_FILE;
+	return HS_FDK_UNKNOWN;
+}
+
+/* Mark fd as open when this image started: a generation inherited, not created. */
+static void inherited(int fd, const char *link, int cloexec, uint64_t now)
+{
+	struct hs_fd *s = slot_of(fd);
+	struct hs_fd_event e;
+	uint32_t q;
+	if (!s) {
+		__atomic_add_fetch(&hs_seg.hdr->fd_beyond, 1, __ATOMIC_RELAXED);
+		return;
+	}
+	if (!claim(s, &q))
+		return;
+	s->gen++;
+	s->state = HS_FDS_OPEN;
+	s->kind = (uint8_t)kind_of_link(link);
+	s->call = HS_FDC_INHERITED;
+	s->close_call = HS_FDC_NONE;
+	s->flags = HS_FDF_INHERITED | (cloexec ? HS_FDF_CLOEXEC : 0);
+	s->tid = 0;
+	s->stack = 0;
+	s->ts_ns = now;
+	s->owner = 0;
+	put_text(s->path, link);
+	event_init(&e, NULL, fd, s->gen, HS_FDE_CREATE, HS_FDC_INHERITED, 0, now);
+	e.kind = s->kind;
+	e.flags = s->flags;
+	memcpy(e.path, s->path, sizeof e.path);
+	event_add(s, &e);
+	release(s, q);
+}
+
+/* The fds open at the start of this image (or in a fork child), from
+ * /proc/self/fd, with raw system calls only: async-signal-safe. */
+static void scan_inherited(void)
+{
+	struct dirent64_raw {
+		uint64_t ino;
+		int64_t off;
+		unsigned short reclen;
+		unsigned char type;
+		char name[];
+	};
+	char buf[4096] __attribute__((aligned(8)));
+	uint64_t now = hs_now();
+	int dfd = (int)syscall(SYS_openat, AT_FDCWD, "/proc/self/fd", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+	long n;
+	if (dfd < 0)
+		return;
+	while ((n = syscall(SYS_getdents64, dfd, buf, sizeof buf)) > 0) {
+		for (long off = 0; off < n;) {
+			struct dirent64_raw *d = (struct dirent64_raw *)(void *)(buf + off);
+			char link[HS_FD_PATH_MAX * 4];
+			long fd = 0, m;
+			const char *c = d->name;
+			off += d->reclen;
+			if (!*c)
+				continue;
+			for (; *c >= '0' && *c <= '9' && fd < (1l << 30); c++)
+				fd = fd * 10 + (*c - '0');
+			if (*c || fd == dfd)
+				continue;
+			m = syscall(SYS_readlinkat, dfd, d->name, link, sizeof link - 1);
+			link[m > 0 ? m : 0] = '\0';
+			inherited((int)fd, link, (int)(syscall(SYS_fcntl, (int)fd, F_GETFD) & FD_CLOEXEC), now);
+		}
+	}
+	syscall(SYS_close, dfd);
+}
+
+static void mark_header(void)
+{
+	struct hs_header *h = hs_seg.hdr;
+	h->fd_stacks = full_stacks ? HS_HEAP_STACKS_FULL : HS_HEAP_STACKS_SITE;
+	__atomic_or_fetch(&h->flags, HS_HDR_FDS, __ATOMIC_RELAXED);
+}
+
+/* The fork child (one thread, async-signal-safe): a new segment, a fresh
+ * table; what the parent had open is inherited.  After init.c's handler. */
+static void fds_after_fork_child(void)
+{
+	if (__atomic_load_n(&fd_mode, __ATOMIC_ACQUIRE) != FD_ON || !__atomic_load_n(&hs_recording, __ATOMIC_ACQUIRE))
+		return;
+	hs_tls.vfork_pid = 0;
+	hs_tls.fd_last = -1;
+	mark_header();
+	scan_inherited();
+}
+
+HS_HIDDEN void hs_fds_init(void)
+{
+	int expect = FD_UNKNOWN;
+	struct hs_tls *t = &hs_tls;
+	const char *v;
+	int was = t->in_hook;
+	if (!__atomic_load_n(&hs_recording, __ATOMIC_ACQUIRE))
+		return;
+	if (!__atomic_compare_exchange_n(&fd_mode, &expect, FD_INIT, 0, __ATOMIC_ACQ_REL, __ATOMIC_RELAXED))
+		return;
+	t->in_hook = 1;
+	v = getenv("HEISEN_FDS"); /* on unless HEISEN_FDS=0 */
+	if (v && strcmp(v, "0") == 0) {
+		__atomic_store_n(&fd_mode, FD_OFF, __ATOMIC_RELEASE);
+		t->in_hook = was;
+		return;
+	}
+	v = getenv("HEISEN_FD_STACKS");
+	full_stacks = v && strcmp(v, "full") == 0;
+	t->fd_last = -1;
+	mark_header();
+	scan_inherited();
+	pthread_atfork(NULL, NULL, fds_after_fork_child);
+	/* release: the settings above are visible to every hook that sees FD_ON */
+	__atomic_store_n(&fd_mode, FD_ON, __ATOMIC_RELEASE);
+	t->in_hook = was;
+}

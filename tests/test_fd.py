@@ -1,0 +1,467 @@
+# SPDX-License-Identifier: MIT
+"""File descriptors (issue 5): double close, stale close, fd leaks, the fd
+table, and the annotation API, end to end.
+
+- Seed 004 in C (test-targets/fd_reopen.c): a reopen path closes a handle
+  without clearing it; another thread's open takes the number; the
+  destructor closes it again -> `stale-close` naming the stale closer and
+  the rightful owner, with the whole history of the number and the owner's
+  later EBADF; without the other thread -> `double-close`; with a FILE * ->
+  `stale-close` proven at the fclose (rule "file").
+- The same through CPython's file objects (py_fd_stale.py), with Python
+  lines, on every kind of interpreter.
+- Seed 001 (py_seed001.py, pyzmq): a constructor's sockets leaked by
+  retries; Context.term() waits forever -> `hang` plus `fd-leak` with the
+  constructor's Python lines, in heisen-run's report.
+- No finding: an acceptor/worker server with fd numbers reused constantly
+  and a close-all sweep in a fork child (fd_handover.c); a threaded Python
+  program with files, pipes, sockets, subprocess, `with open()` and the GC
+  closing file objects (py_fd_clean.py); CPython's test_os, test_socket and
+  test_subprocess under the shim (marker regrtest).
+- Every creating call of the issue, every closer, exec of close-on-exec
+  fds (fd_calls.c); fd-leak at exit and after SIGKILL; HEISEN_FDS=0;
+  heisen_fd_set_owner / heisen_fd_close_owned (fd_owned.c).
+
+Contracts: docs/interfaces.md "File descriptors"; the rules: README.md.
+"""
+import os
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from conftest import (SYSTEM_PYTHON, fact_int, facts, find_python_frame, findings_of, frame_functions,
+                      marker_line, process_of, python_frames, target)
+
+FD_KINDS = ("double-close", "stale-close", "fd-leak")
+
+
+def fd_findings(report):
+    return [f for f in report["findings"] if f["kind"] in FD_KINDS]
+
+
+def one(report, kind):
+    fs = findings_of(report, kind)
+    assert len(fs) == 1, [(f["kind"], f.get("message")) for f in report["findings"]]
+    return fs[0]
+
+
+def stack_by_role(finding, role):
+    st = [s for s in finding["stacks"] if s["role"] == role]
+    assert len(st) == 1, f"want one {role!r} stack, have {[s['role'] for s in finding['stacks']]}"
+    return st[0]
+
+
+def story(finding):
+    """The history as (generation, op, call, tid, innermost native function)."""
+    out = []
+    for h in finding["history"]:
+        native = [fr["function"] for fr in h["stack"]["frames"] if not fr["python"]]
+        out.append((h["generation"], h["op"], h["call"], h["tid"], native[0] if native else None))
+    return out
+
+
+def script(heisen, name):
+    return heisen.src_targets / name
+
+
+# ---- seed 004 in C -----------------------------------------------------------
+
+
+def test_seed004_stale_close_names_the_stale_closer_and_the_owner(heisen, way):
+    p = way.run([target(heisen, "fd_reopen"), "stale"])
+    assert p.returncode == 0, (p.returncode, p.stderr)
+    out = facts(p.stdout)
+    assert out["writer_write"] == ["EBADF"] and out["writer_close"] == ["EBADF"], p.stdout
+    pid, main, writer, fd = (fact_int(p.stdout, k) for k in ("pid", "tid_main", "tid_writer", "fd"))
+    r = heisen.dump_json(way.session, expect_rc=1)
+    assert findings_of(r, "double-close") == [], "the owner's EBADF confirms the stale close, it is not a double close"
+    f = one(r, "stale-close")
+    assert f["pid"] == pid and f["fd"] == fd and f["rule"] == "confirmed" and f["errno"] == 9
+    assert f["tids"] == [main, writer]
+    assert frame_functions(stack_by_role(f, "stale close"))[0] == "handle_destroy"
+    assert frame_functions(stack_by_role(f, "stale owner's generation"))[0] == "handle_open"
+    assert frame_functions(stack_by_role(f, "rightful owner's creation"))[0] == "writer_open_checkpoint"
+    assert frame_functions(stack_by_role(f, "rightful owner's failed close"))[0] == "writer_finish"
+    g = f["generation"]
+    assert story(f) == [(g - 1, "open", "open", main, "handle_open"),
+                        (g - 1, "close", "close", main, "handle_reopen"),
+                        (g, "open", "open", writer, "writer_open_checkpoint"),
+                        (g, "close", "close", main, "handle_destroy"),
+                        (g, "close-failed", "close", writer, "writer_finish")]
+    assert f["history"][2]["path"].endswith("/checkpoint.tmp") and f["history"][0]["path"].endswith("/checkpoint")
+    assert f["history"][4]["errno"] == 9
+    t = heisen.dump(way.session).stdout
+    assert f"==== heisen: stale close in pid {pid}" in t
+    assert "<-- the stale close" in t and "<-- the rightful owner finds its fd gone" in t
+    assert f"stale close of fd {fd} by thread {main}" in t
+    # the process's context: its fd table, one line per open fd
+    assert "  fds: " in t and "    fd 0    " in t
+
+
+def test_seed004_double_close(heisen, way):
+    p = way.run([target(heisen, "fd_reopen"), "double"])
+    assert p.returncode == 0, (p.returncode, p.stderr)
+    assert facts(p.stdout)["destroy_close"] == ["EBADF"]
+    pid, main, fd = (fact_int(p.stdout, k) for k in ("pid", "tid_main", "fd"))
+    r = heisen.dump_json(way.session, expect_rc=1)
+    assert findings_of(r, "stale-close") == []
+    f = one(r, "double-close")
+    assert f["pid"] == pid and f["fd"] == fd and f["tids"] == [main, main, main]
+    assert f["rule"] == "ebadf" and f["errno"] == 9 and f["count"] == 1
+    assert [s["role"] for s in f["stacks"]] == ["second close", "first close", "creation"]
+    assert frame_functions(stack_by_role(f, "second close"))[0] == "handle_destroy"
+    assert frame_functions(stack_by_role(f, "first close"))[0] == "handle_reopen"
+    assert frame_functions(stack_by_role(f, "creation"))[0] == "handle_open"
+    g = f["generation"]
+    assert story(f) == [(g, "open", "open", main, "handle_open"), (g, "close", "close", main, "handle_reopen"),
+                        (g, "close-failed", "close", main, "handle_destroy")]
+    t = heisen.dump(way.session).stdout
+    assert f"==== heisen: double close in pid {pid}" in t and "<-- the second close" in t
+
+
+def test_seed004_file_stale_close_is_proven_at_the_fclose(heisen, session):
+    """A FILE carries its generation: the fclose is stale at the moment it is made."""
+    p = heisen.preload([target(heisen, "fd_reopen"), "file"], session)
+    assert p.returncode == 0, p.stderr
+    assert facts(p.stdout)["writer_close"] == ["EBADF"]
+    main, writer, fd = (fact_int(p.stdout, k) for k in ("tid_main", "tid_writer", "fd"))
+    r = heisen.dump_json(session, expect_rc=1)
+    f = one(r, "stale-close")
+    assert f["rule"] == "file" and f["fd"] == fd and f["tids"] == [main, writer]
+    assert frame_functions(stack_by_role(f, "stale close"))[0] == "handle_destroy"
+    assert frame_functions(stack_by_role(f, "stale owner's generation"))[0] == "handle_open"
+    g = f["generation"]
+    assert [(h["generation"], h["op"], h["call"], h["tid"]) for h in f["history"]] == [
+        (g - 1, "open", "fopen", main), (g - 1, "close", "close", main), (g, "open", "open", writer),
+        (g, "close", "fclose", main), (g, "close-failed", "close", writer)]
+    assert f["history"][0]["owner"] == "file"
+    assert findings_of(r, "double-close") == []
+
+
+# ---- the same through CPython's file objects -----------------------------------
+
+
+def test_python_file_object_stale_close(heisen, session, interp):
+    src = script(heisen, "py_fd_stale.py")
+    p = heisen.preload(interp.cmd(src), session)
+    assert p.returncode == 0, (p.returncode, p.stderr)
+    out = facts(p.stdout)
+    assert out["writer_write"] == ["9"] and out["writer_close"] == ["9"], p.stdout
+    pid, main, writer, fd = (fact_int(p.stdout, k) for k in ("pid", "tid_main", "tid_writer", "fd"))
+    r = heisen.dump_json(session, expect_rc=1)
+    f = one(r, "stale-close")
+    assert f["pid"] == pid and f["fd"] == fd and f["tids"] == [main, writer] and f["rule"] == "confirmed"
+    want = {"stale close": ("evaluate", "stale close"),
+            "stale owner's generation": ("evaluate", "evaluator opens"),
+            "rightful owner's creation": ("writer", "writer opens"),
+            "rightful owner's failed close": ("writer", "writer closes")}
+    for role, (fn, marker) in want.items():
+        py = python_frames(stack_by_role(f, role))
+        assert py and py[0]["function"] == fn and py[0]["line"] == marker_line(src, marker), \
+            (role, [(x["function"], x["line"]) for x in py])
+        assert py[0]["file"].endswith("py_fd_stale.py")
+    # the history: the os.close() behind the file object's back is there, with its line
+    behind = [h for h in f["history"] if h["op"] == "close" and h["generation"] == f["generation"] - 1]
+    assert len(behind) == 1 and behind[0]["tid"] == main
+    assert find_python_frame(behind[0]["stack"], "evaluate", "py_fd_stale.py",
+                             marker_line(src, "reopen closes behind its back")) is not None
+    assert findings_of(r, "double-close") == []
+    t = heisen.dump(session).stdout
+    assert "evaluate (" in t and "[python]" in t and "<-- the stale close" in t
+
+
+# ---- seed 001: leaked sockets, term() waits forever -------------------------------
+
+
+def test_seed001_hang_with_fd_leak_and_the_constructor_line(heisen, session):
+    try:
+        import zmq  # noqa: F401  (Debian's python3-zmq, for /usr/bin/python3)
+    except ImportError:
+        pytest.fail("pyzmq is missing: apt-get install python3-zmq (./dev does)")
+    src = script(heisen, "py_seed001.py")
+    p = heisen.run(["--dir", session, "--hang-timeout", "2", "--on-hang", "kill", "--", SYSTEM_PYTHON, src],
+                   timeout=120)
+    assert p.returncode == 137, (p.returncode, p.stdout, p.stderr[-3000:])
+    pid, main = fact_int(p.stdout, "pid"), fact_int(p.stdout, "tid_main")
+    assert fact_int(p.stdout, "attempts") == 3
+    # heisen-run's own report: the hang and the leak, with the constructor's line
+    assert f"==== heisen: hang in pid {pid}" in p.stderr and f"==== heisen: fd leak in pid {pid}" in p.stderr
+    assert "BertClient.__init__ (" in p.stderr
+    r = heisen.dump_json(session, expect_rc=1)
+    hang = [h for h in findings_of(r, "hang") if h["pid"] == pid]
+    assert len(hang) == 1
+    by_tid = {t["tid"]: t for t in hang[0]["threads"]}
+    assert find_python_frame(by_tid[main]["stack"], "Context.term") is not None, by_tid[main]["stack"]
+    leak = one(r, "fd-leak")
+    assert leak["pid"] == pid and leak["at"] == "hang"
+    for marker in ("constructor opens", "constructor opens receiver"):
+        line = marker_line(src, marker)
+        groups = [g for g in leak["groups"]
+                  if find_python_frame(g["stack"], "BertClient.__init__", "py_seed001.py", line) is not None]
+        assert len(groups) == 1, (marker, [(g["count"], g["kind"]) for g in leak["groups"]])
+        assert groups[0]["count"] == 3 and groups[0]["tid"] == main   # one per attempt
+        assert all(x["fd"] > 2 for x in groups[0]["fds"])
+    assert leak["open"] >= 6 and leak["tids"][0] in (main,) or main in leak["tids"]
+    kinds = [f["kind"] for f in r["findings"]]
+    assert kinds.index("hang") < kinds.index("fd-leak")
+
+
+# ---- correct programs: no fd finding -------------------------------------------------
+
+
+def test_acceptor_worker_handover_and_close_all_sweep_no_finding(heisen, way):
+    p = way.run([target(heisen, "fd_handover")], timeout=120)
+    assert p.returncode == 0, (p.returncode, p.stderr)
+    assert fact_int(p.stdout, "served") == 450 and fact_int(p.stdout, "child_exit") == 0
+    r = heisen.dump_json(way.session, expect_rc=0)
+    assert r["findings"] == [] and r["errors"] == []
+    proc = process_of(r, fact_int(p.stdout, "pid"))
+    fds = proc["fds"]
+    assert fds["created"] >= 450 * 3 and fds["closed"] >= 450 * 3
+    listening = [x for x in fds["open"] if x["kind"] == "socket" and not x["inherited"]]
+    assert len(listening) == 1 and listening[0]["path"].startswith("bound 127.0.0.1:"), fds["open"]
+
+
+def test_clean_threaded_python_program_no_finding(heisen, session, interp):
+    src = script(heisen, "py_fd_clean.py")
+    plain = subprocess.run([str(c) for c in interp.cmd(src)], capture_output=True, text=True, timeout=120,
+                           env=heisen.env())
+    assert plain.returncode == 0, plain.stderr
+    p = heisen.run(["--dir", session, "--", *interp.cmd(src)], timeout=180)
+    assert p.returncode == 0, (p.returncode, p.stderr[-3000:])
+    strip = lambda s: [line for line in s.splitlines() if not line.startswith("pid ")]  # noqa: E731
+    assert strip(p.stdout) == strip(plain.stdout)
+    assert "done ok" in p.stdout
+    r = heisen.dump_json(session, expect_rc=0)
+    assert r["findings"] == [], [(f["kind"], f["message"]) for f in r["findings"]]
+    assert r["errors"] == []
+    main = process_of(r, fact_int(p.stdout, "pid"))
+    assert main["fds"]["created"] > 500
+    # the subprocess children exist as processes of their own (vfork children recorded nothing here)
+    assert len(r["processes"]) >= 7
+
+
+# ---- every creating call, every closer, exec ------------------------------------------
+
+CALLS = {  # fd_<name> printed by fd_calls.c -> (call, kind) in the fd table
+    "open": ("open", "file"), "open64": ("open", "file"), "openat": ("openat", "file"),
+    "openat64": ("openat", "file"), "__open_2": ("open", "file"), "__openat_2": ("openat", "file"),
+    "creat": ("creat", "file"), "socket": ("socket", "socket"), "accept": ("accept", "socket"),
+    "accept4": ("accept", "socket"), "pipe": ("pipe", "pipe"), "pipe2": ("pipe", "pipe"),
+    "dup": ("dup", "file"), "dup2": ("dup2", "file"), "dup3": ("dup3", "file"),
+    "fcntl": ("fcntl-dupfd", "file"), "eventfd": ("eventfd", "eventfd"),
+    "timerfd_create": ("timerfd_create", "timerfd"), "signalfd": ("signalfd", "signalfd"),
+    "epoll_create": ("epoll_create", "epoll"), "epoll_create1": ("epoll_create", "epoll"),
+    "inotify_init": ("inotify_init", "inotify"), "inotify_init1": ("inotify_init", "inotify"),
+    "memfd_create": ("memfd_create", "memfd"), "recvmsg": ("recvmsg", "received"),
+    "fopen": ("fopen", "file"), "freopen": ("freopen", "file"), "opendir": ("opendir", "dir"),
+}
+
+
+def test_every_creating_call_is_in_the_fd_table(heisen, session):
+    p = heisen.preload([target(heisen, "fd_calls"), "open"], session)
+    assert p.returncode == 0, p.stderr
+    printed = {k[3:]: int(v[-1]) for k, v in facts(p.stdout).items() if k.startswith("fd_")}
+    r = heisen.dump_json(session, expect_rc=0)   # each call at its own site: no leak
+    assert r["findings"] == []
+    table = {x["fd"]: x for x in process_of(r, fact_int(p.stdout, "pid"))["fds"]["open"]}
+    for name, (call, kind) in CALLS.items():
+        x = table.get(printed[name])
+        assert x is not None, (name, printed[name], sorted(table))
+        assert (x["call"], x["kind"]) == (call, kind), (name, x)
+        assert x["stack"] and frame_functions(x["stack"])[0] in ("main", "pass_fd"), (name, x["stack"])
+        assert not x["inherited"]
+    # what the flags say
+    assert table[printed["open"]]["cloexec"] and not table[printed["open64"]]["cloexec"]
+    assert table[printed["accept4"]]["cloexec"] and table[printed["dup3"]]["cloexec"]
+    assert table[printed["fopen"]]["owner"] == "file" and table[printed["opendir"]]["owner"] == "dir"
+    assert table[printed["fdopen"]]["owner"] == "file" and table[printed["fdopendir"]]["owner"] == "dir"
+    assert table[printed["memfd_create"]]["path"] == "memfd:heisen-test"
+    assert table[printed["freopen"]]["path"] == "/proc/self/status"
+    assert table[printed["accept"]]["path"] == f"accepted on fd {printed['socket']}"
+    assert table[printed["socket"]]["path"].startswith("bound 127.0.0.1:")
+
+
+def test_every_closer(heisen, session):
+    p = heisen.preload([target(heisen, "fd_calls"), "close"], session)
+    assert p.returncode == 0, p.stderr
+    r = heisen.dump_json(session, expect_rc=0)
+    assert r["findings"] == []
+    fds = process_of(r, fact_int(p.stdout, "pid"))["fds"]
+    assert [x for x in fds["open"] if x["fd"] > 2] == [], fds["open"]
+    assert fds["closed"] >= fds["created"] >= 30
+
+
+def test_exec_closes_cloexec_fds(heisen, session):
+    p = heisen.preload([target(heisen, "fd_calls"), "exec"], session)
+    assert p.returncode == 0, p.stderr
+    cloexec, plain = fact_int(p.stdout, "cloexec"), fact_int(p.stdout, "plain")
+    assert plain in [int(v) for v in facts(p.stdout)["inherited"]]
+    assert cloexec not in [int(v) for v in facts(p.stdout)["inherited"]]
+    r = heisen.dump_json(session, expect_rc=0)
+    pid = fact_int(p.stdout, "pid")
+    old, new = process_of(r, pid, 0), process_of(r, pid, 1)
+    assert old["state"] == "execed"
+    table = {x["fd"]: x for x in old["fds"]["open"]}
+    assert table[cloexec]["closed_by_exec"] is True and table[plain]["closed_by_exec"] is False
+    newt = {x["fd"]: x for x in new["fds"]["open"]}
+    assert newt[plain]["inherited"] and newt[plain]["path"].endswith("/status") and cloexec not in newt
+
+
+# ---- fd-leak at the end: a site that left three or more open ----------------------------
+
+LEAK = """
+import os, sys
+def keep(n):
+    return [open('/proc/self/stat') for _ in range(n)]  # leak site
+kept = keep(int(sys.argv[1]))
+print('pid', os.getpid(), flush=True)
+if sys.argv[2] == 'kill':
+    os.kill(os.getpid(), 9)
+os._exit(0)   # no finalization: the fds stay open at exit
+"""
+
+
+@pytest.mark.parametrize("n,end", [(4, "exit"), (2, "exit"), (4, "kill")])
+def test_fd_leak_at_the_end(heisen, session, tmp_path, n, end):
+    src = tmp_path / "leak.py"
+    src.write_text(LEAK)
+    p = heisen.preload([SYSTEM_PYTHON, src, n, end], session)
+    assert p.returncode == (-9 if end == "kill" else 0), p.stderr
+    r = heisen.dump_json(session)
+    pid = fact_int(p.stdout, "pid")
+    assert process_of(r, pid)["state"] == ("vanished" if end == "kill" else "exited")
+    leaks = findings_of(r, "fd-leak")
+    if n < 3:
+        assert leaks == [] and r["findings"] == []
+        return
+    f = one(r, "fd-leak")
+    assert f["pid"] == pid and f["at"] == "end" and f["open"] == n
+    [g] = f["groups"]
+    assert g["count"] == n and g["kind"] == "file" and g["path"] == "/proc/self/stat"
+    assert find_python_frame(g["stack"], "keep", "leak.py", 4) is not None, g["stack"]
+
+
+def test_fd_tracking_off(heisen, session):
+    p = heisen.preload([target(heisen, "fd_reopen"), "double"], session, env={"HEISEN_FDS": "0"})
+    assert p.returncode == 0, p.stderr
+    r = heisen.dump_json(session, expect_rc=0)
+    assert r["findings"] == [] and process_of(r, fact_int(p.stdout, "pid"))["fds"] is None
+
+
+# ---- the annotation API ---------------------------------------------------------------
+
+
+def test_owner_annotation_correct_use_is_quiet(heisen, session):
+    p = heisen.preload([target(heisen, "fd_owned"), "correct"], session)
+    assert p.returncode == 0, p.stderr
+    assert fact_int(p.stdout, "annotated") == 1 and fact_int(p.stdout, "close_owned_rc") == 0
+    r = heisen.dump_json(session, expect_rc=0)
+    assert r["findings"] == []
+
+
+def test_owner_annotation_plain_close_of_an_owned_fd(heisen, session):
+    p = heisen.preload([target(heisen, "fd_owned"), "plain"], session)
+    assert p.returncode == 0, p.stderr
+    r = heisen.dump_json(session, expect_rc=1)
+    f = one(r, "stale-close")
+    assert f["rule"] == "owner" and f["fd"] == fact_int(p.stdout, "fd")
+    assert frame_functions(stack_by_role(f, "stale close"))[0] == "cleanup_bug"
+    assert frame_functions(stack_by_role(f, "rightful owner's creation"))[0] == "cache_open"
+    assert [h["op"] for h in f["history"]] == ["open", "owner", "close"]
+
+
+def test_owner_annotation_refuses_a_stale_checked_close(heisen, session):
+    p = heisen.preload([target(heisen, "fd_owned"), "stale"], session)
+    assert p.returncode == 0, p.stderr
+    assert fact_int(p.stdout, "close_owned_rc") == -1 and fact_int(p.stdout, "errno") == 9
+    assert fact_int(p.stdout, "journal_open") == 1, "the journal's file must survive the stale checked close"
+    r = heisen.dump_json(session, expect_rc=1)
+    fs = findings_of(r, "stale-close")
+    assert len(fs) == 2 and all(f["rule"] == "owner" for f in fs)
+    refused = [f for f in fs if frame_functions(stack_by_role(f, "stale close"))[:2] == ["owned_close", "cache_close"]]
+    assert len(refused) == 1
+    f = refused[0]
+    assert frame_functions(stack_by_role(f, "rightful owner's creation"))[0] == "journal_open"
+    assert [h["op"] for h in f["history"]][-1] == "close-failed"
+    assert [h["call"] for h in f["history"]][-1] == "heisen_fd_close_owned"
+
+
+def test_owner_annotation_without_heisen_falls_back_to_close(heisen):
+    p = subprocess.run([str(target(heisen, "fd_owned")), "stale"], capture_output=True, text=True,
+                       env=heisen.env(), timeout=30)
+    assert p.returncode == 0, p.stderr
+    assert fact_int(p.stdout, "annotated") == 0
+    assert fact_int(p.stdout, "close_owned_rc") == 0 and fact_int(p.stdout, "journal_open") == 0
+
+
+# ---- CPython's own regression tests under the shim --------------------------------------
+
+# Serial, one module per run: test_os, test_socket and test_subprocess are
+# the modules that create and close the most fds, fork, vfork and exec
+# (about 3, 27 and 34 s under the shim, as natively: README.md).  Left out,
+# each for a reason that is not heisen's:
+#  - test_socket's VSOCK tests: on a virtual machine whose vsock device
+#    refuses a connection to its own CID (ENODEV), the server's accept()
+#    waits forever, natively too;
+#  - test_subprocess's test_pass_fds_redirected counts every fd the child
+#    has, and a child under heisen holds two more: libunwind's memory
+#    validation pipe (moved up near fd 4032, out of the way of the lowest
+#    numbers, but there; README "File descriptors").
+REGRTESTS = {"test_os": [], "test_socket": ["-i", "*VSOCK*"],
+             "test_subprocess": ["-i", "test_pass_fds_redirected"]}
+
+
+@pytest.mark.regrtest
+@pytest.mark.parametrize("name", sorted(REGRTESTS))
+def test_cpython_regrtest_under_fd_tracking(heisen, session, name):
+    if not (Path("/usr/lib/python3.11/test") / f"{name}.py").exists():
+        pytest.fail("CPython's test suite is missing: apt-get install libpython3.11-testsuite (./dev does)")
+    p = heisen.preload([SYSTEM_PYTHON, "-m", "test", "-q", name, *REGRTESTS[name]], session, timeout=900)
+    assert p.returncode == 0, (p.returncode, p.stdout[-3000:], p.stderr[-3000:])
+    assert "SUCCESS" in p.stdout, p.stdout[-2000:]
+    r = heisen.dump_json(session)
+    main = [x for x in r["processes"] if x["argv"][1:4] == ["-m", "test", "-q"]]
+    assert main and main[0]["fds"] is not None and main[0]["fds"]["created"] > 100
+    # the suites close numbers twice on purpose (they test EBADF, double-close
+    # findings are right there), and children leave fds open at exit; but no
+    # generation is ever closed by a stale owner
+    assert findings_of(r, "stale-close") == [], [f["message"] for f in findings_of(r, "stale-close")]
+
+
+# ---- two threads racing on one number ----------------------------------------------------
+
+
+def test_racing_closes_each_round_is_one_double_close(heisen, tmp_path):
+    """Two threads close one fd at once, 200 rounds, five runs: the kernel fails
+    one close per round, and heisen counts exactly one double close per round,
+    whichever thread reached the kernel and the record first."""
+    for i in range(5):
+        session = tmp_path / f"s{i}"
+        p = heisen.preload([target(heisen, "fd_race")], session)
+        assert p.returncode == 0, p.stderr
+        rounds = fact_int(p.stdout, "rounds")
+        assert fact_int(p.stdout, "ebadf") == rounds
+        racers = {fact_int(p.stdout, "tid_racer_0"), fact_int(p.stdout, "tid_racer_1")}
+        r = heisen.dump_json(session, expect_rc=1)
+        assert findings_of(r, "stale-close") == [] and r["errors"] == []
+        dc = findings_of(r, "double-close")
+        assert dc and sum(f["count"] for f in dc) == rounds, [(f["count"], f["tids"]) for f in dc]
+        for f in dc:
+            assert f["tids"][0] in racers and f["tids"][2] == fact_int(p.stdout, "pid")
+            assert frame_functions(stack_by_role(f, "second close"))[0] == "racer_close"
+            assert frame_functions(stack_by_role(f, "creation"))[0] == "open_shared"
+
+
+def test_numbers_beyond_the_fd_table_are_counted_and_said(heisen, session):
+    p = heisen.preload([target(heisen, "fd_calls"), "open"], session, env={"HEISEN_FD_NUMBERS": "16"})
+    assert p.returncode == 0, p.stderr
+    r = heisen.dump_json(session, expect_rc=0)
+    fds = process_of(r, fact_int(p.stdout, "pid"))["fds"]
+    assert fds["numbers"] == 16 and fds["beyond"] >= 20 and fds["max"] >= 61
+    assert all(x["fd"] < 16 for x in fds["open"])
+    t = heisen.dump(session).stdout
+    assert "!!! " in t and "fds were numbered beyond the fd table (16 numbers, HEISEN_FD_NUMBERS): not tracked" in t
