@@ -61,6 +61,29 @@ static const char *thread_name(const struct hs_proc *p, int32_t tid)
 	return t && t->name[0] ? t->name : "?";
 }
 
+/*
+ * "thread T (name)".  A fork child's findings can name a thread of an
+ * ancestor (a block allocated or freed before the fork): then "thread T
+ * (name, in pid P before the fork)", found up the real-parent chain.
+ */
+static void who(char *buf, size_t len, const struct hs_proc *p, int32_t tid)
+{
+	const struct hs_pnode *n = p->info ? p->info->node : NULL;
+	if (!tid) {
+		snprintf(buf, len, "no thread heisen saw");
+		return;
+	}
+	if (!hs_proc_thread(p, tid) && n && n->via && strcmp(n->via, "fork") == 0)
+		for (const struct hs_pnode *a = n->real_parent; a && a != n; a = a->real_parent)
+			for (size_t i = 0; i < a->nimages; i++)
+				if (hs_proc_thread(a->images[i], tid)) {
+					snprintf(buf, len, "thread %d (%s, in pid %d before the fork)", tid,
+						 thread_name(a->images[i], tid), a->pid);
+					return;
+				}
+	snprintf(buf, len, "thread %d (%s)", tid, thread_name(p, tid));
+}
+
 static void lock_call(char *buf, size_t len, struct hs_proc *p, uint32_t lock, unsigned mode)
 {
 	struct hs_lockref r;
@@ -177,23 +200,23 @@ static void self_deadlock(FILE *out, struct hs_fnd *f)
 static void heap(FILE *out, struct hs_fnd *f)
 {
 	const struct hs_finding *r = &f->rec;
-	char msg[512];
+	char msg[512], w[160];
 	hs_heap_message(f, msg, sizeof msg);
 	fprintf(out, "%s", msg);
 	if (r->count > 1)
 		fprintf(out, " (seen %u times)", r->count);
 	fprintf(out, "\n\n");
-	fprintf(out, " %s by thread %d (%s) here:\n", f->kind == HS_F_DOUBLE_FREE ? "second free" : "free", r->tid,
-		thread_name(f->proc, r->tid));
+	who(w, sizeof w, f->proc, r->tid);
+	fprintf(out, " %s by %s here:\n", f->kind == HS_F_DOUBLE_FREE ? "second free" : "free", w);
 	print_frames(out, f->proc, r->stack, "    ");
 	if (f->kind == HS_F_DOUBLE_FREE || (f->kind == HS_F_INVALID_FREE && r->size && (r->stack2 || r->tid2))) {
-		fprintf(out, "\n %s by thread %d (%s) here:\n",
-			f->kind == HS_F_DOUBLE_FREE ? "first freed" : "the block was freed", r->tid2,
-			thread_name(f->proc, r->tid2));
+		who(w, sizeof w, f->proc, r->tid2);
+		fprintf(out, "\n %s by %s here:\n", f->kind == HS_F_DOUBLE_FREE ? "first freed" : "the block was freed", w);
 		print_frames(out, f->proc, r->stack2, "    ");
 	}
 	if (f->kind != HS_F_INVALID_FREE || (r->size && (r->stack3 || r->tid3))) {
-		fprintf(out, "\n previously allocated by thread %d (%s) here:\n", r->tid3, thread_name(f->proc, r->tid3));
+		who(w, sizeof w, f->proc, r->tid3);
+		fprintf(out, "\n previously allocated by %s here:\n", w);
 		print_frames(out, f->proc, r->stack3, "    ");
 	}
 	fprintf(out, "\n (%s)\n", hs_heap_stacks_note(f->proc->seg.hdr.heap_stacks));
@@ -202,13 +225,6 @@ static void heap(FILE *out, struct hs_fnd *f)
 /* ---- file descriptors (issue 5) ------------------------------------------ */
 
 /* "thread 123 (name)" */
-static void who(char *buf, size_t len, const struct hs_proc *p, int32_t tid)
-{
-	if (tid)
-		snprintf(buf, len, "thread %d (%s)", tid, thread_name(p, tid));
-	else
-		snprintf(buf, len, "no thread heisen saw");
-}
 
 /* What an event of an fd finding's history is, in the story. */
 static const char *history_note(const struct hs_fnd *f, const struct hs_fd_event *e, uint32_t i)

@@ -92,11 +92,26 @@ struct blk {
 	uint32_t alloc_stack;  /* stack id of the allocation */
 	int32_t alloc_tid;
 	uint32_t offset;       /* user pointer - start of the real allocation */
-	uint32_t pad;
+	uint32_t epoch;        /* stack_epoch at the allocation: alloc_stack means something only in it */
 	uint64_t magic;        /* HEAP_MAGIC ^ user pointer; 0 once given back to glibc */
 	uint64_t state;        /* [atomic] ST_LIVE or ST_FREED | first free */
 };
 _Static_assert(sizeof(struct blk) == 48, "struct blk is 48 bytes");
+
+/*
+ * Stack ids are ids into this process's segment.  A fork child's segment
+ * starts with its parent's stacks, id for id (init.c inherit_tables), so a
+ * block allocated before the fork keeps a valid allocation stack; when the
+ * child's segment could not take them (a fallback-small segment) the epoch
+ * changes, and older blocks report no allocation stack rather than a wrong
+ * one.
+ */
+static uint32_t stack_epoch;           /* [atomic] */
+
+static inline uint32_t alloc_stack_of(const struct blk *b)
+{
+	return b->epoch == __atomic_load_n(&stack_epoch, __ATOMIC_RELAXED) ? b->alloc_stack : 0;
+}
 
 enum { HEAP_UNKNOWN = 0, HEAP_INIT = 1, HEAP_OFF = 2, HEAP_ON = 3 };
 static int heap_mode;                  /* [atomic] HEAP_* */
@@ -465,7 +480,7 @@ static void bad_state(struct hs_tls *t, int ring, void *p, uint64_t state)
 	} else {
 		finding_init(&f, t, HS_FIND_INVALID_FREE, p);
 	}
-	f.stack3 = b->alloc_stack;
+	f.stack3 = alloc_stack_of(b);
 	f.tid3 = b->alloc_tid;
 	f.size = b->size;
 	heap_finding(t, ring, &f);
@@ -538,7 +553,7 @@ static int foreign_is_invalid(struct hs_tls *t, int ring, void *p)
 	if (b) {
 		uint64_t st = __atomic_load_n(&b->state, __ATOMIC_RELAXED);
 		f.size = b->size;
-		f.stack3 = b->alloc_stack;
+		f.stack3 = alloc_stack_of(b);
 		f.tid3 = b->alloc_tid;
 		/* the offset of p into the block (it starts at addr - offset) */
 		f.offset = (uint32_t)((uintptr_t)p - (uintptr_t)(b + 1));
@@ -648,7 +663,7 @@ static void *blk_alloc(struct hs_tls *t, size_t n, size_t align, int zero, uint6
 	b->alloc_stack = stack;
 	b->alloc_tid = t->tid;
 	b->offset = (uint32_t)off;
-	b->pad = 0;
+	b->epoch = __atomic_load_n(&stack_epoch, __ATOMIC_RELAXED);
 	if (zero && align > 16)
 		memset(u, 0, n);
 	memcpy(u + n, canary_pat, canary_len(n));
@@ -678,7 +693,7 @@ static int blk_free(struct hs_tls *t, int ring, void *p, uint64_t site)
 			if (HS_UNLIKELY(memcmp((char *)p + b->size, canary_pat, canary_len(b->size)) != 0)) {
 				struct hs_finding f;
 				finding_init(&f, t, HS_FIND_HEAP_OVERFLOW, p);
-				f.stack3 = b->alloc_stack;
+				f.stack3 = alloc_stack_of(b);
 				f.tid3 = b->alloc_tid;
 				f.size = b->size;
 				count_free(b->size);
@@ -736,6 +751,11 @@ HS_HIDDEN void hs_heap_after_fork_child(void)
 	struct hs_header *h;
 	if (__atomic_load_n(&heap_mode, __ATOMIC_ACQUIRE) != HEAP_ON)
 		return;
+	/* the site cache holds stack ids: valid here only when the tables were inherited */
+	if (!hs_seg_inherited) {
+		memset(site_cache, 0, sizeof site_cache);
+		__atomic_add_fetch(&stack_epoch, 1, __ATOMIC_RELAXED);
+	}
 	for (int i = 0; i < QSHARDS; i++) {
 		if (__atomic_load_n(&quar[i].lock, __ATOMIC_RELAXED)) {
 			quar[i].head = quar[i].tail = NULL;

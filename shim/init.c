@@ -70,17 +70,64 @@ static uint32_t reintern_native(const struct hs_stack *os)
 }
 
 /*
+ * Copy the parent's strings, stacks, Python frames and modules into the
+ * child's fresh segment, id for id and offset for offset, so that every id
+ * the parent handed out means the same in the child: the allocation stack
+ * in a heap block's header, the first free's stack in a quarantined block,
+ * the shim's caches of site stacks, the stacks of held locks.  Only the
+ * used part of each array is copied; the index tables (whose slots depend
+ * on their capacity) are copied whole.  Returns 1 when copied, 0 when the
+ * child's geometry differs from the parent's (a fallback-small segment):
+ * then nothing is copied and the caller re-interns what it needs.
+ * Async-signal-safe (memcpy into our own mapping).
+ */
+static int inherit_tables(struct hs_seg *to, const struct hs_seg *from)
+{
+	static const enum hs_table_id arrays[] = {HS_T_STRINGS, HS_T_STACKS, HS_T_PYFRAMES, HS_T_MODULES};
+	static const enum hs_table_id indexes[] = {HS_T_STACK_INDEX, HS_T_SITE_INDEX, HS_T_PYFRAME_INDEX};
+	struct hs_table *tt = to->hdr->tables;
+	const struct hs_table *ft = from->hdr->tables;
+	for (size_t i = 0; i < sizeof indexes / sizeof indexes[0]; i++)
+		if (tt[indexes[i]].capacity != ft[indexes[i]].capacity ||
+		    tt[indexes[i]].entry_size != ft[indexes[i]].entry_size)
+			return 0;
+	for (size_t i = 0; i < sizeof arrays / sizeof arrays[0]; i++)
+		if (tt[arrays[i]].capacity < ft[arrays[i]].capacity || tt[arrays[i]].entry_size != ft[arrays[i]].entry_size)
+			return 0;
+	for (size_t i = 0; i < sizeof indexes / sizeof indexes[0]; i++) {
+		enum hs_table_id k = indexes[i];
+		memcpy((char *)to->hdr + tt[k].offset, (const char *)from->hdr + ft[k].offset,
+		       (size_t)ft[k].capacity * ft[k].entry_size);
+		tt[k].count = ft[k].count;
+		tt[k].dropped = ft[k].dropped;
+	}
+	for (size_t i = 0; i < sizeof arrays / sizeof arrays[0]; i++) {
+		enum hs_table_id k = arrays[i];
+		uint32_t n = __atomic_load_n(&ft[k].count, __ATOMIC_ACQUIRE);
+		if (n > ft[k].capacity)
+			n = ft[k].capacity; /* a full table's count runs past it */
+		memcpy((char *)to->hdr + tt[k].offset, (const char *)from->hdr + ft[k].offset, (size_t)n * ft[k].entry_size);
+		tt[k].dropped = ft[k].dropped;
+		/* the entries are in place before the count publishes them */
+		__atomic_store_n(&tt[k].count, n, __ATOMIC_RELEASE);
+	}
+	return 1;
+}
+
+/*
  * The fork child: only async-signal-safe work.  It gets its own segment
- * (hs_segment_create(1)), this thread attaches to it carrying the locks it
- * held in the parent (they are held in the child too), and the parent's
- * mapping is dropped so the child can never write into it.
+ * (hs_segment_create(1)) that starts with its parent's strings, stacks,
+ * Python frames and modules (inherit_tables), this thread attaches to it
+ * carrying the locks it held in the parent (they are held in the child
+ * too), and the parent's mapping is dropped so the child can never write
+ * into it.
  */
 static void atfork_child(void)
 {
 	struct hs_tls *t = &hs_tls;
 	struct hs_seg old = hs_seg;
 	struct hs_thread *oslot = t->slot && t->seg_gen == hs_seg_gen ? t->slot : NULL;
-	int was = t->in_hook;
+	int was = t->in_hook, inherited;
 
 	if (!__atomic_load_n(&hs_recording, __ATOMIC_ACQUIRE))
 		return;
@@ -95,14 +142,17 @@ static void atfork_child(void)
 		t->in_hook = was;
 		return;
 	}
-	/* the same objects are mapped: copy the module table */
-	for (uint32_t i = 0; i < old.hdr->tables[HS_T_MODULES].count && i < hs_seg.hdr->tables[HS_T_MODULES].capacity;
+	inherited = inherit_tables(&hs_seg, &old);
+	/* without the parent's tables: the same objects are mapped, copy the module table */
+	for (uint32_t i = 0; !inherited && i < old.hdr->tables[HS_T_MODULES].count &&
+			     i < hs_seg.hdr->tables[HS_T_MODULES].capacity;
 	     i++) {
 		struct hs_module m = old.modules[i];
 		m.path = hs_str_add(&hs_seg, old.strings + old.modules[i].path, old.modules[i].path_len);
 		hs_seg.modules[i] = m;
 		__atomic_store_n(&hs_seg.hdr->tables[HS_T_MODULES].count, i + 1, __ATOMIC_RELEASE);
 	}
+	hs_seg_inherited = inherited;
 	t->slot = NULL;
 	t->dead = 0;
 	if (hs_thread_attach(t) == 0 && oslot) {
@@ -111,7 +161,8 @@ static void atfork_child(void)
 			struct hs_held h = oslot->held[i];
 			const struct hs_lock *ol = &old.locks[h.lock];
 			const struct hs_stack *os = &old.stacks[h.stack];
-			h.stack = h.stack ? reintern_native(os) : 0;
+			if (!inherited)
+				h.stack = h.stack ? reintern_native(os) : 0;
 			h.lock = hs_lock_id(&hs_seg, h.addr, ol->kind, ol->flags & ~HS_LOCKF_DEAD, h.stack, t->tid, now);
 			hs_lockstate_begin(t->slot);
 			t->slot->held[t->slot->held_count++] = h;

@@ -28,6 +28,7 @@
 struct hs_seg hs_seg;
 int hs_recording;
 uint32_t hs_seg_gen;
+int hs_seg_inherited;
 int hs_quiet;
 uint64_t hs_self_lo, hs_self_hi;
 

@@ -94,6 +94,9 @@ extern __thread struct hs_tls hs_tls __attribute__((tls_model("initial-exec")));
 extern struct hs_seg hs_seg;          /* the process's segment */
 extern int hs_recording;              /* [atomic] 1 once the segment is ready */
 extern uint32_t hs_seg_gen;           /* [atomic] bumped when the process gets a new segment (fork) */
+extern int hs_seg_inherited;          /* the current segment started with its forking parent's strings,
+					 stacks, Python frames and modules, id for id (init.c
+					 inherit_tables): ids the parent handed out are valid in it */
 extern int hs_quiet;
 
 /* ---- small shared helpers ------------------------------------------------- */

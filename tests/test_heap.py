@@ -253,6 +253,31 @@ def test_racing_frees_exactly_one_report(heisen, tmp_path):
         assert frame_functions(stack_by_role(f, "allocation"))[0] == "make_shared_block"
 
 
+def test_fork_child_names_the_parents_stacks(heisen, way):
+    """A fork child double-frees a block its parent allocated, and frees again
+    a block its parent freed: the stacks recorded before the fork are the
+    parent's (the child's segment inherits them id for id), named as in the
+    parent, with its thread."""
+    p = way.run([target(heisen, "heap_fork")], env={**HEAP, "HEISEN_ON_HEAP_ERROR": "continue"})
+    assert p.returncode == 0 and "done ok" in p.stdout, (p.returncode, p.stderr)
+    parent, child = fact_int(p.stdout, "pid"), fact_int(p.stdout, "child")
+    a, b = (int(facts(p.stdout)[k][0], 16) for k in ("a", "b"))
+    r = heisen.dump_json(way.session, expect_rc=1)
+    fs = {hexint(f["address"]): f for f in findings_of(r, "double-free")}
+    assert set(fs) == {a, b}, r["findings"]
+    fa, fb = fs[a], fs[b]
+    assert fa["pid"] == child and fa["tids"] == [child, child, parent]
+    assert frame_functions(stack_by_role(fa, "second free"))[0] == "child_free_a_again"
+    assert frame_functions(stack_by_role(fa, "first free"))[0] == "child_free_a"
+    assert frame_functions(stack_by_role(fa, "allocation"))[0] == "parent_alloc_a"
+    assert fb["pid"] == child and fb["tids"] == [child, parent, parent]
+    assert frame_functions(stack_by_role(fb, "second free"))[0] == "child_free_b"
+    assert frame_functions(stack_by_role(fb, "first free"))[0] == "parent_free_b"
+    assert frame_functions(stack_by_role(fb, "allocation"))[0] == "parent_alloc_b"
+    t = heisen.dump(way.session).stdout
+    assert f"previously allocated by thread {parent} (heap_fork, in pid {parent} before the fork)" in t, t
+
+
 # ---- C++: new and delete through libstdc++ -----------------------------------
 
 
