@@ -364,6 +364,7 @@ static void heap(struct hs_json *j, struct hs_proc *p)
 		hs_json_null(j, "last_failure");
 	}
 	hs_json_str(j, "stacks", hs_heap_stacks_name(h->heap_stacks));
+	hs_json_uint(j, "quarantine_bytes", h->heap_quarantine_bytes);
 	hs_json_end_object(j);
 }
 

@@ -779,7 +779,8 @@ static void heap_line(FILE *out, struct hs_proc *p)
 			h->heap_last_fail_size);
 	else
 		fprintf(out, "no failures");
-	fprintf(out, "; stacks: %s\n", st ? st : "unknown");
+	fprintf(out, "; stacks: %s; quarantine %.1f MiB\n", st ? st : "unknown",
+		(double)h->heap_quarantine_bytes / (1024 * 1024));
 	if (h->heap_failures) {
 		fprintf(out, "    the last failed allocation was at:\n");
 		print_frames(out, p, h->heap_last_fail_stack, "      ");

@@ -736,6 +736,7 @@ static void heap_mark_header(void)
 	if (!h)
 		return;
 	h->heap_stacks = heap_stacks;
+	h->heap_quarantine_bytes = quar_limit;
 	__atomic_or_fetch(&h->flags, HS_HDR_HEAP, __ATOMIC_RELAXED);
 }
 
@@ -799,6 +800,16 @@ HS_HIDDEN void hs_heap_init(void)
 	page_size = (size_t)sysconf(_SC_PAGESIZE);
 	v = getenv("HEISEN_QUARANTINE_MB");
 	quar_limit = (v && *v ? strtoull(v, NULL, 10) : 64ull) << 20;
+	/*
+	 * The quarantine is memory the program did not ask for.  In a memory-
+	 * limited cgroup (a container; seed 002's pool of workers, each with a
+	 * quarantine of its own) the default is capped at 1/32 of the limit,
+	 * so heisen cannot be what gets the program OOM-killed.  An explicit
+	 * HEISEN_QUARANTINE_MB is taken as it is.
+	 */
+	if (!(v && *v) && (hs_seg.hdr->flags & HS_HDR_ENV) && hs_seg.hdr->env.mem_limit &&
+	    quar_limit > hs_seg.hdr->env.mem_limit / 32)
+		quar_limit = hs_seg.hdr->env.mem_limit / 32;
 	v = getenv("HEISEN_HEAP_STACKS");
 	if (v && strcmp(v, "full") == 0)
 		heap_stacks = HS_HEAP_STACKS_FULL;

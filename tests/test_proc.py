@@ -434,6 +434,21 @@ def test_memory_limit_at_the_observed_peak_is_warned_about(heisen, tmp_path):
         assert warnings_of(heisen.dump_json(lo, expect_rc=0), "memory-limit") == []
 
 
+def test_heap_quarantine_is_capped_by_the_memory_limit(heisen, tmp_path):
+    """The quarantine is memory the program did not ask for: under a memory
+    limit its default is 1/32 of it (64 MiB without one); an explicit
+    HEISEN_QUARANTINE_MB is taken as it is."""
+    def quarantine(session, **kw):
+        p = heisen.preload(seed002(heisen, "peak", 1), session, **kw)
+        assert p.returncode == 0, (p.returncode, p.stderr[-2000:])
+        return proc_by_pid(heisen.dump_json(session, expect_rc=0), fact_int(p.stdout, "main"))["heap"][
+            "quarantine_bytes"]
+    assert quarantine(tmp_path / "free") == 64 << 20
+    with memory_cgroup(LIMIT) as (_, cg):
+        assert quarantine(tmp_path / "limited", preexec_fn=join(cg)) == LIMIT // 32
+        assert quarantine(tmp_path / "explicit", preexec_fn=join(cg), env={"HEISEN_QUARANTINE_MB": "20"}) == 20 << 20
+
+
 def _nofile(n):
     return lambda: resource.setrlimit(resource.RLIMIT_NOFILE, (n, n))
 
