@@ -735,6 +735,7 @@ static void test_heap_findings(void)
 	s.h->heap_last_fail_size = 1ull << 40;
 	s.h->heap_last_fail_stack = 2;
 	s.h->heap_stacks = HS_HEAP_STACKS_SITE;
+	s.h->heap_quarantine_bytes = 64u << 20;
 	d = add_heap_finding(&s, 1, HS_FIND_DOUBLE_FREE, 0x7000, 64);
 	d->tid = 102, d->stack = 1, d->tid2 = 101, d->stack2 = 2, d->tid3 = 100, d->stack3 = 1;
 	d = add_heap_finding(&s, 2, HS_FIND_HEAP_OVERFLOW, 0x9000, 10);
@@ -774,7 +775,7 @@ static void test_heap_findings(void)
 	CHECK_HAS(js, "\"heap_abort\":true");
 	CHECK_HAS(js, "\"heap\":{\"live_bytes\":4096,\"peak_bytes\":1048576,\"allocs\":321,\"failures\":2,"
 		      "\"last_failure\":{\"size\":1099511627776,\"stack\":{\"role\":\"allocation failure\",\"tid\":null");
-	CHECK_HAS(js, "\"stacks\":\"site\"}");
+	CHECK_HAS(js, "\"stacks\":\"site\",\"quarantine_bytes\":67108864}");
 	tx = text_of(&ss, &f);
 	CHECK_HAS(tx, "==== heisen: double free in pid");
 	CHECK_HAS(tx, " first freed by thread 101 (worker-101) here:");
