@@ -187,6 +187,12 @@ def interleaved(configs, reps, measure, verify=None):
 NOT_CHECKED = "not checked (no heisen-dump in the build)"
 
 
+def heisen_env(shim, sess):
+    """heisen(**kw) gives a config: a function that makes the environment of one
+    run under the shim, in a fresh session, with the variables kw added."""
+    return lambda **kw: (lambda: dict({"LD_PRELOAD": shim, "HEISEN_DIR": sess.new()}, **kw))
+
+
 def dump_json(dump, session_dir):
     """heisen-dump --json --no-symbols of a bench run's session, parsed; dies when it fails."""
     p = subprocess.run([dump, "--json", "--no-symbols", session_dir], stdout=subprocess.PIPE,
@@ -382,7 +388,7 @@ def heap_cost(build, shim, dump, sess, quick, valgrind, notes):
     if not asan:
         notes.append("ASan skipped: gcc's libasan.so not installed (apt-get install libasan8)")
 
-    heisen = lambda **kw: (lambda: dict({"LD_PRELOAD": shim, "HEISEN_DIR": sess.new()}, **kw))
+    heisen = heisen_env(shim, sess)
     # (label, environment, stacks mode to check with heisen-dump or None)
     configs = [
         ("native", lambda: {}, None),
@@ -531,7 +537,7 @@ def proc_cost(build, shim, dump, sess, quick, notes):
           "image at start; mem_sample: statm + getrusage; +fds: and counting /proc/self/fd)",
           ["case", "us/op"], [[k, "%.2f" % v] for k, v in pc.items()])
     n = 50000 if quick else 200000
-    heisen = lambda **kw: (lambda: dict({"LD_PRELOAD": shim, "HEISEN_DIR": sess.new()}, **kw))
+    heisen = heisen_env(shim, sess)
     configs = [("native", lambda: {}), ("heisen, heap off", heisen(HEISEN_HEAP="0")),
                ("heisen (heap on, the default)", heisen()),
                ("heisen HEISEN_DISABLE=1", heisen(HEISEN_DISABLE="1"))]
@@ -575,11 +581,8 @@ def proc_cost(build, shim, dump, sess, quick, notes):
 def check_fds(dump, session_dir, min_created):
     """heisen-dump must see the run's fds: at least min_created generations created."""
     if not dump:
-        return "not checked (heisen-dump not built)"
-    rc, out, err, _ = try_run([dump, "--json", "--no-symbols", session_dir])
-    if rc not in (0, 1):
-        die("heisen-dump failed on %s (%d): %s" % (session_dir, rc, err[-2000:]))
-    created = max((p["fds"] or {}).get("created", 0) for p in json.loads(out)["processes"])
+        return NOT_CHECKED
+    created = max((p["fds"] or {}).get("created", 0) for p in dump_json(dump, session_dir)["processes"])
     if created < min_created:
         die("heisen recorded %d fd creations, expected at least %d" % (created, min_created))
     return "recorded %d fd creations (verified with heisen-dump)" % created
@@ -613,7 +616,7 @@ def fd_cost(build, shim, dump, sess, quick, notes):
     reps = 3 if quick else 7
     n = 100000 if quick else 300000
     py_n = 20000 if quick else 100000
-    heisen = lambda **kw: (lambda: dict({"LD_PRELOAD": shim, "HEISEN_DIR": sess.new()}, **kw))
+    heisen = heisen_env(shim, sess)
     configs = [
         ("native", lambda: {}),
         ("heisen, fds off (HEISEN_FDS=0)", heisen(HEISEN_FDS="0")),
