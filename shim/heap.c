@@ -837,6 +837,14 @@ static inline int heap_on(void)
 	return 0;
 }
 
+/* A large allocation is about to be made, heap checked or not: memory
+ * samples are due after enough of them (issue 6, proc.c). */
+static inline void note_size(size_t n)
+{
+	if (HS_UNLIKELY(n >= HS_MEM_BIG))
+		hs_mem_big_alloc(n);
+}
+
 /* ---- the hooks ------------------------------------------------------------------------ */
 
 /* A checked allocation from a hook; the caller has checked heap_on(). */
@@ -855,8 +863,7 @@ static void *hook_alloc(size_t n, size_t align, int zero, uint64_t site)
 
 HS_EXPORT void *malloc(size_t n)
 {
-	if (HS_UNLIKELY(n >= HS_MEM_BIG))
-		hs_mem_big_alloc(n);
+	note_size(n);
 	if (!heap_on() || hs_tls.in_hook)
 		return __libc_malloc(n);
 	return hook_alloc(n, 0, 0, SITE());
@@ -865,8 +872,8 @@ HS_EXPORT void *malloc(size_t n)
 HS_EXPORT void *calloc(size_t n, size_t m)
 {
 	size_t total;
-	if (HS_UNLIKELY(!__builtin_mul_overflow(n, m, &total) && total >= HS_MEM_BIG))
-		hs_mem_big_alloc(total);
+	if (!__builtin_mul_overflow(n, m, &total))
+		note_size(total);
 	if (!heap_on() || hs_tls.in_hook)
 		return __libc_calloc(n, m);
 	if (__builtin_mul_overflow(n, m, &total)) {
@@ -974,8 +981,7 @@ static void *hook_realloc(void *p, size_t n, uint64_t site)
 
 HS_EXPORT void *realloc(void *p, size_t n)
 {
-	if (HS_UNLIKELY(n >= HS_MEM_BIG))
-		hs_mem_big_alloc(n);
+	note_size(n);
 	if (!heap_on())
 		return __libc_realloc(p, n);
 	return hook_realloc(p, n, SITE());
@@ -988,8 +994,7 @@ HS_EXPORT void *reallocarray(void *p, size_t n, size_t m)
 		errno = ENOMEM;
 		return NULL;
 	}
-	if (HS_UNLIKELY(total >= HS_MEM_BIG))
-		hs_mem_big_alloc(total);
+	note_size(total);
 	if (!heap_on())
 		return __libc_realloc(p, total);
 	return hook_realloc(p, total, SITE());
@@ -1015,8 +1020,7 @@ static void *hook_memalign(size_t align, size_t n, uint64_t site)
 
 HS_EXPORT void *memalign(size_t align, size_t n)
 {
-	if (HS_UNLIKELY(n >= HS_MEM_BIG))
-		hs_mem_big_alloc(n);
+	note_size(n);
 	if (!heap_on() || hs_tls.in_hook)
 		return __libc_memalign(align, n);
 	return hook_memalign(align, n, SITE());
@@ -1024,8 +1028,7 @@ HS_EXPORT void *memalign(size_t align, size_t n)
 
 HS_EXPORT void *aligned_alloc(size_t align, size_t n)
 {
-	if (HS_UNLIKELY(n >= HS_MEM_BIG))
-		hs_mem_big_alloc(n);
+	note_size(n);
 	/* glibc 2.36: aligned_alloc is memalign (2.38 adds EINVAL for a non-power of two) */
 	if (!heap_on() || hs_tls.in_hook)
 		return __libc_memalign(align, n);
@@ -1038,8 +1041,7 @@ HS_EXPORT int posix_memalign(void **pp, size_t align, size_t n)
 	void *p;
 	if (align % sizeof(void *) != 0 || (align & (align - 1)) != 0 || align == 0)
 		return EINVAL;
-	if (HS_UNLIKELY(n >= HS_MEM_BIG))
-		hs_mem_big_alloc(n);
+	note_size(n);
 	if (!heap_on() || hs_tls.in_hook)
 		p = __libc_memalign(align, n);
 	else
@@ -1054,8 +1056,7 @@ HS_EXPORT int posix_memalign(void **pp, size_t align, size_t n)
 
 HS_EXPORT void *valloc(size_t n)
 {
-	if (HS_UNLIKELY(n >= HS_MEM_BIG))
-		hs_mem_big_alloc(n);
+	note_size(n);
 	if (!heap_on() || hs_tls.in_hook)
 		return __libc_valloc(n);
 	return hook_memalign(page_size, n, SITE());
@@ -1064,8 +1065,7 @@ HS_EXPORT void *valloc(size_t n)
 HS_EXPORT void *pvalloc(size_t n)
 {
 	size_t r;
-	if (HS_UNLIKELY(n >= HS_MEM_BIG))
-		hs_mem_big_alloc(n);
+	note_size(n);
 	if (!heap_on() || hs_tls.in_hook)
 		return __libc_pvalloc(n);
 	if (__builtin_add_overflow(n, page_size - 1, &r)) {
