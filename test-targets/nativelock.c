@@ -13,6 +13,7 @@
  * the same library serves every CPython.
  */
 #include <pthread.h>
+#include <time.h>
 
 static pthread_mutex_t registry_lock = PTHREAD_MUTEX_INITIALIZER;
 static int registry_events;
@@ -20,11 +21,18 @@ static int registry_events;
 /* A listener: called with the event number, registry_lock held. */
 typedef void (*nl_listener)(int event);
 
-/* Call listener for events 0..n-1, each with registry_lock held. */
-void nl_notify(nl_listener listener, int n)
+/*
+ * Call listener for events 0..n-1, each with registry_lock held; gap_ms
+ * milliseconds pass between two events (what fetching the next one from a
+ * device or a socket takes in a real library), the lock still held.
+ */
+void nl_notify(nl_listener listener, int n, int gap_ms)
 {
+	struct timespec gap = {gap_ms / 1000, (long)(gap_ms % 1000) * 1000000L};
 	pthread_mutex_lock(&registry_lock);
 	for (int i = 0; i < n; i++) {
+		if (i > 0 && gap_ms > 0)
+			nanosleep(&gap, NULL);
 		registry_events++;
 		listener(i);
 	}

@@ -204,13 +204,11 @@ def test_gil_inversion_through_a_ctypes_callback_shows_python_lines(heisen, sess
     check_process(report, pid, py)
 
 
-# ---- a hang: a thread blocked in os.read -------------------------------------------
-
-
-def test_thread_blocked_in_os_read_hang_shows_python_lines(heisen, session, py):
-    src = heisen.src_targets / "py_blocked_read.py"
+def run_watched(heisen, session, cmd):
+    """heisen-run --hang-timeout 2 --on-hang kill -- cmd; (returncode, stdout, stderr).
+    Everything of the session is killed if heisen-run has not ended in 60 s."""
     args = [str(heisen.run_bin), "--dir", str(session), "--hang-timeout", "2", "--on-hang", "kill",
-            "--", str(py.exe), str(src)]
+            "--", *map(str, cmd)]
     proc = subprocess.Popen(args, env=heisen.env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                             text=True, start_new_session=True)
     try:
@@ -219,15 +217,52 @@ def test_thread_blocked_in_os_read_hang_shows_python_lines(heisen, session, py):
         os.killpg(proc.pid, signal.SIGKILL)
         proc.communicate()
         pytest.fail("heisen-run did not report the hang within 60 s")
-    assert proc.returncode == 137, (proc.returncode, out, err)
+    return proc.returncode, out, err
+
+
+def test_gil_inversion_deadlock_shows_python_lines_of_both_threads(heisen, session, py):
+    lib = heisen.targets / "libnativelock.so"
+    assert lib.exists(), f"{lib} is missing: ninja -C {heisen.build}"
+    src = heisen.src_targets / "py_callback_under_lock.py"
+    rc, out, err = run_watched(heisen, session, [py.exe, src, lib, "together"])
+    assert rc == 137 and "notified" not in out and "not reached" not in out, (rc, out, err)
+    pid, notifier, poller = (fact_int(out, k) for k in ("pid", "tid_notifier", "tid_poller"))
+    report = heisen.dump_json(session, expect_rc=1)
+    dls = [f for f in findings_of(report, "deadlock") if f["pid"] == pid]
+    assert len(dls) == 1, report["findings"]
+    by_tid = {t["tid"]: t for t in dls[0]["threads"]}
+    assert set(by_tid) == {notifier, poller}, by_tid.keys()
+    notify = marker_line(src, "notify under the registry lock")
+    count = marker_line(src, "count with the GIL held")
+    # the hook's wait stacks and the snapshot taken in each thread (a signal, no ptrace)
+    for k in ("wait_stack", "stack"):
+        st = by_tid[notifier][k]
+        # the callback for the next event asks for the GIL: ctypes' closure,
+        # called by the library with its mutex held, called through ctypes
+        i = expect_python_run(py, st, [("notifier", notify)], "py_callback_under_lock.py")
+        assert native_in_module(st, "_ctypes") < native_index(st, "nl_notify") < \
+            native_index(st, "ffi_call") < i, (k, [f["function"] for f in st["frames"]])
+        st = by_tid[poller][k]
+        i = expect_python_run(py, st, [("poller", count)], "py_callback_under_lock.py")
+        assert native_index(st, "ffi_call") < i, k
+    check_process(report, pid, py)
+
+
+# ---- a hang: a thread blocked in os.read -------------------------------------------
+
+
+def test_thread_blocked_in_os_read_hang_shows_python_lines(heisen, session, py):
+    src = heisen.src_targets / "py_blocked_read.py"
+    rc, out, err = run_watched(heisen, session, [py.exe, src])
+    assert rc == 137, (rc, out, err)
     pid, tid_reader, tid_main = (fact_int(out, k) for k in ("pid", "tid_reader", "tid_main"))
     report = heisen.dump_json(session, expect_rc=1)
     hangs = [f for f in findings_of(report, "hang") if f["pid"] == pid]
     assert len(hangs) == 1, report["findings"]
     by_tid = {t["tid"]: t for t in hangs[0]["threads"]}
     reader = by_tid[tid_reader]["stack"]
-    i = expect_python_run(py, reader, [("wait_for_reply", marker_line(src, "wait_for_reply reads")),
-                                       ("Thread.run", None)][:1], "py_blocked_read.py")
+    i = expect_python_run(py, reader, [("wait_for_reply", marker_line(src, "wait_for_reply reads"))],
+                          "py_blocked_read.py")
     assert any(not f["python"] and f["function"] in ("read", "__libc_read", "_Py_read")
                for f in reader["frames"][:i]), [f["function"] for f in reader["frames"]]
     main = by_tid[tid_main]["stack"]
