@@ -698,14 +698,16 @@ static uint64_t read_frame(uint64_t fp, struct pyf *p)
 	} else {
 		unsigned char owner = f[L->f_owner];
 		int32_t first_traceable = 0;
-		uint64_t base = p->code + L->co_code;
+		uint64_t base = p->code + L->co_code, type = 0;
 		p->instr = u64_at(f, L->f_instr);
 		if (L->chain == CHAIN_IS_ENTRY)
 			p->entry = f[L->f_is_entry] != 0;
 		if (L->chain == CHAIN_CSTACK && owner == L->owner_cstack) {
 			/* the evaluation loop's own entry frame: the boundary, no Python function */
 			p->entry = 1;
-		} else if (p->code && rd(&first_traceable, p->code + L->co_firsttraceable, sizeof first_traceable) == 0) {
+		} else if (p->code && rd(&type, p->code + OB_TYPE, sizeof type) == 0 && type == pf.code_type &&
+			   rd(&first_traceable, p->code + L->co_firsttraceable, sizeof first_traceable) == 0) {
+			/* (3.13's f_executable may be another object than a code object) */
 			/* _PyFrame_IsIncomplete: still before its first RESUME */
 			p->skip = owner != L->owner_generator && p->instr < base + (uint64_t)first_traceable * 2;
 			p->addr = p->instr >= base ? (long)(p->instr - base) : -1;
