@@ -20,13 +20,14 @@ frames only, and heisen-dump says so in one line.
 """
 import glob
 import os
+import shutil
 import signal
 import subprocess
 from pathlib import Path
 
 import pytest
 
-from conftest import (SYSTEM_PYTHON, fact_int, facts, find_python_frame, findings_of,
+from conftest import (REPO, SYSTEM_PYTHON, fact_int, facts, find_python_frame, findings_of,
                       marker_line, native_index, process_of, python_frames)
 
 PYENV = Path(os.environ.get("PYENV_ROOT", os.path.expanduser("~/.pyenv"))) / "versions"
@@ -117,6 +118,31 @@ def check_process(report, pid, py):
     proc = process_of(report, pid)
     assert proc["python"]["version"].startswith(f"3.{py.minor}."), proc["python"]
     assert proc["python"]["frames"] is True, proc["python"]
+
+
+# ---- the layout table against each interpreter's own headers -------------------------
+
+
+def test_layout_table_matches_the_interpreters_own_headers(py, tmp_path):
+    """shim/python_layouts.h's row for this version, field by field, against
+    offsetof() in the CPython headers the interpreter was built with
+    (tests/pyframe_layouts.c; heisen itself is built without them)."""
+    cc = shutil.which("cc") or shutil.which("gcc")
+    if cc is None:
+        pytest.skip("no C compiler")
+    q = subprocess.run([str(py.exe), "-c", "import sysconfig; print(sysconfig.get_paths()['include'])"],
+                       capture_output=True, text=True, timeout=60, env={k: v for k, v in os.environ.items()
+                                                                      if k != "LD_PRELOAD"})
+    inc = Path(q.stdout.strip())
+    if q.returncode != 0 or not (inc / "Python.h").exists() or not (inc / "internal").is_dir():
+        pytest.skip(f"{py.exe} has no headers with the internal ones ({inc})")
+    exe = tmp_path / "pyframe_layouts"
+    c = subprocess.run([cc, "-std=gnu11", "-I", REPO / "shim", "-I", inc, "-I", inc / "internal",
+                        REPO / "tests" / "pyframe_layouts.c", "-o", exe],
+                       capture_output=True, text=True, timeout=120)
+    assert c.returncode == 0, c.stderr
+    r = subprocess.run([exe], capture_output=True, text=True, timeout=30)
+    assert r.returncode == 0 and "ok " in r.stdout, r.stdout
 
 
 # ---- a crash in C called from Python -------------------------------------------------
