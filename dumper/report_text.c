@@ -893,6 +893,25 @@ static void fd_table(FILE *out, struct hs_proc *p)
 	}
 }
 
+/*
+ * Why a Python process's stacks have no Python frames, one line: its CPython
+ * is not one whose frame layout the shim's table (shim/python_frames.c)
+ * holds, 3.8 to 3.13, or it is one and the symbols frame reading needs were
+ * not found (a stripped or statically built interpreter without them).
+ */
+static void py_frames_why(FILE *out, const char *version)
+{
+	unsigned major = 0, minor = 0;
+	int known = sscanf(version, "%u.%u", &major, &minor) == 2 && major == 3 && minor >= 8 && minor <= 13;
+	if (known)
+		fprintf(out, "  python frames: not read (CPython %u.%u's frame-reading symbols were not found)\n",
+			major, minor);
+	else if (major)
+		fprintf(out, "  python frames: not read (CPython %u.%u is not known to this heisen)\n", major, minor);
+	else
+		fprintf(out, "  python frames: not read (CPython %s is not known to this heisen)\n", version);
+}
+
 static void process_section(FILE *out, struct hs_session *s, struct hs_proc *p)
 {
 	process_line(out, p);
@@ -905,6 +924,8 @@ static void process_section(FILE *out, struct hs_session *s, struct hs_proc *p)
 		fprintf(out, "  python: CPython %s%s%s\n", hs_clean(v),
 			(p->seg.hdr.python & HS_PY_FRAMES) ? ", Python frames in stacks" : ", native frames only",
 			(p->seg.hdr.python & HS_PY_GOT_PATCHED) ? ", GIL entry points hooked" : "");
+		if (!(p->seg.hdr.python & HS_PY_FRAMES))
+			py_frames_why(out, v);
 	}
 	heap_line(out, p);
 	memory_lines(out, p);

@@ -1,41 +1,49 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * shim/python_frames.c — Python frames in native stacks (issue 3).
+ * shim/python_frames.c — Python frames in native stacks, CPython 3.8 to 3.13.
  *
  * A stack that heisen records for a finding shows the Python functions that
  * were running, where they ran: each native frame of CPython's evaluation
  * loop (_PyEval_EvalFrameDefault) is replaced by the Python frames that
  * C-level call was executing, innermost first — py-spy's and memray's
- * "native mode".  In CPython 3.11 one call of the evaluation loop runs a run
- * of Python frames linked by ->previous, from the thread's current frame up
- * to and including the first frame marked is_entry; so walking the native
- * PCs innermost first and, at each PC inside the loop, consuming the frame
- * chain up to the next entry frame puts both in call order.
+ * "native mode".  How many Python frames one call of the evaluation loop
+ * runs depends on the version (the `chain` kind of the layout table below):
+ *   - 3.8 to 3.10: exactly one (a PyFrameObject; the thread state's `frame`
+ *     and each frame's f_back are the chain);
+ *   - 3.11: a run of _PyInterpreterFrames linked by ->previous, up to and
+ *     including the first one marked is_entry;
+ *   - 3.12 and 3.13: a run up to a shim frame the loop keeps on the C stack
+ *     (owner FRAME_OWNED_BY_CSTACK, entry_frame in Python/ceval.c), which
+ *     is itself no Python function.
+ * So walking the native PCs innermost first and, at each PC inside the loop,
+ * consuming the frame chain up to the next boundary puts both in call order.
  *
  * Everything here reads memory only: the calling thread's own frame chain
  * (reached through PyGILState_GetThisThreadState, which reads a TSS slot
- * and needs no GIL), code objects, their location tables and str objects.
+ * and needs no GIL), code objects, their line tables and str objects.
  * Nothing allocates, nothing calls into CPython except that one accessor,
- * and the line table is decoded here (Objects/locations.md of 3.11) rather
- * than with PyCode_Addr2Line.  In a signal handler (hs_py_careful) the
- * interrupted thread may have been anywhere, so every read then goes
- * through process_vm_readv on ourselves, which fails instead of faulting.
- * Frames are interned in the segment's pyframe table (format.h, struct
- * hs_pyframe) lock-free, as stacks.c interns stacks.
+ * and the line tables are decoded here (co_lnotab of 3.8/3.9, PEP 626's
+ * co_linetable of 3.10, the location table of 3.11+: Objects/lnotab_notes.txt
+ * and Objects/locations.md of those tags) rather than with PyCode_Addr2Line.
+ * In a signal handler (hs_py_careful) the interrupted thread may have been
+ * anywhere, so every read then goes through process_vm_readv on ourselves,
+ * which fails instead of faulting.  Frames are interned in the segment's
+ * pyframe table (format.h, struct hs_pyframe) lock-free, as stacks.c interns
+ * stacks.
  *
- * The struct layouts come from CPython 3.11's own headers (Py_BUILD_CORE,
- * headers only, libpython is never linked); a build without them compiles
- * the stub at the end, and a running CPython other than 3.11 gets native
- * frames only.  Design: ../shared/DESIGN.md "Reports"; format: format.h.
+ * The struct layouts are NOT taken from any CPython's headers at build time:
+ * they are the hand-written table `layouts` of python_layouts.h, one row
+ * per major.minor (as pystack and py-spy keep them), chosen at run time by
+ * Py_GetVersion(); tests/pyframe_layouts.c checks each row against the
+ * headers of the interpreters installed where the tests run.
+ * A version not in the table gets native frames only (the segment's header
+ * has python_version but not HS_PY_FRAMES; heisen-dump says so).  Release
+ * builds only: a --with-trace-refs build has a larger object header.
+ * Design: ../shared/DESIGN.md "Reports"; format: format.h.
  */
-#ifdef HS_HAVE_PY311
-#define Py_BUILD_CORE 1
-#include <Python.h>
-#include <internal/pycore_frame.h>
-#endif
-
 #include <dlfcn.h>
 #include <link.h>
+#include <stddef.h>
 #include <string.h>
 #include <sys/syscall.h>
 #include <sys/uio.h>
@@ -45,25 +53,28 @@
 
 __thread int hs_py_careful __attribute__((tls_model("initial-exec")));
 
-#ifdef HS_HAVE_PY311
-
-#if PY_VERSION_HEX < 0x030b0000 || PY_VERSION_HEX >= 0x030c0000
-#error "python_frames.c reads CPython 3.11's frame layout: build with 3.11 headers"
-#endif
-
 #define PY_CHAIN_MAX 256  /* Python frames looked at per capture (recursion beyond is cut) */
 #define PY_STR_MAX 512    /* bytes kept of a name or file name (UTF-8) */
 #define PY_CACHE 256      /* code objects whose interned names are cached (power of two) */
 #define PY_ICACHE 512     /* (code, instruction) -> pyframe id, cached (power of two) */
+#define PY_FRAME_READ 128 /* room for a frame's fields (pf.frame_read bytes are read) */
+#define PY_CODE_READ 192  /* room for a code object's fields (pf.code_read bytes are read) */
+
+/* ---- the layouts, one per CPython major.minor ------------------------------ */
+
+#include "python_layouts.h"
 
 /* What frame reading needs, resolved once; `ready` publishes the rest. */
 static struct {
 	int ready;                  /* [atomic] 1: the fields below are valid */
 	int tried;                  /* [atomic] hs_py_interleave's lazy init ran once */
 	const char *version;        /* Py_GetVersion(): a static string */
-	PyThreadState *(*this_tstate)(void);
+	const struct py_layout *L;  /* the running CPython's row of layouts[] */
+	void *(*this_tstate)(void); /* PyGILState_GetThisThreadState */
 	uint64_t eval_lo, eval_hi;  /* _PyEval_EvalFrameDefault's code [lo, hi) */
 	uint64_t code_type, str_type, bytes_type;
+	unsigned frame_read;        /* bytes of a frame that hold every field used: up to the last one's end */
+	unsigned code_read;         /* likewise for a code object (_co_firsttraceable is read apart) */
 } pf;
 
 /* ---- reading memory -------------------------------------------------------- */
@@ -86,9 +97,24 @@ static int rd(void *dst, uint64_t src, size_t n)
 	return syscall(SYS_process_vm_readv, (long)syscall(SYS_getpid), &l, 1L, &r, 1L, 0L) == (long)n ? 0 : -1;
 }
 
-/* ---- line numbers: the 3.11 location table ----------------------------------- */
+/* Fields of a struct copied into a local buffer, by byte offset. */
+static uint64_t u64_at(const unsigned char *b, unsigned off)
+{
+	uint64_t v;
+	memcpy(&v, b + off, sizeof v);
+	return v;
+}
 
-/* A cursor over the bytes of co_linetable, read in chunks. */
+static int32_t i32_at(const unsigned char *b, unsigned off)
+{
+	int32_t v;
+	memcpy(&v, b + off, sizeof v);
+	return v;
+}
+
+/* ---- line numbers ------------------------------------------------------------ */
+
+/* A cursor over the bytes of a line table, read in chunks. */
 struct lt {
 	uint64_t addr;      /* first byte of the table */
 	uint64_t len;       /* its length */
@@ -139,44 +165,73 @@ static int lt_varint(struct lt *t, unsigned *out)
 }
 
 /*
- * The line of the code unit `unit` (PyCode_Addr2Line's answer, computed
- * without calling it): walk the entries, each covering (low 3 bits + 1) code
- * units and carrying a line delta, until the one that covers unit.  0 when
- * the table says "no line" or cannot be read.
+ * 3.8/3.9 co_lnotab (Objects/lnotab_notes.txt of 3.9): pairs of (bytecode
+ * bytes, line delta as a signed byte); the line of byte `addr` is the first
+ * line plus every delta whose pair starts at or before it
+ * (PyCode_Addr2Line of 3.9).
  */
-static int line_of(const PyCodeObject *co, long unit)
+static int line_lnotab(struct lt *t, int line, long addr)
 {
-	PyBytesObject b;
-	struct lt t = {0};
-	long start = 0;
-	int line = co->co_firstlineno;
-
-	if (unit < 0)
-		return co->co_firstlineno;
-	if (rd(&b, (uint64_t)(uintptr_t)co->co_linetable, offsetof(PyBytesObject, ob_sval)) != 0 ||
-	    (uint64_t)(uintptr_t)Py_TYPE(&b) != pf.bytes_type || Py_SIZE(&b) < 0)
-		return 0;
-	t.addr = (uint64_t)(uintptr_t)co->co_linetable + offsetof(PyBytesObject, ob_sval);
-	t.len = (uint64_t)Py_SIZE(&b);
+	long at = 0;
 	for (;;) {
-		int first = lt_byte(&t), code, delta = 0, c;
+		int a = lt_byte(t), l = lt_byte(t);
+		if (a < 0 || l < 0)
+			return line;
+		at += a;
+		if (at > addr)
+			return line;
+		line += (signed char)l;
+	}
+}
+
+/*
+ * 3.10 co_linetable (PEP 626; Objects/lnotab_notes.txt of 3.10): pairs of
+ * (bytecode bytes covered, line delta as a signed byte, -128: these bytes
+ * have no line); the deltas of every pair accumulate, also of empty ones
+ * (_PyCode_CheckLineNumber of 3.10).  0 when byte addr has no line.
+ */
+static int line_pep626(struct lt *t, int line, long addr)
+{
+	long end = 0;
+	for (;;) {
+		int sd = lt_byte(t), ld = lt_byte(t);
+		if (sd < 0 || ld < 0)
+			return 0;
+		end += sd;
+		if ((signed char)ld != -128)
+			line += (signed char)ld;
+		if (addr < end)
+			return (signed char)ld == -128 || line < 0 ? 0 : line;
+	}
+}
+
+/*
+ * 3.11+ location table (Objects/locations.md): walk the entries, each
+ * covering (low 3 bits + 1) code units and carrying a line delta, until the
+ * one that covers code unit `unit`.  0 when the table says "no line".
+ */
+static int line_locations(struct lt *t, int line, long unit)
+{
+	long start = 0;
+	for (;;) {
+		int first = lt_byte(t), code, delta = 0, c;
 		unsigned u;
 		if (first < 0 || !(first & 128))
 			return 0;
 		code = (first >> 3) & 15;
 		switch (code) {
-		case PY_CODE_LOCATION_INFO_NONE:
+		case LOC_NONE:
 			break;
-		case PY_CODE_LOCATION_INFO_LONG:
-		case PY_CODE_LOCATION_INFO_NO_COLUMNS:
-			if (lt_varint(&t, &u) != 0)
+		case LOC_LONG:
+		case LOC_NO_COLUMNS:
+			if (lt_varint(t, &u) != 0)
 				return 0;
 			delta = (u & 1) ? -(int)(u >> 1) : (int)(u >> 1);
 			break;
-		case PY_CODE_LOCATION_INFO_ONE_LINE0:
-		case PY_CODE_LOCATION_INFO_ONE_LINE1:
-		case PY_CODE_LOCATION_INFO_ONE_LINE2:
-			delta = code - PY_CODE_LOCATION_INFO_ONE_LINE0;
+		case LOC_ONE_LINE0:
+		case LOC_ONE_LINE1:
+		case LOC_ONE_LINE2:
+			delta = code - LOC_ONE_LINE0;
 			break;
 		default:
 			break;
@@ -184,13 +239,44 @@ static int line_of(const PyCodeObject *co, long unit)
 		line += delta;
 		start += (first & 7) + 1;
 		if (unit < start)
-			return code == PY_CODE_LOCATION_INFO_NONE || line < 0 ? 0 : line;
+			return code == LOC_NONE || line < 0 ? 0 : line;
 		/* skip this entry's remaining bytes: up to the next byte with bit 7 */
-		while ((c = lt_peek(&t)) >= 0 && !(c & 128))
-			t.pos++;
+		while ((c = lt_peek(t)) >= 0 && !(c & 128))
+			t->pos++;
 		if (c < 0)
 			return 0;
 	}
+}
+
+/*
+ * The line of the instruction at byte offset `addr` of the bytecode of the
+ * code object whose first pf.code_read bytes are `co` (PyCode_Addr2Line's
+ * answer, computed without calling it).  A negative addr (a frame not yet
+ * started) is the first line.  0 when the table cannot be read.
+ */
+static int line_of(const unsigned char *co, long addr)
+{
+	const struct py_layout *L = pf.L;
+	unsigned char b[BYTES_SVAL];
+	uint64_t table = u64_at(co, L->co_linetable);
+	int first = i32_at(co, L->co_firstlineno);
+	struct lt t = {0};
+
+	if (addr < 0)
+		return first;
+	if (rd(b, table, sizeof b) != 0 || u64_at(b, OB_TYPE) != pf.bytes_type || (int64_t)u64_at(b, OB_SIZE) < 0)
+		return 0;
+	t.addr = table + BYTES_SVAL;
+	t.len = u64_at(b, OB_SIZE);
+	switch (L->lines) {
+	case LINES_LNOTAB:
+		return line_lnotab(&t, first, addr);
+	case LINES_PEP626:
+		return line_pep626(&t, first, addr);
+	case LINES_LOCATIONS:
+		return line_locations(&t, first, addr / 2);
+	}
+	return 0;
 }
 
 /* ---- names ----------------------------------------------------------------- */
@@ -236,26 +322,31 @@ static size_t put_utf8(char *out, size_t at, uint32_t c)
  */
 static long str_text(uint64_t obj, char *out)
 {
-	PyCompactUnicodeObject u;
+	const struct py_layout *L = pf.L;
+	unsigned char h[STR_STATE + 4];
+	uint32_t state;
 	uint64_t data;
 	long len, n = 0;
 
-	if (rd(&u, obj, sizeof u) != 0 || (uint64_t)(uintptr_t)u._base.ob_base.ob_type != pf.str_type ||
-	    !u._base.state.compact || !u._base.state.ready || u._base.length < 0)
+	if (rd(h, obj, sizeof h) != 0 || u64_at(h, OB_TYPE) != pf.str_type)
 		goto unknown;
-	len = u._base.length;
-	if (u._base.state.ascii) {
+	memcpy(&state, h + STR_STATE, sizeof state);
+	len = (long)u64_at(h, STR_LENGTH);
+	if (!(state & STR_COMPACT) || (L->str_ready && !(state & L->str_ready)) || len < 0)
+		goto unknown;
+	if (state & STR_ASCII) {
 		n = len < PY_STR_MAX ? len : PY_STR_MAX;
-		if (rd(out, obj + sizeof(PyASCIIObject), (size_t)n) != 0)
+		if (rd(out, obj + L->str_ascii_data, (size_t)n) != 0)
 			goto unknown;
 		return n;
 	}
-	data = obj + sizeof(PyCompactUnicodeObject);
+	data = obj + L->str_data;
 	{
-		unsigned kind = u._base.state.kind, w = kind == PyUnicode_1BYTE_KIND ? 1 : kind == PyUnicode_2BYTE_KIND ? 2 : 4;
+		/* PyUnicode_1BYTE_KIND 1, 2BYTE 2, 4BYTE 4: the kind is the width */
+		unsigned w = STR_KIND(state);
 		unsigned char buf[256];
 		long i = 0;
-		if (kind != PyUnicode_1BYTE_KIND && kind != PyUnicode_2BYTE_KIND && kind != PyUnicode_4BYTE_KIND)
+		if (w != 1 && w != 2 && w != 4)
 			goto unknown;
 		while (i < len) {
 			long chunk = (long)(sizeof buf / w);
@@ -384,9 +475,10 @@ static void icache_put(const struct hs_seg *s, uint64_t code, uint64_t instr, ui
 /* One Python frame as read from the chain. */
 struct pyf {
 	uint64_t code;
-	uint64_t prev_instr;
-	int entry;  /* is_entry: the first frame of one evaluation-loop call */
-	int skip;   /* incomplete or unreadable: not shown, but still counts as a boundary */
+	uint64_t instr;  /* the instruction pointer (3.11+) or f_lasti (3.8-3.10): a cache key */
+	long addr;       /* byte offset of the current instruction in the bytecode, -1: not started */
+	int entry;       /* the last frame of one evaluation-loop call */
+	int skip;        /* incomplete, a shim, or unreadable: not shown, but still counts as a boundary */
 };
 
 static uint32_t str_intern(struct hs_seg *s, uint64_t obj)
@@ -404,28 +496,29 @@ static uint32_t str_intern(struct hs_seg *s, uint64_t obj)
  */
 static uint32_t pyframe_id(struct hs_seg *s, const struct pyf *f)
 {
+	const struct py_layout *L = pf.L;
 	struct hs_table *tab = &s->hdr->tables[HS_T_PYFRAMES];
 	struct hs_table *idx = &s->hdr->tables[HS_T_PYFRAME_INDEX];
-	PyCodeObject co;
+	unsigned char co[PY_CODE_READ];
 	uint64_t name, file, key;
 	uint32_t mask, i;
 	int line;
 
 	if (!tab->capacity || !idx->capacity || (idx->capacity & (idx->capacity - 1)))
 		return 0;
-	if (rd(&co, f->code, offsetof(PyCodeObject, co_code_adaptive)) != 0 ||
-	    (uint64_t)(uintptr_t)co.ob_base.ob_base.ob_type != pf.code_type)
+	if (rd(co, f->code, pf.code_read) != 0 || u64_at(co, OB_TYPE) != pf.code_type)
 		return 0;
-	name = (uint64_t)(uintptr_t)(co.co_qualname ? co.co_qualname : co.co_name);
-	file = (uint64_t)(uintptr_t)co.co_filename;
-	if ((i = icache_get(s, f->code, f->prev_instr, name, file)) != 0 && i < tab->capacity) {
+	name = L->co_qualname != PYL_NONE ? u64_at(co, L->co_qualname) : 0;
+	if (!name)
+		name = u64_at(co, L->co_name);
+	file = u64_at(co, L->co_filename);
+	if ((i = icache_get(s, f->code, f->instr, name, file)) != 0 && i < tab->capacity) {
 		const struct hs_pyframe *e = &s->pyframes[i];
 		if (__atomic_load_n(&e->ready, __ATOMIC_ACQUIRE) && e->code == f->code && e->name_ptr == name &&
 		    e->file_ptr == file)
 			return i;
 	}
-	line = line_of(&co, (long)((int64_t)(f->prev_instr - (f->code + offsetof(PyCodeObject, co_code_adaptive))) /
-				    (int64_t)sizeof(_Py_CODEUNIT)));
+	line = line_of(co, f->addr);
 	key = hs_pyframe_key(f->code, line);
 	mask = idx->capacity - 1;
 	i = (uint32_t)hs_mix64(key) & mask;
@@ -458,7 +551,7 @@ static uint32_t pyframe_id(struct hs_seg *s, const struct pyf *f)
 				/* the entry is complete before ready, and ready before the index points here */
 				__atomic_store_n(&pf_ent->ready, 1, __ATOMIC_RELEASE);
 				__atomic_store_n(&slot->value, id, __ATOMIC_RELEASE);
-				icache_put(s, f->code, f->prev_instr, name, file, id);
+				icache_put(s, f->code, f->instr, name, file, id);
 				return id;
 			}
 			k = expect;
@@ -469,7 +562,7 @@ static uint32_t pyframe_id(struct hs_seg *s, const struct pyf *f)
 			/* id 0: another thread is still writing it; at worst we intern a twin */
 			if (e && __atomic_load_n(&e->ready, __ATOMIC_ACQUIRE) && e->code == f->code &&
 			    e->name_ptr == name && e->file_ptr == file && e->line == line) {
-				icache_put(s, f->code, f->prev_instr, name, file, id);
+				icache_put(s, f->code, f->instr, name, file, id);
 				return id;
 			}
 		}
@@ -480,38 +573,65 @@ static uint32_t pyframe_id(struct hs_seg *s, const struct pyf *f)
 
 /* ---- the frame chain ----------------------------------------------------------- */
 
+/*
+ * One frame of the chain at fp into *p; returns the next (outer) frame's
+ * address, or 0 at the end or when fp cannot be read (p->skip then).
+ */
+static uint64_t read_frame(uint64_t fp, struct pyf *p)
+{
+	const struct py_layout *L = pf.L;
+	unsigned char f[PY_FRAME_READ];
+
+	p->skip = 1;
+	p->entry = 0;
+	p->code = p->instr = 0;
+	p->addr = -1;
+	if (rd(f, fp, pf.frame_read) != 0)
+		return 0;
+	p->code = u64_at(f, L->f_code);
+	if (L->chain == CHAIN_FRAME_OBJECT) {
+		/* a frame object: one per evaluation-loop call, started (tstate->frame is set inside it) */
+		int32_t lasti = i32_at(f, L->f_instr);
+		p->instr = (uint64_t)(int64_t)lasti;
+		p->addr = lasti < 0 ? -1 : (long)lasti * L->lasti_bytes;
+		p->entry = 1;
+		p->skip = 0;
+	} else {
+		unsigned char owner = f[L->f_owner];
+		int32_t first_traceable = 0;
+		uint64_t base = p->code + L->co_code, type = 0;
+		p->instr = u64_at(f, L->f_instr);
+		if (L->chain == CHAIN_IS_ENTRY)
+			p->entry = f[L->f_is_entry] != 0;
+		if (L->chain == CHAIN_CSTACK && owner == L->owner_cstack) {
+			/* the evaluation loop's own entry frame: the boundary, no Python function */
+			p->entry = 1;
+		} else if (p->code && rd(&type, p->code + OB_TYPE, sizeof type) == 0 && type == pf.code_type &&
+			   rd(&first_traceable, p->code + L->co_firsttraceable, sizeof first_traceable) == 0) {
+			/* (3.13's f_executable may be another object than a code object) */
+			/* _PyFrame_IsIncomplete: still before its first RESUME */
+			p->skip = owner != L->owner_generator && p->instr < base + (uint64_t)first_traceable * 2;
+			p->addr = p->instr >= base ? (long)(p->instr - base) : -1;
+		}
+	}
+	return u64_at(f, L->f_back);
+}
+
 /* Read the calling thread's frame chain, innermost first, into out[max]. */
 static unsigned read_chain(struct pyf *out, unsigned max)
 {
-	PyThreadState *ts = pf.this_tstate();
-	_PyCFrame *cf = NULL;
-	_PyInterpreterFrame *fp = NULL;
+	const struct py_layout *L = pf.L;
+	uint64_t ts = (uint64_t)(uintptr_t)pf.this_tstate(), at = ts, fp = 0;
 	unsigned n = 0;
 
-	if (!ts || rd(&cf, (uint64_t)(uintptr_t)ts + offsetof(PyThreadState, cframe), sizeof cf) != 0 ||
-	    rd(&fp, (uint64_t)(uintptr_t)cf + offsetof(_PyCFrame, current_frame), sizeof fp) != 0)
+	if (!ts)
 		return 0;
-	while (fp && n < max) {
-		/* the specials and linkage: everything up to localsplus */
-		_PyInterpreterFrame f;
-		struct pyf *p = &out[n];
-		int first_traceable = 0;
-		if (rd(&f, (uint64_t)(uintptr_t)fp, offsetof(_PyInterpreterFrame, localsplus)) != 0)
-			break;
-		p->code = (uint64_t)(uintptr_t)f.f_code;
-		p->prev_instr = (uint64_t)(uintptr_t)f.prev_instr;
-		p->entry = f.is_entry != 0;
-		p->skip = 1;
-		if (p->code && rd(&first_traceable, p->code + offsetof(PyCodeObject, _co_firsttraceable),
-				  sizeof first_traceable) == 0) {
-			uint64_t base = p->code + offsetof(PyCodeObject, co_code_adaptive);
-			/* _PyFrame_IsIncomplete: still before its first RESUME */
-			p->skip = f.owner != FRAME_OWNED_BY_GENERATOR &&
-				  p->prev_instr < base + (uint64_t)first_traceable * sizeof(_Py_CODEUNIT);
-		}
-		n++;
-		fp = f.previous;
-	}
+	if (L->ts_cframe != PYL_NONE && rd(&at, ts + L->ts_cframe, sizeof at) != 0)
+		return 0;
+	if (rd(&fp, at + L->ts_frame, sizeof fp) != 0)
+		return 0;
+	while (fp && n < max)
+		fp = read_frame(fp, &out[n++]);
 	return n;
 }
 
@@ -543,7 +663,7 @@ unsigned hs_py_interleave(struct hs_seg *s, uint64_t *pcs, unsigned n, unsigned 
 			out[o++] = pc;
 			continue;
 		}
-		/* one evaluation-loop call: the frames up to its entry frame */
+		/* one evaluation-loop call: the frames up to its boundary */
 		while (at < nchain && o < cap) {
 			const struct pyf *f = &chain[at++];
 			uint32_t id = f->skip ? 0 : pyframe_id(s, f);
@@ -592,11 +712,36 @@ static void note_header(void)
 	}
 }
 
+/* The larger of end and the end of a field of n bytes at off (PYL_NONE: absent). */
+static unsigned field_end(unsigned end, unsigned off, unsigned n)
+{
+	return off != PYL_NONE && off + n > end ? off + n : end;
+}
+
+/* The row of layouts[] for version string v ("3.12.1 (main, ..."), or NULL. */
+static const struct py_layout *layout_for(const char *v)
+{
+	unsigned minor = 0;
+	const char *p;
+	if (!v || strncmp(v, "3.", 2) != 0 || v[2] < '0' || v[2] > '9')
+		return NULL;
+	p = v + 2;
+	while (*p >= '0' && *p <= '9' && minor < 1000)
+		minor = minor * 10 + (unsigned)(*p++ - '0');
+	if (*p != '.' && *p != '\0' && *p != ' ' && *p != '+')
+		return NULL;
+	for (size_t i = 0; i < sizeof layouts / sizeof layouts[0]; i++)
+		if (layouts[i].minor == minor)
+			return &layouts[i];
+	return NULL;
+}
+
 void hs_py_frames_init(void)
 {
 	const char *(*version)(void);
 	void *eval, *tstate, *code_type, *str_type, *bytes_type;
 	const ElfW(Sym) *es = NULL;
+	const struct py_layout *L;
 	Dl_info info;
 	const char *v;
 
@@ -613,13 +758,27 @@ void hs_py_frames_init(void)
 	if (!version || !eval || !tstate || !code_type || !str_type || !bytes_type)
 		return;
 	v = version();
-	/* the layouts compiled in are 3.11's, and they hold for every 3.11.x */
-	if (!v || strncmp(v, "3.11.", 5) != 0)
+	/* a version not in the table: native frames only (heisen-dump says why) */
+	if (!v || (L = layout_for(v)) == NULL)
 		return;
 	if (!dladdr1(eval, &info, (void **)&es, RTLD_DL_SYMENT) || !es || es->st_size == 0)
 		return;
 	pf.version = v;
-	pf.this_tstate = (PyThreadState * (*)(void)) tstate;
+	pf.L = L;
+	pf.frame_read = field_end(0, L->f_back, 8);
+	pf.frame_read = field_end(pf.frame_read, L->f_code, 8);
+	pf.frame_read = field_end(pf.frame_read, L->f_instr, L->chain == CHAIN_FRAME_OBJECT ? 4 : 8);
+	pf.frame_read = field_end(pf.frame_read, L->f_owner, 1);
+	pf.frame_read = field_end(pf.frame_read, L->f_is_entry, 1);
+	pf.code_read = field_end(0, OB_TYPE, 8);
+	pf.code_read = field_end(pf.code_read, L->co_firstlineno, 4);
+	pf.code_read = field_end(pf.code_read, L->co_filename, 8);
+	pf.code_read = field_end(pf.code_read, L->co_name, 8);
+	pf.code_read = field_end(pf.code_read, L->co_qualname, 8);
+	pf.code_read = field_end(pf.code_read, L->co_linetable, 8);
+	if (pf.frame_read > PY_FRAME_READ || pf.code_read > PY_CODE_READ)
+		return;
+	pf.this_tstate = (void *(*)(void))tstate;
 	pf.eval_lo = (uint64_t)(uintptr_t)eval;
 	pf.eval_hi = pf.eval_lo + es->st_size;
 	pf.code_type = (uint64_t)(uintptr_t)code_type;
@@ -629,26 +788,3 @@ void hs_py_frames_init(void)
 	__atomic_store_n(&pf.ready, 1, __ATOMIC_RELEASE);
 	note_header();
 }
-
-#else /* !HS_HAVE_PY311: built without CPython 3.11's headers */
-
-unsigned hs_py_interleave(struct hs_seg *s, uint64_t *pcs, unsigned n, unsigned max, int *python)
-{
-	(void)s;
-	(void)pcs;
-	(void)max;
-	*python = 0;
-	return n;
-}
-
-void hs_py_frames_init(void)
-{
-}
-
-int hs_py_eval_pc(uint64_t pc)
-{
-	(void)pc;
-	return 0;
-}
-
-#endif

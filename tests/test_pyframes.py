@@ -7,8 +7,9 @@ script's function names and line numbers, below the native frames of the
 extension they called (docs/interfaces.md, "Python and the GIL").  Checked
 under Debian's /usr/bin/python3 (libpython linked into the executable) and
 under pyenv's 3.11.7 (a shared libpython3.11.so), which imports the same
-extension build (same 3.11 ABI).  Other CPython versions get native frames
-only, and must run unharmed.
+extension build (same 3.11 ABI).  The other CPython versions (3.8 to 3.13,
+and one heisen does not know) are tests/test_python_versions.py's, through
+ctypes, which needs no extension build per version.
 """
 import os
 import signal
@@ -134,29 +135,3 @@ def test_crash_stack_shows_the_python_function_below_the_native_frame(heisen, se
         ("<module>", line_of(script, "serve()")),
     ], pys
     assert frames.index(pys[0]) > names.index("py_crash")
-
-
-OTHER_SCRIPT = """\
-import threading
-lock = threading.Lock()
-def work():
-    for _ in range(1000):
-        with lock:
-            pass
-ts = [threading.Thread(target=work) for _ in range(4)]
-for t in ts: t.start()
-for t in ts: t.join()
-print("ok")
-"""
-
-
-@pytest.mark.parametrize("version", ["3.10.13", "3.12.1", "3.13.0"])
-def test_other_python_versions_run_unharmed_with_native_frames_only(heisen, session, version):
-    python = PYENV / version / "bin" / ("python" + version.rsplit(".", 1)[0])
-    need(str(python))
-    p = heisen.preload([python, "-c", OTHER_SCRIPT], session)
-    assert p.returncode == 0 and p.stdout.strip() == "ok", (p.returncode, p.stderr)
-    report = heisen.dump_json(session)
-    for f in report["findings"]:
-        for st in f.get("stacks", []):
-            assert not python_frames(st), st
