@@ -39,6 +39,8 @@
  * use-after-free into silence.  The metadata a fault reads is not locked
  * against a concurrent reuse of that slot.
  */
+#define UNW_LOCAL_ONLY
+#include <libunwind.h>
 #include <errno.h>
 #include <pthread.h>
 #include <signal.h>
@@ -58,16 +60,30 @@
 enum { SLOT_UNUSED = 0, SLOT_LIVE = 1, SLOT_FREED = 2 };
 enum { GUARD_UNKNOWN = 0, GUARD_INIT = 1, GUARD_OFF = 2, GUARD_ON = 3 };
 
+/*
+ * A stack kept with its slot, interned into the segment's stack table only
+ * when a finding needs it (GWP-ASan keeps its traces per slot the same
+ * way): with HEISEN_GUARD_RATE=1 every allocation is sampled, and interning
+ * each one would fill the shared table with stacks nobody asks for.  The
+ * PCs are hs_stack_intern's: native frames and HS_PC_PYTHON | pyframe id.
+ */
+struct gstack {
+	uint16_t depth;
+	uint16_t flags;         /* HS_STACK_* */
+	uint32_t pad;
+	uint64_t pc[HS_STACK_DEPTH];
+};
+
 /* One slot's metadata (in a private mapping: never the program's heap). */
 struct gslot {
 	uint64_t user;          /* the block's start */
 	uint64_t size;          /* as requested */
 	uint32_t state;         /* [atomic] SLOT_*; LIVE published with release after the fields */
-	uint32_t alloc_stack;   /* full unwind at the allocation, Python frames included */
-	uint32_t free_stack;
 	int32_t alloc_tid;
 	int32_t free_tid;
 	uint32_t pad;
+	struct gstack alloc;    /* full unwind at the allocation, Python frames included */
+	struct gstack free;     /* and at the free */
 };
 
 HS_HIDDEN __thread int32_t hs_guard_countdown __attribute__((tls_model("initial-exec")));
@@ -128,7 +144,7 @@ static void guard_atfork_child(void)
 	/* stack ids are the parent's: valid in the child only when its tables were inherited */
 	if (!hs_seg_inherited && slots)
 		for (uint32_t i = 0; i < nslots; i++)
-			slots[i].alloc_stack = slots[i].free_stack = 0;
+			slots[i].alloc.depth = slots[i].free.depth = 0;
 }
 
 HS_HIDDEN void hs_guard_init(void)
@@ -203,6 +219,49 @@ out:
 		__atomic_store_n(&guard_mode, GUARD_OFF, __ATOMIC_RELEASE);
 	hs_spin_unlock(&reserve_lock);
 	return rc;
+}
+
+/* ---- stacks ------------------------------------------------------------------- */
+
+/* The calling thread's stack into g: libheisen's own frames dropped from
+ * the top, Python frames interleaved (stacks.c's hs_stack_here, kept here
+ * instead of interned). */
+static void capture(struct gstack *g)
+{
+	void *buf[HS_STACK_DEPTH + 12];
+	uint64_t pcs[2 * HS_STACK_DEPTH + 13];
+	int n = unw_backtrace(buf, (int)(sizeof buf / sizeof buf[0])), python = 0;
+	unsigned depth = 0, skip = 0, flags = 0;
+	while (skip < (unsigned)(n > 0 ? n : 0) && (uint64_t)(uintptr_t)buf[skip] >= hs_self_lo &&
+	       (uint64_t)(uintptr_t)buf[skip] < hs_self_hi)
+		skip++;
+	for (int i = (int)skip; i < n; i++) {
+		pcs[depth] = (uint64_t)(uintptr_t)buf[i];
+		if (!hs_module_known(pcs[depth]))
+			hs_module_note_pc(pcs[depth], 1); /* loaded by dlopen since: record it while it is here */
+		depth++;
+	}
+	if ((size_t)n == sizeof buf / sizeof buf[0] && depth >= HS_STACK_DEPTH)
+		flags |= HS_STACK_TRUNCATED;
+	depth = hs_py_interleave(&hs_seg, pcs, depth, depth > HS_STACK_DEPTH + 1 ? depth : HS_STACK_DEPTH + 1, &python);
+	if (python)
+		flags |= HS_STACK_PYTHON;
+	if (depth > HS_STACK_DEPTH) {
+		depth = HS_STACK_DEPTH;
+		flags |= HS_STACK_TRUNCATED;
+	}
+	memcpy(g->pc, pcs, depth * sizeof *pcs);
+	g->flags = (uint16_t)flags;
+	g->depth = (uint16_t)depth;
+}
+
+/* g's id in the stack table, interned now; 0 when none.  Async-signal-safe. */
+static uint32_t intern(const struct gstack *g)
+{
+	unsigned depth = g->depth < HS_STACK_DEPTH ? g->depth : HS_STACK_DEPTH;
+	if (!depth || !__atomic_load_n(&hs_recording, __ATOMIC_ACQUIRE))
+		return 0;
+	return hs_stack_intern(&hs_seg, g->pc, depth, g->flags);
 }
 
 /* ---- sampling ----------------------------------------------------------------- */
@@ -292,9 +351,9 @@ HS_HIDDEN void *hs_guard_malloc(size_t n, size_t align, int zero)
 	s = &slots[i];
 	s->user = u;
 	s->size = n;
-	s->alloc_stack = hs_stack_here();
+	capture(&s->alloc);
 	s->alloc_tid = t->tid;
-	s->free_stack = 0;
+	s->free.depth = 0;
 	s->free_tid = 0;
 	/* release: a fault handler that sees LIVE sees the fields */
 	__atomic_store_n(&s->state, SLOT_LIVE, __ATOMIC_RELEASE);
@@ -379,13 +438,13 @@ static void bad_free(struct hs_tls *t, struct gslot *s, void *p, uint32_t state)
 	f.stack = t ? hs_stack_here() : 0;
 	f.size = s ? s->size : 0;
 	if (s && state != SLOT_UNUSED) {
-		f.stack3 = s->alloc_stack;
+		f.stack3 = intern(&s->alloc);
 		f.tid3 = s->alloc_tid;
 		if (f.kind == HS_FIND_INVALID_FREE)
 			f.offset = (uint32_t)((uintptr_t)p - s->user);
 	}
 	if (s && state == SLOT_FREED) {
-		f.stack2 = s->free_stack;
+		f.stack2 = intern(&s->free);
 		f.tid2 = s->free_tid;
 	}
 	publish(t, &f, NULL);
@@ -410,7 +469,10 @@ HS_HIDDEN void hs_guard_free(void *p)
 	if (s && st == SLOT_LIVE && u == s->user &&
 	    __atomic_compare_exchange_n(&s->state, &st, SLOT_FREED, 0, __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE)) {
 		uintptr_t base = slot_page((uint32_t)i);
-		s->free_stack = (!quiet && t) ? hs_stack_here() : 0;
+		if (!quiet && t)
+			capture(&s->free);
+		else
+			s->free.depth = 0;
 		s->free_tid = (!quiet && t) ? t->tid : (int32_t)syscall(SYS_gettid);
 		madvise((void *)base, page, MADV_DONTNEED);
 		sys_mprotect(base, page, PROT_NONE);
@@ -515,10 +577,10 @@ HS_HIDDEN int hs_guard_fault(int sig, siginfo_t *si, void *uc, int was)
 	f.access = HS_ACCESS_UNKNOWN;
 #endif
 	f.stack = __atomic_load_n(&hs_recording, __ATOMIC_ACQUIRE) ? hs_stack_from_signal(uc) : 0;
-	f.stack3 = s->alloc_stack;
+	f.stack3 = intern(&s->alloc);
 	f.tid3 = s->alloc_tid;
 	if (__atomic_load_n(&s->state, __ATOMIC_ACQUIRE) == SLOT_FREED) {
-		f.stack2 = s->free_stack;
+		f.stack2 = intern(&s->free);
 		f.tid2 = s->free_tid;
 	}
 	strcpy(what, f.access == HS_ACCESS_WRITE ? "write" : "read");

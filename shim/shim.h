@@ -543,21 +543,35 @@ int hs_got_patch(const struct hs_got_hook *hooks, size_t n);
 /* Put every patched slot back as it was (the symmetric undo). */
 void hs_got_unpatch_all(void);
 
-/* ---- the dlsym trampoline (dl_trampoline.S, elf_got_surgery.c; issue 3, GOT owner) ---- */
+/* ---- the dlsym and dlvsym trampolines (dl_trampoline.S, elf_got_surgery.c; issue 3, GOT owner) ---- */
 
 /*
- * libheisen.so exports dlsym as an assembly trampoline: it saves the argument
- * registers, calls hs_dlsym_hook(), restores them and jumps (not calls) to
- * the real dlsym that the hook returns, so glibc still sees the program's
- * return address (dlsym(RTLD_NEXT, …) keeps its meaning).  The hook resolves
- * the real dlsym once (dlvsym(RTLD_NEXT, "dlsym", "GLIBC_2.34"), then
- * "GLIBC_2.2.5"; aborts loudly when neither exists) and, unless the thread is
- * inside the shim (hs_tls.in_hook), exiting, or already in the callback,
- * runs the callback: the one registered with hs_got_on_dlsym, else
- * hs_py_on_new_objects (python.c).  The callback takes hs_tls.in_hook
- * itself if it needs it.  Never returns NULL.
+ * libheisen exports dlsym and dlvsym as assembly trampolines: they save the
+ * argument registers, call hs_dlsym_hook(handle, name) /
+ * hs_dlvsym_hook(handle, name, version), restore them and either jump (not
+ * call) to the real function the hook names in `jump`, so glibc still sees
+ * the program's return address (dlsym(RTLD_NEXT, …) keeps its meaning), or,
+ * when jump is NULL, return the hook's `value`.  The real dlsym and dlvsym
+ * are found once in libc's symbol table (both names are ours, so asking
+ * either would come back here); aborts loudly when they are not there.
+ * Unless the thread is inside the shim (hs_tls.in_hook), exiting, or
+ * already in the callback, the hook runs the callback (the one registered
+ * with hs_got_on_dlsym, else hs_py_on_new_objects, python.c), then, for an
+ * explicit handle (not RTLD_DEFAULT, not RTLD_NEXT), makes the lookup
+ * itself and answers with heisen's hook when the result is the original
+ * of a function heisen interposes (hooks.def and the heap's entry points;
+ * the address compared with what dlsym(RTLD_NEXT, name) gives libheisen):
+ * a call through ctypes.CDLL("libc.so.6") is then seen like any other.
+ * RTLD_NEXT and RTLD_DEFAULT lookups are never changed (a library wrapping
+ * malloc that asks RTLD_NEXT for the real one gets it), and nothing heisen
+ * does not interpose is ever mapped.
  */
-void *hs_dlsym_hook(void);
+struct hs_dl_answer {
+	void *jump;    /* the real dlsym/dlvsym to jump to, or NULL: return value */
+	void *value;
+};
+struct hs_dl_answer hs_dlsym_hook(void *handle, const char *name);
+struct hs_dl_answer hs_dlvsym_hook(void *handle, const char *name, const char *version);
 
 /* Replace the dlsym hook's callback (tests); NULL: back to the default,
  * hs_py_on_new_objects.  The callback must be cheap when nothing was loaded. */

@@ -8,6 +8,7 @@
  *   overflow    one byte written just past a 32-byte buffer
  *   underflow   the 8 bytes just before a 32-byte buffer read (a length
  *               header looked for in front of it)
+ *   double-free a 40-byte record freed twice
  * Sampled blocks alternate between the end of their page and its start,
  * so overflow and underflow allocate two buffers and use the one whose
  * end (start) touches the guard page; without heisen's guard pages the
@@ -26,6 +27,11 @@ __attribute__((noinline)) static char *make_record(size_t n)
 }
 
 __attribute__((noinline)) static void drop_record(char *r)
+{
+	free(r);
+}
+
+__attribute__((noinline)) static void drop_again(char *r)
 {
 	free(r);
 }
@@ -70,6 +76,12 @@ int main(int argc, char **argv)
 			v = read_field(r, 8);
 		else
 			write_field(r, 16);
+	} else if (strcmp(mode, "double-free") == 0) {
+		r = make_record(40);
+		printf("block %p\n", (void *)r);
+		fflush(stdout);
+		drop_record(r);
+		drop_again(r);
 	} else {
 		char *a = make_record(32), *b = make_record(32);
 		int over = strcmp(mode, "overflow") == 0;
