@@ -13,8 +13,8 @@
  * before), alternately; malloc's 16-byte alignment (or the one asked for)
  * is kept, so a block whose size is not a multiple of it has up to 15 bytes
  * of slack after it where an overflow goes unseen (GWP-ASan's default too).
- * When the block is freed its page becomes inaccessible (PROT_NONE, its
- * memory given back with MADV_DONTNEED) and the slot waits at the tail of a
+ * When the block is freed its page becomes inaccessible (a fresh PROT_NONE
+ * mapping over it, which also gives its memory back) and the slot waits at the tail of a
  * FIFO of free slots, so it is reused as late as possible: a read or write
  * through a dangling pointer faults.  signals.c's crash handler asks
  * hs_guard_fault() first: a fault inside the pool becomes a use-after-free
@@ -347,7 +347,7 @@ HS_HIDDEN void *hs_guard_malloc(size_t n, size_t align, int zero)
 		return NULL;
 	}
 	if (zero)
-		memset((void *)u, 0, n); /* MADV_DONTNEED zeroed it, unless "continue" let a write in */
+		memset((void *)u, 0, n); /* the free's fresh mapping zeroed it, unless "continue" let a write in */
 	s = &slots[i];
 	s->user = u;
 	s->size = n;
@@ -474,8 +474,11 @@ HS_HIDDEN void hs_guard_free(void *p)
 		else
 			s->free.depth = 0;
 		s->free_tid = (!quiet && t) ? t->tid : (int32_t)syscall(SYS_gettid);
-		madvise((void *)base, page, MADV_DONTNEED);
-		sys_mprotect(base, page, PROT_NONE);
+		/* one system call takes the memory back and the access away (GWP-ASan's
+		   deallocation): a fresh inaccessible page in place, merged with its guards */
+		if (hs_sys.mmap((void *)base, page, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE | MAP_FIXED,
+				-1, 0) == MAP_FAILED)
+			sys_mprotect(base, page, PROT_NONE);
 		hs_spin_lock(&fifo_lock);
 		fifo[(fifo_head + fifo_count) % nslots] = (uint32_t)i;
 		fifo_count++;
