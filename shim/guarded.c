@@ -264,6 +264,25 @@ static uint32_t intern(const struct gstack *g)
 	return hs_stack_intern(&hs_seg, g->pc, depth, g->flags);
 }
 
+/* ---- the heap checker's counters ---------------------------------------------- */
+
+/* A sampled block is an allocation like any other in hs_header.heap_*
+ * (when the heap checker keeps them: HS_HDR_HEAP).  Relaxed: counters. */
+static void count(int64_t n, int alloc)
+{
+	struct hs_header *h = __atomic_load_n(&hs_recording, __ATOMIC_ACQUIRE) ? hs_seg.hdr : NULL;
+	uint64_t live, peak;
+	if (!h || !(__atomic_load_n(&h->flags, __ATOMIC_RELAXED) & HS_HDR_HEAP))
+		return;
+	if (alloc)
+		__atomic_add_fetch(&h->heap_allocs, 1, __ATOMIC_RELAXED);
+	live = __atomic_add_fetch(&h->heap_live_bytes, (uint64_t)n, __ATOMIC_RELAXED);
+	peak = __atomic_load_n(&h->heap_peak_bytes, __ATOMIC_RELAXED);
+	while (n > 0 && live > peak &&
+	       !__atomic_compare_exchange_n(&h->heap_peak_bytes, &peak, live, 1, __ATOMIC_RELAXED, __ATOMIC_RELAXED))
+		;
+}
+
 /* ---- sampling ----------------------------------------------------------------- */
 
 static inline uint64_t next_rand(void)
@@ -357,6 +376,7 @@ HS_HIDDEN void *hs_guard_malloc(size_t n, size_t align, int zero)
 	s->free_tid = 0;
 	/* release: a fault handler that sees LIVE sees the fields */
 	__atomic_store_n(&s->state, SLOT_LIVE, __ATOMIC_RELEASE);
+	count((int64_t)n, 1);
 	hs_leave(t);
 	errno = e;
 	return (void *)u;
@@ -431,7 +451,7 @@ static void bad_free(struct hs_tls *t, struct gslot *s, void *p, uint32_t state)
 {
 	struct hs_finding f;
 	memset(&f, 0, sizeof f);
-	f.kind = (p == (void *)s->user && state == SLOT_FREED) ? HS_FIND_DOUBLE_FREE : HS_FIND_INVALID_FREE;
+	f.kind = (s && p == (void *)s->user && state == SLOT_FREED) ? HS_FIND_DOUBLE_FREE : HS_FIND_INVALID_FREE;
 	f.tid = t ? t->tid : (int32_t)syscall(SYS_gettid);
 	f.ts_ns = hs_now();
 	f.addr = (uint64_t)(uintptr_t)p;
@@ -469,6 +489,7 @@ HS_HIDDEN void hs_guard_free(void *p)
 	if (s && st == SLOT_LIVE && u == s->user &&
 	    __atomic_compare_exchange_n(&s->state, &st, SLOT_FREED, 0, __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE)) {
 		uintptr_t base = slot_page((uint32_t)i);
+		count(-(int64_t)s->size, 0);
 		if (!quiet && t)
 			capture(&s->free);
 		else

@@ -9,6 +9,7 @@
  *   underflow   the 8 bytes just before a 32-byte buffer read (a length
  *               header looked for in front of it)
  *   double-free a 40-byte record freed twice
+ *   interior    a 40-byte record freed through a pointer 8 bytes into it
  * Sampled blocks alternate between the end of their page and its start,
  * so overflow and underflow allocate two buffers and use the one whose
  * end (start) touches the guard page; without heisen's guard pages the
@@ -76,6 +77,11 @@ int main(int argc, char **argv)
 			v = read_field(r, 8);
 		else
 			write_field(r, 16);
+	} else if (strcmp(mode, "interior") == 0) {
+		r = make_record(40);
+		printf("block %p\n", (void *)r);
+		fflush(stdout);
+		drop_record(r + 8);
 	} else if (strcmp(mode, "double-free") == 0) {
 		r = make_record(40);
 		printf("block %p\n", (void *)r);

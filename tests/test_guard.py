@@ -106,6 +106,18 @@ def test_guard_double_free(heisen, way):
     assert [c for c in findings_of(r, "crash") if c["pid"] == pid][0]["heap_abort"] is True
 
 
+def test_guard_interior_free(heisen, session):
+    p = heisen.preload([target(heisen, "guard_faults"), "interior"], session, env={**GUARD, "HEISEN_HEAP": "0"})
+    assert p.returncode == -signal.SIGABRT, (p.returncode, p.stderr)
+    block = int(facts(p.stdout)["block"][0], 16)
+    r = heisen.dump_json(session, expect_rc=1)
+    f = one(r, "invalid-free")
+    assert hexint(f["address"]) == block + 8
+    assert f["block"] == {"address": hex(block), "size": 40, "offset": 8}
+    assert frame_functions(stack_by_role(f, "free"))[:2] == ["drop_record", "main"]
+    assert frame_functions(stack_by_role(f, "allocation"))[:2] == ["make_record", "main"]
+
+
 @pytest.mark.parametrize("mode", ["uaf-write", "overflow"])
 def test_guard_continue_goes_on(heisen, session, mode):
     kind = CASES[mode][0]
@@ -158,6 +170,9 @@ def test_guard_every_alignment_no_finding(heisen, way):
     assert "done ok" in p.stdout
     r = heisen.dump_json(way.session, expect_rc=0)
     assert r["findings"] == [] and r["errors"] == []
+    # sampled blocks count in the heap checker's numbers like any other
+    h = process_of(r, fact_int(p.stdout, "pid"))["heap"]
+    assert h["allocs"] >= fact_int(p.stdout, "blocks") and h["peak_bytes"] >= 10000
 
 
 @pytest.mark.parametrize("rate", ["1", "default"])
