@@ -16,13 +16,16 @@ Prints "pid P", "tid_main T", "pointer 0x...", then "done ok" if it survived
 (HEISEN_ON_HEAP_ERROR=continue).
 """
 import ctypes
-import ctypes.util
 import os
 import sys
 import threading
 
 how = sys.argv[1] if len(sys.argv) > 1 else "none"
-libc = ctypes.CDLL({"none": None, "find_library": ctypes.util.find_library("c"), "soname": "libc.so.6"}[how])
+if how == "find_library":
+    import ctypes.util  # only here: its imports would crowd the stacks of HEISEN_HEAP_STACKS=full
+    libc = ctypes.CDLL(ctypes.util.find_library("c"))
+else:
+    libc = ctypes.CDLL(None if how == "none" else "libc.so.6")
 libc.malloc.restype = ctypes.c_void_p
 libc.malloc.argtypes = [ctypes.c_size_t]
 libc.free.restype = None
