@@ -14,6 +14,7 @@ dlopen("libc.so.6") + dlsym hand out glibc's own functions unless heisen's
 dlsym answers with its hooks; README.md "Calls through a library handle".
 """
 import signal
+import subprocess
 
 import pytest
 
@@ -262,3 +263,16 @@ def test_dlopen_dlsym_clean(heisen, way):
     assert "done ok" in p.stdout
     r = heisen.dump_json(way.session, expect_rc=0)
     assert r["findings"] == [] and r["errors"] == []
+
+
+def test_rtld_next_left_alone_handle_mapped(heisen, session):
+    """A library preloaded after heisen (next_probe.so): its dlsym(RTLD_NEXT,
+    "free") still gets glibc's free — a malloc wrapper asking for the real
+    one must not be handed a hook — while dlsym on a libc handle gets
+    heisen's."""
+    env = heisen.env(session)
+    env["LD_PRELOAD"] = f"{heisen.lib}:{heisen.targets / 'next_probe.so'}"
+    p = subprocess.run(["/bin/true"], env=env, capture_output=True, text=True, timeout=60)
+    assert p.returncode == 0, p.stderr
+    assert facts(p.stdout)["next_is_glibc"] == ["1"]
+    assert facts(p.stdout)["handle_is_glibc"] == ["0"]
