@@ -48,6 +48,8 @@ static const char *const kind_names[HS_F_KINDS] = {
 	[HS_F_KILLED] = "killed",
 	[HS_F_DEADLOCK] = "deadlock",
 	[HS_F_DOUBLE_FREE] = "double-free",
+	[HS_F_USE_AFTER_FREE] = "use-after-free",
+	[HS_F_HEAP_BUFFER_OVERFLOW] = "heap-buffer-overflow",
 	[HS_F_HEAP_OVERFLOW] = "heap-overflow",
 	[HS_F_INVALID_FREE] = "invalid-free",
 	[HS_F_STALE_CLOSE] = "stale-close",
@@ -396,6 +398,16 @@ static void check_heap(struct hs_fnd *f)
 	static const char *const what[] = {"free", "first free", "allocation"};
 	struct hs_seg *seg = &f->proc->seg;
 	check_stack_ids(f, what);
+	if (hs_fkind_guard(f->kind)) {
+		/* the block starts at addr - offset (offset a signed 32-bit number, format.h) */
+		f->in_block = true;
+		f->block = f->rec.addr - (uint64_t)(int64_t)(int32_t)f->rec.offset;
+		if (f->rec.access > HS_ACCESS_WRITE) {
+			hs_seg_complain(seg, "finding %u: unknown access %u", f->index, f->rec.access);
+			f->rec.access = HS_ACCESS_UNKNOWN;
+		}
+		return;
+	}
 	if (f->kind != HS_F_INVALID_FREE || f->rec.size == 0 || f->rec.offset == 0)
 		return;
 	/* the canary is at most 23 bytes; allow 32 */
@@ -463,6 +475,8 @@ static int recorded(struct hs_proc *p, struct hs_findings *out)
 		[HS_FIND_HEAP_OVERFLOW] = HS_F_HEAP_OVERFLOW,
 		[HS_FIND_DOUBLE_CLOSE] = HS_F_DOUBLE_CLOSE,
 		[HS_FIND_STALE_CLOSE] = HS_F_STALE_CLOSE,
+		[HS_FIND_USE_AFTER_FREE] = HS_F_USE_AFTER_FREE,
+		[HS_FIND_HEAP_BUFFER_OVERFLOW] = HS_F_HEAP_BUFFER_OVERFLOW,
 	};
 	size_t first = out->n;
 	uint32_t n = hs_seg_count(&p->seg, HS_T_FINDINGS);

@@ -23,6 +23,8 @@ enum hs_fkind {
 	HS_F_KILLED,            /* issue 6: a process that died without running any code (procs.c) */
 	HS_F_DEADLOCK,
 	HS_F_DOUBLE_FREE,       /* heap findings (issue 4): recorded by the writer at the free */
+	HS_F_USE_AFTER_FREE,    /* guard findings: a sampled guard-page block touched after its free (the fault) */
+	HS_F_HEAP_BUFFER_OVERFLOW, /* guard findings: the guard page next to a sampled block touched */
 	HS_F_HEAP_OVERFLOW,
 	HS_F_INVALID_FREE,
 	HS_F_STALE_CLOSE,       /* fd findings (issue 5): recorded by the writer at the close */
@@ -88,7 +90,14 @@ struct hs_fnd *hs_finding_new(struct hs_findings *out, enum hs_fkind kind, struc
 /* A heap finding kind? */
 static inline bool hs_fkind_heap(enum hs_fkind k)
 {
-	return k == HS_F_DOUBLE_FREE || k == HS_F_HEAP_OVERFLOW || k == HS_F_INVALID_FREE;
+	return k == HS_F_DOUBLE_FREE || k == HS_F_HEAP_OVERFLOW || k == HS_F_INVALID_FREE || k == HS_F_USE_AFTER_FREE ||
+	       k == HS_F_HEAP_BUFFER_OVERFLOW;
+}
+
+/* A guard finding (format.h "guard findings": a fault in the guard-page pool)? */
+static inline bool hs_fkind_guard(enum hs_fkind k)
+{
+	return k == HS_F_USE_AFTER_FREE || k == HS_F_HEAP_BUFFER_OVERFLOW;
 }
 
 /* An fd finding kind (double-close, stale-close)? */

@@ -224,6 +224,27 @@ void hs_heap_message(const struct hs_fnd *f, char *msg, size_t len)
 		if (r->size && r->tid2)
 			hs_appendf(msg, len, &used, ", already freed by thread %d", r->tid2);
 		break;
+	case HS_F_USE_AFTER_FREE:
+	case HS_F_HEAP_BUFFER_OVERFLOW: {
+		/* AddressSanitizer's words: "READ of size ? at ..." (the size of the access is not known) */
+		int64_t off = (int32_t)r->offset;
+		const char *acc = r->access == HS_ACCESS_WRITE ? "WRITE" : r->access == HS_ACCESS_READ ? "READ" : "access";
+		hs_appendf(msg, len, &used, "%s %s of size ? at 0x%llx in thread %d: ", hs_fkind_name(f->kind), acc,
+			   (unsigned long long)r->addr, r->tid);
+		if (off < 0)
+			hs_appendf(msg, len, &used, "%lld bytes before", (long long)-off);
+		else if ((uint64_t)off >= r->size)
+			hs_appendf(msg, len, &used, "%llu bytes after", (unsigned long long)((uint64_t)off - r->size));
+		else
+			hs_appendf(msg, len, &used, "%lld bytes inside", (long long)off);
+		hs_appendf(msg, len, &used, " a %llu-byte block at 0x%llx", (unsigned long long)r->size,
+			   (unsigned long long)f->block);
+		if (r->tid2)
+			hs_appendf(msg, len, &used, ", freed by thread %d", r->tid2);
+		if (r->tid3)
+			hs_appendf(msg, len, &used, ", allocated by thread %d", r->tid3);
+		break;
+	}
 	default:
 		break;
 	}

@@ -793,6 +793,37 @@ static void heap_finding(struct hs_json *j, struct hs_fnd *f, char *msg, size_t 
 	hs_json_end_array(j);
 }
 
+/* use-after-free, heap-buffer-overflow: docs/interfaces.md "Guard pages". */
+static void guard_finding(struct hs_json *j, struct hs_fnd *f, char *msg, size_t len)
+{
+	const struct hs_finding *r = &f->rec;
+	int64_t off = (int32_t)r->offset;
+	hs_heap_message(f, msg, len);
+	hs_json_hex(j, "address", r->addr);
+	hs_json_uint(j, "size", r->size);
+	hs_json_int(j, "offset", off);
+	if (r->access == HS_ACCESS_READ)
+		hs_json_str(j, "access", "read");
+	else if (r->access == HS_ACCESS_WRITE)
+		hs_json_str(j, "access", "write");
+	else
+		hs_json_null(j, "access");
+	hs_json_str(j, "where", off < 0 ? "before" : (uint64_t)off >= r->size ? "after" : "inside");
+	hs_json_object(j, "block");
+	hs_json_hex(j, "address", f->block);
+	hs_json_uint(j, "size", r->size);
+	hs_json_end_object(j);
+	hs_json_str(j, "signal_name", hs_signal_name(r->signo));
+	hs_json_array(j, "locks");
+	hs_json_end_array(j);
+	hs_json_array(j, "stacks");
+	stack(j, NULL, f->proc, r->stack, "access", r->tid);
+	if (r->stack2 || r->tid2)
+		stack(j, NULL, f->proc, r->stack2, "free", r->tid2);
+	stack(j, NULL, f->proc, r->stack3, "allocation", r->tid3);
+	hs_json_end_array(j);
+}
+
 /* double-close, stale-close: docs/interfaces.md "File descriptors". */
 static void fd_close_finding(struct hs_json *j, struct hs_fnd *f, char *msg, size_t len)
 {
@@ -1240,6 +1271,12 @@ static void tids(struct hs_json *j, struct hs_fnd *f)
 		hs_json_int(j, NULL, f->rec.tid);
 		hs_json_int(j, NULL, f->rec.tid2);
 		hs_json_int(j, NULL, f->rec.tid3);
+	} else if (hs_fkind_guard(f->kind)) {
+		/* [access, free (when freed), allocation], as the stacks */
+		hs_json_int(j, NULL, f->rec.tid);
+		if (f->rec.stack2 || f->rec.tid2)
+			hs_json_int(j, NULL, f->rec.tid2);
+		hs_json_int(j, NULL, f->rec.tid3);
 	} else if (hs_fkind_heap(f->kind)) {
 		hs_json_int(j, NULL, f->rec.tid);
 		if (f->rec.size && f->rec.tid3)
@@ -1266,6 +1303,8 @@ static void finding(struct hs_json *j, struct hs_session *s, struct hs_fnd *f)
 	case HS_F_DOUBLE_FREE:
 	case HS_F_HEAP_OVERFLOW:
 	case HS_F_INVALID_FREE: heap_finding(j, f, msg, sizeof msg); break;
+	case HS_F_USE_AFTER_FREE:
+	case HS_F_HEAP_BUFFER_OVERFLOW: guard_finding(j, f, msg, sizeof msg); break;
 	case HS_F_OOM_KILL:
 	case HS_F_KILLED: death(j, f, msg, sizeof msg); break;
 	case HS_F_STALE_CLOSE:

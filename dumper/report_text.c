@@ -222,6 +222,33 @@ static void heap(FILE *out, struct hs_fnd *f)
 	fprintf(out, "\n (%s)\n", hs_heap_stacks_note(f->proc->seg.hdr.heap_stacks));
 }
 
+/*
+ * A guard finding (a fault in the guard-page pool), in AddressSanitizer's
+ * shape: the message, the access, the free (use-after-free), the allocation.
+ */
+static void guard(FILE *out, struct hs_fnd *f)
+{
+	const struct hs_finding *r = &f->rec;
+	char msg[512], w[160];
+	hs_heap_message(f, msg, sizeof msg);
+	fprintf(out, "%s", msg);
+	if (r->count > 1)
+		fprintf(out, " (seen %u times)", r->count);
+	fprintf(out, "\n\n");
+	who(w, sizeof w, f->proc, r->tid);
+	fprintf(out, " %s by %s here:\n", r->access == HS_ACCESS_WRITE ? "WRITE" : r->access == HS_ACCESS_READ ? "READ" : "access", w);
+	print_frames(out, f->proc, r->stack, "    ");
+	if (r->stack2 || r->tid2) {
+		who(w, sizeof w, f->proc, r->tid2);
+		fprintf(out, "\n freed by %s here:\n", w);
+		print_frames(out, f->proc, r->stack2, "    ");
+	}
+	who(w, sizeof w, f->proc, r->tid3);
+	fprintf(out, "\n previously allocated by %s here:\n", w);
+	print_frames(out, f->proc, r->stack3, "    ");
+	fprintf(out, "\n (a sampled allocation in a guard page: HEISEN_GUARD_RATE; its stacks are full unwinds)\n");
+}
+
 /* ---- file descriptors (issue 5) ------------------------------------------ */
 
 /* "thread 123 (name)" */
@@ -514,6 +541,8 @@ static void banner(FILE *out, const struct hs_fnd *f)
 		[HS_F_KILLED] = "killed",
 		[HS_F_DEADLOCK] = "deadlock (wait-for cycle)",
 		[HS_F_DOUBLE_FREE] = "double free",
+		[HS_F_USE_AFTER_FREE] = "use after free",
+		[HS_F_HEAP_BUFFER_OVERFLOW] = "heap buffer overflow",
 		[HS_F_HEAP_OVERFLOW] = "heap overflow",
 		[HS_F_INVALID_FREE] = "invalid free",
 		[HS_F_STALE_CLOSE] = "stale close",
@@ -546,6 +575,8 @@ static void finding(FILE *out, struct hs_session *s, struct hs_fnd *f)
 	case HS_F_DOUBLE_FREE:
 	case HS_F_HEAP_OVERFLOW:
 	case HS_F_INVALID_FREE: heap(out, f); break;
+	case HS_F_USE_AFTER_FREE:
+	case HS_F_HEAP_BUFFER_OVERFLOW: guard(out, f); break;
 	case HS_F_OOM_KILL:
 	case HS_F_KILLED: death(out, s, f); break;
 	case HS_F_STALE_CLOSE:

@@ -182,7 +182,7 @@ int hs_read_finding(struct hs_seg *seg, uint32_t i, struct hs_finding *out)
 	if (__atomic_load_n(&f->ready, __ATOMIC_ACQUIRE) != 1)
 		return -1;
 	memcpy(out, f, sizeof *out);
-	if (out->kind < HS_FIND_POTENTIAL_DEADLOCK || out->kind > HS_FIND_STALE_CLOSE) {
+	if (out->kind < HS_FIND_POTENTIAL_DEADLOCK || out->kind > HS_FIND_HEAP_BUFFER_OVERFLOW) {
 		hs_seg_complain(seg, "finding %u: unknown kind %u", i, out->kind);
 		return -1;
 	}

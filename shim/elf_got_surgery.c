@@ -611,26 +611,150 @@ void hs_got_on_dlsym(void (*cb)(void))
 	__atomic_store_n(&dlsym_callback, cb, __ATOMIC_RELEASE);
 }
 
-HS_HIDDEN void *hs_dlsym_hook(void)
+/* ---- glibc's dlsym and dlvsym, found without asking dlsym ------------------------ */
+
+/*
+ * libheisen exports dlsym and dlvsym itself, so any call to either, even
+ * the shim's own, comes back to a trampoline; the real ones are looked up
+ * once in libc's dynamic symbol table (the object that holds __libc_free),
+ * read with obj_read.  The symbol table's length is the distance to the
+ * string table (binutils lays .dynsym right before .dynstr); every version
+ * of these two names is the same function in glibc 2.34+, so the first
+ * defined match is taken.
+ */
+extern void __libc_free(void *);
+
+struct libc_find {
+	void *dlsym, *dlvsym;
+};
+
+static int libc_find_cb(struct dl_phdr_info *info, size_t size, void *arg)
+{
+	struct libc_find *out = arg;
+	struct obj_view v;
+	const ElfW(Dyn) *dyn = NULL;
+	uintptr_t probe = (uintptr_t)&__libc_free;
+	size_t n;
+	(void)size;
+	if (!load_of(info, probe, 1))
+		return 0;
+	for (unsigned i = 0; i < info->dlpi_phnum; i++)
+		if (info->dlpi_phdr[i].p_type == PT_DYNAMIC)
+			dyn = (const ElfW(Dyn) *)(info->dlpi_addr + info->dlpi_phdr[i].p_vaddr);
+	if (!dyn || obj_read(info, dyn, &v) != 0 || (uintptr_t)v.strtab <= (uintptr_t)v.symtab)
+		return 1;
+	n = ((uintptr_t)v.strtab - (uintptr_t)v.symtab) / sizeof(ElfW(Sym));
+	for (size_t i = 1; i < n; i++) {
+		const ElfW(Sym) *sym = &v.symtab[i];
+		const char *name;
+		if (sym->st_shndx == SHN_UNDEF || ELF64_ST_TYPE(sym->st_info) != STT_FUNC || sym->st_name >= v.strsz)
+			continue;
+		name = v.strtab + sym->st_name;
+		if (!out->dlsym && strcmp(name, "dlsym") == 0)
+			out->dlsym = (void *)(info->dlpi_addr + sym->st_value);
+		else if (!out->dlvsym && strcmp(name, "dlvsym") == 0)
+			out->dlvsym = (void *)(info->dlpi_addr + sym->st_value);
+	}
+	return 1;
+}
+
+static void *real_dlvsym;           /* [atomic] glibc's dlvsym */
+
+/* Resolve both once; aborts loudly when libc has neither (never on glibc 2.34+). */
+static void resolve_real_dl(void)
+{
+	struct libc_find f = {NULL, NULL};
+	if (__atomic_load_n(&real_dlsym, __ATOMIC_ACQUIRE) && __atomic_load_n(&real_dlvsym, __ATOMIC_ACQUIRE))
+		return;
+	dl_iterate_phdr(libc_find_cb, &f);
+	if (!f.dlsym || !f.dlvsym) {
+		hs_write_err("heisen: cannot find glibc's dlsym and dlvsym; aborting\n");
+		abort();
+	}
+	/* any thread finds the same values: racing stores are harmless */
+	__atomic_store_n(&real_dlsym, f.dlsym, __ATOMIC_RELEASE);
+	__atomic_store_n(&real_dlvsym, f.dlvsym, __ATOMIC_RELEASE);
+}
+
+/* ---- the interposed functions, for lookups through a handle ---------------------- */
+
+/*
+ * Every function libheisen interposes: hooks.def's entries, and those whose
+ * hooks reach glibc without a hs_real_ pointer (heap.c, memhooks.c, the
+ * trampolines).  For each, `real` is what dlsym(RTLD_NEXT, name) gives
+ * libheisen — the function the hook wraps — and `hook` heisen's own
+ * definition (looked up in libheisen's handle, so another preloaded
+ * library's definition of the name never counts as ours).
+ */
+static const char *const interposed_names[] = {
+#define HS_HOOK(ret, name, params) #name,
+#define HS_HOOK_V(ret, name, params, version) #name,
+#include "hooks.def"
+#undef HS_HOOK
+#undef HS_HOOK_V
+	"malloc", "calloc", "realloc", "reallocarray", "free", "memalign", "aligned_alloc", "posix_memalign",
+	"valloc", "pvalloc", "malloc_usable_size", "mmap64", "dlsym", "dlvsym",
+};
+#define N_INTERPOSED (sizeof interposed_names / sizeof interposed_names[0])
+
+static struct {
+	void *real, *hook;
+} interposed[N_INTERPOSED];
+static unsigned n_interposed;
+static int interposed_state;        /* [atomic] 0 = not built, 1 = building, 2 = built */
+
+/* Build the table once (the first lookup through a handle); with the thread's guard held. */
+static void interposed_build(void)
+{
+	void *(*dls)(void *, const char *) = (void *(*)(void *, const char *))real_dlsym;
+	Dl_info di;
+	void *self;
+	int expect = 0, was = hs_tls.in_hook;
+	unsigned n = 0;
+	if (!__atomic_compare_exchange_n(&interposed_state, &expect, 1, 0, __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE))
+		return; /* built, or another thread builds it: that lookup goes unmapped */
+	hs_tls.in_hook = 1; /* dlopen's own allocations are not the program's */
+	if (dladdr((void *)&hs_dlsym_hook, &di) && di.dli_fname &&
+	    (self = dlopen(di.dli_fname, RTLD_LAZY | RTLD_NOLOAD)) != NULL) {
+		for (size_t i = 0; i < N_INTERPOSED; i++) {
+			/* RTLD_NEXT from here: the definition after libheisen, the one its hook wraps */
+			void *real = dls(RTLD_NEXT, interposed_names[i]);
+			void *hook = dls(self, interposed_names[i]);
+			if (real && hook && real != hook) {
+				interposed[n].real = real;
+				interposed[n].hook = hook;
+				n++;
+			}
+		}
+		dlclose(self);
+	}
+	hs_tls.in_hook = was;
+	n_interposed = n;
+	/* release: the table is complete before a reader sees state 2 */
+	__atomic_store_n(&interposed_state, 2, __ATOMIC_RELEASE);
+}
+
+/* heisen's hook when p is the original of an interposed function, else p. */
+static void *interposed_hook_for(void *p)
+{
+	if (!p || __atomic_load_n(&interposed_state, __ATOMIC_ACQUIRE) != 2)
+		return p;
+	for (unsigned i = 0; i < n_interposed; i++)
+		if (interposed[i].real == p)
+			return interposed[i].hook;
+	return p;
+}
+
+/* ---- the trampolines' C half ------------------------------------------------------- */
+
+/* The callback (objects loaded since the last look) for a dlsym or dlvsym
+ * the program made; 0 when the thread is inside the shim or exiting. */
+static int program_lookup(void)
 {
 	struct hs_tls *t = &hs_tls;
-	void *real = __atomic_load_n(&real_dlsym, __ATOMIC_ACQUIRE);
 	void (*cb)(void);
-
-	if (HS_UNLIKELY(!real)) {
-		/* dlvsym is not ours: no recursion.  RTLD_NEXT from here is after libheisen. */
-		real = dlvsym(RTLD_NEXT, "dlsym", "GLIBC_2.34");
-		if (!real)
-			real = dlvsym(RTLD_NEXT, "dlsym", "GLIBC_2.2.5");
-		if (!real) {
-			hs_write_err("heisen: cannot resolve the real dlsym; aborting\n");
-			abort();
-		}
-		/* any thread resolves the same value: racing stores are harmless */
-		__atomic_store_n(&real_dlsym, real, __ATOMIC_RELEASE);
-	}
 	if (t->in_hook || t->dead || in_dlsym_hook)
-		return real;
+		return 0;
 	cb = __atomic_load_n(&dlsym_callback, __ATOMIC_ACQUIRE);
 	if (!cb)
 		cb = hs_py_on_new_objects;
@@ -639,5 +763,48 @@ HS_HIDDEN void *hs_dlsym_hook(void)
 		cb();
 		in_dlsym_hook = 0;
 	}
-	return real;
+	return 1;
+}
+
+/* A lookup through an explicit handle: made here, the result mapped to
+ * heisen's hook when it is the original of an interposed function. */
+static int through_handle(const void *handle)
+{
+	return handle != RTLD_DEFAULT && handle != RTLD_NEXT;
+}
+
+HS_HIDDEN struct hs_dl_answer hs_dlsym_hook(void *handle, const char *name)
+{
+	struct hs_dl_answer a = {NULL, NULL};
+	void *(*dls)(void *, const char *);
+	resolve_real_dl();
+	dls = (void *(*)(void *, const char *))__atomic_load_n(&real_dlsym, __ATOMIC_ACQUIRE);
+	a.jump = (void *)dls;
+	if (!program_lookup() || !through_handle(handle))
+		return a;
+	in_dlsym_hook = 1;
+	if (__atomic_load_n(&interposed_state, __ATOMIC_ACQUIRE) == 0)
+		interposed_build();
+	a.value = interposed_hook_for(dls(handle, name));
+	in_dlsym_hook = 0;
+	a.jump = NULL;
+	return a;
+}
+
+HS_HIDDEN struct hs_dl_answer hs_dlvsym_hook(void *handle, const char *name, const char *version)
+{
+	struct hs_dl_answer a = {NULL, NULL};
+	void *(*dlv)(void *, const char *, const char *);
+	resolve_real_dl();
+	dlv = (void *(*)(void *, const char *, const char *))__atomic_load_n(&real_dlvsym, __ATOMIC_ACQUIRE);
+	a.jump = (void *)dlv;
+	if (!program_lookup() || !through_handle(handle))
+		return a;
+	in_dlsym_hook = 1;
+	if (__atomic_load_n(&interposed_state, __ATOMIC_ACQUIRE) == 0)
+		interposed_build();
+	a.value = interposed_hook_for(dlv(handle, name, version));
+	in_dlsym_hook = 0;
+	a.jump = NULL;
+	return a;
 }

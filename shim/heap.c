@@ -864,6 +864,7 @@ static void *hook_alloc(size_t n, size_t align, int zero, uint64_t site)
 HS_EXPORT void *malloc(size_t n)
 {
 	note_size(n);
+	HS_GUARD_ALLOC(n, 0, 0); /* guarded.c: sampled guard pages */
 	if (!heap_on() || hs_tls.in_hook)
 		return __libc_malloc(n);
 	return hook_alloc(n, 0, 0, SITE());
@@ -872,8 +873,10 @@ HS_EXPORT void *malloc(size_t n)
 HS_EXPORT void *calloc(size_t n, size_t m)
 {
 	size_t total;
-	if (!__builtin_mul_overflow(n, m, &total))
+	if (!__builtin_mul_overflow(n, m, &total)) {
 		note_size(total);
+		HS_GUARD_ALLOC(total, 0, 1); /* guarded.c: sampled guard pages */
+	}
 	if (!heap_on() || hs_tls.in_hook)
 		return __libc_calloc(n, m);
 	if (__builtin_mul_overflow(n, m, &total)) {
@@ -908,6 +911,10 @@ HS_EXPORT void free(void *p)
 {
 	if (!p)
 		return;
+	if (hs_guard_owns(p)) { /* guarded.c: sampled guard pages */
+		hs_guard_free(p);
+		return;
+	}
 	if (!heap_on()) {
 		__libc_free(p);
 		return;
@@ -982,6 +989,8 @@ static void *hook_realloc(void *p, size_t n, uint64_t site)
 HS_EXPORT void *realloc(void *p, size_t n)
 {
 	note_size(n);
+	if (hs_guard_owns(p)) /* guarded.c: sampled guard pages */
+		return hs_guard_realloc(p, n);
 	if (!heap_on())
 		return __libc_realloc(p, n);
 	return hook_realloc(p, n, SITE());
@@ -995,6 +1004,8 @@ HS_EXPORT void *reallocarray(void *p, size_t n, size_t m)
 		return NULL;
 	}
 	note_size(total);
+	if (hs_guard_owns(p)) /* guarded.c: sampled guard pages */
+		return hs_guard_realloc(p, total);
 	if (!heap_on())
 		return __libc_realloc(p, total);
 	return hook_realloc(p, total, SITE());
@@ -1021,6 +1032,7 @@ static void *hook_memalign(size_t align, size_t n, uint64_t site)
 HS_EXPORT void *memalign(size_t align, size_t n)
 {
 	note_size(n);
+	HS_GUARD_ALLOC(n, align, 0); /* guarded.c: sampled guard pages */
 	if (!heap_on() || hs_tls.in_hook)
 		return __libc_memalign(align, n);
 	return hook_memalign(align, n, SITE());
@@ -1029,6 +1041,7 @@ HS_EXPORT void *memalign(size_t align, size_t n)
 HS_EXPORT void *aligned_alloc(size_t align, size_t n)
 {
 	note_size(n);
+	HS_GUARD_ALLOC(n, align, 0); /* guarded.c: sampled guard pages */
 	/* glibc 2.36: aligned_alloc is memalign (2.38 adds EINVAL for a non-power of two) */
 	if (!heap_on() || hs_tls.in_hook)
 		return __libc_memalign(align, n);
@@ -1042,6 +1055,10 @@ HS_EXPORT int posix_memalign(void **pp, size_t align, size_t n)
 	if (align % sizeof(void *) != 0 || (align & (align - 1)) != 0 || align == 0)
 		return EINVAL;
 	note_size(n);
+	if (HS_UNLIKELY(hs_guard_sample(n)) && (p = hs_guard_malloc(n, align, 0)) != NULL) { /* guarded.c */
+		*pp = p;
+		return 0;
+	}
 	if (!heap_on() || hs_tls.in_hook)
 		p = __libc_memalign(align, n);
 	else
@@ -1083,6 +1100,8 @@ HS_EXPORT size_t malloc_usable_size(void *p)
 	size_t (*f)(void *);
 	if (!p)
 		return 0;
+	if (hs_guard_owns(p)) /* guarded.c: sampled guard pages */
+		return hs_guard_usable_size(p);
 	if (heap_on() && ((uintptr_t)p & 15) == 0 && ours(p))
 		return blk_of(p)->size;
 	f = __atomic_load_n(&real_usable, __ATOMIC_ACQUIRE);

@@ -259,6 +259,7 @@ __attribute__((constructor(101))) static void hs_init(void)
 	hs_snapshot_install();
 	__atomic_store_n(&hs_recording, 1, __ATOMIC_RELEASE);
 	hs_heap_init(); /* needs hs_recording; its fork handlers run after atfork_child */
+	hs_guard_init(); /* likewise */
 	hs_fds_init();  /* likewise */
 	hs_py_init();
 	t->in_hook = 0;

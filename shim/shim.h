@@ -543,21 +543,35 @@ int hs_got_patch(const struct hs_got_hook *hooks, size_t n);
 /* Put every patched slot back as it was (the symmetric undo). */
 void hs_got_unpatch_all(void);
 
-/* ---- the dlsym trampoline (dl_trampoline.S, elf_got_surgery.c; issue 3, GOT owner) ---- */
+/* ---- the dlsym and dlvsym trampolines (dl_trampoline.S, elf_got_surgery.c; issue 3, GOT owner) ---- */
 
 /*
- * libheisen.so exports dlsym as an assembly trampoline: it saves the argument
- * registers, calls hs_dlsym_hook(), restores them and jumps (not calls) to
- * the real dlsym that the hook returns, so glibc still sees the program's
- * return address (dlsym(RTLD_NEXT, …) keeps its meaning).  The hook resolves
- * the real dlsym once (dlvsym(RTLD_NEXT, "dlsym", "GLIBC_2.34"), then
- * "GLIBC_2.2.5"; aborts loudly when neither exists) and, unless the thread is
- * inside the shim (hs_tls.in_hook), exiting, or already in the callback,
- * runs the callback: the one registered with hs_got_on_dlsym, else
- * hs_py_on_new_objects (python.c).  The callback takes hs_tls.in_hook
- * itself if it needs it.  Never returns NULL.
+ * libheisen exports dlsym and dlvsym as assembly trampolines: they save the
+ * argument registers, call hs_dlsym_hook(handle, name) /
+ * hs_dlvsym_hook(handle, name, version), restore them and either jump (not
+ * call) to the real function the hook names in `jump`, so glibc still sees
+ * the program's return address (dlsym(RTLD_NEXT, …) keeps its meaning), or,
+ * when jump is NULL, return the hook's `value`.  The real dlsym and dlvsym
+ * are found once in libc's symbol table (both names are ours, so asking
+ * either would come back here); aborts loudly when they are not there.
+ * Unless the thread is inside the shim (hs_tls.in_hook), exiting, or
+ * already in the callback, the hook runs the callback (the one registered
+ * with hs_got_on_dlsym, else hs_py_on_new_objects, python.c), then, for an
+ * explicit handle (not RTLD_DEFAULT, not RTLD_NEXT), makes the lookup
+ * itself and answers with heisen's hook when the result is the original
+ * of a function heisen interposes (hooks.def and the heap's entry points;
+ * the address compared with what dlsym(RTLD_NEXT, name) gives libheisen):
+ * a call through ctypes.CDLL("libc.so.6") is then seen like any other.
+ * RTLD_NEXT and RTLD_DEFAULT lookups are never changed (a library wrapping
+ * malloc that asks RTLD_NEXT for the real one gets it), and nothing heisen
+ * does not interpose is ever mapped.
  */
-void *hs_dlsym_hook(void);
+struct hs_dl_answer {
+	void *jump;    /* the real dlsym/dlvsym to jump to, or NULL: return value */
+	void *value;
+};
+struct hs_dl_answer hs_dlsym_hook(void *handle, const char *name);
+struct hs_dl_answer hs_dlvsym_hook(void *handle, const char *name, const char *version);
 
 /* Replace the dlsym hook's callback (tests); NULL: back to the default,
  * hs_py_on_new_objects.  The callback must be cheap when nothing was loaded. */
@@ -583,6 +597,88 @@ void hs_heap_init(void);
 
 /* The fork child's heap work (quarantine locks, counters into the new segment). */
 void hs_heap_after_fork_child(void);
+
+/* ---- sampled guard-page allocations (guarded.c) ---------------------------------- */
+
+/*
+ * GWP-ASan's technique (guarded.c's top comment): about one allocation in
+ * HEISEN_GUARD_RATE of at most a page is served from a pool of pages with
+ * an inaccessible page on each side, inaccessible itself once freed, so
+ * use-after-free and buffer overflows on it fault and become findings.
+ */
+extern __thread int32_t hs_guard_countdown __attribute__((tls_model("initial-exec")));
+extern uintptr_t hs_guard_lo, hs_guard_len; /* [atomic] the pool; 0 until the first sampled allocation */
+
+/* Read HEISEN_GUARD_RATE / HEISEN_GUARD_SLOTS / HEISEN_ON_HEAP_ERROR.  Init
+ * only, after hs_recording is set; the pool is reserved lazily. */
+void hs_guard_init(void);
+
+/* The countdown ran out: re-arm it; 1 when this allocation of n bytes is
+ * to be sampled (the guard is on, n fits a page, the thread is not inside
+ * the shim). */
+int hs_guard_sample_slow(size_t n);
+
+/*
+ * 1 when the allocation of n bytes about to be made is to be sampled: a
+ * thread-local countdown, no atomics.  Every allocating hook asks it
+ * first:  if (HS_UNLIKELY(hs_guard_sample(n))) { g = hs_guard_malloc(...);
+ * if (g) return g; }
+ */
+static inline int hs_guard_sample(size_t n)
+{
+	if (HS_LIKELY(--hs_guard_countdown > 0))
+		return 0;
+	return hs_guard_sample_slow(n);
+}
+
+/* The allocating hooks' one line: return a sampled block when this allocation is sampled and a slot is free. */
+#define HS_GUARD_ALLOC(n, align, zero)                                            \
+	do {                                                                      \
+		if (HS_UNLIKELY(hs_guard_sample(n))) {                            \
+			void *hs_g_ = hs_guard_malloc((n), (align), (zero));      \
+			if (hs_g_)                                                \
+				return hs_g_;                                     \
+		}                                                                 \
+	} while (0)
+
+/* A block of n bytes (1..page) aligned to align (0: 16) in a guarded slot,
+ * zeroed when zero; NULL when it cannot be had (no free slot, not
+ * recording): the caller then allocates normally.  Keeps errno. */
+void *hs_guard_malloc(size_t n, size_t align, int zero);
+
+/* 1 when p lies in the guard pool (a sampled block, or a pointer into a
+ * guard page): it must go to hs_guard_free/realloc/usable_size, never to
+ * glibc or the heap checker.  One range check. */
+static inline int hs_guard_owns(const void *p)
+{
+	/* relaxed: a pointer into the pool came from hs_guard_malloc, which published it */
+	return (uintptr_t)p - __atomic_load_n(&hs_guard_lo, __ATOMIC_RELAXED) <
+	       __atomic_load_n(&hs_guard_len, __ATOMIC_RELAXED);
+}
+
+/* Free a pointer the pool owns: the page becomes inaccessible, the slot
+ * goes to the tail of the free FIFO.  A second free, or a pointer that is
+ * not a block's start, is a double-free / invalid-free finding (abort
+ * unless HEISEN_ON_HEAP_ERROR=continue).  Keeps errno. */
+void hs_guard_free(void *p);
+
+/* realloc of a pointer the pool owns (the new block may be sampled again). */
+void *hs_guard_realloc(void *p, size_t n);
+
+/* malloc_usable_size of a pointer the pool owns: the requested size. */
+size_t hs_guard_usable_size(const void *p);
+
+/*
+ * The crash handler's question for a SIGSEGV/SIGBUS: if si_addr lies in
+ * the pool next to or inside a block, record a use-after-free or
+ * heap-buffer-overflow finding (format.h "guard findings"; was = the
+ * thread's reentrancy guard before the signal: its ring is written only
+ * when clear).  Returns 1 when the program is to go on (=continue: the
+ * page was made accessible), 0 to let the crash path run.  No malloc, no
+ * locks.
+ */
+#include <signal.h>
+int hs_guard_fault(int sig, siginfo_t *si, void *uc, int was);
 
 /* ---- processes and environment (proc.c, memhooks.c; issue 6) ----------------- */
 

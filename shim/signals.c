@@ -8,6 +8,11 @@
  * exit status and the core dump are unchanged).  Redis's crash report and
  * ASan's deadly-signal handler work the same way.
  *
+ * A SIGSEGV or SIGBUS inside the guard-page pool (guarded.c) is first
+ * made a use-after-free or heap-buffer-overflow finding by hs_guard_fault;
+ * then it is a crash like any other, unless HEISEN_ON_HEAP_ERROR=continue
+ * made the page accessible, and the faulting access is simply retried.
+ *
  * Programs install crash handlers too (Python's faulthandler does).  heisen
  * stays first: sigaction() and signal() are interposed for these five
  * signals, the program's handler is kept here and called from ours, and the
@@ -223,6 +228,14 @@ static void crash_handler(int sig, siginfo_t *si, void *uc)
 	int was = t->in_hook;
 	t->in_hook = 1;
 
+	/* a fault in the guard-page pool (guarded.c) is a use-after-free or a
+	   buffer overflow: the finding first; with HEISEN_ON_HEAP_ERROR=continue
+	   the page was opened and the access is retried, else it is a crash */
+	if ((sig == SIGSEGV || sig == SIGBUS) && hs_guard_fault(sig, si, uc, was)) {
+		t->in_hook = was;
+		errno = saved_errno;
+		return;
+	}
 	if (__atomic_load_n(&hs_recording, __ATOMIC_ACQUIRE)) {
 		/* a fault from the kernel (si_code > 0) is the one to remember; a
 		   re-raise by the program's handler keeps the original */

@@ -7,6 +7,11 @@ does not notice), then it is freed again.  Under HEISEN_HEAP=1 heisen
 reports the double free with the Python lines of the allocation and of both
 frees (each line ends in "# marker: NAME").
 
+How libc is opened is argv[1]: "none" (CDLL(None), the program's own
+global scope), "find_library" (CDLL(ctypes.util.find_library("c")), the
+common idiom) or "soname" (CDLL("libc.so.6")); the last two are handles of
+libc itself, whose dlsym answers glibc's own malloc and free.
+
 Prints "pid P", "tid_main T", "pointer 0x...", then "done ok" if it survived
 (HEISEN_ON_HEAP_ERROR=continue).
 """
@@ -15,7 +20,12 @@ import os
 import sys
 import threading
 
-libc = ctypes.CDLL(None)
+how = sys.argv[1] if len(sys.argv) > 1 else "none"
+if how == "find_library":
+    import ctypes.util  # only here: its imports would crowd the stacks of HEISEN_HEAP_STACKS=full
+    libc = ctypes.CDLL(ctypes.util.find_library("c"))
+else:
+    libc = ctypes.CDLL(None if how == "none" else "libc.so.6")
 libc.malloc.restype = ctypes.c_void_p
 libc.malloc.argtypes = [ctypes.c_size_t]
 libc.free.restype = None

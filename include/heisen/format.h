@@ -607,6 +607,8 @@ enum hs_finding_kind {
 	HS_FIND_HEAP_OVERFLOW = 6,      /* addr, size: the tail canary broken; stack = the free (tid), stack3 = the allocation (tid3) */
 	HS_FIND_DOUBLE_CLOSE = 7,       /* issue 5: a close that failed with EBADF; see "fd findings" below */
 	HS_FIND_STALE_CLOSE = 8,        /* issue 5: a close of a generation its caller did not own; see "fd findings" below */
+	HS_FIND_USE_AFTER_FREE = 9,     /* a sampled guard-page block read or written after its free; see "guard findings" below */
+	HS_FIND_HEAP_BUFFER_OVERFLOW = 10, /* an access to the guard page next to a sampled block; see "guard findings" below */
 };
 
 /*
@@ -626,7 +628,7 @@ struct hs_finding {
 	uint32_t lock;             /* lock id (self-deadlock) */
 	int32_t signo;             /* crash */
 	int32_t si_code;           /* crash */
-	uint32_t pad;
+	uint32_t access;           /* guard findings: enum hs_access (was padding: 0 in every other kind) */
 	uint64_t addr;             /* crash: fault address; self-deadlock: lock address */
 	uint32_t edges[HS_CYCLE_MAX]; /* potential deadlock: the cycle, edges[i].to == edges[i+1].from */
 	/* heap findings (ABI 3) */
@@ -655,6 +657,30 @@ struct hs_finding {
  *                  creation or claim), stack3/tid3 = the rightful owner's
  *                  creation
  */
+/*
+ * Guard findings (sampled guard-page allocations, GWP-ASan's technique: one
+ * allocation in HEISEN_GUARD_RATE gets a page of its own between two
+ * inaccessible pages, and the page itself becomes inaccessible when it is
+ * freed; the fault is the finding) use the fields of struct hs_finding so:
+ *   addr    the address the faulting instruction touched (si_addr)
+ *   size    the block's size as requested
+ *   offset  addr - the block's start, a two's-complement int32_t: negative
+ *           = before the block (underflow), >= size = past its end
+ *           (overflow), else inside it (use-after-free)
+ *   access  enum hs_access: read or write, from the page-fault error code
+ *   signo, si_code  the signal (SIGSEGV, SIGBUS) and its code
+ *   stack/tid     the access (faulting thread, HS_STACK_EXACT_TOP)
+ *   stack2/tid2   the block's free (0: not freed, an overflow of a live block)
+ *   stack3/tid3   the block's allocation
+ * A double free of a sampled block is HS_FIND_DOUBLE_FREE with the heap
+ * checker's fields (stack = second free, stack2 = first, stack3 = allocation).
+ */
+enum hs_access {
+	HS_ACCESS_UNKNOWN = 0,
+	HS_ACCESS_READ = 1,
+	HS_ACCESS_WRITE = 2,
+};
+
 enum hs_fd_rule {
 	HS_FD_RULE_EBADF = 1,      /* double-close: the close failed with EBADF after a recorded close */
 	HS_FD_RULE_FILE = 2,       /* stale-close: fclose/freopen of a FILE whose generation is not the number's current one */

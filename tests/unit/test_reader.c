@@ -821,6 +821,68 @@ static void test_heap_findings(void)
 	synth_free(&s);
 }
 
+/*
+ * Guard findings (format.h "guard findings"): a use-after-free read inside a
+ * freed block, an overflow write past a live one, an underflow read before
+ * one; ranked right after double-free; the signed offset, the access, the
+ * roles of the stacks; an unknown access value is complained and dropped.
+ */
+static void test_guard_findings(void)
+{
+	struct synth s;
+	struct hs_session ss;
+	struct hs_findings f;
+	struct hs_finding *d;
+	char *js, *tx;
+
+	synth_make(&s, false);
+	d = add_heap_finding(&s, 1, HS_FIND_USE_AFTER_FREE, 0x7008, 40);
+	d->offset = 8, d->access = HS_ACCESS_READ, d->signo = 11, d->si_code = 2;
+	d->tid = 102, d->stack = 1, d->tid2 = 101, d->stack2 = 2, d->tid3 = 100, d->stack3 = 1;
+	d = add_heap_finding(&s, 2, HS_FIND_HEAP_BUFFER_OVERFLOW, 0x9000, 32);
+	d->offset = 32, d->access = HS_ACCESS_WRITE, d->signo = 11, d->tid3 = 101, d->stack3 = 2;
+	d = add_heap_finding(&s, 3, HS_FIND_HEAP_BUFFER_OVERFLOW, 0xaff8, 32);
+	d->offset = (uint32_t)-8, d->access = 7, d->signo = 11, d->tid3 = 101, d->stack3 = 2;
+	d = add_heap_finding(&s, 4, HS_FIND_DOUBLE_FREE, 0x5000, 64);
+	d->tid2 = 101, d->stack2 = 2, d->tid3 = 100, d->stack3 = 1;
+
+	load(&s, &ss, &f, 1000.0);
+	CHECK(f.n == 5);
+	if (f.n == 5) {
+		CHECK(f.v[0].kind == HS_F_DOUBLE_FREE);
+		CHECK(f.v[1].kind == HS_F_USE_AFTER_FREE && f.v[1].block == 0x7000);
+		CHECK(f.v[2].kind == HS_F_HEAP_BUFFER_OVERFLOW && f.v[2].block == 0x8fe0);
+		CHECK(f.v[3].kind == HS_F_HEAP_BUFFER_OVERFLOW && f.v[3].block == 0xb000 &&
+		      f.v[3].rec.access == HS_ACCESS_UNKNOWN);
+	}
+	CHECK_STR(hs_fkind_name(HS_F_USE_AFTER_FREE), "use-after-free");
+	CHECK_STR(hs_fkind_name(HS_F_HEAP_BUFFER_OVERFLOW), "heap-buffer-overflow");
+	js = json_of(&ss, &f);
+	CHECK_HAS(js, "\"kind\":\"use-after-free\"");
+	CHECK_HAS(js, "\"tids\":[102,101,100]");
+	CHECK_HAS(js, "\"address\":\"0x7008\",\"size\":40,\"offset\":8,\"access\":\"read\",\"where\":\"inside\"");
+	CHECK_HAS(js, "\"block\":{\"address\":\"0x7000\",\"size\":40}");
+	CHECK_HAS(js, "use-after-free READ of size ? at 0x7008 in thread 102: 8 bytes inside a 40-byte block at 0x7000, "
+		      "freed by thread 101, allocated by thread 100");
+	CHECK_HAS(js, "\"role\":\"access\",\"tid\":102");
+	CHECK_HAS(js, "\"offset\":32,\"access\":\"write\",\"where\":\"after\"");
+	CHECK_HAS(js, "0 bytes after a 32-byte block at 0x8fe0");
+	CHECK_HAS(js, "\"offset\":-8,\"access\":null,\"where\":\"before\"");
+	CHECK_HAS(js, "8 bytes before a 32-byte block at 0xb000");
+	tx = text_of(&ss, &f);
+	CHECK_HAS(tx, "==== heisen: use after free in pid");
+	CHECK_HAS(tx, " READ by thread 102");
+	CHECK_HAS(tx, " freed by thread 101 (worker-101) here:");
+	CHECK_HAS(tx, "==== heisen: heap buffer overflow in pid");
+	CHECK_HAS(tx, " WRITE by thread 100 (worker-100) here:");
+	free(js), free(tx);
+	report_all(&ss, &f);
+	CHECK(has_error(&ss, "finding 3: unknown access 7"));
+	hs_findings_free(&f);
+	hs_session_free(&ss);
+	synth_free(&s);
+}
+
 /* ---- processes and environment (ABI 4, issue 6) ----------------------------- */
 
 /* A pid that is gone: a child that exited and was reaped. */
@@ -1295,6 +1357,7 @@ int main(void)
 	test_session_with_bad_segment();
 	test_entry_corruption();
 	test_heap_findings();
+	test_guard_findings();
 	test_processes_and_environment();
 	test_fd_findings();
 	test_string_accessor();

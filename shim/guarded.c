@@ -1,0 +1,621 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * shim/guarded.c — sampled guard-page allocations: GWP-ASan's technique
+ * (Chromium's and LLVM's GWP-ASan; Scudo, tcmalloc and Android ship it,
+ * run in production at well under 1% CPU).  About one allocation in
+ * HEISEN_GUARD_RATE (default 5000) of at most a page gets a page of its own
+ * in a pool reserved once, with an inaccessible page on each side:
+ *
+ *   [ guard ][ slot 0 ][ guard ][ slot 1 ][ guard ] ... [ slot n-1 ][ guard ]
+ *
+ * The block is placed against the end of its page (an overflow walks into
+ * the next guard page) or at its start (an underflow walks into the one
+ * before), alternately; malloc's 16-byte alignment (or the one asked for)
+ * is kept, so a block whose size is not a multiple of it has up to 15 bytes
+ * of slack after it where an overflow goes unseen (GWP-ASan's default too).
+ * When the block is freed its page becomes inaccessible (a fresh PROT_NONE
+ * mapping over it, which also gives its memory back) and the slot waits at the tail of a
+ * FIFO of free slots, so it is reused as late as possible: a read or write
+ * through a dangling pointer faults.  signals.c's crash handler asks
+ * hs_guard_fault() first: a fault inside the pool becomes a use-after-free
+ * or heap-buffer-overflow finding with the access, free and allocation
+ * stacks (format.h "guard findings"); then the process dies of the signal
+ * as it would have (HEISEN_ON_HEAP_ERROR=abort, the default) or the page is
+ * made accessible and the program goes on (=continue).  A second free of a
+ * sampled block is a double-free finding with the three stacks.
+ *
+ * Cost.  The decision is a thread-local countdown (no atomics, no shared
+ * line) decremented by every allocation; only when it reaches zero does the
+ * slow path run (a full unwind for the allocation stack, mprotect), and a
+ * free or realloc asks hs_guard_owns(), one range check.  Slots and
+ * metadata live in private mappings, never in malloc'd memory.
+ *
+ * Limits (README.md "Guard pages"): only sampled allocations are checked,
+ * so a given bug is caught with probability about 1/rate per run (rate 1:
+ * every allocation that fits, while slots last); an access that lands in
+ * the slack or jumps over the guard page into another slot is not seen;
+ * when every slot is taken, sampled allocations go to the normal allocator
+ * until one is freed; a slot reused after a long FIFO turns a very late
+ * use-after-free into silence.  The metadata a fault reads is not locked
+ * against a concurrent reuse of that slot.
+ */
+#define UNW_LOCAL_ONLY
+#include <libunwind.h>
+#include <errno.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/syscall.h>
+#include <ucontext.h>
+#include <unistd.h>
+
+#include "shim.h"
+
+#define GUARD_RATE_DEFAULT 5000u
+#define GUARD_SLOTS_DEFAULT 64u
+#define GUARD_SLOTS_MAX 16384u
+
+enum { SLOT_UNUSED = 0, SLOT_LIVE = 1, SLOT_FREED = 2 };
+enum { GUARD_UNKNOWN = 0, GUARD_INIT = 1, GUARD_OFF = 2, GUARD_ON = 3 };
+
+/*
+ * A stack kept with its slot, interned into the segment's stack table only
+ * when a finding needs it (GWP-ASan keeps its traces per slot the same
+ * way): with HEISEN_GUARD_RATE=1 every allocation is sampled, and interning
+ * each one would fill the shared table with stacks nobody asks for.  The
+ * PCs are hs_stack_intern's: native frames and HS_PC_PYTHON | pyframe id.
+ */
+struct gstack {
+	uint16_t depth;
+	uint16_t flags;         /* HS_STACK_* */
+	uint32_t pad;
+	uint64_t pc[HS_STACK_DEPTH];
+};
+
+/* One slot's metadata (in a private mapping: never the program's heap). */
+struct gslot {
+	uint64_t user;          /* the block's start */
+	uint64_t size;          /* as requested */
+	uint32_t state;         /* [atomic] SLOT_*; LIVE published with release after the fields */
+	int32_t alloc_tid;
+	int32_t free_tid;
+	uint32_t pad;
+	struct gstack alloc;    /* full unwind at the allocation, Python frames included */
+	struct gstack free;     /* and at the free */
+};
+
+HS_HIDDEN __thread int32_t hs_guard_countdown __attribute__((tls_model("initial-exec")));
+static __thread uint64_t rng __attribute__((tls_model("initial-exec")));
+
+HS_HIDDEN uintptr_t hs_guard_lo;   /* [atomic] the pool: [lo, lo + len); 0 until reserved */
+HS_HIDDEN uintptr_t hs_guard_len;  /* [atomic] */
+
+static int guard_mode;             /* [atomic] GUARD_* */
+static uint32_t rate = GUARD_RATE_DEFAULT;
+static uint32_t nslots = GUARD_SLOTS_DEFAULT;
+static int on_error_continue;      /* HEISEN_ON_HEAP_ERROR=continue */
+static size_t page = 4096;
+static struct gslot *slots;        /* nslots entries */
+static uint8_t *guard_open;        /* per pool page: 1 = made accessible by "continue" */
+static int reserve_lock;           /* [atomic] spin lock: reserving the pool */
+
+/* The FIFO of free slots: a ring of slot indices under a spin lock. */
+static int fifo_lock;              /* [atomic] */
+static uint32_t *fifo;             /* nslots entries */
+static uint32_t fifo_head, fifo_count;
+static uint32_t placement;         /* allocations placed so far: even = right-aligned */
+static uint64_t exhausted;         /* [atomic] sampled allocations that found no free slot */
+
+static inline uintptr_t slot_page(uint32_t i)
+{
+	return hs_guard_lo + (2u * (uintptr_t)i + 1u) * page;
+}
+
+static int sys_mprotect(uintptr_t addr, size_t len, int prot)
+{
+	return (int)syscall(SYS_mprotect, (void *)addr, len, prot);
+}
+
+/* ---- configuration ------------------------------------------------------------ */
+
+static uint32_t env_u32(const char *name, uint32_t dflt, int *set)
+{
+	const char *v = getenv(name);
+	char *end;
+	unsigned long x;
+	if (!v || !*v)
+		return dflt;
+	errno = 0;
+	x = strtoul(v, &end, 10);
+	if (errno || *end || x > UINT32_MAX)
+		return dflt;
+	if (set)
+		*set = 1;
+	return (uint32_t)x;
+}
+
+static void guard_atfork_child(void)
+{
+	/* one thread: a lock another thread held at the fork is free again */
+	__atomic_store_n(&fifo_lock, 0, __ATOMIC_RELEASE);
+	__atomic_store_n(&reserve_lock, 0, __ATOMIC_RELEASE);
+	/* stack ids are the parent's: valid in the child only when its tables were inherited */
+	if (!hs_seg_inherited && slots)
+		for (uint32_t i = 0; i < nslots; i++)
+			slots[i].alloc.depth = slots[i].free.depth = 0;
+}
+
+HS_HIDDEN void hs_guard_init(void)
+{
+	int expect = GUARD_UNKNOWN, rate_set = 0;
+	const char *v;
+	struct hs_tls *t = &hs_tls;
+	int was = t->in_hook;
+	if (!__atomic_load_n(&hs_recording, __ATOMIC_ACQUIRE))
+		return;
+	if (!__atomic_compare_exchange_n(&guard_mode, &expect, GUARD_INIT, 0, __ATOMIC_ACQ_REL, __ATOMIC_RELAXED))
+		return;
+	t->in_hook = 1;
+	page = (size_t)sysconf(_SC_PAGESIZE);
+	rate = env_u32("HEISEN_GUARD_RATE", GUARD_RATE_DEFAULT, &rate_set);
+	nslots = env_u32("HEISEN_GUARD_SLOTS", GUARD_SLOTS_DEFAULT, NULL);
+	if (nslots == 0)
+		nslots = 1;
+	if (nslots > GUARD_SLOTS_MAX)
+		nslots = GUARD_SLOTS_MAX;
+	v = getenv("HEISEN_ON_HEAP_ERROR");
+	on_error_continue = v && strcmp(v, "continue") == 0;
+	/* the guard pages are part of heap checking: HEISEN_HEAP=0 turns them off
+	   too, unless a rate is asked for explicitly */
+	v = getenv("HEISEN_HEAP");
+	if (v && strcmp(v, "0") == 0 && !rate_set)
+		rate = 0;
+	if (rate == 0) {
+		__atomic_store_n(&guard_mode, GUARD_OFF, __ATOMIC_RELEASE);
+		t->in_hook = was;
+		return;
+	}
+	pthread_atfork(NULL, NULL, guard_atfork_child);
+	/* release: the settings are visible to every thread that sees GUARD_ON */
+	__atomic_store_n(&guard_mode, GUARD_ON, __ATOMIC_RELEASE);
+	t->in_hook = was;
+}
+
+/* Reserve the pool and its metadata (first sampled allocation).  0 or -1. */
+static int pool_reserve(void)
+{
+	size_t len = (2u * (size_t)nslots + 1u) * page;
+	size_t meta = nslots * sizeof *slots + nslots * sizeof *fifo + (2u * nslots + 1u);
+	void *p, *m;
+	int rc = 0;
+	hs_spin_lock(&reserve_lock);
+	if (__atomic_load_n(&hs_guard_lo, __ATOMIC_ACQUIRE))
+		goto out;
+	m = hs_sys.mmap(NULL, meta, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+	if (m == MAP_FAILED) {
+		rc = -1;
+		goto out;
+	}
+	p = hs_sys.mmap(NULL, len, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+	if (p == MAP_FAILED) {
+		hs_sys.munmap(m, meta);
+		rc = -1;
+		goto out;
+	}
+	slots = m;
+	fifo = (uint32_t *)(slots + nslots);
+	guard_open = (uint8_t *)(fifo + nslots);
+	for (uint32_t i = 0; i < nslots; i++)
+		fifo[i] = i;
+	fifo_head = 0;
+	fifo_count = nslots;
+	__atomic_store_n(&hs_guard_len, len, __ATOMIC_RELEASE);
+	/* release: the metadata is in place before anyone sees the pool */
+	__atomic_store_n(&hs_guard_lo, (uintptr_t)p, __ATOMIC_RELEASE);
+out:
+	if (rc)
+		__atomic_store_n(&guard_mode, GUARD_OFF, __ATOMIC_RELEASE);
+	hs_spin_unlock(&reserve_lock);
+	return rc;
+}
+
+/* ---- stacks ------------------------------------------------------------------- */
+
+/* The calling thread's stack into g: libheisen's own frames dropped from
+ * the top, Python frames interleaved (stacks.c's hs_stack_here, kept here
+ * instead of interned). */
+static void capture(struct gstack *g)
+{
+	void *buf[HS_STACK_DEPTH + 12];
+	uint64_t pcs[2 * HS_STACK_DEPTH + 13];
+	int n = unw_backtrace(buf, (int)(sizeof buf / sizeof buf[0])), python = 0;
+	unsigned depth = 0, skip = 0, flags = 0;
+	while (skip < (unsigned)(n > 0 ? n : 0) && (uint64_t)(uintptr_t)buf[skip] >= hs_self_lo &&
+	       (uint64_t)(uintptr_t)buf[skip] < hs_self_hi)
+		skip++;
+	for (int i = (int)skip; i < n; i++) {
+		pcs[depth] = (uint64_t)(uintptr_t)buf[i];
+		if (!hs_module_known(pcs[depth]))
+			hs_module_note_pc(pcs[depth], 1); /* loaded by dlopen since: record it while it is here */
+		depth++;
+	}
+	if ((size_t)n == sizeof buf / sizeof buf[0] && depth >= HS_STACK_DEPTH)
+		flags |= HS_STACK_TRUNCATED;
+	depth = hs_py_interleave(&hs_seg, pcs, depth, depth > HS_STACK_DEPTH + 1 ? depth : HS_STACK_DEPTH + 1, &python);
+	if (python)
+		flags |= HS_STACK_PYTHON;
+	if (depth > HS_STACK_DEPTH) {
+		depth = HS_STACK_DEPTH;
+		flags |= HS_STACK_TRUNCATED;
+	}
+	memcpy(g->pc, pcs, depth * sizeof *pcs);
+	g->flags = (uint16_t)flags;
+	g->depth = (uint16_t)depth;
+}
+
+/* g's id in the stack table, interned now; 0 when none.  Async-signal-safe. */
+static uint32_t intern(const struct gstack *g)
+{
+	unsigned depth = g->depth < HS_STACK_DEPTH ? g->depth : HS_STACK_DEPTH;
+	if (!depth || !__atomic_load_n(&hs_recording, __ATOMIC_ACQUIRE))
+		return 0;
+	return hs_stack_intern(&hs_seg, g->pc, depth, g->flags);
+}
+
+/* ---- the heap checker's counters ---------------------------------------------- */
+
+/* A sampled block is an allocation like any other in hs_header.heap_*
+ * (when the heap checker keeps them: HS_HDR_HEAP).  Relaxed: counters. */
+static void count(int64_t n, int alloc)
+{
+	struct hs_header *h = __atomic_load_n(&hs_recording, __ATOMIC_ACQUIRE) ? hs_seg.hdr : NULL;
+	uint64_t live, peak;
+	if (!h || !(__atomic_load_n(&h->flags, __ATOMIC_RELAXED) & HS_HDR_HEAP))
+		return;
+	if (alloc)
+		__atomic_add_fetch(&h->heap_allocs, 1, __ATOMIC_RELAXED);
+	live = __atomic_add_fetch(&h->heap_live_bytes, (uint64_t)n, __ATOMIC_RELAXED);
+	peak = __atomic_load_n(&h->heap_peak_bytes, __ATOMIC_RELAXED);
+	while (n > 0 && live > peak &&
+	       !__atomic_compare_exchange_n(&h->heap_peak_bytes, &peak, live, 1, __ATOMIC_RELAXED, __ATOMIC_RELAXED))
+		;
+}
+
+/* ---- sampling ----------------------------------------------------------------- */
+
+static inline uint64_t next_rand(void)
+{
+	uint64_t x = rng;
+	if (HS_UNLIKELY(x == 0))
+		x = hs_mix64((uint64_t)(uintptr_t)&hs_tls ^ hs_now()) | 1;
+	x ^= x << 13;
+	x ^= x >> 7;
+	x ^= x << 17;
+	rng = x;
+	return x;
+}
+
+HS_HIDDEN int hs_guard_sample_slow(size_t n)
+{
+	int m = __atomic_load_n(&guard_mode, __ATOMIC_ACQUIRE);
+	if (HS_UNLIKELY(m != GUARD_ON)) {
+		/* off for good: come back in a billion allocations; not yet set up: next time */
+		hs_guard_countdown = m == GUARD_OFF ? INT32_MAX : 1;
+		return 0;
+	}
+	/* a countdown drawn from [1, 2 * rate - 1]: one in `rate` on average, never in lockstep with the program */
+	hs_guard_countdown = rate <= 1 ? 1 : (int32_t)(1 + next_rand() % (2ull * rate - 1));
+	return n != 0 && n <= page && !hs_tls.in_hook && !hs_tls.dead;
+}
+
+/* Re-protect a guard page that "continue" opened. */
+static void guard_close(size_t pg)
+{
+	if (guard_open[pg]) {
+		sys_mprotect(hs_guard_lo + pg * page, page, PROT_NONE);
+		guard_open[pg] = 0;
+	}
+}
+
+HS_HIDDEN void *hs_guard_malloc(size_t n, size_t align, int zero)
+{
+	struct hs_tls *t;
+	struct gslot *s;
+	uintptr_t base, u;
+	uint32_t i;
+	int e = errno;
+
+	if (align < 16)
+		align = 16;
+	if (n == 0 || n > page || align > page || (align & (align - 1)))
+		return NULL;
+	if (!__atomic_load_n(&hs_guard_lo, __ATOMIC_ACQUIRE) && pool_reserve() != 0)
+		return NULL;
+	t = hs_enter();
+	if (!t)
+		return NULL;
+	hs_spin_lock(&fifo_lock);
+	if (fifo_count == 0) {
+		hs_spin_unlock(&fifo_lock);
+		__atomic_add_fetch(&exhausted, 1, __ATOMIC_RELAXED);
+		hs_leave(t);
+		return NULL;
+	}
+	i = fifo[fifo_head];
+	fifo_head = (fifo_head + 1) % nslots;
+	fifo_count--;
+	placement++;
+	base = slot_page(i);
+	if (placement & 1)
+		u = (base + page - n) & ~(uintptr_t)(align - 1); /* against the next guard page */
+	else
+		u = base;                                         /* against the previous one */
+	guard_close(2u * i);
+	guard_close(2u * i + 2u);
+	hs_spin_unlock(&fifo_lock);
+	if (sys_mprotect(base, page, PROT_READ | PROT_WRITE) != 0) {
+		/* cannot open it: give the slot back, the caller allocates normally */
+		hs_spin_lock(&fifo_lock);
+		fifo[(fifo_head + fifo_count) % nslots] = i;
+		fifo_count++;
+		hs_spin_unlock(&fifo_lock);
+		hs_leave(t);
+		errno = e;
+		return NULL;
+	}
+	if (zero)
+		memset((void *)u, 0, n); /* the free's fresh mapping zeroed it, unless "continue" let a write in */
+	s = &slots[i];
+	s->user = u;
+	s->size = n;
+	capture(&s->alloc);
+	s->alloc_tid = t->tid;
+	s->free.depth = 0;
+	s->free_tid = 0;
+	/* release: a fault handler that sees LIVE sees the fields */
+	__atomic_store_n(&s->state, SLOT_LIVE, __ATOMIC_RELEASE);
+	count((int64_t)n, 1);
+	hs_leave(t);
+	errno = e;
+	return (void *)u;
+}
+
+/* The slot whose page holds p, or -1 when p is in a guard page. */
+static long slot_of(uintptr_t p)
+{
+	size_t pg = (p - hs_guard_lo) / page;
+	return (pg & 1) ? (long)(pg / 2) : -1;
+}
+
+/* ---- findings --------------------------------------------------------------------- */
+
+static void fmt_hex(char *buf, uint64_t v)
+{
+	static const char d[] = "0123456789abcdef";
+	char tmp[17];
+	int n = 0;
+	do {
+		tmp[n++] = d[v & 15];
+		v >>= 4;
+	} while (v);
+	buf[0] = '0';
+	buf[1] = 'x';
+	for (int i = 0; i < n; i++)
+		buf[2 + i] = tmp[n - 1 - i];
+	buf[2 + n] = '\0';
+}
+
+static const char *kind_name(unsigned kind)
+{
+	switch (kind) {
+	case HS_FIND_USE_AFTER_FREE:
+		return "use-after-free";
+	case HS_FIND_HEAP_BUFFER_OVERFLOW:
+		return "heap-buffer-overflow";
+	case HS_FIND_DOUBLE_FREE:
+		return "double-free";
+	default:
+		return "invalid-free";
+	}
+}
+
+/* Publish f, note it in the ring when t may write it, say it on stderr.
+ * Async-signal-safe. */
+static void publish(struct hs_tls *t, struct hs_finding *f, const char *what)
+{
+	uint32_t idx = 0;
+	char buf[24];
+	if (__atomic_load_n(&hs_recording, __ATOMIC_ACQUIRE))
+		idx = hs_finding_add(&hs_seg, f);
+	if (idx && t)
+		hs_rec(t, f->ts_ns, HS_REC_FINDING, f->stack, idx - 1, f->addr, f->kind);
+	if (!hs_quiet) {
+		hs_write_err("heisen: ");
+		hs_write_err(kind_name(f->kind));
+		if (what) {
+			hs_write_err(" ");
+			hs_write_err(what);
+		}
+		hs_write_err(" at ");
+		fmt_hex(buf, f->addr);
+		hs_write_err(buf);
+		hs_write_err(on_error_continue ? " (going on; heisen-dump has the stacks)\n"
+					       : " (heisen-dump has the stacks)\n");
+	}
+}
+
+/* A bad free of p in slot i (double, or not the block's start). */
+static void bad_free(struct hs_tls *t, struct gslot *s, void *p, uint32_t state)
+{
+	struct hs_finding f;
+	memset(&f, 0, sizeof f);
+	f.kind = (s && p == (void *)s->user && state == SLOT_FREED) ? HS_FIND_DOUBLE_FREE : HS_FIND_INVALID_FREE;
+	f.tid = t ? t->tid : (int32_t)syscall(SYS_gettid);
+	f.ts_ns = hs_now();
+	f.addr = (uint64_t)(uintptr_t)p;
+	f.stack = t ? hs_stack_here() : 0;
+	f.size = s ? s->size : 0;
+	if (s && state != SLOT_UNUSED) {
+		f.stack3 = intern(&s->alloc);
+		f.tid3 = s->alloc_tid;
+		if (f.kind == HS_FIND_INVALID_FREE)
+			f.offset = (uint32_t)((uintptr_t)p - s->user);
+	}
+	if (s && state == SLOT_FREED) {
+		f.stack2 = intern(&s->free);
+		f.tid2 = s->free_tid;
+	}
+	publish(t, &f, NULL);
+	if (!on_error_continue) {
+		if (t)
+			t->in_hook = 0;
+		abort();
+	}
+}
+
+HS_HIDDEN void hs_guard_free(void *p)
+{
+	struct hs_tls *t = &hs_tls;
+	uintptr_t u = (uintptr_t)p;
+	long i = slot_of(u);
+	struct gslot *s = i >= 0 ? &slots[i] : NULL;
+	uint32_t st = s ? __atomic_load_n(&s->state, __ATOMIC_ACQUIRE) : SLOT_UNUSED;
+	int e = errno, quiet = t->in_hook;
+
+	if (!quiet)
+		t = hs_enter();
+	if (s && st == SLOT_LIVE && u == s->user &&
+	    __atomic_compare_exchange_n(&s->state, &st, SLOT_FREED, 0, __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE)) {
+		uintptr_t base = slot_page((uint32_t)i);
+		count(-(int64_t)s->size, 0);
+		if (!quiet && t)
+			capture(&s->free);
+		else
+			s->free.depth = 0;
+		s->free_tid = (!quiet && t) ? t->tid : (int32_t)syscall(SYS_gettid);
+		/* one system call takes the memory back and the access away (GWP-ASan's
+		   deallocation): a fresh inaccessible page in place, merged with its guards */
+		if (hs_sys.mmap((void *)base, page, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE | MAP_FIXED,
+				-1, 0) == MAP_FAILED)
+			sys_mprotect(base, page, PROT_NONE);
+		hs_spin_lock(&fifo_lock);
+		fifo[(fifo_head + fifo_count) % nslots] = (uint32_t)i;
+		fifo_count++;
+		hs_spin_unlock(&fifo_lock);
+	} else if (!quiet) {
+		/* the reentrancy guard stays taken while the finding is made */
+		if (!t) {
+			hs_tls.in_hook = 1;
+			bad_free(NULL, s, p, st);
+			hs_tls.in_hook = 0;
+		} else {
+			bad_free(t, s, p, st);
+		}
+	}
+	if (!quiet && t)
+		hs_leave(t);
+	errno = e;
+}
+
+HS_HIDDEN size_t hs_guard_usable_size(const void *p)
+{
+	long i = slot_of((uintptr_t)p);
+	if (i < 0 || __atomic_load_n(&slots[i].state, __ATOMIC_ACQUIRE) != SLOT_LIVE)
+		return 0;
+	return slots[i].size - ((uintptr_t)p - slots[i].user);
+}
+
+HS_HIDDEN void *hs_guard_realloc(void *p, size_t n)
+{
+	long i = slot_of((uintptr_t)p);
+	struct gslot *s = i >= 0 ? &slots[i] : NULL;
+	void *q;
+	if (!s || __atomic_load_n(&s->state, __ATOMIC_ACQUIRE) != SLOT_LIVE || (uintptr_t)p != s->user) {
+		hs_guard_free(p); /* reports it; with "continue", realloc fails */
+		errno = EINVAL;
+		return NULL;
+	}
+	if (n == 0) {
+		hs_guard_free(p);
+		return NULL;
+	}
+	q = malloc(n); /* the exported hook: it may be sampled again */
+	if (!q)
+		return NULL;
+	memcpy(q, p, s->size < n ? s->size : n);
+	hs_guard_free(p);
+	return q;
+}
+
+/* ---- the fault ---------------------------------------------------------------------- */
+
+HS_HIDDEN int hs_guard_fault(int sig, siginfo_t *si, void *uc, int was)
+{
+	uintptr_t a = (uintptr_t)si->si_addr, lo = __atomic_load_n(&hs_guard_lo, __ATOMIC_ACQUIRE);
+	struct hs_tls *t = &hs_tls;
+	struct gslot *s = NULL;
+	struct hs_finding f;
+	size_t pg;
+	long i;
+	char what[32];
+	const ucontext_t *ctx = uc;
+
+	if (!lo || a - lo >= __atomic_load_n(&hs_guard_len, __ATOMIC_ACQUIRE) || si->si_code <= 0)
+		return 0;
+	pg = (a - lo) / page;
+	i = slot_of(a);
+	memset(&f, 0, sizeof f);
+	if (i >= 0) {
+		s = &slots[i];
+		if (__atomic_load_n(&s->state, __ATOMIC_ACQUIRE) != SLOT_FREED)
+			return 0; /* never used, or live: not a fault of ours */
+		f.kind = HS_FIND_USE_AFTER_FREE;
+	} else {
+		/* a guard page: the nearer of the blocks on either side that were ever placed */
+		struct gslot *l = pg >= 2 ? &slots[pg / 2 - 1] : NULL;
+		struct gslot *r = pg / 2 < nslots ? &slots[pg / 2] : NULL;
+		uint64_t dl = UINT64_MAX, dr = UINT64_MAX;
+		if (l && __atomic_load_n(&l->state, __ATOMIC_ACQUIRE) != SLOT_UNUSED)
+			dl = a - (l->user + l->size);
+		if (r && __atomic_load_n(&r->state, __ATOMIC_ACQUIRE) != SLOT_UNUSED)
+			dr = r->user - a;
+		if (dl == UINT64_MAX && dr == UINT64_MAX)
+			return 0;
+		s = dl <= dr ? l : r;
+		f.kind = HS_FIND_HEAP_BUFFER_OVERFLOW;
+	}
+	f.tid = (int32_t)syscall(SYS_gettid);
+	f.ts_ns = hs_now();
+	f.addr = a;
+	f.size = s->size;
+	f.offset = (uint32_t)(int32_t)(int64_t)(a - s->user);
+	f.signo = sig;
+	f.si_code = si->si_code;
+#if defined(__x86_64__)
+	/* the page-fault error code: bit 1 set = the access was a write */
+	f.access = (ctx->uc_mcontext.gregs[REG_ERR] & 2) ? HS_ACCESS_WRITE : HS_ACCESS_READ;
+#else
+	(void)ctx;
+	f.access = HS_ACCESS_UNKNOWN;
+#endif
+	f.stack = __atomic_load_n(&hs_recording, __ATOMIC_ACQUIRE) ? hs_stack_from_signal(uc) : 0;
+	f.stack3 = intern(&s->alloc);
+	f.tid3 = s->alloc_tid;
+	if (__atomic_load_n(&s->state, __ATOMIC_ACQUIRE) == SLOT_FREED) {
+		f.stack2 = intern(&s->free);
+		f.tid2 = s->free_tid;
+	}
+	strcpy(what, f.access == HS_ACCESS_WRITE ? "write" : "read");
+	publish(t->slot && t->seg_gen == __atomic_load_n(&hs_seg_gen, __ATOMIC_ACQUIRE) && !was ? t : NULL,
+		&f, what);
+	if (!on_error_continue)
+		return 0;
+	/* continue: open the page so the access goes through; a guard page is closed again when a
+	   neighbouring slot is next allocated */
+	if (i < 0)
+		guard_open[pg] = 1;
+	sys_mprotect(lo + pg * page, page, PROT_READ | PROT_WRITE);
+	return 1;
+}
