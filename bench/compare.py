@@ -52,7 +52,6 @@ import glob
 import json
 import os
 import platform
-import re
 import shutil
 import signal
 import statistics
@@ -361,7 +360,7 @@ def load_average():
         return "?"
 
 
-def git_head(build):
+def git_head():
     top = os.path.dirname(HERE)
     try:
         return subprocess.run(["git", "-C", top, "rev-parse", "--short", "HEAD"], stdout=subprocess.PIPE,
@@ -459,7 +458,7 @@ def report(args, build, wls, cfgs, res, out_of, verified, notes, load0, cap, sta
              "",
              "cpu: %s, %d cpus; kernel %s; build %s (compare.py at %s); load average %s at start, %s at end; %s"
              % (platform.processor() or platform.machine(), os.cpu_count(), platform.release(), build,
-                git_head(build), load0, load_average(), time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())),
+                git_head(), load0, load_average(), time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())),
              "",
              "| workload | under | wall s | wall x | peak RSS MiB | RSS x | runs | bound / note |",
              "|---|---|---:|---:|---:|---:|---:|---|"]
