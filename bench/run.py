@@ -202,7 +202,8 @@ def per_op_summary():
     print()
     print("per operation, heisen at its defaults, over native (medians of this run):")
     for what, ns, where in PER_OP:
-        print("  %-44s %+10.1f ns over native   (%s)" % (what, ns, where))
+        ms = " = %+.3f ms" % (ns / 1e6) if abs(ns) >= 1e5 else ""
+        print("  %-34s %+12.1f ns over native%s   (%s)" % (what, ns, ms, where))
 
 
 def heisen_env(shim, sess):
