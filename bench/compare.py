@@ -478,7 +478,7 @@ def report(args, build, wls, cfgs, res, out_of, verified, notes, load0, cap, sta
                 note.append("%s (bounds %.2fx wall, %.2fx RSS)" % ("within" if ok else "**OVER**", WALL_BOUND,
                                                                      RSS_BOUND))
             if k in verified:
-                note.append("heisen-dump: %d process images, exit %d" % verified[k])
+                note.append("heisen-dump: exit %d, process images: %d" % verified[k][::-1])
             if k in out_of:
                 note.append(out_of[k] + " after %d run(s)" % n)
             lines.append("| %s | %s | %.3f | %.2f | %.1f | %.2f | %d | %s |"
