@@ -21,7 +21,7 @@ Workloads (--only picks; the default is py,alloc,make,shell):
   pyalloc Python with PYTHONMALLOC=malloc in every config, churning dicts,
           lists and bytes (the heap path from Python; optional)
   make    make -j2 of a generated C project (40 files, gcc -O2), a clean
-          rebuild per run (the process path: ~130 process images per build)
+          rebuild per run (the process path: 127 process images per build)
   shell   bash starting /bin/true 200 times (the process start: the table
           below the main one gives ms per process start over native)
 
