@@ -35,6 +35,10 @@ Runs, in this order, and prints one table per part:
      tracking on (stacks site, the default, and full) and off (HEISEN_FDS=0),
      interleaved; then the same pairs from Python (os.open/os.close and
      open().close()), native and heisen.
+At the end, the per-operation costs of heisen at its defaults, each as "+N ns
+over native": malloc+free pair (6), uncontended mutex lock+unlock (2), open+close
+(8), the GIL check at a lock (5), process start (7).  End-to-end workloads with
+every peer at its default, as one table: bench/compare.py.
 A peer that is not installed is skipped with a note.  After the first
 recording run it checks with heisen-dump (when built) that the shim really
 recorded, so a shim that silently records nothing cannot look fast.
@@ -185,6 +189,21 @@ def interleaved(configs, reps, measure, verify=None):
 
 
 NOT_CHECKED = "not checked (no heisen-dump in the build)"
+
+# The per-operation costs of heisen at its defaults, collected by the parts
+# that measure them and printed together at the end: (operation, ns over
+# native, where it comes from).
+PER_OP = []
+
+
+def per_op_summary():
+    if not PER_OP:
+        return
+    print()
+    print("per operation, heisen at its defaults, over native (medians of this run):")
+    for what, ns, where in PER_OP:
+        ms = " = %+.3f ms" % (ns / 1e6) if abs(ns) >= 1e5 else ""
+        print("  %-34s %+12.1f ns over native%s   (%s)" % (what, ns, ms, where))
 
 
 def heisen_env(shim, sess):
@@ -337,6 +356,8 @@ def gil_cost(build, shim, dump, sess, reps, n, inner, notes):
           "PyGILState_Check alone: %.1f ns"
           % (h["gil"] - h["nogil"], nat["gil"] - nat["nogil"], h["gil"] - nat["gil"], h["nogil"] - nat["nogil"],
              nat["check"]))
+    PER_OP.append(("GIL check at a lock acquisition", (h["gil"] - h["nogil"]) - (nat["gil"] - nat["nogil"]),
+                   "part 5, benchgil: (with GIL - without) under heisen minus the same natively"))
 
 
 def check_heap(dump, session_dir, stacks, min_allocs):
@@ -433,6 +454,8 @@ def heap_cost(build, shim, dump, sess, quick, valgrind, notes):
           "site %+.1f, full %+.1f, none %+.1f ns"
           % (off["single"] - nat["single"], site["single"] - off["single"], full["single"] - off["single"],
              none["single"] - off["single"]))
+    PER_OP.append(("malloc+free pair", site["single"] - nat["single"],
+                   "part 6, bench_malloc single, heap on with stacks=site"))
     print("  the stack kept per malloc and per free (two per pair), against none: site %+.1f ns per pair "
           "(threads4 %+.1f), full %+.1f (threads4 %+.1f)"
           % (site["single"] - none["single"], site["threads4"] - none["threads4"],
@@ -574,6 +597,8 @@ def proc_cost(build, shim, dump, sess, quick, notes):
     table("7c. starting a process — /bin/true from Python's subprocess.run, ms per process, median of %d x %d"
           % (reps, k), ["under", "ms", "x"], [[nm, "%.3f" % v, "%.2f" % (v / smed["native"])]
                                               for nm, v in smed.items()])
+    PER_OP.append(("process start", (smed["heisen"] - smed["native"]) * 1e6,
+                   "part 7c, /bin/true from subprocess.run"))
     print("  of heisen's %+.3f ms per process start, reading the environment (7a) is %.3f ms"
           % (smed["heisen"] - smed["native"], pc["env_read"] / 1e3))
 
@@ -644,6 +669,7 @@ def fd_cost(build, shim, dump, sess, quick, notes):
     print("  fd tracking adds, per pair: " + ", ".join("%s %+.0f ns" % (c, on[c] - off[c]) for c in cases) +
           " (against heisen with fds off); against native: " +
           ", ".join("%s %+.0f ns" % (c, on[c] - nat[c]) for c in cases))
+    PER_OP.append(("open+close pair", on["open_close"] - nat["open_close"], "part 8, bench_fd open_close"))
     py_configs = [c for c in configs if c[0] in ("native", "heisen, fds off (HEISEN_FDS=0)",
                                                  "heisen, fds on (stacks site, default)")]
     pys, _ = interleaved(py_configs, reps, lambda env: parse_cases(run([PYTHON, "-c", PY_FD, str(py_n)], env)[0]))
@@ -697,6 +723,7 @@ def main():
             proc_cost(build, shim, dump, sess, quick, notes)
         if fd_only:
             fd_cost(build, shim, dump, sess, quick, notes)
+        per_op_summary()
         print()
         for n in notes:
             print("note: " + n)
@@ -748,6 +775,7 @@ def main():
           header, rows)
     extra = {c: med["heisen"][c] - med["native"][c] for c in cases}
     print("  heisen adds: " + ", ".join("%s %+.1f ns" % (c, v) for c, v in extra.items()))
+    PER_OP.append(("uncontended mutex lock+unlock", extra["mutex"], "part 2, bench_mutex"))
     # an uncontended lock+unlock pair: lock hook = 1 clock read (acq_after reuses acq_before's
     # when the acquisition did not wait), site + lock-id lookups, 1 record; unlock hook = 1 clock
     # read, 1 record
@@ -809,6 +837,7 @@ def main():
     proc_cost(build, shim, dump, sess, quick, notes)
     # 8. file descriptors (issue 5)
     fd_cost(build, shim, dump, sess, quick, notes)
+    per_op_summary()
 
     print()
     for n in notes:
