@@ -58,6 +58,7 @@
 #include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/syscall.h>
+#include <sys/uio.h>
 #include <sys/un.h>
 #include <unistd.h>
 
@@ -1090,47 +1091,80 @@ HS_EXPORT int pipe(int fds[2])
 }
 
 /*
- * libunwind opens a pipe of its own (it validates memory by writing to it)
- * when the shim first unwinds, inside a hook: it would take the program's
- * lowest free numbers (3 and 4 in most processes), where a program that
- * opens a file and expects 3 would find them.  Move such a pipe up, near
- * the top of the first 4096 numbers (below the soft RLIMIT_NOFILE), with
- * raw system calls.  It stays visible to a program that lists every fd it
- * has (README "File descriptors": what heisen itself holds).
+ * libunwind's memory validation (libunwind 1.6, src/x86_64/Ginit.c:
+ * tdep_init_mem_validate, write_validate) checks that an address is
+ * readable by write(2)-ing one byte from it into a pipe of its own: the
+ * kernel fails the write with EFAULT instead of faulting.  mincore, which
+ * it tries first, is followed by the same write (mincore says mapped, not
+ * readable), and there is no setting to do without it.  The pipe is opened
+ * at libunwind's first unwind, inside a hook, and kept: two descriptors in
+ * the program that the program did not open (test_subprocess counts them
+ * in a child; a high open-files limit numbers them beyond the fd table).
+ *
+ * So heisen gives libunwind no pipe at all: its pipe2 gets two numbers no
+ * descriptor can have (VALIDATE_FD, negative), its read of them fails with
+ * EBADF and its close of them is a no-op (it reopens, and gets the same
+ * numbers again), and its syscall(SYS_write, VALIDATE_FD, addr, 1) comes
+ * here (the syscall hook below), where the same question — can addr be
+ * read? — is asked of process_vm_readv on this process, which fails with
+ * EFAULT instead of faulting and needs no descriptor.  Where seccomp
+ * refuses process_vm_readv (ENOSYS, EPERM), the answer is mincore's or
+ * msync's, which libunwind asked just before.  heisen holds no
+ * descriptor of the program's between its own calls.
  */
+#define VALIDATE_FD (-0x4853)
+
 static int from_libunwind(uint64_t site)
 {
 	Dl_info info;
 	return dladdr((void *)(uintptr_t)site, &info) && info.dli_fname && strstr(info.dli_fname, "libunwind");
 }
 
-static void move_up(int *fd)
+/* Can one byte at addr be read?  1 (as write(2) would return) or -1 with errno EFAULT. */
+static long validate_byte(uint64_t addr)
 {
-	struct rlimit rl;
-	long top, nfd;
-	if (syscall(SYS_prlimit64, 0, RLIMIT_NOFILE, NULL, &rl) != 0)
-		return;
-	top = rl.rlim_cur < 4096 ? (long)rl.rlim_cur : 4096;
-	if (top < 256)
-		return;
-	nfd = syscall(SYS_fcntl, *fd, F_DUPFD_CLOEXEC, top - 64);
-	if (nfd < 0)
-		return;
-	syscall(SYS_close, *fd);
-	*fd = (int)nfd;
+	char byte;
+	struct iovec local = {&byte, 1}, remote = {(void *)(uintptr_t)addr, 1};
+	long rc = syscall(SYS_process_vm_readv, (long)syscall(SYS_getpid), &local, 1L, &remote, 1L, 0L);
+	if (rc == 1)
+		return 1;
+	if (rc < 0 && (errno == ENOSYS || errno == EPERM))
+		return 1; /* refused: mincore's or msync's word, asked just before, stands */
+	errno = EFAULT;
+	return -1;
+}
+
+/*
+ * syscall(2) is passed through untouched (six arguments, as glibc's own
+ * wrapper reads them), except libunwind's validation write to VALIDATE_FD
+ * from inside a hook: see above.
+ */
+HS_EXPORT long syscall(long nr, ...)
+{
+	va_list ap;
+	long a1, a2, a3, a4, a5, a6;
+	va_start(ap, nr);
+	a1 = va_arg(ap, long);
+	a2 = va_arg(ap, long);
+	a3 = va_arg(ap, long);
+	a4 = va_arg(ap, long);
+	a5 = va_arg(ap, long);
+	a6 = va_arg(ap, long);
+	va_end(ap);
+	if (HS_UNLIKELY(nr == SYS_write && (int)a1 == VALIDATE_FD))
+		return validate_byte((uint64_t)a2);
+	return HS_REAL(syscall)(nr, a1, a2, a3, a4, a5, a6);
 }
 
 HS_EXPORT int pipe2(int fds[2], int flags)
 {
 	uint64_t site = RET_ADDR();
-	int rc = HS_REAL(pipe2)(fds, flags);
-	if (rc == 0 && hs_tls.in_hook && (flags & O_CLOEXEC) && from_libunwind(site)) {
-		int e = errno;
-		move_up(&fds[0]);
-		move_up(&fds[1]);
-		errno = e;
-		return rc;
+	int rc;
+	if (hs_tls.in_hook && (flags & O_CLOEXEC) && from_libunwind(site)) {
+		fds[0] = fds[1] = VALIDATE_FD;
+		return 0;
 	}
+	rc = HS_REAL(pipe2)(fds, flags);
 	if (rc == 0) {
 		made(fds[0], HS_FDK_PIPE, HS_FDC_PIPE, flags & O_CLOEXEC, "pipe read end", site);
 		made(fds[1], HS_FDK_PIPE, HS_FDC_PIPE, flags & O_CLOEXEC, "pipe write end", site);
@@ -1606,6 +1640,8 @@ static int close_number(int fd, unsigned call, uint64_t site)
 
 HS_EXPORT int close(int fd)
 {
+	if (HS_UNLIKELY(fd == VALIDATE_FD))
+		return 0; /* libunwind closing the pipe it never had (see VALIDATE_FD) */
 	return close_number(fd, HS_FDC_CLOSE, RET_ADDR());
 }
 

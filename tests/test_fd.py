@@ -403,16 +403,12 @@ def test_owner_annotation_without_heisen_falls_back_to_close(heisen):
 # Serial, one module per run: test_os, test_socket and test_subprocess are
 # the modules that create and close the most fds, fork, vfork and exec
 # (about 3, 27 and 34 s under the shim, as natively: README.md).  Left out,
-# each for a reason that is not heisen's:
-#  - test_socket's VSOCK tests: on a virtual machine whose vsock device
-#    refuses a connection to its own CID (ENODEV), the server's accept()
-#    waits forever, natively too;
-#  - test_subprocess's test_pass_fds_redirected counts every fd the child
-#    has, and a child under heisen holds two more: libunwind's memory
-#    validation pipe (moved up near fd 4032, out of the way of the lowest
-#    numbers, but there; README "File descriptors").
-REGRTESTS = {"test_os": [], "test_socket": ["-i", "*VSOCK*"],
-             "test_subprocess": ["-i", "test_pass_fds_redirected"]}
+# for a reason that is not heisen's: test_socket's VSOCK tests (on a
+# virtual machine whose vsock device refuses a connection to its own CID
+# (ENODEV), the server's accept() waits forever, natively too).
+# test_subprocess's test_pass_fds_redirected counts every fd a child has:
+# it runs, heisen holds none of the program's.
+REGRTESTS = {"test_os": [], "test_socket": ["-i", "*VSOCK*"], "test_subprocess": []}
 
 
 @pytest.mark.regrtest
@@ -465,3 +461,48 @@ def test_numbers_beyond_the_fd_table_are_counted_and_said(heisen, session):
     assert all(x["fd"] < 16 for x in fds["open"])
     t = heisen.dump(session).stdout
     assert "!!! " in t and "fds were numbered beyond the fd table (16 numbers, HEISEN_FD_NUMBERS): not tracked" in t
+
+
+# ---- heisen's own descriptors ---------------------------------------------------------
+
+LIST_FDS = """
+import os, threading
+def work():
+    with open('/proc/self/stat') as f:   # a hook that unwinds, in a thread
+        f.read()
+t = threading.Thread(target=work); t.start(); t.join()
+first = os.open('/proc/self/stat', os.O_RDONLY)
+print('first', first, flush=True)
+print('fds', *sorted(int(x) for x in os.listdir('/proc/self/fd') if int(x) != first), flush=True)
+if os.fork() == 0:
+    os._exit(0)
+os.wait()
+"""
+
+
+def _nofile(n):
+    import resource
+    hard = resource.getrlimit(resource.RLIMIT_NOFILE)[1]
+    n = min(n, hard) if hard != resource.RLIM_INFINITY else n
+    return lambda: resource.setrlimit(resource.RLIMIT_NOFILE, (n, hard))
+
+
+@pytest.mark.parametrize("nofile", [64, 1048576])
+def test_heisen_holds_no_descriptor_of_the_program(heisen, session, tmp_path, nofile):
+    """libunwind's memory validation pipe is not the program's: /proc/self/fd
+    lists what the program lists natively, its first open is 3 even with
+    `ulimit -n 64`, and with a high limit no report says fds were numbered
+    beyond the fd table (HEISEN_FD_NUMBERS default)."""
+    src = tmp_path / "list_fds.py"
+    src.write_text(LIST_FDS)
+    native = subprocess.run([SYSTEM_PYTHON, src], capture_output=True, text=True, timeout=60,
+                            env=heisen.env(), preexec_fn=_nofile(nofile))
+    p = heisen.preload([SYSTEM_PYTHON, src], session, preexec_fn=_nofile(nofile))
+    assert p.returncode == 0 and native.returncode == 0, (p.stderr, native.stderr)
+    assert facts(p.stdout)["first"] == ["3"], p.stdout
+    assert facts(p.stdout)["fds"] == facts(native.stdout)["fds"], (p.stdout, native.stdout)
+    r = heisen.dump_json(session)
+    assert all((x["fds"] or {}).get("beyond", 0) == 0 for x in r["processes"]), \
+        [(x["pid"], x["fds"] and x["fds"]["beyond"]) for x in r["processes"]]
+    assert len(r["processes"]) >= 2   # the fork child too
+    assert "beyond the fd table" not in heisen.dump(session).stdout
