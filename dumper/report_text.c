@@ -859,6 +859,16 @@ static void frame_brief(char *buf, size_t len, struct hs_proc *p, uint32_t stack
 			   py->file ? py->file : "?", py->line);
 }
 
+/* The fd notes of p's context (README "File descriptors"): what is not a
+ * finding but worth a line.  indent before each line. */
+static void fd_notes(FILE *out, const struct hs_proc *p, const char *indent)
+{
+	uint64_t n = p->seg.hdr.fd_double_closes_harmless;
+	if (n)
+		fprintf(out, "%snote: %" PRIu64 " harmless double close%s (one thread in the process, the same owner "
+			"closing again, the number not reused in between): not a finding\n", indent, n, n == 1 ? "" : "s");
+}
+
 /* "  fds: ..." and one line per open fd (issue 5), when fds were tracked. */
 static void fd_table(FILE *out, struct hs_proc *p)
 {
@@ -874,6 +884,7 @@ static void fd_table(FILE *out, struct hs_proc *p)
 		}
 	fprintf(out, "  fds: %u open (%u inherited), %" PRIu64 " created, %" PRIu64 " closed; stacks: %s\n", open, inh,
 		h->fd_created, h->fd_closed, h->fd_stacks == HS_HEAP_STACKS_FULL ? "full" : "site");
+	fd_notes(out, p, "  ");
 	for (uint32_t i = 0; i < p->nfds; i++) {
 		const struct hs_fdsnap *d = &p->fds[i];
 		if (d->f.state != HS_FDS_OPEN)
@@ -1037,5 +1048,6 @@ void hs_report_text(FILE *out, struct hs_session *s, const struct hs_findings *f
 				p->seg.hdr.ppid);
 			state_line(out, p);
 			fprintf(out, "\n");
+			fd_notes(out, p, "    ");
 		}
 }

@@ -506,3 +506,20 @@ def test_heisen_holds_no_descriptor_of_the_program(heisen, session, tmp_path, no
         [(x["pid"], x["fds"] and x["fds"]["beyond"]) for x in r["processes"]]
     assert len(r["processes"]) >= 2   # the fork child too
     assert "beyond the fd table" not in heisen.dump(session).stdout
+
+
+# ---- a harmless double close: one thread, the number not reused ---------------------------
+
+
+def test_shell_pipeline_double_close_is_a_note_not_a_finding(heisen, session):
+    """bash closes both ends of every pipeline's pipe twice (EBADF), in a
+    process of one thread where nothing could reuse the number in between:
+    a note in the process's context with a count, not a finding."""
+    p = heisen.preload(["bash", "-c", "echo a | cat; echo b | cat; echo pid $$"], session)
+    assert p.returncode == 0 and p.stdout.startswith("a\nb\n"), (p.stdout, p.stderr)
+    pid = fact_int(p.stdout, "pid")
+    r = heisen.dump_json(session, expect_rc=0)
+    assert findings_of(r, "double-close") == [] and r["findings"] == [], [f["message"] for f in r["findings"]]
+    n = process_of(r, pid)["fds"]["double_closes_harmless"]
+    assert n >= 4, n   # two ends, two pipelines
+    assert f"note: {n} harmless double closes (one thread in the process" in heisen.dump(session).stdout

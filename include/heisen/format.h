@@ -252,7 +252,9 @@ struct hs_header {
 	uint32_t fd_stacks;        /* HS_HEAP_STACKS_* values: site (default) or full, for fd creation and close stacks */
 	uint64_t heap_quarantine_bytes; /* the heap's quarantine budget (HEISEN_QUARANTINE_MB, or the default
 				      capped at 1/32 of the cgroup memory limit); 0 when the heap is off */
-	uint64_t reserved[9];      /* zero; room for later fields without an ABI bump */
+	uint64_t reserved[8];      /* zero; room for later fields without an ABI bump */
+	uint64_t fd_double_closes_harmless; /* [atomic] double closes by the closing thread of a process of one
+				      thread, the number not reused in between: a note, not a finding (README) */
 
 	/* processes and environment (issue 6) */
 	struct hs_env env;         /* at start (HS_HDR_ENV) */
