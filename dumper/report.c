@@ -277,6 +277,7 @@ const char *hs_fd_call_name(unsigned call)
 		[HS_FDC_CLOSEDIR] = "closedir",
 		[HS_FDC_CLOSE_OWNED] = "heisen_fd_close_owned",
 		[HS_FDC_SET_OWNER] = "heisen_fd_set_owner",
+		[HS_FDC_GONE] = "gone",
 	};
 	return call < HS_FDC_COUNT && names[call] ? names[call] : "unknown";
 }

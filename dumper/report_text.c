@@ -281,7 +281,11 @@ static void fd_leak(FILE *out, struct hs_fnd *f)
 	char msg[1024], w[64];
 	hs_fd_message(f, msg, sizeof msg);
 	fprintf(out, "%s\n", msg);
-	if (!f->at_hang)
+	if (!f->at_hang && f->proc->pstate == HS_P_EXITED)
+		fprintf(out, "(at an exit, only sites that left %d or more open and grew with the run are shown: created "
+			     "across %d or more of its %d parts, or %d or more fds; a working set made once is open at "
+			     "exit, not a leak)\n", HS_FD_LEAK_MIN, HS_FD_LEAK_PHASES, HS_FD_RUN_PHASES, HS_FD_LEAK_MANY);
+	else if (!f->at_hang)
 		fprintf(out, "(at the end, only sites that left %d or more open are shown: one listening socket or log file "
 			     "open at exit is not a leak)\n", HS_FD_LEAK_MIN);
 	for (uint32_t i = 0; i < f->ngroups; i++) {
@@ -867,6 +871,10 @@ static void fd_notes(FILE *out, const struct hs_proc *p, const char *indent)
 	if (n)
 		fprintf(out, "%snote: %" PRIu64 " harmless double close%s (one thread in the process, the same owner "
 			"closing again, the number not reused in between): not a finding\n", indent, n, n == 1 ? "" : "s");
+	if (p->pstate == HS_P_EXITED && p->info && p->info->fds_open_at_exit)
+		fprintf(out, "%sopen at exit: %u fd%s created at sites that made them once (a working set, not a leak: "
+			"they did not grow with the run)\n",
+			indent, p->info->fds_open_at_exit, p->info->fds_open_at_exit == 1 ? "" : "s");
 }
 
 /* "  fds: ..." and one line per open fd (issue 5), when fds were tracked. */

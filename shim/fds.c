@@ -1891,6 +1891,55 @@ static void scan_inherited(void)
 	syscall(SYS_close, dfd);
 }
 
+/*
+ * At exit (on_exit, before init.c's record of the end): ask the kernel
+ * about every number the table says is open (fcntl F_GETFD, a raw system
+ * call).  One it says is closed (EBADF) was closed where heisen does not
+ * look — libuv closes with syscall(SYS_close), Go and io_uring with raw
+ * system calls — and is marked closed (close_call HS_FDC_GONE, no stack),
+ * so that heisen-dump never calls it leaked.  One that is open again
+ * under another generation heisen did not see cannot be told from ours
+ * here: it stays ours.  Not after _exit (init.c's hook; README).
+ */
+static void verify_open_at_exit(int status, void *arg)
+{
+	struct hs_tls *t = &hs_tls;
+	uint32_t cap;
+	uint64_t now;
+	(void)status;
+	(void)arg;
+	if (__atomic_load_n(&fd_mode, __ATOMIC_ACQUIRE) != FD_ON || !hs_seg.hdr ||
+	    hs_seg.hdr->pid != (int32_t)syscall(SYS_getpid) || t->in_hook)
+		return;
+	t->in_hook = 1;
+	cap = hs_seg.hdr->tables[HS_T_FDS].capacity;
+	now = hs_now();
+	for (uint32_t fd = 0; fd < cap; fd++) {
+		struct hs_fd *s = slot_of((int)fd);
+		struct hs_fd_event e;
+		uint32_t q;
+		if (__atomic_load_n(&s->state, __ATOMIC_RELAXED) != HS_FDS_OPEN)
+			continue;
+		if (syscall(SYS_fcntl, (int)fd, F_GETFD) >= 0 || errno != EBADF || !claim(s, &q))
+			continue;
+		if (s->state == HS_FDS_OPEN) {
+			s->state = HS_FDS_CLOSED;
+			s->close_call = HS_FDC_GONE;
+			s->close_tid = 0;
+			s->close_stack = 0;
+			s->close_ns = now;
+			event_init(&e, NULL, (int)fd, s->gen, HS_FDE_CLOSE, HS_FDC_GONE, 0, now);
+			e.kind = s->kind;
+			e.flags = s->flags;
+			e.owner = s->owner;
+			event_add(s, &e);
+			count(&hs_seg.hdr->fd_closed);
+		}
+		release(s, q);
+	}
+	t->in_hook = 0;
+}
+
 static void mark_header(void)
 {
 	struct hs_header *h = hs_seg.hdr;
@@ -1933,6 +1982,8 @@ HS_HIDDEN void hs_fds_init(void)
 	mark_header();
 	scan_inherited();
 	pthread_atfork(NULL, NULL, fds_after_fork_child);
+	/* after init.c's on_exit: runs before it (handlers run in reverse) */
+	on_exit(verify_open_at_exit, NULL);
 	/* release: the settings above are visible to every hook that sees FD_ON */
 	__atomic_store_n(&fd_mode, FD_ON, __ATOMIC_RELEASE);
 	t->in_hook = was;

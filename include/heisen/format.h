@@ -719,6 +719,8 @@ enum hs_fd_call {
 	HS_FDC_CLOSEDIR = 29,
 	HS_FDC_CLOSE_OWNED = 30,   /* heisen_fd_close_owned */
 	HS_FDC_SET_OWNER = 31,     /* heisen_fd_set_owner: an owner event */
+	HS_FDC_GONE = 32,          /* found closed at exit by the kernel's word (fcntl F_GETFD: EBADF): closed
+				      where heisen does not look (syscall(SYS_close), a raw system call) */
 	HS_FDC_COUNT
 };
 
