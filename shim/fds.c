@@ -1728,6 +1728,23 @@ HS_EXPORT void closefrom(int low)
 
 /* ---- the annotation API (heisen/heisen.h) ---------------------------------------- */
 
+/* Owner 0 is "unowned" (fdsan's tag 0): fd's open generation loses its tag. */
+static int untag(int fd)
+{
+	struct hs_fd *s = slot_of(fd);
+	uint32_t q;
+	if (!s)
+		return -1;
+	if (!claim(s, &q))
+		return -1;
+	if (s->state == HS_FDS_OPEN && (s->flags & HS_FDF_OWNER_TAG)) {
+		s->flags &= ~HS_FDF_OWNER_TAG;
+		s->owner = 0;
+	}
+	release(s, q);
+	return 0;
+}
+
 HS_EXPORT int heisen_fd_set_owner(int fd, uint64_t owner)
 {
 	uint64_t site = RET_ADDR();
@@ -1738,6 +1755,8 @@ HS_EXPORT int heisen_fd_set_owner(int fd, uint64_t owner)
 	/* the kernel's word on whether fd is open, without the fcntl hook */
 	if (syscall(SYS_fcntl, fd, F_GETFD) < 0)
 		e = EBADF;
+	else if (owner == 0)
+		rc = untag(fd);
 	else if (take_over(t, fd, owner, HS_FDF_OWNER_TAG, HS_FDC_SET_OWNER, site) == 0)
 		rc = 0;
 	hs_leave(t);
@@ -1769,7 +1788,9 @@ HS_EXPORT int heisen_fd_close_owned(int fd, uint64_t owner)
 	}
 	state = s->state;
 	gen = s->gen;
-	if (state == HS_FDS_OPEN && (s->flags & HS_FDF_OWNER_TAG) && s->owner == owner) {
+	if (state == HS_FDS_OPEN && (((s->flags & HS_FDF_OWNER_TAG) && s->owner == owner) ||
+				     (owner == 0 && !(s->flags & HS_FDF_OWNER_TAG)))) {
+		/* its owner's close, or an unowned number closed as unowned (tag 0, fdsan) */
 		release(s, q);
 		hs_leave(t);
 		return close_number(fd, HS_FDC_CLOSE_OWNED, site);

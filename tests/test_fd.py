@@ -626,3 +626,15 @@ def test_working_set_open_at_exit_is_not_a_leak(heisen, session, tmp_path, progr
     assert findings_of(r, "fd-leak") == [], [(f["pid"], f["message"]) for f in findings_of(r, "fd-leak")]
     assert process_of(r, pid)["fds"]["open_at_exit"] >= want
     assert "open at exit: " in heisen.dump(session).stdout
+
+
+def test_owner_zero_means_unowned(heisen, session):
+    """fdsan's tag 0: an fd given up with set_owner(fd, 0) is closed by a plain
+    close() without a finding; close_owned(fd, 0) closes an untagged fd."""
+    p = heisen.preload([target(heisen, "fd_owned"), "unowned"], session)
+    assert p.returncode == 0, p.stderr
+    assert fact_int(p.stdout, "annotated") == 1
+    assert fact_int(p.stdout, "plain_close_rc") == 0 and fact_int(p.stdout, "close_owned_rc") == 0
+    assert fact_int(p.stdout, "other_open") == 0, "close_owned(fd, 0) of an unowned fd must close it"
+    r = heisen.dump_json(session, expect_rc=0)
+    assert r["findings"] == [], [f["message"] for f in r["findings"]]
