@@ -301,6 +301,8 @@ const char *hs_fd_rule_name(unsigned rule)
 	case HS_FD_RULE_DIR: return "dir";
 	case HS_FD_RULE_OWNER: return "owner";
 	case HS_FD_RULE_CONFIRMED: return "confirmed";
+	case HS_FD_RULE_FILENO: return "fileno";
+	case HS_FD_RULE_DIRFD: return "dirfd";
 	default: return "unknown";
 	}
 }
@@ -349,6 +351,12 @@ void hs_fd_message(const struct hs_fnd *f, char *msg, size_t len)
 			break;
 		case HS_FD_RULE_OWNER:
 			hs_appendf(msg, len, &used, "; the owner declared with heisen_fd_set_owner did not close it");
+			break;
+		case HS_FD_RULE_FILENO:
+		case HS_FD_RULE_DIRFD:
+			hs_appendf(msg, len, &used, "; a plain close() of the number a %s owns: the %s's own close will "
+				   "close whatever the number is then", r->offset == HS_FD_RULE_FILENO ? "FILE" : "DIR",
+				   r->offset == HS_FD_RULE_FILENO ? "FILE" : "DIR");
 			break;
 		case HS_FD_RULE_CONFIRMED:
 			hs_appendf(msg, len, &used, "; thread %d had the number from generation %llu, and the rightful "

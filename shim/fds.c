@@ -821,10 +821,14 @@ static void after_close(struct hs_tls *t, int fd, unsigned call, uint32_t stack,
 
 /*
  * A close that the program declared an owner for (fdsan's idea): a raw
- * close() of a number tagged with heisen_fd_set_owner.  With the guard held,
- * after closing() recorded the close.
+ * close() of a number tagged with heisen_fd_set_owner (rule owner), or of
+ * a number a FILE or a DIR owns — close(fileno(f)), close(dirfd(d)) —
+ * seen here, at the close behind the object's back, not only at its later
+ * fclose/closedir (rule fileno, dirfd; bionic fdsan's fopen and closedir
+ * tests).  libc's own fclose and closedir close without the PLT: never
+ * seen here.  With the guard held, after closing() recorded the close.
  */
-static void owned_by_tag_closed(struct hs_tls *t, int fd, const struct pre *p, uint32_t stack)
+static void owned_by_tag_closed(struct hs_tls *t, int fd, const struct pre *p, uint32_t stack, unsigned rule)
 {
 	struct hs_fd_event ev[CHAIN_MAX], hist[CHAIN_MAX];
 	struct hs_fd *s = slot_of(fd);
@@ -837,7 +841,7 @@ static void owned_by_tag_closed(struct hs_tls *t, int fd, const struct pre *p, u
 	n = chain(fd, s->last_event, ev, CHAIN_MAX);
 	release(s, q);
 	own = find_ev(ev, n, p->gen, HS_FDE_OWNER);
-	finding_init(&f, HS_FIND_STALE_CLOSE, HS_FD_RULE_OWNER, fd, p->gen, 0);
+	finding_init(&f, HS_FIND_STALE_CLOSE, rule, fd, p->gen, 0);
 	roles(&f, t->tid, stack, own, NULL);
 	f.tid3 = p->tid;
 	f.stack3 = p->stack;
@@ -1644,8 +1648,11 @@ static int close_number(int fd, unsigned call, uint64_t site)
 		stack = fd_stack(site);
 		now = hs_now();
 		closing(t, fd, call, stack, now, &p);
-		if (call == HS_FDC_CLOSE && p.state == HS_FDS_OPEN && (p.flags & HS_FDF_OWNER_TAG))
-			owned_by_tag_closed(t, fd, &p, stack);
+		if (call == HS_FDC_CLOSE && p.state == HS_FDS_OPEN && (p.flags & HS_FDF_OWNERS))
+			owned_by_tag_closed(t, fd, &p, stack,
+					    (p.flags & HS_FDF_OWNER_TAG)    ? HS_FD_RULE_OWNER
+					    : (p.flags & HS_FDF_OWNER_FILE) ? HS_FD_RULE_FILENO
+									    : HS_FD_RULE_DIRFD);
 		hs_leave(t);
 		errno = e;
 	}
@@ -1674,7 +1681,14 @@ HS_EXPORT int close(int fd)
 	return close_number(fd, HS_FDC_CLOSE, RET_ADDR());
 }
 
-/* Every open generation of [first, last] is closed by this call (recorded before it). */
+/*
+ * Every open generation of [first, last] is closed by this call (recorded
+ * before it).  A number of the range whose generation heisen saw closed
+ * (and not reused since) is closed again: a double close, as valgrind
+ * reports for close_range — the kernel says nothing (close_range skips
+ * closed numbers), so close_failed gets errno 0.  Numbers never seen
+ * (a close-everything sweep after fork) are not.
+ */
 static void closing_range(unsigned first, unsigned last, uint64_t site)
 {
 	struct hs_tls *t = hs_enter();
@@ -1689,8 +1703,12 @@ static void closing_range(unsigned first, unsigned last, uint64_t site)
 	for (uint64_t fd = first; fd <= last && fd < cap; fd++) {
 		struct hs_fd *s = slot_of((int)fd);
 		/* relaxed look first: most numbers of a range are not open */
-		if (__atomic_load_n(&s->state, __ATOMIC_RELAXED) == HS_FDS_OPEN)
+		uint8_t state = __atomic_load_n(&s->state, __ATOMIC_RELAXED);
+		if (state == HS_FDS_OPEN)
 			closing(t, (int)fd, HS_FDC_CLOSE_RANGE, stack, now, &p);
+		else if (state == HS_FDS_CLOSED)
+			close_failed(t, (int)fd, __atomic_load_n(&s->gen, __ATOMIC_RELAXED), HS_FDC_CLOSE_RANGE, stack, now,
+				     0, 0, 0);
 	}
 	hs_leave(t);
 }

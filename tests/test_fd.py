@@ -123,13 +123,22 @@ def test_seed004_double_close(heisen, way):
 
 
 def test_seed004_file_stale_close_is_proven_at_the_fclose(heisen, session):
-    """A FILE carries its generation: the fclose is stale at the moment it is made."""
+    """A FILE carries its generation: the close(fileno(f)) behind its back is
+    seen where it is made (rule fileno), and the fclose is stale at the
+    moment it is made (rule file)."""
     p = heisen.preload([target(heisen, "fd_reopen"), "file"], session)
     assert p.returncode == 0, p.stderr
     assert facts(p.stdout)["writer_close"] == ["EBADF"]
     main, writer, fd = (fact_int(p.stdout, k) for k in ("tid_main", "tid_writer", "fd"))
     r = heisen.dump_json(session, expect_rc=1)
-    f = one(r, "stale-close")
+    fs = findings_of(r, "stale-close")
+    assert sorted(x["rule"] for x in fs) == ["file", "fileno"], [(x["rule"], x["message"]) for x in fs]
+    [behind] = [x for x in fs if x["rule"] == "fileno"]
+    assert behind["fd"] == fd and behind["tids"][0] == main
+    assert frame_functions(stack_by_role(behind, "stale close"))[0] == "main"
+    assert frame_functions(stack_by_role(behind, "rightful owner's creation"))[0] == "handle_open"
+    assert "a plain close() of the number a FILE owns" in behind["message"]
+    [f] = [x for x in fs if x["rule"] == "file"]
     assert f["rule"] == "file" and f["fd"] == fd and f["tids"] == [main, writer]
     assert frame_functions(stack_by_role(f, "stale close"))[0] == "handle_destroy"
     assert frame_functions(stack_by_role(f, "stale owner's generation"))[0] == "handle_open"
@@ -638,3 +647,20 @@ def test_owner_zero_means_unowned(heisen, session):
     assert fact_int(p.stdout, "other_open") == 0, "close_owned(fd, 0) of an unowned fd must close it"
     r = heisen.dump_json(session, expect_rc=0)
     assert r["findings"] == [], [f["message"] for f in r["findings"]]
+
+
+def test_close_range_and_closefrom_over_closed_numbers_are_double_closes(heisen, session):
+    p = heisen.preload([target(heisen, "fd_range_close")], session)
+    assert p.returncode == 0, p.stderr
+    main = fact_int(p.stdout, "tid_main")
+    r = heisen.dump_json(session, expect_rc=1)
+    dc = {f["fd"]: f for f in findings_of(r, "double-close")}
+    assert sorted(dc) == sorted([fact_int(p.stdout, "fd_range"), fact_int(p.stdout, "fd_from")]), \
+        [(f["fd"], f["message"]) for f in findings_of(r, "double-close")]
+    for key, closer in (("fd_range", "cleanup_range"), ("fd_from", "cleanup_from")):
+        f = dc[fact_int(p.stdout, key)]
+        assert f["tids"] == [main, main, main]
+        assert frame_functions(stack_by_role(f, "second close"))[0] == closer
+        assert frame_functions(stack_by_role(f, "first close"))[0] == "log_close"
+        assert frame_functions(stack_by_role(f, "creation"))[0] == "log_open"
+        assert [h["call"] for h in f["history"]] == ["open", "close", "close_range"]

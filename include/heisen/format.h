@@ -663,6 +663,8 @@ enum hs_fd_rule {
 	HS_FD_RULE_DIR = 3,        /* stale-close: closedir of a DIR whose generation is not the number's current one */
 	HS_FD_RULE_OWNER = 4,      /* stale-close: a close that does not match heisen_fd_set_owner()'s owner */
 	HS_FD_RULE_CONFIRMED = 5,  /* stale-close: the rightful owner's own close then failed with EBADF (README: the rule) */
+	HS_FD_RULE_FILENO = 6,     /* stale-close: a plain close() of a number a FILE owns (close(fileno(f)), bionic fdsan) */
+	HS_FD_RULE_DIRFD = 7,      /* stale-close: a plain close() of a number a DIR owns (close(dirfd(d))) */
 };
 #define HS_FD_FINDING_EVENTS 8     /* history events reserved per fd finding */
 
