@@ -59,6 +59,7 @@
 #include <sys/socket.h>
 #include <sys/syscall.h>
 #include <sys/uio.h>
+#include <time.h>
 #include <sys/un.h>
 #include <unistd.h>
 
@@ -158,7 +159,11 @@ static void event_copy(struct hs_fd_event *d, const struct hs_fd_event *e)
 	d->kind = e->kind;
 	d->err = e->err;
 	d->flags = e->flags;
-	memcpy(d->path, e->path, sizeof d->path);
+	/* only a creation has a path: the others' is empty (event_init) */
+	if (e->op == HS_FDE_CREATE)
+		memcpy(d->path, e->path, sizeof d->path);
+	else
+		d->path[0] = '\0';
 }
 
 /*
@@ -358,6 +363,21 @@ static void at_path(char *dst, int dirfd, const char *path)
 
 /* ---- recording ----------------------------------------------------------------- */
 
+/*
+ * The clock of fd records on the hooks' path: CLOCK_MONOTONIC_COARSE, the
+ * same clock as hs_now() read at the last tick (1-4 ms resolution) for a
+ * few ns, where CLOCK_MONOTONIC costs 20-80 (more on a virtual machine
+ * without a stable TSC): two reads were a third of a pair's cost
+ * (bench/README.md "File descriptors").  An fd's history needs the order
+ * of its events, which the ring's positions give, not their nanoseconds.
+ */
+static inline uint64_t fd_clock(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_MONOTONIC_COARSE, &ts);
+	return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
 static inline uint32_t fd_stack(uint64_t site)
 {
 	return full_stacks ? hs_stack_here() : hs_stack_site_python(site);
@@ -367,6 +387,28 @@ static inline void count(uint64_t *c)
 {
 	/* relaxed: counters, ordered with nothing else */
 	__atomic_add_fetch(c, 1, __ATOMIC_RELAXED);
+}
+
+/* An event of this thread about fd's generation gen. */
+static void event_init(struct hs_fd_event *e, struct hs_tls *t, int fd, uint32_t gen, unsigned op, unsigned call,
+		       uint32_t stack, uint64_t now)
+{
+	/* every field but the path's tail: a memset of the whole event was a
+	 * sixth of a close's cost */
+	e->seq = 0;
+	e->prev = 0;
+	e->owner = 0;
+	e->kind = 0;
+	e->err = 0;
+	e->flags = 0;
+	e->path[0] = '\0';
+	e->ts_ns = now;
+	e->fd = fd;
+	e->gen = gen;
+	e->tid = t ? t->tid : 0;
+	e->stack = stack;
+	e->op = (uint8_t)op;
+	e->call = (uint8_t)call;
 }
 
 /* A new generation of fd: what created it.  path may be NULL. */
@@ -416,15 +458,8 @@ static void created(struct hs_tls *t, int fd, const struct birth *b, uint32_t st
 		else
 			s->path[0] = '\0';
 		s->path[HS_FD_PATH_MAX - 1] = '\0';
-		memset(&e, 0, sizeof e);
-		e.ts_ns = now;
+		event_init(&e, t, fd, gen, HS_FDE_CREATE, b->call, stack, now);
 		e.owner = b->owner;
-		e.fd = fd;
-		e.gen = gen;
-		e.tid = t->tid;
-		e.stack = stack;
-		e.op = HS_FDE_CREATE;
-		e.call = b->call;
 		e.kind = b->kind;
 		e.flags = b->flags;
 		memcpy(e.path, s->path, sizeof e.path);
@@ -445,19 +480,6 @@ struct pre {
 	uint32_t stack;        /* its creation stack */
 };
 
-/* An event of this thread about fd's generation gen. */
-static void event_init(struct hs_fd_event *e, struct hs_tls *t, int fd, uint32_t gen, unsigned op, unsigned call,
-		       uint32_t stack, uint64_t now)
-{
-	memset(e, 0, sizeof *e);
-	e->ts_ns = now;
-	e->fd = fd;
-	e->gen = gen;
-	e->tid = t ? t->tid : 0;
-	e->stack = stack;
-	e->op = (uint8_t)op;
-	e->call = (uint8_t)call;
-}
 
 /*
  * Before fd is closed (or after dup2 replaced it): mark its open generation
@@ -904,7 +926,7 @@ static void note_created(int fd, struct birth *b, int dirfd, const char *path, u
 			at_path(text, dirfd, path);
 			b->path = text;
 		}
-		created(t, fd, b, fd_stack(site), hs_now());
+		created(t, fd, b, fd_stack(site), fd_clock());
 		hs_leave(t);
 	}
 	errno = e;
@@ -1219,7 +1241,7 @@ static void duplicated(int old, int fd, int cloexec, unsigned call, int replaces
 		char text[HS_FD_PATH_MAX];
 		struct birth b = {.call = (uint8_t)call, .flags = cloexec ? HS_FDF_CLOEXEC : 0, .path = text};
 		uint32_t stack = fd_stack(site);
-		uint64_t now = hs_now();
+		uint64_t now = fd_clock();
 		size_t n;
 		struct pre p;
 		if (replaces)
@@ -1422,7 +1444,7 @@ static int take_over(struct hs_tls *t, int fd, uint64_t owner, uint32_t owner_fl
 	if (!s)
 		return -1;
 	stack = fd_stack(site);
-	now = hs_now();
+	now = fd_clock();
 	if (!claim(s, &q))
 		return -1;
 	if (s->state != HS_FDS_OPEN) {
@@ -1464,7 +1486,7 @@ static void after_fopen(FILE *fp, const char *path, const char *mode, unsigned c
 				  .flags = HS_FDF_OWNER_FILE | (mode && strchr(mode, 'e') ? HS_FDF_CLOEXEC : 0),
 				  .path = text};
 		put_text(text, path ? path : "(reopened)");
-		created(t, fd, &b, fd_stack(site), hs_now());
+		created(t, fd, &b, fd_stack(site), fd_clock());
 	}
 	hs_leave(t);
 	errno = e;
@@ -1515,7 +1537,7 @@ static int before_object_close(int fd, uint64_t owner, uint32_t owner_flag, unsi
 	if (fd < 0 || !(t = hs_enter()))
 		return -1;
 	*stack = fd_stack(site);
-	*now = hs_now();
+	*now = fd_clock();
 	object_closing(t, fd, owner, owner_flag, rule, call, *stack, *now, p);
 	hs_leave(t);
 	return fd;
@@ -1646,7 +1668,7 @@ static int close_number(int fd, unsigned call, uint64_t site)
 	if (fds_on() && (t = hs_enter()) != NULL) {
 		e = errno;
 		stack = fd_stack(site);
-		now = hs_now();
+		now = fd_clock();
 		closing(t, fd, call, stack, now, &p);
 		if (call == HS_FDC_CLOSE && p.state == HS_FDS_OPEN && (p.flags & HS_FDF_OWNERS))
 			owned_by_tag_closed(t, fd, &p, stack,
@@ -1699,7 +1721,7 @@ static void closing_range(unsigned first, unsigned last, uint64_t site)
 		return;
 	cap = hs_seg.hdr->tables[HS_T_FDS].capacity;
 	stack = fd_stack(site);
-	now = hs_now();
+	now = fd_clock();
 	for (uint64_t fd = first; fd <= last && fd < cap; fd++) {
 		struct hs_fd *s = slot_of((int)fd);
 		/* relaxed look first: most numbers of a range are not open */
