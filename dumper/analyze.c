@@ -439,7 +439,7 @@ static void check_fd(struct hs_fnd *f)
 		}
 		f->nhist++;
 	}
-	if (f->rec.offset < HS_FD_RULE_EBADF || f->rec.offset > HS_FD_RULE_DIRFD) {
+	if (f->rec.offset < HS_FD_RULE_EBADF || f->rec.offset > HS_FD_RULE_SAME_SITES) {
 		hs_seg_complain(seg, "finding %u: unknown fd rule %u", f->index, f->rec.offset);
 		f->rec.offset = 0;
 	}

@@ -303,6 +303,7 @@ const char *hs_fd_rule_name(unsigned rule)
 	case HS_FD_RULE_CONFIRMED: return "confirmed";
 	case HS_FD_RULE_FILENO: return "fileno";
 	case HS_FD_RULE_DIRFD: return "dirfd";
+	case HS_FD_RULE_SAME_SITES: return "same-sites";
 	default: return "unknown";
 	}
 }
@@ -357,6 +358,11 @@ void hs_fd_message(const struct hs_fnd *f, char *msg, size_t len)
 			hs_appendf(msg, len, &used, "; a plain close() of the number a %s owns: the %s's own close will "
 				   "close whatever the number is then", r->offset == HS_FD_RULE_FILENO ? "FILE" : "DIR",
 				   r->offset == HS_FD_RULE_FILENO ? "FILE" : "DIR");
+			break;
+		case HS_FD_RULE_SAME_SITES:
+			hs_appendf(msg, len, &used, "; an object created and closed at the same call sites as the owner's "
+				   "had the number from generation %llu, closed behind its back, and closed it again; the "
+				   "rightful owner's own close then failed with EBADF", (unsigned long long)r->size - 1);
 			break;
 		case HS_FD_RULE_CONFIRMED:
 			hs_appendf(msg, len, &used, "; thread %d had the number from generation %llu, and the rightful "

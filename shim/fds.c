@@ -675,6 +675,36 @@ static unsigned story(const struct hs_fd_event *ev, unsigned n, uint32_t from_ge
 	return m;
 }
 
+/* The innermost frame of stack id (its call site), 0 when unknown. */
+static uint64_t stack_top(uint32_t id)
+{
+	const struct hs_stack *st;
+	if (id == 0 || id >= hs_seg.hdr->tables[HS_T_STACKS].capacity)
+		return 0;
+	st = &hs_seg.stacks[id];
+	if (!__atomic_load_n(&st->ready, __ATOMIC_ACQUIRE) || st->depth == 0)
+		return 0;
+	return st->pc[0];
+}
+
+/*
+ * The stale close in one thread, where the thread cannot tell owners
+ * apart (README "File descriptors": the rule): objects of one kind are
+ * created at one call site and closed at one call site (CPython's FileIO:
+ * _io_FileIO___init__'s open, internal_close's close).  Generation g - 1
+ * was created at the site that created g (cp, cg) and closed elsewhere —
+ * behind its object's back (xp: os.close(f.fileno())) —, g was closed at
+ * the very site whose close by g's owner now fails (xg, this close): the
+ * object of g - 1 closed again, and closed g.
+ */
+static int same_sites(const struct hs_fd_event *cp, const struct hs_fd_event *xp, const struct hs_fd_event *cg,
+		      const struct hs_fd_event *xg, uint32_t stack)
+{
+	uint64_t born = stack_top(cg->stack), closes = stack_top(stack);
+	return born && closes && stack_top(cp->stack) == born && stack_top(xg->stack) == closes &&
+	       stack_top(xp->stack) != closes && stack_top(xp->stack) != 0;
+}
+
 /*
  * Is this process one thread now?  The kernel's count (/proc/self/stat,
  * field 20), read with raw system calls: only on a failed close.  0 when
@@ -759,6 +789,11 @@ static void close_failed(struct hs_tls *t, int fd, uint32_t gen, unsigned call, 
 	if (cg && xg && cp && xp && cg->tid == t->tid && xg->tid != t->tid && cp->tid == xg->tid && xp->tid == xg->tid &&
 	    !(cg->flags & (HS_FDF_INHERITED | HS_FDF_UNSEEN))) {
 		finding_init(&f, HS_FIND_STALE_CLOSE, HS_FD_RULE_CONFIRMED, fd, gen, err);
+		roles(&f, xg->tid, xg->stack, cp, cg);
+		m = story(ev, n, gen - 1, hist);
+	} else if (cg && xg && cp && xp && cg->tid == t->tid && xg->tid == t->tid && same_sites(cp, xp, cg, xg, stack) &&
+		   !(cg->flags & (HS_FDF_INHERITED | HS_FDF_UNSEEN))) {
+		finding_init(&f, HS_FIND_STALE_CLOSE, HS_FD_RULE_SAME_SITES, fd, gen, err);
 		roles(&f, xg->tid, xg->stack, cp, cg);
 		m = story(ev, n, gen - 1, hist);
 	} else if (xg && xg->tid == t->tid && single_threaded()) {

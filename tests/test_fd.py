@@ -664,3 +664,35 @@ def test_close_range_and_closefrom_over_closed_numbers_are_double_closes(heisen,
         assert frame_functions(stack_by_role(f, "first close"))[0] == "log_close"
         assert frame_functions(stack_by_role(f, "creation"))[0] == "log_open"
         assert [h["call"] for h in f["history"]] == ["open", "close", "close_range"]
+
+
+def test_stale_close_in_one_thread_through_file_objects(heisen, session, interp):
+    """Seed 004's shape in one thread: file object A's number is closed behind
+    its back, B gets the number, A.close() closes B's file, B's close fails
+    with EBADF -> a stale-close naming A.close() as the close that ended B's
+    generation, with the history back to A's open (not a double close)."""
+    src = script(heisen, "py_fd_stale_inline.py")
+    p = heisen.preload(interp.cmd(src), session)
+    assert p.returncode == 0, (p.returncode, p.stderr)
+    out = facts(p.stdout)
+    assert out["writer_write"] == ["9"] and out["writer_close"] == ["9"], p.stdout
+    pid, main, fd = (fact_int(p.stdout, k) for k in ("pid", "tid_main", "fd"))
+    assert fact_int(p.stdout, "writer_fd") == fd
+    r = heisen.dump_json(session, expect_rc=1)
+    assert findings_of(r, "double-close") == [], [f["message"] for f in findings_of(r, "double-close")]
+    f = one(r, "stale-close")
+    assert f["pid"] == pid and f["fd"] == fd and f["rule"] == "same-sites" and set(f["tids"]) == {main}
+    want = {"stale close": "stale close", "stale owner's generation": "evaluator opens",
+            "rightful owner's creation": "writer opens", "rightful owner's failed close": "writer closes"}
+    for role, marker in want.items():
+        py = python_frames(stack_by_role(f, role))
+        assert py and py[0]["function"] == "evaluate" and py[0]["line"] == marker_line(src, marker), \
+            (role, [(x["function"], x["line"]) for x in py])
+    g = f["generation"]
+    hist = [(h["generation"], h["op"], python_frames(h["stack"])[0]["line"]) for h in f["history"]]
+    assert hist == [(g - 1, "open", marker_line(src, "evaluator opens")),
+                    (g - 1, "close", marker_line(src, "reopen closes behind its back")),
+                    (g, "open", marker_line(src, "writer opens")),
+                    (g, "close", marker_line(src, "stale close")),
+                    (g, "close-failed", marker_line(src, "writer closes"))], hist
+    assert "<-- the stale close" in heisen.dump(session).stdout

@@ -665,6 +665,9 @@ enum hs_fd_rule {
 	HS_FD_RULE_CONFIRMED = 5,  /* stale-close: the rightful owner's own close then failed with EBADF (README: the rule) */
 	HS_FD_RULE_FILENO = 6,     /* stale-close: a plain close() of a number a FILE owns (close(fileno(f)), bionic fdsan) */
 	HS_FD_RULE_DIRFD = 7,      /* stale-close: a plain close() of a number a DIR owns (close(dirfd(d))) */
+	HS_FD_RULE_SAME_SITES = 8, /* stale-close in one thread: the owner's close failed with EBADF; generation g
+				      was ended by a close at the owner's close site, g - 1 created at the owner's
+				      creation site and closed elsewhere (README: the rule) */
 };
 #define HS_FD_FINDING_EVENTS 8     /* history events reserved per fd finding */
 
