@@ -28,16 +28,25 @@
  * the fds a process created itself (not inherited, not the standard
  * streams) that are still open, grouped by creation stack.  At a hang (or
  * a deadlock) every such fd is shown: the hang may be waiting for one of
- * them to close (seed 001).  At the end of a process only the sites that
- * left HS_FD_LEAK_MIN or more open count: one listening socket or log file
- * open at exit is how programs end; the same line leaving three or more
- * behind is a leak in a loop (README "File descriptors").
+ * them to close (seed 001) — but only those the kernel still has
+ * (/proc/PID/fd, the same kind of object): a library that closes with
+ * syscall(SYS_close) closes behind heisen's back.  At the end of a process
+ * only the sites that left HS_FD_LEAK_MIN or more open count: one
+ * listening socket or log file open at exit is how programs end.  At a
+ * normal end (exit) the site must also have grown with the run, as a heap
+ * leak checker asks of a leak: its open fds created across
+ * HS_FD_LEAK_PHASES or more of the run's HS_FD_RUN_PHASES parts (a leak in
+ * a loop), or HS_FD_LEAK_MANY or more of them; a working set made once
+ * (daemon threads inside `with open()`, a process pool's sentinel pipes)
+ * is "open at exit", in the context (README "File descriptors").
  * Design: DESIGN.md "Hangs"; docs/interfaces.md "heisen-dump" and "Python
  * and the GIL".
  */
 #include "analyze.h"
 
+#include <errno.h>
 #include <signal.h>
+#include <unistd.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -442,7 +451,7 @@ static void check_fd(struct hs_fnd *f)
 		}
 		f->nhist++;
 	}
-	if (f->rec.offset < HS_FD_RULE_EBADF || f->rec.offset > HS_FD_RULE_CONFIRMED) {
+	if (f->rec.offset < HS_FD_RULE_EBADF || f->rec.offset > HS_FD_RULE_SAME_SITES) {
 		hs_seg_complain(seg, "finding %u: unknown fd rule %u", f->index, f->rec.offset);
 		f->rec.offset = 0;
 	}
@@ -611,9 +620,66 @@ static void free_groups(struct hs_fd_group *g, uint32_t n)
 	free(g);
 }
 
+/*
+ * At a hang, the process is alive: does the kernel still have fd d as the
+ * object heisen recorded?  Its /proc/PID/fd link gone (closed behind
+ * heisen's back), or of another kind (closed, and the number reused
+ * unseen): no.  A link that cannot be read for another reason: yes.
+ */
+static bool still_open(const struct hs_proc *p, const struct hs_fdsnap *d)
+{
+	char path[64], link[256];
+	ssize_t n;
+	unsigned kind;
+	snprintf(path, sizeof path, "/proc/%d/fd/%d", (int)p->seg.hdr.pid, (int)d->fd);
+	if ((n = readlink(path, link, sizeof link - 1)) < 0)
+		return errno != ENOENT;
+	link[n] = '\0';
+	if (!strncmp(link, "socket:", 7))
+		kind = HS_FDK_SOCKET;
+	else if (!strncmp(link, "pipe:", 5))
+		kind = HS_FDK_PIPE;
+	else if (link[0] == '/')
+		kind = HS_FDK_FILE;
+	else
+		return true; /* anon_inode: eventfd, epoll ... not told apart here */
+	switch (d->f.kind) {
+	case HS_FDK_SOCKET:
+	case HS_FDK_PIPE:
+		return kind == d->f.kind;
+	case HS_FDK_FILE:
+	case HS_FDK_DIR:
+	case HS_FDK_MEMFD:
+		return kind == HS_FDK_FILE;
+	default:
+		return true; /* received, unknown: any */
+	}
+}
+
+/* In how many of the run's HS_FD_RUN_PHASES parts group g's fds were created. */
+static unsigned phases(const struct hs_proc *p, const struct hs_fd_group *g)
+{
+	uint64_t start = p->seg.hdr.start_mono_ns, end = p->info ? p->info->last_ns : 0, seen = 0;
+	unsigned n = 0;
+	for (uint32_t i = 0; i < g->nfds; i++)
+		if (g->fds[i]->f.ts_ns > end)
+			end = g->fds[i]->f.ts_ns;
+	if (end <= start)
+		return 1;
+	for (uint32_t i = 0; i < g->nfds; i++) {
+		uint64_t ts = g->fds[i]->f.ts_ns < start ? start : g->fds[i]->f.ts_ns;
+		unsigned k = (unsigned)((ts - start) * (unsigned __int128)HS_FD_RUN_PHASES / (end - start + 1));
+		seen |= 1ull << (k < HS_FD_RUN_PHASES ? k : HS_FD_RUN_PHASES - 1);
+	}
+	for (; seen; seen &= seen - 1)
+		n++;
+	return n;
+}
+
 /* p's fd-leak finding, if it has one: see the top comment. */
 static int add_fd_leak(struct hs_findings *out, struct hs_proc *p, bool at_hang)
 {
+	bool exited = p->pstate == HS_P_EXITED;
 	struct hs_fd_group *g = calloc(p->nfds + 1, sizeof *g);
 	uint32_t ng = 0, kept = 0, total = 0;
 	struct hs_fnd *f;
@@ -622,7 +688,7 @@ static int add_fd_leak(struct hs_findings *out, struct hs_proc *p, bool at_hang)
 	for (uint32_t i = 0; i < p->nfds; i++) {
 		const struct hs_fdsnap *d = &p->fds[i];
 		uint32_t k = 0;
-		if (!leak_candidate(d))
+		if (!leak_candidate(d) || (at_hang && hs_proc_alive(p) && !still_open(p, d)))
 			continue;
 		while (k < ng && g[k].stack != d->f.stack)
 			k++;
@@ -637,6 +703,12 @@ static int add_fd_leak(struct hs_findings *out, struct hs_proc *p, bool at_hang)
 	}
 	for (uint32_t k = 0; k < ng; k++) {
 		if (!at_hang && g[k].nfds < HS_FD_LEAK_MIN) {
+			free(g[k].fds);
+			continue;
+		}
+		if (!at_hang && exited && g[k].nfds < HS_FD_LEAK_MANY && phases(p, &g[k]) < HS_FD_LEAK_PHASES) {
+			if (p->info)
+				p->info->fds_open_at_exit += g[k].nfds; /* a working set made once */
 			free(g[k].fds);
 			continue;
 		}

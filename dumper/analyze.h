@@ -43,8 +43,15 @@ struct hs_fd_group {
 	uint32_t nfds;
 };
 
-/* fd-leak at the end of a process: a site with this many fds still open. */
+/* fd-leak at the end of a process: a site with this many fds still open
+ * (README "File descriptors": the rule).  At a normal end (exit), the site
+ * must also have grown: its still-open fds created in HS_FD_LEAK_PHASES or
+ * more of the run's HS_FD_RUN_PHASES equal parts, or HS_FD_LEAK_MANY or
+ * more of them at all; the rest are "open at exit". */
 #define HS_FD_LEAK_MIN 3
+#define HS_FD_RUN_PHASES 8
+#define HS_FD_LEAK_PHASES 3
+#define HS_FD_LEAK_MANY 64
 
 struct hs_fnd {
 	enum hs_fkind kind;

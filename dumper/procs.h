@@ -69,6 +69,8 @@ struct hs_pinfo {
 	uint32_t fds_open, fds_peak;
 	bool fds_now_asked, fds_now_known; /* hs_proc_fds_now: asked once; the count could be read */
 	uint32_t fds_now;
+	uint32_t fds_open_at_exit;   /* fds it created, open at a normal end, of sites that left
+					HS_FD_LEAK_MIN or more but did not grow: a working set (analyze.c) */
 	/* a terminating signal the process recorded itself (HS_STATE_SIGNALED) */
 	bool term;
 	int32_t term_signal, term_code, term_pid;

@@ -298,6 +298,7 @@ const char *hs_fd_call_name(unsigned call)
 		[HS_FDC_CLOSEDIR] = "closedir",
 		[HS_FDC_CLOSE_OWNED] = "heisen_fd_close_owned",
 		[HS_FDC_SET_OWNER] = "heisen_fd_set_owner",
+		[HS_FDC_GONE] = "gone",
 	};
 	return call < HS_FDC_COUNT && names[call] ? names[call] : "unknown";
 }
@@ -321,6 +322,9 @@ const char *hs_fd_rule_name(unsigned rule)
 	case HS_FD_RULE_DIR: return "dir";
 	case HS_FD_RULE_OWNER: return "owner";
 	case HS_FD_RULE_CONFIRMED: return "confirmed";
+	case HS_FD_RULE_FILENO: return "fileno";
+	case HS_FD_RULE_DIRFD: return "dirfd";
+	case HS_FD_RULE_SAME_SITES: return "same-sites";
 	default: return "unknown";
 	}
 }
@@ -369,6 +373,17 @@ void hs_fd_message(const struct hs_fnd *f, char *msg, size_t len)
 			break;
 		case HS_FD_RULE_OWNER:
 			hs_appendf(msg, len, &used, "; the owner declared with heisen_fd_set_owner did not close it");
+			break;
+		case HS_FD_RULE_FILENO:
+		case HS_FD_RULE_DIRFD:
+			hs_appendf(msg, len, &used, "; a plain close() of the number a %s owns: the %s's own close will "
+				   "close whatever the number is then", r->offset == HS_FD_RULE_FILENO ? "FILE" : "DIR",
+				   r->offset == HS_FD_RULE_FILENO ? "FILE" : "DIR");
+			break;
+		case HS_FD_RULE_SAME_SITES:
+			hs_appendf(msg, len, &used, "; an object created and closed at the same call sites as the owner's "
+				   "had the number from generation %llu, closed behind its back, and closed it again; the "
+				   "rightful owner's own close then failed with EBADF", (unsigned long long)r->size - 1);
 			break;
 		case HS_FD_RULE_CONFIRMED:
 			hs_appendf(msg, len, &used, "; thread %d had the number from generation %llu, and the rightful "

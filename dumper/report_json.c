@@ -576,6 +576,8 @@ static void fds(struct hs_json *j, struct hs_proc *p)
 	hs_json_uint(j, "beyond", h->fd_beyond);
 	hs_json_uint(j, "max", h->fd_max);
 	hs_json_uint(j, "torn", h->fd_torn);
+	hs_json_uint(j, "double_closes_harmless", h->fd_double_closes_harmless);
+	hs_json_uint(j, "open_at_exit", p->info ? p->info->fds_open_at_exit : 0);
 	hs_json_uint(j, "history_dropped", hs_seg_dropped(&p->seg, HS_T_FD_HISTORY));
 	hs_json_str(j, "stacks", h->fd_stacks == HS_HEAP_STACKS_FULL ? "full" : "site");
 	hs_json_array(j, "open");

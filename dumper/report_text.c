@@ -308,7 +308,11 @@ static void fd_leak(FILE *out, struct hs_fnd *f)
 	char msg[1024], w[64];
 	hs_fd_message(f, msg, sizeof msg);
 	fprintf(out, "%s\n", msg);
-	if (!f->at_hang)
+	if (!f->at_hang && f->proc->pstate == HS_P_EXITED)
+		fprintf(out, "(at an exit, only sites that left %d or more open and grew with the run are shown: created "
+			     "across %d or more of its %d parts, or %d or more fds; a working set made once is open at "
+			     "exit, not a leak)\n", HS_FD_LEAK_MIN, HS_FD_LEAK_PHASES, HS_FD_RUN_PHASES, HS_FD_LEAK_MANY);
+	else if (!f->at_hang)
 		fprintf(out, "(at the end, only sites that left %d or more open are shown: one listening socket or log file "
 			     "open at exit is not a leak)\n", HS_FD_LEAK_MIN);
 	for (uint32_t i = 0; i < f->ngroups; i++) {
@@ -890,6 +894,20 @@ static void frame_brief(char *buf, size_t len, struct hs_proc *p, uint32_t stack
 			   py->file ? py->file : "?", py->line);
 }
 
+/* The fd notes of p's context (README "File descriptors"): what is not a
+ * finding but worth a line.  indent before each line. */
+static void fd_notes(FILE *out, const struct hs_proc *p, const char *indent)
+{
+	uint64_t n = p->seg.hdr.fd_double_closes_harmless;
+	if (n)
+		fprintf(out, "%snote: %" PRIu64 " harmless double close%s (one thread in the process, the same owner "
+			"closing again, the number not reused in between): not a finding\n", indent, n, n == 1 ? "" : "s");
+	if (p->pstate == HS_P_EXITED && p->info && p->info->fds_open_at_exit)
+		fprintf(out, "%sopen at exit: %u fd%s created at sites that made them once (a working set, not a leak: "
+			"they did not grow with the run)\n",
+			indent, p->info->fds_open_at_exit, p->info->fds_open_at_exit == 1 ? "" : "s");
+}
+
 /* "  fds: ..." and one line per open fd (issue 5), when fds were tracked. */
 static void fd_table(FILE *out, struct hs_proc *p)
 {
@@ -905,6 +923,7 @@ static void fd_table(FILE *out, struct hs_proc *p)
 		}
 	fprintf(out, "  fds: %u open (%u inherited), %" PRIu64 " created, %" PRIu64 " closed; stacks: %s\n", open, inh,
 		h->fd_created, h->fd_closed, h->fd_stacks == HS_HEAP_STACKS_FULL ? "full" : "site");
+	fd_notes(out, p, "  ");
 	for (uint32_t i = 0; i < p->nfds; i++) {
 		const struct hs_fdsnap *d = &p->fds[i];
 		if (d->f.state != HS_FDS_OPEN)
@@ -1089,5 +1108,6 @@ void hs_report_text(FILE *out, struct hs_session *s, const struct hs_findings *f
 				p->seg.hdr.ppid);
 			state_line(out, p);
 			fprintf(out, "\n");
+			fd_notes(out, p, "    ");
 		}
 }

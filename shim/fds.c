@@ -58,6 +58,8 @@
 #include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/syscall.h>
+#include <sys/uio.h>
+#include <time.h>
 #include <sys/un.h>
 #include <unistd.h>
 
@@ -157,7 +159,11 @@ static void event_copy(struct hs_fd_event *d, const struct hs_fd_event *e)
 	d->kind = e->kind;
 	d->err = e->err;
 	d->flags = e->flags;
-	memcpy(d->path, e->path, sizeof d->path);
+	/* only a creation has a path: the others' is empty (event_init) */
+	if (e->op == HS_FDE_CREATE)
+		memcpy(d->path, e->path, sizeof d->path);
+	else
+		d->path[0] = '\0';
 }
 
 /*
@@ -357,6 +363,21 @@ static void at_path(char *dst, int dirfd, const char *path)
 
 /* ---- recording ----------------------------------------------------------------- */
 
+/*
+ * The clock of fd records on the hooks' path: CLOCK_MONOTONIC_COARSE, the
+ * same clock as hs_now() read at the last tick (1-4 ms resolution) for a
+ * few ns, where CLOCK_MONOTONIC costs 20-80 (more on a virtual machine
+ * without a stable TSC): two reads were a third of a pair's cost
+ * (bench/README.md "File descriptors").  An fd's history needs the order
+ * of its events, which the ring's positions give, not their nanoseconds.
+ */
+static inline uint64_t fd_clock(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_MONOTONIC_COARSE, &ts);
+	return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
 static inline uint32_t fd_stack(uint64_t site)
 {
 	return full_stacks ? hs_stack_here() : hs_stack_site_python(site);
@@ -366,6 +387,28 @@ static inline void count(uint64_t *c)
 {
 	/* relaxed: counters, ordered with nothing else */
 	__atomic_add_fetch(c, 1, __ATOMIC_RELAXED);
+}
+
+/* An event of this thread about fd's generation gen. */
+static void event_init(struct hs_fd_event *e, struct hs_tls *t, int fd, uint32_t gen, unsigned op, unsigned call,
+		       uint32_t stack, uint64_t now)
+{
+	/* every field but the path's tail: a memset of the whole event was a
+	 * sixth of a close's cost */
+	e->seq = 0;
+	e->prev = 0;
+	e->owner = 0;
+	e->kind = 0;
+	e->err = 0;
+	e->flags = 0;
+	e->path[0] = '\0';
+	e->ts_ns = now;
+	e->fd = fd;
+	e->gen = gen;
+	e->tid = t ? t->tid : 0;
+	e->stack = stack;
+	e->op = (uint8_t)op;
+	e->call = (uint8_t)call;
 }
 
 /* A new generation of fd: what created it.  path may be NULL. */
@@ -415,15 +458,8 @@ static void created(struct hs_tls *t, int fd, const struct birth *b, uint32_t st
 		else
 			s->path[0] = '\0';
 		s->path[HS_FD_PATH_MAX - 1] = '\0';
-		memset(&e, 0, sizeof e);
-		e.ts_ns = now;
+		event_init(&e, t, fd, gen, HS_FDE_CREATE, b->call, stack, now);
 		e.owner = b->owner;
-		e.fd = fd;
-		e.gen = gen;
-		e.tid = t->tid;
-		e.stack = stack;
-		e.op = HS_FDE_CREATE;
-		e.call = b->call;
 		e.kind = b->kind;
 		e.flags = b->flags;
 		memcpy(e.path, s->path, sizeof e.path);
@@ -444,19 +480,6 @@ struct pre {
 	uint32_t stack;        /* its creation stack */
 };
 
-/* An event of this thread about fd's generation gen. */
-static void event_init(struct hs_fd_event *e, struct hs_tls *t, int fd, uint32_t gen, unsigned op, unsigned call,
-		       uint32_t stack, uint64_t now)
-{
-	memset(e, 0, sizeof *e);
-	e->ts_ns = now;
-	e->fd = fd;
-	e->gen = gen;
-	e->tid = t ? t->tid : 0;
-	e->stack = stack;
-	e->op = (uint8_t)op;
-	e->call = (uint8_t)call;
-}
 
 /*
  * Before fd is closed (or after dup2 replaced it): mark its open generation
@@ -652,6 +675,61 @@ static unsigned story(const struct hs_fd_event *ev, unsigned n, uint32_t from_ge
 	return m;
 }
 
+/* The innermost frame of stack id (its call site), 0 when unknown. */
+static uint64_t stack_top(uint32_t id)
+{
+	const struct hs_stack *st;
+	if (id == 0 || id >= hs_seg.hdr->tables[HS_T_STACKS].capacity)
+		return 0;
+	st = &hs_seg.stacks[id];
+	if (!__atomic_load_n(&st->ready, __ATOMIC_ACQUIRE) || st->depth == 0)
+		return 0;
+	return st->pc[0];
+}
+
+/*
+ * The stale close in one thread, where the thread cannot tell owners
+ * apart (README "File descriptors": the rule): objects of one kind are
+ * created at one call site and closed at one call site (CPython's FileIO:
+ * _io_FileIO___init__'s open, internal_close's close).  Generation g - 1
+ * was created at the site that created g (cp, cg) and closed elsewhere —
+ * behind its object's back (xp: os.close(f.fileno())) —, g was closed at
+ * the very site whose close by g's owner now fails (xg, this close): the
+ * object of g - 1 closed again, and closed g.
+ */
+static int same_sites(const struct hs_fd_event *cp, const struct hs_fd_event *xp, const struct hs_fd_event *cg,
+		      const struct hs_fd_event *xg, uint32_t stack)
+{
+	uint64_t born = stack_top(cg->stack), closes = stack_top(stack);
+	return born && closes && stack_top(cp->stack) == born && stack_top(xg->stack) == closes &&
+	       stack_top(xp->stack) != closes && stack_top(xp->stack) != 0;
+}
+
+/*
+ * Is this process one thread now?  The kernel's count (/proc/self/stat,
+ * field 20), read with raw system calls: only on a failed close.  0 when
+ * it cannot be read.
+ */
+static int single_threaded(void)
+{
+	char buf[1024];
+	long n;
+	int fd = (int)syscall(SYS_openat, AT_FDCWD, "/proc/self/stat", O_RDONLY | O_CLOEXEC), field = 2;
+	const char *c;
+	if (fd < 0)
+		return 0;
+	n = syscall(SYS_read, fd, buf, sizeof buf - 1);
+	syscall(SYS_close, fd);
+	if (n <= 0)
+		return 0;
+	buf[n] = '\0';
+	if (!(c = strrchr(buf, ')')))
+		return 0;
+	for (; *c && field < 20; c++)
+		field += *c == ' ';
+	return field == 20 && c[0] == '1' && c[1] == ' ';
+}
+
 /*
  * A close of fd failed with EBADF after heisen saw generation gen closed:
  * a double close, or — when the failing thread created gen and the close
@@ -713,6 +791,15 @@ static void close_failed(struct hs_tls *t, int fd, uint32_t gen, unsigned call, 
 		finding_init(&f, HS_FIND_STALE_CLOSE, HS_FD_RULE_CONFIRMED, fd, gen, err);
 		roles(&f, xg->tid, xg->stack, cp, cg);
 		m = story(ev, n, gen - 1, hist);
+	} else if (cg && xg && cp && xp && cg->tid == t->tid && xg->tid == t->tid && same_sites(cp, xp, cg, xg, stack) &&
+		   !(cg->flags & (HS_FDF_INHERITED | HS_FDF_UNSEEN))) {
+		finding_init(&f, HS_FIND_STALE_CLOSE, HS_FD_RULE_SAME_SITES, fd, gen, err);
+		roles(&f, xg->tid, xg->stack, cp, cg);
+		m = story(ev, n, gen - 1, hist);
+	} else if (xg && xg->tid == t->tid && single_threaded()) {
+		/* harmless: nothing could have reused the number in between (README) */
+		__atomic_add_fetch(&hs_seg.hdr->fd_double_closes_harmless, 1, __ATOMIC_RELAXED);
+		return;
 	} else {
 		finding_init(&f, HS_FIND_DOUBLE_CLOSE, HS_FD_RULE_EBADF, fd, gen, err);
 		roles(&f, t->tid, stack, xg, cg);
@@ -791,10 +878,14 @@ static void after_close(struct hs_tls *t, int fd, unsigned call, uint32_t stack,
 
 /*
  * A close that the program declared an owner for (fdsan's idea): a raw
- * close() of a number tagged with heisen_fd_set_owner.  With the guard held,
- * after closing() recorded the close.
+ * close() of a number tagged with heisen_fd_set_owner (rule owner), or of
+ * a number a FILE or a DIR owns — close(fileno(f)), close(dirfd(d)) —
+ * seen here, at the close behind the object's back, not only at its later
+ * fclose/closedir (rule fileno, dirfd; bionic fdsan's fopen and closedir
+ * tests).  libc's own fclose and closedir close without the PLT: never
+ * seen here.  With the guard held, after closing() recorded the close.
  */
-static void owned_by_tag_closed(struct hs_tls *t, int fd, const struct pre *p, uint32_t stack)
+static void owned_by_tag_closed(struct hs_tls *t, int fd, const struct pre *p, uint32_t stack, unsigned rule)
 {
 	struct hs_fd_event ev[CHAIN_MAX], hist[CHAIN_MAX];
 	struct hs_fd *s = slot_of(fd);
@@ -807,7 +898,7 @@ static void owned_by_tag_closed(struct hs_tls *t, int fd, const struct pre *p, u
 	n = chain(fd, s->last_event, ev, CHAIN_MAX);
 	release(s, q);
 	own = find_ev(ev, n, p->gen, HS_FDE_OWNER);
-	finding_init(&f, HS_FIND_STALE_CLOSE, HS_FD_RULE_OWNER, fd, p->gen, 0);
+	finding_init(&f, HS_FIND_STALE_CLOSE, rule, fd, p->gen, 0);
 	roles(&f, t->tid, stack, own, NULL);
 	f.tid3 = p->tid;
 	f.stack3 = p->stack;
@@ -870,7 +961,7 @@ static void note_created(int fd, struct birth *b, int dirfd, const char *path, u
 			at_path(text, dirfd, path);
 			b->path = text;
 		}
-		created(t, fd, b, fd_stack(site), hs_now());
+		created(t, fd, b, fd_stack(site), fd_clock());
 		hs_leave(t);
 	}
 	errno = e;
@@ -1090,47 +1181,80 @@ HS_EXPORT int pipe(int fds[2])
 }
 
 /*
- * libunwind opens a pipe of its own (it validates memory by writing to it)
- * when the shim first unwinds, inside a hook: it would take the program's
- * lowest free numbers (3 and 4 in most processes), where a program that
- * opens a file and expects 3 would find them.  Move such a pipe up, near
- * the top of the first 4096 numbers (below the soft RLIMIT_NOFILE), with
- * raw system calls.  It stays visible to a program that lists every fd it
- * has (README "File descriptors": what heisen itself holds).
+ * libunwind's memory validation (libunwind 1.6, src/x86_64/Ginit.c:
+ * tdep_init_mem_validate, write_validate) checks that an address is
+ * readable by write(2)-ing one byte from it into a pipe of its own: the
+ * kernel fails the write with EFAULT instead of faulting.  mincore, which
+ * it tries first, is followed by the same write (mincore says mapped, not
+ * readable), and there is no setting to do without it.  The pipe is opened
+ * at libunwind's first unwind, inside a hook, and kept: two descriptors in
+ * the program that the program did not open (test_subprocess counts them
+ * in a child; a high open-files limit numbers them beyond the fd table).
+ *
+ * So heisen gives libunwind no pipe at all: its pipe2 gets two numbers no
+ * descriptor can have (VALIDATE_FD, negative), its read of them fails with
+ * EBADF and its close of them is a no-op (it reopens, and gets the same
+ * numbers again), and its syscall(SYS_write, VALIDATE_FD, addr, 1) comes
+ * here (the syscall hook below), where the same question — can addr be
+ * read? — is asked of process_vm_readv on this process, which fails with
+ * EFAULT instead of faulting and needs no descriptor.  Where seccomp
+ * refuses process_vm_readv (ENOSYS, EPERM), the answer is mincore's or
+ * msync's, which libunwind asked just before.  heisen holds no
+ * descriptor of the program's between its own calls.
  */
+#define VALIDATE_FD (-0x4853)
+
 static int from_libunwind(uint64_t site)
 {
 	Dl_info info;
 	return dladdr((void *)(uintptr_t)site, &info) && info.dli_fname && strstr(info.dli_fname, "libunwind");
 }
 
-static void move_up(int *fd)
+/* Can one byte at addr be read?  1 (as write(2) would return) or -1 with errno EFAULT. */
+static long validate_byte(uint64_t addr)
 {
-	struct rlimit rl;
-	long top, nfd;
-	if (syscall(SYS_prlimit64, 0, RLIMIT_NOFILE, NULL, &rl) != 0)
-		return;
-	top = rl.rlim_cur < 4096 ? (long)rl.rlim_cur : 4096;
-	if (top < 256)
-		return;
-	nfd = syscall(SYS_fcntl, *fd, F_DUPFD_CLOEXEC, top - 64);
-	if (nfd < 0)
-		return;
-	syscall(SYS_close, *fd);
-	*fd = (int)nfd;
+	char byte;
+	struct iovec local = {&byte, 1}, remote = {(void *)(uintptr_t)addr, 1};
+	long rc = syscall(SYS_process_vm_readv, (long)syscall(SYS_getpid), &local, 1L, &remote, 1L, 0L);
+	if (rc == 1)
+		return 1;
+	if (rc < 0 && (errno == ENOSYS || errno == EPERM))
+		return 1; /* refused: mincore's or msync's word, asked just before, stands */
+	errno = EFAULT;
+	return -1;
+}
+
+/*
+ * syscall(2) is passed through untouched (six arguments, as glibc's own
+ * wrapper reads them), except libunwind's validation write to VALIDATE_FD
+ * from inside a hook: see above.
+ */
+HS_EXPORT long syscall(long nr, ...)
+{
+	va_list ap;
+	long a1, a2, a3, a4, a5, a6;
+	va_start(ap, nr);
+	a1 = va_arg(ap, long);
+	a2 = va_arg(ap, long);
+	a3 = va_arg(ap, long);
+	a4 = va_arg(ap, long);
+	a5 = va_arg(ap, long);
+	a6 = va_arg(ap, long);
+	va_end(ap);
+	if (HS_UNLIKELY(nr == SYS_write && (int)a1 == VALIDATE_FD))
+		return validate_byte((uint64_t)a2);
+	return HS_REAL(syscall)(nr, a1, a2, a3, a4, a5, a6);
 }
 
 HS_EXPORT int pipe2(int fds[2], int flags)
 {
 	uint64_t site = RET_ADDR();
-	int rc = HS_REAL(pipe2)(fds, flags);
-	if (rc == 0 && hs_tls.in_hook && (flags & O_CLOEXEC) && from_libunwind(site)) {
-		int e = errno;
-		move_up(&fds[0]);
-		move_up(&fds[1]);
-		errno = e;
-		return rc;
+	int rc;
+	if (hs_tls.in_hook && (flags & O_CLOEXEC) && from_libunwind(site)) {
+		fds[0] = fds[1] = VALIDATE_FD;
+		return 0;
 	}
+	rc = HS_REAL(pipe2)(fds, flags);
 	if (rc == 0) {
 		made(fds[0], HS_FDK_PIPE, HS_FDC_PIPE, flags & O_CLOEXEC, "pipe read end", site);
 		made(fds[1], HS_FDK_PIPE, HS_FDC_PIPE, flags & O_CLOEXEC, "pipe write end", site);
@@ -1152,7 +1276,7 @@ static void duplicated(int old, int fd, int cloexec, unsigned call, int replaces
 		char text[HS_FD_PATH_MAX];
 		struct birth b = {.call = (uint8_t)call, .flags = cloexec ? HS_FDF_CLOEXEC : 0, .path = text};
 		uint32_t stack = fd_stack(site);
-		uint64_t now = hs_now();
+		uint64_t now = fd_clock();
 		size_t n;
 		struct pre p;
 		if (replaces)
@@ -1355,7 +1479,7 @@ static int take_over(struct hs_tls *t, int fd, uint64_t owner, uint32_t owner_fl
 	if (!s)
 		return -1;
 	stack = fd_stack(site);
-	now = hs_now();
+	now = fd_clock();
 	if (!claim(s, &q))
 		return -1;
 	if (s->state != HS_FDS_OPEN) {
@@ -1397,7 +1521,7 @@ static void after_fopen(FILE *fp, const char *path, const char *mode, unsigned c
 				  .flags = HS_FDF_OWNER_FILE | (mode && strchr(mode, 'e') ? HS_FDF_CLOEXEC : 0),
 				  .path = text};
 		put_text(text, path ? path : "(reopened)");
-		created(t, fd, &b, fd_stack(site), hs_now());
+		created(t, fd, &b, fd_stack(site), fd_clock());
 	}
 	hs_leave(t);
 	errno = e;
@@ -1448,7 +1572,7 @@ static int before_object_close(int fd, uint64_t owner, uint32_t owner_flag, unsi
 	if (fd < 0 || !(t = hs_enter()))
 		return -1;
 	*stack = fd_stack(site);
-	*now = hs_now();
+	*now = fd_clock();
 	object_closing(t, fd, owner, owner_flag, rule, call, *stack, *now, p);
 	hs_leave(t);
 	return fd;
@@ -1579,10 +1703,13 @@ static int close_number(int fd, unsigned call, uint64_t site)
 	if (fds_on() && (t = hs_enter()) != NULL) {
 		e = errno;
 		stack = fd_stack(site);
-		now = hs_now();
+		now = fd_clock();
 		closing(t, fd, call, stack, now, &p);
-		if (call == HS_FDC_CLOSE && p.state == HS_FDS_OPEN && (p.flags & HS_FDF_OWNER_TAG))
-			owned_by_tag_closed(t, fd, &p, stack);
+		if (call == HS_FDC_CLOSE && p.state == HS_FDS_OPEN && (p.flags & HS_FDF_OWNERS))
+			owned_by_tag_closed(t, fd, &p, stack,
+					    (p.flags & HS_FDF_OWNER_TAG)    ? HS_FD_RULE_OWNER
+					    : (p.flags & HS_FDF_OWNER_FILE) ? HS_FD_RULE_FILENO
+									    : HS_FD_RULE_DIRFD);
 		hs_leave(t);
 		errno = e;
 	}
@@ -1606,10 +1733,19 @@ static int close_number(int fd, unsigned call, uint64_t site)
 
 HS_EXPORT int close(int fd)
 {
+	if (HS_UNLIKELY(fd == VALIDATE_FD))
+		return 0; /* libunwind closing the pipe it never had (see VALIDATE_FD) */
 	return close_number(fd, HS_FDC_CLOSE, RET_ADDR());
 }
 
-/* Every open generation of [first, last] is closed by this call (recorded before it). */
+/*
+ * Every open generation of [first, last] is closed by this call (recorded
+ * before it).  A number of the range whose generation heisen saw closed
+ * (and not reused since) is closed again: a double close, as valgrind
+ * reports for close_range — the kernel says nothing (close_range skips
+ * closed numbers), so close_failed gets errno 0.  Numbers never seen
+ * (a close-everything sweep after fork) are not.
+ */
 static void closing_range(unsigned first, unsigned last, uint64_t site)
 {
 	struct hs_tls *t = hs_enter();
@@ -1620,12 +1756,16 @@ static void closing_range(unsigned first, unsigned last, uint64_t site)
 		return;
 	cap = hs_seg.hdr->tables[HS_T_FDS].capacity;
 	stack = fd_stack(site);
-	now = hs_now();
+	now = fd_clock();
 	for (uint64_t fd = first; fd <= last && fd < cap; fd++) {
 		struct hs_fd *s = slot_of((int)fd);
 		/* relaxed look first: most numbers of a range are not open */
-		if (__atomic_load_n(&s->state, __ATOMIC_RELAXED) == HS_FDS_OPEN)
+		uint8_t state = __atomic_load_n(&s->state, __ATOMIC_RELAXED);
+		if (state == HS_FDS_OPEN)
 			closing(t, (int)fd, HS_FDC_CLOSE_RANGE, stack, now, &p);
+		else if (state == HS_FDS_CLOSED)
+			close_failed(t, (int)fd, __atomic_load_n(&s->gen, __ATOMIC_RELAXED), HS_FDC_CLOSE_RANGE, stack, now,
+				     0, 0, 0);
 	}
 	hs_leave(t);
 }
@@ -1663,6 +1803,23 @@ HS_EXPORT void closefrom(int low)
 
 /* ---- the annotation API (heisen/heisen.h) ---------------------------------------- */
 
+/* Owner 0 is "unowned" (fdsan's tag 0): fd's open generation loses its tag. */
+static int untag(int fd)
+{
+	struct hs_fd *s = slot_of(fd);
+	uint32_t q;
+	if (!s)
+		return -1;
+	if (!claim(s, &q))
+		return -1;
+	if (s->state == HS_FDS_OPEN && (s->flags & HS_FDF_OWNER_TAG)) {
+		s->flags &= ~HS_FDF_OWNER_TAG;
+		s->owner = 0;
+	}
+	release(s, q);
+	return 0;
+}
+
 HS_EXPORT int heisen_fd_set_owner(int fd, uint64_t owner)
 {
 	uint64_t site = RET_ADDR();
@@ -1673,6 +1830,8 @@ HS_EXPORT int heisen_fd_set_owner(int fd, uint64_t owner)
 	/* the kernel's word on whether fd is open, without the fcntl hook */
 	if (syscall(SYS_fcntl, fd, F_GETFD) < 0)
 		e = EBADF;
+	else if (owner == 0)
+		rc = untag(fd);
 	else if (take_over(t, fd, owner, HS_FDF_OWNER_TAG, HS_FDC_SET_OWNER, site) == 0)
 		rc = 0;
 	hs_leave(t);
@@ -1704,7 +1863,9 @@ HS_EXPORT int heisen_fd_close_owned(int fd, uint64_t owner)
 	}
 	state = s->state;
 	gen = s->gen;
-	if (state == HS_FDS_OPEN && (s->flags & HS_FDF_OWNER_TAG) && s->owner == owner) {
+	if (state == HS_FDS_OPEN && (((s->flags & HS_FDF_OWNER_TAG) && s->owner == owner) ||
+				     (owner == 0 && !(s->flags & HS_FDF_OWNER_TAG)))) {
+		/* its owner's close, or an unowned number closed as unowned (tag 0, fdsan) */
 		release(s, q);
 		hs_leave(t);
 		return close_number(fd, HS_FDC_CLOSE_OWNED, site);
@@ -1826,6 +1987,55 @@ static void scan_inherited(void)
 	syscall(SYS_close, dfd);
 }
 
+/*
+ * At exit (on_exit, before init.c's record of the end): ask the kernel
+ * about every number the table says is open (fcntl F_GETFD, a raw system
+ * call).  One it says is closed (EBADF) was closed where heisen does not
+ * look — libuv closes with syscall(SYS_close), Go and io_uring with raw
+ * system calls — and is marked closed (close_call HS_FDC_GONE, no stack),
+ * so that heisen-dump never calls it leaked.  One that is open again
+ * under another generation heisen did not see cannot be told from ours
+ * here: it stays ours.  Not after _exit (init.c's hook; README).
+ */
+static void verify_open_at_exit(int status, void *arg)
+{
+	struct hs_tls *t = &hs_tls;
+	uint32_t cap;
+	uint64_t now;
+	(void)status;
+	(void)arg;
+	if (__atomic_load_n(&fd_mode, __ATOMIC_ACQUIRE) != FD_ON || !hs_seg.hdr ||
+	    hs_seg.hdr->pid != (int32_t)syscall(SYS_getpid) || t->in_hook)
+		return;
+	t->in_hook = 1;
+	cap = hs_seg.hdr->tables[HS_T_FDS].capacity;
+	now = hs_now();
+	for (uint32_t fd = 0; fd < cap; fd++) {
+		struct hs_fd *s = slot_of((int)fd);
+		struct hs_fd_event e;
+		uint32_t q;
+		if (__atomic_load_n(&s->state, __ATOMIC_RELAXED) != HS_FDS_OPEN)
+			continue;
+		if (syscall(SYS_fcntl, (int)fd, F_GETFD) >= 0 || errno != EBADF || !claim(s, &q))
+			continue;
+		if (s->state == HS_FDS_OPEN) {
+			s->state = HS_FDS_CLOSED;
+			s->close_call = HS_FDC_GONE;
+			s->close_tid = 0;
+			s->close_stack = 0;
+			s->close_ns = now;
+			event_init(&e, NULL, (int)fd, s->gen, HS_FDE_CLOSE, HS_FDC_GONE, 0, now);
+			e.kind = s->kind;
+			e.flags = s->flags;
+			e.owner = s->owner;
+			event_add(s, &e);
+			count(&hs_seg.hdr->fd_closed);
+		}
+		release(s, q);
+	}
+	t->in_hook = 0;
+}
+
 static void mark_header(void)
 {
 	struct hs_header *h = hs_seg.hdr;
@@ -1868,6 +2078,8 @@ HS_HIDDEN void hs_fds_init(void)
 	mark_header();
 	scan_inherited();
 	pthread_atfork(NULL, NULL, fds_after_fork_child);
+	/* after init.c's on_exit: runs before it (handlers run in reverse) */
+	on_exit(verify_open_at_exit, NULL);
 	/* release: the settings above are visible to every hook that sees FD_ON */
 	__atomic_store_n(&fd_mode, FD_ON, __ATOMIC_RELEASE);
 	t->in_hook = was;

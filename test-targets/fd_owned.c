@@ -12,6 +12,10 @@
  *            journal opens a file and gets the number (and owns it), then
  *            the cache's checked close comes: refused (-1, EBADF), the
  *            journal's file stays open.  Two stale-close findings.
+ *   unowned  owner 0 means "unowned", as in fdsan: the cache gives its fd
+ *            up (set_owner(fd, 0)) and a plain close() closes it; an fd
+ *            nobody tagged is closed with close_owned(fd, 0).  No finding,
+ *            both closed.
  *
  * Prints "pid", "annotated 0|1", "fd N", "close_owned_rc R", "errno E",
  * "journal_open 0|1".
@@ -76,6 +80,13 @@ int main(int argc, char **argv)
 		printf("close_owned_rc %d\nerrno %d\n", rc, rc ? errno : 0);
 		printf("journal_open %d\n", fcntl(journal.fd, F_GETFD) >= 0);
 		owned_close(journal.fd, &journal);
+	} else if (strcmp(mode, "unowned") == 0) {
+		int other = open("/proc/self/stat", O_RDONLY | O_CLOEXEC);
+		if (heisen_fd_set_owner)
+			heisen_fd_set_owner(cache.fd, 0); /* handed over: unowned */
+		printf("plain_close_rc %d\n", close(cache.fd));
+		rc = heisen_fd_close_owned ? heisen_fd_close_owned(other, 0) : close(other);
+		printf("close_owned_rc %d\nother_open %d\n", rc, fcntl(other, F_GETFD) >= 0);
 	} else {
 		rc = cache_close();
 		printf("close_owned_rc %d\n", rc);

@@ -11,7 +11,10 @@
  *           close then fail with EBADF.  heisen: stale-close naming the
  *           destructor (stale closer) and the writer (rightful owner).
  *   double  nobody takes the number: the destructor's close fails with
- *           EBADF.  heisen: double-close (reopen's close, the destructor's).
+ *           EBADF.  The process has other threads (a TensorFlow process
+ *           always has: here one idle thread), so the number could have
+ *           been reused in between.  heisen: double-close (reopen's close,
+ *           the destructor's).
  *   file    the same as stale with a FILE *: the reopen path closes
  *           fileno(fp) behind the FILE's back, the destructor fcloses it.
  *           heisen: stale-close proven at the fclose (rule "file").
@@ -35,6 +38,14 @@ static char ckpt[300];
 static sem_t writer_opened, writer_go;
 static int writer_fd = -1;
 static int use_file;
+static sem_t idle_done;
+
+/* The other threads of a real process: one that waits for the end. */
+static void *idle(void *arg)
+{
+	sem_wait(&idle_done);
+	return arg;
+}
 
 __attribute__((noinline)) static void handle_open(struct handle *h, const char *path)
 {
@@ -122,8 +133,11 @@ int main(int argc, char **argv)
 	sem_init(&writer_go, 0, 0);
 	printf("pid %d\n", (int)getpid());
 	tt_say_tid("tid_main");
+	sem_init(&idle_done, 0, 0);
 	if (stale)
 		TT_CHECK(pthread_create(&t, NULL, writer, NULL));
+	else
+		TT_CHECK(pthread_create(&t, NULL, idle, NULL));
 
 	handle_open(&h, path);
 	printf("fd %d\n", h.fd);
@@ -148,6 +162,10 @@ int main(int argc, char **argv)
 		printf("destroy_close %s\n", errno == EBADF ? "EBADF" : "ok");
 	if (stale) {
 		sem_post(&writer_go);
+		TT_CHECK(pthread_join(t, NULL));
+	}
+	if (!stale) {
+		sem_post(&idle_done);
 		TT_CHECK(pthread_join(t, NULL));
 	}
 	unlink(ckpt);

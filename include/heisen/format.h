@@ -252,7 +252,9 @@ struct hs_header {
 	uint32_t fd_stacks;        /* HS_HEAP_STACKS_* values: site (default) or full, for fd creation and close stacks */
 	uint64_t heap_quarantine_bytes; /* the heap's quarantine budget (HEISEN_QUARANTINE_MB, or the default
 				      capped at 1/32 of the cgroup memory limit); 0 when the heap is off */
-	uint64_t reserved[9];      /* zero; room for later fields without an ABI bump */
+	uint64_t reserved[8];      /* zero; room for later fields without an ABI bump */
+	uint64_t fd_double_closes_harmless; /* [atomic] double closes by the closing thread of a process of one
+				      thread, the number not reused in between: a note, not a finding (README) */
 
 	/* processes and environment (issue 6) */
 	struct hs_env env;         /* at start (HS_HDR_ENV) */
@@ -687,6 +689,11 @@ enum hs_fd_rule {
 	HS_FD_RULE_DIR = 3,        /* stale-close: closedir of a DIR whose generation is not the number's current one */
 	HS_FD_RULE_OWNER = 4,      /* stale-close: a close that does not match heisen_fd_set_owner()'s owner */
 	HS_FD_RULE_CONFIRMED = 5,  /* stale-close: the rightful owner's own close then failed with EBADF (README: the rule) */
+	HS_FD_RULE_FILENO = 6,     /* stale-close: a plain close() of a number a FILE owns (close(fileno(f)), bionic fdsan) */
+	HS_FD_RULE_DIRFD = 7,      /* stale-close: a plain close() of a number a DIR owns (close(dirfd(d))) */
+	HS_FD_RULE_SAME_SITES = 8, /* stale-close in one thread: the owner's close failed with EBADF; generation g
+				      was ended by a close at the owner's close site, g - 1 created at the owner's
+				      creation site and closed elsewhere (README: the rule) */
 };
 #define HS_FD_FINDING_EVENTS 8     /* history events reserved per fd finding */
 
@@ -743,6 +750,8 @@ enum hs_fd_call {
 	HS_FDC_CLOSEDIR = 29,
 	HS_FDC_CLOSE_OWNED = 30,   /* heisen_fd_close_owned */
 	HS_FDC_SET_OWNER = 31,     /* heisen_fd_set_owner: an owner event */
+	HS_FDC_GONE = 32,          /* found closed at exit by the kernel's word (fcntl F_GETFD: EBADF): closed
+				      where heisen does not look (syscall(SYS_close), a raw system call) */
 	HS_FDC_COUNT
 };
 

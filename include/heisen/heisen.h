@@ -39,6 +39,9 @@ int heisen_name_lock(const void *lock, const char *name);
  * history and does NOT close: -1, errno EBADF.  A plain close() of an owned
  * descriptor is recorded as a `stale-close` too (and is made).  Without
  * heisen recording, it is close(fd).  Never blocks beyond close() itself.
+ * Owner 0 means "unowned", as fdsan's tag 0: heisen_fd_set_owner(fd, 0)
+ * gives fd up (a plain close() of it is then fine), and
+ * heisen_fd_close_owned(fd, 0) closes an fd nobody tagged.
  *
  * Link both weakly and fall back to close() when they are absent:
  *   extern int heisen_fd_close_owned(int, uint64_t) __attribute__((weak));
