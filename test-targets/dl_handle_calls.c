@@ -6,12 +6,15 @@
  * names the program links.  argv[1] picks the bug:
  *   double-free   a 4 KiB block freed twice (glibc itself is silent: the
  *                 block is too large for its tcache check)
- *   double-close  a pipe's read end closed twice
+ *   double-close  a pipe's read end closed twice while another thread lives
+ *                 (a plugin host always has more than one: in a process of
+ *                 one thread the repeat is harmless and only noted)
  *   abba          two locks taken in both orders, one thread after the other
  *   clean         malloc/free, open/close and the locks in one order
  * Prints "pid P", "tid_main T", then "done ok" when it survived.
  */
 #include <dlfcn.h>
+#include <semaphore.h>
 
 #include "tt.h"
 
@@ -59,6 +62,15 @@ __attribute__((noinline)) static void audit(void)
 	libc_unlock(&ledger);
 }
 
+static sem_t idle_done;
+
+static void *idle(void *arg)
+{
+	(void)arg;
+	sem_wait(&idle_done);
+	return NULL;
+}
+
 static void *resolve(void *h, const char *name)
 {
 	void *p = dlsym(h, name);
@@ -93,10 +105,15 @@ int main(int argc, char **argv)
 		(void)q;
 	} else if (strcmp(mode, "double-close") == 0) {
 		int fds[2];
+		pthread_t t;
+		sem_init(&idle_done, 0, 0);
+		TT_CHECK(pthread_create(&t, NULL, idle, NULL));
 		if (pipe(fds) != 0)
 			return 2;
 		close_reader(fds[0]);
 		close_reader_again(fds[0]);
+		sem_post(&idle_done);
+		pthread_join(t, NULL);
 	} else if (strcmp(mode, "abba") == 0) {
 		transfer();
 		audit();
