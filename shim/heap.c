@@ -139,19 +139,18 @@ static unsigned heap_stacks = HS_HEAP_STACKS_SITE;
 static int heap_continue;              /* HEISEN_ON_HEAP_ERROR=continue */
 static size_t page_size = 4096;
 
-/* The quarantine: shards picked by thread, each a FIFO; one budget for all. */
-#define QSHARDS 16
-struct qshard {
-	int lock;              /* [atomic] hs_spin_lock */
-	int pad;
+/* The quarantine: one FIFO per thread, no lock; one budget for all. */
+struct tquar {
 	struct blk *head, *tail;
 	uint64_t bytes;        /* resident bytes of the blocks queued (quar_bytes) */
 	int64_t unsynced;      /* bytes queued - bytes taken out, not yet added to quar_total */
-} __attribute__((aligned(64)));
+	int keyed;             /* the thread-exit destructor is armed */
+};
 #define QUAR_SYNC ((int64_t)64 << 10)
-static struct qshard quar[QSHARDS];
-static uint64_t quar_limit;            /* the cap on all shards together, bytes (see quar_budget) */
-static uint64_t quar_total;            /* [atomic] bytes queued in all shards */
+static __thread struct tquar tquar __attribute__((tls_model("initial-exec")));
+static pthread_key_t tquar_key;        /* its destructor empties an exiting thread's FIFO */
+static uint64_t quar_limit;            /* the cap on all threads' FIFOs together, bytes (see quar_budget) */
+static uint64_t quar_total;            /* [atomic] bytes queued in all FIFOs, as synced */
 
 /* Canary bytes: position-dependent, so a run of one repeated byte is caught. */
 static const unsigned char canary_pat[32] = {
@@ -790,32 +789,18 @@ static void drop_interior(const struct blk *b)
 }
 
 /*
- * Queue b (freed) in the calling thread's shard; while the quarantine as a
- * whole is over budget, give back that shard's oldest blocks.  Each shard
+ * Queue b (freed) in the calling thread's FIFO; while the quarantine as a
+ * whole is over budget, give back that FIFO's oldest blocks.  Each thread
  * adds its bytes to the shared total only once they differ by QUAR_SYNC
- * from what it added last (so the total is exact within QSHARDS *
- * QUAR_SYNC, and a free writes no shared line in the common case).  Shards by
- * thread keep the real frees in the thread (and glibc arena) that freed,
- * and threads meet on a shard lock only when they hash together; a thread
- * that stops freeing keeps its shard's blocks, within the global budget.
+ * from what it added last (so the total is exact within QUAR_SYNC per
+ * thread), so a free takes no lock and writes no shared line in the common
+ * case.  The real frees happen in the thread (and glibc arena and tcache)
+ * that freed; a thread that stops freeing keeps its blocks, within the
+ * global budget, until it exits (tquar_exit).
  */
-/*
- * The calling thread's shard: its slot in the segment's thread table, so
- * that up to QSHARDS threads at once each have one of their own (their
- * blocks go back to glibc from the thread that freed them, into its tcache);
- * a thread without a slot hashes its thread-local address.
- */
-static inline unsigned shard_of(struct hs_tls *t)
-{
-	struct hs_thread *th = t->slot;
-	if (HS_LIKELY(th != NULL && hs_seg.threads != NULL && th >= hs_seg.threads))
-		return (unsigned)((size_t)(th - hs_seg.threads) % QSHARDS);
-	return (unsigned)((hs_mix64((uint64_t)(uintptr_t)t) >> 7) % QSHARDS);
-}
-
 static void quarantine_put(struct blk *b)
 {
-	struct qshard *q;
+	struct tquar *q = &tquar;
 	struct blk *victims = NULL;
 	uint64_t bytes = quar_bytes(b), budget = quar_budget();
 	int64_t total;
@@ -823,10 +808,12 @@ static void quarantine_put(struct blk *b)
 		release(b);
 		return;
 	}
+	if (HS_UNLIKELY(!q->keyed)) {
+		q->keyed = 1;
+		pthread_setspecific(tquar_key, q);
+	}
 	drop_interior(b);
-	q = &quar[shard_of(&hs_tls)];
 	b->qnext = NULL;
-	hs_spin_lock(&q->lock);
 	if (q->tail)
 		q->tail->qnext = b;
 	else
@@ -849,17 +836,43 @@ static void quarantine_put(struct blk *b)
 			v->qnext = victims;
 			victims = v;
 		}
+		/* the next victim was freed long ago and is cold: fetch its header
+		   and glibc's chunk header now, so the next free finds them near */
+		if (q->head) {
+			__builtin_prefetch(q->head);
+			__builtin_prefetch((char *)q->head - 64);
+		}
 	}
 	if (q->unsynced >= QUAR_SYNC || q->unsynced <= -QUAR_SYNC) {
 		__atomic_add_fetch(&quar_total, (uint64_t)q->unsynced, __ATOMIC_RELAXED);
 		q->unsynced = 0;
 	}
-	hs_spin_unlock(&q->lock);
 	while (victims) {
 		struct blk *n = victims->qnext;
 		release(victims);
 		victims = n;
 	}
+}
+
+/* pthread key destructor: an exiting thread's quarantined blocks go back to glibc now. */
+static void tquar_exit(void *arg)
+{
+	struct tquar *q = arg;
+	struct hs_tls *t = &hs_tls;
+	int was = t->in_hook;
+	t->in_hook = 1;
+	q->keyed = 0; /* a free by a later destructor arms it again (glibc runs it once more) */
+	while (q->head) {
+		struct blk *v = q->head;
+		q->head = v->qnext;
+		release(v);
+	}
+	__atomic_sub_fetch(&quar_total, q->bytes - (uint64_t)q->unsynced, __ATOMIC_RELAXED);
+	q->tail = NULL;
+	q->bytes = 0;
+	q->unsynced = 0;
+	count_flush();
+	t->in_hook = was;
 }
 
 /*
@@ -983,9 +996,9 @@ static void heap_mark_header(void)
 }
 
 /*
- * The fork child (one thread): quarantine locks another thread held at the
- * fork are released, and their shard's list (possibly mid-update) is
- * abandoned — those blocks stay allocated in the child.  The child's new
+ * The fork child (one thread): the other threads' quarantine FIFOs are
+ * abandoned — those blocks stay allocated in the child — and the shared
+ * total restarts from the forking thread's own.  The child's new
  * segment starts with the parent's live bytes.  Must run after init.c's
  * atfork_child has made the child's segment.  Idempotent.
  */
@@ -999,15 +1012,8 @@ HS_HIDDEN void hs_heap_after_fork_child(void)
 		memset(site_cache, 0, sizeof site_cache);
 		__atomic_add_fetch(&stack_epoch, 1, __ATOMIC_RELAXED);
 	}
-	for (int i = 0; i < QSHARDS; i++) {
-		if (__atomic_load_n(&quar[i].lock, __ATOMIC_RELAXED)) {
-			quar[i].head = quar[i].tail = NULL;
-			__atomic_sub_fetch(&quar_total, quar[i].bytes - (uint64_t)quar[i].unsynced, __ATOMIC_RELAXED);
-			quar[i].bytes = 0;
-			quar[i].unsynced = 0;
-			__atomic_store_n(&quar[i].lock, 0, __ATOMIC_RELEASE);
-		}
-	}
+	/* the other threads' FIFOs stay allocated in the child; the total is this thread's */
+	__atomic_store_n(&quar_total, tquar.bytes - (uint64_t)tquar.unsynced, __ATOMIC_RELAXED);
 	heap_mark_header();
 	h = hdr_if_recording();
 	if (h && fork_live && h->heap_live_bytes == 0 && h->heap_allocs == 0) {
@@ -1063,6 +1069,8 @@ HS_HIDDEN void hs_heap_init(void)
 	heap_continue = v && strcmp(v, "continue") == 0;
 	heap_mark_header();
 	pthread_atfork(heap_before_fork, NULL, hs_heap_after_fork_child);
+	if (pthread_key_create(&tquar_key, tquar_exit) != 0)
+		quar_limit = 0; /* no way to empty an exiting thread's FIFO: no quarantine */
 	atexit(count_flush); /* the exiting thread's counts; runs before init.c's on_exit handler */
 	/* release: the settings above are visible to every hook that sees HEAP_ON */
 	__atomic_store_n(&heap_mode, HEAP_ON, __ATOMIC_RELEASE);
