@@ -9,43 +9,53 @@
  *
  * A block of ours, from the real allocation's start:
  *
- *   [ padding (aligned blocks) ][ struct blk: size, links, stacks, offset, magic, state ][ user bytes ][ canary ]
- *                                                                           user pointer ^
+ *   [ padding (aligned blocks) ][ struct blk: link, offset, size, allocation, magic, state ][ user bytes ][ canary ]
+ *                                                                               user pointer ^
  *
  * The last 16 bytes of struct blk are the word pair right before the user
  * pointer: magic (HEAP_MAGIC ^ the user pointer) and the state word.  Only
- * those 16 bytes are ever read before the magic matches: glibc puts 16 bytes
- * of its own chunk header before every pointer it returns, so they are
- * always mapped for a pointer that came from malloc.  A pointer without our
- * magic is foreign (allocated before checking started, by the shim itself,
- * or by __libc_malloc directly) and goes to glibc untouched.
+ * those 16 bytes are read before the magic matches, and through
+ * hs_safe_read16 (safe_read.S): a pointer from malloc always has them
+ * mapped (glibc's own chunk header), and a wild pointer with nothing mapped
+ * in front of it is an invalid-free instead of a SIGSEGV inside free.  A
+ * pointer without our magic (or with our magic but a word behind it that
+ * is no state of ours: glibc's chunk size over a stale header) is foreign
+ * — allocated before checking started, by the shim itself, or by
+ * __libc_malloc directly — and goes to glibc untouched.
  *
  * The state word goes live -> freed by compare-and-swap, and the freed word
  * carries the first free's stack id and thread, so two racing frees of one
  * block publish and see the first free atomically: exactly one wins, the
- * other is the double free.  Freed blocks wait in a bounded FIFO quarantine
- * (HEISEN_QUARANTINE_MB, split into shards by thread so threads rarely
- * meet on a lock and blocks go back to glibc from the thread that freed them) before glibc gets them back, so a late second free
- * still finds state "freed"; the magic is cleared just before the real free.
+ * other is the double free.  Freed blocks wait in a FIFO quarantine, one
+ * per thread and without a lock, whose budget for all threads together is
+ * HEISEN_QUARANTINE_MB when set, else an eighth of the live heap between
+ * 256 KiB and 64 MiB (quar_budget).  Then they go back to glibc "released":
+ * the header stays, out of reach of glibc's own links, and blocks of 1 KiB
+ * and more leave a 64-byte tombstone chunk in front of the pointer
+ * (release()), so a second free long after the quarantine still finds its
+ * block's state with both stacks, as long as glibc has not handed the same
+ * address out again — the rule of Scudo's header check, with the stacks.
  *
  * What is detected:
- *   - double-free: a free (or realloc) of one of our blocks in state freed,
- *     while it is in the quarantine (or leaked by "continue");
+ *   - double-free: a free (or realloc) of one of our blocks in state freed
+ *     (in the quarantine) or released (given back, header still there);
  *   - invalid-free: a pointer not 16-byte aligned (glibc never returns one),
- *     a pointer with our magic but a state that is neither live nor freed,
- *     and a pointer into the middle of one of our blocks whose header lies
+ *     a 16-aligned pointer with no readable memory in front of it, and a
+ *     pointer into the middle of one of our blocks whose header lies
  *     in the same page as the pointer (a bounded backward scan: larger
  *     offsets go to glibc, which aborts on them as it would without us);
  *   - heap-overflow: the tail canary (8 to 23 bytes after the requested size)
  *     changed, checked at free and realloc.
  * Out of scope: use after free, reads past the end, overflows that skip the
- * canary, and anything glibc hands out before the shim's constructor.
+ * canary, a double free after glibc reused the address for a new block
+ * (the second free then frees that block), and anything glibc hands out
+ * before the shim's constructor.
  *
- * The hooks never take a blocking lock: the quarantine shards are short
- * spin locks, never held while calling out; glibc is reached through its
- * exported __libc_* entry points, so there is no dlsym bootstrap.  Inside
- * the shim (hs_tls.in_hook) allocations are glibc's own (foreign), but a
- * free of one of our blocks still strips its header.
+ * The hooks never take a lock and write no shared cache line in the common
+ * case (per-thread quarantine and counters, count_flush); glibc is reached
+ * through its exported __libc_* entry points, so there is no dlsym
+ * bootstrap.  Inside the shim (hs_tls.in_hook) allocations are glibc's own
+ * (foreign), but a free of one of our blocks still strips its header.
  */
 #include <dlfcn.h>
 #include <errno.h>
@@ -162,6 +172,30 @@ static const unsigned char canary_pat[32] = {
 static inline size_t canary_len(size_t n)
 {
 	return (((n + 8 + 15) & ~(size_t)15) - n);
+}
+
+/* Write the canary after the n bytes at u: one 8-byte store and up to 15 bytes (no call). */
+static inline void canary_put(char *u, size_t n)
+{
+	size_t len = canary_len(n);
+	memcpy(u + n, canary_pat, 8);
+	for (size_t i = 8; i < len; i++)
+		u[n + i] = (char)canary_pat[i];
+}
+
+/* 1 when the canary after the n bytes at u is intact. */
+static inline int canary_ok(const char *u, size_t n)
+{
+	size_t len = canary_len(n);
+	uint64_t a, b;
+	memcpy(&a, u + n, 8);
+	memcpy(&b, canary_pat, 8);
+	if (a != b)
+		return 0;
+	for (size_t i = 8; i < len; i++)
+		if ((unsigned char)u[n + i] != canary_pat[i])
+			return 0;
+	return 1;
 }
 
 static inline struct blk *blk_of(void *p)
@@ -720,9 +754,11 @@ static int foreign_is_invalid(struct hs_tls *t, int ring, void *p, enum owner o)
 static void release(struct blk *b)
 {
 	char *r = real_start(b);
-	uint64_t st = __atomic_load_n(&b->state, __ATOMIC_RELAXED);
 	size_t chunk;
-	__atomic_store_n(&b->state, (st & ~(uint64_t)0xff) | ST_RELEASED, __ATOMIC_RELAXED);
+	/* freed -> released: the kind is the state word's low byte (x86-64 is
+	   little-endian); a byte store, no read of the cold word.  No CAS: a
+	   racing free of a freed block only reads the word */
+	__atomic_store_n((uint8_t *)&b->state, (uint8_t)ST_RELEASED, __ATOMIC_RELAXED);
 	memcpy(&chunk, r - 8, sizeof chunk); /* glibc's chunk size word: size | flags (2: mmapped) */
 	if (real_bytes(b) >= TOMBSTONE_MIN && !(chunk & 2)) {
 		char *k = __libc_realloc(r, b->offset);
@@ -741,7 +777,7 @@ static void release(struct blk *b)
  * did not ask for: a fixed 64 MiB made a 13.5 MiB Python service 82 MiB.
  * Detection past the quarantine comes from the released header (release()).
  */
-#define QUAR_FLOOR ((uint64_t)1 << 20)
+#define QUAR_FLOOR ((uint64_t)256 << 10)
 #define QUAR_LIVE_SHARE 8u
 static int quar_explicit;              /* HEISEN_QUARANTINE_MB was set */
 
@@ -914,7 +950,7 @@ static void *blk_alloc(struct hs_tls *t, size_t n, size_t align, int zero, uint6
 	b->offset = (uint32_t)off;
 	if (zero && align > 16)
 		memset(u, 0, n);
-	memcpy(u + n, canary_pat, canary_len(n));
+	canary_put(u, n);
 	/* relaxed: the program's own hand-over of the pointer orders these stores for other threads */
 	__atomic_store_n(&b->state, ST_LIVE, __ATOMIC_RELAXED);
 	__atomic_store_n(&b->magic, HEAP_MAGIC ^ (uint64_t)(uintptr_t)u, __ATOMIC_RELAXED);
@@ -938,7 +974,7 @@ static int blk_free(struct hs_tls *t, int ring, void *p, uint64_t site)
 		uint64_t nw = ST_FREED | (uint64_t)(st < (1u << 24) ? st : 0) << 8 | (uint64_t)(uint32_t)t->tid << 32;
 		/* acq_rel: the winner's free is published whole; a loser sees the winner's word */
 		if (__atomic_compare_exchange_n(&b->state, &old, nw, 0, __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE)) {
-			if (HS_UNLIKELY(memcmp((char *)p + b->size, canary_pat, canary_len(b->size)) != 0)) {
+			if (HS_UNLIKELY(!canary_ok(p, b->size))) {
 				struct hs_finding f;
 				finding_init(&f, t, HS_FIND_HEAP_OVERFLOW, p);
 				f.stack3 = alloc_stack_of(b);
