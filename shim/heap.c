@@ -9,43 +9,53 @@
  *
  * A block of ours, from the real allocation's start:
  *
- *   [ padding (aligned blocks) ][ struct blk: size, links, stacks, offset, magic, state ][ user bytes ][ canary ]
- *                                                                           user pointer ^
+ *   [ padding (aligned blocks) ][ struct blk: link, offset, size, allocation, magic, state ][ user bytes ][ canary ]
+ *                                                                               user pointer ^
  *
  * The last 16 bytes of struct blk are the word pair right before the user
  * pointer: magic (HEAP_MAGIC ^ the user pointer) and the state word.  Only
- * those 16 bytes are ever read before the magic matches: glibc puts 16 bytes
- * of its own chunk header before every pointer it returns, so they are
- * always mapped for a pointer that came from malloc.  A pointer without our
- * magic is foreign (allocated before checking started, by the shim itself,
- * or by __libc_malloc directly) and goes to glibc untouched.
+ * those 16 bytes are read before the magic matches, and through
+ * hs_safe_read16 (safe_read.S): a pointer from malloc always has them
+ * mapped (glibc's own chunk header), and a wild pointer with nothing mapped
+ * in front of it is an invalid-free instead of a SIGSEGV inside free.  A
+ * pointer without our magic (or with our magic but a word behind it that
+ * is no state of ours: glibc's chunk size over a stale header) is foreign
+ * — allocated before checking started, by the shim itself, or by
+ * __libc_malloc directly — and goes to glibc untouched.
  *
  * The state word goes live -> freed by compare-and-swap, and the freed word
  * carries the first free's stack id and thread, so two racing frees of one
  * block publish and see the first free atomically: exactly one wins, the
- * other is the double free.  Freed blocks wait in a bounded FIFO quarantine
- * (HEISEN_QUARANTINE_MB, split into shards by thread so threads rarely
- * meet on a lock and blocks go back to glibc from the thread that freed them) before glibc gets them back, so a late second free
- * still finds state "freed"; the magic is cleared just before the real free.
+ * other is the double free.  Freed blocks wait in a FIFO quarantine, one
+ * per thread and without a lock, whose budget for all threads together is
+ * HEISEN_QUARANTINE_MB when set, else an eighth of the live heap between
+ * 256 KiB and 64 MiB (quar_budget).  Then they go back to glibc "released":
+ * the header stays, out of reach of glibc's own links, and blocks of 1 KiB
+ * and more leave a 64-byte tombstone chunk in front of the pointer
+ * (release()), so a second free long after the quarantine still finds its
+ * block's state with both stacks, as long as glibc has not handed the same
+ * address out again — the rule of Scudo's header check, with the stacks.
  *
  * What is detected:
- *   - double-free: a free (or realloc) of one of our blocks in state freed,
- *     while it is in the quarantine (or leaked by "continue");
+ *   - double-free: a free (or realloc) of one of our blocks in state freed
+ *     (in the quarantine) or released (given back, header still there);
  *   - invalid-free: a pointer not 16-byte aligned (glibc never returns one),
- *     a pointer with our magic but a state that is neither live nor freed,
- *     and a pointer into the middle of one of our blocks whose header lies
+ *     a 16-aligned pointer with no readable memory in front of it, and a
+ *     pointer into the middle of one of our blocks whose header lies
  *     in the same page as the pointer (a bounded backward scan: larger
  *     offsets go to glibc, which aborts on them as it would without us);
  *   - heap-overflow: the tail canary (8 to 23 bytes after the requested size)
  *     changed, checked at free and realloc.
  * Out of scope: use after free, reads past the end, overflows that skip the
- * canary, and anything glibc hands out before the shim's constructor.
+ * canary, a double free after glibc reused the address for a new block
+ * (the second free then frees that block), and anything glibc hands out
+ * before the shim's constructor.
  *
- * The hooks never take a blocking lock: the quarantine shards are short
- * spin locks, never held while calling out; glibc is reached through its
- * exported __libc_* entry points, so there is no dlsym bootstrap.  Inside
- * the shim (hs_tls.in_hook) allocations are glibc's own (foreign), but a
- * free of one of our blocks still strips its header.
+ * The hooks never take a lock and write no shared cache line in the common
+ * case (per-thread quarantine and counters, count_flush); glibc is reached
+ * through its exported __libc_* entry points, so there is no dlsym
+ * bootstrap.  Inside the shim (hs_tls.in_hook) allocations are glibc's own
+ * (foreign), but a free of one of our blocks still strips its header.
  */
 #include <dlfcn.h>
 #include <errno.h>
@@ -53,6 +63,8 @@
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
+#include <ucontext.h>
 #include <unistd.h>
 
 #include "shim.h"
@@ -80,21 +92,32 @@ static __thread uint64_t heap_cfa __attribute__((tls_model("initial-exec")));
 
 #define HEAP_MAGIC 0x9e3c5a48454150f1ull /* mixed with the user pointer */
 #define ST_LIVE 0xa7u                  /* the whole word: no other bits */
-#define ST_FREED 0xf3u                 /* | first-free stack << 8 (24 bits) | tid << 32 */
+#define ST_FREED 0xf3u                 /* | first-free stack << 8 (24 bits) | tid << 32: in the quarantine */
+#define ST_RELEASED 0xf5u              /* the same, given back to glibc since */
 #define ST_KIND(w) ((unsigned)((w)&0xffu))
 #define ST_STACK(w) ((uint32_t)(((w) >> 8) & 0xffffffu))
 #define ST_TID(w) ((int32_t)(uint32_t)((w) >> 32))
 
-/* The metadata in front of a block: 48 bytes, so user = blk + 1 stays 16-aligned. */
+/*
+ * The metadata in front of a block: 48 bytes, so user = blk + 1 stays
+ * 16-aligned.  The order is chosen for after the block went back to glibc
+ * ("released"): glibc's free writes its own links into the first bytes of
+ * the chunk it gets back — tcache next and key, or fd and bk (bytes 0-15),
+ * and in its large bins also fd_nextsize and bk_nextsize (16-31).  So the
+ * fields that tell a later free what happened lie behind them: magic and
+ * state (32-47) always survive until glibc hands the memory out again, size
+ * and the allocation (16-31) survive in the small bins, and blocks bound
+ * for the large bins are cut to a tombstone first (release()).
+ */
 struct blk {
-	uint64_t size;         /* as requested */
 	struct blk *qnext;     /* quarantine FIFO link (while freed) */
-	uint32_t alloc_stack;  /* stack id of the allocation */
-	int32_t alloc_tid;
 	uint32_t offset;       /* user pointer - start of the real allocation */
-	uint32_t epoch;        /* stack_epoch at the allocation: alloc_stack means something only in it */
-	uint64_t magic;        /* HEAP_MAGIC ^ user pointer; 0 once given back to glibc */
-	uint64_t state;        /* [atomic] ST_LIVE or ST_FREED | first free */
+	uint32_t pad;
+	uint64_t size;         /* as requested */
+	uint32_t alloc;        /* stack id of the allocation (24 bits) | stack_epoch (low 8 bits) << 24 */
+	int32_t alloc_tid;
+	uint64_t magic;        /* HEAP_MAGIC ^ user pointer */
+	uint64_t state;        /* [atomic] ST_LIVE, or ST_FREED / ST_RELEASED | first free */
 };
 _Static_assert(sizeof(struct blk) == 48, "struct blk is 48 bytes");
 
@@ -110,7 +133,14 @@ static uint32_t stack_epoch;           /* [atomic] */
 
 static inline uint32_t alloc_stack_of(const struct blk *b)
 {
-	return b->epoch == __atomic_load_n(&stack_epoch, __ATOMIC_RELAXED) ? b->alloc_stack : 0;
+	uint32_t e = __atomic_load_n(&stack_epoch, __ATOMIC_RELAXED) & 0xffu;
+	return (b->alloc >> 24) == e ? b->alloc & 0xffffffu : 0;
+}
+
+/* 1 when the state word is one a free finds on a block it already freed. */
+static inline int st_is_freed(uint64_t w)
+{
+	return ST_KIND(w) == ST_FREED || ST_KIND(w) == ST_RELEASED;
 }
 
 enum { HEAP_UNKNOWN = 0, HEAP_INIT = 1, HEAP_OFF = 2, HEAP_ON = 3 };
@@ -119,17 +149,18 @@ static unsigned heap_stacks = HS_HEAP_STACKS_SITE;
 static int heap_continue;              /* HEISEN_ON_HEAP_ERROR=continue */
 static size_t page_size = 4096;
 
-/* The quarantine: shards picked by thread, each a FIFO; one budget for all. */
-#define QSHARDS 16
-struct qshard {
-	int lock;              /* [atomic] hs_spin_lock */
-	int pad;
+/* The quarantine: one FIFO per thread, no lock; one budget for all. */
+struct tquar {
 	struct blk *head, *tail;
-	uint64_t bytes;        /* real bytes of the blocks queued */
-} __attribute__((aligned(64)));
-static struct qshard quar[QSHARDS];
-static uint64_t quar_limit;            /* bytes in all shards together */
-static uint64_t quar_total;            /* [atomic] bytes queued in all shards */
+	uint64_t bytes;        /* resident bytes of the blocks queued (quar_bytes) */
+	int64_t unsynced;      /* bytes queued - bytes taken out, not yet added to quar_total */
+	int keyed;             /* the thread-exit destructor is armed */
+};
+#define QUAR_SYNC ((int64_t)64 << 10)
+static __thread struct tquar tquar __attribute__((tls_model("initial-exec")));
+static pthread_key_t tquar_key;        /* its destructor empties an exiting thread's FIFO */
+static uint64_t quar_limit;            /* the cap on all threads' FIFOs together, bytes (see quar_budget) */
+static uint64_t quar_total;            /* [atomic] bytes queued in all FIFOs, as synced */
 
 /* Canary bytes: position-dependent, so a run of one repeated byte is caught. */
 static const unsigned char canary_pat[32] = {
@@ -141,6 +172,30 @@ static const unsigned char canary_pat[32] = {
 static inline size_t canary_len(size_t n)
 {
 	return (((n + 8 + 15) & ~(size_t)15) - n);
+}
+
+/* Write the canary after the n bytes at u: one 8-byte store and up to 15 bytes (no call). */
+static inline void canary_put(char *u, size_t n)
+{
+	size_t len = canary_len(n);
+	memcpy(u + n, canary_pat, 8);
+	for (size_t i = 8; i < len; i++)
+		u[n + i] = (char)canary_pat[i];
+}
+
+/* 1 when the canary after the n bytes at u is intact. */
+static inline int canary_ok(const char *u, size_t n)
+{
+	size_t len = canary_len(n);
+	uint64_t a, b;
+	memcpy(&a, u + n, 8);
+	memcpy(&b, canary_pat, 8);
+	if (a != b)
+		return 0;
+	for (size_t i = 8; i < len; i++)
+		if ((unsigned char)u[n + i] != canary_pat[i])
+			return 0;
+	return 1;
 }
 
 static inline struct blk *blk_of(void *p)
@@ -158,12 +213,50 @@ static inline uint64_t real_bytes(struct blk *b)
 	return b->offset + b->size + canary_len(b->size);
 }
 
-/* 1 when p carries our magic.  Reads p-16 only (see the top comment). */
+/*
+ * What lies in front of p, a pointer the program hands to free or realloc.
+ * Reads the 16 bytes at p-16 only, and through hs_safe_read16, so a wild
+ * pointer is reported instead of crashing here.
+ */
+enum owner {
+	OWN_FOREIGN,   /* mapped, not ours: glibc's (or provably bad: foreign_is_invalid) */
+	OWN_OURS,      /* our magic and a state word of ours (live, freed or released) */
+	OWN_UNMAPPED,  /* 16-aligned, but p-16 is not readable: never from malloc */
+	OWN_MISALIGNED /* not 16-aligned: glibc never returns one */
+};
+
+static inline enum owner owner_of(const void *p)
+{
+	uint64_t w[2];
+	if (HS_UNLIKELY(((uintptr_t)p & 15) != 0))
+		return OWN_MISALIGNED;
+	if (HS_UNLIKELY(!hs_safe_read16((const char *)p - 16, w)))
+		return OWN_UNMAPPED;
+	if (w[0] != (HEAP_MAGIC ^ (uint64_t)(uintptr_t)p))
+		return OWN_FOREIGN;
+	/* our magic with another word behind it: a stale header of ours in
+	   memory glibc has given out since (its chunk size is at p-8 now) */
+	if (HS_LIKELY(w[1] == ST_LIVE) || st_is_freed(w[1]))
+		return OWN_OURS;
+	return OWN_FOREIGN;
+}
+
+/* 1 when p carries our magic and state (see owner_of). */
 static inline int ours(const void *p)
 {
-	uint64_t m;
-	memcpy(&m, (const char *)p - 16, sizeof m);
-	return m == (HEAP_MAGIC ^ (uint64_t)(uintptr_t)p);
+	return owner_of(p) == OWN_OURS;
+}
+
+extern const char hs_safe_read16_fault[], hs_safe_read16_fault_end[], hs_safe_read16_fail[];
+
+HS_HIDDEN int hs_safe_read_fixup(void *uc)
+{
+	ucontext_t *c = uc;
+	uintptr_t pc = (uintptr_t)c->uc_mcontext.gregs[REG_RIP];
+	if (pc < (uintptr_t)hs_safe_read16_fault || pc >= (uintptr_t)hs_safe_read16_fault_end)
+		return 0;
+	c->uc_mcontext.gregs[REG_RIP] = (greg_t)(uintptr_t)hs_safe_read16_fail;
+	return 1;
 }
 
 /* ---- counters (hs_header.heap_*) ------------------------------------------ */
@@ -174,26 +267,70 @@ static inline struct hs_header *hdr_if_recording(void)
 	return __atomic_load_n(&hs_recording, __ATOMIC_ACQUIRE) ? hs_seg.hdr : NULL;
 }
 
-static inline void count_alloc(uint64_t n)
+/*
+ * The header's heap_allocs, heap_live_bytes and heap_peak_bytes are shared
+ * by every thread; updating them at each malloc and free made threads
+ * bounce one cache line.  Each thread keeps its own deltas here and adds
+ * them to the header every COUNT_FLUSH_OPS operations, when its live delta
+ * passes COUNT_FLUSH_BYTES either way, at a finding, before a fork and at
+ * exit (atexit, the exiting thread).  So the header is exact within
+ * COUNT_FLUSH_OPS operations and COUNT_FLUSH_BYTES per thread, and the
+ * peak is the highest flushed sum (a transient peak between flushes can
+ * be missed by at most that much).  No clock, no shared write on the
+ * common path.
+ */
+#define COUNT_FLUSH_OPS 64u
+#define COUNT_FLUSH_BYTES ((int64_t)1 << 20)
+struct heap_counts {
+	int64_t live;      /* bytes allocated - bytes freed by this thread since its last flush */
+	uint64_t allocs;
+	uint32_t ops;
+};
+static __thread struct heap_counts hcounts __attribute__((tls_model("initial-exec")));
+
+static void count_flush(void)
 {
+	struct heap_counts *c = &hcounts;
 	struct hs_header *h = hdr_if_recording();
 	uint64_t live, peak;
-	if (!h)
-		return;
-	/* relaxed throughout: counters, ordered with nothing else */
-	__atomic_add_fetch(&h->heap_allocs, 1, __ATOMIC_RELAXED);
-	live = __atomic_add_fetch(&h->heap_live_bytes, n, __ATOMIC_RELAXED);
-	peak = __atomic_load_n(&h->heap_peak_bytes, __ATOMIC_RELAXED);
-	while (live > peak &&
-	       !__atomic_compare_exchange_n(&h->heap_peak_bytes, &peak, live, 1, __ATOMIC_RELAXED, __ATOMIC_RELAXED))
-		;
+	if (h) {
+		/* relaxed throughout: counters, ordered with nothing else */
+		__atomic_add_fetch(&h->heap_allocs, c->allocs, __ATOMIC_RELAXED);
+		live = __atomic_add_fetch(&h->heap_live_bytes, (uint64_t)c->live, __ATOMIC_RELAXED);
+		peak = __atomic_load_n(&h->heap_peak_bytes, __ATOMIC_RELAXED);
+		while ((int64_t)live > 0 && live > peak &&
+		       !__atomic_compare_exchange_n(&h->heap_peak_bytes, &peak, live, 1, __ATOMIC_RELAXED,
+						    __ATOMIC_RELAXED))
+			;
+	}
+	c->live = 0;
+	c->allocs = 0;
+	c->ops = 0;
+}
+
+static inline void count_alloc(uint64_t n)
+{
+	struct heap_counts *c = &hcounts;
+	c->live += (int64_t)n;
+	c->allocs++;
+	if (HS_UNLIKELY(++c->ops >= COUNT_FLUSH_OPS || c->live >= COUNT_FLUSH_BYTES))
+		count_flush();
 }
 
 static inline void count_free(uint64_t n)
 {
+	struct heap_counts *c = &hcounts;
+	c->live -= (int64_t)n;
+	if (HS_UNLIKELY(++c->ops >= COUNT_FLUSH_OPS || c->live <= -COUNT_FLUSH_BYTES))
+		count_flush();
+}
+
+/* The live heap as the header has it (flushed deltas), for the quarantine's budget. */
+static inline uint64_t live_bytes(void)
+{
 	struct hs_header *h = hdr_if_recording();
-	if (h)
-		__atomic_sub_fetch(&h->heap_live_bytes, n, __ATOMIC_RELAXED);
+	int64_t v = h ? (int64_t)__atomic_load_n(&h->heap_live_bytes, __ATOMIC_RELAXED) : 0;
+	return v > 0 ? (uint64_t)v : 0;
 }
 
 static void count_failure(uint64_t n, uint32_t stack)
@@ -415,6 +552,7 @@ static void heap_finding(struct hs_tls *t, int ring, struct hs_finding *f)
 	struct hs_seg *s = &hs_seg;
 	char buf[24];
 	int dup = 0;
+	count_flush(); /* the header's counters as of the finding (abort follows) */
 	if (!heap_continue && __atomic_exchange_n(&aborting, 1, __ATOMIC_ACQ_REL)) {
 		/* report once, then go quiet (ASan, lockdep): another thread found
 		   the first error and is aborting the process; never do the bad
@@ -468,40 +606,58 @@ static void finding_init(struct hs_finding *f, struct hs_tls *t, unsigned kind, 
 	f->stack = __atomic_load_n(&hs_recording, __ATOMIC_ACQUIRE) ? hs_stack_here() : 0;
 }
 
-/* A free or realloc of p (ours) whose state word is `state`, not live. */
+/*
+ * A free or realloc of p (ours) whose state word is `state`: freed (in the
+ * quarantine) or released (given back to glibc since, the header still
+ * there).  A released block's size and allocation are believed only when
+ * readable and plausible: glibc's large bins write two pointers over them
+ * (bytes 16-31, see struct blk), and a size of 2^40 or more is such a
+ * pointer — the report then has the two frees without the allocation.
+ */
 static void bad_state(struct hs_tls *t, int ring, void *p, uint64_t state)
 {
 	struct blk *b = blk_of(p);
 	struct hs_finding f;
-	if (ST_KIND(state) == ST_FREED) {
-		finding_init(&f, t, HS_FIND_DOUBLE_FREE, p);
-		f.stack2 = ST_STACK(state);
-		f.tid2 = ST_TID(state);
+	uint64_t w[2];
+	finding_init(&f, t, HS_FIND_DOUBLE_FREE, p);
+	f.stack2 = ST_STACK(state);
+	f.tid2 = ST_TID(state);
+	if (ST_KIND(state) == ST_RELEASED) {
+		/* bytes 16-31 may lie in the page before p-16's */
+		if (hs_safe_read16(&b->size, w) && w[0] < (1ull << 40)) {
+			f.size = w[0];
+			f.stack3 = alloc_stack_of(b);
+			f.tid3 = b->alloc_tid;
+		}
 	} else {
-		finding_init(&f, t, HS_FIND_INVALID_FREE, p);
+		f.stack3 = alloc_stack_of(b);
+		f.tid3 = b->alloc_tid;
+		f.size = b->size;
 	}
-	f.stack3 = alloc_stack_of(b);
-	f.tid3 = b->alloc_tid;
-	f.size = b->size;
 	heap_finding(t, ring, &f);
 }
 
 /*
- * The block of ours whose user bytes (or canary) contain p, found by
- * scanning back for a header in the page that holds p - 16 (mapped: the
- * caller read it).  NULL when there is none there.
+ * The block of ours (live or in the quarantine) whose user bytes (or
+ * canary) contain p, found by scanning back for a header in the page that
+ * holds p - 16.  NULL when there is none there, or the page is not mapped
+ * (*unmapped set then).  Every read goes through hs_safe_read16.
  */
-static struct blk *containing(const void *p)
+static struct blk *containing(const void *p, int *unmapped)
 {
 	uintptr_t u = ((uintptr_t)p - 1) & ~(uintptr_t)15;
 	uintptr_t lim = ((uintptr_t)p - 16) & ~(uintptr_t)(page_size - 1);
+	*unmapped = 0;
 	for (; u >= lim + 16 && u > 16; u -= 16) {
-		uint64_t m;
-		memcpy(&m, (const void *)(u - 16), sizeof m);
-		if (m == (HEAP_MAGIC ^ (uint64_t)u)) {
+		uint64_t w[2];
+		if (!hs_safe_read16((const void *)(u - 16), w)) {
+			*unmapped = 1;
+			return NULL;
+		}
+		if (w[0] == (HEAP_MAGIC ^ (uint64_t)u)) {
 			struct blk *b = blk_of((void *)u);
-			uint64_t st = __atomic_load_n(&b->state, __ATOMIC_RELAXED);
-			if ((ST_KIND(st) == ST_LIVE || ST_KIND(st) == ST_FREED) &&
+			uint64_t st = w[1], sz[2];
+			if ((ST_KIND(st) == ST_LIVE || ST_KIND(st) == ST_FREED) && hs_safe_read16(&b->size, sz) &&
 			    (uintptr_t)p < u + b->size + canary_len(b->size))
 				return b;
 			return NULL;
@@ -540,14 +696,17 @@ static int on_own_stack(const void *p)
 
 /*
  * A pointer without our magic: glibc's, unless it is provably bad (see
- * the top comment): misaligned, inside one of our blocks, or on the
- * freeing thread's own stack.  Returns 1 when it was reported (do not free it).
+ * the top comment): misaligned, inside one of our blocks, on the freeing
+ * thread's own stack, or with no readable memory in front of it (a wild
+ * pointer: glibc would fault reading its chunk header).  Returns 1 when it
+ * was reported (do not free it).
  */
-static int foreign_is_invalid(struct hs_tls *t, int ring, void *p)
+static int foreign_is_invalid(struct hs_tls *t, int ring, void *p, enum owner o)
 {
-	struct blk *b = containing(p);
+	int unmapped = o == OWN_UNMAPPED;
+	struct blk *b = unmapped ? NULL : containing(p, &unmapped);
 	struct hs_finding f;
-	if (!b && ((uintptr_t)p & 15) == 0 && !on_own_stack(p))
+	if (!b && !unmapped && ((uintptr_t)p & 15) == 0 && !on_own_stack(p))
 		return 0;
 	finding_init(&f, t, HS_FIND_INVALID_FREE, p);
 	if (b) {
@@ -568,62 +727,188 @@ static int foreign_is_invalid(struct hs_tls *t, int ring, void *p)
 
 /* ---- allocation and release ----------------------------------------------------- */
 
-/* Give b back to glibc.  The magic goes first, so the address is foreign from now on. */
-static void real_free(struct blk *b)
+/*
+ * Give b (freed) back to glibc, keeping its header: the state becomes
+ * released with the first free's stack and thread, the magic stays.  A
+ * later free of the same pointer still finds both (struct blk: glibc's own
+ * links do not reach them) as long as glibc has not handed that memory out
+ * again: then it is a double free with its three stacks, detected without
+ * any memory held back.  When glibc hands out the memory again at the same
+ * user pointer (its splitting puts a new chunk's start where the old one
+ * began), the new block's header replaces ours and the pointer is live —
+ * the same limit as Scudo's header check.
+ *
+ * Tombstones: a block whose chunk is 1 KiB or more (glibc's large bins and
+ * the unsorted bin, whose chunks glibc splits from their start for any
+ * smaller request) is first cut down in place with __libc_realloc to the
+ * 64-byte chunk that holds its header (the rest goes back to glibc at
+ * once), and that small chunk is then freed.  glibc gives a 64-byte chunk
+ * only to requests of 40 bytes or less made around heisen (ours are 64
+ * bytes and more with the header and canary), so the header stays for long,
+ * and the old pointer cannot become a chunk's start while the tombstone
+ * stands (its chunk covers the bytes right before the pointer).  Blocks
+ * glibc mmapped are unmapped: a later free of one finds no memory and is
+ * an invalid-free.
+ */
+#define TOMBSTONE_MIN 1024u
+static void release(struct blk *b)
 {
-	void *r = real_start(b);
-	__atomic_store_n(&b->magic, 0, __ATOMIC_RELAXED);
-	__atomic_store_n(&b->state, 0, __ATOMIC_RELAXED);
+	char *r = real_start(b);
+	size_t chunk;
+	/* freed -> released: the kind is the state word's low byte (x86-64 is
+	   little-endian); a byte store, no read of the cold word.  No CAS: a
+	   racing free of a freed block only reads the word */
+	__atomic_store_n((uint8_t *)&b->state, (uint8_t)ST_RELEASED, __ATOMIC_RELAXED);
+	memcpy(&chunk, r - 8, sizeof chunk); /* glibc's chunk size word: size | flags (2: mmapped) */
+	if (real_bytes(b) >= TOMBSTONE_MIN && !(chunk & 2)) {
+		char *k = __libc_realloc(r, b->offset);
+		if (k)
+			r = k;
+	}
 	__libc_free(r);
 }
 
 /*
- * Queue b (freed) in the calling thread's shard; while the quarantine as a
- * whole is over budget, give back that shard's oldest blocks.  Shards by
- * thread keep the real frees in the thread (and glibc arena) that freed,
- * and threads meet on a shard lock only when they hash together; a thread
- * that stops freeing keeps its shard's blocks, within the global budget.
+ * The quarantine's budget now, in bytes: HEISEN_QUARANTINE_MB when set;
+ * else live/QUAR_LIVE_SHARE of the live heap (the header's flushed count),
+ * at least QUAR_FLOOR and at most quar_limit (64 MiB, or 1/32 of the
+ * cgroup's memory limit).  A share of the live heap, as ASan's quarantine
+ * is not, because what the quarantine costs is resident memory the program
+ * did not ask for: a fixed 64 MiB made a 13.5 MiB Python service 82 MiB.
+ * Detection past the quarantine comes from the released header (release()).
+ */
+#define QUAR_FLOOR ((uint64_t)256 << 10)
+#define QUAR_LIVE_SHARE 8u
+static int quar_explicit;              /* HEISEN_QUARANTINE_MB was set */
+
+static inline uint64_t quar_budget(void)
+{
+	uint64_t lim;
+	if (quar_explicit || quar_limit == 0)
+		return quar_limit;
+	lim = live_bytes() / QUAR_LIVE_SHARE;
+	if (lim < QUAR_FLOOR)
+		lim = QUAR_FLOOR;
+	return lim < quar_limit ? lim : quar_limit;
+}
+
+/*
+ * A quarantined block of QUAR_DONTNEED_MIN bytes or more gives its whole
+ * interior pages back to the kernel (MADV_DONTNEED; they read as zeros if
+ * touched again), so it holds only its first and last pages resident while
+ * it waits: the header and the canary lie outside the interior.  The
+ * quarantine's budget counts what stays resident (quar_bytes).
+ */
+#define QUAR_DONTNEED_MIN ((uint64_t)64 << 10)
+
+static inline int interior(const struct blk *b, uintptr_t *lo, uintptr_t *hi)
+{
+	uintptr_t u = (uintptr_t)(b + 1);
+	if (b->size < QUAR_DONTNEED_MIN)
+		return 0;
+	*lo = (u + page_size - 1) & ~(uintptr_t)(page_size - 1);
+	*hi = (u + b->size) & ~(uintptr_t)(page_size - 1);
+	return *hi > *lo;
+}
+
+static inline uint64_t quar_bytes(const struct blk *b)
+{
+	uintptr_t lo, hi;
+	return real_bytes((struct blk *)b) - (interior(b, &lo, &hi) ? hi - lo : 0);
+}
+
+static void drop_interior(const struct blk *b)
+{
+	uintptr_t lo, hi;
+	if (interior(b, &lo, &hi))
+		madvise((void *)lo, hi - lo, MADV_DONTNEED);
+}
+
+/*
+ * Queue b (freed) in the calling thread's FIFO; while the quarantine as a
+ * whole is over budget, give back that FIFO's oldest blocks.  Each thread
+ * adds its bytes to the shared total only once they differ by QUAR_SYNC
+ * from what it added last (so the total is exact within QUAR_SYNC per
+ * thread), so a free takes no lock and writes no shared line in the common
+ * case.  The real frees happen in the thread (and glibc arena and tcache)
+ * that freed; a thread that stops freeing keeps its blocks, within the
+ * global budget, until it exits (tquar_exit).
  */
 static void quarantine_put(struct blk *b)
 {
-	struct qshard *q;
+	struct tquar *q = &tquar;
 	struct blk *victims = NULL;
-	uint64_t bytes = real_bytes(b);
-	if (quar_limit == 0) {
-		real_free(b);
+	uint64_t bytes = quar_bytes(b), budget = quar_budget();
+	int64_t total;
+	if (budget == 0) {
+		release(b);
 		return;
 	}
-	q = &quar[(hs_mix64((uint64_t)(uintptr_t)&hs_tls) >> 7) % QSHARDS];
+	if (HS_UNLIKELY(!q->keyed)) {
+		q->keyed = 1;
+		pthread_setspecific(tquar_key, q);
+	}
+	drop_interior(b);
 	b->qnext = NULL;
-	hs_spin_lock(&q->lock);
 	if (q->tail)
 		q->tail->qnext = b;
 	else
 		q->head = b;
 	q->tail = b;
 	q->bytes += bytes;
+	q->unsynced += (int64_t)bytes;
 	/* relaxed: a budget, ordered with nothing else */
-	if (__atomic_add_fetch(&quar_total, bytes, __ATOMIC_RELAXED) > quar_limit) {
-		uint64_t out = 0;
-		while (q->head && __atomic_load_n(&quar_total, __ATOMIC_RELAXED) - out > quar_limit) {
+	total = (int64_t)__atomic_load_n(&quar_total, __ATOMIC_RELAXED) + q->unsynced;
+	if (total > (int64_t)budget) {
+		while (q->head && total > (int64_t)budget) {
 			struct blk *v = q->head;
-			uint64_t vb = real_bytes(v);
+			uint64_t vb = quar_bytes(v);
 			q->head = v->qnext;
 			if (!q->head)
 				q->tail = NULL;
 			q->bytes -= vb;
-			out += vb;
+			q->unsynced -= (int64_t)vb;
+			total -= (int64_t)vb;
 			v->qnext = victims;
 			victims = v;
 		}
-		__atomic_sub_fetch(&quar_total, out, __ATOMIC_RELAXED);
+		/* the next victim was freed long ago and is cold: fetch its header
+		   and glibc's chunk header now, so the next free finds them near */
+		if (q->head) {
+			__builtin_prefetch(q->head);
+			__builtin_prefetch((char *)q->head - 64);
+		}
 	}
-	hs_spin_unlock(&q->lock);
+	if (q->unsynced >= QUAR_SYNC || q->unsynced <= -QUAR_SYNC) {
+		__atomic_add_fetch(&quar_total, (uint64_t)q->unsynced, __ATOMIC_RELAXED);
+		q->unsynced = 0;
+	}
 	while (victims) {
 		struct blk *n = victims->qnext;
-		real_free(victims);
+		release(victims);
 		victims = n;
 	}
+}
+
+/* pthread key destructor: an exiting thread's quarantined blocks go back to glibc now. */
+static void tquar_exit(void *arg)
+{
+	struct tquar *q = arg;
+	struct hs_tls *t = &hs_tls;
+	int was = t->in_hook;
+	t->in_hook = 1;
+	q->keyed = 0; /* a free by a later destructor arms it again (glibc runs it once more) */
+	while (q->head) {
+		struct blk *v = q->head;
+		q->head = v->qnext;
+		release(v);
+	}
+	__atomic_sub_fetch(&quar_total, q->bytes - (uint64_t)q->unsynced, __ATOMIC_RELAXED);
+	q->tail = NULL;
+	q->bytes = 0;
+	q->unsynced = 0;
+	count_flush();
+	t->in_hook = was;
 }
 
 /*
@@ -660,13 +945,12 @@ static void *blk_alloc(struct hs_tls *t, size_t n, size_t align, int zero, uint6
 	b = blk_of(u);
 	b->size = n;
 	b->qnext = NULL;
-	b->alloc_stack = stack;
+	b->alloc = (stack < (1u << 24) ? stack : 0) | (__atomic_load_n(&stack_epoch, __ATOMIC_RELAXED) & 0xffu) << 24;
 	b->alloc_tid = t->tid;
 	b->offset = (uint32_t)off;
-	b->epoch = __atomic_load_n(&stack_epoch, __ATOMIC_RELAXED);
 	if (zero && align > 16)
 		memset(u, 0, n);
-	memcpy(u + n, canary_pat, canary_len(n));
+	canary_put(u, n);
 	/* relaxed: the program's own hand-over of the pointer orders these stores for other threads */
 	__atomic_store_n(&b->state, ST_LIVE, __ATOMIC_RELAXED);
 	__atomic_store_n(&b->magic, HEAP_MAGIC ^ (uint64_t)(uintptr_t)u, __ATOMIC_RELAXED);
@@ -690,7 +974,7 @@ static int blk_free(struct hs_tls *t, int ring, void *p, uint64_t site)
 		uint64_t nw = ST_FREED | (uint64_t)(st < (1u << 24) ? st : 0) << 8 | (uint64_t)(uint32_t)t->tid << 32;
 		/* acq_rel: the winner's free is published whole; a loser sees the winner's word */
 		if (__atomic_compare_exchange_n(&b->state, &old, nw, 0, __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE)) {
-			if (HS_UNLIKELY(memcmp((char *)p + b->size, canary_pat, canary_len(b->size)) != 0)) {
+			if (HS_UNLIKELY(!canary_ok(p, b->size))) {
 				struct hs_finding f;
 				finding_init(&f, t, HS_FIND_HEAP_OVERFLOW, p);
 				f.stack3 = alloc_stack_of(b);
@@ -705,6 +989,11 @@ static int blk_free(struct hs_tls *t, int ring, void *p, uint64_t site)
 			return 1;
 		}
 	}
+	if (HS_UNLIKELY(!st_is_freed(old))) {
+		/* not a state of ours after all (owner_of saw one): glibc's block */
+		__libc_free(p);
+		return 1;
+	}
 	bad_state(t, ring, p, old);
 	return 0;
 }
@@ -716,7 +1005,7 @@ static void blk_free_quiet(void *p)
 	uint64_t old = ST_LIVE;
 	if (__atomic_compare_exchange_n(&b->state, &old, ST_FREED, 0, __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE)) {
 		count_free(b->size);
-		real_free(b);
+		release(b);
 	}
 }
 
@@ -726,7 +1015,9 @@ static uint64_t fork_live;              /* heap_live_bytes when fork was called 
 
 static void heap_before_fork(void)
 {
-	struct hs_header *h = hdr_if_recording();
+	struct hs_header *h;
+	count_flush();
+	h = hdr_if_recording();
 	fork_live = h ? __atomic_load_n(&h->heap_live_bytes, __ATOMIC_RELAXED) : 0;
 }
 
@@ -741,9 +1032,9 @@ static void heap_mark_header(void)
 }
 
 /*
- * The fork child (one thread): quarantine locks another thread held at the
- * fork are released, and their shard's list (possibly mid-update) is
- * abandoned — those blocks stay allocated in the child.  The child's new
+ * The fork child (one thread): the other threads' quarantine FIFOs are
+ * abandoned — those blocks stay allocated in the child — and the shared
+ * total restarts from the forking thread's own.  The child's new
  * segment starts with the parent's live bytes.  Must run after init.c's
  * atfork_child has made the child's segment.  Idempotent.
  */
@@ -757,14 +1048,8 @@ HS_HIDDEN void hs_heap_after_fork_child(void)
 		memset(site_cache, 0, sizeof site_cache);
 		__atomic_add_fetch(&stack_epoch, 1, __ATOMIC_RELAXED);
 	}
-	for (int i = 0; i < QSHARDS; i++) {
-		if (__atomic_load_n(&quar[i].lock, __ATOMIC_RELAXED)) {
-			quar[i].head = quar[i].tail = NULL;
-			__atomic_sub_fetch(&quar_total, quar[i].bytes, __ATOMIC_RELAXED);
-			quar[i].bytes = 0;
-			__atomic_store_n(&quar[i].lock, 0, __ATOMIC_RELEASE);
-		}
-	}
+	/* the other threads' FIFOs stay allocated in the child; the total is this thread's */
+	__atomic_store_n(&quar_total, tquar.bytes - (uint64_t)tquar.unsynced, __ATOMIC_RELAXED);
 	heap_mark_header();
 	h = hdr_if_recording();
 	if (h && fork_live && h->heap_live_bytes == 0 && h->heap_allocs == 0) {
@@ -799,7 +1084,8 @@ HS_HIDDEN void hs_heap_init(void)
 	}
 	page_size = (size_t)sysconf(_SC_PAGESIZE);
 	v = getenv("HEISEN_QUARANTINE_MB");
-	quar_limit = (v && *v ? strtoull(v, NULL, 10) : 64ull) << 20;
+	quar_explicit = v && *v;
+	quar_limit = (quar_explicit ? strtoull(v, NULL, 10) : 64ull) << 20;
 	/*
 	 * The quarantine is memory the program did not ask for.  In a memory-
 	 * limited cgroup (a container; seed 002's pool of workers, each with a
@@ -819,6 +1105,9 @@ HS_HIDDEN void hs_heap_init(void)
 	heap_continue = v && strcmp(v, "continue") == 0;
 	heap_mark_header();
 	pthread_atfork(heap_before_fork, NULL, hs_heap_after_fork_child);
+	if (pthread_key_create(&tquar_key, tquar_exit) != 0)
+		quar_limit = 0; /* no way to empty an exiting thread's FIFO: no quarantine */
+	atexit(count_flush); /* the exiting thread's counts; runs before init.c's on_exit handler */
 	/* release: the settings above are visible to every hook that sees HEAP_ON */
 	__atomic_store_n(&heap_mode, HEAP_ON, __ATOMIC_RELEASE);
 	t->in_hook = was;
@@ -890,18 +1179,21 @@ static void hook_free(void *p, uint64_t site)
 {
 	struct hs_tls *t = &hs_tls;
 	int e = errno, ring;
+	enum owner o;
 	if (HS_UNLIKELY(t->in_hook)) {
-		if (((uintptr_t)p & 15) == 0 && ours(p))
+		o = owner_of(p);
+		if (o == OWN_OURS)
 			blk_free_quiet(p);
-		else
+		else if (o == OWN_FOREIGN)
 			__libc_free(p);
 		errno = e;
 		return;
 	}
 	ring = heap_enter(t);
-	if (((uintptr_t)p & 15) == 0 && ours(p))
+	o = owner_of(p);
+	if (HS_LIKELY(o == OWN_OURS))
 		blk_free(t, ring, p, site);
-	else if (!foreign_is_invalid(t, ring, p))
+	else if (!foreign_is_invalid(t, ring, p, o))
 		__libc_free(p);
 	hs_leave(t);
 	errno = e;
@@ -931,12 +1223,15 @@ static void *hook_realloc(void *p, size_t n, uint64_t site)
 	void *q;
 	uint64_t st;
 
+	enum owner o;
+
 	if (p == NULL)
 		return hs_tls.in_hook ? __libc_malloc(n) : hook_alloc(n, 0, 0, site);
-	if (((uintptr_t)p & 15) != 0 || !ours(p)) {
-		if (!t->in_hook && ((uintptr_t)p & 15) != 0) {
+	o = owner_of(p);
+	if (o != OWN_OURS) {
+		if (!t->in_hook && o != OWN_FOREIGN) {
 			ring = heap_enter(t);
-			foreign_is_invalid(t, ring, p);
+			foreign_is_invalid(t, ring, p, o);
 			hs_leave(t);
 			errno = EINVAL;
 			return NULL;
@@ -1102,7 +1397,7 @@ HS_EXPORT size_t malloc_usable_size(void *p)
 		return 0;
 	if (hs_guard_owns(p)) /* guarded.c: sampled guard pages */
 		return hs_guard_usable_size(p);
-	if (heap_on() && ((uintptr_t)p & 15) == 0 && ours(p))
+	if (heap_on() && ours(p))
 		return blk_of(p)->size;
 	f = __atomic_load_n(&real_usable, __ATOMIC_ACQUIRE);
 	if (HS_UNLIKELY(!f)) {

@@ -680,6 +680,20 @@ size_t hs_guard_usable_size(const void *p);
 #include <signal.h>
 int hs_guard_fault(int sig, siginfo_t *si, void *uc, int was);
 
+/*
+ * Read the 16 bytes at addr (16-aligned) into out[0..1]: 1, or 0 when addr
+ * is not mapped readable — no crash, no system call (safe_read.S).  Needs
+ * the crash handler in place (signals.c calls hs_safe_read_fixup first).
+ */
+int hs_safe_read16(const void *addr, uint64_t out[2]);
+
+/*
+ * Called by the SIGSEGV/SIGBUS handler with its ucontext: 1 when the fault
+ * was hs_safe_read16's load (the PC now points at its failure return; the
+ * handler must return at once), 0 for any other fault.
+ */
+int hs_safe_read_fixup(void *uc);
+
 /* ---- processes and environment (proc.c, memhooks.c; issue 6) ----------------- */
 
 /* Fill e with what this process sees now (format.h struct hs_env).  Raw

@@ -226,6 +226,11 @@ static void crash_handler(int sig, siginfo_t *si, void *uc)
 	struct hs_tls *t = &hs_tls;
 	struct sigaction *ua = &user_action[sig];
 	int was = t->in_hook;
+	/* the heap checker's probe of a wild pointer's header: not a crash */
+	if ((sig == SIGSEGV || sig == SIGBUS) && hs_safe_read_fixup(uc)) {
+		errno = saved_errno;
+		return;
+	}
 	t->in_hook = 1;
 
 	/* a fault in the guard-page pool (guarded.c) is a use-after-free or a

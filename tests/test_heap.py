@@ -232,6 +232,88 @@ def test_overflow_by_one(heisen, way):
     heap_abort_crash(r, pid)
 
 
+# ---- a double free after N intervening allocations ----------------------------
+#
+# The cases LLVM's Scudo (preloaded, its defaults) catches on this machine, as
+# bench/heap_sweep.py measures them: 64-byte blocks up to 10 intervening
+# allocations, 4 KiB blocks up to a million, in one thread and in eight
+# churning at once.  heisen's defaults must catch each with its three stacks.
+SCUDO_CAUGHT = [(64, 0), (64, 10), (4096, 0), (4096, 10), (4096, 1000), (4096, 100000), (4096, 1000000)]
+
+
+@pytest.mark.parametrize("threads", [1, 8])
+@pytest.mark.parametrize("size,n", SCUDO_CAUGHT)
+def test_double_free_after_intervening_allocations(heisen, tmp_path, size, n, threads):
+    """A block freed, n mixed-size allocations (half freed at once), the block
+    freed again, in each of `threads` threads: every second free is a
+    double-free whose stacks are the target's second_free, first_free and
+    alloc_victim, in the sweeping thread (continue: all of them reported)."""
+    p = heisen.preload([target(heisen, "heap_free_sweep"), size, n, threads], tmp_path / "s", timeout=240,
+                       env={"HEISEN_ON_HEAP_ERROR": "continue"})
+    assert p.returncode == 0 and "done ok" in p.stdout, (p.returncode, p.stderr[-2000:])
+    fx = facts(p.stdout)
+    sweepers = {int(fx[f"tid_sweep{i}"][0]) for i in range(threads)}
+    victims = {int(fx[f"victim{i}"][0], 16) for i in range(threads)}
+    r = heisen.dump_json(tmp_path / "s", expect_rc=1)
+    fs = heap_findings(r)
+    assert [f["kind"] for f in fs] == ["double-free"], [(f["kind"], f["message"]) for f in fs]
+    f = fs[0]
+    # eight second frees with the same three call sites fold into one finding
+    assert f["count"] == threads, f
+    assert hexint(f["address"]) in victims and f["size"] == size
+    assert f["tids"][0] in sweepers and f["tids"][0] == f["tids"][1] == f["tids"][2]
+    assert frame_functions(stack_by_role(f, "second free"))[:2] == ["second_free", "sweep"]
+    assert frame_functions(stack_by_role(f, "first free"))[:2] == ["first_free", "sweep"]
+    assert frame_functions(stack_by_role(f, "allocation"))[:2] == ["alloc_victim", "sweep"]
+
+
+def test_churn_without_double_free_no_finding(heisen, tmp_path):
+    """The same churn, eight threads, a hundred thousand allocations each, and
+    no second free: blocks given back to glibc keep their headers, and glibc
+    hands that memory out again under other pointers and sizes — never a
+    finding."""
+    p = heisen.preload([target(heisen, "heap_free_sweep"), 4096, 100000, 8, "clean"], tmp_path / "s",
+                       timeout=240)
+    assert p.returncode == 0 and "done ok" in p.stdout, (p.returncode, p.stderr[-2000:])
+    r = heisen.dump_json(tmp_path / "s", expect_rc=0)
+    assert heap_findings(r) == []
+    assert process_of(r, fact_int(p.stdout, "pid"))["heap"]["allocs"] >= 8 * 100000
+
+
+# ---- wild pointers: free of memory that is not there ---------------------------
+
+
+def test_wild_free_reported_not_a_crash(heisen, way):
+    """free((void *)0x87654321) (memcheck's badfree): an invalid-free with the
+    free's stack, then heisen's own SIGABRT — no SIGSEGV inside the shim."""
+    p = way.run([target(heisen, "heap_wild_free"), "badfree"], env=HEAP)
+    assert p.returncode == way.killed_by(signal.SIGABRT), (p.returncode, p.stderr)
+    pid, tid = fact_int(p.stdout, "pid"), fact_int(p.stdout, "tid_main")
+    r = heisen.dump_json(way.session, expect_rc=1)
+    f = one(r, "invalid-free")
+    assert f["pid"] == pid and f["tids"] == [tid]
+    assert hexint(f["address"]) == 0x87654321 and f["block"] is None
+    assert frame_functions(stack_by_role(f, "free"))[:2] == ["free_wild_constant", "main"]
+    assert [c["signal_name"] for c in findings_of(r, "crash")] == ["SIGABRT"]
+    heap_abort_crash(r, pid)
+
+
+def test_wild_free_continue_goes_on(heisen, way):
+    """HEISEN_ON_HEAP_ERROR=continue: the constant and a 16-aligned address in
+    an unmapped page are each an invalid-free, skipped; the program exits 0."""
+    p = way.run([target(heisen, "heap_wild_free"), "both"], env={**HEAP, "HEISEN_ON_HEAP_ERROR": "continue"})
+    assert p.returncode == 0 and "done ok" in p.stdout, (p.returncode, p.stderr)
+    ptrs = [int(x, 16) for x in facts(p.stdout)["pointer"]]
+    r = heisen.dump_json(way.session, expect_rc=1)
+    fs = findings_of(r, "invalid-free")
+    assert sorted(hexint(f["address"]) for f in fs) == sorted(ptrs)
+    by_addr = {hexint(f["address"]): f for f in fs}
+    assert frame_functions(stack_by_role(by_addr[ptrs[0]], "free"))[0] == "free_wild_constant"
+    assert frame_functions(stack_by_role(by_addr[ptrs[1]], "free"))[0] == "free_unmapped_page"
+    assert findings_of(r, "crash") == []
+    assert process_of(r, fact_int(p.stdout, "pid"))["exit_status"] == 0
+
+
 def test_racing_frees_exactly_one_report(heisen, tmp_path):
     """Two threads free one block at once, ten times: each run has exactly one
     double free, whose two frees are the two racers."""
