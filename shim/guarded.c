@@ -305,9 +305,13 @@ HS_HIDDEN int hs_guard_sample_slow(size_t n)
 		hs_guard_countdown = m == GUARD_OFF ? INT32_MAX : 1;
 		return 0;
 	}
+	/* a new thread's countdown starts at 0 and reaches here at -1: its first
+	   allocation is not a draw (else every thread's first block would be
+	   sampled, and a pool of 64 slots gone to thread start-up) */
+	int fresh = hs_guard_countdown < 0 && rate > 1;
 	/* a countdown drawn from [1, 2 * rate - 1]: one in `rate` on average, never in lockstep with the program */
 	hs_guard_countdown = rate <= 1 ? 1 : (int32_t)(1 + next_rand() % (2ull * rate - 1));
-	return n != 0 && n <= page && !hs_tls.in_hook && !hs_tls.dead;
+	return !fresh && n != 0 && n <= page && !hs_tls.in_hook && !hs_tls.dead;
 }
 
 /* Re-protect a guard page that "continue" opened. */
