@@ -94,6 +94,14 @@ static int inherit_tables(struct hs_seg *to, const struct hs_seg *from)
 	for (size_t i = 0; i < sizeof arrays / sizeof arrays[0]; i++)
 		if (tt[arrays[i]].capacity < ft[arrays[i]].capacity || tt[arrays[i]].entry_size != ft[arrays[i]].entry_size)
 			return 0;
+	/* the child's segment is sparse: back what is copied before copying it */
+	for (size_t i = 0; i < sizeof arrays / sizeof arrays[0]; i++) {
+		uint32_t n = __atomic_load_n(&ft[arrays[i]].count, __ATOMIC_ACQUIRE);
+		if (n > ft[arrays[i]].capacity)
+			n = ft[arrays[i]].capacity;
+		if (hs_seg_commit(to, tt[arrays[i]].offset, (uint64_t)n * tt[arrays[i]].entry_size) != 0)
+			return 0;
+	}
 	for (size_t i = 0; i < sizeof indexes / sizeof indexes[0]; i++) {
 		enum hs_table_id k = indexes[i];
 		memcpy((char *)to->hdr + tt[k].offset, (const char *)from->hdr + ft[k].offset,

@@ -33,6 +33,7 @@ int hs_quiet;
 uint64_t hs_self_lo, hs_self_hi;
 
 static char session_dir[PATH_MAX];
+static int session_default;    /* the session is under /dev/shm/heisen-$UID (not HEISEN_DIR) */
 static struct hs_geometry geometry = HS_GEOMETRY_DEFAULT;
 static int modules_lock;       /* [atomic] serializes module table appends */
 
@@ -247,6 +248,163 @@ int hs_session_setup(void)
 
 /* ---- segment -------------------------------------------------------------- */
 
+/*
+ * Give fd `size` bytes of real backing store.  fallocate reserves tmpfs
+ * pages, so running out of space is ENOSPC here and never a SIGBUS later;
+ * where fallocate is unsupported, write zeros instead.
+ */
+static int size_file(int fd, uint64_t size)
+{
+	static const char zeros[4096];
+	if (hs_sys.fallocate(fd, 0, (off_t)size) == 0)
+		return 0;
+	if (errno != EOPNOTSUPP && errno != ENOSYS)
+		return -1;
+	if (hs_sys.ftruncate(fd, 0) != 0)
+		return -1;
+	for (uint64_t off = 0; off < size; off += sizeof zeros) {
+		size_t n = size - off < sizeof zeros ? (size_t)(size - off) : sizeof zeros;
+		if (hs_sys.pwrite(fd, zeros, n, (off_t)off) != (ssize_t)n)
+			return -1;
+	}
+	return 0;
+}
+
+/*
+ * Committed chunks of this process's segment.  The segment file is laid out
+ * at its full geometry but is sparse (ftruncate): only the header and the
+ * tables that are read at random (the hash indexes, the thread and fd slot
+ * tables, modules, findings) get backing store at creation; the tables that
+ * fill from the front (strings, stacks, locks, edges, Python frames, fd
+ * events and history) and each thread's ring get theirs a chunk at a time,
+ * before first use, by hs_seg_commit.  MADV_POPULATE_WRITE (Linux 5.14)
+ * allocates the pages of a shared mapping and reports ENOSPC as an error
+ * where a store would raise SIGBUS; on an older kernel the whole file is
+ * allocated at creation as before and every commit is a no-op.
+ * commit_map has a bit per chunk of 1 << commit_shift bytes (a 4 KiB page, more
+ * for a segment over 256 MiB); it is reset for each new segment (fork child).
+ */
+#ifndef MADV_POPULATE_WRITE
+#define MADV_POPULATE_WRITE 23
+#endif
+#define COMMIT_WORDS 1024
+static uint64_t commit_map[COMMIT_WORDS]; /* [atomic] bit c: chunk c has backing store */
+static unsigned commit_shift = 12;
+static int commit_lazy;                   /* 0: the whole segment was allocated at creation */
+static int commit_warned;                 /* [atomic] the out-of-space warning was given */
+
+static int populate(void *base, uint64_t off, uint64_t len)
+{
+	uint64_t lo = off & ~(uint64_t)4095, hi = (off + len + 4095) & ~(uint64_t)4095;
+	return hs_sys.madvise((char *)base + lo, (size_t)(hi - lo), MADV_POPULATE_WRITE);
+}
+
+/* Back [off, off + len) of the segment at h (size bytes) with store.  -1 with errno when short of space. */
+static int commit_range(struct hs_header *h, uint64_t size, uint64_t off, uint64_t len)
+{
+	uint64_t first, last;
+	if (!commit_lazy || len == 0)
+		return 0;
+	if (off + len > size)
+		return errno = ERANGE, -1;
+	first = off >> commit_shift;
+	last = (off + len - 1) >> commit_shift;
+	for (uint64_t c = first; c <= last; c++) {
+		uint64_t bit = 1ull << (c & 63), lo = c << commit_shift, n = 1ull << commit_shift;
+		if (__atomic_load_n(&commit_map[c >> 6], __ATOMIC_ACQUIRE) & bit)
+			continue;
+		if (lo + n > size)
+			n = size - lo;
+		if (populate(h, lo, n) != 0)
+			return -1;
+		__atomic_or_fetch(&commit_map[c >> 6], bit, __ATOMIC_RELEASE);
+	}
+	return 0;
+}
+
+int hs_seg_commit(struct hs_seg *s, uint64_t off, uint64_t len)
+{
+	int err;
+	if (!commit_lazy || commit_range(s->hdr, s->size, off, len) == 0)
+		return 0;
+	err = errno == EFAULT ? ENOSPC : errno; /* populating a page tmpfs has no room for */
+	__atomic_or_fetch(&s->hdr->flags, HS_HDR_OUT_OF_SPACE, __ATOMIC_RELAXED);
+	if (!__atomic_exchange_n(&commit_warned, 1, __ATOMIC_ACQ_REL))
+		warn3("out of space in ", session_dir,
+		      ": tables that need more room count as full from now on (set HEISEN_DIR to a larger volume)", err);
+	return -1;
+}
+
+int hs_seg_committed(const struct hs_seg *s, uint64_t off, uint64_t len)
+{
+	uint64_t first, last;
+	if (!commit_lazy || len == 0)
+		return 1;
+	if (off + len > s->size)
+		return 0;
+	first = off >> commit_shift;
+	last = (off + len - 1) >> commit_shift;
+	for (uint64_t c = first; c <= last; c++)
+		if (!(__atomic_load_n(&commit_map[c >> 6], __ATOMIC_ACQUIRE) & (1ull << (c & 63))))
+			return 0;
+	return 1;
+}
+
+int hs_seg_commit_entry(struct hs_seg *s, enum hs_table_id t, uint64_t i)
+{
+	const struct hs_table *tb = &s->hdr->tables[t];
+	return hs_seg_commit(s, tb->offset + i * tb->entry_size, tb->entry_size);
+}
+
+/*
+ * Tables read at random by the writer: backing store at creation.  The
+ * thread slots are claimed in order, each committed with its ring before it
+ * is first read (threads.c); a reader that scans them all asks
+ * hs_seg_committed first.
+ */
+static const enum hs_table_id eager_tables[] = {
+	HS_T_MODULES, HS_T_STACK_INDEX, HS_T_SITE_INDEX, HS_T_LOCK_INDEX, HS_T_EDGE_INDEX,
+	HS_T_FINDINGS, HS_T_PYFRAME_INDEX, HS_T_FDS,
+};
+/* Tables whose entry 0 means "none" (and the strings' offset 0): committed at creation too. */
+static const enum hs_table_id reserved_zero[] = {HS_T_STRINGS, HS_T_STACKS, HS_T_LOCKS, HS_T_EDGES, HS_T_PYFRAMES};
+
+/*
+ * Give the new segment h (mapped, size bytes, file fd) the backing store it
+ * needs now: the header, the eager tables and entry 0 of the tables whose
+ * entry 0 is reserved.  Returns 0, or -1 with errno (ENOSPC) when the
+ * directory is short of space.
+ */
+static int commit_initial(struct hs_header *h, int fd, uint64_t size, const struct hs_header *layout)
+{
+	memset(commit_map, 0, sizeof commit_map);
+	commit_warned = 0;
+	commit_shift = 12;
+	while ((size >> commit_shift) >= (uint64_t)COMMIT_WORDS * 64)
+		commit_shift++;
+	commit_lazy = 1;
+	if (populate(h, 0, sizeof *h) != 0) {
+		if (errno != EINVAL)
+			return errno = ENOSPC, -1;
+		/* no MADV_POPULATE_WRITE: allocate it all, as before sparse segments */
+		commit_lazy = 0;
+		return size_file(fd, size);
+	}
+	if (commit_range(h, size, 0, sizeof *h) != 0)
+		return errno = ENOSPC, -1;
+	for (size_t i = 0; i < sizeof eager_tables / sizeof eager_tables[0]; i++) {
+		const struct hs_table *tb = &layout->tables[eager_tables[i]];
+		if (commit_range(h, size, tb->offset, (uint64_t)tb->entry_size * tb->capacity) != 0)
+			return errno = ENOSPC, -1;
+	}
+	for (size_t i = 0; i < sizeof reserved_zero / sizeof reserved_zero[0]; i++) {
+		const struct hs_table *tb = &layout->tables[reserved_zero[i]];
+		if (commit_range(h, size, tb->offset, tb->entry_size) != 0)
+			return errno = ENOSPC, -1;
+	}
+	return 0;
+}
+
 int hs_seg_bind(struct hs_seg *s, struct hs_header *h, size_t size)
 {
 	char *base = (char *)h;
@@ -315,25 +473,25 @@ static void mark_execed(const char *path, pid_t pid, uint64_t ticks, unsigned ne
 }
 
 /*
- * Give fd `size` bytes of real backing store.  fallocate reserves tmpfs
- * pages, so running out of space is ENOSPC here and never a SIGBUS later;
- * where fallocate is unsupported, write zeros instead.
+ * Size fd to layout's full geometry as a sparse file, map it and commit what
+ * is needed now (commit_initial).  NULL with errno when short of space or
+ * the mapping fails.
  */
-static int size_file(int fd, uint64_t size)
+static struct hs_header *map_segment(int fd, const struct hs_header *layout)
 {
-	static const char zeros[4096];
-	if (hs_sys.fallocate(fd, 0, (off_t)size) == 0)
-		return 0;
-	if (errno != EOPNOTSUPP && errno != ENOSYS)
-		return -1;
-	if (hs_sys.ftruncate(fd, 0) != 0)
-		return -1;
-	for (uint64_t off = 0; off < size; off += sizeof zeros) {
-		size_t n = size - off < sizeof zeros ? (size_t)(size - off) : sizeof zeros;
-		if (hs_sys.pwrite(fd, zeros, n, (off_t)off) != (ssize_t)n)
-			return -1;
-	}
-	return 0;
+	struct hs_header *h;
+	int err;
+	if (hs_sys.ftruncate(fd, 0) != 0 || hs_sys.ftruncate(fd, (off_t)layout->segment_size) != 0)
+		return NULL;
+	h = hs_sys.mmap(NULL, layout->segment_size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+	if (h == MAP_FAILED)
+		return NULL;
+	if (commit_initial(h, fd, layout->segment_size, layout) == 0)
+		return h;
+	err = errno;
+	hs_sys.munmap(h, layout->segment_size);
+	errno = err;
+	return NULL;
 }
 
 static void fill_identity(struct hs_header *h, const struct hs_header *parent)
@@ -398,13 +556,15 @@ int hs_segment_create(int forked)
 
 	struct hs_header probe;
 	hs_layout(&probe, &g);
-	if (size_file(fd, probe.segment_size) != 0) {
+	h = map_segment(fd, &probe);
+	if (!h) {
 		int err = errno;
 		struct hs_geometry small = HS_GEOMETRY_SMALL;
 		small.ring_records = g.ring_records < small.ring_records ? g.ring_records : small.ring_records;
 		g = small;
 		hs_layout(&probe, &g);
-		if (hs_sys.ftruncate(fd, 0) != 0 || size_file(fd, probe.segment_size) != 0) {
+		h = map_segment(fd, &probe);
+		if (!h) {
 			warn3("no space for a segment in ", session_dir,
 			      "; not recording this process (set HEISEN_DIR to a larger volume)", errno);
 			hs_sys.close(fd);
@@ -414,13 +574,7 @@ int hs_segment_create(int forked)
 		warn3("short of space in ", session_dir, ": recording with a small segment", err);
 		flags |= HS_HDR_FALLBACK_SMALL;
 	}
-	h = hs_sys.mmap(NULL, probe.segment_size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
 	hs_sys.close(fd);
-	if (h == MAP_FAILED) {
-		warn3("cannot map segment ", path, NULL, errno);
-		hs_sys.unlink(path);
-		return -1;
-	}
 
 	hs_layout(h, &g);
 	h->abi_version = HS_ABI_VERSION;
@@ -447,6 +601,8 @@ int hs_segment_create(int forked)
 		hs_env_read(&h->env);
 		flags |= HS_HDR_ENV;
 	}
+	if (commit_lazy)
+		flags |= HS_HDR_SPARSE;
 	h->flags = flags;
 	/* id / offset 0 of these tables means "none" */
 	h->tables[HS_T_STRINGS].count = 1;
@@ -493,7 +649,7 @@ uint32_t hs_str_add(struct hs_seg *s, const char *str, size_t len)
 {
 	struct hs_table *t = &s->hdr->tables[HS_T_STRINGS];
 	uint32_t off = __atomic_fetch_add(&t->count, (uint32_t)len + 1, __ATOMIC_RELAXED);
-	if ((uint64_t)off + len + 1 > t->capacity) {
+	if ((uint64_t)off + len + 1 > t->capacity || hs_seg_commit(s, t->offset + off, len + 1) != 0) {
 		__atomic_add_fetch(&t->dropped, 1, __ATOMIC_RELAXED);
 		return 0;
 	}

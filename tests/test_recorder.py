@@ -41,8 +41,8 @@ def tiny_tmpfs(tmp_path):
 
 
 def test_short_of_space_falls_back_to_a_small_segment(heisen, tiny_tmpfs):
-    # room for a small segment (~0.3 MiB) but not a default one (~3 MiB)
-    d = tiny_tmpfs("1m") / "session"
+    # room for a small segment's start (~0.15 MiB) but not a default one's (~0.75 MiB)
+    d = tiny_tmpfs("400k") / "session"
     p = heisen.preload(["/bin/sh", "-c", "echo out; exit 7"], d)
     assert p.returncode == 7
     assert p.stdout == "out\n"
