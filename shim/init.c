@@ -186,7 +186,11 @@ static void atfork_child(void)
 
 HS_EXPORT pid_t fork(void)
 {
-	pid_t pid = HS_REAL(fork)();
+	pid_t pid;
+	hs_session_fork_prepare();
+	pid = HS_REAL(fork)();
+	if (pid != 0)
+		hs_session_fork_parent(pid < 0);
 	if (pid > 0) {
 		struct hs_tls *t = hs_enter();
 		if (t) {
@@ -221,6 +225,7 @@ static void record_exit(int status)
 		hs_tls.in_hook = 0;
 	}
 	hs_segment_end(HS_STATE_EXITED, status & 0xff);
+	hs_session_leave();
 }
 
 static void on_exit_handler(int status, void *arg)

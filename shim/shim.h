@@ -365,6 +365,19 @@ int hs_segment_create(int forked);
  * default under /dev/shm) as needed, exporting HEISEN_DIR.  Init only. */
 int hs_session_setup(void);
 
+/*
+ * The session's reference count (format.h struct hs_session_refs), for a
+ * session the shim made in the default place; no-ops otherwise.
+ * hs_session_fork_prepare counts the child before fork(), and
+ * hs_session_fork_parent(failed) gives that back when fork failed.
+ * hs_session_leave, at exit after hs_segment_end: a clean end gives this
+ * image's reference back and the last one removes the session.
+ * Async-signal-safe (raw system calls).
+ */
+void hs_session_fork_prepare(void);
+void hs_session_fork_parent(int failed);
+void hs_session_leave(void);
+
 /* Unmap a segment bound with hs_seg_bind (the fork child drops the parent's). */
 void hs_seg_unbind(struct hs_seg *s);
 

@@ -13,7 +13,9 @@ Contracts: include/heisen/format.h (HS_HDR_SPARSE), docs/interfaces.md
 "Session directory".
 """
 import os
+import shutil
 import subprocess
+import time
 from pathlib import Path
 
 import pytest
@@ -160,3 +162,121 @@ def test_dump_reads_a_live_sparse_segment_without_allocating(heisen, session):
         assert allocated(seg) <= before + 64 * 1024, (before, allocated(seg))
     finally:
         p.communicate("", timeout=30)
+
+
+# ---- clean sessions do not pile up ------------------------------------------
+
+CLEAN_SCRIPT = """\
+import os, subprocess, threading
+t = threading.Thread(target=lambda: None); t.start(); t.join()
+pid = os.fork()
+if pid == 0:
+    os._exit(0)
+os.waitpid(pid, 0)
+subprocess.run(["/bin/true"], check=True)
+subprocess.run(["sh", "-c", "exit 1"])  # a child's non-zero status is a normal end
+print(os.environ["HEISEN_DIR"])
+"""
+
+
+def bare_env(heisen, **extra):
+    """A bare LD_PRELOAD run in the default place; the cap out of the way."""
+    env = heisen.env(HEISEN_SESSIONS_MAX_MB=1 << 20, **extra)
+    env.pop("HEISEN_SESSION_AUTO", None)
+    env["LD_PRELOAD"] = str(heisen.lib)
+    return env
+
+
+def test_clean_bare_run_leaves_no_session(heisen, tmp_path):
+    script = tmp_path / "clean.py"
+    script.write_text(CLEAN_SCRIPT)
+    p = subprocess.run([SYSTEM_PYTHON, str(script)], env=bare_env(heisen), capture_output=True,
+                       text=True, timeout=60)
+    assert p.returncode == 0, p.stderr
+    d = Path(p.stdout.strip())
+    assert d.parent == Path(f"/dev/shm/heisen-{os.getuid()}")
+    assert not d.exists(), sorted(x.name for x in d.iterdir())
+    assert not list(d.parent.glob(d.name + ".removing-*"))
+
+
+def test_crashing_bare_run_keeps_its_session(heisen, tmp_path):
+    # the parent ends cleanly, the forked child crashes: the session stays
+    script = tmp_path / "crash.py"
+    script.write_text(CLEAN_SCRIPT.replace("    os._exit(0)\n", "    os.abort()\n"))
+    p = subprocess.run([SYSTEM_PYTHON, str(script)], env=bare_env(heisen), capture_output=True,
+                       text=True, timeout=60)
+    assert p.returncode == 0, p.stderr
+    d = Path(p.stdout.strip())
+    try:
+        assert d.is_dir()
+        report = heisen.dump_json(d)
+        assert [f["kind"] for f in report["findings"]] == ["crash"]
+    finally:
+        subprocess.run(["rm", "-rf", str(d)])
+
+
+def test_session_named_with_heisen_dir_is_kept(heisen, tmp_path, session):
+    script = tmp_path / "clean.py"
+    script.write_text(CLEAN_SCRIPT)
+    env = bare_env(heisen, HEISEN_DIR=session)
+    p = subprocess.run([SYSTEM_PYTHON, str(script)], env=env, capture_output=True, text=True, timeout=60)
+    assert p.returncode == 0, p.stderr
+    assert len(list(session.glob("*.seg"))) >= 4
+    assert not (session / "session.refs").exists()
+
+
+def test_heisen_run_removes_a_clean_default_session(heisen):
+    p = heisen.run(["--", "sh", "-c", 'echo "$HEISEN_DIR"'])
+    assert p.returncode == 0, p.stderr
+    d = Path(p.stdout.strip())
+    assert d.parent == Path(f"/dev/shm/heisen-{os.getuid()}")
+    assert not d.exists()
+    assert "no findings; session removed" in p.stderr
+
+
+def test_cap_removes_oldest_finished_sessions_and_says_so(heisen, tmp_path):
+    # a private base: another user's /dev/shm/heisen-$UID
+    uid = 54000 + os.getpid() % 1000
+    base = Path(f"/dev/shm/heisen-{uid}")
+    if os.geteuid() != 0 or not shutil.which("setpriv"):
+        pytest.skip("needs root and setpriv")
+    if base.exists():
+        pytest.skip(f"{base} exists already")
+    try:
+        base.mkdir(mode=0o700)
+        # four finished sessions of 2 MiB each, oldest first; the second oldest crashed
+        now = time.time()
+        for i, name in enumerate(["a-1-1", "b-2-2", "c-3-3", "d-4-4"]):
+            d = base / name
+            d.mkdir(mode=0o700)
+            with open(d / "pad", "wb") as f:
+                f.write(b"x" * (2 << 20))
+            os.utime(d, (now - 1000 + i, now - 1000 + i))
+        crashed = base / "b-2-2"
+        p = subprocess.run([SYSTEM_PYTHON, "-c", "import os; os.abort()"],
+                           env=heisen.env(crashed, LD_PRELOAD=heisen.lib), capture_output=True, timeout=60)
+        assert p.returncode < 0
+        os.utime(crashed, (now - 999, now - 999))
+        subprocess.run(["chown", "-R", f"{uid}:{uid}", str(base)], check=True)
+
+        def run_as_user(cap_mb):
+            # only the user's shell is preloaded, never setpriv (it starts as root)
+            env = heisen.env()
+            env.pop("HEISEN_SESSION_AUTO", None)
+            return subprocess.run(["setpriv", f"--reuid={uid}", f"--regid={uid}", "--clear-groups",
+                                   "env", f"LD_PRELOAD={heisen.lib}", f"HEISEN_SESSIONS_MAX_MB={cap_mb}",
+                                   "/bin/sh", "-c", 'echo "$HEISEN_DIR"; exit 0'],
+                                  env=env, capture_output=True, text=True, timeout=60, cwd="/")
+
+        # 8 MiB and more held, cap 5: the two oldest without findings go, the crashed one stays
+        p = run_as_user(5)
+        assert p.returncode == 0, p.stderr
+        assert sorted(x.name for x in base.iterdir()) == ["b-2-2", "d-4-4"], p.stderr
+        assert p.stderr.count("over the cap of 5 MiB") == 1, p.stderr
+        assert "removed the 2 oldest finished ones" in p.stderr
+        # cap 0: the session with findings goes too, and is named
+        p = run_as_user(0)
+        assert f"removed session {crashed} (it has findings)" in p.stderr, p.stderr
+        assert not crashed.exists()
+    finally:
+        subprocess.run(["rm", "-rf", str(base)])

@@ -810,6 +810,31 @@ struct hs_fd_event {
 	char path[HS_FD_PATH_MAX]; /* creations: as hs_fd.path */
 };
 
+/* ---- session reference count ---------------------------------------------- */
+
+/*
+ * "<session>/session.refs": present only in a session the shim made in the
+ * default place (/dev/shm/heisen-$UID/<name>) for a bare LD_PRELOAD run.
+ * live counts the processes of the session that started (a fork is counted
+ * by its parent before the fork, an exec'd image replaces its earlier image)
+ * and have not yet ended cleanly: exited by themselves with no finding in
+ * their segment (and no fd left open that heisen-dump would call a leak).
+ * A crash, a kill, a vanished process or a finding never decrements, so
+ * such a session stays.  The process that takes live to 0 sets
+ * HS_REFS_CLOSING (compare-and-swap from 0), renames the directory aside and
+ * removes it; a process that finds HS_REFS_CLOSING starts a fresh session
+ * of the same name.  The idea is a kernel object's reference count kept in
+ * the file system, as POSIX shared memory objects are.
+ */
+#define HS_REFS_FILE "session.refs"
+#define HS_REFS_MAGIC "HEISENRF"    /* 8 bytes, no terminator stored */
+#define HS_REFS_CLOSING 0x80000000u /* in live: the session is being removed */
+struct hs_session_refs {
+	char magic[8];             /* HS_REFS_MAGIC, written after the file is sized */
+	uint32_t live;             /* [atomic] processes started and not yet ended cleanly, | HS_REFS_CLOSING */
+	uint32_t kept;             /* [atomic] processes that ended with a finding or an fd left open */
+};
+
 /* ---- layout ------------------------------------------------------------- */
 
 /* Table capacities a segment is made with. */
