@@ -150,6 +150,9 @@ static uint64_t read_start_ticks(void)
 /* mkdir -p with mode 0700 for the components we create. */
 static int mkdir_p(char *path)
 {
+	/* the common case first: the parent exists (one system call) */
+	if (hs_sys.mkdir(path, 0700) == 0 || errno == EEXIST)
+		return 0;
 	for (char *p = path + 1; *p; p++) {
 		if (*p != '/')
 			continue;
@@ -684,8 +687,13 @@ static int populate(void *base, uint64_t off, uint64_t len)
 	return hs_sys.madvise((char *)base + lo, (size_t)(hi - lo), MADV_POPULATE_WRITE);
 }
 
-/* Back [off, off + len) of the segment at h (size bytes) with store.  -1 with errno when short of space. */
-static int commit_range(struct hs_header *h, uint64_t size, uint64_t off, uint64_t len)
+/*
+ * Back [off, off + len) of the segment at h (size bytes) with store: through
+ * its file fd (fallocate: reserves the pages without mapping them, cheaper
+ * at creation) when fd >= 0, else through the mapping.  -1 with errno when
+ * short of space.
+ */
+static int commit_range_fd(struct hs_header *h, int fd, uint64_t size, uint64_t off, uint64_t len)
 {
 	uint64_t first, last;
 	if (!commit_lazy || len == 0)
@@ -694,17 +702,34 @@ static int commit_range(struct hs_header *h, uint64_t size, uint64_t off, uint64
 		return errno = ERANGE, -1;
 	first = off >> commit_shift;
 	last = (off + len - 1) >> commit_shift;
-	for (uint64_t c = first; c <= last; c++) {
-		uint64_t bit = 1ull << (c & 63), lo = c << commit_shift, n = 1ull << commit_shift;
-		if (__atomic_load_n(&commit_map[c >> 6], __ATOMIC_ACQUIRE) & bit)
+	for (uint64_t c = first; c <= last;) {
+		uint64_t end = c, lo = c << commit_shift, hi;
+		if (__atomic_load_n(&commit_map[c >> 6], __ATOMIC_ACQUIRE) & (1ull << (c & 63))) {
+			c++;
 			continue;
-		if (lo + n > size)
-			n = size - lo;
-		if (populate(h, lo, n) != 0)
+		}
+		/* one system call for the run of uncommitted chunks from c */
+		while (end + 1 <= last && !(__atomic_load_n(&commit_map[(end + 1) >> 6], __ATOMIC_ACQUIRE) &
+					     (1ull << ((end + 1) & 63))))
+			end++;
+		hi = (end + 1) << commit_shift;
+		if (hi > size)
+			hi = size;
+		if (fd >= 0 ? hs_sys.fallocate(fd, (off_t)lo, (off_t)(hi - lo)) : populate(h, lo, hi - lo)) {
+			if (fd >= 0 && (errno == EOPNOTSUPP || errno == ENOSYS) && populate(h, lo, hi - lo) == 0)
+				goto done;
 			return -1;
-		__atomic_or_fetch(&commit_map[c >> 6], bit, __ATOMIC_RELEASE);
+		}
+	done:
+		for (; c <= end; c++)
+			__atomic_or_fetch(&commit_map[c >> 6], 1ull << (c & 63), __ATOMIC_RELEASE);
 	}
 	return 0;
+}
+
+static int commit_range(struct hs_header *h, uint64_t size, uint64_t off, uint64_t len)
+{
+	return commit_range_fd(h, -1, size, off, len);
 }
 
 int hs_seg_commit(struct hs_seg *s, uint64_t off, uint64_t len)
@@ -768,23 +793,21 @@ static int commit_initial(struct hs_header *h, int fd, uint64_t size, const stru
 	while ((size >> commit_shift) >= (uint64_t)COMMIT_WORDS * 64)
 		commit_shift++;
 	commit_lazy = 1;
-	if (populate(h, 0, sizeof *h) != 0) {
+	if (commit_range(h, size, 0, sizeof *h) != 0) {
 		if (errno != EINVAL)
 			return errno = ENOSPC, -1;
 		/* no MADV_POPULATE_WRITE: allocate it all, as before sparse segments */
 		commit_lazy = 0;
 		return size_file(fd, size);
 	}
-	if (commit_range(h, size, 0, sizeof *h) != 0)
-		return errno = ENOSPC, -1;
 	for (size_t i = 0; i < sizeof eager_tables / sizeof eager_tables[0]; i++) {
 		const struct hs_table *tb = &layout->tables[eager_tables[i]];
-		if (commit_range(h, size, tb->offset, (uint64_t)tb->entry_size * tb->capacity) != 0)
+		if (commit_range_fd(h, fd, size, tb->offset, (uint64_t)tb->entry_size * tb->capacity) != 0)
 			return errno = ENOSPC, -1;
 	}
 	for (size_t i = 0; i < sizeof reserved_zero / sizeof reserved_zero[0]; i++) {
 		const struct hs_table *tb = &layout->tables[reserved_zero[i]];
-		if (commit_range(h, size, tb->offset, tb->entry_size) != 0)
+		if (commit_range_fd(h, fd, size, tb->offset, tb->entry_size) != 0)
 			return errno = ENOSPC, -1;
 	}
 	return 0;

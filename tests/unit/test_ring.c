@@ -102,6 +102,18 @@ static uint64_t budget;   /* bytes the fake tmpfs holds */
 static uint64_t room;     /* bytes it has left: MADV_POPULATE_WRITE beyond it fails */
 static int (*real_madvise)(void *, size_t, int);
 static int (*real_ftruncate)(int, off_t);
+static int (*real_fallocate)(int, off_t, off_t);
+
+/* fallocate takes from the same room (the tables committed at creation). */
+static int fake_fallocate(int fd, off_t off, off_t len)
+{
+	if ((uint64_t)len > room) {
+		errno = ENOSPC;
+		return -1;
+	}
+	room -= (uint64_t)len;
+	return real_fallocate(fd, off, len);
+}
 
 /* Truncating the segment to 0 (a new attempt) gives its pages back. */
 static int fake_ftruncate(int fd, off_t len)
@@ -135,6 +147,8 @@ static void test_no_space(void)
 	hs_sys.madvise = fake_madvise;
 	real_ftruncate = hs_sys.ftruncate;
 	hs_sys.ftruncate = fake_ftruncate;
+	real_fallocate = hs_sys.fallocate;
+	hs_sys.fallocate = fake_fallocate;
 
 	/* room for the start of a sparse default segment, then the tables fill it */
 	budget = 900 * 1024;
@@ -174,6 +188,7 @@ static void test_no_space(void)
 
 	hs_sys.madvise = real_madvise;
 	hs_sys.ftruncate = real_ftruncate;
+	hs_sys.fallocate = real_fallocate;
 	snprintf(path, sizeof path, "rm -rf '%s'", dir);
 	CHECK(system(path) == 0);
 }
