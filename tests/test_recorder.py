@@ -77,7 +77,8 @@ def test_default_session_is_private_and_shared_by_the_tree(heisen, tmp_path):
     script = tmp_path / tag
     script.write_text("#!/bin/sh\necho \"$HEISEN_DIR\"\n/bin/true\n")
     script.chmod(0o755)
-    env = heisen.env(HEISEN_KEEP_SESSION=1)  # a clean run's default session is kept only when asked
+    # a clean run's default session is kept only when asked; the cap out of the way
+    env = heisen.env(HEISEN_KEEP_SESSION=1, HEISEN_SESSIONS_MAX_MB=1 << 20)
     env["LD_PRELOAD"] = str(heisen.lib)
     p = subprocess.run([str(script)], env=env, capture_output=True, text=True, timeout=60)
     assert p.returncode == 0, p.stderr
