@@ -650,6 +650,9 @@ static void overflow_lines(FILE *out, struct hs_proc *p)
 		fprintf(out, "  !!! the recorder found its own state inconsistent and went quiet\n");
 	if (flags & HS_HDR_FALLBACK_SMALL)
 		fprintf(out, "  !!! the segment was made small: the session directory was short of space\n");
+	if (flags & HS_HDR_OUT_OF_SPACE)
+		fprintf(out, "  !!! the session directory ran out of space while recording: tables could not grow"
+			     " (the dropped counts above); set HEISEN_DIR to a larger volume\n");
 	if (p->seg.hdr.fd_beyond)
 		fprintf(out, "  !!! %u fds were numbered beyond the fd table (%u numbers, HEISEN_FD_NUMBERS): not tracked\n",
 			p->seg.hdr.fd_beyond, p->seg.hdr.tables[HS_T_FDS].capacity);

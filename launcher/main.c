@@ -233,13 +233,15 @@ int main(int argc, char **argv)
 	int abnormal = WIFSIGNALED(r->main_status) || r->hang_seen;
 	int clean = hr_final_report(r, abnormal);
 	int recorded = hr_seg_count(r->session_fd) > 0;
-	if (clean && r->rm_clean)
+	if (clean && (r->rm_clean || r->session_auto))
 		hr_session_remove_if_clean(r, 0);
 	else if (!recorded)
 		hr_session_remove_if_clean(r, 1);
 	if (clean && recorded && !r->quiet) {
 		if (r->rm_clean)
 			fprintf(stderr, HR_NAME ": no findings; session removed (--rm)\n");
+		else if (r->session_auto)
+			fprintf(stderr, HR_NAME ": no findings; session removed (name one with --dir to keep it)\n");
 		else
 			fprintf(stderr, HR_NAME ": no findings; session: %s\n", r->session);
 	}

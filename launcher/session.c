@@ -15,7 +15,9 @@
  * is trusted as given, made 0700 with its parents if missing.
  *
  * The command gets HEISEN_DIR=<session> and LD_PRELOAD=<absolute libheisen.so>
- * followed by the user's own preloads; heisen-dump gets neither.
+ * followed by the user's own preloads; heisen-dump gets neither.  A clean
+ * run in the default place is removed at the end (main.c), as --rm does;
+ * a directory the user named is kept.
  */
 #include <dirent.h>
 #include <errno.h>
@@ -251,7 +253,8 @@ static char **env_without_ours(size_t extra, size_t *count, int drop_pymalloc)
 		return NULL;
 	size_t j = 0;
 	for (size_t i = 0; i < n; i++) {
-		if (strncmp(environ[i], "LD_PRELOAD=", 11) == 0 || strncmp(environ[i], "HEISEN_DIR=", 11) == 0)
+		if (strncmp(environ[i], "LD_PRELOAD=", 11) == 0 || strncmp(environ[i], "HEISEN_DIR=", 11) == 0 ||
+		    strncmp(environ[i], "HEISEN_SESSION_AUTO=", 20) == 0) /* heisen-run removes its own sessions */
 			continue;
 		if (drop_pymalloc && strncmp(environ[i], "PYTHONMALLOC=", 13) == 0)
 			continue;

@@ -180,6 +180,8 @@ static uint64_t event_add(struct hs_fd *s, struct hs_fd_event *e)
 		return 0;
 	/* relaxed: the position only has to be unique; the entry's seq publishes it */
 	pos = __atomic_fetch_add(&hs_seg.hdr->fd_event_head, 1, __ATOMIC_RELAXED);
+	if (hs_seg_commit_entry(&hs_seg, HS_T_FD_EVENTS, pos & (t->capacity - 1)) != 0)
+		return 0; /* the session directory is full: the event is not kept */
 	d = ring_entry(pos);
 	e->prev = s ? s->last_event : 0;
 	__atomic_store_n(&d->seq, 0, __ATOMIC_RELAXED);
@@ -531,7 +533,7 @@ static struct hs_fd_event *history_entry(uint32_t i)
 static void history_put(uint32_t i, const struct hs_fd_event *e)
 {
 	struct hs_fd_event *d = history_entry(i);
-	if (!d)
+	if (!d || hs_seg_commit_entry(&hs_seg, HS_T_FD_HISTORY, i) != 0)
 		return;
 	event_copy(d, e);
 	d->prev = 0;

@@ -94,6 +94,14 @@ static int inherit_tables(struct hs_seg *to, const struct hs_seg *from)
 	for (size_t i = 0; i < sizeof arrays / sizeof arrays[0]; i++)
 		if (tt[arrays[i]].capacity < ft[arrays[i]].capacity || tt[arrays[i]].entry_size != ft[arrays[i]].entry_size)
 			return 0;
+	/* the child's segment is sparse: back what is copied before copying it */
+	for (size_t i = 0; i < sizeof arrays / sizeof arrays[0]; i++) {
+		uint32_t n = __atomic_load_n(&ft[arrays[i]].count, __ATOMIC_ACQUIRE);
+		if (n > ft[arrays[i]].capacity)
+			n = ft[arrays[i]].capacity;
+		if (hs_seg_commit(to, tt[arrays[i]].offset, (uint64_t)n * tt[arrays[i]].entry_size) != 0)
+			return 0;
+	}
 	for (size_t i = 0; i < sizeof indexes / sizeof indexes[0]; i++) {
 		enum hs_table_id k = indexes[i];
 		memcpy((char *)to->hdr + tt[k].offset, (const char *)from->hdr + ft[k].offset,
@@ -178,7 +186,11 @@ static void atfork_child(void)
 
 HS_EXPORT pid_t fork(void)
 {
-	pid_t pid = HS_REAL(fork)();
+	pid_t pid;
+	hs_session_fork_prepare();
+	pid = HS_REAL(fork)();
+	if (pid != 0)
+		hs_session_fork_parent(pid < 0);
 	if (pid > 0) {
 		struct hs_tls *t = hs_enter();
 		if (t) {
@@ -213,6 +225,7 @@ static void record_exit(int status)
 		hs_tls.in_hook = 0;
 	}
 	hs_segment_end(HS_STATE_EXITED, status & 0xff);
+	hs_session_leave();
 }
 
 static void on_exit_handler(int status, void *arg)

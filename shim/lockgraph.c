@@ -76,7 +76,7 @@ uint32_t hs_lock_id(struct hs_seg *s, uint64_t addr, unsigned kind, unsigned fla
 		gen = slot->aux + 1;
 	}
 	id = tab->count;
-	if (id >= tab->capacity) {
+	if (id >= tab->capacity || hs_seg_commit_entry(s, HS_T_LOCKS, id) != 0) {
 		__atomic_add_fetch(&tab->dropped, 1, __ATOMIC_RELAXED);
 		graph_unlock(s);
 		return 0;
@@ -281,7 +281,7 @@ uint32_t hs_graph_add(struct hs_seg *s, uint32_t from, unsigned from_mode, uint3
 		return id;
 	}
 	id = tab->count;
-	if (!slot || id >= tab->capacity) {
+	if (!slot || id >= tab->capacity || hs_seg_commit_entry(s, HS_T_EDGES, id) != 0) {
 		__atomic_add_fetch(&tab->dropped, 1, __ATOMIC_RELAXED);
 		graph_unlock(s);
 		return 0;

@@ -396,9 +396,28 @@ static long count_fds(void)
 	return n > 0 ? n - 1 : 0;
 }
 
-static void note_fds(struct hs_header *h, uint64_t now)
+/*
+ * Open descriptors as the fd table says (fds.c filled it from /proc/self/fd
+ * at start): spares reading the directory a second time when the process
+ * starts.  -1 when fds are not tracked or some number lies beyond the table.
+ */
+static long count_fds_tracked(const struct hs_header *h)
 {
-	long n = count_fds();
+	const struct hs_table *t = &h->tables[HS_T_FDS];
+	const struct hs_fd *fds = (const void *)((const char *)h + t->offset);
+	long n = 0;
+	if (!(h->flags & HS_HDR_FDS) || __atomic_load_n(&h->fd_beyond, __ATOMIC_RELAXED))
+		return -1;
+	for (uint32_t i = 0; i < t->capacity; i++)
+		n += __atomic_load_n(&fds[i].state, __ATOMIC_RELAXED) == HS_FDS_OPEN;
+	return n;
+}
+
+static void note_fds(struct hs_header *h, uint64_t now, int at_start)
+{
+	long n = at_start ? count_fds_tracked(h) : -1;
+	if (n < 0)
+		n = count_fds();
 	if (n < 0)
 		return;
 	__atomic_store_n(&h->fds_open, (uint32_t)n, __ATOMIC_RELAXED);
@@ -456,9 +475,9 @@ void hs_mem_sample(struct hs_tls *t, uint64_t now, unsigned why, uint64_t size)
 	if (peak > __atomic_load_n(&h->rss_peak_bytes, __ATOMIC_RELAXED))
 		__atomic_store_n(&h->rss_peak_bytes, peak, __ATOMIC_RELAXED);
 	if (why != HS_MEMW_TIME && why != HS_MEMW_ALLOC)
-		note_fds(h, now);
+		note_fds(h, now, why == HS_MEMW_START);
 	else if (now - __atomic_load_n(&h->fds_sample_ns, __ATOMIC_RELAXED) >= HS_FDS_INTERVAL_NS)
-		note_fds(h, now);
+		note_fds(h, now, 0);
 	if (rss && same_segment(t))
 		hs_rec(t, now, HS_REC_MEMORY, 0, rss, __atomic_load_n(&h->heap_live_bytes, __ATOMIC_RELAXED),
 		       (uint64_t)why | size << 8);
@@ -490,6 +509,8 @@ void hs_proc_init(void)
 		page_bytes = (uint64_t)pg;
 	if (hs_sys.getrusage(RUSAGE_SELF, &ru) == 0)
 		maxrss_base = (uint64_t)ru.ru_maxrss;
+	/* the start sample (HS_MEMW_START) comes after the first records: no time-driven one before it */
+	__atomic_store_n(&hs_mem_next_ns, hs_now() + HS_MEM_INTERVAL_NS, __ATOMIC_RELAXED);
 }
 
 void hs_proc_after_fork(void)

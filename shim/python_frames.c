@@ -532,7 +532,7 @@ static uint32_t pyframe_id(struct hs_seg *s, const struct pyf *f)
 				uint32_t id = __atomic_fetch_add(&tab->count, 1, __ATOMIC_RELAXED);
 				struct hs_pyframe *pf_ent;
 				uint32_t fn, fl;
-				if (id == 0 || id >= tab->capacity) {
+				if (id == 0 || id >= tab->capacity || hs_seg_commit_entry(s, HS_T_PYFRAMES, id) != 0) {
 					__atomic_add_fetch(&tab->dropped, 1, __ATOMIC_RELAXED);
 					return 0;
 				}

@@ -18,8 +18,10 @@
 #include <link.h>
 #include <stdlib.h>
 #include <string.h>
+#include <signal.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
+#include <sys/statfs.h>
 #include <sys/syscall.h>
 #include <unistd.h>
 
@@ -33,6 +35,7 @@ int hs_quiet;
 uint64_t hs_self_lo, hs_self_hi;
 
 static char session_dir[PATH_MAX];
+static int session_default;    /* the session is under /dev/shm/heisen-$UID (not HEISEN_DIR) */
 static struct hs_geometry geometry = HS_GEOMETRY_DEFAULT;
 static int modules_lock;       /* [atomic] serializes module table appends */
 
@@ -147,6 +150,9 @@ static uint64_t read_start_ticks(void)
 /* mkdir -p with mode 0700 for the components we create. */
 static int mkdir_p(char *path)
 {
+	/* the common case first: the parent exists (one system call) */
+	if (hs_sys.mkdir(path, 0700) == 0 || errno == EEXIST)
+		return 0;
 	for (char *p = path + 1; *p; p++) {
 		if (*p != '/')
 			continue;
@@ -192,10 +198,371 @@ static unsigned env_uint(const char *name, unsigned dflt, unsigned lo, unsigned 
 	return (unsigned)x;
 }
 
+/* ---- clean sessions do not pile up -------------------------------------- */
+
+static struct hs_session_refs *refs;  /* <session>/session.refs, NULL = the session is kept */
+static __thread int fork_counted;     /* the forking thread counted the child before fork() */
+static int refs_left;                 /* [atomic] this image gave its reference back (or kept it) */
+
+static void path2(char *out, size_t cap, const char *dir, const char *name)
+{
+	size_t n = cat(out, 0, cap, dir);
+	n = cat(out, n, cap, "/");
+	cat(out, n, cap, name);
+}
+
+/*
+ * Remove the files (and empty subdirectories) of the directory dfd is open
+ * on; stops when a pass removes nothing.  Raw system calls only: it runs at
+ * exit, possibly in a fork child.  Returns the bytes freed.
+ */
+static uint64_t remove_files(int dfd)
+{
+	char buf[4096];
+	uint64_t freed = 0;
+	long n;
+	int progress = 1;
+	while (progress && (n = hs_sys.getdents64(dfd, buf, sizeof buf)) > 0) {
+		progress = 0;
+		for (long off = 0; off < n;) {
+			struct dirent64 *de = (void *)(buf + off);
+			struct stat st;
+			off += de->d_reclen;
+			if (de->d_name[0] == '.' && (!de->d_name[1] || (de->d_name[1] == '.' && !de->d_name[2])))
+				continue;
+			if (syscall(SYS_newfstatat, dfd, de->d_name, &st, AT_SYMLINK_NOFOLLOW) != 0)
+				continue;
+			if (syscall(SYS_unlinkat, dfd, de->d_name, S_ISDIR(st.st_mode) ? AT_REMOVEDIR : 0) == 0) {
+				freed += (uint64_t)st.st_blocks * 512;
+				progress = 1;
+			}
+		}
+		/* entries were removed under the cursor: read again from the start */
+		syscall(SYS_lseek, dfd, 0, SEEK_SET);
+	}
+	return freed;
+}
+
+static uint64_t remove_dir(const char *path)
+{
+	uint64_t freed = 0;
+	int dfd = hs_sys.open(path, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC, 0);
+	if (dfd >= 0) {
+		freed = remove_files(dfd);
+		hs_sys.close(dfd);
+	}
+	syscall(SYS_rmdir, path);
+	return freed;
+}
+
+/*
+ * Take a reference on the session at dir (made if missing): map its
+ * session.refs (creating it) and increment live, unless the session is
+ * being removed (HS_REFS_CLOSING): then wait (at most ~0.2 s) for it to be
+ * renamed aside and start the session afresh.  Constructor only.
+ */
+static int refs_join(char *dir)
+{
+	char path[PATH_MAX];
+	path2(path, sizeof path, dir, HS_REFS_FILE);
+	for (int attempt = 0; attempt < 3; attempt++) {
+		struct hs_session_refs *r;
+		struct stat st;
+		uint32_t v;
+		int fd;
+		if (mkdir_p(dir) != 0)
+			return -1;
+		fd = hs_sys.open(path, O_RDWR | O_CREAT | O_NOFOLLOW | O_CLOEXEC, 0600);
+		if (fd < 0)
+			return -1;
+		if (hs_sys.fallocate(fd, 0, 4096) != 0) {
+			hs_sys.close(fd);
+			return -1;
+		}
+		r = hs_sys.mmap(NULL, 4096, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+		hs_sys.close(fd);
+		if (r == MAP_FAILED)
+			return -1;
+		memcpy(r->magic, HS_REFS_MAGIC, sizeof r->magic); /* every writer writes the same bytes */
+		v = __atomic_load_n(&r->live, __ATOMIC_ACQUIRE);
+		while (!(v & HS_REFS_CLOSING))
+			if (__atomic_compare_exchange_n(&r->live, &v, v + 1, 0, __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE)) {
+				refs = r;
+				return 0;
+			}
+		hs_sys.munmap(r, 4096);
+		for (int i = 0; i < 200 && hs_sys.lstat(path, &st) == 0; i++) {
+			struct timespec ms = {0, 1000000};
+			nanosleep(&ms, NULL);
+		}
+	}
+	return -1;
+}
+
+void hs_session_fork_prepare(void)
+{
+	if (refs) {
+		__atomic_add_fetch(&refs->live, 1, __ATOMIC_ACQ_REL);
+		fork_counted = 1;
+	}
+}
+
+void hs_session_fork_parent(int failed)
+{
+	if (refs && fork_counted && failed)
+		__atomic_sub_fetch(&refs->live, 1, __ATOMIC_ACQ_REL);
+	fork_counted = 0;
+}
+
+/* The fork child: a fork that did not come through our fork() (daemon(), a
+ * library's internal fork) was not counted by the parent; count it here. */
+static void refs_fork_child(void)
+{
+	refs_left = 0;
+	if (refs && !fork_counted)
+		__atomic_add_fetch(&refs->live, 1, __ATOMIC_ACQ_REL);
+	fork_counted = 0;
+}
+
+/* Open fds created by this image (not inherited, not 0-2) left at one creation
+ * stack, as many as heisen-dump's fd-leak rule (3) wants: 1 when some site did. */
+static int fds_left_open(const struct hs_seg *s)
+{
+	const struct hs_table *t = &s->hdr->tables[HS_T_FDS];
+	const struct hs_fd *fds = (const void *)((const char *)s->hdr + t->offset);
+	uint32_t stacks[64], counts[64], n = 0;
+	if (!(s->hdr->flags & HS_HDR_FDS))
+		return 0;
+	for (uint32_t i = 3; i < t->capacity; i++) {
+		uint32_t k;
+		if (__atomic_load_n(&fds[i].state, __ATOMIC_ACQUIRE) != HS_FDS_OPEN || (fds[i].flags & HS_FDF_INHERITED))
+			continue;
+		for (k = 0; k < n && stacks[k] != fds[i].stack; k++)
+			;
+		if (k == n) {
+			if (n == 64)
+				return 1; /* many sites: let heisen-dump judge */
+			stacks[n] = fds[i].stack;
+			counts[n++] = 0;
+		}
+		if (++counts[k] >= 3)
+			return 1;
+	}
+	return 0;
+}
+
+/*
+ * This image ended by exit or _exit (hs_segment_end has run).  A clean end
+ * (state EXITED, whatever the status; no finding, none dropped; the writer
+ * not suspect; no fd-leak site) gives the reference back, and the process
+ * that takes live to 0 removes the session: it renames the directory aside
+ * first, so a process starting now makes a fresh one instead of writing into
+ * a directory being emptied.  Anything else keeps the session.  Raw system
+ * calls only.
+ */
+void hs_session_leave(void)
+{
+	struct hs_header *h = hs_seg.hdr;
+	char aside[PATH_MAX + 32], num[24];
+	uint32_t zero = 0;
+	size_t n;
+	if (!refs || !h || __atomic_exchange_n(&refs_left, 1, __ATOMIC_ACQ_REL))
+		return;
+	if (HS_STATE_OF(__atomic_load_n(&h->state, __ATOMIC_ACQUIRE)) != HS_STATE_EXITED ||
+	    __atomic_load_n(&h->tables[HS_T_FINDINGS].count, __ATOMIC_ACQUIRE) != 0 ||
+	    __atomic_load_n(&h->findings_dropped, __ATOMIC_ACQUIRE) != 0 || (h->flags & HS_HDR_SUSPECT) ||
+	    fds_left_open(&hs_seg)) {
+		__atomic_add_fetch(&refs->kept, 1, __ATOMIC_ACQ_REL);
+		return;
+	}
+	if (__atomic_sub_fetch(&refs->live, 1, __ATOMIC_ACQ_REL) != 0 ||
+	    __atomic_load_n(&refs->kept, __ATOMIC_ACQUIRE) != 0 ||
+	    !__atomic_compare_exchange_n(&refs->live, &zero, HS_REFS_CLOSING, 0, __ATOMIC_ACQ_REL, __ATOMIC_RELAXED))
+		return;
+	n = cat(aside, 0, sizeof aside, session_dir);
+	n = cat(aside, n, sizeof aside, ".removing-");
+	hs_fmt_u64(num, (uint64_t)syscall(SYS_getpid));
+	cat(aside, n, sizeof aside, num);
+	if (syscall(SYS_rename, session_dir, aside) == 0)
+		remove_dir(aside);
+}
+
+/*
+ * An earlier image of this pid (path) was replaced by exec: its reference
+ * passes to this image, which took its own in hs_session_setup; give the old
+ * one back unless that image left findings.
+ */
+static void refs_image_replaced(const struct hs_header *old)
+{
+	if (!refs)
+		return;
+	if (__atomic_load_n(&old->tables[HS_T_FINDINGS].count, __ATOMIC_ACQUIRE) != 0 ||
+	    __atomic_load_n(&old->findings_dropped, __ATOMIC_ACQUIRE) != 0)
+		__atomic_add_fetch(&refs->kept, 1, __ATOMIC_ACQ_REL);
+	else
+		__atomic_sub_fetch(&refs->live, 1, __ATOMIC_ACQ_REL);
+}
+
+/* ---- the cap on what a user's sessions hold ------------------------------- */
+
+#define CAP_SESSIONS 512
+static struct cap_entry {
+	char name[NAME_MAX + 1];
+	uint64_t bytes;
+	int64_t mtime;
+	uint8_t live, findings;
+} cap_list[CAP_SESSIONS];
+
+/* One segment file's header (pread: a hole reads as zeros without being allocated). */
+static void judge_segment(int dfd, const char *name, struct cap_entry *e)
+{
+	struct hs_header h;
+	uint64_t st;
+	int fd = (int)syscall(SYS_openat, dfd, name, O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
+	if (fd < 0)
+		return;
+	if (syscall(SYS_pread64, fd, &h, sizeof h, 0) == (long)sizeof h && memcmp(h.magic, HS_MAGIC, HS_MAGIC_LEN) == 0) {
+		st = HS_STATE_OF(h.state);
+		if (st == HS_STATE_RUNNING || st == HS_STATE_INIT) {
+			if (kill(h.pid, 0) == 0 || errno == EPERM)
+				e->live = 1;
+			else
+				e->findings = 1; /* vanished */
+		} else if (st == HS_STATE_CRASHED || st == HS_STATE_KILLED || st == HS_STATE_SIGNALED) {
+			e->findings = 1;
+		}
+		if (h.tables[HS_T_FINDINGS].count || h.findings_dropped)
+			e->findings = 1;
+	}
+	hs_sys.close(fd);
+}
+
+static void judge_session(int bfd, struct cap_entry *e)
+{
+	char buf[4096];
+	struct stat st;
+	long n;
+	int dfd = (int)syscall(SYS_openat, bfd, e->name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+	if (dfd < 0)
+		return;
+	if (syscall(SYS_newfstatat, dfd, "", &st, AT_EMPTY_PATH) == 0)
+		e->mtime = st.st_mtime;
+	while ((n = hs_sys.getdents64(dfd, buf, sizeof buf)) > 0)
+		for (long off = 0; off < n;) {
+			struct dirent64 *de = (void *)(buf + off);
+			size_t l = strlen(de->d_name);
+			off += de->d_reclen;
+			if (de->d_name[0] == '.' ||
+			    syscall(SYS_newfstatat, dfd, de->d_name, &st, AT_SYMLINK_NOFOLLOW) != 0)
+				continue;
+			e->bytes += (uint64_t)st.st_blocks * 512;
+			if (l > 4 && strcmp(de->d_name + l - 4, ".seg") == 0)
+				judge_segment(dfd, de->d_name, e);
+		}
+	hs_sys.close(dfd);
+}
+
+static void say_mib(const char *a, uint64_t bytes, const char *b)
+{
+	char num[24];
+	hs_fmt_u64(num, (bytes + (1 << 19)) >> 20);
+	warn3(a, num, b, 0);
+}
+
+/*
+ * Before a new default session is made in base (/dev/shm/heisen-$UID): if
+ * the sessions there hold more than the cap (HEISEN_SESSIONS_MAX_MB, default
+ * the smaller of 256 MiB and a tenth of the file system), remove the oldest
+ * finished sessions without findings, then, still over, the oldest finished
+ * ones with findings, naming each; never a session with a live process.
+ * Says what it did once on stderr.
+ */
+static void sessions_cap(const char *base)
+{
+	char buf[4096], path[PATH_MAX];
+	struct statfs sf;
+	uint64_t cap = 256ull << 20, total = 0, freed = 0;
+	unsigned n = 0, removed = 0;
+	const char *v = getenv("HEISEN_SESSIONS_MAX_MB");
+	long got;
+	int bfd;
+
+	if (hs_sys.statfs(base, &sf) == 0 && (uint64_t)sf.f_blocks * (uint64_t)sf.f_bsize / 10 < cap)
+		cap = (uint64_t)sf.f_blocks * (uint64_t)sf.f_bsize / 10;
+	if (v && *v) {
+		char *end;
+		unsigned long long mb = strtoull(v, &end, 10);
+		if (*end)
+			warn3("ignoring HEISEN_SESSIONS_MAX_MB: not a number", NULL, NULL, 0);
+		else
+			cap = (uint64_t)mb << 20;
+	}
+	bfd = hs_sys.open(base, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC, 0);
+	if (bfd < 0)
+		return;
+	while ((got = hs_sys.getdents64(bfd, buf, sizeof buf)) > 0)
+		for (long off = 0; off < got && n < CAP_SESSIONS;) {
+			struct dirent64 *de = (void *)(buf + off);
+			off += de->d_reclen;
+			if (de->d_name[0] == '.' || de->d_type != DT_DIR)
+				continue;
+			memset(&cap_list[n], 0, sizeof cap_list[n]);
+			cat(cap_list[n].name, 0, sizeof cap_list[n].name, de->d_name);
+			judge_session(bfd, &cap_list[n]);
+			total += cap_list[n].bytes;
+			n++;
+		}
+	if (total <= cap) {
+		hs_sys.close(bfd);
+		return;
+	}
+	/* oldest first (insertion sort: a few hundred entries at most) */
+	for (unsigned i = 1; i < n; i++) {
+		struct cap_entry e = cap_list[i];
+		unsigned j = i;
+		for (; j > 0 && cap_list[j - 1].mtime > e.mtime; j--)
+			cap_list[j] = cap_list[j - 1];
+		cap_list[j] = e;
+	}
+	for (int with_findings = 0; with_findings < 2 && total > cap; with_findings++)
+		for (unsigned i = 0; i < n && total > cap; i++) {
+			struct cap_entry *e = &cap_list[i];
+			if (e->live || e->findings != with_findings || !e->bytes)
+				continue;
+			path2(path, sizeof path, base, e->name);
+			if (with_findings)
+				warn3("removed session ", path, " (it has findings) to stay under HEISEN_SESSIONS_MAX_MB", 0);
+			remove_dir(path);
+			total -= e->bytes;
+			freed += e->bytes;
+			removed++;
+		}
+	hs_sys.close(bfd);
+	if (removed) {
+		char msg[PATH_MAX + 256], num[24];
+		size_t m = cat(msg, 0, sizeof msg, "sessions in ");
+		m = cat(msg, m, sizeof msg, base);
+		m = cat(msg, m, sizeof msg, " were over the cap of ");
+		hs_fmt_u64(num, cap >> 20);
+		m = cat(msg, m, sizeof msg, num);
+		m = cat(msg, m, sizeof msg, " MiB (HEISEN_SESSIONS_MAX_MB): removed the ");
+		hs_fmt_u64(num, removed);
+		m = cat(msg, m, sizeof msg, num);
+		m = cat(msg, m, sizeof msg, " oldest finished ones, ");
+		hs_fmt_u64(num, (freed + (1 << 19)) >> 20);
+		m = cat(msg, m, sizeof msg, num);
+		cat(msg, m, sizeof msg, " MiB");
+		warn3(msg, NULL, NULL, 0);
+	}
+	if (total > cap)
+		say_mib("sessions with live processes or findings still hold MiB: ", total, "");
+}
+
 int hs_session_setup(void)
 {
 	const char *dir = getenv("HEISEN_DIR");
-	char buf[PATH_MAX];
+	const char *autov = getenv("HEISEN_SESSION_AUTO");
+	char buf[PATH_MAX], base[64];
 	size_t n = 0;
 
 	hs_quiet = getenv("HEISEN_QUIET") && getenv("HEISEN_QUIET")[0] == '1';
@@ -207,6 +574,16 @@ int hs_session_setup(void)
 		geometry.ring_records = 256;
 	}
 
+	{
+		char num[24];
+		size_t b = cat(base, 0, sizeof base, "/dev/shm/heisen-");
+		hs_fmt_u64(num, getuid());
+		b = cat(base, b, sizeof base, num);
+		/* a child of a default session: HEISEN_DIR is base/<one name> */
+		if (dir && dir[0] == '/' && autov && autov[0] == '1' && strncmp(dir, base, b) == 0 && dir[b] == '/' &&
+		    dir[b + 1] && dir[b + 1] != '.' && !strchr(dir + b + 1, '/'))
+			session_default = 1;
+	}
 	if (dir && *dir) {
 		if (dir[0] != '/') {
 			if (!getcwd(buf, sizeof buf))
@@ -224,6 +601,8 @@ int hs_session_setup(void)
 			warn3("refusing session base ", buf, ": not a private directory of ours", errno);
 			return -1;
 		}
+		sessions_cap(buf);
+		session_default = 1;
 		n = cat(buf, n, sizeof buf, "/");
 		n = cat(buf, n, sizeof buf, program_invocation_short_name);
 		n = cat(buf, n, sizeof buf, "-");
@@ -240,12 +619,199 @@ int hs_session_setup(void)
 		return -1;
 	}
 	memcpy(session_dir, buf, n + 1);
+	/* a default session is removed by its last process when all ended cleanly,
+	   unless HEISEN_KEEP_SESSION=1 */
+	if (session_default && getenv("HEISEN_KEEP_SESSION") && getenv("HEISEN_KEEP_SESSION")[0] == '1')
+		session_default = 0;
+	if (session_default && refs_join(session_dir) != 0)
+		session_default = 0;
+	if (session_default)
+		setenv("HEISEN_SESSION_AUTO", "1", 1);
+	else if (autov)
+		unsetenv("HEISEN_SESSION_AUTO");
 	/* the whole process tree shares the session */
 	setenv("HEISEN_DIR", session_dir, 1);
 	return 0;
 }
 
 /* ---- segment -------------------------------------------------------------- */
+
+/*
+ * Give fd `size` bytes of real backing store.  fallocate reserves tmpfs
+ * pages, so running out of space is ENOSPC here and never a SIGBUS later;
+ * where fallocate is unsupported, write zeros instead.
+ */
+static int size_file(int fd, uint64_t size)
+{
+	static const char zeros[4096];
+	if (hs_sys.fallocate(fd, 0, (off_t)size) == 0)
+		return 0;
+	if (errno != EOPNOTSUPP && errno != ENOSYS)
+		return -1;
+	if (hs_sys.ftruncate(fd, 0) != 0)
+		return -1;
+	for (uint64_t off = 0; off < size; off += sizeof zeros) {
+		size_t n = size - off < sizeof zeros ? (size_t)(size - off) : sizeof zeros;
+		if (hs_sys.pwrite(fd, zeros, n, (off_t)off) != (ssize_t)n)
+			return -1;
+	}
+	return 0;
+}
+
+/*
+ * Committed chunks of this process's segment.  The segment file is laid out
+ * at its full geometry but is sparse (ftruncate): only the header and the
+ * tables that are read at random (the hash indexes, the thread and fd slot
+ * tables, modules, findings) get backing store at creation; the tables that
+ * fill from the front (strings, stacks, locks, edges, Python frames, fd
+ * events and history) and each thread's ring get theirs a chunk at a time,
+ * before first use, by hs_seg_commit.  MADV_POPULATE_WRITE (Linux 5.14)
+ * allocates the pages of a shared mapping and reports ENOSPC as an error
+ * where a store would raise SIGBUS; on an older kernel the whole file is
+ * allocated at creation as before and every commit is a no-op.
+ * commit_map has a bit per chunk of 1 << commit_shift bytes (a 4 KiB page, more
+ * for a segment over 256 MiB); it is reset for each new segment (fork child).
+ */
+#ifndef MADV_POPULATE_WRITE
+#define MADV_POPULATE_WRITE 23
+#endif
+#define COMMIT_WORDS 1024
+static uint64_t commit_map[COMMIT_WORDS]; /* [atomic] bit c: chunk c has backing store */
+static unsigned commit_shift = 12;
+static int commit_lazy;                   /* 0: the whole segment was allocated at creation */
+static int commit_warned;                 /* [atomic] the out-of-space warning was given */
+
+static int populate(void *base, uint64_t off, uint64_t len)
+{
+	uint64_t lo = off & ~(uint64_t)4095, hi = (off + len + 4095) & ~(uint64_t)4095;
+	return hs_sys.madvise((char *)base + lo, (size_t)(hi - lo), MADV_POPULATE_WRITE);
+}
+
+/*
+ * Back [off, off + len) of the segment at h (size bytes) with store: through
+ * its file fd (fallocate: reserves the pages without mapping them, cheaper
+ * at creation) when fd >= 0, else through the mapping.  -1 with errno when
+ * short of space.
+ */
+static int commit_range_fd(struct hs_header *h, int fd, uint64_t size, uint64_t off, uint64_t len)
+{
+	uint64_t first, last;
+	if (!commit_lazy || len == 0)
+		return 0;
+	if (off + len > size)
+		return errno = ERANGE, -1;
+	first = off >> commit_shift;
+	last = (off + len - 1) >> commit_shift;
+	for (uint64_t c = first; c <= last;) {
+		uint64_t end = c, lo = c << commit_shift, hi;
+		if (__atomic_load_n(&commit_map[c >> 6], __ATOMIC_ACQUIRE) & (1ull << (c & 63))) {
+			c++;
+			continue;
+		}
+		/* one system call for the run of uncommitted chunks from c */
+		while (end + 1 <= last && !(__atomic_load_n(&commit_map[(end + 1) >> 6], __ATOMIC_ACQUIRE) &
+					     (1ull << ((end + 1) & 63))))
+			end++;
+		hi = (end + 1) << commit_shift;
+		if (hi > size)
+			hi = size;
+		if (fd >= 0 ? hs_sys.fallocate(fd, (off_t)lo, (off_t)(hi - lo)) : populate(h, lo, hi - lo)) {
+			if (fd >= 0 && (errno == EOPNOTSUPP || errno == ENOSYS) && populate(h, lo, hi - lo) == 0)
+				goto done;
+			return -1;
+		}
+	done:
+		for (; c <= end; c++)
+			__atomic_or_fetch(&commit_map[c >> 6], 1ull << (c & 63), __ATOMIC_RELEASE);
+	}
+	return 0;
+}
+
+static int commit_range(struct hs_header *h, uint64_t size, uint64_t off, uint64_t len)
+{
+	return commit_range_fd(h, -1, size, off, len);
+}
+
+int hs_seg_commit(struct hs_seg *s, uint64_t off, uint64_t len)
+{
+	int err;
+	if (!commit_lazy || commit_range(s->hdr, s->size, off, len) == 0)
+		return 0;
+	err = errno == EFAULT ? ENOSPC : errno; /* populating a page tmpfs has no room for */
+	__atomic_or_fetch(&s->hdr->flags, HS_HDR_OUT_OF_SPACE, __ATOMIC_RELAXED);
+	if (!__atomic_exchange_n(&commit_warned, 1, __ATOMIC_ACQ_REL))
+		warn3("out of space in ", session_dir,
+		      ": tables that need more room count as full from now on (set HEISEN_DIR to a larger volume)", err);
+	return -1;
+}
+
+int hs_seg_committed(const struct hs_seg *s, uint64_t off, uint64_t len)
+{
+	uint64_t first, last;
+	if (!commit_lazy || len == 0)
+		return 1;
+	if (off + len > s->size)
+		return 0;
+	first = off >> commit_shift;
+	last = (off + len - 1) >> commit_shift;
+	for (uint64_t c = first; c <= last; c++)
+		if (!(__atomic_load_n(&commit_map[c >> 6], __ATOMIC_ACQUIRE) & (1ull << (c & 63))))
+			return 0;
+	return 1;
+}
+
+int hs_seg_commit_entry(struct hs_seg *s, enum hs_table_id t, uint64_t i)
+{
+	const struct hs_table *tb = &s->hdr->tables[t];
+	return hs_seg_commit(s, tb->offset + i * tb->entry_size, tb->entry_size);
+}
+
+/*
+ * Tables read at random by the writer: backing store at creation.  The
+ * thread slots are claimed in order, each committed with its ring before it
+ * is first read (threads.c); a reader that scans them all asks
+ * hs_seg_committed first.
+ */
+static const enum hs_table_id eager_tables[] = {
+	HS_T_MODULES, HS_T_STACK_INDEX, HS_T_SITE_INDEX, HS_T_LOCK_INDEX, HS_T_EDGE_INDEX,
+	HS_T_FINDINGS, HS_T_PYFRAME_INDEX, HS_T_FDS,
+};
+/* Tables whose entry 0 means "none" (and the strings' offset 0): committed at creation too. */
+static const enum hs_table_id reserved_zero[] = {HS_T_STRINGS, HS_T_STACKS, HS_T_LOCKS, HS_T_EDGES, HS_T_PYFRAMES};
+
+/*
+ * Give the new segment h (mapped, size bytes, file fd) the backing store it
+ * needs now: the header, the eager tables and entry 0 of the tables whose
+ * entry 0 is reserved.  Returns 0, or -1 with errno (ENOSPC) when the
+ * directory is short of space.
+ */
+static int commit_initial(struct hs_header *h, int fd, uint64_t size, const struct hs_header *layout)
+{
+	memset(commit_map, 0, sizeof commit_map);
+	commit_warned = 0;
+	commit_shift = 12;
+	while ((size >> commit_shift) >= (uint64_t)COMMIT_WORDS * 64)
+		commit_shift++;
+	commit_lazy = 1;
+	if (commit_range(h, size, 0, sizeof *h) != 0) {
+		if (errno != EINVAL)
+			return errno = ENOSPC, -1;
+		/* no MADV_POPULATE_WRITE: allocate it all, as before sparse segments */
+		commit_lazy = 0;
+		return size_file(fd, size);
+	}
+	for (size_t i = 0; i < sizeof eager_tables / sizeof eager_tables[0]; i++) {
+		const struct hs_table *tb = &layout->tables[eager_tables[i]];
+		if (commit_range_fd(h, fd, size, tb->offset, (uint64_t)tb->entry_size * tb->capacity) != 0)
+			return errno = ENOSPC, -1;
+	}
+	for (size_t i = 0; i < sizeof reserved_zero / sizeof reserved_zero[0]; i++) {
+		const struct hs_table *tb = &layout->tables[reserved_zero[i]];
+		if (commit_range_fd(h, fd, size, tb->offset, tb->entry_size) != 0)
+			return errno = ENOSPC, -1;
+	}
+	return 0;
+}
 
 int hs_seg_bind(struct hs_seg *s, struct hs_header *h, size_t size)
 {
@@ -308,32 +874,34 @@ static void mark_execed(const char *path, pid_t pid, uint64_t ticks, unsigned ne
 	    h->start_ticks == ticks) {
 		uint64_t expect = HS_STATE_PACK(HS_STATE_RUNNING, 0);
 		if (__atomic_compare_exchange_n(&h->state, &expect, HS_STATE_PACK(HS_STATE_EXECED, next_image), 0,
-						__ATOMIC_ACQ_REL, __ATOMIC_RELAXED))
+						__ATOMIC_ACQ_REL, __ATOMIC_RELAXED)) {
 			__atomic_store_n(&h->end_mono_ns, hs_now(), __ATOMIC_RELEASE);
+			refs_image_replaced(h);
+		}
 	}
 	hs_sys.munmap(h, sizeof *h);
 }
 
 /*
- * Give fd `size` bytes of real backing store.  fallocate reserves tmpfs
- * pages, so running out of space is ENOSPC here and never a SIGBUS later;
- * where fallocate is unsupported, write zeros instead.
+ * Size fd to layout's full geometry as a sparse file, map it and commit what
+ * is needed now (commit_initial).  NULL with errno when short of space or
+ * the mapping fails.
  */
-static int size_file(int fd, uint64_t size)
+static struct hs_header *map_segment(int fd, const struct hs_header *layout)
 {
-	static const char zeros[4096];
-	if (hs_sys.fallocate(fd, 0, (off_t)size) == 0)
-		return 0;
-	if (errno != EOPNOTSUPP && errno != ENOSYS)
-		return -1;
-	if (hs_sys.ftruncate(fd, 0) != 0)
-		return -1;
-	for (uint64_t off = 0; off < size; off += sizeof zeros) {
-		size_t n = size - off < sizeof zeros ? (size_t)(size - off) : sizeof zeros;
-		if (hs_sys.pwrite(fd, zeros, n, (off_t)off) != (ssize_t)n)
-			return -1;
-	}
-	return 0;
+	struct hs_header *h;
+	int err;
+	if (hs_sys.ftruncate(fd, 0) != 0 || hs_sys.ftruncate(fd, (off_t)layout->segment_size) != 0)
+		return NULL;
+	h = hs_sys.mmap(NULL, layout->segment_size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+	if (h == MAP_FAILED)
+		return NULL;
+	if (commit_initial(h, fd, layout->segment_size, layout) == 0)
+		return h;
+	err = errno;
+	hs_sys.munmap(h, layout->segment_size);
+	errno = err;
+	return NULL;
 }
 
 static void fill_identity(struct hs_header *h, const struct hs_header *parent)
@@ -380,8 +948,10 @@ int hs_segment_create(int forked)
 
 	if (!session_dir[0])
 		return -1;
-	if (forked)
+	if (forked) {
 		modules_lock = 0; /* a thread that held it does not exist in the child */
+		refs_fork_child();
+	}
 	for (image = 0; image < 64; image++) {
 		seg_path(path, sizeof path, pid, image);
 		fd = hs_sys.open(path, O_RDWR | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
@@ -398,13 +968,15 @@ int hs_segment_create(int forked)
 
 	struct hs_header probe;
 	hs_layout(&probe, &g);
-	if (size_file(fd, probe.segment_size) != 0) {
+	h = map_segment(fd, &probe);
+	if (!h) {
 		int err = errno;
 		struct hs_geometry small = HS_GEOMETRY_SMALL;
 		small.ring_records = g.ring_records < small.ring_records ? g.ring_records : small.ring_records;
 		g = small;
 		hs_layout(&probe, &g);
-		if (hs_sys.ftruncate(fd, 0) != 0 || size_file(fd, probe.segment_size) != 0) {
+		h = map_segment(fd, &probe);
+		if (!h) {
 			warn3("no space for a segment in ", session_dir,
 			      "; not recording this process (set HEISEN_DIR to a larger volume)", errno);
 			hs_sys.close(fd);
@@ -414,13 +986,7 @@ int hs_segment_create(int forked)
 		warn3("short of space in ", session_dir, ": recording with a small segment", err);
 		flags |= HS_HDR_FALLBACK_SMALL;
 	}
-	h = hs_sys.mmap(NULL, probe.segment_size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
 	hs_sys.close(fd);
-	if (h == MAP_FAILED) {
-		warn3("cannot map segment ", path, NULL, errno);
-		hs_sys.unlink(path);
-		return -1;
-	}
 
 	hs_layout(h, &g);
 	h->abi_version = HS_ABI_VERSION;
@@ -447,6 +1013,8 @@ int hs_segment_create(int forked)
 		hs_env_read(&h->env);
 		flags |= HS_HDR_ENV;
 	}
+	if (commit_lazy)
+		flags |= HS_HDR_SPARSE;
 	h->flags = flags;
 	/* id / offset 0 of these tables means "none" */
 	h->tables[HS_T_STRINGS].count = 1;
@@ -493,7 +1061,7 @@ uint32_t hs_str_add(struct hs_seg *s, const char *str, size_t len)
 {
 	struct hs_table *t = &s->hdr->tables[HS_T_STRINGS];
 	uint32_t off = __atomic_fetch_add(&t->count, (uint32_t)len + 1, __ATOMIC_RELAXED);
-	if ((uint64_t)off + len + 1 > t->capacity) {
+	if ((uint64_t)off + len + 1 > t->capacity || hs_seg_commit(s, t->offset + off, len + 1) != 0) {
 		__atomic_add_fetch(&t->dropped, 1, __ATOMIC_RELAXED);
 		return 0;
 	}

@@ -333,6 +333,8 @@ struct hs_sysops {
 	int (*sysinfo)(struct sysinfo *si);
 	int (*statfs)(const char *path, struct statfs *st);
 	int (*getrlimit)(int resource, struct rlimit *rl);  /* prlimit64 of this process */
+	/* sparse segments: MADV_POPULATE_WRITE gives a range of the segment backing store, or fails */
+	int (*madvise)(void *addr, size_t len, int advice);
 };
 extern struct hs_sysops hs_sys;
 
@@ -363,12 +365,39 @@ int hs_segment_create(int forked);
  * default under /dev/shm) as needed, exporting HEISEN_DIR.  Init only. */
 int hs_session_setup(void);
 
+/*
+ * The session's reference count (format.h struct hs_session_refs), for a
+ * session the shim made in the default place; no-ops otherwise.
+ * hs_session_fork_prepare counts the child before fork(), and
+ * hs_session_fork_parent(failed) gives that back when fork failed.
+ * hs_session_leave, at exit after hs_segment_end: a clean end gives this
+ * image's reference back and the last one removes the session.
+ * Async-signal-safe (raw system calls).
+ */
+void hs_session_fork_prepare(void);
+void hs_session_fork_parent(int failed);
+void hs_session_leave(void);
+
 /* Unmap a segment bound with hs_seg_bind (the fork child drops the parent's). */
 void hs_seg_unbind(struct hs_seg *s);
 
 /* Record the end of this image: state word and end time.  Idempotent: the
  * first call wins.  Async-signal-safe. */
 void hs_segment_end(unsigned state, int64_t value);
+
+/*
+ * Give bytes [off, off + len) of segment s backing store before their first
+ * use (the segment is sparse, HS_HDR_SPARSE).  0 when they have it (a bit
+ * test once a 16 KiB chunk is committed); -1 when the session directory is
+ * full: the caller counts its table as full (dropped++), the header gets
+ * HS_HDR_OUT_OF_SPACE and stderr one warning.  s must be the current
+ * segment (hs_seg).  Async-signal-safe, lock-free.
+ */
+int hs_seg_commit(struct hs_seg *s, uint64_t off, uint64_t len);
+/* 1 when [off, off + len) of s has backing store (never allocates). */
+int hs_seg_committed(const struct hs_seg *s, uint64_t off, uint64_t len);
+/* hs_seg_commit for entry i of table t. */
+int hs_seg_commit_entry(struct hs_seg *s, enum hs_table_id t, uint64_t i);
 
 /* Append s to the strings table; returns its offset, 0 when full. Lock-free. */
 uint32_t hs_str_add(struct hs_seg *s, const char *str, size_t len);

@@ -541,6 +541,8 @@ static unsigned crash_snapshots_since(uint64_t since, int32_t self)
 	unsigned n = 0;
 	for (uint32_t i = 0; i < cap; i++) {
 		struct hs_thread *th = &hs_seg.threads[i];
+		if (!hs_seg_committed(&hs_seg, (uint64_t)((char *)th - (char *)hs_seg.hdr), sizeof *th))
+			break; /* slots are backed in order: this one was never used */
 		/* acquire: pairs with take_snapshot's release of snap_ns */
 		uint64_t ns = __atomic_load_n(&th->snap_ns, __ATOMIC_ACQUIRE);
 		if (ns >= since && th->tid != self && (th->snap_flags & HS_SNAPF_CRASH) &&

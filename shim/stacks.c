@@ -56,7 +56,7 @@ uint32_t hs_stack_intern(struct hs_seg *s, const uint64_t *pcs, unsigned depth, 
 							__ATOMIC_ACQUIRE)) {
 				uint32_t id = __atomic_fetch_add(&tab->count, 1, __ATOMIC_RELAXED);
 				struct hs_stack *st;
-				if (id >= tab->capacity) {
+				if (id >= tab->capacity || hs_seg_commit_entry(s, HS_T_STACKS, id) != 0) {
 					__atomic_add_fetch(&tab->dropped, 1, __ATOMIC_RELAXED);
 					return 0;
 				}

@@ -105,6 +105,11 @@ static int sys_statfs(const char *path, struct statfs *st)
 	return (int)syscall(SYS_statfs, path, st);
 }
 
+static int sys_madvise(void *addr, size_t len, int advice)
+{
+	return (int)syscall(SYS_madvise, addr, len, advice);
+}
+
 static int sys_getrlimit(int resource, struct rlimit *rl)
 {
 	return (int)syscall(SYS_prlimit64, 0, resource, NULL, rl);
@@ -130,4 +135,5 @@ struct hs_sysops hs_sys = {
 	.sysinfo = sys_sysinfo,
 	.statfs = sys_statfs,
 	.getrlimit = sys_getrlimit,
+	.madvise = sys_madvise,
 };

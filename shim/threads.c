@@ -46,7 +46,11 @@ static int claim_slot(struct hs_seg *s)
 		uint32_t oldest = UINT32_MAX;
 		uint64_t oldest_ns = UINT64_MAX;
 		for (uint32_t i = 0; i < cap; i++) {
-			uint32_t st = __atomic_load_n(&s->threads[i].state, __ATOMIC_ACQUIRE);
+			uint32_t st;
+			/* slots are backed in order, each with its ring, before first use */
+			if (hs_seg_commit_entry(s, HS_T_THREADS, i) != 0 || hs_seg_commit_entry(s, HS_T_RINGS, i) != 0)
+				break;
+			st = __atomic_load_n(&s->threads[i].state, __ATOMIC_ACQUIRE);
 			uint32_t expect = HS_THREAD_FREE;
 			if (st == HS_THREAD_FREE &&
 			    __atomic_compare_exchange_n(&s->threads[i].state, &expect, HS_THREAD_LIVE, 0,

@@ -251,7 +251,7 @@ def test_ld_preload_is_absolute_and_first(heisen, tmp_path):
     assert p.returncode == 0, p.stderr
     preload, hdir = p.stdout.splitlines()
     assert preload == str(heisen.lib.resolve())
-    assert os.path.isabs(hdir) and os.path.isdir(hdir)
+    assert os.path.isabs(hdir)  # a clean run's default session is removed at the end
     shutil.rmtree(hdir, ignore_errors=True)
 
 

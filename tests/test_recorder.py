@@ -41,8 +41,8 @@ def tiny_tmpfs(tmp_path):
 
 
 def test_short_of_space_falls_back_to_a_small_segment(heisen, tiny_tmpfs):
-    # room for a small segment (~0.3 MiB) but not a default one (~3 MiB)
-    d = tiny_tmpfs("1m") / "session"
+    # room for a small segment's start (~0.15 MiB) but not a default one's (~0.75 MiB)
+    d = tiny_tmpfs("400k") / "session"
     p = heisen.preload(["/bin/sh", "-c", "echo out; exit 7"], d)
     assert p.returncode == 7
     assert p.stdout == "out\n"
@@ -77,7 +77,8 @@ def test_default_session_is_private_and_shared_by_the_tree(heisen, tmp_path):
     script = tmp_path / tag
     script.write_text("#!/bin/sh\necho \"$HEISEN_DIR\"\n/bin/true\n")
     script.chmod(0o755)
-    env = heisen.env()
+    # a clean run's default session is kept only when asked; the cap out of the way
+    env = heisen.env(HEISEN_KEEP_SESSION=1, HEISEN_SESSIONS_MAX_MB=1 << 20)
     env["LD_PRELOAD"] = str(heisen.lib)
     p = subprocess.run([str(script)], env=env, capture_output=True, text=True, timeout=60)
     assert p.returncode == 0, p.stderr

@@ -37,9 +37,9 @@
 
 #define HS_MAGIC "HEISENSG"      /* 8 bytes, no terminator stored */
 #define HS_MAGIC_LEN 8
-#define HS_ABI_VERSION 4u  /* 2: Python frames, GIL wait flags, thread snapshots, 64-deep stacks; 3: heap findings and counters;
+#define HS_ABI_VERSION 5u  /* 2: Python frames, GIL wait flags, thread snapshots, 64-deep stacks; 3: heap findings and counters;
 				    4: processes and environment (issue 6); file descriptors (issue 5): fd table,
-				    fd event ring, fd finding history */
+				    fd event ring, fd finding history; 5: sparse segments (HS_HDR_SPARSE) */
 #define HS_ENDIAN_TAG 0x01020304u /* reads back as 0x04030201 on a foreign-endian host */
 
 /* Fixed shapes.  Changing any of these changes the ABI version. */
@@ -120,6 +120,9 @@ enum hs_state {
 #define HS_HDR_FDS 0x8u             /* file descriptors are tracked in this process (unless HEISEN_FDS=0, issue 5) */
 #define HS_HDR_ENV 0x10u            /* hs_header.env was filled (issue 6) */
 #define HS_HDR_ENV_INHERITED 0x20u  /* ... copied from the forking parent's segment, not read anew */
+#define HS_HDR_SPARSE 0x40u         /* the file is sparse: tables get backing store a chunk at a time as they fill;
+				       a region never committed reads as zeros, which every table reads as empty */
+#define HS_HDR_OUT_OF_SPACE 0x80u   /* a table could not grow: the session directory was full (its dropped counts) */
 
 /* hs_header.heap_stacks: the stack kept for each allocation and free. */
 enum hs_heap_stacks {
@@ -842,6 +845,31 @@ struct hs_fd_event {
 	char path[HS_FD_PATH_MAX]; /* creations: as hs_fd.path */
 };
 
+/* ---- session reference count ---------------------------------------------- */
+
+/*
+ * "<session>/session.refs": present only in a session the shim made in the
+ * default place (/dev/shm/heisen-$UID/<name>) for a bare LD_PRELOAD run.
+ * live counts the processes of the session that started (a fork is counted
+ * by its parent before the fork, an exec'd image replaces its earlier image)
+ * and have not yet ended cleanly: exited by themselves with no finding in
+ * their segment (and no fd left open that heisen-dump would call a leak).
+ * A crash, a kill, a vanished process or a finding never decrements, so
+ * such a session stays.  The process that takes live to 0 sets
+ * HS_REFS_CLOSING (compare-and-swap from 0), renames the directory aside and
+ * removes it; a process that finds HS_REFS_CLOSING starts a fresh session
+ * of the same name.  The idea is a kernel object's reference count kept in
+ * the file system, as POSIX shared memory objects are.
+ */
+#define HS_REFS_FILE "session.refs"
+#define HS_REFS_MAGIC "HEISENRF"    /* 8 bytes, no terminator stored */
+#define HS_REFS_CLOSING 0x80000000u /* in live: the session is being removed */
+struct hs_session_refs {
+	char magic[8];             /* HS_REFS_MAGIC, written after the file is sized */
+	uint32_t live;             /* [atomic] processes started and not yet ended cleanly, | HS_REFS_CLOSING */
+	uint32_t kept;             /* [atomic] processes that ended with a finding or an fd left open */
+};
+
 /* ---- layout ------------------------------------------------------------- */
 
 /* Table capacities a segment is made with. */
@@ -850,7 +878,7 @@ struct hs_geometry {
 	uint32_t fds, fd_events;   /* issue 5: fd numbers tracked, fd events kept (a power of two) */
 };
 
-/* The default geometry (about 4.8 MiB per process). */
+/* The default geometry (about 4.8 MiB of address space per process; sparse: what is used is allocated). */
 #define HS_GEOMETRY_DEFAULT {512, 256 * 1024, 2048, 4096, 4096, 128, 128, 256, 4096, 1024, 4096}
 /* The fallback when the session directory is short of space (about 0.5 MiB). */
 #define HS_GEOMETRY_SMALL {128, 32 * 1024, 256, 512, 512, 16, 32, 64, 256, 256, 256}

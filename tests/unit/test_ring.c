@@ -98,16 +98,40 @@ static void test_concurrent_reader(void)
 
 /* ---- ENOSPC ---------------------------------------------------------------- */
 
-static int fail_big;    /* fallocate fails with ENOSPC above this size (0 = always) */
+static uint64_t budget;   /* bytes the fake tmpfs holds */
+static uint64_t room;     /* bytes it has left: MADV_POPULATE_WRITE beyond it fails */
+static int (*real_madvise)(void *, size_t, int);
+static int (*real_ftruncate)(int, off_t);
 static int (*real_fallocate)(int, off_t, off_t);
 
+/* fallocate takes from the same room (the tables committed at creation). */
 static int fake_fallocate(int fd, off_t off, off_t len)
 {
-	if (fail_big == 0 || len > fail_big) {
+	if ((uint64_t)len > room) {
 		errno = ENOSPC;
 		return -1;
 	}
+	room -= (uint64_t)len;
 	return real_fallocate(fd, off, len);
+}
+
+/* Truncating the segment to 0 (a new attempt) gives its pages back. */
+static int fake_ftruncate(int fd, off_t len)
+{
+	if (len == 0)
+		room = budget;
+	return real_ftruncate(fd, len);
+}
+
+/* As the kernel: populating pages a full tmpfs cannot hold fails (EFAULT), no SIGBUS. */
+static int fake_madvise(void *addr, size_t len, int advice)
+{
+	if (len > room) {
+		errno = EFAULT;
+		return -1;
+	}
+	room -= len;
+	return real_madvise(addr, len, advice);
 }
 
 static void test_no_space(void)
@@ -119,25 +143,51 @@ static void test_no_space(void)
 	setenv("HEISEN_DIR", dir, 1);
 	setenv("HEISEN_QUIET", "1", 1);
 	CHECK(hs_session_setup() == 0);
+	real_madvise = hs_sys.madvise;
+	hs_sys.madvise = fake_madvise;
+	real_ftruncate = hs_sys.ftruncate;
+	hs_sys.ftruncate = fake_ftruncate;
 	real_fallocate = hs_sys.fallocate;
 	hs_sys.fallocate = fake_fallocate;
 
-	/* room for a small segment only: the fallback geometry, flagged */
-	fail_big = 1024 * 1024;
+	/* room for the start of a sparse default segment, then the tables fill it */
+	budget = 900 * 1024;
+	CHECK(hs_segment_create(0) == 0);
+	CHECK(hs_seg.hdr && !(hs_seg.hdr->flags & HS_HDR_FALLBACK_SMALL) && (hs_seg.hdr->flags & HS_HDR_SPARSE));
+	snprintf(path, sizeof path, "%s/%d.0.seg", dir, (int)getpid());
+	CHECK(stat(path, &st) == 0 && (uint64_t)st.st_size == hs_seg.hdr->segment_size);
+	CHECK((uint64_t)st.st_blocks * 512 <= 1024 * 1024);
+	{
+		/* strings commit page by page until the room is gone: then the table counts as full */
+		static char s[1000];
+		uint32_t ok = 0;
+		memset(s, 'x', sizeof s);
+		for (int i = 0; i < 250 && hs_str_add(&hs_seg, s, sizeof s); i++)
+			ok++;
+		CHECK(ok > 0 && ok < 250);
+		CHECK(hs_seg.hdr->tables[HS_T_STRINGS].dropped == 1);
+		CHECK(hs_seg.hdr->flags & HS_HDR_OUT_OF_SPACE);
+		CHECK(hs_seg_commit_entry(&hs_seg, HS_T_STRINGS, 0) == 0); /* committed stays committed */
+	}
+	hs_seg_unbind(&hs_seg);
+
+	/* room for a small segment's start only: the fallback geometry, flagged */
+	budget = 400 * 1024;
 	CHECK(hs_segment_create(0) == 0);
 	CHECK(hs_seg.hdr && (hs_seg.hdr->flags & HS_HDR_FALLBACK_SMALL));
-	CHECK(hs_seg.hdr->segment_size <= (uint64_t)fail_big);
 	CHECK(memcmp(hs_seg.hdr->magic, HS_MAGIC, HS_MAGIC_LEN) == 0);
-	snprintf(path, sizeof path, "%s/%d.0.seg", dir, (int)getpid());
+	snprintf(path, sizeof path, "%s/%d.1.seg", dir, (int)getpid());
 	CHECK(stat(path, &st) == 0 && (uint64_t)st.st_size == hs_seg.hdr->segment_size);
 	hs_seg_unbind(&hs_seg);
 
 	/* no room at all: -1, and no half-made file left behind (the pid's next image slot) */
-	fail_big = 0;
+	budget = 0;
 	CHECK(hs_segment_create(0) == -1);
-	snprintf(path, sizeof path, "%s/%d.1.seg", dir, (int)getpid());
+	snprintf(path, sizeof path, "%s/%d.2.seg", dir, (int)getpid());
 	CHECK(stat(path, &st) != 0 && errno == ENOENT);
 
+	hs_sys.madvise = real_madvise;
+	hs_sys.ftruncate = real_ftruncate;
 	hs_sys.fallocate = real_fallocate;
 	snprintf(path, sizeof path, "rm -rf '%s'", dir);
 	CHECK(system(path) == 0);
