@@ -9,6 +9,7 @@
   `hang` past the timeout, nothing below it.
 """
 import signal
+from pathlib import Path
 import subprocess
 import time
 
@@ -214,6 +215,42 @@ def test_idle_services_waiting_for_the_outside_world_are_not_hangs(heisen, sessi
     assert p.returncode == 0, (p.returncode, p.stderr[-3000:])
     assert f"done {mode}" in p.stdout
     assert "hang detected" not in p.stderr and "heisen: hang" not in p.stderr, p.stderr
+
+
+def test_forkserver_pool_with_its_resource_tracker_is_not_killed(heisen, session):
+    """multiprocessing with forkserver: the forkserver waits in select and
+    the resource tracker in read() on a pipe whose other end is the parent,
+    a live process, for the whole run; the pool works 6 s under a 2 s
+    watchdog with --on-hang kill.  Waiting on another live process is not a
+    hang: the run exits 0 with no report."""
+    sems_before = set(Path("/dev/shm").glob("sem.mp-*"))
+    p = heisen.run(["--dir", session, "--hang-timeout", "2", "--on-hang", "kill", "--",
+                    "/usr/bin/python3", py_script(heisen, "py_forkserver_pool.py"), "6"], timeout=120)
+    assert p.returncode == 0, (p.returncode, p.stderr[-3000:])
+    assert fact_int(p.stdout, "results") > 0
+    assert "hang detected" not in p.stderr and "heisen: hang" not in p.stderr, p.stderr
+    assert set(Path("/dev/shm").glob("sem.mp-*")) <= sems_before  # the pool cleaned up: nothing was killed
+
+
+def test_forkserver_worker_deadlocked_on_locks_is_reported_and_killed(heisen, session):
+    """The same pool, but one task deadlocks two threads of its worker on
+    two locks taken in opposite orders: the worker's main thread waits in
+    join() forever.  That hang is sure — a report naming the worker, its
+    stuck main thread at the join line, then --on-hang kill (exit 137) —
+    while the forkserver and the resource tracker stay mere waiters."""
+    script = py_script(heisen, "py_forkserver_pool.py")
+    p = heisen.run(["--dir", session, "--hang-timeout", "2", "--on-hang", "kill", "--",
+                    "/usr/bin/python3", script, "30", "deadlock"], timeout=120)
+    assert p.returncode == 137, (p.returncode, p.stderr[-3000:])
+    worker, parent = fact_int(p.stdout, "worker"), fact_int(p.stdout, "pid")
+    err = p.stderr
+    assert f"heisen: hang in pid {worker}" in err, err[-3000:]
+    assert f"heisen: hang in pid {parent}" not in err, err[-3000:]
+    assert f"  thread {worker} (main): STUCK" in err, err[-3000:]
+    hang = err[err.index(f"heisen: hang in pid {worker}"):]
+    assert f"deadlock ({script}:{marker_line(script, 'the worker waits forever')})" in hang, hang[:3000]
+    assert f"take_both ({script}:{marker_line(script, 'the worker' + chr(39) + 's threads deadlock')})" in hang
+    assert "--on-hang kill: killed" in err
 
 
 def test_heisen_dump_on_its_own_judges_the_zmq_client_stuck_in_term(heisen, session):
