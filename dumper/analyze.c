@@ -531,6 +531,11 @@ static int add_stall(struct hs_session *s, struct hs_proc *p, const struct hs_st
 	for (size_t i = 0; i < out->n; i++)
 		if (out->v[i].proc == p && out->v[i].kind == HS_F_DEADLOCK)
 			return 0;
+	/* judged per thread, with a thread blocked on a lock past the timeout:
+	 * the lock-wait hang says more (who holds the lock, where) */
+	for (size_t i = 0; st->threads && i < out->n; i++)
+		if (out->v[i].proc == p && out->v[i].kind == HS_F_HANG && out->v[i].stalled_seconds <= 0)
+			return 0;
 	for (size_t i = 0; i < out->n; i++)
 		if (out->v[i].proc == p && out->v[i].kind == HS_F_HANG) {
 			free(out->v[i].threads);
@@ -723,7 +728,7 @@ void hs_signature(const struct hs_fnd *f, char *buf, size_t len)
 	size_t n = 0, used;
 
 	used = (size_t)snprintf(buf, len, "%s %d ", hs_fkind_name(f->kind), f->proc->seg.hdr.pid);
-	if (f->stall && f->stall->threads) {
+	if (f->stall && f->stall->threads && f->stalled_seconds > 0) {
 		/* per-thread rule: the stuck threads; stable while the hang lasts */
 		int first = 1;
 		for (uint32_t i = 0; i < f->stall->nthreads && used < len; i++)

@@ -5,7 +5,11 @@
  * blocked anywhere — a lock, read(), poll(), a futex in a library — and
  * the thread records its own stack in its slot (shim/signals.c).  Progress
  * is what heisen-run's watchdog measures too: ring records and CPU time;
- * a process blocked everywhere moves neither.
+ * a process blocked everywhere moves neither.  The per-thread hang rule
+ * (hs_judge_still) judges, from /proc and without ptrace-stopping anyone,
+ * what each thread that stopped moving waits for: a busy thread does not
+ * hide a stuck one, and a wait for the outside world or another live
+ * process is not a hang.
  * Design: DESIGN.md "Hangs"; docs/interfaces.md "Python and the GIL".
  */
 #include "stall.h"
@@ -20,6 +24,12 @@
 #include <sys/syscall.h>
 #include <time.h>
 #include <unistd.h>
+
+#include <linux/netlink.h>
+#include <linux/rtnetlink.h>
+#include <linux/sock_diag.h>
+#include <linux/unix_diag.h>
+#include <sys/socket.h>
 
 #include <heisen/snapshot_request.h>
 
@@ -286,11 +296,6 @@ static void scan_holders(struct judge *j)
 
 /* The peers of every unix socket (sock_diag, UDIAG_SHOW_PEER): what
  * /proc/net/unix does not say. */
-#include <linux/netlink.h>
-#include <linux/rtnetlink.h>
-#include <linux/sock_diag.h>
-#include <linux/unix_diag.h>
-#include <sys/socket.h>
 
 static void read_unix_peers(struct judge *j)
 {
@@ -751,6 +756,52 @@ static uint64_t task_cpu(int32_t pid, int32_t tid, bool *running)
 
 #define BUSY_SAMPLE_MS 200  /* how long the CPU time of a process's active threads is watched */
 
+/* peers: a process hangs when the ones it waits on do; the least fixpoint
+ * (processes that only wait on each other in a ring are not called hung:
+ * the rule says what it is sure of) */
+static void fixpoint(struct suspect *sus, size_t ns)
+{
+	for (size_t round = 0, changed = 1; changed && round <= ns; round++) {
+		changed = 0;
+		for (size_t i = 0; i < ns; i++) {
+			bool h = rule_says_hung(&sus[i], sus, ns);
+			changed |= h != sus[i].hung;
+			sus[i].hung = h;
+		}
+	}
+}
+
+/* Mark the active threads of the hung suspects that are on the CPU
+ * (running now, or busy for half of BUSY_SAMPLE_MS at least: computing, not
+ * waking now and then).  Returns whether one was found. */
+static bool sample_busy(struct suspect *sus, size_t ns)
+{
+	uint64_t *before;
+	size_t total = 0, k = 0;
+	bool any = false;
+	long ticks_per_s = sysconf(_SC_CLK_TCK) > 0 ? sysconf(_SC_CLK_TCK) : 100;
+	for (size_t i = 0; i < ns; i++)
+		total += sus[i].hung ? sus[i].nt : 0;
+	if (!total || !(before = calloc(total, sizeof *before)))
+		return false;
+	for (size_t i = 0; i < ns; i++)
+		for (uint32_t q = 0; sus[i].hung && q < sus[i].nt; q++)
+			before[k++] = task_cpu(sus[i].p->seg.hdr.pid, sus[i].t[q].tid, &sus[i].t[q].busy);
+	sleep_ms(BUSY_SAMPLE_MS);
+	k = 0;
+	for (size_t i = 0; i < ns; i++)
+		for (uint32_t q = 0; sus[i].hung && q < sus[i].nt; q++) {
+			struct hs_tjudge *t = &sus[i].t[q];
+			uint64_t used = task_cpu(sus[i].p->seg.hdr.pid, t->tid, &t->busy) - before[k++];
+			t->busy |= (double)used * 1000.0 / (double)ticks_per_s >= BUSY_SAMPLE_MS / 2.0;
+			if (t->verdict != HS_TV_ACTIVE)
+				t->busy = false; /* a wait that lasted the timeout: not the waker */
+			any |= t->busy;
+		}
+	free(before);
+	return any;
+}
+
 int hs_judge_still(struct hs_session *s, const struct hs_still *still, size_t nstill, double timeout,
 		   struct hs_stall **stalls, size_t *nstalls)
 {
@@ -813,39 +864,14 @@ int hs_judge_still(struct hs_session *s, const struct hs_still *still, size_t ns
 		}
 		closedir(d);
 	}
-	/* which active threads are on the CPU (they may end the main thread's wait) */
-	if (ns) {
-		uint64_t *before;
-		size_t total = 0, k = 0;
-		long ticks_per_s = sysconf(_SC_CLK_TCK) > 0 ? sysconf(_SC_CLK_TCK) : 100;
+	/* first without asking who is on the CPU; then, for the processes that
+	 * would hang, whether an active thread is busy (it may end the main
+	 * thread's wait), and again: being busy only ever clears a hang */
+	fixpoint(sus, ns);
+	if (sample_busy(sus, ns)) {
 		for (size_t i = 0; i < ns; i++)
-			total += sus[i].nt;
-		if ((before = calloc(total + 1, sizeof *before))) {
-			for (size_t i = 0; i < ns; i++)
-				for (uint32_t q = 0; q < sus[i].nt; q++)
-					before[k++] = task_cpu(sus[i].p->seg.hdr.pid, sus[i].t[q].tid, &sus[i].t[q].busy);
-			sleep_ms(BUSY_SAMPLE_MS);
-			k = 0;
-			for (size_t i = 0; i < ns; i++)
-				for (uint32_t q = 0; q < sus[i].nt; q++) {
-					struct hs_tjudge *t = &sus[i].t[q];
-					uint64_t used = task_cpu(sus[i].p->seg.hdr.pid, t->tid, &t->busy) - before[k++];
-					/* on the CPU for half the sample at least: computing, not waking now and then */
-					t->busy |= (double)used * 1000.0 / (double)ticks_per_s >= BUSY_SAMPLE_MS / 2.0;
-					if (t->verdict == HS_TV_STUCK || t->verdict == HS_TV_PEER)
-						t->busy = false; /* a wait that lasted the timeout: not the waker */
-				}
-			free(before);
-		}
-	}
-	/* peers: a process hangs when the ones it waits on do (a fixpoint) */
-	for (size_t round = 0, changed = 1; changed && round <= ns; round++) {
-		changed = 0;
-		for (size_t i = 0; i < ns; i++) {
-			bool h = rule_says_hung(&sus[i], sus, ns);
-			changed |= h != sus[i].hung;
-			sus[i].hung = h;
-		}
+			sus[i].hung = false;
+		fixpoint(sus, ns);
 	}
 	for (size_t i = 0; i < ns; i++) {
 		struct hs_stall *v;
