@@ -88,6 +88,7 @@ struct hr_run {
 	size_t nstalls;
 	struct hr_still *still;    /* progress of each thread of those processes */
 	size_t nstill;
+	int still_overflow_said;   /* more still threads than --still can carry: said once */
 };
 
 /* The watchdog's view of one thread (watchdog.c): progress = its own ring

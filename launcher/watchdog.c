@@ -287,15 +287,24 @@ static void sample_threads(struct hr_run *r, uint64_t now, int keep_clock)
 
 /* "PID/TID:SECONDS,..." of every thread still for the hang timeout, for
  * heisen-dump --still; "" when none. */
-static void still_arg(const struct hr_run *r, uint64_t now, char *buf, size_t len)
+static void still_arg(struct hr_run *r, uint64_t now, char *buf, size_t len)
 {
-	size_t used = 0;
+	size_t used = 0, left = 0;
 	buf[0] = '\0';
-	for (size_t i = 0; i < r->nstill && used + 40 < len; i++) {
+	for (size_t i = 0; i < r->nstill; i++) {
 		double sec = (double)(now - r->still[i].since_ms) / 1000.0;
-		if (sec >= r->hang_seconds)
-			used += (size_t)snprintf(buf + used, len - used, "%s%d/%d:%.1f", used ? "," : "",
-						 (int)r->still[i].pid, (int)r->still[i].tid, sec);
+		if (sec < r->hang_seconds)
+			continue;
+		if (used + 40 >= len) {
+			left++;
+			continue;
+		}
+		used += (size_t)snprintf(buf + used, len - used, "%s%d/%d:%.1f", used ? "," : "",
+					 (int)r->still[i].pid, (int)r->still[i].tid, sec);
+	}
+	if (left && !r->still_overflow_said) {
+		hr_warn(r, "%zu still threads beyond the first %zu bytes of --still were not judged", left, len);
+		r->still_overflow_said = 1;
 	}
 }
 

@@ -8,6 +8,7 @@
 - slow_holder blocks one thread on a lock held by a sleeping thread: a
   `hang` past the timeout, nothing below it.
 """
+import re
 import signal
 from pathlib import Path
 import subprocess
@@ -245,7 +246,11 @@ def test_forkserver_worker_deadlocked_on_locks_is_reported_and_killed(heisen, se
     worker, parent = fact_int(p.stdout, "worker"), fact_int(p.stdout, "pid")
     err = p.stderr
     assert f"heisen: hang in pid {worker}" in err, err[-3000:]
-    assert f"heisen: hang in pid {parent}" not in err, err[-3000:]
+    # the parent may be reported too (its main thread waits past the timeout
+    # for the worker's result, which never comes); the forkserver and the
+    # resource tracker never are
+    hung = {int(x) for x in re.findall(r"==== heisen: hang in pid (\d+) ", err)}
+    assert hung <= {worker, parent}, (hung, err[-3000:])
     assert f"  thread {worker} (main): STUCK" in err, err[-3000:]
     hang = err[err.index(f"heisen: hang in pid {worker}"):]
     assert f"deadlock ({script}:{marker_line(script, 'the worker waits forever')})" in hang, hang[:3000]
