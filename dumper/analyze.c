@@ -543,15 +543,21 @@ static struct hs_proc *stalled_proc(struct hs_session *s, int32_t pid)
 
 /* The stall of p: a hang of every live thread, instead of its lock-wait
  * hang; nothing when a deadlock already explains it. */
-static int add_stall(struct hs_session *s, struct hs_proc *p, double seconds, uint64_t since,
-		     struct hs_findings *out)
+static int add_stall(struct hs_session *s, struct hs_proc *p, const struct hs_stall *st, struct hs_findings *out)
 {
+	double seconds = st->seconds;
+	uint64_t since = st->since_ns;
 	struct hs_fnd *f;
 	uint64_t span = seconds > 0 ? (uint64_t)(seconds * 1e9) : 0;
 	uint64_t ref = reference_ns(s, p);
 	uint32_t n = 0;
 	for (size_t i = 0; i < out->n; i++)
 		if (out->v[i].proc == p && out->v[i].kind == HS_F_DEADLOCK)
+			return 0;
+	/* judged per thread, with a thread blocked on a lock past the timeout:
+	 * the lock-wait hang says more (who holds the lock, where) */
+	for (size_t i = 0; st->threads && i < out->n; i++)
+		if (out->v[i].proc == p && out->v[i].kind == HS_F_HANG && out->v[i].stalled_seconds <= 0)
 			return 0;
 	for (size_t i = 0; i < out->n; i++)
 		if (out->v[i].proc == p && out->v[i].kind == HS_F_HANG) {
@@ -565,6 +571,7 @@ static int add_stall(struct hs_session *s, struct hs_proc *p, double seconds, ui
 	if (!(f = add_finding(out, HS_F_HANG, p)) || !(f->threads = calloc(n + 1, sizeof *f->threads)))
 		return -1;
 	f->stalled_seconds = seconds > 0 ? seconds : 1e-9;
+	f->stall = st;
 	f->since_ns = since ? since : ref > span ? ref - span : 0;
 	for (uint32_t i = 0; i < p->nthreads; i++)
 		if (p->threads[i].t.state == HS_THREAD_LIVE)
@@ -763,7 +770,7 @@ int hs_analyze_stalled(struct hs_session *s, double hang_timeout, bool with_reco
 	for (size_t i = 0; i < nstalls && rc == 0; i++) {
 		struct hs_proc *p = stalled_proc(s, stalls[i].pid);
 		if (p)
-			rc = add_stall(s, p, stalls[i].seconds, stalls[i].since_ns, out);
+			rc = add_stall(s, p, &stalls[i], out);
 	}
 	/* a stalled process whose descendant is stalled too may only be waiting for it (issue 6) */
 	for (size_t i = 0; i < out->n && rc == 0; i++)
@@ -807,6 +814,19 @@ void hs_signature(const struct hs_fnd *f, char *buf, size_t len)
 	size_t n = 0, used;
 
 	used = (size_t)snprintf(buf, len, "%s %d ", hs_fkind_name(f->kind), f->proc->seg.hdr.pid);
+	if (f->stall && f->stall->threads && f->stalled_seconds > 0) {
+		/* per-thread rule: the stuck threads; stable while the hang lasts */
+		int first = 1;
+		for (uint32_t i = 0; i < f->stall->nthreads && used < len; i++)
+			if (f->stall->threads[i].verdict == HS_TV_STUCK) {
+				used += (size_t)snprintf(buf + used, len - used, "%s%d", first ? "" : ",",
+							 f->stall->threads[i].tid);
+				first = 0;
+			}
+		if (used < len)
+			snprintf(buf + used, len - used, " stuck");
+		return;
+	}
 	for (uint32_t i = 0; i < f->nthreads && used < len; i++)
 		used += (size_t)snprintf(buf + used, len - used, "%s%d", i ? "," : "", f->threads[i]->t.tid);
 	for (uint32_t i = 0; i < f->nthreads && n < sizeof addrs / sizeof addrs[0]; i++)

@@ -77,6 +77,7 @@ struct hs_fnd {
 	uint64_t block;
 	int32_t stalled_child;               /* stalled hang: a descendant process that is stalled too (the
 						nearest, by pid order), 0 = none: this one may only wait for it */
+	const struct hs_stall *stall;        /* stalled hang: the judgement it came from (threads[] when per-thread) */
 	struct hs_death death;               /* killed, oom-kill: what is known and the evidence (procs.h);
 						threads = every thread of the process, rec.tid = its pid,
 						rec.ts_ns = its last sign of life */
@@ -113,12 +114,47 @@ static inline bool hs_fkind_fd(enum hs_fkind k)
 	return k == HS_F_DOUBLE_CLOSE || k == HS_F_STALE_CLOSE;
 }
 
-/* A process that made no progress (no ring records, no CPU time) for
- * `seconds`, as judged by heisen-run's watchdog or heisen-dump --snapshot. */
+/*
+ * How the per-thread hang rule (stall.c hs_judge_still) saw one thread of
+ * a process: active (it moved within the hang timeout), idle (it waits for
+ * the outside world: a timer, the network, a terminal, accept), stuck (it
+ * stayed in one wait that only this process can end — a lock, the GIL, a
+ * join, a private futex, a read or poll on an eventfd or a pipe or socket
+ * pair with both ends here — for longer than the timeout), waiting on
+ * peers (other live processes: a child in wait4, the other end of a pipe
+ * or unix socket; stuck only when every peer is hung), or unknown (its
+ * wait could not be read: /proc/PID/task/TID/syscall needs ptrace rights).
+ */
+enum hs_tverdict { HS_TV_ACTIVE, HS_TV_IDLE, HS_TV_STUCK, HS_TV_PEER, HS_TV_UNKNOWN };
+
+#define HS_TJUDGE_PEERS 8
+struct hs_tjudge {
+	int32_t tid;
+	double still_seconds;            /* no progress for this long (0: moved within the timeout) */
+	enum hs_tverdict verdict;
+	int32_t peers[HS_TJUDGE_PEERS];  /* HS_TV_PEER: the processes it waits on */
+	uint32_t npeers;
+	bool busy;                       /* on the CPU while heisen judged (state R, or its CPU time moved) */
+	char what[320];                  /* the wait in words: "poll on fd 12 (eventfd)" */
+};
+
+/* A process that hangs: it made no progress (no ring records, no CPU time)
+ * for `seconds`, as judged by heisen-run's watchdog or heisen-dump
+ * --snapshot; or, with threads[] (the per-thread rule, --still), its main
+ * thread is stuck or every thread that is not idle is stuck. */
 struct hs_stall {
 	int32_t pid;
 	double seconds;
 	uint64_t since_ns;  /* when it began (the writer's CLOCK_MONOTONIC), 0 = seconds before now */
+	struct hs_tjudge *threads;  /* per-thread rule: every thread of the process, by tid; NULL otherwise */
+	uint32_t nthreads;
+};
+
+/* A thread that made no progress (ring records, CPU time, the syscall it
+ * is in) for `seconds`, as measured by heisen-run (--still PID/TID:SECONDS). */
+struct hs_still {
+	int32_t pid, tid;
+	double seconds;
 };
 
 struct hs_findings {

@@ -3,14 +3,18 @@
  * dumper/main.c — heisen-dump: read a session directory and report.
  *
  *   heisen-dump [--json | --dot] [--hang-timeout SECONDS] [--no-symbols]
- *               [--stalled PID:SECONDS[,...]] [--snapshot] SESSION_DIR
- *   heisen-dump --check-hang SECONDS SESSION_DIR
+ *               [--stalled PID:SECONDS[,...]] [--still PID/TID:SECONDS[,...]]
+ *               [--snapshot] SESSION_DIR
+ *   heisen-dump --check-hang SECONDS [--still PID/TID:SECONDS[,...]] SESSION_DIR
  *   heisen-dump diff [--json] [--no-symbols] SESSION_A SESSION_B   (diff.c)
  *
  * --stalled: the process made no progress for SECONDS (heisen-run's
  * watchdog judged it): a `hang` of every thread, with its snapshot stack.
  * --snapshot: judge that here (progress over one second), after asking
  * every thread of every live process for a snapshot (dumper/stall.c).
+ * --still: these threads made no progress for SECONDS (heisen-run measured
+ * it); the per-thread rule (stall.c hs_judge_still) says which processes
+ * hang: a `hang` with each thread's verdict.
  *
  * Exit status: 0 no finding, 1 findings, 2 an error (errors dominate);
  * --check-hang: 3 a deadlock or hang, 0 none, 2 an error and no hang (a
@@ -41,17 +45,23 @@ struct options {
 	bool snapshot;
 	struct hs_stall *stalls;
 	size_t nstalls;
+	struct hs_still *still;
+	size_t nstill;
+	bool still_given;     /* --still was given (heisen-run measured; "" = nothing still) */
+	bool timeout_given;   /* --hang-timeout was given */
 	const char *dir;
 };
 
 #define SNAPSHOT_SAMPLE_S 1.0   /* --snapshot: progress is judged over this long */
 #define SNAPSHOT_WAIT_MS 300    /* then the threads get this long to answer */
+#define WATCH_CAP_S 60.0        /* --hang-timeout without --still: threads are watched at most this long */
 
 static void usage(FILE *f)
 {
 	fprintf(f, "usage: heisen-dump [--json | --dot] [--hang-timeout SECONDS] [--no-symbols]\n"
-		   "                   [--stalled PID:SECONDS[,...]] [--snapshot] SESSION_DIR\n"
-		   "       heisen-dump --check-hang SECONDS SESSION_DIR\n"
+		   "                   [--stalled PID:SECONDS[,...]] [--still PID/TID:SECONDS[,...]]\n"
+		   "                   [--snapshot] SESSION_DIR\n"
+		   "       heisen-dump --check-hang SECONDS [--still PID/TID:SECONDS[,...]] SESSION_DIR\n"
 		   "       heisen-dump diff [--json] [--no-symbols] SESSION_A SESSION_B\n");
 }
 
@@ -74,6 +84,7 @@ static int parse_args(int argc, char **argv, struct options *o)
 		{"hang-timeout", required_argument, NULL, 't'}, {"no-symbols", no_argument, NULL, 'n'},
 		{"check-hang", required_argument, NULL, 'c'}, {"help", no_argument, NULL, 'h'},
 		{"stalled", required_argument, NULL, 's'},   {"snapshot", no_argument, NULL, 'S'},
+		{"still", required_argument, NULL, 'T'},
 		{NULL, 0, NULL, 0},
 	};
 	int c;
@@ -83,7 +94,11 @@ static int parse_args(int argc, char **argv, struct options *o)
 		case 'j': o->format = FMT_JSON; break;
 		case 'd': o->format = FMT_DOT; break;
 		case 'n': o->symbols = false; break;
-		case 't': if (parse_seconds(optarg, &o->hang_timeout)) return -1; break;
+		case 't':
+			if (parse_seconds(optarg, &o->hang_timeout))
+				return -1;
+			o->timeout_given = true;
+			break;
 		case 'c':
 			o->check_hang = true, o->symbols = false;
 			if (parse_seconds(optarg, &o->hang_timeout))
@@ -93,6 +108,13 @@ static int parse_args(int argc, char **argv, struct options *o)
 		case 's':
 			if (hs_stalls_parse(optarg, &o->stalls, &o->nstalls) != 0) {
 				fprintf(stderr, "heisen-dump: --stalled: expected PID:SECONDS[,PID:SECONDS...]: %s\n", optarg);
+				return -1;
+			}
+			break;
+		case 'T':
+			o->still_given = true;
+			if (*optarg && hs_still_parse(optarg, &o->still, &o->nstill) != 0) {
+				fprintf(stderr, "heisen-dump: --still: expected PID/TID:SECONDS[,...]: %s\n", optarg);
 				return -1;
 			}
 			break;
@@ -173,6 +195,27 @@ int main(int argc, char **argv)
 			return 2;
 		}
 	}
+	/* on its own, heisen-dump --hang-timeout watches the threads itself */
+	bool watch = !o.check_hang && !o.still_given && o.timeout_given;
+	size_t judged_from = o.nstalls;
+	if (watch && hs_measure_still(&s, o.hang_timeout, WATCH_CAP_S, &o.still, &o.nstill) != 0)
+		hs_session_error(&s, o.dir, "out of memory while watching threads");
+	if (o.nstill && hs_judge_still(&s, o.still, o.nstill, o.hang_timeout, &o.stalls, &o.nstalls) != 0)
+		hs_session_error(&s, o.dir, "out of memory while judging threads");
+	if (watch && o.nstalls > judged_from) {
+		/* a hang found here: ask its threads for their stacks, as heisen-run does */
+		for (size_t i = judged_from; i < o.nstalls; i++)
+			for (size_t k = 0; k < s.nprocs; k++)
+				if (s.procs[k].seg.hdr.pid == o.stalls[i].pid && hs_proc_alive(&s.procs[k]))
+					hs_snapshot_request(o.stalls[i].pid, s.procs[k].seg.hdr.snapshot_signal);
+		usleep(SNAPSHOT_WAIT_MS * 1000);
+		hs_session_free(&s);
+		if (hs_session_load(&s, o.dir, o.symbols) != 0) {
+			print_errors(&s);
+			hs_session_free(&s);
+			return 2;
+		}
+	}
 	if (!o.check_hang && hs_stalls_noted(&s, &o.stalls, &o.nstalls) != 0)
 		hs_session_error(&s, o.dir, "out of memory while reading stall notes");
 	if (hs_analyze_stalled(&s, o.hang_timeout, !o.check_hang, o.stalls, o.nstalls, &f) != 0)
@@ -192,6 +235,9 @@ int main(int argc, char **argv)
 	}
 	hs_findings_free(&f);
 	hs_session_free(&s);
+	for (size_t i = 0; i < o.nstalls; i++)
+		free(o.stalls[i].threads);
 	free(o.stalls);
+	free(o.still);
 	return rc;
 }

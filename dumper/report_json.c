@@ -1078,8 +1078,37 @@ static void stalled(struct hs_json *j, struct hs_session *s, struct hs_fnd *f, c
 	char role[256];
 	size_t used = 0;
 	uint32_t nwait = 0;
-	hs_appendf(msg, len, &used, "no progress for %.1f s (no events, no CPU time): %u thread%s",
-		   f->stalled_seconds, f->nthreads, f->nthreads == 1 ? "" : "s");
+	if (f->stall && f->stall->threads)
+		hs_appendf(msg, len, &used, "stuck for %.1f s (per-thread rule): %u thread%s",
+			   f->stalled_seconds, f->nthreads, f->nthreads == 1 ? "" : "s");
+	else
+		hs_appendf(msg, len, &used, "no progress for %.1f s (no events, no CPU time): %u thread%s",
+			   f->stalled_seconds, f->nthreads, f->nthreads == 1 ? "" : "s");
+	if (f->stall && f->stall->threads) {
+		static const char *const names[] = {[HS_TV_ACTIVE] = "active", [HS_TV_IDLE] = "idle",
+						    [HS_TV_STUCK] = "stuck", [HS_TV_PEER] = "peer",
+						    [HS_TV_UNKNOWN] = "unknown"};
+		/* the per-thread rule's verdict on every thread (stall.c hs_judge_still) */
+		hs_json_array(j, "judged_threads");
+		for (uint32_t i = 0; i < f->stall->nthreads; i++) {
+			const struct hs_tjudge *t = &f->stall->threads[i];
+			hs_json_object(j, NULL);
+			hs_json_int(j, "tid", t->tid);
+			hs_json_bool(j, "main", t->tid == p->seg.hdr.pid);
+			hs_json_str(j, "verdict", names[t->verdict]);
+			hs_json_double(j, "still_seconds", t->still_seconds);
+			hs_json_bool(j, "busy", t->busy);
+			hs_json_str(j, "wait", t->what);
+			hs_json_array(j, "peers");
+			for (uint32_t k = 0; k < t->npeers; k++)
+				hs_json_int(j, NULL, t->peers[k]);
+			hs_json_end_array(j);
+			hs_json_end_object(j);
+		}
+		hs_json_end_array(j);
+	} else {
+		hs_json_null(j, "judged_threads");
+	}
 	if (f->stalled_child)
 		hs_appendf(msg, len, &used, "; its descendant %d is stalled too (it may only wait for it)", f->stalled_child);
 	hs_json_double(j, "stalled_seconds", f->stalled_seconds);

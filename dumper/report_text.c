@@ -445,10 +445,34 @@ static void stalled_thread(FILE *out, struct hs_session *s, struct hs_fnd *f, co
 	print_frames(out, f->proc, t->t.snap_stack, "    ");
 }
 
+/* The per-thread rule's verdict on each thread (stall.c hs_judge_still). */
+static void judged_threads(FILE *out, struct hs_fnd *f)
+{
+	static const char *const names[] = {[HS_TV_ACTIVE] = "active", [HS_TV_IDLE] = "idle", [HS_TV_STUCK] = "STUCK",
+					    [HS_TV_PEER] = "waits on other processes", [HS_TV_UNKNOWN] = "unknown"};
+	const struct hs_stall *st = f->stall;
+	fprintf(out, "A thread that stays in one wait only this process can end, for longer than the hang timeout, "
+		     "is stuck; the process hangs when its main thread is stuck, or every thread that is not idle "
+		     "is. Its threads:\n");
+	for (uint32_t i = 0; i < st->nthreads; i++) {
+		const struct hs_tjudge *t = &st->threads[i];
+		fprintf(out, "  thread %d%s: %s", t->tid, t->tid == f->proc->seg.hdr.pid ? " (main)" : "",
+			names[t->verdict]);
+		if (t->still_seconds > 0)
+			fprintf(out, " for %.1f s", t->still_seconds);
+		if (t->busy)
+			fprintf(out, " (on the CPU)");
+		fprintf(out, ": %s\n", t->what);
+	}
+}
+
 static void stalled(FILE *out, struct hs_session *s, struct hs_fnd *f)
 {
-	fprintf(out, "The process made no progress for %.1f s (no events recorded, no CPU time); its %u thread%s:\n",
-		f->stalled_seconds, f->nthreads, f->nthreads == 1 ? "" : "s");
+	if (f->stall && f->stall->threads)
+		judged_threads(out, f);
+	else
+		fprintf(out, "The process made no progress for %.1f s (no events recorded, no CPU time); its %u thread%s:\n",
+			f->stalled_seconds, f->nthreads, f->nthreads == 1 ? "" : "s");
 	if (f->stalled_child)
 		fprintf(out, "(Its descendant, pid %d, made no progress either: this one may only be waiting for it; "
 			     "see that process's hang.)\n", f->stalled_child);

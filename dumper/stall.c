@@ -5,7 +5,11 @@
  * blocked anywhere — a lock, read(), poll(), a futex in a library — and
  * the thread records its own stack in its slot (shim/signals.c).  Progress
  * is what heisen-run's watchdog measures too: ring records and CPU time;
- * a process blocked everywhere moves neither.
+ * a process blocked everywhere moves neither.  The per-thread hang rule
+ * (hs_judge_still) judges, from /proc and without ptrace-stopping anyone,
+ * what each thread that stopped moving waits for: a busy thread does not
+ * hide a stuck one, and a wait for the outside world or another live
+ * process is not a hang.
  * Design: DESIGN.md "Hangs"; docs/interfaces.md "Python and the GIL".
  */
 #include "stall.h"
@@ -20,6 +24,12 @@
 #include <sys/syscall.h>
 #include <time.h>
 #include <unistd.h>
+
+#include <linux/netlink.h>
+#include <linux/rtnetlink.h>
+#include <linux/sock_diag.h>
+#include <linux/unix_diag.h>
+#include <sys/socket.h>
 
 #include <heisen/snapshot_request.h>
 
@@ -43,9 +53,7 @@ int hs_stalls_parse(const char *arg, struct hs_stall **v, size_t *n)
 		sec = strtod(c, &end);
 		if (end == c || (*end && *end != ',') || !(sec >= 0) || sec > 1e9)
 			return -1;
-		nv[have + i].pid = (int32_t)pid;
-		nv[have + i].seconds = sec;
-		nv[have + i].since_ns = 0;
+		nv[have + i] = (struct hs_stall){.pid = (int32_t)pid, .seconds = sec};
 		c = *end ? end + 1 : end;
 	}
 	*n = have + k;
@@ -122,7 +130,7 @@ int hs_snapshot_session(struct hs_session *s, double sample_s, int wait_ms, stru
 		char arg[64];
 		if (!hs_proc_alive(p) || hs_progress(p) != before[i])
 			continue;
-		snprintf(arg, sizeof arg, "%d:%.3f", p->seg.hdr.pid, sample_s);
+		snprintf(arg, sizeof arg, "%d:%.3f", (int)p->seg.hdr.pid, sample_s);
 		rc = hs_stalls_parse(arg, stalls, nstalls);
 	}
 	/* after the sample: a snapshot is progress too */
@@ -164,10 +172,841 @@ int hs_stalls_noted(struct hs_session *s, struct hs_stall **stalls, size_t *nsta
 		if (!(v = realloc(*stalls, (*nstalls + 1) * sizeof *v)))
 			return -1;
 		*stalls = v;
-		v[*nstalls].pid = p->seg.hdr.pid;
-		v[*nstalls].seconds = sec;
-		v[*nstalls].since_ns = since;
+		v[*nstalls] = (struct hs_stall){.pid = p->seg.hdr.pid, .seconds = sec, .since_ns = since};
 		(*nstalls)++;
 	}
 	return 0;
+}
+
+/* ---- the per-thread rule -------------------------------------------------- */
+
+int hs_still_parse(const char *arg, struct hs_still **v, size_t *n)
+{
+	size_t k = 1, have = *n;
+	struct hs_still *nv;
+	const char *c = arg;
+	for (const char *q = arg; *q; q++)
+		k += *q == ',';
+	if (!(nv = realloc(*v, (have + k) * sizeof *nv)))
+		return -1;
+	*v = nv;
+	for (size_t i = 0; i < k; i++) {
+		char *end;
+		long pid = strtol(c, &end, 10), tid;
+		double sec;
+		if (end == c || *end != '/' || pid <= 0 || pid > 0x3fffffff)
+			return -1;
+		c = end + 1;
+		tid = strtol(c, &end, 10);
+		if (end == c || *end != ':' || tid <= 0 || tid > 0x3fffffff)
+			return -1;
+		c = end + 1;
+		sec = strtod(c, &end);
+		if (end == c || (*end && *end != ',') || !(sec >= 0) || sec > 1e9)
+			return -1;
+		nv[have + i] = (struct hs_still){.pid = (int32_t)pid, .tid = (int32_t)tid, .seconds = sec};
+		c = *end ? end + 1 : end;
+	}
+	*n = have + k;
+	return 0;
+}
+
+/* Who holds which pipe or socket inode: every process's fd table, once. */
+struct holder {
+	uint64_t ino;
+	int32_t pid;
+};
+
+struct judge {
+	struct holder *h;      /* sorted by inode */
+	size_t nh;
+	bool scanned;
+	uint64_t (*peer)[2];   /* unix socket inode -> its peer's inode, sorted */
+	size_t npeer;
+	bool peers_read;
+};
+
+static int by_ino(const void *a, const void *b)
+{
+	const struct holder *x = a, *y = b;
+	return (x->ino > y->ino) - (x->ino < y->ino);
+}
+
+static int by_first(const void *a, const void *b)
+{
+	const uint64_t *x = a, *y = b;
+	return (x[0] > y[0]) - (x[0] < y[0]);
+}
+
+/* "pipe:[123]" / "socket:[123]": 'p' or 's' and the inode, else 0. */
+static char link_ino(const char *link, uint64_t *ino)
+{
+	char kind = strncmp(link, "pipe:[", 6) == 0 ? 'p' : strncmp(link, "socket:[", 8) == 0 ? 's' : 0;
+	if (kind)
+		*ino = strtoull(strchr(link, '[') + 1, NULL, 10);
+	return kind;
+}
+
+static ssize_t fd_link(int32_t pid, int fd, char *buf, size_t len)
+{
+	char path[64];
+	snprintf(path, sizeof path, "/proc/%d/fd/%d", (int)pid, fd);
+	ssize_t n = readlink(path, buf, len - 1);
+	buf[n > 0 ? n : 0] = '\0';
+	return n;
+}
+
+static void scan_holders(struct judge *j)
+{
+	DIR *d = opendir("/proc");
+	struct dirent *de;
+	size_t cap = 0;
+	j->scanned = true;
+	if (!d)
+		return;
+	while ((de = readdir(d))) {
+		long pid = strtol(de->d_name, NULL, 10);
+		char path[64], link[128];
+		DIR *fdd;
+		struct dirent *fe;
+		if (pid <= 0)
+			continue;
+		snprintf(path, sizeof path, "/proc/%ld/fd", pid);
+		if (!(fdd = opendir(path)))
+			continue;
+		while ((fe = readdir(fdd))) {
+			uint64_t ino;
+			if (fe->d_name[0] == '.' || fd_link((int32_t)pid, atoi(fe->d_name), link, sizeof link) <= 0 ||
+			    !link_ino(link, &ino))
+				continue;
+			if (j->nh == cap) {
+				struct holder *v = realloc(j->h, (cap = cap ? cap * 2 : 1024) * sizeof *v);
+				if (!v)
+					break;
+				j->h = v;
+			}
+			j->h[j->nh++] = (struct holder){ino, (int32_t)pid};
+		}
+		closedir(fdd);
+	}
+	closedir(d);
+	if (j->nh)
+		qsort(j->h, j->nh, sizeof *j->h, by_ino);
+}
+
+/* The peers of every unix socket (sock_diag, UDIAG_SHOW_PEER): what
+ * /proc/net/unix does not say. */
+
+static void read_unix_peers(struct judge *j)
+{
+	int fd = socket(AF_NETLINK, SOCK_DGRAM | SOCK_CLOEXEC, NETLINK_SOCK_DIAG);
+	struct {
+		struct nlmsghdr nlh;
+		struct unix_diag_req req;
+	} msg = {
+		.nlh = {.nlmsg_len = sizeof msg, .nlmsg_type = SOCK_DIAG_BY_FAMILY,
+			.nlmsg_flags = NLM_F_REQUEST | NLM_F_DUMP},
+		.req = {.sdiag_family = AF_UNIX, .udiag_states = ~0u, .udiag_show = UDIAG_SHOW_PEER},
+	};
+	static char buf[32768];
+	size_t cap = 0;
+	j->peers_read = true;
+	if (fd < 0)
+		return;
+	if (send(fd, &msg, sizeof msg, 0) != (ssize_t)sizeof msg) {
+		close(fd);
+		return;
+	}
+	for (int done = 0, rounds = 0; !done && rounds < 100000; rounds++) {
+		ssize_t n = recv(fd, buf, sizeof buf, 0);
+		if (n <= 0)
+			break;
+		for (struct nlmsghdr *h = (void *)buf; NLMSG_OK(h, (size_t)n); h = NLMSG_NEXT(h, n)) {
+			if (h->nlmsg_type == NLMSG_DONE || h->nlmsg_type == NLMSG_ERROR) {
+				done = 1;
+				break;
+			}
+			struct unix_diag_msg *m = NLMSG_DATA(h);
+			int len = (int)h->nlmsg_len - (int)NLMSG_LENGTH(sizeof *m);
+			for (struct rtattr *a = (void *)(m + 1); RTA_OK(a, len); a = RTA_NEXT(a, len)) {
+				if (a->rta_type != UNIX_DIAG_PEER)
+					continue;
+				if (j->npeer == cap) {
+					uint64_t(*v)[2] = realloc(j->peer, (cap = cap ? cap * 2 : 256) * sizeof *v);
+					if (!v)
+						goto out;
+					j->peer = v;
+				}
+				j->peer[j->npeer][0] = m->udiag_ino;
+				j->peer[j->npeer++][1] = *(uint32_t *)RTA_DATA(a);
+			}
+		}
+	}
+out:
+	close(fd);
+	if (j->npeer)
+		qsort(j->peer, j->npeer, sizeof *j->peer, by_first);
+}
+
+/* Add the holders of ino other than pid to peers; how many there were. */
+static unsigned add_holders(struct judge *j, uint64_t ino, int32_t pid, int32_t *peers, uint32_t *np)
+{
+	unsigned others = 0;
+	struct holder key = {ino, 0}, *h;
+	if (!j->scanned)
+		scan_holders(j);
+	if (!j->nh || !(h = bsearch(&key, j->h, j->nh, sizeof *j->h, by_ino)))
+		return 0;
+	while (h > j->h && h[-1].ino == ino)
+		h--;
+	for (; h < j->h + j->nh && h->ino == ino; h++) {
+		uint32_t k = 0;
+		if (h->pid == pid)
+			continue;
+		others++;
+		while (k < *np && peers[k] != h->pid)
+			k++;
+		if (k == *np && *np < HS_TJUDGE_PEERS)
+			peers[(*np)++] = h->pid;
+	}
+	return others;
+}
+
+enum fdclass { FD_INTERNAL, FD_PEER, FD_EXTERNAL };
+
+/* What fd of pid waits on: only this process (an eventfd; a pipe or a
+ * unix socket whose both ends are here), other live processes (the other
+ * end is theirs: peers), or the outside world (the network, a terminal, a
+ * file, a timer, a listening socket). */
+static enum fdclass classify_fd(struct judge *j, int32_t pid, int fd, int32_t *peers, uint32_t *np, char *desc,
+				size_t len)
+{
+	char link[128];
+	uint64_t ino, peer;
+	char kind;
+	if (fd_link(pid, fd, link, sizeof link) <= 0) {
+		snprintf(desc, len, "fd %d", fd);
+		return FD_EXTERNAL;
+	}
+	snprintf(desc, len, "fd %d (%.100s)", fd, link);
+	if (strcmp(link, "anon_inode:[eventfd]") == 0)
+		return FD_INTERNAL;
+	if (!(kind = link_ino(link, &ino)))
+		return FD_EXTERNAL;
+	if (kind == 's') {
+		uint64_t key[2] = {ino, 0}, (*e)[2];
+		if (!j->peers_read)
+			read_unix_peers(j);
+		e = j->npeer ? bsearch(key, j->peer, j->npeer, sizeof *j->peer, by_first) : NULL;
+		if (!e || !(peer = (*e)[1]))
+			return FD_EXTERNAL; /* TCP, UDP, a listening or unconnected socket */
+		if (add_holders(j, ino, pid, peers, np) + add_holders(j, peer, pid, peers, np))
+			return FD_PEER;
+		snprintf(desc, len, "fd %d (%.80s, a socket pair with both ends in this process)", fd, link);
+		return FD_INTERNAL;
+	}
+	if (add_holders(j, ino, pid, peers, np))
+		return FD_PEER;
+	snprintf(desc, len, "fd %d (%.80s, both ends in this process)", fd, link);
+	return FD_INTERNAL;
+}
+
+/* Read len bytes of pid's memory at addr (/proc/PID/mem: needs the same
+ * rights as /proc/PID/task/TID/syscall). */
+static int read_mem(int32_t pid, uint64_t addr, void *out, size_t len)
+{
+	char path[64];
+	snprintf(path, sizeof path, "/proc/%d/mem", (int)pid);
+	int fd = open(path, O_RDONLY | O_CLOEXEC);
+	if (fd < 0)
+		return -1;
+	ssize_t n = pread(fd, out, len, (off_t)addr);
+	close(fd);
+	return n == (ssize_t)len ? 0 : -1;
+}
+
+/* Is addr in a shared mapping of pid (another process may map it too)? */
+static bool shared_mapping(int32_t pid, uint64_t addr)
+{
+	char path[64], line[512];
+	bool shared = false;
+	snprintf(path, sizeof path, "/proc/%d/maps", (int)pid);
+	FILE *f = fopen(path, "re");
+	if (!f)
+		return false;
+	while (fgets(line, sizeof line, f)) {
+		unsigned long long lo, hi;
+		char perms[8];
+		if (sscanf(line, "%llx-%llx %7s", &lo, &hi, perms) == 3 && addr >= lo && addr < hi) {
+			shared = perms[3] == 's';
+			break;
+		}
+	}
+	fclose(f);
+	return shared;
+}
+
+/* The verdict over a set of fds waited on with no timeout. */
+struct fdset_verdict {
+	unsigned internal, peer, external;
+	char first[160];
+};
+
+static void fdset_add(struct judge *j, int32_t pid, int fd, struct hs_tjudge *t, struct fdset_verdict *v)
+{
+	char desc[160];
+	enum fdclass c = classify_fd(j, pid, fd, t->peers, &t->npeers, desc, sizeof desc);
+	if (c == FD_INTERNAL)
+		v->internal++;
+	else if (c == FD_PEER)
+		v->peer++;
+	else
+		v->external++;
+	if (!v->first[0] || (c == FD_EXTERNAL && v->external == 1))
+		snprintf(v->first, sizeof v->first, "%s", desc);
+}
+
+static void fdset_verdict(struct hs_tjudge *t, const char *call, const struct fdset_verdict *v)
+{
+	unsigned n = v->internal + v->peer + v->external;
+	if (v->external || n == 0) {
+		t->verdict = HS_TV_IDLE;
+		snprintf(t->what, sizeof t->what, "%s on %.160s%s: waits for the outside world", call, v->first,
+			 n > 1 ? " and others" : "");
+	} else if (v->peer) {
+		t->verdict = HS_TV_PEER;
+		snprintf(t->what, sizeof t->what, "%s on %.160s%s: waits for another process", call, v->first,
+			 n > 1 ? " and others" : "");
+	} else {
+		t->verdict = HS_TV_STUCK;
+		snprintf(t->what, sizeof t->what, "%s on %.160s%s, with no timeout: only this process can make it ready",
+			 call, v->first, n > 1 ? " and others" : "");
+	}
+}
+
+#ifndef FUTEX_WAIT_BITSET
+#define FUTEX_WAIT_BITSET 9
+#endif
+
+/* Judge the wait of thread t->tid of pid from the kernel's view of it. */
+static void judge_syscall(struct judge *j, int32_t pid, struct hs_tjudge *t)
+{
+	char path[96], buf[512];
+	long nr;
+	unsigned long long a[6] = {0};
+	snprintf(path, sizeof path, "/proc/%d/task/%d/syscall", (int)pid, (int)t->tid);
+	int fd = open(path, O_RDONLY | O_CLOEXEC);
+	ssize_t n = fd >= 0 ? read(fd, buf, sizeof buf - 1) : -1;
+	int e = errno;
+	if (fd >= 0)
+		close(fd);
+	if (n <= 0) {
+		t->verdict = HS_TV_UNKNOWN;
+		snprintf(t->what, sizeof t->what, "unknown wait: cannot read %.100s (%s)", path,
+			 n < 0 ? strerror(e) : "empty");
+		return;
+	}
+	buf[n] = '\0';
+	if (strncmp(buf, "running", 7) == 0) {
+		t->verdict = HS_TV_ACTIVE;
+		snprintf(t->what, sizeof t->what, "running");
+		return;
+	}
+	if (sscanf(buf, "%ld %llx %llx %llx %llx %llx %llx", &nr, &a[0], &a[1], &a[2], &a[3], &a[4], &a[5]) < 1 ||
+	    nr < 0) {
+		t->verdict = HS_TV_IDLE;
+		snprintf(t->what, sizeof t->what, "blocked outside a system call");
+		return;
+	}
+	struct fdset_verdict v = {0};
+	switch (nr) {
+	case SYS_futex: {
+		unsigned op = (unsigned)a[1] & 127u;
+		bool wait = op == 0 /* FUTEX_WAIT */ || op == FUTEX_WAIT_BITSET || op == 6 /* LOCK_PI */ ||
+			    op == 11 /* WAIT_REQUEUE_PI */ || op == 13 /* LOCK_PI2 */;
+		if (!wait || a[3]) {
+			t->verdict = HS_TV_IDLE;
+			snprintf(t->what, sizeof t->what, "futex 0x%llx with a timeout", a[0]);
+		} else if (!(a[1] & 128u) && shared_mapping(pid, a[0])) {
+			t->verdict = HS_TV_IDLE;
+			snprintf(t->what, sizeof t->what,
+				 "futex 0x%llx in shared memory: another process may wake it", a[0]);
+		} else {
+			t->verdict = HS_TV_STUCK;
+			snprintf(t->what, sizeof t->what,
+				 "futex 0x%llx (a lock, a join or a condition), with no timeout", a[0]);
+		}
+		return;
+	}
+#ifdef SYS_poll
+	case SYS_poll:
+#endif
+	case SYS_ppoll: {
+		bool timed = nr == SYS_ppoll ? a[2] != 0 : (int)a[2] >= 0;
+		struct pollfd_raw {
+			int32_t fd;
+			int16_t events, revents;
+		} pfd[64];
+		size_t cnt = a[1] < 64 ? (size_t)a[1] : 64;
+		const char *call = nr == SYS_ppoll ? "ppoll" : "poll";
+		if (timed) {
+			t->verdict = HS_TV_IDLE;
+			snprintf(t->what, sizeof t->what, "%s with a timeout", call);
+			return;
+		}
+		if (cnt && read_mem(pid, a[0], pfd, cnt * sizeof pfd[0]) != 0) {
+			t->verdict = HS_TV_UNKNOWN;
+			snprintf(t->what, sizeof t->what, "%s with no timeout on fds heisen cannot read (/proc/%d/mem: %s)",
+				 call, (int)pid, strerror(errno));
+			return;
+		}
+		for (size_t i = 0; i < cnt; i++)
+			if (pfd[i].fd >= 0)
+				fdset_add(j, pid, pfd[i].fd, t, &v);
+		fdset_verdict(t, call, &v);
+		return;
+	}
+#ifdef SYS_select
+	case SYS_select:
+#endif
+	case SYS_pselect6: {
+		uint64_t set[16] = {0};
+		size_t words = ((size_t)(a[0] < 1024 ? a[0] : 1024) + 63) / 64;
+		if (a[4]) {
+			t->verdict = HS_TV_IDLE;
+			snprintf(t->what, sizeof t->what, "select with a timeout");
+			return;
+		}
+		for (int which = 1; which <= 2; which++) {
+			if (!a[which] || !words)
+				continue;
+			if (read_mem(pid, a[which], set, words * 8) != 0) {
+				t->verdict = HS_TV_UNKNOWN;
+				snprintf(t->what, sizeof t->what, "select on fds heisen cannot read (/proc/%d/mem: %s)",
+					 (int)pid, strerror(errno));
+				return;
+			}
+			for (size_t b = 0; b < words * 64 && b < a[0]; b++)
+				if (set[b / 64] >> (b % 64) & 1)
+					fdset_add(j, pid, (int)b, t, &v);
+		}
+		fdset_verdict(t, "select", &v);
+		return;
+	}
+#ifdef SYS_epoll_wait
+	case SYS_epoll_wait:
+#endif
+	case SYS_epoll_pwait:
+#ifdef SYS_epoll_pwait2
+	case SYS_epoll_pwait2:
+#endif
+	{
+		bool timed = (int)a[3] >= 0;
+#ifdef SYS_epoll_pwait2
+		if (nr == SYS_epoll_pwait2)
+			timed = a[3] != 0;
+#endif
+		char info[256], line[256];
+		if (timed) {
+			t->verdict = HS_TV_IDLE;
+			snprintf(t->what, sizeof t->what, "epoll_wait with a timeout");
+			return;
+		}
+		snprintf(info, sizeof info, "/proc/%d/fdinfo/%d", (int)pid, (int)a[0]);
+		FILE *f = fopen(info, "re");
+		if (!f) {
+			t->verdict = HS_TV_UNKNOWN;
+			snprintf(t->what, sizeof t->what, "epoll_wait on fd %d whose set heisen cannot read", (int)a[0]);
+			return;
+		}
+		while (fgets(line, sizeof line, f)) {
+			int tfd;
+			if (sscanf(line, "tfd: %d", &tfd) == 1)
+				fdset_add(j, pid, tfd, t, &v);
+		}
+		fclose(f);
+		fdset_verdict(t, "epoll_wait", &v);
+		return;
+	}
+	case SYS_read:
+	case SYS_readv:
+	case SYS_recvfrom:
+	case SYS_recvmsg:
+	case SYS_write:
+	case SYS_writev:
+	case SYS_sendto:
+	case SYS_sendmsg: {
+		const char *call = nr == SYS_read ? "read" : nr == SYS_readv ? "readv" : nr == SYS_recvfrom ? "recvfrom"
+				 : nr == SYS_recvmsg ? "recvmsg" : nr == SYS_write ? "write" : nr == SYS_writev ? "writev"
+				 : nr == SYS_sendto ? "sendto" : "sendmsg";
+		fdset_add(j, pid, (int)a[0], t, &v);
+		fdset_verdict(t, call, &v);
+		return;
+	}
+	case SYS_wait4:
+	case SYS_waitid: {
+		long want = nr == SYS_wait4 ? (long)(int)a[0] : a[0] == 1 /* P_PID */ ? (long)(int)a[1] : -1;
+		if (want > 0) {
+			t->peers[t->npeers++] = (int32_t)want;
+		} else {
+			/* any child: every child of every thread */
+			char tp[64];
+			snprintf(tp, sizeof tp, "/proc/%d/task", (int)pid);
+			DIR *d = opendir(tp);
+			struct dirent *de;
+			while (d && (de = readdir(d))) {
+				char cp[320];
+				if (de->d_name[0] == '.')
+					continue;
+				snprintf(cp, sizeof cp, "%.64s/%.200s/children", tp, de->d_name);
+				FILE *f = fopen(cp, "re");
+				int c;
+				while (f && fscanf(f, "%d", &c) == 1)
+					if (t->npeers < HS_TJUDGE_PEERS)
+						t->peers[t->npeers++] = c;
+				if (f)
+					fclose(f);
+			}
+			if (d)
+				closedir(d);
+		}
+		t->verdict = t->npeers ? HS_TV_PEER : HS_TV_IDLE;
+		snprintf(t->what, sizeof t->what, "%s for %s", nr == SYS_wait4 ? "wait4" : "waitid",
+			 want > 0 ? "a child process" : "its child processes");
+		return;
+	}
+	default:
+		t->verdict = HS_TV_IDLE;
+		snprintf(t->what, sizeof t->what, "system call %ld (a sleep, accept, a signal wait, ...)", nr);
+		return;
+	}
+}
+
+static const struct hs_still *still_of(const struct hs_still *v, size_t n, int32_t pid, int32_t tid)
+{
+	for (size_t i = 0; i < n; i++)
+		if (v[i].pid == pid && v[i].tid == tid)
+			return &v[i];
+	return NULL;
+}
+
+/* One process under judgement. */
+struct suspect {
+	struct hs_proc *p;
+	struct hs_tjudge *t;
+	uint32_t nt;
+	bool hung;
+};
+
+/*
+ * The rule over one process.  The main thread stuck is a hang unless
+ * another thread may still end its wait: one busy on the CPU (a join of a
+ * thread that computes), or one waiting on a live process that does not
+ * hang (a pool's result thread).  Otherwise every thread that is neither
+ * active nor idle must be stuck, and one at least.
+ */
+static bool rule_says_hung(const struct suspect *s, const struct suspect *all, size_t n)
+{
+	unsigned stuck = 0, other = 0, wakers = 0;
+	bool main_stuck = false;
+	for (uint32_t i = 0; i < s->nt; i++) {
+		const struct hs_tjudge *t = &s->t[i];
+		bool st = t->verdict == HS_TV_STUCK;
+		if (t->verdict == HS_TV_PEER && t->npeers) {
+			/* stuck when every process it waits on hangs too */
+			st = true;
+			for (uint32_t k = 0; k < t->npeers && st; k++) {
+				bool peer_hung = false;
+				for (size_t q = 0; q < n; q++)
+					if (all[q].p->seg.hdr.pid == t->peers[k])
+						peer_hung = all[q].hung;
+				st = peer_hung;
+			}
+			wakers += !st;
+		}
+		wakers += t->busy;
+		if (st && t->tid == s->p->seg.hdr.pid)
+			main_stuck = true;
+		stuck += st;
+		other += !st;
+	}
+	return (main_stuck && !wakers) || (stuck && !other);
+}
+
+/* utime + stime of one thread in clock ticks, and whether it is running now. */
+static uint64_t task_cpu(int32_t pid, int32_t tid, bool *running)
+{
+	char path[96], buf[1024];
+	unsigned long long ut = 0, st = 0;
+	char state = '?';
+	snprintf(path, sizeof path, "/proc/%d/task/%d/stat", (int)pid, (int)tid);
+	int fd = open(path, O_RDONLY | O_CLOEXEC);
+	ssize_t n = fd >= 0 ? read(fd, buf, sizeof buf - 1) : -1;
+	if (fd >= 0)
+		close(fd);
+	if (n <= 0)
+		return 0;
+	buf[n] = '\0';
+	char *p = strrchr(buf, ')');
+	if (p)
+		sscanf(p + 1, " %c %*d %*d %*d %*d %*d %*u %*u %*u %*u %*u %llu %llu", &state, &ut, &st);
+	*running |= state == 'R';
+	return ut + st;
+}
+
+#define BUSY_SAMPLE_MS 200  /* how long the CPU time of a process's active threads is watched */
+
+/* peers: a process hangs when the ones it waits on do; the least fixpoint
+ * (processes that only wait on each other in a ring are not called hung:
+ * the rule says what it is sure of) */
+static void fixpoint(struct suspect *sus, size_t ns)
+{
+	for (size_t round = 0, changed = 1; changed && round <= ns; round++) {
+		changed = 0;
+		for (size_t i = 0; i < ns; i++) {
+			bool h = rule_says_hung(&sus[i], sus, ns);
+			changed |= h != sus[i].hung;
+			sus[i].hung = h;
+		}
+	}
+}
+
+/* Mark the active threads of the hung suspects that are on the CPU
+ * (running now, or busy for half of BUSY_SAMPLE_MS at least: computing, not
+ * waking now and then).  Returns whether one was found. */
+static bool sample_busy(struct suspect *sus, size_t ns)
+{
+	uint64_t *before;
+	size_t total = 0, k = 0;
+	bool any = false;
+	long ticks_per_s = sysconf(_SC_CLK_TCK) > 0 ? sysconf(_SC_CLK_TCK) : 100;
+	for (size_t i = 0; i < ns; i++)
+		total += sus[i].hung ? sus[i].nt : 0;
+	if (!total || !(before = calloc(total, sizeof *before)))
+		return false;
+	for (size_t i = 0; i < ns; i++)
+		for (uint32_t q = 0; sus[i].hung && q < sus[i].nt; q++)
+			before[k++] = task_cpu(sus[i].p->seg.hdr.pid, sus[i].t[q].tid, &sus[i].t[q].busy);
+	sleep_ms(BUSY_SAMPLE_MS);
+	k = 0;
+	for (size_t i = 0; i < ns; i++)
+		for (uint32_t q = 0; sus[i].hung && q < sus[i].nt; q++) {
+			struct hs_tjudge *t = &sus[i].t[q];
+			uint64_t used = task_cpu(sus[i].p->seg.hdr.pid, t->tid, &t->busy) - before[k++];
+			t->busy |= (double)used * 1000.0 / (double)ticks_per_s >= BUSY_SAMPLE_MS / 2.0;
+			if (t->verdict != HS_TV_ACTIVE)
+				t->busy = false; /* a wait that lasted the timeout: not the waker */
+			any |= t->busy;
+		}
+	free(before);
+	return any;
+}
+
+int hs_judge_still(struct hs_session *s, const struct hs_still *still, size_t nstill, double timeout,
+		   struct hs_stall **stalls, size_t *nstalls)
+{
+	struct judge j = {0};
+	struct suspect *sus = calloc(s->nprocs + 1, sizeof *sus);
+	size_t ns = 0;
+	int rc = 0;
+	if (!sus)
+		return -1;
+	for (size_t i = 0; i < s->nprocs && rc == 0; i++) {
+		struct hs_proc *p = &s->procs[i];
+		int32_t pid = p->seg.hdr.pid;
+		bool any = false;
+		char path[64];
+		DIR *d;
+		struct dirent *de;
+		if (!hs_proc_alive(p))
+			continue;
+		for (size_t k = 0; k < nstill && !any; k++)
+			any = still[k].pid == pid && still[k].seconds >= timeout;
+		if (!any)
+			continue;
+		snprintf(path, sizeof path, "/proc/%d/task", (int)pid);
+		if (!(d = opendir(path)))
+			continue;
+		struct suspect *x = &sus[ns++];
+		size_t cap = 0;
+		x->p = p;
+		while ((de = readdir(d))) {
+			long tid = strtol(de->d_name, NULL, 10);
+			const struct hs_still *st;
+			struct hs_tjudge *t;
+			if (tid <= 0)
+				continue;
+			if (x->nt == cap) {
+				struct hs_tjudge *v = realloc(x->t, (cap = cap ? cap * 2 : 16) * sizeof *v);
+				if (!v) {
+					rc = -1;
+					break;
+				}
+				x->t = v;
+			}
+			t = &x->t[x->nt++];
+			*t = (struct hs_tjudge){.tid = (int32_t)tid};
+			st = still_of(still, nstill, pid, (int32_t)tid);
+			if (!st || st->seconds < timeout) {
+				t->verdict = HS_TV_ACTIVE;
+				snprintf(t->what, sizeof t->what, "made progress within the last %.1f s", timeout);
+				continue;
+			}
+			t->still_seconds = st->seconds;
+			const struct hs_tsnap *ts = hs_proc_thread(p, (int32_t)tid);
+			if (ts && (ts->t.wait_kind == HS_WAIT_LOCK || ts->t.wait_kind == HS_WAIT_GIL)) {
+				t->verdict = HS_TV_STUCK;
+				snprintf(t->what, sizeof t->what, "waits for %s",
+					 ts->t.wait_kind == HS_WAIT_GIL ? "the GIL" : "a lock");
+				continue;
+			}
+			judge_syscall(&j, pid, t);
+		}
+		closedir(d);
+	}
+	/* first without asking who is on the CPU; then, for the processes that
+	 * would hang, whether an active thread is busy (it may end the main
+	 * thread's wait), and again: being busy only ever clears a hang */
+	fixpoint(sus, ns);
+	if (sample_busy(sus, ns)) {
+		for (size_t i = 0; i < ns; i++)
+			sus[i].hung = false;
+		fixpoint(sus, ns);
+	}
+	for (size_t i = 0; i < ns; i++) {
+		struct hs_stall *v;
+		double longest = 0;
+		if (!sus[i].hung || rc != 0) {
+			free(sus[i].t);
+			continue;
+		}
+		for (uint32_t k = 0; k < sus[i].nt; k++) {
+			struct hs_tjudge *t = &sus[i].t[k];
+			if (t->verdict == HS_TV_PEER) {
+				/* resolved: stuck when every peer hangs (rule_says_hung) */
+				bool all = t->npeers > 0;
+				for (uint32_t q = 0; q < t->npeers; q++) {
+					bool h = false;
+					for (size_t z = 0; z < ns; z++)
+						if (sus[z].p->seg.hdr.pid == t->peers[q])
+							h = sus[z].hung;
+					all &= h;
+				}
+				if (all)
+					t->verdict = HS_TV_STUCK;
+			}
+			if (t->verdict == HS_TV_STUCK && t->still_seconds > longest)
+				longest = t->still_seconds;
+		}
+		if (!(v = realloc(*stalls, (*nstalls + 1) * sizeof *v))) {
+			free(sus[i].t);
+			rc = -1;
+			continue;
+		}
+		*stalls = v;
+		v[*nstalls] = (struct hs_stall){.pid = sus[i].p->seg.hdr.pid, .seconds = longest,
+						.threads = sus[i].t, .nthreads = sus[i].nt};
+		(*nstalls)++;
+	}
+	free(sus);
+	free(j.h);
+	free(j.peer);
+	return rc;
+}
+
+/* Progress of one thread as the kernel shows it: CPU ticks and the system
+ * call it is in (the same measure as heisen-run's, without the ring). */
+static uint64_t kernel_progress(int32_t pid, int32_t tid)
+{
+	char path[96], buf[512];
+	bool running = false;
+	uint64_t h = 1469598103934665603ull;
+	snprintf(path, sizeof path, "/proc/%d/task/%d/syscall", (int)pid, (int)tid);
+	int fd = open(path, O_RDONLY | O_CLOEXEC);
+	ssize_t n = fd >= 0 ? read(fd, buf, sizeof buf - 1) : -1;
+	if (fd >= 0)
+		close(fd);
+	for (ssize_t i = 0; i < n; i++)
+		h = (h ^ (unsigned char)buf[i]) * 1099511628211ull;
+	return task_cpu(pid, tid, &running) * 1000003ull + h + running;
+}
+
+#define WATCH_STEP_MS 250
+
+int hs_measure_still(struct hs_session *s, double timeout, double cap, struct hs_still **still, size_t *nstill)
+{
+	struct judge j = {0};
+	struct hs_still *v = NULL;
+	uint64_t *prog = NULL;
+	size_t n = 0, suspects = 0;
+	int rc = 0;
+	for (size_t i = 0; i < s->nprocs && rc == 0; i++) {
+		struct hs_proc *p = &s->procs[i];
+		char path[64];
+		DIR *d;
+		struct dirent *de;
+		if (!hs_proc_alive(p))
+			continue;
+		snprintf(path, sizeof path, "/proc/%d/task", (int)p->seg.hdr.pid);
+		if (!(d = opendir(path)))
+			continue;
+		while ((de = readdir(d))) {
+			long tid = strtol(de->d_name, NULL, 10);
+			struct hs_tjudge t = {.tid = (int32_t)tid};
+			if (tid <= 0)
+				continue;
+			struct hs_still *nv = realloc(v, (n + 1) * sizeof *nv);
+			uint64_t *np = realloc(prog, (n + 1) * sizeof *np);
+			if (nv)
+				v = nv;
+			if (np)
+				prog = np;
+			if (!nv || !np) {
+				rc = -1;
+				break;
+			}
+			v[n] = (struct hs_still){.pid = p->seg.hdr.pid, .tid = (int32_t)tid};
+			prog[n++] = kernel_progress(p->seg.hdr.pid, (int32_t)tid);
+			/* worth watching: a wait only this process, or another one, can end */
+			const struct hs_tsnap *ts = hs_proc_thread(p, (int32_t)tid);
+			if (ts && (ts->t.wait_kind == HS_WAIT_LOCK || ts->t.wait_kind == HS_WAIT_GIL)) {
+				suspects++;
+				continue;
+			}
+			judge_syscall(&j, p->seg.hdr.pid, &t);
+			suspects += t.verdict == HS_TV_STUCK || t.verdict == HS_TV_PEER;
+		}
+		closedir(d);
+	}
+	free(j.h);
+	free(j.peer);
+	if (rc == 0 && suspects) {
+		double watch = timeout < cap ? timeout : cap;
+		long steps = (long)(watch * 1000 / WATCH_STEP_MS) + 1;
+		for (long k = 0; k < steps; k++) {
+			sleep_ms(WATCH_STEP_MS);
+			for (size_t i = 0; i < n; i++)
+				if (v[i].seconds >= 0 && kernel_progress(v[i].pid, v[i].tid) != prog[i])
+					v[i].seconds = -1; /* it moved */
+		}
+		for (size_t i = 0; i < n; i++)
+			if (v[i].seconds >= 0)
+				v[i].seconds = (double)steps * WATCH_STEP_MS / 1000.0;
+		size_t k = 0;
+		for (size_t i = 0; i < n; i++)
+			if (v[i].seconds > 0)
+				v[k++] = v[i];
+		n = k;
+		struct hs_still *nv = n ? realloc(*still, (*nstill + n) * sizeof *nv) : *still;
+		if (n && !nv)
+			rc = -1;
+		else if (n) {
+			memcpy(nv + *nstill, v, n * sizeof *v);
+			*still = nv;
+			*nstill += n;
+		}
+	}
+	free(v);
+	free(prog);
+	return rc;
 }

@@ -49,4 +49,42 @@ int hs_snapshot_session(struct hs_session *s, double sample_s, int wait_ms, stru
  */
 int hs_stalls_noted(struct hs_session *s, struct hs_stall **stalls, size_t *nstalls);
 
+/*
+ * Append the threads of "PID/TID:SECONDS[,...]" (how long each made no
+ * progress, as heisen-run measured it) to *v.  Returns 0, or -1 on a
+ * malformed list or no memory.
+ */
+int hs_still_parse(const char *arg, struct hs_still **v, size_t *n);
+
+/*
+ * The per-thread hang rule.  For every live process of s with a thread in
+ * still[] still for at least `timeout` seconds, judge each of its threads
+ * (analyze.h enum hs_tverdict): from its wait word (a lock, the GIL), else
+ * from /proc/PID/task/TID/syscall — the call, its timeout and its fds,
+ * read from /proc/PID/mem (poll, select), /proc/PID/fdinfo (epoll) —, the
+ * fd's kind from /proc/PID/fd, which processes hold the other end (every
+ * process's fd table; unix socket peers from sock_diag), and /proc/PID/maps
+ * for a futex in shared memory.  A process hangs when its main thread is
+ * stuck, or when every thread that is neither active nor idle is stuck (at
+ * least one); a thread waiting on other processes is stuck when they all
+ * hang (a child in wait4 hung, the other end of its pipe hung), else idle.
+ * Appends one stall with threads[] (malloc'd, every thread) per hung
+ * process to *stalls.  An unreadable wait is unknown, never stuck: the
+ * rule only says what it is sure of.  Returns 0, or -1 out of memory.
+ */
+int hs_judge_still(struct hs_session *s, const struct hs_still *still, size_t nstill, double timeout,
+		   struct hs_stall **stalls, size_t *nstalls);
+
+/*
+ * heisen-dump --hang-timeout on a live session, without heisen-run's
+ * measure: when a thread of a live process of s is in a wait the rule
+ * could call stuck (a lock or GIL wait word; a futex, poll, read... that
+ * only this process or another one can end), watch every thread of every
+ * live process for min(timeout, cap) seconds (CPU ticks and the system
+ * call it is in), and append those that did not move to *still with the
+ * seconds watched.  Returns at once when nothing is worth watching.
+ * Returns 0, or -1 out of memory.
+ */
+int hs_measure_still(struct hs_session *s, double timeout, double cap, struct hs_still **still, size_t *nstill);
+
 #endif

@@ -86,6 +86,20 @@ struct hr_run {
 	char *last_check_error;    /* last stderr of a failing --check-hang, printed once */
 	struct hr_stall *stalls;   /* progress of each live process of the session */
 	size_t nstalls;
+	struct hr_still *still;    /* progress of each thread of those processes */
+	size_t nstill;
+	int still_overflow_said;   /* more still threads than --still can carry: said once */
+};
+
+/* The watchdog's view of one thread (watchdog.c): progress = its own ring
+ * records + its CPU ticks + the system call it is in; a thread whose
+ * progress has not moved since since_ms is still, and heisen-dump judges
+ * whether still threads make a hang (--still, dumper/stall.c). */
+struct hr_still {
+	pid_t pid, tid;
+	uint64_t progress;
+	uint64_t since_ms;
+	int alive;
 };
 
 /* The watchdog's view of one live process (watchdog.c): a process whose
@@ -98,6 +112,7 @@ struct hr_stall {
 	uint64_t since_ms;         /* when progress last moved (or was first seen) */
 	int snapsig;               /* the process's snapshot signal, 0 = none */
 	int reported;              /* this stall was reported */
+	uint64_t hung_since_ms;    /* reported by the per-thread rule: since when its longest stuck thread was still */
 	int alive;                 /* seen in the current tick */
 };
 #define HR_SNAPSHOT_WAIT_MS 300  /* how long threads get to answer a snapshot request */
@@ -117,6 +132,7 @@ int hr_seg_mark_killed_if_gone(int dirfd, pid_t pid, int signo);
 size_t hr_seg_live_pids(int dirfd, pid_t *out, size_t max);
 int hr_seg_count(int dirfd);
 int hr_seg_progress(int dirfd, pid_t pid, uint64_t *events, int *snapsig);
+size_t hr_seg_thread_heads(int dirfd, pid_t pid, pid_t *tids, uint64_t *heads, size_t max);
 int hr_seg_note_stall(int dirfd, pid_t pid, uint64_t since_mono_ns, double seconds);
 
 /* procfs.c */
@@ -124,6 +140,7 @@ int hr_proc_start_ticks(pid_t pid, uint64_t *ticks);
 size_t hr_proc_children(pid_t pid, pid_t *out, size_t max);
 pid_t hr_proc_ppid(pid_t pid);
 int hr_proc_cpu_ticks(pid_t pid, uint64_t *ticks);
+int hr_proc_thread_progress(pid_t pid, pid_t tid, uint64_t *out);
 size_t hr_snapshot_request(pid_t pid, int sig);
 
 /* reaper.c */

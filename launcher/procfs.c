@@ -143,6 +143,32 @@ int hr_proc_cpu_ticks(pid_t pid, uint64_t *ticks)
 }
 
 /*
+ * Progress of thread tid of pid as the kernel sees it: its utime + stime
+ * (/proc/PID/task/TID/stat) plus a hash of the system call it is in
+ * (/proc/PID/task/TID/syscall, number, arguments, stack and program
+ * counter; left out when it cannot be read): a thread that stays in one
+ * wait keeps the same value.  -1 when the thread is gone.
+ */
+int hr_proc_thread_progress(pid_t pid, pid_t tid, uint64_t *out)
+{
+	char path[96], buf[1024];
+	unsigned long long ut, st;
+	uint64_t h = 1469598103934665603ull;
+	snprintf(path, sizeof path, "/proc/%d/task/%d/stat", (int)pid, (int)tid);
+	if (read_small(path, buf, sizeof buf) <= 0)
+		return -1;
+	char *p = strrchr(buf, ')');
+	if (!p || sscanf(p + 1, " %*c %*d %*d %*d %*d %*d %*u %*u %*u %*u %*u %llu %llu", &ut, &st) != 2)
+		return -1;
+	snprintf(path, sizeof path, "/proc/%d/task/%d/syscall", (int)pid, (int)tid);
+	if (read_small(path, buf, sizeof buf) > 0)
+		for (const char *c = buf; *c; c++)
+			h = (h ^ (unsigned char)*c) * 1099511628211ull;
+	*out = (ut + st) * 1000003ull + h;
+	return 0;
+}
+
+/*
  * Ask every thread of pid to record its own stack: rt_tgsigqueueinfo with
  * signal sig, si_code SI_QUEUE and si_value HS_SNAPSHOT_MAGIC
  * (include/heisen/format.h).  No ptrace.  Returns the threads asked.

@@ -305,6 +305,56 @@ static void cover_holes(int fd, void *map, uint64_t size)
  * installed (0 = none) into *snapsig.  Returns 0, or -1 when pid has no
  * usable segment.
  */
+/*
+ * The ring head (records written so far) of every live thread slot of
+ * pid's live segment: tids[i] and heads[i], at most max.  Returns how many,
+ * 0 when the segment cannot be read.  A thread's own records are its
+ * progress in the per-thread hang rule (watchdog.c).
+ */
+size_t hr_seg_thread_heads(int dirfd, pid_t pid, pid_t *tids, uint64_t *heads, size_t max)
+{
+	char name[64];
+	struct stat st;
+	size_t n = 0;
+	int fd;
+	if (!latest_segment(dirfd, pid, name, sizeof name))
+		return 0;
+	fd = openat(dirfd, name, O_RDONLY | O_NOFOLLOW | O_CLOEXEC | O_NOCTTY | O_NONBLOCK);
+	if (fd < 0)
+		return 0;
+	if (fstat(fd, &st) < 0 || !S_ISREG(st.st_mode) || (uint64_t)st.st_size < sizeof(struct hs_header)) {
+		close(fd);
+		return 0;
+	}
+	void *a = mmap(NULL, (size_t)st.st_size, PROT_READ, MAP_SHARED, fd, 0);
+	close(fd);
+	if (a == MAP_FAILED)
+		return 0;
+	const struct hs_header *h = a;
+	const struct hs_table *t = &h->tables[HS_T_RINGS], *th = &h->tables[HS_T_THREADS];
+	if (memcmp(h->magic, HS_MAGIC, HS_MAGIC_LEN) == 0 && h->endian_tag == HS_ENDIAN_TAG &&
+	    h->abi_version == HS_ABI_VERSION && h->word_size == sizeof(void *) &&
+	    h->header_size == sizeof(struct hs_header) && h->segment_size <= (uint64_t)st.st_size &&
+	    h->pid == pid && t->entry_size >= sizeof(struct hs_ring_header) && t->offset % 8 == 0 &&
+	    t->entry_size % 8 == 0 && t->offset <= h->segment_size &&
+	    (uint64_t)t->entry_size * t->capacity <= h->segment_size - t->offset &&
+	    th->entry_size >= sizeof(struct hs_thread) && th->offset % 8 == 0 && th->offset <= h->segment_size &&
+	    (uint64_t)th->entry_size * th->capacity <= h->segment_size - th->offset) {
+		for (uint32_t i = 0; i < t->capacity && i < th->capacity && n < max; i++) {
+			const struct hs_thread *ts =
+				(const void *)((const char *)a + th->offset + (uint64_t)i * th->entry_size);
+			const struct hs_ring_header *rh =
+				(const void *)((const char *)a + t->offset + (uint64_t)i * t->entry_size);
+			if (__atomic_load_n(&ts->state, __ATOMIC_ACQUIRE) != HS_THREAD_LIVE)
+				continue;
+			tids[n] = ts->tid;
+			heads[n++] = __atomic_load_n(&rh->head, __ATOMIC_RELAXED);
+		}
+	}
+	munmap(a, (size_t)st.st_size);
+	return n;
+}
+
 int hr_seg_progress(int dirfd, pid_t pid, uint64_t *events, int *snapsig)
 {
 	char name[64];

@@ -16,15 +16,21 @@
  * hang and exits 3.  A tick that shows a signature not reported before
  * prints the full report once; the same signatures are not reported again.
  *
- * Stalls: every tick also samples the progress of each live process of the
- * session — records written to its rings plus its CPU time — so a process
- * blocked in something that is not a lock (read, poll, a futex inside a
- * library) is a hang once nothing moved for the hang timeout.  Before the
- * report, every thread of the processes concerned is asked for a snapshot
- * of its own stack (the snapshot signal, format.h; no ptrace), and
- * heisen-dump gets --stalled PID:SECONDS.  Design: DESIGN.md "Hangs".
+ * Hangs per thread: every tick also samples the progress of each thread of
+ * each live process of the session — its own ring records, its CPU time
+ * and the system call it is in — so busy background threads (a library's
+ * I/O thread retrying a connection) do not hide a thread that stays in one
+ * wait.  Threads still for the hang timeout go to heisen-dump as --still
+ * PID/TID:SECONDS; heisen-dump judges (dumper/stall.c hs_judge_still):
+ * the main thread stuck in a wait only its own process can end, or every
+ * thread that is not idle stuck, is a hang.  Waiting for the outside world
+ * or for another live process is not.  heisen-run is only the policy.
+ * Before the report, every thread of the processes concerned is asked for
+ * a snapshot of its own stack (the snapshot signal, format.h; no ptrace).
+ * Design: DESIGN.md "Hangs".
  */
 #include <stdint.h>
+#include <dirent.h>
 #include <errno.h>
 #include <signal.h>
 #include <stdio.h>
@@ -117,10 +123,10 @@ static int run_dump(struct hr_run *r, const char *const opts[], int out_fd, int 
 	return st;
 }
 
-/* Print the full report of heisen-dump between banners, with --stalled
- * `stalled` unless it is NULL or "".  Returns heisen-dump's exit code (0
+/* Print the full report of heisen-dump between banners, with --still
+ * `still` unless it is NULL or "".  Returns heisen-dump's exit code (0
  * none, 1 findings, 2 errors) or -1 if it did not run. */
-static int print_report(struct hr_run *r, const char *stalled)
+static int print_report(struct hr_run *r, const char *still)
 {
 	int fd = new_out("heisen-report");
 	if (fd < 0)
@@ -131,9 +137,9 @@ static int print_report(struct hr_run *r, const char *stalled)
 		opts[n++] = "--hang-timeout";
 		opts[n++] = r->hang_timeout;
 	}
-	if (stalled && *stalled) {
-		opts[n++] = "--stalled";
-		opts[n++] = stalled;
+	if (still && *still) {
+		opts[n++] = "--still";
+		opts[n++] = still;
 	}
 	int st = run_dump(r, opts, fd, HR_REPORT_TIMEOUT_MS);
 	fprintf(stderr, "==== heisen report: %s ====\n", r->session);
@@ -198,7 +204,6 @@ static void sample_progress(struct hr_run *r, uint64_t now)
 		} else if (e->progress != prog) {
 			e->progress = prog;
 			e->since_ms = now;
-			e->reported = 0;
 		}
 		e->snapsig = snapsig;
 		e->alive = 1;
@@ -209,9 +214,108 @@ static void sample_progress(struct hr_run *r, uint64_t now)
 	r->nstalls = k;
 }
 
-static int is_stalled(const struct hr_run *r, const struct hr_stall *e, uint64_t now)
+static struct hr_still *still_of(struct hr_run *r, pid_t pid, pid_t tid)
 {
-	return e->alive && (double)(now - e->since_ms) >= r->hang_seconds * 1000.0;
+	for (size_t i = 0; i < r->nstill; i++)
+		if (r->still[i].pid == pid && r->still[i].tid == tid)
+			return &r->still[i];
+	return NULL;
+}
+
+/* Progress of one thread: its ring records (heads[] of its slot, if it has
+ * one) plus what the kernel says (procfs.c). */
+static int thread_progress(pid_t pid, pid_t tid, const pid_t *tids, const uint64_t *heads, size_t nh, uint64_t *out)
+{
+	uint64_t k;
+	if (hr_proc_thread_progress(pid, tid, &k) < 0)
+		return -1;
+	for (size_t i = 0; i < nh; i++)
+		if (tids[i] == tid)
+			k += heads[i] * 0x9e3779b97f4a7c15ull;
+	*out = k;
+	return 0;
+}
+
+/*
+ * Sample every thread of every live process of the session: a thread whose
+ * progress moved starts a new still clock (unless keep_clock: the progress
+ * a snapshot made is not progress); threads that are gone are forgotten.
+ */
+static void sample_threads(struct hr_run *r, uint64_t now, int keep_clock)
+{
+	pid_t pids[1024];
+	size_t n = hr_seg_live_pids(r->session_fd, pids, 1024), k = 0;
+	static pid_t tids[4096];
+	static uint64_t heads[4096];
+	for (size_t i = 0; i < r->nstill; i++)
+		r->still[i].alive = 0;
+	for (size_t i = 0; i < n; i++) {
+		char path[64];
+		DIR *d;
+		struct dirent *de;
+		size_t nh = hr_seg_thread_heads(r->session_fd, pids[i], tids, heads, 4096);
+		snprintf(path, sizeof path, "/proc/%d/task", (int)pids[i]);
+		if (!(d = opendir(path)))
+			continue;
+		while ((de = readdir(d))) {
+			pid_t tid = (pid_t)strtol(de->d_name, NULL, 10);
+			uint64_t prog;
+			struct hr_still *e;
+			if (tid <= 0 || thread_progress(pids[i], tid, tids, heads, nh, &prog) < 0)
+				continue;
+			if (!(e = still_of(r, pids[i], tid))) {
+				struct hr_still *v = realloc(r->still, (r->nstill + 1) * sizeof *v);
+				if (!v)
+					continue;
+				r->still = v;
+				e = &v[r->nstill++];
+				*e = (struct hr_still){.pid = pids[i], .tid = tid, .progress = prog, .since_ms = now};
+			} else if (e->progress != prog) {
+				e->progress = prog;
+				if (!keep_clock)
+					e->since_ms = now;
+			}
+			e->alive = 1;
+		}
+		closedir(d);
+	}
+	for (size_t i = 0; i < r->nstill; i++)
+		if (r->still[i].alive)
+			r->still[k++] = r->still[i];
+	r->nstill = k;
+}
+
+/* "PID/TID:SECONDS,..." of every thread still for the hang timeout, for
+ * heisen-dump --still; "" when none. */
+static void still_arg(struct hr_run *r, uint64_t now, char *buf, size_t len)
+{
+	size_t used = 0, left = 0;
+	buf[0] = '\0';
+	for (size_t i = 0; i < r->nstill; i++) {
+		double sec = (double)(now - r->still[i].since_ms) / 1000.0;
+		if (sec < r->hang_seconds)
+			continue;
+		if (used + 40 >= len) {
+			left++;
+			continue;
+		}
+		used += (size_t)snprintf(buf + used, len - used, "%s%d/%d:%.1f", used ? "," : "",
+					 (int)r->still[i].pid, (int)r->still[i].tid, sec);
+	}
+	if (left && !r->still_overflow_said) {
+		hr_warn(r, "%zu still threads beyond the first %zu bytes of --still were not judged", left, len);
+		r->still_overflow_said = 1;
+	}
+}
+
+/* Since when the longest-still thread of pid has been still (now if none). */
+static uint64_t still_since(const struct hr_run *r, pid_t pid, uint64_t now)
+{
+	uint64_t since = now;
+	for (size_t i = 0; i < r->nstill; i++)
+		if (r->still[i].pid == pid && r->still[i].since_ms < since)
+			since = r->still[i].since_ms;
+	return since;
 }
 
 /* Keep the notes of reported stalls up to date (segment.c): the stall
@@ -219,10 +323,15 @@ static int is_stalled(const struct hr_run *r, const struct hr_stall *e, uint64_t
 static void note_stalls(struct hr_run *r, uint64_t now)
 {
 	for (size_t i = 0; i < r->nstalls; i++) {
-		const struct hr_stall *s = &r->stalls[i];
-		if (s->reported && is_stalled(r, s, now))
-			hr_seg_note_stall(r->session_fd, s->pid, s->since_ms * 1000000ull,
-					  (double)(now - s->since_ms) / 1000.0);
+		struct hr_stall *s = &r->stalls[i];
+		if (!s->reported)
+			continue;
+		uint64_t since = still_since(r, s->pid, now);
+		if ((double)(now - since) < r->hang_seconds * 1000.0) {
+			s->reported = 0; /* it moved again: a later hang is new */
+			continue;
+		}
+		hr_seg_note_stall(r->session_fd, s->pid, since * 1000000ull, (double)(now - since) / 1000.0);
 	}
 }
 
@@ -259,18 +368,7 @@ static void snapshot_pids(struct hr_run *r, const pid_t *want, size_t n)
 		if (e && progress_of(r, want[i], &prog, &snapsig) == 0)
 			e->progress = prog;
 	}
-}
-
-/* "PID:SECONDS,..." of every stalled process, for heisen-dump --stalled;
- * "" when none. */
-static void stalled_arg(const struct hr_run *r, uint64_t now, char *buf, size_t len)
-{
-	size_t used = 0;
-	buf[0] = '\0';
-	for (size_t i = 0; i < r->nstalls && used + 32 < len; i++)
-		if (is_stalled(r, &r->stalls[i], now))
-			used += (size_t)snprintf(buf + used, len - used, "%s%d:%.1f", used ? "," : "",
-						 (int)r->stalls[i].pid, (double)(now - r->stalls[i].since_ms) / 1000.0);
+	sample_threads(r, hr_now_ms(), 1);
 }
 
 static int remember(struct hr_run *r, const char *line)
@@ -289,16 +387,15 @@ static int remember(struct hr_run *r, const char *line)
 }
 
 /*
- * One watchdog tick.  Two judges: `heisen-dump --check-hang S SESSION`
- * (threads blocked on locks longer than S, wait-for cycles), and progress
- * (a process whose ring records and CPU time did not move for S seconds is
- * stalled, whatever its threads block in).  On a signature or a stall not
- * reported before: print them, ask the processes concerned for snapshots
- * of every thread, then print the full report (with --stalled).  A stall
- * whose process already has a reported signature, and new signatures of a
- * process whose stall was reported, are the same hang: not reported again.
- * Returns 1 when a new hang was reported, else 0 (heisen-dump failing is
- * said once per distinct message, and the run goes on).
+ * One watchdog tick.  `heisen-dump --check-hang S [--still LIST] SESSION`
+ * is the judge: threads blocked on locks longer than S, wait-for cycles,
+ * and the per-thread rule over the threads that made no progress for S
+ * (sample_threads).  On a signature not reported before: print it, ask
+ * the processes concerned for snapshots of every thread, then print the
+ * full report (with the same --still).  A process whose stall was already
+ * reported and still lasts is not reported again.  Returns 1 when a new
+ * hang was reported, else 0 (heisen-dump failing is said once per distinct
+ * message, and the run goes on).
  */
 int hr_watch_tick(struct hr_run *r)
 {
@@ -306,6 +403,7 @@ int hr_watch_tick(struct hr_run *r)
 		return 0; /* nothing recorded yet (or a command without the shim) */
 	uint64_t now = hr_now_ms();
 	sample_progress(r, now);
+	sample_threads(r, now, 0);
 	int out = new_out("heisen-check"), err = new_out("heisen-check-err");
 	if (out < 0 || err < 0) {
 		if (out >= 0)
@@ -314,7 +412,14 @@ int hr_watch_tick(struct hr_run *r)
 			close(err);
 		return 0;
 	}
-	char *argv[] = {r->dump, "--check-hang", (char *)r->hang_timeout, r->session, NULL};
+	static char still[16384];
+	still_arg(r, now, still, sizeof still);
+	char *argv[] = {r->dump, "--check-hang", (char *)r->hang_timeout, r->session, NULL, NULL, NULL};
+	if (*still) {
+		argv[3] = "--still";
+		argv[4] = still;
+		argv[5] = r->session;
+	}
 	int e, st = -1, fresh = 0;
 	pid_t pid = hr_spawn(argv, r->dump_env, 0, out, err, &e);
 	int timed_out = pid > 0 ? hr_wait_helper(r, pid, HR_CHECK_TIMEOUT_MS, &st) : 0;
@@ -347,62 +452,47 @@ int hr_watch_tick(struct hr_run *r)
 		r->last_check_error = strdup(msg);
 	}
 
-	/* What is new: signatures, then stalls; a process is one hang. */
+	/* What is new; a process whose hang was reported and lasts is one hang. */
 	int new_line[256] = {0};
-	pid_t want[256 + 64];
+	pid_t want[256];
 	size_t nwant = 0;
 	for (size_t i = 0; i < nlines; i++) {
 		struct hr_stall *s = stall_of(r, line_pid(lines[i]));
 		if (seen(r, lines[i]))
 			continue;
-		if (s && s->reported && is_stalled(r, s, now)) {
-			remember(r, lines[i]); /* the stall already told this story */
+		if (s && s->reported) {
+			remember(r, lines[i]); /* the same hang, seen differently */
 			continue;
 		}
 		new_line[i] = 1;
 		fresh = 1;
 	}
-	for (size_t i = 0; i < r->nstalls; i++) {
-		struct hr_stall *s = &r->stalls[i];
-		if (!is_stalled(r, s, now) || s->reported)
-			continue;
-		for (size_t k = 0; k < nlines && !s->reported; k++)
-			if (line_pid(lines[k]) == s->pid && !new_line[k])
-				s->reported = 1; /* its deadlock or hang was reported */
-		if (!s->reported)
-			fresh = 1;
-	}
 	if (hung && nlines == 0 && !r->hang_seen)
 		fresh = 1; /* exit 3 without a signature: report once all the same */
 	if (fresh) {
-		char arg[4096];
 		fprintf(stderr, HR_NAME ": hang detected (no progress for %s s):\n", r->hang_timeout);
 		for (size_t i = 0; i < nlines; i++)
 			if (new_line[i]) {
+				size_t ll = strlen(lines[i]);
 				fprintf(stderr, "  %s\n", lines[i]);
+				if (ll > 6 && strcmp(lines[i] + ll - 6, " stuck") == 0)
+					fprintf(stderr, "  stalled %d: stuck for %.1f s (per-thread rule)\n",
+						(int)line_pid(lines[i]),
+						(double)(now - still_since(r, line_pid(lines[i]), now)) / 1000.0);
 				if (nwant < sizeof want / sizeof want[0])
 					want[nwant++] = line_pid(lines[i]);
 			}
-		for (size_t i = 0; i < r->nstalls; i++) {
-			struct hr_stall *s = &r->stalls[i];
-			if (!is_stalled(r, s, now) || s->reported)
-				continue;
-			fprintf(stderr, "  stalled %d: no events and no CPU time for %.1f s\n", (int)s->pid,
-				(double)(now - s->since_ms) / 1000.0);
-			if (nwant < sizeof want / sizeof want[0])
-				want[nwant++] = s->pid;
-		}
 		snapshot_pids(r, want, nwant);
-		for (size_t i = 0; i < nlines; i++)
+		for (size_t i = 0; i < nlines; i++) {
+			struct hr_stall *s = stall_of(r, line_pid(lines[i]));
 			if (!seen(r, lines[i]))
 				remember(r, lines[i]);
-		stalled_arg(r, now, arg, sizeof arg);
-		for (size_t i = 0; i < r->nstalls; i++)
-			if (is_stalled(r, &r->stalls[i], now))
-				r->stalls[i].reported = 1;
+			if (s)
+				s->reported = 1;
+		}
 		r->hang_seen = 1;
 		note_stalls(r, now);
-		print_report(r, arg);
+		print_report(r, still);
 		if (!r->on_hang_kill)
 			fprintf(stderr, HR_NAME ": still running; session: %s\n", r->session);
 	} else {
@@ -443,10 +533,15 @@ int hr_final_report(struct hr_run *r, int abnormal)
 	int fd = new_out("heisen-report");
 	if (fd < 0)
 		return 0;
-	const char *opts[3] = {NULL};
+	const char *opts[5] = {NULL};
+	static char still[16384];
 	if (r->hang_seconds > 0) {
+		/* the threads as last measured: heisen-dump need not watch them again */
+		still_arg(r, hr_now_ms(), still, sizeof still);
 		opts[0] = "--hang-timeout";
 		opts[1] = r->hang_timeout;
+		opts[2] = "--still";
+		opts[3] = still;
 	}
 	int ds = run_dump(r, opts, fd, HR_REPORT_TIMEOUT_MS);
 	int rc = ds >= 0 && WIFEXITED(ds) ? WEXITSTATUS(ds) : -1;

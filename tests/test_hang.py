@@ -8,13 +8,15 @@
 - slow_holder blocks one thread on a lock held by a sleeping thread: a
   `hang` past the timeout, nothing below it.
 """
+import re
 import signal
+from pathlib import Path
 import subprocess
 import time
 
 import pytest
 
-from conftest import (all_frame_functions, fact_int, findings_of, lockname, process_of,
+from conftest import (all_frame_functions, fact_int, findings_of, lockname, marker_line, process_of,
                       target)
 
 
@@ -171,3 +173,112 @@ def test_busy_correct_programs_are_not_hangs(heisen, session, name):
                     target(heisen, name)], timeout=60)
     assert p.returncode == 0, (p.returncode, p.stderr)
     assert "hang detected" not in p.stderr and "heisen: hang" not in p.stderr, p.stderr
+
+
+# ---- per-thread rule: busy background threads, idle services ---------------
+
+def py_script(heisen, name):
+    return heisen.src_targets / name
+
+
+def test_zmq_client_of_a_dead_server_hangs_in_term_despite_the_io_thread(heisen, session):
+    """The server is gone: the main thread waits forever in Context.term()
+    while libzmq's I/O thread retries the connection every 100 ms.  The
+    process is never quiet as a whole; its main thread is stuck: a hang
+    naming term() with Python lines, plus the fd-leak of the sockets the
+    raising constructor left behind, with the constructor's lines."""
+    script = py_script(heisen, "py_zmq_dead_server.py")
+    p = heisen.run(["--dir", session, "--hang-timeout", "3", "--on-hang", "kill", "--",
+                    "/usr/bin/python3", script], timeout=90)
+    assert p.returncode == 137, (p.returncode, p.stderr[-3000:])
+    pid = fact_int(p.stdout, "pid")
+    err = p.stderr
+    assert "hang detected" in err and f"heisen: hang in pid {pid}" in err, err[-3000:]
+    assert f"  thread {pid} (main): STUCK" in err, err[-3000:]
+    # the main thread's snapshot: libzmq's term under pyzmq's Context.term, called from main()
+    hang = err[err.index(f"heisen: hang in pid {pid}"):err.index("heisen: fd leak")]
+    assert "zmq_ctx_term" in hang and "Context.term" in hang, hang
+    assert f"main ({script}:{marker_line(script, 'term waits')})" in hang, hang
+    leak = err[err.index(f"heisen: fd leak in pid {pid}"):]
+    assert "still open at the hang" in leak, leak
+    for marker in ("constructor opens sender", "constructor opens receiver"):
+        assert f"EmbeddingClient.__init__ ({script}:{marker_line(script, marker)})" in leak, leak
+
+
+@pytest.mark.parametrize("mode", ["asyncio", "socketserver", "executor"])
+def test_idle_services_waiting_for_the_outside_world_are_not_hangs(heisen, session, mode):
+    """An idle asyncio server (epoll with no timeout), a socketserver in
+    serve_forever, and an idle ThreadPoolExecutor (workers blocked on their
+    queue) beside a main thread in accept(): 8 s with nothing to do under a
+    2 s watchdog is waiting, not a hang."""
+    p = heisen.run(["--dir", session, "--hang-timeout", "2", "--on-hang", "kill", "--",
+                    "/usr/bin/python3", py_script(heisen, "py_idle_services.py"), mode, "8"], timeout=90)
+    assert p.returncode == 0, (p.returncode, p.stderr[-3000:])
+    assert f"done {mode}" in p.stdout
+    assert "hang detected" not in p.stderr and "heisen: hang" not in p.stderr, p.stderr
+
+
+def test_forkserver_pool_with_its_resource_tracker_is_not_killed(heisen, session):
+    """multiprocessing with forkserver: the forkserver waits in select and
+    the resource tracker in read() on a pipe whose other end is the parent,
+    a live process, for the whole run; the pool works 6 s under a 2 s
+    watchdog with --on-hang kill.  Waiting on another live process is not a
+    hang: the run exits 0 with no report."""
+    sems_before = set(Path("/dev/shm").glob("sem.mp-*"))
+    p = heisen.run(["--dir", session, "--hang-timeout", "2", "--on-hang", "kill", "--",
+                    "/usr/bin/python3", py_script(heisen, "py_forkserver_pool.py"), "6"], timeout=120)
+    assert p.returncode == 0, (p.returncode, p.stderr[-3000:])
+    assert fact_int(p.stdout, "results") > 0
+    assert "hang detected" not in p.stderr and "heisen: hang" not in p.stderr, p.stderr
+    assert set(Path("/dev/shm").glob("sem.mp-*")) <= sems_before  # the pool cleaned up: nothing was killed
+
+
+def test_forkserver_worker_deadlocked_on_locks_is_reported_and_killed(heisen, session):
+    """The same pool, but one task deadlocks two threads of its worker on
+    two locks taken in opposite orders: the worker's main thread waits in
+    join() forever.  That hang is sure — a report naming the worker, its
+    stuck main thread at the join line, then --on-hang kill (exit 137) —
+    while the forkserver and the resource tracker stay mere waiters."""
+    script = py_script(heisen, "py_forkserver_pool.py")
+    p = heisen.run(["--dir", session, "--hang-timeout", "2", "--on-hang", "kill", "--",
+                    "/usr/bin/python3", script, "30", "deadlock"], timeout=120)
+    assert p.returncode == 137, (p.returncode, p.stderr[-3000:])
+    worker, parent = fact_int(p.stdout, "worker"), fact_int(p.stdout, "pid")
+    err = p.stderr
+    assert f"heisen: hang in pid {worker}" in err, err[-3000:]
+    # the parent may be reported too (its main thread waits past the timeout
+    # for the worker's result, which never comes); the forkserver and the
+    # resource tracker never are
+    hung = {int(x) for x in re.findall(r"==== heisen: hang in pid (\d+) ", err)}
+    assert hung <= {worker, parent}, (hung, err[-3000:])
+    assert f"  thread {worker} (main): STUCK" in err, err[-3000:]
+    hang = err[err.index(f"heisen: hang in pid {worker}"):]
+    assert f"deadlock ({script}:{marker_line(script, 'the worker waits forever')})" in hang, hang[:3000]
+    assert f"take_both ({script}:{marker_line(script, 'the worker' + chr(39) + 's threads deadlock')})" in hang
+    assert "--on-hang kill: killed" in err
+
+
+def test_heisen_dump_on_its_own_judges_the_zmq_client_stuck_in_term(heisen, session):
+    """No launcher: heisen-dump --hang-timeout on the live process watches
+    its threads itself, says the main thread is stuck in term() (a poll on
+    libzmq's eventfd, which only this process can make ready) while the
+    I/O thread keeps moving, and carries the fd-leak of the constructor."""
+    script = py_script(heisen, "py_zmq_dead_server.py")
+    proc = start_preloaded(heisen, session, ["/usr/bin/python3", script])
+    try:
+        out = read_until(proc, "terminating now")
+        pid = fact_int(out, "pid")
+        time.sleep(0.5)
+        report = heisen.dump_json(session, "--hang-timeout", "2", expect_rc=1)
+    finally:
+        proc.kill()
+        proc.wait(timeout=10)
+    hangs = [f for f in findings_of(report, "hang") if f["pid"] == pid]
+    assert len(hangs) == 1, report["findings"]
+    judged = {t["tid"]: t for t in hangs[0]["judged_threads"]}
+    assert judged[pid]["main"] and judged[pid]["verdict"] == "stuck", judged
+    assert "eventfd" in judged[pid]["wait"] and judged[pid]["still_seconds"] >= 2, judged[pid]
+    assert any(t["verdict"] == "active" for t in judged.values()), judged  # the I/O thread retrying
+    assert "Context.term" in all_frame_functions(hangs[0]), all_frame_functions(hangs[0])
+    leaks = [f for f in findings_of(report, "fd-leak") if f["pid"] == pid]
+    assert len(leaks) == 1 and leaks[0]["at"] == "hang", leaks
