@@ -20,11 +20,15 @@
 #include "shim.h"
 
 #define RET_ADDR() ((uint64_t)(uintptr_t)__builtin_extract_return_addr(__builtin_return_address(0)))
+/* The hook's CFA = its caller's stack pointer at the return address (the shim
+ * keeps frame pointers; hs_stack_call checks that RET_ADDR sits at CFA - 8). */
+#define CALLER_SP() ((uint64_t)(uintptr_t)__builtin_frame_address(0) + 16)
 
 /* One acquisition in progress. */
 struct acq {
 	uint64_t addr;
 	uint64_t site;          /* return address into the caller of the hook */
+	uint64_t cfa;           /* the caller's stack pointer at site */
 	uint64_t t0;            /* when the hook was entered */
 	uint32_t id;            /* lock id, 0 = untracked */
 	uint32_t stack;         /* the call site's stack */
@@ -103,7 +107,7 @@ static void acq_before(struct hs_tls *t, struct acq *a, unsigned flags)
 	int h;
 
 	a->t0 = hs_now();
-	a->stack = hs_stack_site(a->site);
+	a->stack = hs_stack_call(a->site, a->cfa);
 	a->id = hs_lock_id(&hs_seg, a->addr, a->kind, flags, a->stack, t->tid, a->t0);
 	if (!a->id)
 		return;
@@ -268,6 +272,7 @@ static void destroyed(struct hs_tls *t, uint64_t addr)
 		memset(&a, 0, sizeof a);                                                         \
 		a.addr = (uint64_t)(uintptr_t)lock;                                              \
 		a.site = site;                                                                   \
+		a.cfa = cfa;                                                                     \
 		a.kind = kind_;                                                                  \
 		a.acq_mode = acq_mode_;                                                          \
 		a.hold_mode = hold_mode_;                                                        \
@@ -314,27 +319,27 @@ static void destroyed(struct hs_tls *t, uint64_t addr)
 
 HS_EXPORT int pthread_mutex_lock(pthread_mutex_t *lock)
 {
-	uint64_t site = RET_ADDR();
+	uint64_t site = RET_ADDR(), cfa = CALLER_SP();
 	ACQUIRE(HS_LOCK_MUTEX, HS_MODE_WRITE, HS_MODE_WRITE, hs_mutex_flags(lock), 0, MUTEX_TRY,
 		HS_REAL(pthread_mutex_lock)(lock));
 }
 
 HS_EXPORT int pthread_mutex_trylock(pthread_mutex_t *lock)
 {
-	uint64_t site = RET_ADDR();
+	uint64_t site = RET_ADDR(), cfa = CALLER_SP();
 	ACQUIRE(HS_LOCK_MUTEX, HS_MODE_WRITE, HS_MODE_WRITE, hs_mutex_flags(lock), 1, MUTEX_TRY, 0);
 }
 
 HS_EXPORT int pthread_mutex_timedlock(pthread_mutex_t *lock, const struct timespec *abstime)
 {
-	uint64_t site = RET_ADDR();
+	uint64_t site = RET_ADDR(), cfa = CALLER_SP();
 	ACQUIRE(HS_LOCK_MUTEX, HS_MODE_WRITE, HS_MODE_WRITE, hs_mutex_flags(lock), 0, MUTEX_TRY,
 		HS_REAL(pthread_mutex_timedlock)(lock, abstime));
 }
 
 HS_EXPORT int pthread_mutex_clocklock(pthread_mutex_t *lock, clockid_t clock, const struct timespec *abstime)
 {
-	uint64_t site = RET_ADDR();
+	uint64_t site = RET_ADDR(), cfa = CALLER_SP();
 	ACQUIRE(HS_LOCK_MUTEX, HS_MODE_WRITE, HS_MODE_WRITE, hs_mutex_flags(lock), 0, MUTEX_TRY,
 		HS_REAL(pthread_mutex_clocklock)(lock, clock, abstime));
 }
@@ -362,35 +367,35 @@ static inline unsigned read_mode(unsigned flags)
 
 HS_EXPORT int pthread_rwlock_rdlock(pthread_rwlock_t *lock)
 {
-	uint64_t site = RET_ADDR();
+	uint64_t site = RET_ADDR(), cfa = CALLER_SP();
 	unsigned f = hs_rwlock_flags(lock);
 	ACQUIRE(HS_LOCK_RWLOCK, read_mode(f), HS_MODE_READ, f, 0, RD_TRY, HS_REAL(pthread_rwlock_rdlock)(lock));
 }
 
 HS_EXPORT int pthread_rwlock_wrlock(pthread_rwlock_t *lock)
 {
-	uint64_t site = RET_ADDR();
+	uint64_t site = RET_ADDR(), cfa = CALLER_SP();
 	unsigned f = hs_rwlock_flags(lock);
 	ACQUIRE(HS_LOCK_RWLOCK, HS_MODE_WRITE, HS_MODE_WRITE, f, 0, WR_TRY, HS_REAL(pthread_rwlock_wrlock)(lock));
 }
 
 HS_EXPORT int pthread_rwlock_tryrdlock(pthread_rwlock_t *lock)
 {
-	uint64_t site = RET_ADDR();
+	uint64_t site = RET_ADDR(), cfa = CALLER_SP();
 	unsigned f = hs_rwlock_flags(lock);
 	ACQUIRE(HS_LOCK_RWLOCK, read_mode(f), HS_MODE_READ, f, 1, RD_TRY, 0);
 }
 
 HS_EXPORT int pthread_rwlock_trywrlock(pthread_rwlock_t *lock)
 {
-	uint64_t site = RET_ADDR();
+	uint64_t site = RET_ADDR(), cfa = CALLER_SP();
 	unsigned f = hs_rwlock_flags(lock);
 	ACQUIRE(HS_LOCK_RWLOCK, HS_MODE_WRITE, HS_MODE_WRITE, f, 1, WR_TRY, 0);
 }
 
 HS_EXPORT int pthread_rwlock_timedrdlock(pthread_rwlock_t *lock, const struct timespec *abstime)
 {
-	uint64_t site = RET_ADDR();
+	uint64_t site = RET_ADDR(), cfa = CALLER_SP();
 	unsigned f = hs_rwlock_flags(lock);
 	ACQUIRE(HS_LOCK_RWLOCK, read_mode(f), HS_MODE_READ, f, 0, RD_TRY,
 		HS_REAL(pthread_rwlock_timedrdlock)(lock, abstime));
@@ -398,7 +403,7 @@ HS_EXPORT int pthread_rwlock_timedrdlock(pthread_rwlock_t *lock, const struct ti
 
 HS_EXPORT int pthread_rwlock_timedwrlock(pthread_rwlock_t *lock, const struct timespec *abstime)
 {
-	uint64_t site = RET_ADDR();
+	uint64_t site = RET_ADDR(), cfa = CALLER_SP();
 	unsigned f = hs_rwlock_flags(lock);
 	ACQUIRE(HS_LOCK_RWLOCK, HS_MODE_WRITE, HS_MODE_WRITE, f, 0, WR_TRY,
 		HS_REAL(pthread_rwlock_timedwrlock)(lock, abstime));
@@ -406,7 +411,7 @@ HS_EXPORT int pthread_rwlock_timedwrlock(pthread_rwlock_t *lock, const struct ti
 
 HS_EXPORT int pthread_rwlock_clockrdlock(pthread_rwlock_t *lock, clockid_t clock, const struct timespec *abstime)
 {
-	uint64_t site = RET_ADDR();
+	uint64_t site = RET_ADDR(), cfa = CALLER_SP();
 	unsigned f = hs_rwlock_flags(lock);
 	ACQUIRE(HS_LOCK_RWLOCK, read_mode(f), HS_MODE_READ, f, 0, RD_TRY,
 		HS_REAL(pthread_rwlock_clockrdlock)(lock, clock, abstime));
@@ -414,7 +419,7 @@ HS_EXPORT int pthread_rwlock_clockrdlock(pthread_rwlock_t *lock, clockid_t clock
 
 HS_EXPORT int pthread_rwlock_clockwrlock(pthread_rwlock_t *lock, clockid_t clock, const struct timespec *abstime)
 {
-	uint64_t site = RET_ADDR();
+	uint64_t site = RET_ADDR(), cfa = CALLER_SP();
 	unsigned f = hs_rwlock_flags(lock);
 	ACQUIRE(HS_LOCK_RWLOCK, HS_MODE_WRITE, HS_MODE_WRITE, f, 0, WR_TRY,
 		HS_REAL(pthread_rwlock_clockwrlock)(lock, clock, abstime));
@@ -436,13 +441,13 @@ HS_EXPORT int pthread_rwlock_destroy(pthread_rwlock_t *lock)
 
 HS_EXPORT int pthread_spin_lock(pthread_spinlock_t *lock)
 {
-	uint64_t site = RET_ADDR();
+	uint64_t site = RET_ADDR(), cfa = CALLER_SP();
 	ACQUIRE(HS_LOCK_SPIN, HS_MODE_WRITE, HS_MODE_WRITE, 0, 0, SPIN_TRY, HS_REAL(pthread_spin_lock)(lock));
 }
 
 HS_EXPORT int pthread_spin_trylock(pthread_spinlock_t *lock)
 {
-	uint64_t site = RET_ADDR();
+	uint64_t site = RET_ADDR(), cfa = CALLER_SP();
 	ACQUIRE(HS_LOCK_SPIN, HS_MODE_WRITE, HS_MODE_WRITE, 0, 1, SPIN_TRY, 0);
 }
 
@@ -469,7 +474,8 @@ struct cond_wait {
 	struct acq a;
 };
 
-static void cond_before(struct hs_tls *t, struct cond_wait *w, void *cond, void *mutex, uint64_t site)
+static void cond_before(struct hs_tls *t, struct cond_wait *w, void *cond, void *mutex, uint64_t site,
+			uint64_t cfa)
 {
 	struct hs_thread *th = t->slot;
 	int i = held_index(th, (uint64_t)(uintptr_t)mutex);
@@ -478,7 +484,7 @@ static void cond_before(struct hs_tls *t, struct cond_wait *w, void *cond, void 
 	w->a.site = site;
 	w->a.kind = HS_LOCK_MUTEX;
 	w->a.t0 = hs_now();
-	w->a.stack = hs_stack_site(site);
+	w->a.stack = hs_stack_call(site, cfa);
 	if (i >= 0) {
 		w->had = 1;
 		w->saved = th->held[i];
@@ -517,13 +523,13 @@ static void cond_after(struct hs_tls *t, struct cond_wait *w, void *cond, int rc
 
 #define COND(REAL)                                                                               \
 	do {                                                                                     \
-		uint64_t site = RET_ADDR();                                                      \
+		uint64_t site = RET_ADDR(), cfa = CALLER_SP();                                                      \
 		struct hs_tls *t = hs_py_internal(mutex) ? NULL : hs_enter();                    \
 		struct cond_wait w;                                                              \
 		int rc;                                                                          \
 		if (!t)                                                                          \
 			return (REAL);                                                           \
-		cond_before(t, &w, cond, mutex, site);                                           \
+		cond_before(t, &w, cond, mutex, site, cfa);                                         \
 		rc = (REAL);                                                                     \
 		cond_after(t, &w, cond, rc);                                                     \
 		hs_leave(t);                                                                     \

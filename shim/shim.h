@@ -406,6 +406,13 @@ uint32_t hs_stack_here(void);
  * of the first call from there, captured once and cached. */
 uint32_t hs_stack_site(uint64_t site);
 
+/* This call's stack, from the return address `site` into the hook's caller
+ * and `cfa`, the caller's stack pointer at that return address (the hook's
+ * CFA).  Read through return-address distances learnt from real unwinds
+ * (stacks.c), a real unwind on any doubt; never another call's frames.
+ * Returns a stack id, 0 when the table is full. */
+uint32_t hs_stack_call(uint64_t site, uint64_t cfa);
+
 /* The first return address on the calling thread's stack that lies outside
  * libheisen.so and outside [lo, hi) (a wrapper library such as libstdc++),
  * from a short unwind (at most 16 frames); 0 when there is none. */

@@ -341,3 +341,32 @@ def test_relocking_a_normal_mutex_hangs_and_is_explained(heisen, session):
     assert sds[0]["tids"] == [fact_int(p.stdout, "tid")]
     assert "relock_held_mutex" in all_frame_functions(sds[0])
     assert process_of(report, fact_int(p.stdout, "pid"))["state"] == "killed"
+
+
+# ---- stacks of this call, not of the call site's first call ------------------
+
+
+def test_shared_wrapper_edges_name_the_callers_of_this_acquisition(heisen, way):
+    """ThreadSanitizer's Test16/Test17 shape: every lock is taken through one
+    non-inlined Acquire(lock), called from a different function per order.
+    Each stack of each edge is Acquire, then the function that took that
+    order, then the thread function, frame by frame."""
+    p, report = run_target(heisen, way, "wrapper_sites")
+    pid, tid_fwd, tid_rev = (fact_int(p.stdout, k) for k in ("pid", "tid_fwd", "tid_rev"))
+    pds = [f for f in findings_of(report, "potential-deadlock") if f["pid"] == pid]
+    assert len(pds) == 2, report["findings"]
+    want = {("lock_0", "lock_1"): ("Acquire_0_then_1", "thread_fwd", tid_fwd),
+            ("lock_1", "lock_0"): ("Acquire_1_then_0", "thread_rev", tid_rev),
+            ("lock_2", "lock_3"): ("Acquire_2_then_3", "thread_fwd", tid_fwd),
+            ("lock_3", "lock_2"): ("Acquire_3_then_2", "thread_rev", tid_rev)}
+    seen = set()
+    for f in pds:
+        assert len(f["edges"]) == 2
+        for e in f["edges"]:
+            key = (lockname(e["from"]), lockname(e["to"]))
+            caller, thread_fn, tid = want[key]
+            assert e["tid"] == tid
+            for st in (e["from_stack"], e["to_stack"]):
+                assert frame_functions(st)[:3] == ["Acquire", caller, thread_fn], (key, st)
+            seen.add(key)
+    assert seen == set(want)
