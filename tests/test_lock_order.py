@@ -10,8 +10,8 @@ HEISEN_DIR and under heisen-run (the `way` fixture).
 """
 import pytest
 
-from conftest import (all_frame_functions, edge_pairs, fact_int, facts, findings_of,
-                      frame_functions, lockname, process_of, target)
+from conftest import (SYSTEM_PYTHON, all_frame_functions, edge_pairs, fact_int, facts, findings_of,
+                      frame_functions, lockname, process_of, pyext_dir, target)
 
 
 def run_target(heisen, way, name, *args, timeout=60):
@@ -370,3 +370,72 @@ def test_shared_wrapper_edges_name_the_callers_of_this_acquisition(heisen, way):
                 assert frame_functions(st)[:3] == ["Acquire", caller, thread_fn], (key, st)
             seen.add(key)
     assert seen == set(want)
+
+
+# ---- no silent limits: long cycles, locks that come and go, a full table ------
+
+
+@pytest.mark.parametrize("nlocks", [17, 20])
+def test_ring_of_locks_longer_than_the_inline_cycle_is_predicted_whole(heisen, way, nlocks):
+    """A ring of N workers, worker i taking ring[i] then ring[i+1]: one
+    potential deadlock with all N edges, each from its own thread."""
+    p, report = run_target(heisen, way, "long_cycle", str(nlocks))
+    f = one_potential_deadlock(report, fact_int(p.stdout, "pid"))
+    assert len(f["edges"]) == nlocks
+    assert_cycle_is_closed(f)
+    assert len({e["from"]["address"] for e in f["edges"]}) == nlocks
+    assert len(set(f["tids"])) == nlocks
+    for e in f["edges"]:
+        assert frame_functions(e["from_stack"])[:2] == ["take_pair", "worker"], e["from_stack"]
+        assert frame_functions(e["to_stack"])[:2] == ["take_pair", "worker"], e["to_stack"]
+    assert not findings_of(report, "limit")
+
+
+def test_ring_of_locks_without_the_closing_edge_is_quiet(heisen, way):
+    p, report = run_target(heisen, way, "long_cycle", "20", "chain")
+    assert report["findings"] == [], report["findings"]
+
+
+def test_abba_after_twenty_thousand_short_lived_locks_is_predicted(heisen, way):
+    """20,000 heap objects with their own mutex, each init/lock/unlock/destroy/
+    free, then a real ABBA: the churn is one lock class, the ABBA is found."""
+    p, report = run_target(heisen, way, "lock_churn", "20000")
+    pid = fact_int(p.stdout, "pid")
+    f = one_potential_deadlock(report, pid)
+    assert sorted(lockname(l) for l in f["locks"]) == ["lock_a", "lock_b"]
+    assert sorted(f["tids"]) == sorted([fact_int(p.stdout, "tid_ab"), fact_int(p.stdout, "tid_ba")])
+    assert not findings_of(report, "limit"), report["findings"]
+    assert {x["kind"] for x in report["findings"]} == {"potential-deadlock"}
+
+
+def test_full_lock_table_is_a_limit_finding_never_no_findings(heisen, way):
+    """6,000 mutexes alive at once outgrow the lock table (4,096): the report
+    says which table was full and how much was dropped, heisen-dump exits 1
+    and heisen-run does not say "no findings"."""
+    p = way.run([target(heisen, "lock_churn"), "6000", "live"], timeout=60)
+    assert p.returncode == 0, (p.returncode, p.stderr)
+    report = heisen.dump_json(way.session)
+    (lim,) = findings_of(report, "limit")
+    assert lim["pid"] == fact_int(p.stdout, "pid")
+    assert "table locks full" in lim["message"] and "dropped" in lim["message"], lim
+    text = heisen.dump(way.session)
+    assert text.returncode == 1, text.returncode
+    assert "limit reached" in text.stdout and "no findings" not in text.stdout
+    if way.name == "heisen-run":
+        assert "no findings" not in p.stderr, p.stderr
+        assert "limit reached" in p.stderr, p.stderr
+
+
+def test_abba_after_three_thousand_sqlite3_connections_is_predicted(heisen, way):
+    """A Python service opening and closing 3,000 sqlite3 connections from four
+    threads, then a native ABBA: found, and no table of the graph filled."""
+    p = way.run([SYSTEM_PYTHON, heisen.src_targets / "py_sqlite_churn.py", pyext_dir(heisen), "3000"],
+                timeout=180)
+    assert p.returncode == 0, (p.returncode, p.stdout, p.stderr)
+    assert "done" in p.stdout.split()
+    report = heisen.dump_json(way.session, expect_rc=1)
+    assert not findings_of(report, "limit"), findings_of(report, "limit")
+    pds = [f for f in findings_of(report, "potential-deadlock")
+           if {"ext_lock_a", "ext_lock_b"} <= {lockname(l) for l in f["locks"]}]
+    assert len(pds) == 1, report["findings"]
+    assert sorted(pds[0]["tids"]) == sorted([fact_int(p.stdout, "tid_ab"), fact_int(p.stdout, "tid_ba")])
