@@ -896,8 +896,12 @@ static void hook_free(void *p, uint64_t site)
 		return;
 	}
 	ring = heap_enter(t);
-	if (((uintptr_t)p & 15) == 0 && ours(p))
+	if (((uintptr_t)p & 15) == 0 && ours(p)) {
+		/* ---- lock graph (locks.c): locks in the freed block are gone ---- */
+		hs_locks_on_free(p, blk_of(p)->size);
+		/* ---- */
 		blk_free(t, ring, p, site);
+	}
 	else if (!foreign_is_invalid(t, ring, p))
 		__libc_free(p);
 	hs_leave(t);
@@ -909,6 +913,10 @@ HS_EXPORT void free(void *p)
 	if (!p)
 		return;
 	if (!heap_on()) {
+		/* ---- lock graph (locks.c): locks in the freed block are gone (0: glibc's usable size) ---- */
+		if (!hs_tls.in_hook)
+			hs_locks_on_free(p, 0);
+		/* ---- */
 		__libc_free(p);
 		return;
 	}

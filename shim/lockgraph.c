@@ -46,6 +46,32 @@ static struct hs_index_slot *index_probe(struct hs_index_slot *tab, uint32_t cap
 
 /* ---- locks ---------------------------------------------------------------- */
 
+/* Pages (addr >> 12, hashed) where a lock was ever created: frees elsewhere
+ * skip the lock graph at the cost of one load (process-private). */
+#define PAGE_BITS 65536u
+static uint64_t lock_pages[PAGE_BITS / 64];
+
+static inline uint32_t page_bit(uint64_t addr)
+{
+	return (uint32_t)hs_mix64(addr >> 12) & (PAGE_BITS - 1);
+}
+
+static void page_note(uint64_t addr)
+{
+	uint32_t b = page_bit(addr);
+	if (!(__atomic_load_n(&lock_pages[b / 64], __ATOMIC_RELAXED) & (1ull << (b % 64))))
+		__atomic_or_fetch(&lock_pages[b / 64], 1ull << (b % 64), __ATOMIC_RELAXED);
+	b = page_bit(addr + 63); /* a lock that straddles a page */
+	if (!(__atomic_load_n(&lock_pages[b / 64], __ATOMIC_RELAXED) & (1ull << (b % 64))))
+		__atomic_or_fetch(&lock_pages[b / 64], 1ull << (b % 64), __ATOMIC_RELAXED);
+}
+
+static int page_seen(uint64_t addr)
+{
+	uint32_t b = page_bit(addr);
+	return (__atomic_load_n(&lock_pages[b / 64], __ATOMIC_RELAXED) >> (b % 64)) & 1;
+}
+
 /*
  * The slot where key goes in an index whose entries can die (value 0 with a
  * key: a destroyed lock's address, a consumed class): the slot holding key,
@@ -118,6 +144,7 @@ uint32_t hs_lock_id(struct hs_seg *s, uint64_t addr, unsigned kind, unsigned fla
 		}
 		gen = slot->aux + 1;
 	}
+	page_note(addr);
 	/* a destroyed (or freed) lock of the same class: its node again (lockdep's lock classes) */
 	cslot = stack ? index_probe(s->lock_index, icap, class_key(kind, stack)) : NULL;
 	if (cslot && cslot->key == class_key(kind, stack) && (id = cslot->value) != 0 && id < tab->count &&
@@ -182,10 +209,54 @@ static uint32_t forget_locked(struct hs_seg *s, uint64_t addr)
 	return id;
 }
 
+uint32_t hs_lock_find(struct hs_seg *s, uint64_t addr)
+{
+	struct hs_index_slot *slot = index_probe(s->lock_index, s->hdr->tables[HS_T_LOCK_INDEX].capacity, addr);
+	uint32_t id;
+	if (!slot || __atomic_load_n(&slot->key, __ATOMIC_ACQUIRE) != addr)
+		return 0;
+	id = __atomic_load_n(&slot->value, __ATOMIC_ACQUIRE);
+	return __atomic_load_n(&slot->key, __ATOMIC_ACQUIRE) == addr ? id : 0;
+}
+
 void hs_lock_forget(struct hs_seg *s, uint64_t addr)
 {
+	/* pthread_*_init of a fresh lock: nothing to forget, no graph lock */
+	if (!page_seen(addr) || !hs_lock_find(s, addr))
+		return;
 	graph_lock(s);
 	forget_locked(s, addr);
+	graph_unlock(s);
+}
+
+void hs_lock_forget_range(struct hs_seg *s, uint64_t lo, uint64_t hi)
+{
+	int seen = 0;
+	if (hi <= lo)
+		return;
+	/* the pages of [lo, hi), at most 256 of them looked at; beyond, assume seen */
+	if (hi - lo > 256ull << 12)
+		seen = 1;
+	for (uint64_t pg = lo & ~4095ull; !seen && pg < hi; pg += 4096)
+		seen = page_seen(pg);
+	if (!seen)
+		return;
+	if (hi - lo <= 4096) {
+		/* a lock is 8-byte aligned: look each candidate up, lock-free first */
+		for (uint64_t a = (lo + 7) & ~7ull; a < hi; a += 8)
+			if (hs_lock_find(s, a)) {
+				graph_lock(s);
+				forget_locked(s, a);
+				graph_unlock(s);
+			}
+		return;
+	}
+	graph_lock(s);
+	for (uint32_t id = 1, n = s->hdr->tables[HS_T_LOCKS].count; id < n; id++) {
+		const struct hs_lock *l = &s->locks[id];
+		if (l->addr >= lo && l->addr < hi && !(l->flags & HS_LOCKF_DEAD))
+			forget_locked(s, l->addr);
+	}
 	graph_unlock(s);
 }
 

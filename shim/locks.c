@@ -13,6 +13,7 @@
  * the original and records only what actually happened (STYLE.md habit 4).
  */
 #include <errno.h>
+#include <malloc.h>
 #include <pthread.h>
 #include <string.h>
 
@@ -40,6 +41,33 @@ struct acq {
 	int holds_gil;          /* the thread holds CPython's GIL */
 	int waited;             /* it had to block */
 };
+
+/*
+ * Releases by a thread that did not hold the lock (a mutex handed over, a
+ * lock unlocked by its waker): counted per lock id (modulo RELGEN_SLOTS,
+ * process-private).  A held entry keeps the count it was taken at in flags
+ * bits 16..31; when the count moved, another thread released it and the
+ * entry is dropped the next time its thread looks (held_purge).  The
+ * holder's slot is never written by another thread.
+ */
+#define RELGEN_SLOTS 65536u
+static uint16_t relgen[RELGEN_SLOTS];
+
+static inline uint32_t relgen_of(uint32_t id)
+{
+	return __atomic_load_n(&relgen[id & (RELGEN_SLOTS - 1)], __ATOMIC_RELAXED);
+}
+
+static void held_remove(struct hs_thread *th, int i);
+
+/* Drop the held entries another thread released since (see relgen). */
+static inline void held_purge(struct hs_thread *th)
+{
+	uint32_t n = th->held_count < HS_HELD_MAX ? th->held_count : HS_HELD_MAX;
+	for (int i = (int)n - 1; i >= 0; i--)
+		if (HS_UNLIKELY((th->held[i].flags >> HS_HELDF_RELGEN_SHIFT) != relgen_of(th->held[i].lock)))
+			held_remove(th, i);
+}
 
 static int held_index(const struct hs_thread *th, uint64_t addr)
 {
@@ -116,6 +144,7 @@ static void acq_before(struct hs_tls *t, struct acq *a, unsigned flags)
 		hs_seg.locks[a->id].flags = (uint16_t)flags;
 		__atomic_store_n(&hs_seg.locks[a->id].kind, a->kind, __ATOMIC_RELEASE);
 	}
+	held_purge(th);
 	h = held_index(th, a->addr);
 	if (h >= 0) {
 		const struct hs_held *he = &th->held[h];
@@ -212,7 +241,8 @@ static void acq_after(struct hs_tls *t, struct acq *a, int rc)
 					    .mode = a->hold_mode,
 					    .trylock = a->trylock,
 					    .stack = a->stack,
-					    .flags = a->holds_gil ? HS_HELDF_GIL : 0,
+					    .flags = (a->holds_gil ? HS_HELDF_GIL : 0) |
+						     relgen_of(a->id) << HS_HELDF_RELGEN_SHIFT,
 					    .since_ns = now};
 			held_push(th, &h);
 		}
@@ -230,7 +260,9 @@ static void acq_after(struct hs_tls *t, struct acq *a, int rc)
 static void release(struct hs_tls *t, uint64_t addr)
 {
 	struct hs_thread *th = t->slot;
-	int i = held_index(th, addr);
+	int i;
+	held_purge(th);
+	i = held_index(th, addr);
 	uint32_t id = 0;
 	if (i >= 0) {
 		id = th->held[i].lock;
@@ -248,14 +280,45 @@ static void release(struct hs_tls *t, uint64_t addr)
 		} else {
 			held_remove(th, i);
 		}
+	} else if ((id = hs_lock_find(&hs_seg, addr)) != 0) {
+		/* not ours: released for its holder, whose entry is dropped when it next looks */
+		__atomic_add_fetch(&relgen[id & (RELGEN_SLOTS - 1)], 1, __ATOMIC_RELAXED);
 	}
 	hs_rec(t, hs_now(), HS_REC_LOCK_RELEASED, 0, addr, id, 0);
 }
 
+/* The lock at addr is gone (destroyed, initialised again): this thread no
+ * longer holds it, and the next lock there is a new one. */
+static void gone(struct hs_thread *th, uint64_t addr)
+{
+	int i;
+	while ((i = held_index(th, addr)) >= 0)
+		held_remove(th, i);
+	hs_lock_forget(&hs_seg, addr);
+}
+
 static void destroyed(struct hs_tls *t, uint64_t addr)
 {
-	hs_lock_forget(&hs_seg, addr);
+	gone(t->slot, addr);
 	hs_rec(t, hs_now(), HS_REC_LOCK_DESTROYED, 0, addr, 0, 0);
+}
+
+void hs_locks_on_free(void *p, size_t size)
+{
+	struct hs_thread *th = hs_tls.slot;
+	uint64_t lo = (uint64_t)(uintptr_t)p, hi;
+	uint32_t n;
+	if (!p || !__atomic_load_n(&hs_recording, __ATOMIC_ACQUIRE) || !th || hs_tls.dead ||
+	    hs_tls.seg_gen != __atomic_load_n(&hs_seg_gen, __ATOMIC_ACQUIRE))
+		return;
+	if (!size)
+		size = malloc_usable_size(p);
+	hi = lo + size;
+	n = th->held_count < HS_HELD_MAX ? th->held_count : HS_HELD_MAX;
+	for (int i = (int)n - 1; i >= 0; i--)
+		if (th->held[i].addr >= lo && th->held[i].addr < hi)
+			held_remove(th, i);
+	hs_lock_forget_range(&hs_seg, lo, hi);
 }
 
 /*
@@ -354,6 +417,22 @@ HS_EXPORT int pthread_mutex_destroy(pthread_mutex_t *lock)
 	DESTROY(HS_REAL(pthread_mutex_destroy)(lock));
 }
 
+/* Initialising a lock (again) ends the old one: held state and identity. */
+#define INIT(REAL)                                                                               \
+	do {                                                                                     \
+		struct hs_tls *t = hs_enter();                                                   \
+		if (t) {                                                                         \
+			gone(t->slot, (uint64_t)(uintptr_t)lock);                                \
+			hs_leave(t);                                                             \
+		}                                                                                \
+		return (REAL);                                                                   \
+	} while (0)
+
+HS_EXPORT int pthread_mutex_init(pthread_mutex_t *lock, const pthread_mutexattr_t *attr)
+{
+	INIT(HS_REAL(pthread_mutex_init)(lock, attr));
+}
+
 /* ---- rwlocks ---------------------------------------------------------------- */
 
 /* A read acquisition: recursive unless the rwlock makes readers queue behind writers. */
@@ -435,6 +514,11 @@ HS_EXPORT int pthread_rwlock_destroy(pthread_rwlock_t *lock)
 	DESTROY(HS_REAL(pthread_rwlock_destroy)(lock));
 }
 
+HS_EXPORT int pthread_rwlock_init(pthread_rwlock_t *lock, const pthread_rwlockattr_t *attr)
+{
+	INIT(HS_REAL(pthread_rwlock_init)(lock, attr));
+}
+
 /* ---- spin locks ------------------------------------------------------------- */
 
 #define SPIN_TRY HS_REAL(pthread_spin_trylock)(lock)
@@ -459,6 +543,11 @@ HS_EXPORT int pthread_spin_unlock(pthread_spinlock_t *lock)
 HS_EXPORT int pthread_spin_destroy(pthread_spinlock_t *lock)
 {
 	DESTROY(HS_REAL(pthread_spin_destroy)(lock));
+}
+
+HS_EXPORT int pthread_spin_init(pthread_spinlock_t *lock, int pshared)
+{
+	INIT(HS_REAL(pthread_spin_init)(lock, pshared));
 }
 
 /* ---- condition variables ---------------------------------------------------- */

@@ -439,6 +439,25 @@ uint32_t hs_lock_id(struct hs_seg *s, uint64_t addr, unsigned kind, unsigned fla
 /* Mark the lock at addr destroyed: the next use makes a new generation. */
 void hs_lock_forget(struct hs_seg *s, uint64_t addr);
 
+/* The live lock id at addr, 0 when none; never creates one.  Lock-free. */
+uint32_t hs_lock_find(struct hs_seg *s, uint64_t addr);
+
+/* Forget every live lock whose address lies in [lo, hi): freed memory.  Cheap
+ * when no lock was ever created in those pages (a 64 Ki-bit page filter);
+ * exact for ranges up to 4 KiB, a scan of the lock table beyond. */
+void hs_lock_forget_range(struct hs_seg *s, uint64_t lo, uint64_t hi);
+
+/*
+ * The memory [p, p + size) is being freed (size 0: glibc's usable size of
+ * p, read only when needed): locks in it are gone.  Ends the calling
+ * thread's held state of those locks and forgets their identity, so that a
+ * new lock in the same memory is a new lock (Helgrind's tc04_free_lock).
+ * Called by the heap hook (heap.c) before the memory goes back; cheap when
+ * the thread holds no lock and no lock was ever in those pages.  Callable
+ * inside a hook (it takes no guard); never allocates.
+ */
+void hs_locks_on_free(void *p, size_t size);
+
 /*
  * Note that the thread `tid` acquires lock `to` in mode to_mode (blocking)
  * while holding `from` in from_mode.  Adds the edge if new and searches for

@@ -439,3 +439,34 @@ def test_abba_after_three_thousand_sqlite3_connections_is_predicted(heisen, way)
            if {"ext_lock_a", "ext_lock_b"} <= {lockname(l) for l in f["locks"]}]
     assert len(pds) == 1, report["findings"]
     assert sorted(pds[0]["tids"]) == sorted([fact_int(p.stdout, "tid_ab"), fact_int(p.stdout, "tid_ba")])
+
+
+# ---- a lock that ends while held: no false finding ----------------------------
+
+
+@pytest.mark.parametrize("mode", ["reinit", "handoff"])
+def test_lock_ended_or_released_by_another_thread_is_not_held(heisen, way, mode):
+    """A mutex initialised again while locked, or unlocked by a thread that did
+    not lock it (a handoff), is no longer held: relocking it is not a
+    self-deadlock."""
+    p, report = run_target(heisen, way, "lock_reuse", mode)
+    assert report["findings"] == [], report["findings"]
+
+
+@pytest.mark.parametrize("heap", ["0", "1"])
+def test_lock_in_freed_memory_is_gone(heisen, way, heap):
+    """Helgrind's tc04_free_lock: a heap mutex freed while locked, its memory
+    handed out again as a new mutex (glibc reuses it at once with the heap
+    checker off; the checker's quarantine keeps it back): no self-deadlock."""
+    p = way.run([target(heisen, "lock_reuse"), "free"], env={"HEISEN_HEAP": heap})
+    assert p.returncode == 0, (p.returncode, p.stderr)
+    if heap == "0":
+        assert "reused 1" in p.stdout, p.stdout
+    report = heisen.dump_json(way.session)
+    assert report["findings"] == [], report["findings"]
+
+
+def test_relock_after_reinit_is_still_a_self_deadlock(heisen, way):
+    p, report = run_target(heisen, way, "lock_reuse", "relock")
+    (f,) = findings_of(report, "self-deadlock")
+    assert f["pid"] == fact_int(p.stdout, "pid")

@@ -447,6 +447,8 @@ enum hs_wait_kind {
 };
 
 #define HS_HELDF_GIL 0x1u          /* the thread held the GIL when it took this lock */
+#define HS_HELDF_RELGEN_SHIFT 16   /* flags bits 16..31 (writer-internal): the lock's count of releases by
+				      threads that did not hold it, when taken; another count means released */
 
 /* One entry of a held-lock stack, outermost first. */
 struct hs_held {
