@@ -154,7 +154,8 @@ uint32_t hs_lock_id(struct hs_seg *s, uint64_t addr, unsigned kind, unsigned fla
 		l->addr = addr;
 		gen = l->gen + 1 > gen ? l->gen + 1 : gen;
 		l->gen = gen;
-		__atomic_store_n(&l->flags, (uint16_t)(flags & ~HS_LOCKF_DEAD), __ATOMIC_RELAXED);
+		__atomic_store_n(&l->flags, (uint16_t)(flags & ~(HS_LOCKF_DEAD | HS_LOCKF_SHARED)), __ATOMIC_RELAXED);
+		__atomic_store_n(&l->last_tid, 0, __ATOMIC_RELAXED); /* a new instance: not shared yet */
 		/* the slot may be cslot's neighbour: place again, the class slot is dead now */
 		slot = index_place(s->lock_index, icap, addr);
 		if (slot)
@@ -463,6 +464,40 @@ static struct hs_finding *same_cycle(struct hs_seg *s, const uint32_t *locks, un
 	return NULL;
 }
 
+/*
+ * The rule for a cycle through the GIL.  The GIL is taken and dropped all
+ * the time by every Python thread, so GIL -> L and L -> GIL from one thread
+ * on a lock no other thread uses (sqlite3's connection mutex taken by
+ * create_function with the GIL held, then by sqlite3_step running a Python
+ * callback) is no deadlock: it needs a second thread that can hold L.  So a
+ * cycle through the GIL is a potential deadlock only when (1) every native
+ * lock in it was acquired by two different threads (this instance: its
+ * HS_LOCKF_SHARED, or its last holder is not the thread adding the edge
+ * now), and (2) its edges were not all made by one thread.  Cycles without
+ * the GIL keep lockdep's rule (one thread's two orders are enough).
+ */
+static int gil_cycle_can_deadlock(struct hs_seg *s, unsigned n, int32_t tid)
+{
+	int gil = 0, one_thread = 1;
+	for (unsigned i = 0; i < n; i++) {
+		const struct hs_edge *e = &s->edges[cycle_buf[i]];
+		gil |= s->locks[e->from].kind == HS_LOCK_GIL;
+		one_thread &= e->tid == tid;
+	}
+	if (!gil)
+		return 1;
+	if (one_thread)
+		return 0;
+	for (unsigned i = 0; i < n; i++) {
+		const struct hs_lock *l = &s->locks[s->edges[cycle_buf[i]].from];
+		int32_t last = __atomic_load_n(&l->last_tid, __ATOMIC_RELAXED);
+		if (l->kind != HS_LOCK_GIL && !(__atomic_load_n(&l->flags, __ATOMIC_RELAXED) & HS_LOCKF_SHARED) &&
+		    !(last && last != tid))
+			return 0;
+	}
+	return 1;
+}
+
 uint32_t hs_graph_add(struct hs_seg *s, uint32_t from, unsigned from_mode, uint32_t from_stack, uint32_t to,
 		      unsigned to_mode, uint32_t to_stack, uint32_t (*capture)(void), int32_t tid, uint64_t now,
 		      int *created, uint32_t *finding_out)
@@ -514,6 +549,8 @@ uint32_t hs_graph_add(struct hs_seg *s, uint32_t from, unsigned from_mode, uint3
 	*created = 1;
 
 	n = find_cycle(s, id);
+	if (n && !gil_cycle_can_deadlock(s, n, tid))
+		n = 0; /* the edges stay; the cycle is not a deadlock (yet) */
 	if (n) {
 		struct hs_finding *old;
 		cycle_locks(s, cycle_buf, n, locks_buf);

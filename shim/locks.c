@@ -25,6 +25,21 @@
  * keeps frame pointers; hs_stack_call checks that RET_ADDR sits at CFA - 8). */
 #define CALLER_SP() ((uint64_t)(uintptr_t)__builtin_frame_address(0) + 16)
 
+/*
+ * This thread's chain of return addresses for each held entry (same index
+ * as held[], checked by address), kept raw and interned only when an edge,
+ * a self-deadlock or a wait needs the exact stack (hs_chain).  held[].stack
+ * is the call site's cached stack until then, the exact one after.
+ */
+struct held_chain {
+	uint64_t addr;
+	uint32_t depth;         /* 0: none kept */
+	uint32_t exact;         /* 1: held[].stack is already this chain, interned */
+	uint64_t pc[HS_CHAIN_MAX];
+};
+static __thread struct held_chain held_chains[HS_HELD_MAX];
+static __thread struct held_chain pending; /* the acquisition in progress */
+
 /* One acquisition in progress. */
 struct acq {
 	uint64_t addr;
@@ -69,6 +84,23 @@ static inline void held_purge(struct hs_thread *th)
 			held_remove(th, i);
 }
 
+/* The exact stack of held entry i, interned now if it was not yet. */
+static uint32_t held_stack(struct hs_thread *th, int i)
+{
+	struct held_chain *c = &held_chains[i];
+	uint32_t id;
+	if (c->addr != th->held[i].addr || c->depth == 0 || c->exact)
+		return th->held[i].stack;
+	id = hs_chain_intern(c->pc, c->depth);
+	if (id) {
+		hs_lockstate_begin(th);
+		th->held[i].stack = id;
+		hs_lockstate_end(th);
+		c->exact = 1;
+	}
+	return th->held[i].stack;
+}
+
 static int held_index(const struct hs_thread *th, uint64_t addr)
 {
 	uint32_t n = th->held_count < HS_HELD_MAX ? th->held_count : HS_HELD_MAX;
@@ -100,7 +132,7 @@ static void self_deadlock(struct hs_tls *t, struct acq *a, const struct hs_held 
 	f.tid = t->tid;
 	f.ts_ns = a->t0;
 	f.stack = hs_stack_here();
-	f.stack2 = h->stack;
+	f.stack2 = held_stack(t->slot, (int)(h - t->slot->held));
 	f.lock = a->id;
 	f.addr = a->addr;
 	idx = hs_finding_add(&hs_seg, &f);
@@ -135,7 +167,11 @@ static void acq_before(struct hs_tls *t, struct acq *a, unsigned flags)
 	int h;
 
 	a->t0 = hs_now();
-	a->stack = hs_stack_call(a->site, a->cfa);
+	/* this call's chain, kept raw; the site's cached stack stands for it until needed */
+	pending.addr = a->addr;
+	pending.exact = 0;
+	pending.depth = hs_chain(a->site, a->cfa, pending.pc);
+	a->stack = hs_stack_site(a->site);
 	a->id = hs_lock_id(&hs_seg, a->addr, a->kind, flags, a->stack, t->tid, a->t0);
 	if (!a->id)
 		return;
@@ -170,9 +206,14 @@ static void acq_before(struct hs_tls *t, struct acq *a, unsigned flags)
 		const struct hs_held *he = &th->held[i];
 		int created;
 		uint32_t finding, e;
+		uint32_t from_stack;
 		if (he->lock == a->id || he->lock == 0)
 			continue;
-		e = hs_graph_add(&hs_seg, he->lock, he->mode, he->stack, a->id, a->acq_mode, 0, hs_stack_here,
+		/* a new edge gets the held lock's exact stack */
+		from_stack = hs_edge_find(&hs_seg, hs_edge_key(he->lock, a->id, he->mode, a->acq_mode))
+				     ? he->stack
+				     : held_stack(th, (int)i);
+		e = hs_graph_add(&hs_seg, he->lock, he->mode, from_stack, a->id, a->acq_mode, 0, hs_stack_here,
 				 t->tid, a->t0, &created, &finding);
 		if (created)
 			hs_rec(t, a->t0, HS_REC_NEW_EDGE, hs_seg.edges[e].to_stack, e, he->lock, a->id);
@@ -204,14 +245,24 @@ static void wait_end(struct hs_tls *t)
 	hs_lockstate_end(th);
 }
 
-static void held_push(struct hs_thread *th, const struct hs_held *h)
+/* Push h; chain (may be NULL) is this acquisition's raw chain. */
+static void held_push(struct hs_thread *th, const struct hs_held *h, const struct held_chain *chain)
 {
+	uint32_t n = th->held_count;
 	hs_lockstate_begin(th);
 	if (th->held_count < HS_HELD_MAX)
 		th->held[th->held_count++] = *h;
 	else
 		th->held_overflow++;
 	hs_lockstate_end(th);
+	if (n < HS_HELD_MAX) {
+		struct held_chain *c = &held_chains[n];
+		c->addr = h->addr;
+		c->depth = chain && chain->addr == h->addr ? chain->depth : 0;
+		c->exact = chain ? chain->exact : 0;
+		if (c->depth)
+			memcpy(c->pc, chain->pc, c->depth * sizeof c->pc[0]);
+	}
 }
 
 /* Remove held entry i (whole, recursion included). */
@@ -221,6 +272,11 @@ static void held_remove(struct hs_thread *th, int i)
 	memmove(&th->held[i], &th->held[i + 1], (th->held_count - (uint32_t)i - 1) * sizeof th->held[0]);
 	th->held_count--;
 	hs_lockstate_end(th);
+	for (uint32_t k = (uint32_t)i; k < th->held_count && k + 1 < HS_HELD_MAX; k++) {
+		struct held_chain *c = &held_chains[k], *d = &held_chains[k + 1];
+		c->addr = d->addr, c->depth = d->depth, c->exact = d->exact;
+		memcpy(c->pc, d->pc, d->depth * sizeof c->pc[0]);
+	}
 }
 
 /* After the real call: rc is its result. */
@@ -231,6 +287,14 @@ static void acq_after(struct hs_tls *t, struct acq *a, int rc)
 	uint64_t now = a->waited ? hs_now() : a->t0;
 	if (rc == 0 || rc == EOWNERDEAD) {
 		uint64_t waited = a->waited ? now - a->t0 : 0;
+		struct hs_lock *l = &hs_seg.locks[a->id];
+		int32_t last = __atomic_load_n(&l->last_tid, __ATOMIC_RELAXED);
+		if (HS_UNLIKELY(last != t->tid)) {
+			/* a second thread: the instance is shared (the GIL rule, lockgraph.c) */
+			if (last && !(__atomic_load_n(&l->flags, __ATOMIC_RELAXED) & HS_LOCKF_SHARED))
+				__atomic_or_fetch(&l->flags, HS_LOCKF_SHARED, __ATOMIC_RELAXED);
+			__atomic_store_n(&l->last_tid, t->tid, __ATOMIC_RELAXED);
+		}
 		if (a->reentry && (uint32_t)a->reentry <= th->held_count) {
 			hs_lockstate_begin(th);
 			th->held[a->reentry - 1].recursion++;
@@ -244,7 +308,7 @@ static void acq_after(struct hs_tls *t, struct acq *a, int rc)
 					    .flags = (a->holds_gil ? HS_HELDF_GIL : 0) |
 						     relgen_of(a->id) << HS_HELDF_RELGEN_SHIFT,
 					    .since_ns = now};
-			held_push(th, &h);
+			held_push(th, &h, &pending);
 		}
 		if (waited > 0xffffffffffffull)
 			waited = 0xffffffffffffull;
@@ -269,7 +333,7 @@ static void release(struct hs_tls *t, uint64_t addr)
 		if (!(th->held[i].flags & HS_HELDF_GIL) && __atomic_load_n(&hs_py_present, __ATOMIC_RELAXED) &&
 		    hs_py_holds_gil()) {
 			/* taken without the GIL, released with it: the GIL was taken while holding it */
-			gil_edge(t, id, th->held[i].mode, th->held[i].stack, hs_py_gil_lock(), HS_MODE_WRITE, 0,
+			gil_edge(t, id, th->held[i].mode, held_stack(th, i), hs_py_gil_lock(), HS_MODE_WRITE, 0,
 				 hs_now());
 			th->held[i].flags |= HS_HELDF_GIL;
 		}
@@ -344,6 +408,11 @@ void hs_locks_on_free(void *p, size_t size)
 		rc = (TRY);                                                                      \
 		if (!is_try && rc == EBUSY) {                                                    \
 			a.waited = 1;                                                            \
+			/* it blocks: the wait and the held entry get the exact stack */        \
+			if ((a.stack = hs_chain_intern(pending.pc, pending.depth)) != 0)         \
+				pending.exact = 1;                                               \
+			else                                                                     \
+				a.stack = hs_stack_site(site);                                   \
 			wait_begin(t, &a, HS_WAIT_LOCK, a.addr);                                 \
 			rc = (BLOCK);                                                            \
 			wait_end(t);                                                             \
@@ -559,6 +628,7 @@ HS_EXPORT int pthread_spin_init(pthread_spinlock_t *lock, int pshared)
  */
 struct cond_wait {
 	struct hs_held saved;
+	struct held_chain chain;
 	int had;
 	struct acq a;
 };
@@ -577,6 +647,7 @@ static void cond_before(struct hs_tls *t, struct cond_wait *w, void *cond, void 
 	if (i >= 0) {
 		w->had = 1;
 		w->saved = th->held[i];
+		w->chain = held_chains[i];
 		w->a.id = w->saved.lock;
 		held_remove(th, i);
 	}
@@ -605,7 +676,7 @@ static void cond_after(struct hs_tls *t, struct cond_wait *w, void *cond, int rc
 				hs_rec(t, now, HS_REC_FINDING, 0, finding - 1, 0, 0);
 		}
 		w->saved.since_ns = now;
-		held_push(th, &w->saved);
+		held_push(th, &w->saved, &w->chain);
 	}
 	hs_rec(t, now, HS_REC_COND_WOKE, 0, (uint64_t)(uintptr_t)cond, w->a.addr, (uint64_t)rc);
 }

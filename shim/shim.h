@@ -413,6 +413,15 @@ uint32_t hs_stack_site(uint64_t site);
  * Returns a stack id, 0 when the table is full. */
 uint32_t hs_stack_call(uint64_t site, uint64_t cfa);
 
+/* The same in two steps: hs_chain reads this call's native return addresses
+ * into pcs (HS_CHAIN_MAX at most; 0 when none), cheaply; hs_chain_intern
+ * interns them (a stack id, 0 when the table is full).  A hook keeps the
+ * chain and interns it only when a finding or an edge needs it, so a busy
+ * program's thousands of call paths do not fill the stack table. */
+#define HS_CHAIN_MAX HS_STACK_DEPTH
+unsigned hs_chain(uint64_t site, uint64_t cfa, uint64_t *pcs);
+uint32_t hs_chain_intern(const uint64_t *pcs, unsigned depth);
+
 /* The first return address on the calling thread's stack that lies outside
  * libheisen.so and outside [lo, hi) (a wrapper library such as libstdc++),
  * from a short unwind (at most 16 frames); 0 when there is none. */

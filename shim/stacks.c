@@ -12,6 +12,7 @@
  */
 #define UNW_LOCAL_ONLY
 #include <libunwind.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "shim.h"
@@ -244,7 +245,7 @@ uint32_t hs_stack_site_python(uint64_t site)
 #define PCOFF_PROBE 16u
 #define PCOFF_END 0u             /* the outermost frame: nothing above it */
 #define PCOFF_DOUBT 0xffffu      /* seen at two distances, or not learnable */
-#define CHAIN_MAX (HS_STACK_DEPTH + 8)
+#define CHAIN_MAX HS_CHAIN_MAX
 
 /* (pc << 16) | off; pc is a user-space address (< 2^47), off the CFA - SP distance. */
 static uint64_t pcoff[PCOFF_CAP];
@@ -355,23 +356,25 @@ static unsigned chain_unwind(uint64_t *pcs)
 	return out;
 }
 
+unsigned hs_chain(uint64_t site, uint64_t cfa, uint64_t *pcs)
+{
+	unsigned depth = chain_read(site, cfa, pcs);
+	if (depth == 0)
+		depth = chain_unwind(pcs);
+	return depth < HS_CHAIN_MAX ? depth : HS_CHAIN_MAX;
+}
+
+uint32_t hs_chain_intern(const uint64_t *pcs, unsigned depth)
+{
+	/* native frames only: this call's Python frames would make a stack per
+	 * Python call path; the edge's own stack (hs_stack_here) carries them */
+	return depth ? hs_stack_intern(&hs_seg, pcs, depth, 0) : 0;
+}
+
 uint32_t hs_stack_call(uint64_t site, uint64_t cfa)
 {
-	uint64_t pcs[CHAIN_MAX + PY_ROOM];
-	unsigned depth = chain_read(site, cfa, pcs), flags = HS_STACK_SITE, interleave = 0;
-	int python = 0;
-	if (depth == 0) {
-		depth = chain_unwind(pcs);
-		interleave = 1; /* also the Python frame reader's lazy start-up, as hs_stack_here */
-	}
-	if (depth == 0)
-		return 0;
-	/* this call's Python frames, only when the chain passes through the evaluation loop */
-	for (unsigned i = 1; i < depth && !interleave; i++)
-		interleave = hs_py_eval_pc(pcs[i]);
-	if (interleave)
-		depth = hs_py_interleave(&hs_seg, pcs, depth, depth > PY_ROOM ? depth : PY_ROOM, &python);
-	return hs_stack_intern(&hs_seg, pcs, depth, flags | (python ? HS_STACK_PYTHON : 0));
+	uint64_t pcs[CHAIN_MAX];
+	return hs_chain_intern(pcs, hs_chain(site, cfa, pcs));
 }
 
 uint64_t hs_caller_outside(uint64_t lo, uint64_t hi)

@@ -373,6 +373,7 @@ enum hs_lock_kind {
 #define HS_LOCKF_ERRORCHECK 0x2u   /* PTHREAD_MUTEX_ERRORCHECK */
 #define HS_LOCKF_WRITER_PREF 0x4u  /* rwlock that prefers writers: reads can block behind a waiting writer */
 #define HS_LOCKF_DEAD 0x8u         /* [atomic] destroyed; a new acquisition at addr makes a new lock with gen+1 */
+#define HS_LOCKF_SHARED 0x10u      /* [atomic] this instance was acquired by two different threads (last_tid changed) */
 
 /*
  * Acquisition modes.  A thread waiting to acquire lock L in mode `acq` can be
@@ -401,6 +402,8 @@ struct hs_lock {
 	uint32_t name;             /* strings offset of a name given by heisen_name_lock(), 0 = none */
 	uint32_t first_out;        /* writer-internal: first edge id out of this lock (adjacency list) */
 	uint64_t first_ns;         /* time of first acquisition */
+	int32_t last_tid;          /* [atomic] the thread that acquired it last (this instance), 0 = none yet */
+	uint32_t reserved;
 };
 
 /*

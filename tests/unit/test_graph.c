@@ -181,8 +181,29 @@ static void test_lock_classes_reuse_dead_ids(void)
 	CHECK(hs_lock_id(&s, 0x8000, HS_LOCK_MUTEX, 0, 77, 1, 1) != first);
 }
 
+/* A cycle never passes through one lock twice: G -> X -> G -> Y -> G is G -> Y -> G. */
+static void test_cycle_visits_each_lock_once(void)
+{
+	struct hs_seg s;
+	uint32_t g, x, y;
+	const struct hs_finding *f;
+	unit_segment(&s, &geo);
+	g = lock(&s, 0xa000, HS_LOCK_MUTEX);
+	x = lock(&s, 0xb000, HS_LOCK_MUTEX);
+	y = lock(&s, 0xc000, HS_LOCK_MUTEX);
+	CHECK(edge(&s, g, 0, y, 0) == 0);
+	CHECK(edge(&s, g, 0, x, 0) == 0);
+	CHECK(edge(&s, x, 0, g, 0) == 1); /* g <-> x */
+	CHECK(edge(&s, y, 0, g, 0) == 2); /* g <-> y, not through x */
+	f = &s.findings[1];
+	CHECK(f->n == 2);
+	for (unsigned i = 0; i < f->n; i++)
+		CHECK(s.edges[f->edges[i]].from != x && s.edges[f->edges[i]].to != x);
+}
+
 int main(void)
 {
+	test_cycle_visits_each_lock_once();
 	test_long_cycle();
 	test_lock_classes_reuse_dead_ids();
 	test_abba();
