@@ -288,14 +288,40 @@ static void pcoff_learn(uint64_t pc, uint64_t off)
 	}
 }
 
+/*
+ * The thread's last chain read and where each of its return addresses sat.
+ * A call from the same site at the same stack pointer whose return-address
+ * slots still hold the same values is the same chain (each distance is a
+ * function of its return address): compared slot by slot, no lookups.
+ * LAST_CHAINS of them per thread, by site and stack pointer.
+ */
+#define LAST_CHAINS 8u
+static __thread struct last_chain {
+	uint64_t site, cfa;
+	unsigned n;
+	uint64_t pc[CHAIN_MAX], sp[CHAIN_MAX];
+} last_chains[LAST_CHAINS];
+
 /* Read the chain of return addresses from (site, cfa): site's frame has SP = cfa.
  * Returns the depth, 0 on any doubt. */
 static unsigned chain_read(uint64_t site, uint64_t cfa, uint64_t *pcs)
 {
 	uint64_t sp = cfa, top = chain_top;
 	unsigned n = 0, off;
+	struct last_chain *lc = &last_chains[((site >> 2) ^ (site >> 6) ^ (cfa >> 4)) & (LAST_CHAINS - 1)];
 	if (!top || *(const uint64_t *)(uintptr_t)(cfa - 8) != site)
 		return 0;
+	if (lc->site == site && lc->cfa == cfa && lc->n) {
+		unsigned i = 1;
+		while (i < lc->n && *(const uint64_t *)(uintptr_t)(lc->sp[i] - 8) == lc->pc[i])
+			i++;
+		if (i == lc->n) {
+			memcpy(pcs, lc->pc, i * sizeof *pcs);
+			return i;
+		}
+	}
+	lc->n = 0;
+	lc->sp[0] = cfa;
 	pcs[n++] = site;
 	while (n < CHAIN_MAX) {
 		if (!pcoff_get(pcs[n - 1], &off))
@@ -305,8 +331,13 @@ static unsigned chain_read(uint64_t site, uint64_t cfa, uint64_t *pcs)
 		sp += off;
 		if (sp > top)
 			return 0;
+		lc->sp[n] = sp;
 		pcs[n++] = *(const uint64_t *)(uintptr_t)(sp - 8);
 	}
+	memcpy(lc->pc, pcs, n * sizeof *pcs);
+	lc->site = site;
+	lc->cfa = cfa;
+	lc->n = n;
 	return n;
 }
 
