@@ -37,7 +37,8 @@ struct held_chain {
 	uint32_t exact;         /* 1: held[].stack is already this chain, interned */
 	uint64_t pc[HS_CHAIN_MAX];
 };
-static __thread struct held_chain held_chains[HS_HELD_MAX];
+#define HELD_CHAINS 8 /* the innermost 8 held entries keep a chain; deeper ones the site's stack */
+static __thread struct held_chain held_chains[HELD_CHAINS];
 static __thread struct held_chain pending; /* the acquisition in progress */
 
 /*
@@ -101,9 +102,9 @@ static inline void held_purge(struct hs_thread *th)
 /* The exact stack of held entry i, interned now if it was not yet. */
 static uint32_t held_stack(struct hs_thread *th, int i)
 {
-	struct held_chain *c = &held_chains[i];
+	struct held_chain *c = &held_chains[i < HELD_CHAINS ? i : 0];
 	uint32_t id;
-	if (c->addr != th->held[i].addr || c->depth == 0 || c->exact)
+	if (i >= HELD_CHAINS || c->addr != th->held[i].addr || c->depth == 0 || c->exact)
 		return th->held[i].stack;
 	id = hs_chain_intern(c->pc, c->depth);
 	if (id) {
@@ -269,7 +270,7 @@ static void held_push(struct hs_thread *th, const struct hs_held *h, const struc
 	else
 		th->held_overflow++;
 	hs_lockstate_end(th);
-	if (n < HS_HELD_MAX) {
+	if (n < HELD_CHAINS) {
 		struct held_chain *c = &held_chains[n];
 		c->addr = h->addr;
 		c->depth = chain && chain->addr == h->addr ? chain->depth : 0;
@@ -286,7 +287,7 @@ static void held_remove(struct hs_thread *th, int i)
 	memmove(&th->held[i], &th->held[i + 1], (th->held_count - (uint32_t)i - 1) * sizeof th->held[0]);
 	th->held_count--;
 	hs_lockstate_end(th);
-	for (uint32_t k = (uint32_t)i; k < th->held_count && k + 1 < HS_HELD_MAX; k++) {
+	for (uint32_t k = (uint32_t)i; k < th->held_count && k + 1 < HELD_CHAINS; k++) {
 		struct held_chain *c = &held_chains[k], *d = &held_chains[k + 1];
 		c->addr = d->addr, c->depth = d->depth, c->exact = d->exact;
 		memcpy(c->pc, d->pc, d->depth * sizeof c->pc[0]);
@@ -662,7 +663,8 @@ static void cond_before(struct hs_tls *t, struct cond_wait *w, void *cond, void 
 	if (i >= 0) {
 		w->had = 1;
 		w->saved = th->held[i];
-		w->chain = held_chains[i];
+		if (i < HELD_CHAINS)
+			w->chain = held_chains[i];
 		w->a.id = w->saved.lock;
 		held_remove(th, i);
 	}

@@ -418,7 +418,7 @@ uint32_t hs_stack_call(uint64_t site, uint64_t cfa);
  * interns them (a stack id, 0 when the table is full).  A hook keeps the
  * chain and interns it only when a finding or an edge needs it, so a busy
  * program's thousands of call paths do not fill the stack table. */
-#define HS_CHAIN_MAX HS_STACK_DEPTH
+#define HS_CHAIN_MAX 32 /* innermost native frames of a lock stack: the buffers are thread-local (static TLS comes out of every thread's stack) */
 unsigned hs_chain(uint64_t site, uint64_t cfa, uint64_t *pcs);
 uint32_t hs_chain_intern(const uint64_t *pcs, unsigned depth);
 

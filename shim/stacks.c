@@ -295,7 +295,7 @@ static void pcoff_learn(uint64_t pc, uint64_t off)
  * function of its return address): compared slot by slot, no lookups.
  * LAST_CHAINS of them per thread, by site and stack pointer.
  */
-#define LAST_CHAINS 8u
+#define LAST_CHAINS 4u
 static __thread struct last_chain {
 	uint64_t site, cfa;
 	unsigned n;
