@@ -424,9 +424,9 @@ void hs_locks_on_free(void *p, size_t size)
 		if (!is_try && rc == EBUSY) {                                                    \
 			a.waited = 1;                                                            \
 			a.t0 = hs_now(); /* the wait begins: the precise clock */                \
-			/* it blocks: the wait and the held entry get the exact stack */        \
-			if ((a.stack = hs_chain_intern(pending.pc, pending.depth)) != 0)         \
-				pending.exact = 1;                                               \
+			/* it blocks: the wait gets this call's whole stack, Python frames too */ \
+			if ((a.stack = hs_stack_here()) != 0)                                    \
+				pending.exact = 1; /* the held entry keeps it */                 \
 			else                                                                     \
 				a.stack = hs_stack_site(site);                                   \
 			wait_begin(t, &a, HS_WAIT_LOCK, a.addr);                                 \
