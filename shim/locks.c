@@ -34,7 +34,8 @@
 struct held_chain {
 	uint64_t addr;
 	uint32_t depth;         /* 0: none kept */
-	uint32_t exact;         /* 1: held[].stack is already this chain, interned */
+	uint16_t exact;         /* 1: held[].stack is already this chain, interned */
+	uint16_t python;        /* pc[] has Python frames (HS_PC_PYTHON) */
 	uint64_t pc[HS_CHAIN_MAX];
 };
 #define HELD_CHAINS 8 /* the innermost 8 held entries keep a chain; deeper ones the site's stack */
@@ -106,7 +107,7 @@ static uint32_t held_stack(struct hs_thread *th, int i)
 	uint32_t id;
 	if (i >= HELD_CHAINS || c->addr != th->held[i].addr || c->depth == 0 || c->exact)
 		return th->held[i].stack;
-	id = hs_chain_intern(c->pc, c->depth);
+	id = hs_chain_intern(c->pc, c->depth, c->python);
 	if (id) {
 		hs_lockstate_begin(th);
 		th->held[i].stack = id;
@@ -186,6 +187,11 @@ static void acq_before(struct hs_tls *t, struct acq *a, unsigned flags)
 	pending.addr = a->addr;
 	pending.exact = 0;
 	pending.depth = hs_chain(a->site, a->cfa, pending.pc);
+	{
+		int python;
+		pending.depth = hs_chain_python(pending.pc, pending.depth, &python);
+		pending.python = (uint16_t)python;
+	}
 	a->stack = hs_stack_site(a->site);
 	a->id = hs_lock_id(&hs_seg, a->addr, a->kind, flags, a->stack, t->tid, a->t0);
 	if (!a->id)
@@ -275,6 +281,7 @@ static void held_push(struct hs_thread *th, const struct hs_held *h, const struc
 		c->addr = h->addr;
 		c->depth = chain && chain->addr == h->addr ? chain->depth : 0;
 		c->exact = chain ? chain->exact : 0;
+		c->python = chain ? chain->python : 0;
 		if (c->depth)
 			memcpy(c->pc, chain->pc, c->depth * sizeof c->pc[0]);
 	}
@@ -289,7 +296,7 @@ static void held_remove(struct hs_thread *th, int i)
 	hs_lockstate_end(th);
 	for (uint32_t k = (uint32_t)i; k < th->held_count && k + 1 < HELD_CHAINS; k++) {
 		struct held_chain *c = &held_chains[k], *d = &held_chains[k + 1];
-		c->addr = d->addr, c->depth = d->depth, c->exact = d->exact;
+		c->addr = d->addr, c->depth = d->depth, c->exact = d->exact, c->python = d->python;
 		memcpy(c->pc, d->pc, d->depth * sizeof c->pc[0]);
 	}
 }

@@ -420,7 +420,12 @@ uint32_t hs_stack_call(uint64_t site, uint64_t cfa);
  * program's thousands of call paths do not fill the stack table. */
 #define HS_CHAIN_MAX 32 /* innermost native frames of a lock stack: the buffers are thread-local (static TLS comes out of every thread's stack) */
 unsigned hs_chain(uint64_t site, uint64_t cfa, uint64_t *pcs);
-uint32_t hs_chain_intern(const uint64_t *pcs, unsigned depth);
+uint32_t hs_chain_intern(const uint64_t *pcs, unsigned depth, int python);
+
+/* Interleave this call's Python frames into a chain read by hs_chain when it
+ * passes through CPython's evaluation loop (HS_CHAIN_MAX entries at most);
+ * *python says whether it did.  Returns the new depth. */
+unsigned hs_chain_python(uint64_t *pcs, unsigned depth, int *python);
 
 /* The first return address on the calling thread's stack that lies outside
  * libheisen.so and outside [lo, hi) (a wrapper library such as libstdc++),

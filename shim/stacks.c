@@ -395,17 +395,26 @@ unsigned hs_chain(uint64_t site, uint64_t cfa, uint64_t *pcs)
 	return depth < HS_CHAIN_MAX ? depth : HS_CHAIN_MAX;
 }
 
-uint32_t hs_chain_intern(const uint64_t *pcs, unsigned depth)
+uint32_t hs_chain_intern(const uint64_t *pcs, unsigned depth, int python)
 {
-	/* native frames only: this call's Python frames would make a stack per
-	 * Python call path; the edge's own stack (hs_stack_here) carries them */
-	return depth ? hs_stack_intern(&hs_seg, pcs, depth, 0) : 0;
+	return depth ? hs_stack_intern(&hs_seg, pcs, depth, python ? HS_STACK_PYTHON : 0) : 0;
+}
+
+unsigned hs_chain_python(uint64_t *pcs, unsigned depth, int *python)
+{
+	*python = 0;
+	for (unsigned i = 1; i < depth; i++)
+		if (hs_py_eval_pc(pcs[i]))
+			return hs_py_interleave(&hs_seg, pcs, depth, CHAIN_MAX, python);
+	return depth;
 }
 
 uint32_t hs_stack_call(uint64_t site, uint64_t cfa)
 {
 	uint64_t pcs[CHAIN_MAX];
-	return hs_chain_intern(pcs, hs_chain(site, cfa, pcs));
+	int python;
+	unsigned depth = hs_chain_python(pcs, hs_chain(site, cfa, pcs), &python);
+	return hs_chain_intern(pcs, depth, python);
 }
 
 uint64_t hs_caller_outside(uint64_t lo, uint64_t hi)
