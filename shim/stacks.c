@@ -4,10 +4,11 @@
  * deduplicated stack table in the segment.
  *
  * Unwinding costs microseconds, so the hot path never unwinds.  A lock
- * acquisition is tagged with the stack of its call site, captured the first
- * time that call site is seen and cached in the site index (lockdep keys its
- * classes by site in the same spirit); the stack of a new lock-order edge is
- * captured exactly, once per edge.  Stacks are interned by hash in a
+ * acquisition reads its own chain of return addresses through distances
+ * learnt from real unwinds (hs_chain, below), kept raw and interned only
+ * when an edge, a self-deadlock or a wait needs it; the call site's cached
+ * stack (the site index) stands for it in the flight recorder until then.
+ * The stack of a new lock-order edge is captured exactly, once per edge.  Stacks are interned by hash in a
  * lock-free open-addressed index, so a crash handler can intern too.
  */
 #define UNW_LOCAL_ONLY
