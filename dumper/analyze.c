@@ -43,6 +43,7 @@
  * and the GIL".
  */
 #include "analyze.h"
+#include "report.h"
 
 #include <errno.h>
 #include <signal.h>
@@ -67,6 +68,7 @@ static const char *const kind_names[HS_F_KINDS] = {
 	[HS_F_HANG] = "hang",
 	[HS_F_POTENTIAL] = "potential-deadlock",
 	[HS_F_FD_LEAK] = "fd-leak",
+	[HS_F_LIMIT] = "limit",
 };
 
 const char *hs_fkind_name(enum hs_fkind k)
@@ -330,10 +332,15 @@ done:
 
 /* The writer stores a cycle from the edge that closed it; it reads more
  * naturally from the edge that was made first.  Rotation keeps the chain. */
-static void rotate_oldest_first(struct hs_fnd *f)
+static int rotate_oldest_first(struct hs_fnd *f)
 {
-	struct hs_edge e[HS_CYCLE_MAX];
-	uint32_t id[HS_CYCLE_MAX], first = 0, n = f->nedges;
+	uint32_t first = 0, n = f->nedges;
+	struct hs_edge *e = malloc(n * sizeof *e);
+	uint32_t *id = malloc(n * sizeof *id);
+	if (!e || !id) {
+		free(e), free(id);
+		return -1;
+	}
 	for (uint32_t j = 1; j < n; j++)
 		if (f->edges[j].ts_ns < f->edges[first].ts_ns)
 			first = j;
@@ -341,15 +348,22 @@ static void rotate_oldest_first(struct hs_fnd *f)
 		e[j] = f->edges[(first + j) % n];
 		id[j] = f->edge_ids[(first + j) % n];
 	}
-	memcpy(f->edges, e, n * sizeof e[0]);
-	memcpy(f->edge_ids, id, n * sizeof id[0]);
+	free(f->edges), free(f->edge_ids);
+	f->edges = e, f->edge_ids = id;
+	return 0;
 }
 
-static void copy_cycle(struct hs_fnd *f)
+static int copy_cycle(struct hs_fnd *f)
 {
 	struct hs_seg *seg = &f->proc->seg;
+	if (f->rec.n == 0)
+		return 0;
+	f->edges = calloc(f->rec.n, sizeof *f->edges);
+	f->edge_ids = calloc(f->rec.n, sizeof *f->edge_ids);
+	if (!f->edges || !f->edge_ids)
+		return -1;
 	for (uint32_t j = 0; j < f->rec.n; j++) {
-		uint32_t id = f->rec.edges[j];
+		uint32_t id = hs_read_cycle_edge(seg, &f->rec, j);
 		if (hs_read_edge(seg, id, &f->edges[f->nedges]) != 0) {
 			hs_seg_complain(seg, "finding %u: edge %u (id %u) is not a valid edge", f->index, j, id);
 			continue;
@@ -360,7 +374,8 @@ static void copy_cycle(struct hs_fnd *f)
 		if (f->edges[j].to != f->edges[j + 1].from)
 			hs_seg_complain(seg, "finding %u: edges do not form a chain at %u", f->index, j);
 	if (f->nedges == f->rec.n)
-		rotate_oldest_first(f);
+		return rotate_oldest_first(f);
+	return 0;
 }
 
 /* The other threads' snapshots taken because this crash asked for them. */
@@ -506,7 +521,8 @@ static int recorded(struct hs_proc *p, struct hs_findings *out)
 			check_fd(f);
 		if (f->kind != HS_F_POTENTIAL)
 			continue;
-		copy_cycle(f);
+		if (copy_cycle(f) != 0)
+			return -1;
 		if (f->nedges == 0) {
 			hs_seg_complain(&p->seg, "finding %u: potential deadlock without a valid edge, skipped", i);
 			out->n--;
@@ -756,6 +772,46 @@ static int fd_leaks(struct hs_session *s, struct hs_findings *out)
 	return 0;
 }
 
+/*
+ * limit findings: a table of the lock-order graph (locks, their index,
+ * edges, their index, long cycles) or of stacks that was full in a process,
+ * or findings that could not be recorded.  A full table hides lock orders
+ * (a cycle through a lock or an edge never stored is never found), so it is
+ * a finding of its own and changes the exit status: never "no findings".
+ */
+static int limits(struct hs_session *s, struct hs_findings *out)
+{
+	static const enum hs_table_id t[] = {HS_T_LOCKS, HS_T_LOCK_INDEX, HS_T_EDGES, HS_T_EDGE_INDEX,
+					     HS_T_CYCLE_EDGES, HS_T_STACKS, HS_T_STACK_INDEX};
+	static const char *const names[] = {"locks", "lock index", "edges", "edge index", "cycle edges",
+					    "stacks", "stack index"};
+	for (size_t i = 0; i < s->nprocs; i++) {
+		struct hs_proc *p = &s->procs[i];
+		char buf[sizeof out->v[0].limit] = "";
+		size_t used = 0;
+		uint64_t lost = hs_seg_findings_dropped(&p->seg);
+		struct hs_fnd *f;
+		for (size_t k = 0; k < sizeof t / sizeof t[0]; k++) {
+			uint32_t d = hs_seg_dropped(&p->seg, t[k]);
+			if (d)
+				hs_appendf(buf, sizeof buf, &used, "%stable %s full (capacity %u): %u insertion%s dropped",
+					   used ? "; " : "", names[k], p->seg.hdr.tables[t[k]].capacity, d,
+					   d == 1 ? "" : "s");
+		}
+		if (lost)
+			hs_appendf(buf, sizeof buf, &used, "%s%llu findings not recorded", used ? "; " : "",
+				   (unsigned long long)lost);
+		if (!used)
+			continue;
+		if (!(f = add_finding(out, HS_F_LIMIT, p)))
+			return -1;
+		f->rec.tid = p->seg.hdr.pid;
+		f->rec.count = 1;
+		snprintf(f->limit, sizeof f->limit, "%s", buf);
+	}
+	return 0;
+}
+
 int hs_analyze_stalled(struct hs_session *s, double hang_timeout, bool with_recorded,
 		       const struct hs_stall *stalls, size_t nstalls, struct hs_findings *out)
 {
@@ -781,6 +837,8 @@ int hs_analyze_stalled(struct hs_session *s, double hang_timeout, bool with_reco
 		rc = hs_proc_findings(s, out);
 	if (rc == 0 && with_recorded)
 		rc = fd_leaks(s, out);
+	if (rc == 0 && with_recorded)
+		rc = limits(s, out);
 	if (out->n)
 		qsort(out->v, out->n, sizeof *out->v, by_severity);
 	return rc;
@@ -797,6 +855,8 @@ void hs_findings_free(struct hs_findings *f)
 		free(f->v[i].threads);
 		free(f->v[i].others);
 		free_groups(f->v[i].groups, f->v[i].ngroups);
+		free(f->v[i].edges);
+		free(f->v[i].edge_ids);
 	}
 	free(f->v);
 	memset(f, 0, sizeof *f);

@@ -33,6 +33,7 @@ enum hs_fkind {
 	HS_F_HANG,
 	HS_F_POTENTIAL,
 	HS_F_FD_LEAK,           /* computed from the fd table: at a hang, or at the end */
+	HS_F_LIMIT,             /* a table of the lock-order graph or of stacks was full: findings may be missing */
 	HS_F_KINDS
 };
 
@@ -59,8 +60,9 @@ struct hs_fnd {
 	uint32_t index;                      /* entry in the segment's findings table, if from there */
 	struct hs_finding rec;               /* crash, self-deadlock, potential, heap: the writer's copy
 						(heap: stack ids beyond the table are zeroed, complained) */
-	struct hs_edge edges[HS_CYCLE_MAX];  /* potential: the cycle's valid edges, copied */
-	uint32_t edge_ids[HS_CYCLE_MAX];
+	struct hs_edge *edges;               /* potential: the cycle's valid edges, copied (rec.n of them,
+						any length; freed by hs_findings_free) */
+	uint32_t *edge_ids;
 	uint32_t nedges;
 	const struct hs_tsnap **threads;     /* deadlock, hang: the blocked threads, by tid;
 						stalled hang: every live thread */
@@ -88,6 +90,7 @@ struct hs_fnd {
 	uint32_t ngroups;
 	uint32_t nleaked;                    /* fd-leak: fds in the groups */
 	bool at_hang;                        /* fd-leak: of a hung process (every fd it created), not its end */
+	char limit[512];                     /* limit: the full tables and their dropped insertions, as text */
 };
 
 /* Append a zeroed finding of kind about p to out; NULL out of memory.  For

@@ -1341,6 +1341,7 @@ static void finding(struct hs_json *j, struct hs_session *s, struct hs_fnd *f)
 	case HS_F_STALE_CLOSE:
 	case HS_F_DOUBLE_CLOSE: fd_close_finding(j, f, msg, sizeof msg); break;
 	case HS_F_FD_LEAK: fd_leak(j, f, msg, sizeof msg); break;
+	case HS_F_LIMIT: snprintf(msg, sizeof msg, "%s", f->limit); break;
 	case HS_F_HANG:
 		if (f->stalled_seconds > 0) {
 			stalled(j, s, f, msg, sizeof msg);

@@ -579,6 +579,7 @@ static void banner(FILE *out, const struct hs_fnd *f)
 		[HS_F_HANG] = "hang",
 		[HS_F_POTENTIAL] = "potential deadlock (lock-order cycle)",
 		[HS_F_FD_LEAK] = "fd leak",
+		[HS_F_LIMIT] = "limit reached (a table was full: findings may be missing)",
 	};
 	fprintf(out, "==== heisen: %s", what[f->kind]);
 	if (f->kind == HS_F_CRASH)
@@ -610,6 +611,10 @@ static void finding(FILE *out, struct hs_session *s, struct hs_fnd *f)
 	case HS_F_STALE_CLOSE:
 	case HS_F_DOUBLE_CLOSE: fd_close_finding(out, f); break;
 	case HS_F_FD_LEAK: fd_leak(out, f); break;
+	case HS_F_LIMIT:
+		fprintf(out, "%s.\nLock orders through what was dropped were not checked: a deadlock may be "
+			     "missing from this report.\n", f->limit);
+		break;
 	default: break;
 	}
 	fprintf(out, "\n");

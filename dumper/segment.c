@@ -25,7 +25,7 @@
 static const char *const table_names[HS_T_COUNT] = {
 	"modules", "strings", "stacks", "stack index", "site index", "locks",
 	"lock index", "edges", "edge index", "threads", "findings", "rings",
-	"python frames", "python frame index", "fds", "fd events", "fd history",
+	"python frames", "python frame index", "fds", "fd events", "fd history", "cycle edges",
 };
 
 static const uint32_t reader_sizes[HS_T_COUNT] = {
@@ -34,6 +34,7 @@ static const uint32_t reader_sizes[HS_T_COUNT] = {
 	sizeof(struct hs_edge), sizeof(struct hs_index_slot), sizeof(struct hs_thread),
 	sizeof(struct hs_finding), sizeof(struct hs_ring_header), sizeof(struct hs_pyframe),
 	sizeof(struct hs_index_slot), sizeof(struct hs_fd), sizeof(struct hs_fd_event), sizeof(struct hs_fd_event),
+	sizeof(uint64_t),
 };
 
 static enum hs_seg_result fail(char *err, size_t errlen, const char *fmt, ...)

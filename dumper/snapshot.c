@@ -164,6 +164,20 @@ int hs_read_edge(struct hs_seg *seg, uint32_t id, struct hs_edge *out)
 	return 0;
 }
 
+uint32_t hs_read_cycle_edge(struct hs_seg *seg, const struct hs_finding *rec, uint32_t i)
+{
+	const uint64_t *e;
+	if (rec->n <= HS_CYCLE_MAX)
+		return i < HS_CYCLE_MAX ? rec->edges[i] : 0;
+	if ((uint64_t)rec->offset + i >= hs_seg_count(seg, HS_T_CYCLE_EDGES) ||
+	    !(e = hs_seg_entry(seg, HS_T_CYCLE_EDGES, rec->offset + i))) {
+		hs_seg_complain(seg, "cycle edge %u + %u out of range (count %u)", rec->offset, i,
+				hs_seg_count(seg, HS_T_CYCLE_EDGES));
+		return 0;
+	}
+	return (uint32_t)__atomic_load_n(e, __ATOMIC_RELAXED);
+}
+
 int hs_read_module(struct hs_seg *seg, uint32_t i, struct hs_module *out)
 {
 	const struct hs_module *m;
@@ -186,8 +200,11 @@ int hs_read_finding(struct hs_seg *seg, uint32_t i, struct hs_finding *out)
 		hs_seg_complain(seg, "finding %u: unknown kind %u", i, out->kind);
 		return -1;
 	}
-	if (out->kind == HS_FIND_POTENTIAL_DEADLOCK && out->n > HS_CYCLE_MAX) {
-		hs_seg_complain(seg, "finding %u: %u edges > %u, clamped", i, out->n, HS_CYCLE_MAX);
+	/* a longer cycle is in HS_T_CYCLE_EDGES[offset .. offset + n): all of it must be there */
+	if (out->kind == HS_FIND_POTENTIAL_DEADLOCK && out->n > HS_CYCLE_MAX &&
+	    (uint64_t)out->offset + out->n > hs_seg_count(seg, HS_T_CYCLE_EDGES)) {
+		hs_seg_complain(seg, "finding %u: %u edges at %u beyond the cycle edges (%u), clamped", i, out->n,
+				out->offset, hs_seg_count(seg, HS_T_CYCLE_EDGES));
 		out->n = HS_CYCLE_MAX;
 	}
 	return 0;

@@ -48,6 +48,11 @@ int hs_read_stack(struct hs_seg *seg, uint32_t id, struct hs_stack *out);
 int hs_read_lock(struct hs_seg *seg, uint32_t id, struct hs_lock *out);
 int hs_read_edge(struct hs_seg *seg, uint32_t id, struct hs_edge *out);
 
+/* Edge i of a potential-deadlock finding's cycle: rec->edges[i], or for a
+ * cycle longer than HS_CYCLE_MAX, HS_T_CYCLE_EDGES[rec->offset + i].
+ * Returns the edge id, 0 when it lies beyond the table (complained). */
+uint32_t hs_read_cycle_edge(struct hs_seg *seg, const struct hs_finding *rec, uint32_t i);
+
 /* Copy module `i` (< the modules count).  Returns 0 or -1. */
 int hs_read_module(struct hs_seg *seg, uint32_t i, struct hs_module *out);
 

@@ -1191,9 +1191,12 @@ static void hook_free(void *p, uint64_t site)
 	}
 	ring = heap_enter(t);
 	o = owner_of(p);
-	if (HS_LIKELY(o == OWN_OURS))
+	if (HS_LIKELY(o == OWN_OURS)) {
+		/* ---- lock graph (locks.c): locks in the freed block are gone ---- */
+		hs_locks_on_free(p, blk_of(p)->size);
+		/* ---- */
 		blk_free(t, ring, p, site);
-	else if (!foreign_is_invalid(t, ring, p, o))
+	} else if (!foreign_is_invalid(t, ring, p, o))
 		__libc_free(p);
 	hs_leave(t);
 	errno = e;
@@ -1208,6 +1211,10 @@ HS_EXPORT void free(void *p)
 		return;
 	}
 	if (!heap_on()) {
+		/* ---- lock graph (locks.c): locks in the freed block are gone (0: glibc's usable size) ---- */
+		if (!hs_tls.in_hook)
+			hs_locks_on_free(p, 0);
+		/* ---- */
 		__libc_free(p);
 		return;
 	}

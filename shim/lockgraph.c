@@ -46,22 +46,91 @@ static struct hs_index_slot *index_probe(struct hs_index_slot *tab, uint32_t cap
 
 /* ---- locks ---------------------------------------------------------------- */
 
+/* Pages (addr >> 12, hashed) where a lock was ever created: frees elsewhere
+ * skip the lock graph at the cost of one load (process-private). */
+#define PAGE_BITS 65536u
+static uint64_t lock_pages[PAGE_BITS / 64];
+
+static inline uint32_t page_bit(uint64_t addr)
+{
+	return (uint32_t)hs_mix64(addr >> 12) & (PAGE_BITS - 1);
+}
+
+static void page_note(uint64_t addr)
+{
+	uint32_t b = page_bit(addr);
+	if (!(__atomic_load_n(&lock_pages[b / 64], __ATOMIC_RELAXED) & (1ull << (b % 64))))
+		__atomic_or_fetch(&lock_pages[b / 64], 1ull << (b % 64), __ATOMIC_RELAXED);
+	b = page_bit(addr + 63); /* a lock that straddles a page */
+	if (!(__atomic_load_n(&lock_pages[b / 64], __ATOMIC_RELAXED) & (1ull << (b % 64))))
+		__atomic_or_fetch(&lock_pages[b / 64], 1ull << (b % 64), __ATOMIC_RELAXED);
+}
+
+static int page_seen(uint64_t addr)
+{
+	uint32_t b = page_bit(addr);
+	return (__atomic_load_n(&lock_pages[b / 64], __ATOMIC_RELAXED) >> (b % 64)) & 1;
+}
+
+/*
+ * The slot where key goes in an index whose entries can die (value 0 with a
+ * key: a destroyed lock's address, a consumed class): the slot holding key,
+ * else the first dead slot on its probe path, else the empty one; NULL when
+ * full.  Graph lock held.  A dead slot taken over loses its old key's last
+ * generation (the next lock there starts again at 1).
+ */
+static struct hs_index_slot *index_place(struct hs_index_slot *tab, uint32_t capacity, uint64_t key)
+{
+	uint32_t mask = capacity - 1;
+	uint32_t i = (uint32_t)hs_mix64(key) & mask;
+	struct hs_index_slot *dead = NULL;
+	for (uint32_t probe = 0; probe <= mask; probe++, i = (i + 1) & mask) {
+		uint64_t k = tab[i].key;
+		if (k == key)
+			return &tab[i];
+		if (k == 0)
+			return dead ? dead : &tab[i];
+		if (!dead && tab[i].value == 0)
+			dead = &tab[i];
+	}
+	return dead;
+}
+
+/* The class key of a lock: its kind and the stack of its first acquisition.
+ * Above every address (user addresses are below 2^47). */
+static inline uint64_t class_key(unsigned kind, uint32_t stack)
+{
+	return 1ull << 63 | (uint64_t)(kind & 0xff) << 32 | stack;
+}
+
+/* Name slot's key `key` and value `id` (graph lock held); readers re-check the key. */
+static void index_set(struct hs_index_slot *slot, uint64_t key, uint32_t id, uint32_t aux)
+{
+	if (slot->key != key) {
+		__atomic_store_n(&slot->value, 0, __ATOMIC_RELEASE);
+		__atomic_store_n(&slot->key, key, __ATOMIC_RELEASE);
+	}
+	slot->aux = aux;
+	__atomic_store_n(&slot->value, id, __ATOMIC_RELEASE);
+}
+
 uint32_t hs_lock_id(struct hs_seg *s, uint64_t addr, unsigned kind, unsigned flags, uint32_t stack, int32_t tid,
 		    uint64_t now)
 {
 	struct hs_table *tab = &s->hdr->tables[HS_T_LOCKS];
 	uint32_t icap = s->hdr->tables[HS_T_LOCK_INDEX].capacity;
-	struct hs_index_slot *slot = index_probe(s->lock_index, icap, addr);
+	struct hs_index_slot *slot = index_probe(s->lock_index, icap, addr), *cslot;
 	uint32_t id, gen = 1;
 	struct hs_lock *l;
 
 	if (HS_LIKELY(slot && __atomic_load_n(&slot->key, __ATOMIC_ACQUIRE) == addr)) {
 		id = __atomic_load_n(&slot->value, __ATOMIC_ACQUIRE);
-		if (HS_LIKELY(id))
+		/* a dead slot may be taken over for another key: the key must not have changed */
+		if (HS_LIKELY(id) && HS_LIKELY(__atomic_load_n(&slot->key, __ATOMIC_ACQUIRE) == addr))
 			return id;
 	}
 	graph_lock(s);
-	slot = index_probe(s->lock_index, icap, addr);
+	slot = index_place(s->lock_index, icap, addr);
 	if (!slot) {
 		__atomic_add_fetch(&s->hdr->tables[HS_T_LOCK_INDEX].dropped, 1, __ATOMIC_RELAXED);
 		graph_unlock(s);
@@ -74,6 +143,25 @@ uint32_t hs_lock_id(struct hs_seg *s, uint64_t addr, unsigned kind, unsigned fla
 			return id;
 		}
 		gen = slot->aux + 1;
+	}
+	page_note(addr);
+	/* a destroyed (or freed) lock of the same class: its node again (lockdep's lock classes) */
+	cslot = stack ? index_probe(s->lock_index, icap, class_key(kind, stack)) : NULL;
+	if (cslot && cslot->key == class_key(kind, stack) && (id = cslot->value) != 0 && id < tab->count &&
+	    (s->locks[id].flags & HS_LOCKF_DEAD) && s->locks[id].first_stack == stack) {
+		l = &s->locks[id];
+		__atomic_store_n(&cslot->value, 0, __ATOMIC_RELEASE); /* consumed until it dies again */
+		l->addr = addr;
+		gen = l->gen + 1 > gen ? l->gen + 1 : gen;
+		l->gen = gen;
+		__atomic_store_n(&l->flags, (uint16_t)(flags & ~(HS_LOCKF_DEAD | HS_LOCKF_SHARED)), __ATOMIC_RELAXED);
+		__atomic_store_n(&l->last_tid, 0, __ATOMIC_RELAXED); /* a new instance: not shared yet */
+		/* the slot may be cslot's neighbour: place again, the class slot is dead now */
+		slot = index_place(s->lock_index, icap, addr);
+		if (slot)
+			index_set(slot, addr, id, gen);
+		graph_unlock(s);
+		return id;
 	}
 	id = tab->count;
 	if (id >= tab->capacity || hs_seg_commit_entry(s, HS_T_LOCKS, id) != 0) {
@@ -92,26 +180,83 @@ uint32_t hs_lock_id(struct hs_seg *s, uint64_t addr, unsigned kind, unsigned fla
 	l->first_ns = now;
 	/* the entry is complete before the count covers it and before the index names it */
 	__atomic_store_n(&tab->count, id + 1, __ATOMIC_RELEASE);
-	slot->aux = gen;
-	__atomic_store_n(&slot->value, id, __ATOMIC_RELEASE);
-	if (slot->key != addr)
-		__atomic_store_n(&slot->key, addr, __ATOMIC_RELEASE);
+	index_set(slot, addr, id, gen);
 	graph_unlock(s);
 	return id;
 }
 
-void hs_lock_forget(struct hs_seg *s, uint64_t addr)
+/* Forget the live lock at addr (graph lock held): dead, its address slot
+ * dead, its class slot names it for the next lock of its class.  Returns
+ * its id, 0 when none. */
+static uint32_t forget_locked(struct hs_seg *s, uint64_t addr)
 {
 	uint32_t icap = s->hdr->tables[HS_T_LOCK_INDEX].capacity;
-	struct hs_index_slot *slot;
+	struct hs_index_slot *slot = index_probe(s->lock_index, icap, addr), *cslot;
+	struct hs_lock *l;
 	uint32_t id;
+	if (!slot || slot->key != addr || (id = slot->value) == 0)
+		return 0;
+	l = &s->locks[id];
+	__atomic_or_fetch(&l->flags, HS_LOCKF_DEAD, __ATOMIC_RELAXED);
+	slot->aux = l->gen;
+	/* the next acquisition at addr makes generation aux + 1 */
+	__atomic_store_n(&slot->value, 0, __ATOMIC_RELEASE);
+	if (l->first_stack && l->kind) {
+		uint64_t ck = class_key(l->kind, l->first_stack);
+		cslot = index_place(s->lock_index, icap, ck);
+		if (cslot && (cslot->key != ck || cslot->value == 0))
+			index_set(cslot, ck, id, 0);
+	}
+	return id;
+}
+
+uint32_t hs_lock_find(struct hs_seg *s, uint64_t addr)
+{
+	struct hs_index_slot *slot = index_probe(s->lock_index, s->hdr->tables[HS_T_LOCK_INDEX].capacity, addr);
+	uint32_t id;
+	if (!slot || __atomic_load_n(&slot->key, __ATOMIC_ACQUIRE) != addr)
+		return 0;
+	id = __atomic_load_n(&slot->value, __ATOMIC_ACQUIRE);
+	return __atomic_load_n(&slot->key, __ATOMIC_ACQUIRE) == addr ? id : 0;
+}
+
+void hs_lock_forget(struct hs_seg *s, uint64_t addr)
+{
+	/* pthread_*_init of a fresh lock: nothing to forget, no graph lock */
+	if (!page_seen(addr) || !hs_lock_find(s, addr))
+		return;
 	graph_lock(s);
-	slot = index_probe(s->lock_index, icap, addr);
-	if (slot && slot->key == addr && (id = slot->value) != 0) {
-		__atomic_or_fetch(&s->locks[id].flags, HS_LOCKF_DEAD, __ATOMIC_RELAXED);
-		slot->aux = s->locks[id].gen;
-		/* the next acquisition at addr makes generation aux + 1 */
-		__atomic_store_n(&slot->value, 0, __ATOMIC_RELEASE);
+	forget_locked(s, addr);
+	graph_unlock(s);
+}
+
+void hs_lock_forget_range(struct hs_seg *s, uint64_t lo, uint64_t hi)
+{
+	int seen = 0;
+	if (hi <= lo)
+		return;
+	/* the pages of [lo, hi), at most 256 of them looked at; beyond, assume seen */
+	if (hi - lo > 256ull << 12)
+		seen = 1;
+	for (uint64_t pg = lo & ~4095ull; !seen && pg < hi; pg += 4096)
+		seen = page_seen(pg);
+	if (!seen)
+		return;
+	if (hi - lo <= 4096) {
+		/* a lock is 8-byte aligned: look each candidate up, lock-free first */
+		for (uint64_t a = (lo + 7) & ~7ull; a < hi; a += 8)
+			if (hs_lock_find(s, a)) {
+				graph_lock(s);
+				forget_locked(s, a);
+				graph_unlock(s);
+			}
+		return;
+	}
+	graph_lock(s);
+	for (uint32_t id = 1, n = s->hdr->tables[HS_T_LOCKS].count; id < n; id++) {
+		const struct hs_lock *l = &s->locks[id];
+		if (l->addr >= lo && l->addr < hi && !(l->flags & HS_LOCKF_DEAD))
+			forget_locked(s, l->addr);
 	}
 	graph_unlock(s);
 }
@@ -161,30 +306,61 @@ struct dfs_frame {
 };
 
 /*
- * Search a path from the new edge's target back to its source along which
- * every wait can block.  On success the cycle's edges, starting with the new
- * edge, are written to cycle[] and their number is returned; 0 otherwise.
- * Depth-first, bounded by HS_CYCLE_MAX, each (lock, recursive-read-or-not)
- * state visited once per search.  Graph lock held.
+ * The search's memory, writer-private and used under the graph lock only
+ * (never on a thread's stack: a cycle may be thousands of locks long).  A
+ * search deeper than HS_DFS_MAX locks is cut and counted in
+ * tables[HS_T_CYCLE_EDGES].dropped, which the dumper reports as a limit.
  */
-static unsigned find_cycle(struct hs_seg *s, uint32_t new_edge, uint32_t cycle[HS_CYCLE_MAX])
+#define HS_DFS_MAX 8192u
+#define ONPATH_MAX 65536u
+static struct dfs_frame dfs[HS_DFS_MAX];
+static uint32_t cycle_buf[HS_DFS_MAX], locks_buf[HS_DFS_MAX], other_buf[HS_DFS_MAX];
+static uint8_t onpath[ONPATH_MAX];   /* lock id -> on the current path (ids beyond: a scan) */
+
+static int on_path(uint32_t node, unsigned depth)
+{
+	if (node < ONPATH_MAX)
+		return onpath[node];
+	for (unsigned i = 0; i < depth; i++)
+		if (dfs[i].node == node)
+			return 1;
+	return 0;
+}
+
+static void path_mark(uint32_t node, uint8_t v)
+{
+	if (node < ONPATH_MAX)
+		onpath[node] = v;
+}
+
+/*
+ * Search a path from the new edge's target back to its source along which
+ * every wait can block, passing through each lock at most once.  On success
+ * the cycle's edges, starting with the new edge, are written to cycle_buf and
+ * their number is returned; 0 otherwise.  Depth-first, each (lock,
+ * recursive-read-or-not) state visited once per search, any length up to
+ * HS_DFS_MAX.  Graph lock held.
+ */
+static unsigned find_cycle(struct hs_seg *s, uint32_t new_edge)
 {
 	const struct hs_edge *ne = &s->edges[new_edge];
-	struct dfs_frame fr[HS_CYCLE_MAX];
-	unsigned depth = 0;
+	unsigned depth = 0, found = 0;
 	uint32_t stamp = ++s->visit_stamp;
 
 	if (stamp == 0) {
 		memset(s->visit, 0, (size_t)s->hdr->tables[HS_T_LOCKS].capacity * 2 * sizeof(uint32_t));
 		stamp = s->visit_stamp = 1;
 	}
-	fr[depth++] = (struct dfs_frame){ne->to, ne->to_mode, s->locks[ne->to].first_out, new_edge};
+	dfs[depth++] = (struct dfs_frame){ne->to, ne->to_mode, s->locks[ne->to].first_out, new_edge};
+	path_mark(ne->to, 1);
+	path_mark(ne->from, 1);
 	while (depth > 0) {
-		struct dfs_frame *top = &fr[depth - 1];
+		struct dfs_frame *top = &dfs[depth - 1];
 		uint32_t e = top->next;
 		const struct hs_edge *ed;
 		unsigned rr;
 		if (e == 0) {
+			path_mark(top->node, 0);
 			depth--;
 			continue;
 		}
@@ -196,34 +372,67 @@ static unsigned find_cycle(struct hs_seg *s, uint32_t new_edge, uint32_t cycle[H
 			if (!can_block(ed->to_mode, ne->from_mode))
 				continue;
 			for (unsigned i = 0; i < depth; i++)
-				cycle[i] = fr[i].via;
-			cycle[depth] = e;
-			return depth + 1;
+				cycle_buf[i] = dfs[i].via;
+			cycle_buf[depth] = e;
+			found = depth + 1;
+			break;
 		}
 		rr = ed->to_mode == HS_MODE_READ_RECURSIVE;
-		if (s->visit[2 * ed->to + rr] == stamp || depth + 1 >= HS_CYCLE_MAX)
+		if (s->visit[2 * ed->to + rr] == stamp || on_path(ed->to, depth))
 			continue;
+		if (depth + 1 >= HS_DFS_MAX) {
+			__atomic_add_fetch(&s->hdr->tables[HS_T_CYCLE_EDGES].dropped, 1, __ATOMIC_RELAXED);
+			continue;
+		}
 		s->visit[2 * ed->to + rr] = stamp;
-		fr[depth++] = (struct dfs_frame){ed->to, ed->to_mode, s->locks[ed->to].first_out, e};
+		dfs[depth++] = (struct dfs_frame){ed->to, ed->to_mode, s->locks[ed->to].first_out, e};
+		path_mark(ed->to, 1);
 	}
-	return 0;
+	/* leave onpath[] all clear for the next search */
+	for (unsigned i = 0; i < depth; i++)
+		path_mark(dfs[i].node, 0);
+	path_mark(ne->from, 0);
+	return found;
 }
 
-static int cmp_u32(const void *a, const void *b)
+static void sift_down(uint32_t *v, unsigned r, unsigned n)
 {
-	uint32_t x = *(const uint32_t *)a, y = *(const uint32_t *)b;
-	return x < y ? -1 : x > y;
+	for (unsigned c; (c = 2 * r + 1) < n; r = c) {
+		uint32_t t;
+		if (c + 1 < n && v[c + 1] > v[c])
+			c++;
+		if (v[r] >= v[c])
+			return;
+		t = v[r];
+		v[r] = v[c];
+		v[c] = t;
+	}
 }
 
 static void sort_u32(uint32_t *v, unsigned n)
 {
-	/* insertion sort: n <= HS_CYCLE_MAX, and qsort is not async-signal-safe */
-	for (unsigned i = 1; i < n; i++)
-		for (unsigned j = i; j > 0 && cmp_u32(&v[j - 1], &v[j]) > 0; j--) {
-			uint32_t t = v[j];
-			v[j] = v[j - 1];
-			v[j - 1] = t;
-		}
+	/* heap sort: n may be thousands, and qsort is not async-signal-safe */
+	for (unsigned k = n / 2; k > 0; k--)
+		sift_down(v, k - 1, n);
+	for (unsigned end = n; end > 1; end--) {
+		uint32_t t = v[0];
+		v[0] = v[end - 1];
+		v[end - 1] = t;
+		sift_down(v, 0, end - 1);
+	}
+}
+
+static uint64_t *cycle_edges(struct hs_seg *s)
+{
+	return (uint64_t *)((char *)s->hdr + s->hdr->tables[HS_T_CYCLE_EDGES].offset);
+}
+
+/* Edge i of finding f's cycle. */
+static uint32_t finding_edge(struct hs_seg *s, const struct hs_finding *f, unsigned i)
+{
+	if (f->n <= HS_CYCLE_MAX)
+		return f->edges[i];
+	return (uint32_t)cycle_edges(s)[f->offset + i];
 }
 
 /* The sorted lock ids of a cycle: its identity for "reported once". */
@@ -243,15 +452,50 @@ static struct hs_finding *same_cycle(struct hs_seg *s, const uint32_t *locks, un
 		count = tab->capacity;
 	for (uint32_t i = 0; i < count; i++) {
 		struct hs_finding *f = &s->findings[i];
-		uint32_t other[HS_CYCLE_MAX];
 		if (!__atomic_load_n(&f->ready, __ATOMIC_ACQUIRE) || f->kind != HS_FIND_POTENTIAL_DEADLOCK ||
 		    f->n != n)
 			continue;
-		cycle_locks(s, f->edges, n, other);
-		if (memcmp(other, locks, n * sizeof *locks) == 0)
+		for (unsigned k = 0; k < n; k++)
+			other_buf[k] = s->edges[finding_edge(s, f, k)].from;
+		sort_u32(other_buf, n);
+		if (memcmp(other_buf, locks, n * sizeof *locks) == 0)
 			return f;
 	}
 	return NULL;
+}
+
+/*
+ * The rule for a cycle through the GIL.  The GIL is taken and dropped all
+ * the time by every Python thread, so GIL -> L and L -> GIL from one thread
+ * on a lock no other thread uses (sqlite3's connection mutex taken by
+ * create_function with the GIL held, then by sqlite3_step running a Python
+ * callback) is no deadlock: it needs a second thread that can hold L.  So a
+ * cycle through the GIL is a potential deadlock only when (1) every native
+ * lock in it was acquired by two different threads (this instance: its
+ * HS_LOCKF_SHARED, or its last holder is not the thread adding the edge
+ * now), and (2) its edges were not all made by one thread.  Cycles without
+ * the GIL keep lockdep's rule (one thread's two orders are enough).
+ */
+static int gil_cycle_can_deadlock(struct hs_seg *s, unsigned n, int32_t tid)
+{
+	int gil = 0, one_thread = 1;
+	for (unsigned i = 0; i < n; i++) {
+		const struct hs_edge *e = &s->edges[cycle_buf[i]];
+		gil |= s->locks[e->from].kind == HS_LOCK_GIL;
+		one_thread &= e->tid == tid;
+	}
+	if (!gil)
+		return 1;
+	if (one_thread)
+		return 0;
+	for (unsigned i = 0; i < n; i++) {
+		const struct hs_lock *l = &s->locks[s->edges[cycle_buf[i]].from];
+		int32_t last = __atomic_load_n(&l->last_tid, __ATOMIC_RELAXED);
+		if (l->kind != HS_LOCK_GIL && !(__atomic_load_n(&l->flags, __ATOMIC_RELAXED) & HS_LOCKF_SHARED) &&
+		    !(last && last != tid))
+			return 0;
+	}
+	return 1;
 }
 
 uint32_t hs_graph_add(struct hs_seg *s, uint32_t from, unsigned from_mode, uint32_t from_stack, uint32_t to,
@@ -261,7 +505,7 @@ uint32_t hs_graph_add(struct hs_seg *s, uint32_t from, unsigned from_mode, uint3
 	uint64_t key = hs_edge_key(from, to, from_mode, to_mode);
 	struct hs_table *tab = &s->hdr->tables[HS_T_EDGES];
 	struct hs_index_slot *slot;
-	uint32_t id, cycle[HS_CYCLE_MAX];
+	uint32_t id;
 	unsigned n;
 	struct hs_edge *e;
 
@@ -304,12 +548,13 @@ uint32_t hs_graph_add(struct hs_seg *s, uint32_t from, unsigned from_mode, uint3
 	__atomic_store_n(&slot->key, key, __ATOMIC_RELEASE);
 	*created = 1;
 
-	n = find_cycle(s, id, cycle);
+	n = find_cycle(s, id);
+	if (n && !gil_cycle_can_deadlock(s, n, tid))
+		n = 0; /* the edges stay; the cycle is not a deadlock (yet) */
 	if (n) {
-		uint32_t locks[HS_CYCLE_MAX];
 		struct hs_finding *old;
-		cycle_locks(s, cycle, n, locks);
-		old = same_cycle(s, locks, n);
+		cycle_locks(s, cycle_buf, n, locks_buf);
+		old = same_cycle(s, locks_buf, n);
 		if (old) {
 			__atomic_add_fetch(&old->count, 1, __ATOMIC_RELAXED);
 		} else {
@@ -320,9 +565,22 @@ uint32_t hs_graph_add(struct hs_seg *s, uint32_t from, unsigned from_mode, uint3
 			f.tid = tid;
 			f.ts_ns = now;
 			f.stack = to_stack;
-			memcpy(f.edges, cycle, n * sizeof *cycle);
+			memcpy(f.edges, cycle_buf, (n < HS_CYCLE_MAX ? n : HS_CYCLE_MAX) * sizeof *cycle_buf);
+			if (n > HS_CYCLE_MAX) {
+				/* the whole cycle goes to the cycle-edge table, the finding points into it */
+				struct hs_table *ct = &s->hdr->tables[HS_T_CYCLE_EDGES];
+				if (n > 0xffff || ct->count + n > ct->capacity) {
+					__atomic_add_fetch(&ct->dropped, 1, __ATOMIC_RELAXED);
+					graph_unlock(s);
+					return id;
+				}
+				f.offset = ct->count;
+				for (unsigned i = 0; i < n; i++)
+					cycle_edges(s)[ct->count + i] = cycle_buf[i];
+				__atomic_store_n(&ct->count, ct->count + n, __ATOMIC_RELEASE);
+			}
 			for (unsigned i = 0; i < n; i++)
-				__atomic_or_fetch(&s->edges[cycle[i]].flags, HS_EDGE_IN_CYCLE, __ATOMIC_RELAXED);
+				__atomic_or_fetch(&s->edges[cycle_buf[i]].flags, HS_EDGE_IN_CYCLE, __ATOMIC_RELAXED);
 			*finding_out = hs_finding_add(s, &f);
 		}
 	}

@@ -13,6 +13,7 @@
  * the original and records only what actually happened (STYLE.md habit 4).
  */
 #include <errno.h>
+#include <malloc.h>
 #include <pthread.h>
 #include <string.h>
 
@@ -20,11 +21,46 @@
 #include "shim.h"
 
 #define RET_ADDR() ((uint64_t)(uintptr_t)__builtin_extract_return_addr(__builtin_return_address(0)))
+/* The hook's CFA = its caller's stack pointer at the return address (the shim
+ * keeps frame pointers; hs_stack_call checks that RET_ADDR sits at CFA - 8). */
+#define CALLER_SP() ((uint64_t)(uintptr_t)__builtin_frame_address(0) + 16)
+
+/*
+ * This thread's chain of return addresses for each held entry (same index
+ * as held[], checked by address), kept raw and interned only when an edge,
+ * a self-deadlock or a wait needs the exact stack (hs_chain).  held[].stack
+ * is the call site's cached stack until then, the exact one after.
+ */
+struct held_chain {
+	uint64_t addr;
+	uint32_t depth;         /* 0: none kept */
+	uint16_t exact;         /* 1: held[].stack is already this chain, interned */
+	uint16_t python;        /* pc[] has Python frames (HS_PC_PYTHON) */
+	uint64_t pc[HS_CHAIN_MAX];
+};
+#define HELD_CHAINS 8 /* the innermost 8 held entries keep a chain; deeper ones the site's stack */
+static __thread struct held_chain held_chains[HELD_CHAINS];
+static __thread struct held_chain pending; /* the acquisition in progress */
+
+/*
+ * The time of an uncontended acquisition or a release: CLOCK_MONOTONIC_COARSE
+ * (the last tick, read from the vDSO without the clock source: 4 ms
+ * resolution at HZ=250, never ahead of CLOCK_MONOTONIC).  A precise read
+ * costs 20-60 ns under a paravirtual clock (kvm-clock), more than the rest of
+ * the hook; a wait re-reads the precise clock where it begins and ends.
+ */
+static inline uint64_t lock_now(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_MONOTONIC_COARSE, &ts);
+	return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
 
 /* One acquisition in progress. */
 struct acq {
 	uint64_t addr;
 	uint64_t site;          /* return address into the caller of the hook */
+	uint64_t cfa;           /* the caller's stack pointer at site */
 	uint64_t t0;            /* when the hook was entered */
 	uint32_t id;            /* lock id, 0 = untracked */
 	uint32_t stack;         /* the call site's stack */
@@ -36,6 +72,50 @@ struct acq {
 	int holds_gil;          /* the thread holds CPython's GIL */
 	int waited;             /* it had to block */
 };
+
+/*
+ * Releases by a thread that did not hold the lock (a mutex handed over, a
+ * lock unlocked by its waker): counted per lock id (modulo RELGEN_SLOTS,
+ * process-private).  A held entry keeps the count it was taken at in flags
+ * bits 16..31; when the count moved, another thread released it and the
+ * entry is dropped the next time its thread looks (held_purge).  The
+ * holder's slot is never written by another thread.
+ */
+#define RELGEN_SLOTS 65536u
+static uint16_t relgen[RELGEN_SLOTS];
+
+static inline uint32_t relgen_of(uint32_t id)
+{
+	return __atomic_load_n(&relgen[id & (RELGEN_SLOTS - 1)], __ATOMIC_RELAXED);
+}
+
+static void held_remove(struct hs_thread *th, int i);
+
+/* Drop the held entries another thread released since (see relgen). */
+static inline void held_purge(struct hs_thread *th)
+{
+	uint32_t n = th->held_count < HS_HELD_MAX ? th->held_count : HS_HELD_MAX;
+	for (int i = (int)n - 1; i >= 0; i--)
+		if (HS_UNLIKELY((th->held[i].flags >> HS_HELDF_RELGEN_SHIFT) != relgen_of(th->held[i].lock)))
+			held_remove(th, i);
+}
+
+/* The exact stack of held entry i, interned now if it was not yet. */
+static uint32_t held_stack(struct hs_thread *th, int i)
+{
+	struct held_chain *c = &held_chains[i < HELD_CHAINS ? i : 0];
+	uint32_t id;
+	if (i >= HELD_CHAINS || c->addr != th->held[i].addr || c->depth == 0 || c->exact)
+		return th->held[i].stack;
+	id = hs_chain_intern(c->pc, c->depth, c->python);
+	if (id) {
+		hs_lockstate_begin(th);
+		th->held[i].stack = id;
+		hs_lockstate_end(th);
+		c->exact = 1;
+	}
+	return th->held[i].stack;
+}
 
 static int held_index(const struct hs_thread *th, uint64_t addr)
 {
@@ -68,7 +148,7 @@ static void self_deadlock(struct hs_tls *t, struct acq *a, const struct hs_held 
 	f.tid = t->tid;
 	f.ts_ns = a->t0;
 	f.stack = hs_stack_here();
-	f.stack2 = h->stack;
+	f.stack2 = held_stack(t->slot, (int)(h - t->slot->held));
 	f.lock = a->id;
 	f.addr = a->addr;
 	idx = hs_finding_add(&hs_seg, &f);
@@ -102,7 +182,16 @@ static void acq_before(struct hs_tls *t, struct acq *a, unsigned flags)
 	uint32_t n;
 	int h;
 
-	a->t0 = hs_now();
+	a->t0 = lock_now();
+	/* this call's chain, kept raw; the site's cached stack stands for it until needed */
+	pending.addr = a->addr;
+	pending.exact = 0;
+	pending.depth = hs_chain(a->site, a->cfa, pending.pc);
+	{
+		int python;
+		pending.depth = hs_chain_python(pending.pc, pending.depth, &python);
+		pending.python = (uint16_t)python;
+	}
 	a->stack = hs_stack_site(a->site);
 	a->id = hs_lock_id(&hs_seg, a->addr, a->kind, flags, a->stack, t->tid, a->t0);
 	if (!a->id)
@@ -112,6 +201,7 @@ static void acq_before(struct hs_tls *t, struct acq *a, unsigned flags)
 		hs_seg.locks[a->id].flags = (uint16_t)flags;
 		__atomic_store_n(&hs_seg.locks[a->id].kind, a->kind, __ATOMIC_RELEASE);
 	}
+	held_purge(th);
 	h = held_index(th, a->addr);
 	if (h >= 0) {
 		const struct hs_held *he = &th->held[h];
@@ -137,9 +227,14 @@ static void acq_before(struct hs_tls *t, struct acq *a, unsigned flags)
 		const struct hs_held *he = &th->held[i];
 		int created;
 		uint32_t finding, e;
+		uint32_t from_stack;
 		if (he->lock == a->id || he->lock == 0)
 			continue;
-		e = hs_graph_add(&hs_seg, he->lock, he->mode, he->stack, a->id, a->acq_mode, 0, hs_stack_here,
+		/* a new edge gets the held lock's exact stack */
+		from_stack = hs_edge_find(&hs_seg, hs_edge_key(he->lock, a->id, he->mode, a->acq_mode))
+				     ? he->stack
+				     : held_stack(th, (int)i);
+		e = hs_graph_add(&hs_seg, he->lock, he->mode, from_stack, a->id, a->acq_mode, 0, hs_stack_here,
 				 t->tid, a->t0, &created, &finding);
 		if (created)
 			hs_rec(t, a->t0, HS_REC_NEW_EDGE, hs_seg.edges[e].to_stack, e, he->lock, a->id);
@@ -171,14 +266,25 @@ static void wait_end(struct hs_tls *t)
 	hs_lockstate_end(th);
 }
 
-static void held_push(struct hs_thread *th, const struct hs_held *h)
+/* Push h; chain (may be NULL) is this acquisition's raw chain. */
+static void held_push(struct hs_thread *th, const struct hs_held *h, const struct held_chain *chain)
 {
+	uint32_t n = th->held_count;
 	hs_lockstate_begin(th);
 	if (th->held_count < HS_HELD_MAX)
 		th->held[th->held_count++] = *h;
 	else
 		th->held_overflow++;
 	hs_lockstate_end(th);
+	if (n < HELD_CHAINS) {
+		struct held_chain *c = &held_chains[n];
+		c->addr = h->addr;
+		c->depth = chain && chain->addr == h->addr ? chain->depth : 0;
+		c->exact = chain ? chain->exact : 0;
+		c->python = chain ? chain->python : 0;
+		if (c->depth)
+			memcpy(c->pc, chain->pc, c->depth * sizeof c->pc[0]);
+	}
 }
 
 /* Remove held entry i (whole, recursion included). */
@@ -188,6 +294,11 @@ static void held_remove(struct hs_thread *th, int i)
 	memmove(&th->held[i], &th->held[i + 1], (th->held_count - (uint32_t)i - 1) * sizeof th->held[0]);
 	th->held_count--;
 	hs_lockstate_end(th);
+	for (uint32_t k = (uint32_t)i; k < th->held_count && k + 1 < HELD_CHAINS; k++) {
+		struct held_chain *c = &held_chains[k], *d = &held_chains[k + 1];
+		c->addr = d->addr, c->depth = d->depth, c->exact = d->exact, c->python = d->python;
+		memcpy(c->pc, d->pc, d->depth * sizeof c->pc[0]);
+	}
 }
 
 /* After the real call: rc is its result. */
@@ -198,6 +309,14 @@ static void acq_after(struct hs_tls *t, struct acq *a, int rc)
 	uint64_t now = a->waited ? hs_now() : a->t0;
 	if (rc == 0 || rc == EOWNERDEAD) {
 		uint64_t waited = a->waited ? now - a->t0 : 0;
+		struct hs_lock *l = &hs_seg.locks[a->id];
+		int32_t last = __atomic_load_n(&l->last_tid, __ATOMIC_RELAXED);
+		if (HS_UNLIKELY(last != t->tid)) {
+			/* a second thread: the instance is shared (the GIL rule, lockgraph.c) */
+			if (last && !(__atomic_load_n(&l->flags, __ATOMIC_RELAXED) & HS_LOCKF_SHARED))
+				__atomic_or_fetch(&l->flags, HS_LOCKF_SHARED, __ATOMIC_RELAXED);
+			__atomic_store_n(&l->last_tid, t->tid, __ATOMIC_RELAXED);
+		}
 		if (a->reentry && (uint32_t)a->reentry <= th->held_count) {
 			hs_lockstate_begin(th);
 			th->held[a->reentry - 1].recursion++;
@@ -208,9 +327,10 @@ static void acq_after(struct hs_tls *t, struct acq *a, int rc)
 					    .mode = a->hold_mode,
 					    .trylock = a->trylock,
 					    .stack = a->stack,
-					    .flags = a->holds_gil ? HS_HELDF_GIL : 0,
+					    .flags = (a->holds_gil ? HS_HELDF_GIL : 0) |
+						     relgen_of(a->id) << HS_HELDF_RELGEN_SHIFT,
 					    .since_ns = now};
-			held_push(th, &h);
+			held_push(th, &h, &pending);
 		}
 		if (waited > 0xffffffffffffull)
 			waited = 0xffffffffffffull;
@@ -226,14 +346,16 @@ static void acq_after(struct hs_tls *t, struct acq *a, int rc)
 static void release(struct hs_tls *t, uint64_t addr)
 {
 	struct hs_thread *th = t->slot;
-	int i = held_index(th, addr);
+	int i;
+	held_purge(th);
+	i = held_index(th, addr);
 	uint32_t id = 0;
 	if (i >= 0) {
 		id = th->held[i].lock;
 		if (!(th->held[i].flags & HS_HELDF_GIL) && __atomic_load_n(&hs_py_present, __ATOMIC_RELAXED) &&
 		    hs_py_holds_gil()) {
 			/* taken without the GIL, released with it: the GIL was taken while holding it */
-			gil_edge(t, id, th->held[i].mode, th->held[i].stack, hs_py_gil_lock(), HS_MODE_WRITE, 0,
+			gil_edge(t, id, th->held[i].mode, held_stack(th, i), hs_py_gil_lock(), HS_MODE_WRITE, 0,
 				 hs_now());
 			th->held[i].flags |= HS_HELDF_GIL;
 		}
@@ -244,14 +366,45 @@ static void release(struct hs_tls *t, uint64_t addr)
 		} else {
 			held_remove(th, i);
 		}
+	} else if ((id = hs_lock_find(&hs_seg, addr)) != 0) {
+		/* not ours: released for its holder, whose entry is dropped when it next looks */
+		__atomic_add_fetch(&relgen[id & (RELGEN_SLOTS - 1)], 1, __ATOMIC_RELAXED);
 	}
-	hs_rec(t, hs_now(), HS_REC_LOCK_RELEASED, 0, addr, id, 0);
+	hs_rec(t, lock_now(), HS_REC_LOCK_RELEASED, 0, addr, id, 0);
+}
+
+/* The lock at addr is gone (destroyed, initialised again): this thread no
+ * longer holds it, and the next lock there is a new one. */
+static void gone(struct hs_thread *th, uint64_t addr)
+{
+	int i;
+	while ((i = held_index(th, addr)) >= 0)
+		held_remove(th, i);
+	hs_lock_forget(&hs_seg, addr);
 }
 
 static void destroyed(struct hs_tls *t, uint64_t addr)
 {
-	hs_lock_forget(&hs_seg, addr);
-	hs_rec(t, hs_now(), HS_REC_LOCK_DESTROYED, 0, addr, 0, 0);
+	gone(t->slot, addr);
+	hs_rec(t, lock_now(), HS_REC_LOCK_DESTROYED, 0, addr, 0, 0);
+}
+
+void hs_locks_on_free(void *p, size_t size)
+{
+	struct hs_thread *th = hs_tls.slot;
+	uint64_t lo = (uint64_t)(uintptr_t)p, hi;
+	uint32_t n;
+	if (!p || !__atomic_load_n(&hs_recording, __ATOMIC_ACQUIRE) || !th || hs_tls.dead ||
+	    hs_tls.seg_gen != __atomic_load_n(&hs_seg_gen, __ATOMIC_ACQUIRE))
+		return;
+	if (!size)
+		size = malloc_usable_size(p);
+	hi = lo + size;
+	n = th->held_count < HS_HELD_MAX ? th->held_count : HS_HELD_MAX;
+	for (int i = (int)n - 1; i >= 0; i--)
+		if (th->held[i].addr >= lo && th->held[i].addr < hi)
+			held_remove(th, i);
+	hs_lock_forget_range(&hs_seg, lo, hi);
 }
 
 /*
@@ -268,6 +421,7 @@ static void destroyed(struct hs_tls *t, uint64_t addr)
 		memset(&a, 0, sizeof a);                                                         \
 		a.addr = (uint64_t)(uintptr_t)lock;                                              \
 		a.site = site;                                                                   \
+		a.cfa = cfa;                                                                     \
 		a.kind = kind_;                                                                  \
 		a.acq_mode = acq_mode_;                                                          \
 		a.hold_mode = hold_mode_;                                                        \
@@ -276,6 +430,12 @@ static void destroyed(struct hs_tls *t, uint64_t addr)
 		rc = (TRY);                                                                      \
 		if (!is_try && rc == EBUSY) {                                                    \
 			a.waited = 1;                                                            \
+			a.t0 = hs_now(); /* the wait begins: the precise clock */                \
+			/* it blocks: the wait gets this call's whole stack, Python frames too */ \
+			if ((a.stack = hs_stack_here()) != 0)                                    \
+				pending.exact = 1; /* the held entry keeps it */                 \
+			else                                                                     \
+				a.stack = hs_stack_site(site);                                   \
 			wait_begin(t, &a, HS_WAIT_LOCK, a.addr);                                 \
 			rc = (BLOCK);                                                            \
 			wait_end(t);                                                             \
@@ -314,27 +474,27 @@ static void destroyed(struct hs_tls *t, uint64_t addr)
 
 HS_EXPORT int pthread_mutex_lock(pthread_mutex_t *lock)
 {
-	uint64_t site = RET_ADDR();
+	uint64_t site = RET_ADDR(), cfa = CALLER_SP();
 	ACQUIRE(HS_LOCK_MUTEX, HS_MODE_WRITE, HS_MODE_WRITE, hs_mutex_flags(lock), 0, MUTEX_TRY,
 		HS_REAL(pthread_mutex_lock)(lock));
 }
 
 HS_EXPORT int pthread_mutex_trylock(pthread_mutex_t *lock)
 {
-	uint64_t site = RET_ADDR();
+	uint64_t site = RET_ADDR(), cfa = CALLER_SP();
 	ACQUIRE(HS_LOCK_MUTEX, HS_MODE_WRITE, HS_MODE_WRITE, hs_mutex_flags(lock), 1, MUTEX_TRY, 0);
 }
 
 HS_EXPORT int pthread_mutex_timedlock(pthread_mutex_t *lock, const struct timespec *abstime)
 {
-	uint64_t site = RET_ADDR();
+	uint64_t site = RET_ADDR(), cfa = CALLER_SP();
 	ACQUIRE(HS_LOCK_MUTEX, HS_MODE_WRITE, HS_MODE_WRITE, hs_mutex_flags(lock), 0, MUTEX_TRY,
 		HS_REAL(pthread_mutex_timedlock)(lock, abstime));
 }
 
 HS_EXPORT int pthread_mutex_clocklock(pthread_mutex_t *lock, clockid_t clock, const struct timespec *abstime)
 {
-	uint64_t site = RET_ADDR();
+	uint64_t site = RET_ADDR(), cfa = CALLER_SP();
 	ACQUIRE(HS_LOCK_MUTEX, HS_MODE_WRITE, HS_MODE_WRITE, hs_mutex_flags(lock), 0, MUTEX_TRY,
 		HS_REAL(pthread_mutex_clocklock)(lock, clock, abstime));
 }
@@ -347,6 +507,22 @@ HS_EXPORT int pthread_mutex_unlock(pthread_mutex_t *lock)
 HS_EXPORT int pthread_mutex_destroy(pthread_mutex_t *lock)
 {
 	DESTROY(HS_REAL(pthread_mutex_destroy)(lock));
+}
+
+/* Initialising a lock (again) ends the old one: held state and identity. */
+#define INIT(REAL)                                                                               \
+	do {                                                                                     \
+		struct hs_tls *t = hs_enter();                                                   \
+		if (t) {                                                                         \
+			gone(t->slot, (uint64_t)(uintptr_t)lock);                                \
+			hs_leave(t);                                                             \
+		}                                                                                \
+		return (REAL);                                                                   \
+	} while (0)
+
+HS_EXPORT int pthread_mutex_init(pthread_mutex_t *lock, const pthread_mutexattr_t *attr)
+{
+	INIT(HS_REAL(pthread_mutex_init)(lock, attr));
 }
 
 /* ---- rwlocks ---------------------------------------------------------------- */
@@ -362,35 +538,35 @@ static inline unsigned read_mode(unsigned flags)
 
 HS_EXPORT int pthread_rwlock_rdlock(pthread_rwlock_t *lock)
 {
-	uint64_t site = RET_ADDR();
+	uint64_t site = RET_ADDR(), cfa = CALLER_SP();
 	unsigned f = hs_rwlock_flags(lock);
 	ACQUIRE(HS_LOCK_RWLOCK, read_mode(f), HS_MODE_READ, f, 0, RD_TRY, HS_REAL(pthread_rwlock_rdlock)(lock));
 }
 
 HS_EXPORT int pthread_rwlock_wrlock(pthread_rwlock_t *lock)
 {
-	uint64_t site = RET_ADDR();
+	uint64_t site = RET_ADDR(), cfa = CALLER_SP();
 	unsigned f = hs_rwlock_flags(lock);
 	ACQUIRE(HS_LOCK_RWLOCK, HS_MODE_WRITE, HS_MODE_WRITE, f, 0, WR_TRY, HS_REAL(pthread_rwlock_wrlock)(lock));
 }
 
 HS_EXPORT int pthread_rwlock_tryrdlock(pthread_rwlock_t *lock)
 {
-	uint64_t site = RET_ADDR();
+	uint64_t site = RET_ADDR(), cfa = CALLER_SP();
 	unsigned f = hs_rwlock_flags(lock);
 	ACQUIRE(HS_LOCK_RWLOCK, read_mode(f), HS_MODE_READ, f, 1, RD_TRY, 0);
 }
 
 HS_EXPORT int pthread_rwlock_trywrlock(pthread_rwlock_t *lock)
 {
-	uint64_t site = RET_ADDR();
+	uint64_t site = RET_ADDR(), cfa = CALLER_SP();
 	unsigned f = hs_rwlock_flags(lock);
 	ACQUIRE(HS_LOCK_RWLOCK, HS_MODE_WRITE, HS_MODE_WRITE, f, 1, WR_TRY, 0);
 }
 
 HS_EXPORT int pthread_rwlock_timedrdlock(pthread_rwlock_t *lock, const struct timespec *abstime)
 {
-	uint64_t site = RET_ADDR();
+	uint64_t site = RET_ADDR(), cfa = CALLER_SP();
 	unsigned f = hs_rwlock_flags(lock);
 	ACQUIRE(HS_LOCK_RWLOCK, read_mode(f), HS_MODE_READ, f, 0, RD_TRY,
 		HS_REAL(pthread_rwlock_timedrdlock)(lock, abstime));
@@ -398,7 +574,7 @@ HS_EXPORT int pthread_rwlock_timedrdlock(pthread_rwlock_t *lock, const struct ti
 
 HS_EXPORT int pthread_rwlock_timedwrlock(pthread_rwlock_t *lock, const struct timespec *abstime)
 {
-	uint64_t site = RET_ADDR();
+	uint64_t site = RET_ADDR(), cfa = CALLER_SP();
 	unsigned f = hs_rwlock_flags(lock);
 	ACQUIRE(HS_LOCK_RWLOCK, HS_MODE_WRITE, HS_MODE_WRITE, f, 0, WR_TRY,
 		HS_REAL(pthread_rwlock_timedwrlock)(lock, abstime));
@@ -406,7 +582,7 @@ HS_EXPORT int pthread_rwlock_timedwrlock(pthread_rwlock_t *lock, const struct ti
 
 HS_EXPORT int pthread_rwlock_clockrdlock(pthread_rwlock_t *lock, clockid_t clock, const struct timespec *abstime)
 {
-	uint64_t site = RET_ADDR();
+	uint64_t site = RET_ADDR(), cfa = CALLER_SP();
 	unsigned f = hs_rwlock_flags(lock);
 	ACQUIRE(HS_LOCK_RWLOCK, read_mode(f), HS_MODE_READ, f, 0, RD_TRY,
 		HS_REAL(pthread_rwlock_clockrdlock)(lock, clock, abstime));
@@ -414,7 +590,7 @@ HS_EXPORT int pthread_rwlock_clockrdlock(pthread_rwlock_t *lock, clockid_t clock
 
 HS_EXPORT int pthread_rwlock_clockwrlock(pthread_rwlock_t *lock, clockid_t clock, const struct timespec *abstime)
 {
-	uint64_t site = RET_ADDR();
+	uint64_t site = RET_ADDR(), cfa = CALLER_SP();
 	unsigned f = hs_rwlock_flags(lock);
 	ACQUIRE(HS_LOCK_RWLOCK, HS_MODE_WRITE, HS_MODE_WRITE, f, 0, WR_TRY,
 		HS_REAL(pthread_rwlock_clockwrlock)(lock, clock, abstime));
@@ -430,19 +606,24 @@ HS_EXPORT int pthread_rwlock_destroy(pthread_rwlock_t *lock)
 	DESTROY(HS_REAL(pthread_rwlock_destroy)(lock));
 }
 
+HS_EXPORT int pthread_rwlock_init(pthread_rwlock_t *lock, const pthread_rwlockattr_t *attr)
+{
+	INIT(HS_REAL(pthread_rwlock_init)(lock, attr));
+}
+
 /* ---- spin locks ------------------------------------------------------------- */
 
 #define SPIN_TRY HS_REAL(pthread_spin_trylock)(lock)
 
 HS_EXPORT int pthread_spin_lock(pthread_spinlock_t *lock)
 {
-	uint64_t site = RET_ADDR();
+	uint64_t site = RET_ADDR(), cfa = CALLER_SP();
 	ACQUIRE(HS_LOCK_SPIN, HS_MODE_WRITE, HS_MODE_WRITE, 0, 0, SPIN_TRY, HS_REAL(pthread_spin_lock)(lock));
 }
 
 HS_EXPORT int pthread_spin_trylock(pthread_spinlock_t *lock)
 {
-	uint64_t site = RET_ADDR();
+	uint64_t site = RET_ADDR(), cfa = CALLER_SP();
 	ACQUIRE(HS_LOCK_SPIN, HS_MODE_WRITE, HS_MODE_WRITE, 0, 1, SPIN_TRY, 0);
 }
 
@@ -456,6 +637,11 @@ HS_EXPORT int pthread_spin_destroy(pthread_spinlock_t *lock)
 	DESTROY(HS_REAL(pthread_spin_destroy)(lock));
 }
 
+HS_EXPORT int pthread_spin_init(pthread_spinlock_t *lock, int pshared)
+{
+	INIT(HS_REAL(pthread_spin_init)(lock, pshared));
+}
+
 /* ---- condition variables ---------------------------------------------------- */
 
 /*
@@ -465,11 +651,13 @@ HS_EXPORT int pthread_spin_destroy(pthread_spinlock_t *lock)
  */
 struct cond_wait {
 	struct hs_held saved;
+	struct held_chain chain;
 	int had;
 	struct acq a;
 };
 
-static void cond_before(struct hs_tls *t, struct cond_wait *w, void *cond, void *mutex, uint64_t site)
+static void cond_before(struct hs_tls *t, struct cond_wait *w, void *cond, void *mutex, uint64_t site,
+			uint64_t cfa)
 {
 	struct hs_thread *th = t->slot;
 	int i = held_index(th, (uint64_t)(uintptr_t)mutex);
@@ -478,10 +666,12 @@ static void cond_before(struct hs_tls *t, struct cond_wait *w, void *cond, void 
 	w->a.site = site;
 	w->a.kind = HS_LOCK_MUTEX;
 	w->a.t0 = hs_now();
-	w->a.stack = hs_stack_site(site);
+	w->a.stack = hs_stack_call(site, cfa);
 	if (i >= 0) {
 		w->had = 1;
 		w->saved = th->held[i];
+		if (i < HELD_CHAINS)
+			w->chain = held_chains[i];
 		w->a.id = w->saved.lock;
 		held_remove(th, i);
 	}
@@ -510,20 +700,20 @@ static void cond_after(struct hs_tls *t, struct cond_wait *w, void *cond, int rc
 				hs_rec(t, now, HS_REC_FINDING, 0, finding - 1, 0, 0);
 		}
 		w->saved.since_ns = now;
-		held_push(th, &w->saved);
+		held_push(th, &w->saved, &w->chain);
 	}
 	hs_rec(t, now, HS_REC_COND_WOKE, 0, (uint64_t)(uintptr_t)cond, w->a.addr, (uint64_t)rc);
 }
 
 #define COND(REAL)                                                                               \
 	do {                                                                                     \
-		uint64_t site = RET_ADDR();                                                      \
+		uint64_t site = RET_ADDR(), cfa = CALLER_SP();                                                      \
 		struct hs_tls *t = hs_py_internal(mutex) ? NULL : hs_enter();                    \
 		struct cond_wait w;                                                              \
 		int rc;                                                                          \
 		if (!t)                                                                          \
 			return (REAL);                                                           \
-		cond_before(t, &w, cond, mutex, site);                                           \
+		cond_before(t, &w, cond, mutex, site, cfa);                                         \
 		rc = (REAL);                                                                     \
 		cond_after(t, &w, cond, rc);                                                     \
 		hs_leave(t);                                                                     \

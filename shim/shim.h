@@ -435,6 +435,27 @@ uint32_t hs_stack_here(void);
  * of the first call from there, captured once and cached. */
 uint32_t hs_stack_site(uint64_t site);
 
+/* This call's stack, from the return address `site` into the hook's caller
+ * and `cfa`, the caller's stack pointer at that return address (the hook's
+ * CFA).  Read through return-address distances learnt from real unwinds
+ * (stacks.c), a real unwind on any doubt; never another call's frames.
+ * Returns a stack id, 0 when the table is full. */
+uint32_t hs_stack_call(uint64_t site, uint64_t cfa);
+
+/* The same in two steps: hs_chain reads this call's native return addresses
+ * into pcs (HS_CHAIN_MAX at most; 0 when none), cheaply; hs_chain_intern
+ * interns them (a stack id, 0 when the table is full).  A hook keeps the
+ * chain and interns it only when a finding or an edge needs it, so a busy
+ * program's thousands of call paths do not fill the stack table. */
+#define HS_CHAIN_MAX 32 /* innermost native frames of a lock stack: the buffers are thread-local (static TLS comes out of every thread's stack) */
+unsigned hs_chain(uint64_t site, uint64_t cfa, uint64_t *pcs);
+uint32_t hs_chain_intern(const uint64_t *pcs, unsigned depth, int python);
+
+/* Interleave this call's Python frames into a chain read by hs_chain when it
+ * passes through CPython's evaluation loop (HS_CHAIN_MAX entries at most);
+ * *python says whether it did.  Returns the new depth. */
+unsigned hs_chain_python(uint64_t *pcs, unsigned depth, int *python);
+
 /* The first return address on the calling thread's stack that lies outside
  * libheisen.so and outside [lo, hi) (a wrapper library such as libstdc++),
  * from a short unwind (at most 16 frames); 0 when there is none. */
@@ -460,6 +481,25 @@ uint32_t hs_lock_id(struct hs_seg *s, uint64_t addr, unsigned kind, unsigned fla
 
 /* Mark the lock at addr destroyed: the next use makes a new generation. */
 void hs_lock_forget(struct hs_seg *s, uint64_t addr);
+
+/* The live lock id at addr, 0 when none; never creates one.  Lock-free. */
+uint32_t hs_lock_find(struct hs_seg *s, uint64_t addr);
+
+/* Forget every live lock whose address lies in [lo, hi): freed memory.  Cheap
+ * when no lock was ever created in those pages (a 64 Ki-bit page filter);
+ * exact for ranges up to 4 KiB, a scan of the lock table beyond. */
+void hs_lock_forget_range(struct hs_seg *s, uint64_t lo, uint64_t hi);
+
+/*
+ * The memory [p, p + size) is being freed (size 0: glibc's usable size of
+ * p, read only when needed): locks in it are gone.  Ends the calling
+ * thread's held state of those locks and forgets their identity, so that a
+ * new lock in the same memory is a new lock (Helgrind's tc04_free_lock).
+ * Called by the heap hook (heap.c) before the memory goes back; cheap when
+ * the thread holds no lock and no lock was ever in those pages.  Callable
+ * inside a hook (it takes no guard); never allocates.
+ */
+void hs_locks_on_free(void *p, size_t size);
 
 /*
  * Note that the thread `tid` acquires lock `to` in mode to_mode (blocking)

@@ -4,14 +4,16 @@
  * deduplicated stack table in the segment.
  *
  * Unwinding costs microseconds, so the hot path never unwinds.  A lock
- * acquisition is tagged with the stack of its call site, captured the first
- * time that call site is seen and cached in the site index (lockdep keys its
- * classes by site in the same spirit); the stack of a new lock-order edge is
- * captured exactly, once per edge.  Stacks are interned by hash in a
+ * acquisition reads its own chain of return addresses through distances
+ * learnt from real unwinds (hs_chain, below), kept raw and interned only
+ * when an edge, a self-deadlock or a wait needs it; the call site's cached
+ * stack (the site index) stands for it in the flight recorder until then.
+ * The stack of a new lock-order edge is captured exactly, once per edge.  Stacks are interned by hash in a
  * lock-free open-addressed index, so a crash handler can intern too.
  */
 #define UNW_LOCAL_ONLY
 #include <libunwind.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "shim.h"
@@ -221,6 +223,199 @@ uint32_t hs_stack_site_python(uint64_t site)
 	if (!python)
 		return id;
 	return hs_stack_intern(s, pcs, depth, (st->flags & HS_STACK_TRUNCATED) | HS_STACK_SITE | HS_STACK_PYTHON);
+}
+
+/*
+ * ---- this call's stack, cheaply: return addresses through learnt offsets ----
+ *
+ * A site-cached stack is the stack of the first call from that site: through
+ * a shared wrapper (Acquire(lock) called from many functions) it names the
+ * wrong callers.  hs_stack_call() reads this call's own chain of return
+ * addresses instead, the way a frame-pointer unwinder would, but without
+ * frame pointers: for each return address pc it uses the distance
+ * off(pc) = CFA - SP of the frame that pc returns into, learnt from a real
+ * libunwind unwind (DWARF CFI) and checked there (the next return address
+ * must sit at CFA - 8).  A pc whose frame showed two different distances
+ * (alloca, variable-length arrays), a signal frame, a pc never learnt, a
+ * frame larger than 64 KiB or a CFA beyond the deepest one this thread ever
+ * unwound through all mean doubt, and doubt means a real unwind (which
+ * learns).  A pc is only ever trusted because a real unwind returned into it
+ * at a known distance, so the chain read is the chain libunwind would read.
+ */
+#define PCOFF_CAP 16384u         /* learnt return addresses (process-private) */
+#define PCOFF_PROBE 16u
+#define PCOFF_END 0u             /* the outermost frame: nothing above it */
+#define PCOFF_DOUBT 0xffffu      /* seen at two distances, or not learnable */
+#define CHAIN_MAX HS_CHAIN_MAX
+
+/* (pc << 16) | off; pc is a user-space address (< 2^47), off the CFA - SP distance. */
+static uint64_t pcoff[PCOFF_CAP];
+/* The highest CFA a real unwind of this thread reached: the fast walk never reads above it. */
+static __thread uint64_t chain_top;
+
+static int pcoff_get(uint64_t pc, unsigned *off)
+{
+	uint32_t i = (uint32_t)hs_mix64(pc) & (PCOFF_CAP - 1);
+	for (unsigned p = 0; p < PCOFF_PROBE; p++, i = (i + 1) & (PCOFF_CAP - 1)) {
+		uint64_t w = __atomic_load_n(&pcoff[i], __ATOMIC_RELAXED);
+		if (w == 0)
+			return 0;
+		if (w >> 16 == pc) {
+			*off = (unsigned)(w & 0xffff);
+			return *off != PCOFF_DOUBT;
+		}
+	}
+	return 0;
+}
+
+static void pcoff_learn(uint64_t pc, uint64_t off)
+{
+	uint32_t i = (uint32_t)hs_mix64(pc) & (PCOFF_CAP - 1);
+	uint64_t want;
+	if (pc == 0 || pc >> 47)
+		return;
+	if (off >= PCOFF_DOUBT)
+		off = PCOFF_DOUBT;
+	want = pc << 16 | off;
+	for (unsigned p = 0; p < PCOFF_PROBE; p++, i = (i + 1) & (PCOFF_CAP - 1)) {
+		uint64_t w = __atomic_load_n(&pcoff[i], __ATOMIC_RELAXED);
+		if (w == 0 && __atomic_compare_exchange_n(&pcoff[i], &w, want, 0, __ATOMIC_RELAXED, __ATOMIC_RELAXED))
+			return;
+		if (w >> 16 == pc) {
+			if ((w & 0xffff) != off)
+				__atomic_store_n(&pcoff[i], pc << 16 | PCOFF_DOUBT, __ATOMIC_RELAXED);
+			return;
+		}
+	}
+}
+
+/*
+ * The thread's last chain read and where each of its return addresses sat.
+ * A call from the same site at the same stack pointer whose return-address
+ * slots still hold the same values is the same chain (each distance is a
+ * function of its return address): compared slot by slot, no lookups.
+ * LAST_CHAINS of them per thread, by site and stack pointer.
+ */
+#define LAST_CHAINS 4u
+static __thread struct last_chain {
+	uint64_t site, cfa;
+	unsigned n;
+	uint64_t pc[CHAIN_MAX], sp[CHAIN_MAX];
+} last_chains[LAST_CHAINS];
+
+/* Read the chain of return addresses from (site, cfa): site's frame has SP = cfa.
+ * Returns the depth, 0 on any doubt. */
+static unsigned chain_read(uint64_t site, uint64_t cfa, uint64_t *pcs)
+{
+	uint64_t sp = cfa, top = chain_top;
+	unsigned n = 0, off;
+	struct last_chain *lc = &last_chains[((site >> 2) ^ (site >> 6) ^ (cfa >> 4)) & (LAST_CHAINS - 1)];
+	if (!top || *(const uint64_t *)(uintptr_t)(cfa - 8) != site)
+		return 0;
+	if (lc->site == site && lc->cfa == cfa && lc->n) {
+		unsigned i = 1;
+		while (i < lc->n && *(const uint64_t *)(uintptr_t)(lc->sp[i] - 8) == lc->pc[i])
+			i++;
+		if (i == lc->n) {
+			memcpy(pcs, lc->pc, i * sizeof *pcs);
+			return i;
+		}
+	}
+	lc->n = 0;
+	lc->sp[0] = cfa;
+	pcs[n++] = site;
+	while (n < CHAIN_MAX) {
+		if (!pcoff_get(pcs[n - 1], &off))
+			return 0;
+		if (off == PCOFF_END)
+			break;
+		sp += off;
+		if (sp > top)
+			return 0;
+		lc->sp[n] = sp;
+		pcs[n++] = *(const uint64_t *)(uintptr_t)(sp - 8);
+	}
+	memcpy(lc->pc, pcs, n * sizeof *pcs);
+	lc->site = site;
+	lc->cfa = cfa;
+	lc->n = n;
+	return n;
+}
+
+/* A real unwind from here that learns each frame's distance; the shim's frames
+ * are dropped.  Returns the depth. */
+static unsigned chain_unwind(uint64_t *pcs)
+{
+	unw_context_t uc;
+	unw_cursor_t c;
+	uint64_t ip[CHAIN_MAX + 16], sp[CHAIN_MAX + 16];
+	int sig[CHAIN_MAX + 16];
+	unsigned n = 0, skip = 0, out;
+	int r = 1;
+	if (unw_getcontext(&uc) < 0 || unw_init_local(&c, &uc) < 0)
+		return 0;
+	while (n < sizeof ip / sizeof ip[0]) {
+		unw_word_t i = 0, s = 0;
+		if (unw_get_reg(&c, UNW_REG_IP, &i) < 0 || i == 0 || unw_get_reg(&c, UNW_REG_SP, &s) < 0)
+			break;
+		ip[n] = i;
+		sp[n] = s;
+		sig[n] = unw_is_signal_frame(&c) > 0;
+		n++;
+		if ((r = unw_step(&c)) <= 0)
+			break;
+	}
+	while (skip < n && ip[skip] >= hs_self_lo && ip[skip] < hs_self_hi)
+		skip++;
+	for (unsigned k = skip; k < n; k++) {
+		if (k + 1 < n) {
+			/* the next return address must sit just below the next CFA */
+			int ok = !sig[k] && !sig[k + 1] && sp[k + 1] > sp[k] &&
+				 *(const uint64_t *)(uintptr_t)(sp[k + 1] - 8) == ip[k + 1];
+			pcoff_learn(ip[k], ok ? sp[k + 1] - sp[k] : PCOFF_DOUBT);
+		} else if (r == 0) {
+			pcoff_learn(ip[k], PCOFF_END); /* the unwinder found no caller */
+		}
+	}
+	if (n > skip && sp[n - 1] > chain_top)
+		chain_top = sp[n - 1];
+	out = n - skip < CHAIN_MAX ? n - skip : CHAIN_MAX;
+	for (unsigned k = 0; k < out; k++)
+		pcs[k] = ip[skip + k];
+	for (unsigned k = 0; k < out; k++)
+		if (!hs_module_known(pcs[k]))
+			hs_module_note_pc(pcs[k], 1);
+	return out;
+}
+
+unsigned hs_chain(uint64_t site, uint64_t cfa, uint64_t *pcs)
+{
+	unsigned depth = chain_read(site, cfa, pcs);
+	if (depth == 0)
+		depth = chain_unwind(pcs);
+	return depth < HS_CHAIN_MAX ? depth : HS_CHAIN_MAX;
+}
+
+uint32_t hs_chain_intern(const uint64_t *pcs, unsigned depth, int python)
+{
+	return depth ? hs_stack_intern(&hs_seg, pcs, depth, python ? HS_STACK_PYTHON : 0) : 0;
+}
+
+unsigned hs_chain_python(uint64_t *pcs, unsigned depth, int *python)
+{
+	*python = 0;
+	for (unsigned i = 1; i < depth; i++)
+		if (hs_py_eval_pc(pcs[i]))
+			return hs_py_interleave(&hs_seg, pcs, depth, CHAIN_MAX, python);
+	return depth;
+}
+
+uint32_t hs_stack_call(uint64_t site, uint64_t cfa)
+{
+	uint64_t pcs[CHAIN_MAX];
+	int python;
+	unsigned depth = hs_chain_python(pcs, hs_chain(site, cfa, pcs), &python);
+	return hs_chain_intern(pcs, depth, python);
 }
 
 uint64_t hs_caller_outside(uint64_t lo, uint64_t hi)

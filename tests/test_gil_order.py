@@ -51,3 +51,44 @@ def test_without_the_reverse_order_there_is_no_gil_finding(heisen, session):
         assert p.returncode == 0 and p.stdout == "ok\n", p.stderr
         report = heisen.dump_json(session / got, expect_rc=0)
         assert report["findings"] == []
+
+
+# ---- a GIL cycle needs two threads that can hold its locks -------------------
+
+from conftest import SYSTEM_PYTHON  # noqa: E402
+
+
+def sqlite_callbacks(heisen, session, mode):
+    p = heisen.preload([SYSTEM_PYTHON, heisen.src_targets / "py_sqlite_callbacks.py", mode], session,
+                       timeout=120)
+    assert p.returncode == 0, (p.returncode, p.stdout, p.stderr)
+    assert "done" in p.stdout.split()
+    return p, heisen.dump_json(session)
+
+
+@pytest.mark.parametrize("mode", ["single", "perthread"])
+def test_sqlite3_callbacks_on_unshared_connections_are_quiet(heisen, session, mode):
+    """create_function, set_trace_callback and set_progress_handler (GIL ->
+    db mutex) and the callbacks they install (db mutex -> GIL) on connections
+    no other thread uses: one thread's two orders, no deadlock, no finding."""
+    p, report = sqlite_callbacks(heisen, session, mode)
+    assert report["findings"] == [], report["findings"]
+
+
+def test_sqlite3_connection_shared_by_two_threads_is_predicted(heisen, session):
+    """check_same_thread=False: one thread runs a query whose user function
+    needs the GIL while the db mutex is held, another holds the GIL and calls
+    into the same connection.  Predicted from a run that did not hang, once,
+    through the GIL once, with two different threads."""
+    p, report = sqlite_callbacks(heisen, session, "shared")
+    pid, tid_udf = fact_int(p.stdout, "pid"), fact_int(p.stdout, "tid_udf")
+    pds = findings_of(report, "potential-deadlock")
+    assert len(pds) == 1, report["findings"]
+    f = pds[0]
+    assert f["pid"] == pid and len(f["edges"]) == 2
+    kinds = [e["from"]["kind"] for e in f["edges"]]
+    assert sorted(kinds) == ["gil", "mutex"], kinds
+    tids = [e["tid"] for e in f["edges"]]
+    assert tids[0] != tids[1] and tid_udf in tids, tids
+    (to_gil,) = [e for e in f["edges"] if e["to"]["kind"] == "gil"]
+    assert to_gil["tid"] == tid_udf

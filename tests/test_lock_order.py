@@ -10,8 +10,8 @@ HEISEN_DIR and under heisen-run (the `way` fixture).
 """
 import pytest
 
-from conftest import (all_frame_functions, edge_pairs, fact_int, facts, findings_of,
-                      frame_functions, lockname, process_of, target)
+from conftest import (SYSTEM_PYTHON, all_frame_functions, edge_pairs, fact_int, facts, findings_of,
+                      frame_functions, lockname, process_of, pyext_dir, target)
 
 
 def run_target(heisen, way, name, *args, timeout=60):
@@ -341,3 +341,132 @@ def test_relocking_a_normal_mutex_hangs_and_is_explained(heisen, session):
     assert sds[0]["tids"] == [fact_int(p.stdout, "tid")]
     assert "relock_held_mutex" in all_frame_functions(sds[0])
     assert process_of(report, fact_int(p.stdout, "pid"))["state"] == "killed"
+
+
+# ---- stacks of this call, not of the call site's first call ------------------
+
+
+def test_shared_wrapper_edges_name_the_callers_of_this_acquisition(heisen, way):
+    """ThreadSanitizer's Test16/Test17 shape: every lock is taken through one
+    non-inlined Acquire(lock), called from a different function per order.
+    Each stack of each edge is Acquire, then the function that took that
+    order, then the thread function, frame by frame."""
+    p, report = run_target(heisen, way, "wrapper_sites")
+    pid, tid_fwd, tid_rev = (fact_int(p.stdout, k) for k in ("pid", "tid_fwd", "tid_rev"))
+    pds = [f for f in findings_of(report, "potential-deadlock") if f["pid"] == pid]
+    assert len(pds) == 2, report["findings"]
+    want = {("lock_0", "lock_1"): ("Acquire_0_then_1", "thread_fwd", tid_fwd),
+            ("lock_1", "lock_0"): ("Acquire_1_then_0", "thread_rev", tid_rev),
+            ("lock_2", "lock_3"): ("Acquire_2_then_3", "thread_fwd", tid_fwd),
+            ("lock_3", "lock_2"): ("Acquire_3_then_2", "thread_rev", tid_rev)}
+    seen = set()
+    for f in pds:
+        assert len(f["edges"]) == 2
+        for e in f["edges"]:
+            key = (lockname(e["from"]), lockname(e["to"]))
+            caller, thread_fn, tid = want[key]
+            assert e["tid"] == tid
+            for st in (e["from_stack"], e["to_stack"]):
+                assert frame_functions(st)[:3] == ["Acquire", caller, thread_fn], (key, st)
+            seen.add(key)
+    assert seen == set(want)
+
+
+# ---- no silent limits: long cycles, locks that come and go, a full table ------
+
+
+@pytest.mark.parametrize("nlocks", [17, 20])
+def test_ring_of_locks_longer_than_the_inline_cycle_is_predicted_whole(heisen, way, nlocks):
+    """A ring of N workers, worker i taking ring[i] then ring[i+1]: one
+    potential deadlock with all N edges, each from its own thread."""
+    p, report = run_target(heisen, way, "long_cycle", str(nlocks))
+    f = one_potential_deadlock(report, fact_int(p.stdout, "pid"))
+    assert len(f["edges"]) == nlocks
+    assert_cycle_is_closed(f)
+    assert len({e["from"]["address"] for e in f["edges"]}) == nlocks
+    assert len(set(f["tids"])) == nlocks
+    for e in f["edges"]:
+        assert frame_functions(e["from_stack"])[:2] == ["take_pair", "worker"], e["from_stack"]
+        assert frame_functions(e["to_stack"])[:2] == ["take_pair", "worker"], e["to_stack"]
+    assert not findings_of(report, "limit")
+
+
+def test_ring_of_locks_without_the_closing_edge_is_quiet(heisen, way):
+    p, report = run_target(heisen, way, "long_cycle", "20", "chain")
+    assert report["findings"] == [], report["findings"]
+
+
+def test_abba_after_twenty_thousand_short_lived_locks_is_predicted(heisen, way):
+    """20,000 heap objects with their own mutex, each init/lock/unlock/destroy/
+    free, then a real ABBA: the churn is one lock class, the ABBA is found."""
+    p, report = run_target(heisen, way, "lock_churn", "20000")
+    pid = fact_int(p.stdout, "pid")
+    f = one_potential_deadlock(report, pid)
+    assert sorted(lockname(l) for l in f["locks"]) == ["lock_a", "lock_b"]
+    assert sorted(f["tids"]) == sorted([fact_int(p.stdout, "tid_ab"), fact_int(p.stdout, "tid_ba")])
+    assert not findings_of(report, "limit"), report["findings"]
+    assert {x["kind"] for x in report["findings"]} == {"potential-deadlock"}
+
+
+def test_full_lock_table_is_a_limit_finding_never_no_findings(heisen, way):
+    """6,000 mutexes alive at once outgrow the lock table (4,096): the report
+    says which table was full and how much was dropped, heisen-dump exits 1
+    and heisen-run does not say "no findings"."""
+    p = way.run([target(heisen, "lock_churn"), "6000", "live"], timeout=60)
+    assert p.returncode == 0, (p.returncode, p.stderr)
+    report = heisen.dump_json(way.session)
+    (lim,) = findings_of(report, "limit")
+    assert lim["pid"] == fact_int(p.stdout, "pid")
+    assert "table locks full" in lim["message"] and "dropped" in lim["message"], lim
+    text = heisen.dump(way.session)
+    assert text.returncode == 1, text.returncode
+    assert "limit reached" in text.stdout and "no findings" not in text.stdout
+    if way.name == "heisen-run":
+        assert "no findings" not in p.stderr, p.stderr
+        assert "limit reached" in p.stderr, p.stderr
+
+
+def test_abba_after_three_thousand_sqlite3_connections_is_predicted(heisen, way):
+    """A Python service opening and closing 3,000 sqlite3 connections from four
+    threads, then a native ABBA: found, and no table of the graph filled."""
+    p = way.run([SYSTEM_PYTHON, heisen.src_targets / "py_sqlite_churn.py", pyext_dir(heisen), "3000"],
+                timeout=180)
+    assert p.returncode == 0, (p.returncode, p.stdout, p.stderr)
+    assert "done" in p.stdout.split()
+    report = heisen.dump_json(way.session, expect_rc=1)
+    assert not findings_of(report, "limit"), findings_of(report, "limit")
+    pds = [f for f in findings_of(report, "potential-deadlock")
+           if {"ext_lock_a", "ext_lock_b"} <= {lockname(l) for l in f["locks"]}]
+    assert len(pds) == 1, report["findings"]
+    assert sorted(pds[0]["tids"]) == sorted([fact_int(p.stdout, "tid_ab"), fact_int(p.stdout, "tid_ba")])
+
+
+# ---- a lock that ends while held: no false finding ----------------------------
+
+
+@pytest.mark.parametrize("mode", ["reinit", "handoff"])
+def test_lock_ended_or_released_by_another_thread_is_not_held(heisen, way, mode):
+    """A mutex initialised again while locked, or unlocked by a thread that did
+    not lock it (a handoff), is no longer held: relocking it is not a
+    self-deadlock."""
+    p, report = run_target(heisen, way, "lock_reuse", mode)
+    assert report["findings"] == [], report["findings"]
+
+
+@pytest.mark.parametrize("heap", ["0", "1"])
+def test_lock_in_freed_memory_is_gone(heisen, way, heap):
+    """Helgrind's tc04_free_lock: a heap mutex freed while locked, its memory
+    handed out again as a new mutex (glibc reuses it at once with the heap
+    checker off; the checker's quarantine keeps it back): no self-deadlock."""
+    p = way.run([target(heisen, "lock_reuse"), "free"], env={"HEISEN_HEAP": heap})
+    assert p.returncode == 0, (p.returncode, p.stderr)
+    if heap == "0":
+        assert "reused 1" in p.stdout, p.stdout
+    report = heisen.dump_json(way.session)
+    assert report["findings"] == [], report["findings"]
+
+
+def test_relock_after_reinit_is_still_a_self_deadlock(heisen, way):
+    p, report = run_target(heisen, way, "lock_reuse", "relock")
+    (f,) = findings_of(report, "self-deadlock")
+    assert f["pid"] == fact_int(p.stdout, "pid")

@@ -39,13 +39,15 @@
 #define HS_MAGIC_LEN 8
 #define HS_ABI_VERSION 5u  /* 2: Python frames, GIL wait flags, thread snapshots, 64-deep stacks; 3: heap findings and counters;
 				    4: processes and environment (issue 6); file descriptors (issue 5): fd table,
-				    fd event ring, fd finding history; 5: sparse segments (HS_HDR_SPARSE) */
+				    fd event ring, fd finding history; 5: sparse segments (HS_HDR_SPARSE),
+				    cycles of any length (HS_T_CYCLE_EDGES), lock classes reuse dead lock ids */
 #define HS_ENDIAN_TAG 0x01020304u /* reads back as 0x04030201 on a foreign-endian host */
 
 /* Fixed shapes.  Changing any of these changes the ABI version. */
 #define HS_STACK_DEPTH 64        /* frames (native PCs and Python frames) kept per stack, innermost first */
 #define HS_HELD_MAX 32           /* entries in a thread's held-lock stack */
-#define HS_CYCLE_MAX 16          /* edges kept in one potential-deadlock finding */
+#define HS_CYCLE_MAX 16          /* edges kept inline in one potential-deadlock finding (longer: HS_T_CYCLE_EDGES) */
+#define HS_CYCLE_EDGES_PER_FINDING 64 /* HS_T_CYCLE_EDGES capacity = findings * this */
 #define HS_EXE_MAX 256
 #define HS_ARGV_MAX 2048
 #define HS_THREAD_NAME_MAX 16
@@ -72,6 +74,9 @@ enum hs_table_id {
 	HS_T_FDS,          /* struct hs_fd: slot i describes fd number i (issue 5); count unused (capacity = numbers tracked) */
 	HS_T_FD_EVENTS,    /* struct hs_fd_event: a ring of every fd creation and close, all threads (hs_header.fd_event_head) */
 	HS_T_FD_HISTORY,   /* struct hs_fd_event: copies kept for fd findings (never overwritten); count [atomic] reserves */
+	HS_T_CYCLE_EDGES,  /* uint64_t edge ids (entries are 8 bytes, ids fit in 32 bits) of potential-deadlock cycles longer than HS_CYCLE_MAX (hs_finding.offset
+			      names the first); count reserves under the graph lock; dropped also counts cycle searches
+			      cut by the writer's search depth */
 	HS_T_COUNT
 };
 
@@ -373,6 +378,7 @@ enum hs_lock_kind {
 #define HS_LOCKF_ERRORCHECK 0x2u   /* PTHREAD_MUTEX_ERRORCHECK */
 #define HS_LOCKF_WRITER_PREF 0x4u  /* rwlock that prefers writers: reads can block behind a waiting writer */
 #define HS_LOCKF_DEAD 0x8u         /* [atomic] destroyed; a new acquisition at addr makes a new lock with gen+1 */
+#define HS_LOCKF_SHARED 0x10u      /* [atomic] this instance was acquired by two different threads (last_tid changed) */
 
 /*
  * Acquisition modes.  A thread waiting to acquire lock L in mode `acq` can be
@@ -401,6 +407,8 @@ struct hs_lock {
 	uint32_t name;             /* strings offset of a name given by heisen_name_lock(), 0 = none */
 	uint32_t first_out;        /* writer-internal: first edge id out of this lock (adjacency list) */
 	uint64_t first_ns;         /* time of first acquisition */
+	int32_t last_tid;          /* [atomic] the thread that acquired it last (this instance), 0 = none yet */
+	uint32_t reserved;
 };
 
 /*
@@ -447,6 +455,8 @@ enum hs_wait_kind {
 };
 
 #define HS_HELDF_GIL 0x1u          /* the thread held the GIL when it took this lock */
+#define HS_HELDF_RELGEN_SHIFT 16   /* flags bits 16..31 (writer-internal): the lock's count of releases by
+				      threads that did not hold it, when taken; another count means released */
 
 /* One entry of a held-lock stack, outermost first. */
 struct hs_held {
@@ -635,7 +645,9 @@ struct hs_finding {
 	int32_t si_code;           /* crash */
 	uint32_t access;           /* guard findings: enum hs_access (was padding: 0 in every other kind) */
 	uint64_t addr;             /* crash: fault address; self-deadlock: lock address */
-	uint32_t edges[HS_CYCLE_MAX]; /* potential deadlock: the cycle, edges[i].to == edges[i+1].from */
+	uint32_t edges[HS_CYCLE_MAX]; /* potential deadlock: the cycle, edges[i].to == edges[i+1].from; when
+					 n > HS_CYCLE_MAX the whole cycle is HS_T_CYCLE_EDGES[offset .. offset + n)
+					 (and edges[] holds its first HS_CYCLE_MAX) */
 	/* heap findings (ABI 3) */
 	uint32_t stack3;           /* the allocation's stack */
 	int32_t tid2;              /* the first free's thread */
@@ -908,6 +920,7 @@ static inline void hs_layout(struct hs_header *h, const struct hs_geometry *g)
 		sizeof(struct hs_edge), sizeof(struct hs_index_slot), sizeof(struct hs_thread),
 		sizeof(struct hs_finding), 0, sizeof(struct hs_pyframe), sizeof(struct hs_index_slot),
 		sizeof(struct hs_fd), sizeof(struct hs_fd_event), sizeof(struct hs_fd_event),
+		sizeof(uint64_t),
 	};
 	uint32_t cap[HS_T_COUNT] = {
 		g->modules, g->string_bytes, g->stacks, hs_index_capacity(g->stacks),
@@ -915,6 +928,7 @@ static inline void hs_layout(struct hs_header *h, const struct hs_geometry *g)
 		g->edges, hs_index_capacity(g->edges), g->threads, g->findings, g->threads,
 		g->pyframes, hs_index_capacity(g->pyframes),
 		g->fds, g->fd_events, g->findings * HS_FD_FINDING_EVENTS,
+		g->findings * HS_CYCLE_EDGES_PER_FINDING,
 	};
 	uint64_t off = hs_align64(sizeof(struct hs_header));
 	for (int t = 0; t < HS_T_COUNT; t++) {

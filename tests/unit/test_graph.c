@@ -135,8 +135,77 @@ static void test_stack_interning(void)
 	CHECK(s.stacks[x].depth == 3 && s.stacks[x].pc[2] == 3 && s.stacks[x].ready == 1);
 }
 
+/* A ring of 24 locks (longer than HS_CYCLE_MAX): found whole, through the cycle-edge table. */
+static void test_long_cycle(void)
+{
+	struct hs_seg s;
+	uint32_t ids[24];
+	const struct hs_finding *f;
+	unit_segment(&s, &geo);
+	for (unsigned i = 0; i < 24; i++)
+		ids[i] = lock(&s, 0x100000 + 64 * i, HS_LOCK_MUTEX);
+	for (unsigned i = 0; i + 1 < 24; i++)
+		CHECK(edge(&s, ids[i], 0, ids[i + 1], 0) == 0);
+	CHECK(edge(&s, ids[23], 0, ids[0], 0) == 1);
+	f = &s.findings[0];
+	CHECK(f->n == 24 && f->offset + 24 <= s.hdr->tables[HS_T_CYCLE_EDGES].count);
+	for (unsigned i = 0; i < 24; i++) {
+		const uint64_t *ce = (const uint64_t *)((char *)s.hdr + s.hdr->tables[HS_T_CYCLE_EDGES].offset);
+		const struct hs_edge *x = &s.edges[ce[f->offset + i]];
+		const struct hs_edge *y = &s.edges[ce[f->offset + (i + 1) % 24]];
+		CHECK(x->to == y->from);
+		if (i < HS_CYCLE_MAX)
+			CHECK(f->edges[i] == ce[f->offset + i]);
+	}
+}
+
+/* A destroyed lock's id is its class's: the next lock first taken at the same stack gets it back. */
+static void test_lock_classes_reuse_dead_ids(void)
+{
+	struct hs_seg s;
+	uint32_t first, id;
+	unit_segment(&s, &geo);
+	first = hs_lock_id(&s, 0x5000, HS_LOCK_MUTEX, 0, 77, 1, 1);
+	CHECK(first != 0);
+	for (uint64_t i = 0; i < 1000; i++) {
+		hs_lock_forget(&s, 0x5000 + 64 * (i % 7));
+		id = hs_lock_id(&s, 0x5000 + 64 * ((i + 1) % 7), HS_LOCK_MUTEX, 0, 77, 1, 1);
+		CHECK(id == first);
+	}
+	CHECK(s.hdr->tables[HS_T_LOCKS].count == 2 && s.hdr->tables[HS_T_LOCKS].dropped == 0);
+	CHECK(s.hdr->tables[HS_T_LOCK_INDEX].dropped == 0);
+	CHECK(!(s.locks[first].flags & HS_LOCKF_DEAD) && s.locks[first].gen > 1);
+	/* another stack: another class */
+	CHECK(hs_lock_id(&s, 0x7000, HS_LOCK_MUTEX, 0, 78, 1, 1) != first);
+	/* two live locks of one class are two locks */
+	CHECK(hs_lock_id(&s, 0x8000, HS_LOCK_MUTEX, 0, 77, 1, 1) != first);
+}
+
+/* A cycle never passes through one lock twice: G -> X -> G -> Y -> G is G -> Y -> G. */
+static void test_cycle_visits_each_lock_once(void)
+{
+	struct hs_seg s;
+	uint32_t g, x, y;
+	const struct hs_finding *f;
+	unit_segment(&s, &geo);
+	g = lock(&s, 0xa000, HS_LOCK_MUTEX);
+	x = lock(&s, 0xb000, HS_LOCK_MUTEX);
+	y = lock(&s, 0xc000, HS_LOCK_MUTEX);
+	CHECK(edge(&s, g, 0, y, 0) == 0);
+	CHECK(edge(&s, g, 0, x, 0) == 0);
+	CHECK(edge(&s, x, 0, g, 0) == 1); /* g <-> x */
+	CHECK(edge(&s, y, 0, g, 0) == 2); /* g <-> y, not through x */
+	f = &s.findings[1];
+	CHECK(f->n == 2);
+	for (unsigned i = 0; i < f->n; i++)
+		CHECK(s.edges[f->edges[i]].from != x && s.edges[f->edges[i]].to != x);
+}
+
 int main(void)
 {
+	test_cycle_visits_each_lock_once();
+	test_long_cycle();
+	test_lock_classes_reuse_dead_ids();
 	test_abba();
 	test_three_cycle_and_consistent_order();
 	test_recursive_read_rule();

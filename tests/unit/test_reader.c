@@ -1344,6 +1344,71 @@ static void test_fd_findings(void)
 	synth_free(&s);
 }
 
+/* ---- long cycles and limits (ABI 5) ------------------------------------------ */
+
+/* A 20-lock cycle lives in HS_T_CYCLE_EDGES: read whole, in order; one that
+ * points beyond the table is clamped and complained; a full lock table is a
+ * limit finding. */
+static void test_long_cycle_and_limits(void)
+{
+	struct synth s;
+	struct hs_session ss;
+	struct hs_findings f;
+	struct hs_finding *fd;
+	uint64_t *ce;
+	synth_make(&s, false);
+	for (uint32_t id = 3; id <= 20; id++)
+		add_lock(&s, id, LOCK_B + 0x100 * id);
+	/* edges 1..20: lock i -> lock i % 20 + 1 */
+	for (uint32_t i = 1; i <= 20; i++)
+		add_edge(&s, i, i, i % 20 + 1, 100 + (int)i);
+	fd = entry(&s, HS_T_FINDINGS, 0);
+	fd->n = 20;
+	fd->offset = 3;
+	ce = entry(&s, HS_T_CYCLE_EDGES, 0);
+	for (uint32_t i = 0; i < 20; i++) {
+		ce[3 + i] = i + 1;
+		if (i < HS_CYCLE_MAX)
+			fd->edges[i] = i + 1;
+	}
+	s.h->tables[HS_T_CYCLE_EDGES].count = 23;
+	load(&s, &ss, &f, g_timeout);
+	CHECK(count_kind(&f, HS_F_POTENTIAL) == 1 && count_kind(&f, HS_F_LIMIT) == 0);
+	for (size_t i = 0; i < f.n; i++)
+		if (f.v[i].kind == HS_F_POTENTIAL) {
+			CHECK(f.v[i].nedges == 20);
+			for (uint32_t k = 0; k < f.v[i].nedges; k++)
+				CHECK(f.v[i].edges[k].to == f.v[i].edges[(k + 1) % 20].from);
+		}
+	CHECK(report_all(&ss, &f) == 0);
+	hs_findings_free(&f);
+	hs_session_free(&ss);
+
+	/* beyond the table: clamped to the inline edges, which do not close */
+	s.h->tables[HS_T_CYCLE_EDGES].count = 10;
+	load(&s, &ss, &f, g_timeout);
+	for (size_t i = 0; i < f.n; i++)
+		if (f.v[i].kind == HS_F_POTENTIAL)
+			CHECK(f.v[i].nedges == HS_CYCLE_MAX);
+	hs_findings_free(&f);
+	hs_session_free(&ss);
+
+	/* a full lock table and a cut search: one limit finding naming both */
+	s.h->tables[HS_T_CYCLE_EDGES].count = 23;
+	s.h->tables[HS_T_LOCKS].dropped = 5;
+	s.h->tables[HS_T_CYCLE_EDGES].dropped = 1;
+	load(&s, &ss, &f, g_timeout);
+	CHECK(count_kind(&f, HS_F_LIMIT) == 1);
+	for (size_t i = 0; i < f.n; i++)
+		if (f.v[i].kind == HS_F_LIMIT)
+			CHECK(strstr(f.v[i].limit, "table locks full") && strstr(f.v[i].limit, "5 insertions dropped") &&
+			      strstr(f.v[i].limit, "table cycle edges full"));
+	CHECK(report_all(&ss, &f) == 0);
+	hs_findings_free(&f);
+	hs_session_free(&ss);
+	synth_free(&s);
+}
+
 int main(void)
 {
 	snprintf(tmpdir, sizeof tmpdir, "/tmp/heisen-test-reader-XXXXXX");
@@ -1367,6 +1432,7 @@ int main(void)
 	test_guard_findings();
 	test_processes_and_environment();
 	test_fd_findings();
+	test_long_cycle_and_limits();
 	test_string_accessor();
 	test_symbolize();
 	clear_dir();
