@@ -67,7 +67,19 @@
 #include "hooks.h"
 #include "shim.h"
 
-#define RET_ADDR() ((uint64_t)(uintptr_t)__builtin_extract_return_addr(__builtin_return_address(0)))
+/*
+ * Every hook starts with `site = RET_ADDR()`: its caller's return address,
+ * and, as a side effect, the hook's CFA (its caller's stack pointer at that
+ * return address; the shim keeps frame pointers) in this thread's
+ * fd_call_cfa, so that fd_stack() can read this call's own chain of return
+ * addresses (hs_stack_call) instead of a stack cached for the site, whose
+ * callers were another call's.  A nested hook overwrites it; hs_stack_call
+ * checks that the return address sits at CFA - 8 and unwinds when not.
+ */
+static __thread uint64_t fd_call_cfa __attribute__((tls_model("initial-exec")));
+#define RET_ADDR()                                                                     \
+	(fd_call_cfa = (uint64_t)(uintptr_t)__builtin_frame_address(0) + 16,            \
+	 (uint64_t)(uintptr_t)__builtin_extract_return_addr(__builtin_return_address(0)))
 
 #define CLAIM_SPINS 100000u     /* pauses before a slot update is given up (fd_torn) */
 #define CHAIN_MAX 32            /* events of one number looked at, newest first */
@@ -382,7 +394,7 @@ static inline uint64_t fd_clock(void)
 
 static inline uint32_t fd_stack(uint64_t site)
 {
-	return full_stacks ? hs_stack_here() : hs_stack_site_python(site);
+	return full_stacks ? hs_stack_here() : hs_stack_call(site, fd_call_cfa);
 }
 
 static inline void count(uint64_t *c)

@@ -439,7 +439,7 @@ static uint32_t wrapper_stack(uint64_t site, uint64_t *entry)
 			__atomic_compare_exchange_n(entry, &v, (v & ~(uint64_t)0xffffffu) | k, 0, __ATOMIC_RELAXED,
 						    __ATOMIC_RELAXED);
 	}
-	/* bits 63 and 62: never a user-space PC (nor fds.c's HS_SITE_NATIVE keys, a PC with bit 63) */
+	/* bits 63 and 62: never a user-space PC */
 	return site_stack_key(hs_mix64(site ^ hs_mix64(outer)) | (3ull << 62), site, 0);
 }
 

@@ -799,17 +799,6 @@ void hs_mem_big_alloc(uint64_t n);
  * fork handler.  Init only; call after init.c's own pthread_atfork. */
 void hs_fds_init(void);
 
-/*
- * The stack of call site `site` (a return address) for a hook that is not
- * on a hot path but wants exact Python lines: the native frames of the
- * site's first call, captured once and cached in the site index (under
- * site | HS_SITE_NATIVE), up to the first frame of CPython's evaluation
- * loop, followed by the calling thread's current Python frames (the cached
- * frames beyond that point belong to the first call's Python context and
- * are dropped).  Returns a stack id, 0 when the table is full.
- */
-uint32_t hs_stack_site_python(uint64_t site);
-#define HS_SITE_NATIVE (1ull << 63)  /* site index key tag: a native-only site stack */
 
 /* ---- snapshots (signals.c) ---------------------------------------------------- */
 

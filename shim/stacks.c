@@ -191,40 +191,6 @@ uint32_t hs_stack_site(uint64_t site)
 	return id ? site_put(s, site, id) : 0;
 }
 
-uint32_t hs_stack_site_python(uint64_t site)
-{
-	struct hs_seg *s = &hs_seg;
-	uint64_t pcs[HS_STACK_DEPTH + 12 + PY_ROOM];
-	const struct hs_stack *st;
-	unsigned depth;
-	uint32_t id;
-	int python;
-
-	if ((id = site_get(s, site | HS_SITE_NATIVE)) == 0) {
-		depth = capture(pcs);
-		if (depth == 0 || (id = hs_stack_intern(s, pcs, depth, HS_STACK_SITE)) == 0)
-			return 0;
-		id = site_put(s, site | HS_SITE_NATIVE, id);
-	}
-	/* relaxed: the flag is set once at start-up, before any hook runs Python */
-	if (!(__atomic_load_n(&s->hdr->python, __ATOMIC_RELAXED) & HS_PY_FRAMES))
-		return id;
-	st = &s->stacks[id];
-	depth = st->depth < HS_STACK_DEPTH ? st->depth : HS_STACK_DEPTH;
-	memcpy(pcs, st->pc, depth * sizeof *pcs);
-	/* keep the native frames up to the first evaluation loop; this call's
-	 * Python frames follow it, all of them (interleave appends the rest) */
-	for (unsigned i = 1; i < depth; i++)
-		if (hs_py_eval_pc(pcs[i])) {
-			depth = i + 1;
-			break;
-		}
-	depth = hs_py_interleave(s, pcs, depth, PY_ROOM, &python);
-	if (!python)
-		return id;
-	return hs_stack_intern(s, pcs, depth, (st->flags & HS_STACK_TRUNCATED) | HS_STACK_SITE | HS_STACK_PYTHON);
-}
-
 /*
  * ---- this call's stack, cheaply: return addresses through learnt offsets ----
  *

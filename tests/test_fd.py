@@ -696,3 +696,24 @@ def test_stale_close_in_one_thread_through_file_objects(heisen, session, interp)
                     (g, "close", marker_line(src, "stale close")),
                     (g, "close-failed", marker_line(src, "writer closes"))], hist
     assert "<-- the stale close" in heisen.dump(session).stdout
+
+
+def test_close_stacks_are_the_stacks_of_this_call(heisen, tmp_path, interp):
+    """A site's first call must not lend its callers to later calls: every
+    stack of the one-thread stale close, recorded at the default (per-call
+    chains of return addresses), is frame for frame — native and Python —
+    the stack a full unwind of the same call gives (HEISEN_FD_STACKS=full).
+    FileIO's close site is first reached during start-up under importlib,
+    so a cached site stack ran on into the interpreter's initialisation."""
+    src = script(heisen, "py_fd_stale_inline.py")
+    found = {}
+    for mode in ("site", "full"):
+        session = tmp_path / mode
+        p = heisen.preload(interp.cmd(src), session, env={"HEISEN_FD_STACKS": mode})
+        assert p.returncode == 0, (p.returncode, p.stderr)
+        f = one(heisen.dump_json(session, expect_rc=1), "stale-close")
+        found[mode] = {s["role"]: [(fr.get("function"), fr.get("line") if fr.get("python") else None)
+                                   for fr in s["frames"]] for s in f["stacks"]}
+    assert found["site"].keys() == found["full"].keys()
+    for role, frames in found["full"].items():
+        assert found["site"][role] == frames, (role, found["site"][role], frames)
