@@ -270,8 +270,13 @@ def test_double_free_after_intervening_allocations(heisen, tmp_path, size, n, th
         assert hexint(f["address"]) in victims, f
         assert f["tids"][0] in sweepers and f["tids"][0] == f["tids"][1], f
         assert frame_functions(stack_by_role(f, "second free"))[:2] == ["second_free", "sweep"]
-        assert frame_functions(stack_by_role(f, "first free"))[:2] == ["first_free", "sweep"]
-        if threads == 1 or f["size"] == size:
+        first = frame_functions(stack_by_role(f, "first free"))[:2]
+        if threads == 1:
+            assert first == ["first_free", "sweep"], first
+        else:
+            # or the victim's address went to another thread's churn, which freed it first
+            assert first in (["first_free", "sweep"], ["churn", "sweep"]), first
+        if first[0] == "first_free" and (threads == 1 or f["size"] == size):
             assert f["tids"][2] == f["tids"][0], f
             assert frame_functions(stack_by_role(f, "allocation"))[:2] == ["alloc_victim", "sweep"]
 
