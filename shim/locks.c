@@ -21,21 +21,6 @@
 
 #define RET_ADDR() ((uint64_t)(uintptr_t)__builtin_extract_return_addr(__builtin_return_address(0)))
 
-/* One acquisition in progress. */
-struct acq {
-	uint64_t addr;
-	uint64_t site;          /* return address into the caller of the hook */
-	uint64_t t0;            /* when the hook was entered */
-	uint32_t id;            /* lock id, 0 = untracked */
-	uint32_t stack;         /* the call site's stack */
-	uint8_t kind;           /* enum hs_lock_kind */
-	uint8_t acq_mode;       /* enum hs_mode of the acquisition */
-	uint8_t hold_mode;      /* enum hs_mode it will be held in */
-	uint8_t trylock;        /* cannot block */
-	int reentry;            /* index + 1 of the held entry it re-enters (recursive) */
-	int holds_gil;          /* the thread holds CPython's GIL */
-	int waited;             /* it had to block */
-};
 
 static int held_index(const struct hs_thread *th, uint64_t addr)
 {
@@ -96,14 +81,15 @@ static void gil_edge(struct hs_tls *t, uint32_t from, unsigned from_mode, uint32
  * Before acquiring: identify the lock, catch a relock of a held lock, and
  * add the edges held -> this lock for a blocking acquisition.
  */
-static void acq_before(struct hs_tls *t, struct acq *a, unsigned flags)
+void hs_acq_before(struct hs_tls *t, struct acq *a, unsigned flags)
 {
 	struct hs_thread *th = t->slot;
 	uint32_t n;
 	int h;
 
 	a->t0 = hs_now();
-	a->stack = hs_stack_site(a->site);
+	if (!a->stack)
+		a->stack = hs_stack_site(a->site);
 	a->id = hs_lock_id(&hs_seg, a->addr, a->kind, flags, a->stack, t->tid, a->t0);
 	if (!a->id)
 		return;
@@ -127,7 +113,7 @@ static void acq_before(struct hs_tls *t, struct acq *a, unsigned flags)
 			self_deadlock(t, a, he);
 		return;
 	}
-	a->holds_gil = __atomic_load_n(&hs_py_present, __ATOMIC_RELAXED) && hs_py_holds_gil();
+	a->holds_gil = !a->gil_safe && __atomic_load_n(&hs_py_present, __ATOMIC_RELAXED) && hs_py_holds_gil();
 	if (a->trylock)
 		return; /* a trylock cannot block: no edge into it */
 	if (a->holds_gil)
@@ -137,7 +123,8 @@ static void acq_before(struct hs_tls *t, struct acq *a, unsigned flags)
 		const struct hs_held *he = &th->held[i];
 		int created;
 		uint32_t finding, e;
-		if (he->lock == a->id || he->lock == 0)
+		if (he->lock == a->id || he->lock == 0 ||
+		    (__atomic_load_n(&hs_seg.locks[he->lock].flags, __ATOMIC_RELAXED) & HS_LOCKF_COUNTER))
 			continue;
 		e = hs_graph_add(&hs_seg, he->lock, he->mode, he->stack, a->id, a->acq_mode, 0, hs_stack_here,
 				 t->tid, a->t0, &created, &finding);
@@ -149,7 +136,7 @@ static void acq_before(struct hs_tls *t, struct acq *a, unsigned flags)
 }
 
 /* Publish "waiting for this lock since t0" in the thread's slot. */
-static void wait_begin(struct hs_tls *t, const struct acq *a, unsigned kind, uint64_t addr)
+void hs_wait_begin(struct hs_tls *t, const struct acq *a, unsigned kind, uint64_t addr)
 {
 	struct hs_thread *th = t->slot;
 	hs_lockstate_begin(th);
@@ -163,7 +150,7 @@ static void wait_begin(struct hs_tls *t, const struct acq *a, unsigned kind, uin
 	hs_lockstate_end(th);
 }
 
-static void wait_end(struct hs_tls *t)
+void hs_wait_end(struct hs_tls *t)
 {
 	struct hs_thread *th = t->slot;
 	hs_lockstate_begin(th);
@@ -191,7 +178,7 @@ static void held_remove(struct hs_thread *th, int i)
 }
 
 /* After the real call: rc is its result. */
-static void acq_after(struct hs_tls *t, struct acq *a, int rc)
+void hs_acq_after(struct hs_tls *t, struct acq *a, int rc)
 {
 	struct hs_thread *th = t->slot;
 	/* an acquisition that did not wait happened at t0: spare a clock read */
@@ -223,7 +210,7 @@ static void acq_after(struct hs_tls *t, struct acq *a, int rc)
 	}
 }
 
-static void release(struct hs_tls *t, uint64_t addr)
+void hs_release(struct hs_tls *t, uint64_t addr)
 {
 	struct hs_thread *th = t->slot;
 	int i = held_index(th, addr);
@@ -272,16 +259,16 @@ static void destroyed(struct hs_tls *t, uint64_t addr)
 		a.acq_mode = acq_mode_;                                                          \
 		a.hold_mode = hold_mode_;                                                        \
 		a.trylock = is_try;                                                              \
-		acq_before(t, &a, flags_);                                                       \
+		hs_acq_before(t, &a, flags_);                                                    \
 		rc = (TRY);                                                                      \
 		if (!is_try && rc == EBUSY) {                                                    \
 			a.waited = 1;                                                            \
-			wait_begin(t, &a, HS_WAIT_LOCK, a.addr);                                 \
+			hs_wait_begin(t, &a, HS_WAIT_LOCK, a.addr);                              \
 			rc = (BLOCK);                                                            \
-			wait_end(t);                                                             \
+			hs_wait_end(t);                                                          \
 		}                                                                                \
 		if (a.id)                                                                        \
-			acq_after(t, &a, rc);                                                    \
+			hs_acq_after(t, &a, rc);                                                 \
 		hs_leave(t);                                                                     \
 		return rc;                                                                       \
 	} while (0)
@@ -291,7 +278,7 @@ static void destroyed(struct hs_tls *t, uint64_t addr)
 		struct hs_tls *t = hs_py_internal(lock) ? NULL : hs_enter();                     \
 		int rc;                                                                          \
 		if (t) {                                                                         \
-			release(t, (uint64_t)(uintptr_t)lock);                                   \
+			hs_release(t, (uint64_t)(uintptr_t)lock);                                \
 			hs_leave(t);                                                             \
 		}                                                                                \
 		rc = (REAL);                                                                     \
@@ -486,14 +473,14 @@ static void cond_before(struct hs_tls *t, struct cond_wait *w, void *cond, void 
 		held_remove(th, i);
 	}
 	hs_rec(t, w->a.t0, HS_REC_COND_WAIT, w->a.stack, (uint64_t)(uintptr_t)cond, w->a.addr, 0);
-	wait_begin(t, &w->a, HS_WAIT_COND, (uint64_t)(uintptr_t)cond);
+	hs_wait_begin(t, &w->a, HS_WAIT_COND, (uint64_t)(uintptr_t)cond);
 }
 
 static void cond_after(struct hs_tls *t, struct cond_wait *w, void *cond, int rc)
 {
 	struct hs_thread *th = t->slot;
 	uint64_t now = hs_now();
-	wait_end(t);
+	hs_wait_end(t);
 	if (w->had) {
 		uint32_t n = th->held_count < HS_HELD_MAX ? th->held_count : HS_HELD_MAX;
 		for (uint32_t i = 0; i < n; i++) {

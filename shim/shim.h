@@ -457,6 +457,40 @@ uint32_t hs_finding_add(struct hs_seg *s, const struct hs_finding *f);
 /* The lock-free lookups the graph uses, also for unit tests. */
 uint32_t hs_edge_find(struct hs_seg *s, uint64_t key);
 
+/* ---- lock hooks shared with the semaphore hooks (locks.c, semaphores.c) -- */
+
+/* One acquisition in progress (locks.c's hooks fill it; semaphores.c too). */
+struct acq {
+	uint64_t addr;
+	uint64_t site;          /* return address into the caller of the hook */
+	uint64_t t0;            /* when the hook was entered */
+	uint32_t id;            /* lock id, 0 = untracked */
+	uint32_t stack;         /* the call site's stack; 0 = acq_before takes the site's stack */
+	uint8_t kind;           /* enum hs_lock_kind */
+	uint8_t acq_mode;       /* enum hs_mode of the acquisition */
+	uint8_t hold_mode;      /* enum hs_mode it will be held in */
+	uint8_t trylock;        /* cannot block */
+	uint8_t gil_safe;       /* never blocks with the GIL held (a Python lock drops it first): no GIL edges */
+	int reentry;            /* index + 1 of the held entry it re-enters (recursive) */
+	int holds_gil;          /* the thread holds CPython's GIL */
+	int waited;             /* it had to block */
+};
+
+/*
+ * The steps of one acquisition, as the pthread hooks run them: hs_acq_before
+ * (lock id, relock check, edges held -> lock for a blocking acquisition),
+ * hs_wait_begin/hs_wait_end around a blocking call (the slot's wait word,
+ * kind enum hs_wait_kind, addr what is waited on), hs_acq_after with the
+ * call's result as an errno value (0, EBUSY, ETIMEDOUT, other), hs_release when
+ * the lock at addr is released (the thread's held entry, if any, dropped).
+ * t is the caller's hs_enter() state.
+ */
+void hs_acq_before(struct hs_tls *t, struct acq *a, unsigned flags);
+void hs_wait_begin(struct hs_tls *t, const struct acq *a, unsigned kind, uint64_t addr);
+void hs_wait_end(struct hs_tls *t);
+void hs_acq_after(struct hs_tls *t, struct acq *a, int rc);
+void hs_release(struct hs_tls *t, uint64_t addr);
+
 /* ---- platform (platform_glibc.c) ---------------------------------------- */
 
 /* HS_LOCKF_* flags of a mutex / rwlock, read from glibc's structure. */
