@@ -94,6 +94,20 @@ static inline void sem_counter(uint32_t id)
 }
 
 /*
+ * The holder tried its own semaphore and failed (acquire(False) or a
+ * timeout of 0): either a probe of a lock it holds (Condition._is_owned) or
+ * a hand-off wait that gives up at once (Condition.wait(0)).  Which one is
+ * unknown, so the holding stops ordering anything (lock 0: no edges from
+ * it); it stays in the held stack until the holder posts or destroys it.
+ */
+static void sem_probed(struct hs_thread *th, int h)
+{
+	hs_lockstate_begin(th);
+	th->held[h].lock = 0;
+	hs_lockstate_end(th);
+}
+
+/*
  * The body of the four waits.  TRY is sem_trywait, BLOCK the blocking call
  * (both -1 + errno on failure); is_try for sem_trywait itself.
  */
@@ -103,18 +117,20 @@ static inline void sem_counter(uint32_t id)
 		struct hs_tls *t = hs_py_internal(sem) ? NULL : hs_enter();                      \
 		struct acq a;                                                                    \
 		uint32_t id;                                                                     \
-		int rc, err;                                                                     \
+		int rc, err, h;                                                                  \
 		if (!t)                                                                          \
 			return is_try ? (TRY) : (BLOCK);                                         \
 		if (!(id = sem_lock(t, addr))) {                                                 \
 			hs_leave(t);                                                             \
 			return is_try ? (TRY) : (BLOCK);                                         \
 		}                                                                                \
-		if (HS_UNLIKELY(t->slot->held_count) && sem_held(t->slot, addr) >= 0) {         \
+		if (HS_UNLIKELY(t->slot->held_count) && (h = sem_held(t->slot, addr)) >= 0) {  \
 			if (is_try) {                                                            \
-				/* the holder probing its own lock: fails, nothing to learn */  \
+				rc = (TRY);                                                      \
+				if (rc != 0)                                                     \
+					sem_probed(t->slot, h);                                  \
 				hs_leave(t);                                                     \
-				return (TRY);                                                    \
+				return rc;                                                       \
 			}                                                                        \
 			/* the holder blocks until another thread posts: a hand-off */          \
 			sem_counter(id);                                                         \
