@@ -41,8 +41,7 @@
  * by their init site the same way).
  *
  * RLock re-entry never reaches a semaphore (the C RLock counts its owner's
- * re-entries itself); 3.13's threading.Lock is a PyMutex on the parking
- * lot, not a sem_t, and is not seen (README).
+ * re-entries itself).
  */
 #include <errno.h>
 #include <semaphore.h>
