@@ -90,7 +90,8 @@ void hs_acq_before(struct hs_tls *t, struct acq *a, unsigned flags)
 	a->t0 = hs_now();
 	if (!a->stack)
 		a->stack = hs_stack_site(a->site);
-	a->id = hs_lock_id(&hs_seg, a->addr, a->kind, flags, a->stack, t->tid, a->t0);
+	if (!a->id)
+		a->id = hs_lock_id(&hs_seg, a->addr, a->kind, flags, a->stack, t->tid, a->t0);
 	if (!a->id)
 		return;
 	if (HS_UNLIKELY(hs_seg.locks[a->id].kind == 0)) {

@@ -15,15 +15,15 @@
  *
  * The rule for "used as a lock" (a binary semaphore): initialised to 1 by
  * sem_init (not process-shared), and every post made by the thread that
- * holds it.  A semaphore is a counter (HS_LOCKF_COUNTER, never in a finding,
- * never in a held stack) from the moment it is initialised to another value,
- * opened by name (sem_open), posted by a thread that does not hold it (a
- * signal: Condition's waiter locks, a Lock released by another thread), or
- * waited on, blocking, by the thread that holds it (a hand-off wait:
+ * holds it.  A semaphore is a counter (never in a finding, never in a held
+ * stack) when it is initialised to another value or opened by name
+ * (sem_open), and its class becomes one (HS_LOCKF_COUNTER) when an
+ * instance is posted by a thread that does not hold it (a signal:
+ * Condition's waiter locks, a Lock released by another thread) or waited
+ * on, blocking, by the thread that holds it (a hand-off wait:
  * Condition.wait blocks on the waiter lock it took itself).  A failing
  * sem_trywait by the holder is neither (Condition._is_owned probes with
- * acquire(False)).  The choice is final for the semaphore's life: a counter
- * stays one until sem_destroy.
+ * acquire(False)).  The choice is final: a counter class stays one.
  *
  * A Python acquisition always starts with sem_trywait (with the GIL, it
  * cannot block), so a trywait adds the same edges as a blocking wait: the
@@ -35,10 +35,28 @@
  * taken without it), and every Python lock is held across GIL switches, so
  * it is taken as held without the GIL.
  *
- * A lock's name is where it was created: its first_stack is the stack of
- * sem_init, Python frames included (hs_stack_site_python), and heisen-dump
- * names it by the innermost Python frame (lockdep's lock classes are named
- * by their init site the same way).
+ * Lock classes, as lockdep has them: every semaphore lock created by the
+ * same sem_init stack (Python frames included, hs_stack_site_python) is one
+ * node of the graph, one hs_lock entry whose addr is a class key
+ * (HS_SEM_CLASS | stack id, not an address) and whose first_stack is that
+ * stack; heisen-dump names it by the innermost Python frame.  (A lock
+ * created by C with no Python frame on the stack, the interpreter's own,
+ * is a node of its own, keyed by its address, as a mutex is.)  CPython
+ * creates a lock per Condition.wait, per queue.Queue, per Thread: a node per
+ * instance would fill the lock table within seconds, a node per creation
+ * site never grows with the run.  The instance is what a thread holds and
+ * waits for (held entries and the wait word carry its address), so hang
+ * and deadlock reports name the instance's holder; the order is the
+ * class's.  Consequences: two locks of one class nested in opposite orders
+ * are not seen (an edge from a class to itself is not an order); a class
+ * becomes a counter as a whole when one instance does.
+ *
+ * The instance -> class link is kept in the semaphore itself: glibc's
+ * sem_t is 32 bytes and its semaphore uses the first 16 (struct new_sem on
+ * 64-bit), so sem_init writes a tag {magic, class id} into the last 8 and
+ * sem_destroy clears it.  A semaphore without the tag (initialised to
+ * another value, process-shared, opened by sem_open, initialised before the
+ * shim) is never looked at: no lookup, no table entry.
  *
  * RLock re-entry never reaches a semaphore (the C RLock counts its owner's
  * re-entries itself).
@@ -62,28 +80,47 @@ static inline int sem_held(const struct hs_thread *th, uint64_t addr)
 	return -1;
 }
 
-/*
- * The lock id of the semaphore at addr when it is a binary semaphore still
- * used as a lock, else 0.  A semaphore never seen by sem_init (sem_open, or
- * initialised before the shim) becomes a counter entry.  A counter still in
- * the thread's own held stack (it became one while this thread held it) is
- * dropped from it.
- */
-static uint32_t sem_lock(struct hs_tls *t, uint64_t addr)
+/* The tag sem_init leaves in the unused tail of a lock semaphore. */
+struct sem_tag {
+	uint32_t magic;
+	uint32_t id;            /* the class's lock id */
+};
+#define SEM_TAG_MAGIC 0x68734c6bu /* "hsLk" */
+#define SEM_TAG_OFF (sizeof(sem_t) - sizeof(struct sem_tag))
+#define HS_SEM_CLASS (0xfffeull << 48) /* class key: never a user-space address */
+_Static_assert(sizeof(sem_t) >= 16 + sizeof(struct sem_tag), "glibc's semaphore fills sem_t");
+
+static inline void sem_tag_set(sem_t *sem, uint32_t id)
 {
-	uint32_t id = hs_lock_id(&hs_seg, addr, HS_LOCK_SEMAPHORE, HS_LOCKF_COUNTER, 0, t->tid, 0);
+	struct sem_tag tag = {id ? SEM_TAG_MAGIC : 0, id};
+	memcpy((char *)sem + SEM_TAG_OFF, &tag, sizeof tag);
+}
+
+/*
+ * The class lock id of the semaphore when it is a lock semaphore whose class
+ * is still used as a lock, else 0.  An instance of a counter class still in
+ * the thread's own held stack (the class became one while this thread held
+ * it) is dropped from it.
+ */
+static uint32_t sem_lock(struct hs_tls *t, sem_t *sem)
+{
+	struct sem_tag tag;
 	const struct hs_lock *l;
-	if (!id)
+	memcpy(&tag, (const char *)sem + SEM_TAG_OFF, sizeof tag);
+	if (tag.magic != SEM_TAG_MAGIC || tag.id == 0 ||
+	    tag.id >= __atomic_load_n(&hs_seg.hdr->tables[HS_T_LOCKS].count, __ATOMIC_ACQUIRE))
 		return 0;
-	l = &hs_seg.locks[id];
-	if (l->kind != HS_LOCK_SEMAPHORE)
-		return 0;
+	l = &hs_seg.locks[tag.id];
+	if (l->kind != HS_LOCK_SEMAPHORE ||
+	    (l->addr != (HS_SEM_CLASS | l->first_stack) && l->addr != (uint64_t)(uintptr_t)sem))
+		return 0; /* a tag from another segment (a fork child's) */
 	if (__atomic_load_n(&l->flags, __ATOMIC_ACQUIRE) & HS_LOCKF_COUNTER) {
+		uint64_t addr = (uint64_t)(uintptr_t)sem;
 		if (HS_UNLIKELY(t->slot->held_count) && sem_held(t->slot, addr) >= 0)
 			hs_release(t, addr);
 		return 0;
 	}
-	return id;
+	return tag.id;
 }
 
 /* From now on the semaphore `id` is a counter. */
@@ -119,7 +156,7 @@ static void sem_probed(struct hs_thread *th, int h)
 		int rc, err, h;                                                                  \
 		if (!t)                                                                          \
 			return is_try ? (TRY) : (BLOCK);                                         \
-		if (!(id = sem_lock(t, addr))) {                                                 \
+		if (!(id = sem_lock(t, sem))) {                                                 \
 			hs_leave(t);                                                             \
 			return is_try ? (TRY) : (BLOCK);                                         \
 		}                                                                                \
@@ -138,6 +175,7 @@ static void sem_probed(struct hs_thread *th, int h)
 			return (BLOCK);                                                          \
 		}                                                                                \
 		memset(&a, 0, sizeof a);                                                         \
+		a.id = id;                                                                       \
 		a.addr = addr;                                                                   \
 		a.site = RET_ADDR();                                                             \
 		a.kind = HS_LOCK_SEMAPHORE;                                                      \
@@ -194,7 +232,7 @@ HS_EXPORT int sem_post(sem_t *sem)
 	struct hs_tls *t = hs_py_internal(sem) ? NULL : hs_enter();
 	uint32_t id;
 	if (t) {
-		if ((id = sem_lock(t, addr)) != 0) {
+		if ((id = sem_lock(t, sem)) != 0) {
 			if (t->slot->held_count && sem_held(t->slot, addr) >= 0)
 				hs_release(t, addr);
 			else
@@ -205,19 +243,29 @@ HS_EXPORT int sem_post(sem_t *sem)
 	return HS_REAL(sem_post)(sem);
 }
 
-/* A new semaphore at sem: a lock candidate with value 1, a counter otherwise. */
+/* A new semaphore: an instance of its creation stack's class with value 1, untracked otherwise. */
 HS_EXPORT int sem_init(sem_t *sem, int pshared, unsigned int value)
 {
 	uint64_t site = RET_ADDR();
 	int rc = HS_REAL(sem_init)(sem, pshared, value);
 	struct hs_tls *t;
-	if (rc != 0 || hs_py_internal(sem) || !(t = hs_enter()))
+	uint32_t id = 0, stack;
+	if (rc != 0)
 		return rc;
-	hs_lock_forget(&hs_seg, (uint64_t)(uintptr_t)sem);
-	if (value == 1 && !pshared)
-		hs_lock_id(&hs_seg, (uint64_t)(uintptr_t)sem, HS_LOCK_SEMAPHORE, 0, hs_stack_site_python(site), t->tid,
-			   hs_now());
-	hs_leave(t);
+	if (value == 1 && !pshared && !hs_py_internal(sem) && (t = hs_enter())) {
+		stack = hs_stack_site_python(site);
+		if (stack && (hs_seg.stacks[stack].flags & HS_STACK_PYTHON)) {
+			id = hs_lock_id(&hs_seg, HS_SEM_CLASS | stack, HS_LOCK_SEMAPHORE, 0, stack, t->tid, hs_now());
+		} else {
+			/* created by C with no Python caller (the interpreter's own locks, few):
+			 * a node of its own, as a mutex is */
+			hs_lock_forget(&hs_seg, (uint64_t)(uintptr_t)sem);
+			id = hs_lock_id(&hs_seg, (uint64_t)(uintptr_t)sem, HS_LOCK_SEMAPHORE, 0, stack, t->tid,
+					hs_now());
+		}
+		hs_leave(t);
+	}
+	sem_tag_set(sem, id);
 	return rc;
 }
 
@@ -228,8 +276,15 @@ HS_EXPORT int sem_destroy(sem_t *sem)
 	if (t) {
 		if (t->slot->held_count && sem_held(t->slot, addr) >= 0)
 			hs_release(t, addr);
-		hs_lock_forget(&hs_seg, addr);
+		struct sem_tag tag;
+		memcpy(&tag, (const char *)sem + SEM_TAG_OFF, sizeof tag);
+		/* an instance node ends with it; a class lives on */
+		if (tag.magic == SEM_TAG_MAGIC && tag.id &&
+		    tag.id < __atomic_load_n(&hs_seg.hdr->tables[HS_T_LOCKS].count, __ATOMIC_ACQUIRE) &&
+		    hs_seg.locks[tag.id].addr == addr)
+			hs_lock_forget(&hs_seg, addr);
 		hs_leave(t);
 	}
+	sem_tag_set(sem, 0);
 	return HS_REAL(sem_destroy)(sem);
 }

@@ -464,8 +464,8 @@ struct acq {
 	uint64_t addr;
 	uint64_t site;          /* return address into the caller of the hook */
 	uint64_t t0;            /* when the hook was entered */
-	uint32_t id;            /* lock id, 0 = untracked */
-	uint32_t stack;         /* the call site's stack; 0 = acq_before takes the site's stack */
+	uint32_t id;            /* lock id, 0 = untracked; set before hs_acq_before: that lock (a class) */
+	uint32_t stack;         /* the call site's stack; 0 = hs_acq_before takes the site's stack */
 	uint8_t kind;           /* enum hs_lock_kind */
 	uint8_t acq_mode;       /* enum hs_mode of the acquisition */
 	uint8_t hold_mode;      /* enum hs_mode it will be held in */

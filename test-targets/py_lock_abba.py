@@ -6,16 +6,20 @@ lock then the store's, "writer" the store's then the cache's (the most
 common deadlock of Python code).  By default the threads run one after
 the other, so the program ends; heisen predicts the deadlock from the
 order alone.  With "together" both take their first lock, meet at a
-barrier, and deadlock for real.
+barrier, and deadlock for real.  With "churn N" the program first makes
+CPython create and drop N short-lived locks the way a busy service does
+(queue.Queue get with a timeout, Condition.wait(0): a lock per wait).
 
-Usage: py_lock_abba.py [together]
+Usage: py_lock_abba.py [together | churn N]
 Prints "pid P", "tid_reader T", "tid_writer T", "done" (never with together).
 """
 import os
+import queue
 import sys
 import threading
 
 together = sys.argv[1:] == ["together"]
+churn = int(sys.argv[2]) if sys.argv[1:2] == ["churn"] else 0
 meet = threading.Barrier(2)
 
 
@@ -59,6 +63,12 @@ def writer():
 
 
 say("pid", os.getpid())
+jobs, ready = queue.Queue(), threading.Condition()
+for i in range(churn // 2):
+    jobs.put(i)
+    jobs.get(timeout=5)
+    with ready:
+        ready.wait(0)
 threads = [threading.Thread(target=f, name=f.__name__) for f in (reader, writer)]
 for t in threads:
     t.start()
