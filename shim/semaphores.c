@@ -156,11 +156,11 @@ static void sem_probed(struct hs_thread *th, int h)
 		int rc, err, h;                                                                  \
 		if (!t)                                                                          \
 			return is_try ? (TRY) : (BLOCK);                                         \
-		if (!(id = sem_lock(t, sem))) {                                                 \
+		if (!(id = sem_lock(t, sem))) {                                                  \
 			hs_leave(t);                                                             \
 			return is_try ? (TRY) : (BLOCK);                                         \
 		}                                                                                \
-		if (HS_UNLIKELY(t->slot->held_count) && (h = sem_held(t->slot, addr)) >= 0) {  \
+		if (HS_UNLIKELY(t->slot->held_count) && (h = sem_held(t->slot, addr)) >= 0) {    \
 			if (is_try) {                                                            \
 				rc = (TRY);                                                      \
 				if (rc != 0)                                                     \
@@ -168,9 +168,9 @@ static void sem_probed(struct hs_thread *th, int h)
 				hs_leave(t);                                                     \
 				return rc;                                                       \
 			}                                                                        \
-			/* the holder blocks until another thread posts: a hand-off */          \
+			/* the holder blocks until another thread posts: a hand-off */           \
 			sem_counter(id);                                                         \
-			hs_release(t, addr);                                                        \
+			hs_release(t, addr);                                                     \
 			hs_leave(t);                                                             \
 			return (BLOCK);                                                          \
 		}                                                                                \
@@ -183,18 +183,18 @@ static void sem_probed(struct hs_thread *th, int h)
 		a.hold_mode = HS_MODE_WRITE;                                                     \
 		a.gil_safe = 1;                                                                  \
 		a.stack = hs_stack_site_python(a.site);                                          \
-		hs_acq_before(t, &a, 0);                                                            \
+		hs_acq_before(t, &a, 0);                                                         \
 		rc = (TRY) == 0 ? 0 : errno;                                                     \
 		if (rc == EAGAIN)                                                                \
 			rc = EBUSY;                                                              \
 		if (!is_try && rc == EBUSY) {                                                    \
 			a.waited = 1;                                                            \
-			hs_wait_begin(t, &a, HS_WAIT_LOCK, addr);                                   \
+			hs_wait_begin(t, &a, HS_WAIT_LOCK, addr);                                \
 			rc = (BLOCK) == 0 ? 0 : errno;                                           \
-			hs_wait_end(t);                                                             \
+			hs_wait_end(t);                                                          \
 		}                                                                                \
 		if (a.id)                                                                        \
-			hs_acq_after(t, &a, rc);                                                    \
+			hs_acq_after(t, &a, rc);                                                 \
 		hs_leave(t);                                                                     \
 		if (rc == 0)                                                                     \
 			return 0;                                                                \
