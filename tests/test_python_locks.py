@@ -103,7 +103,8 @@ def test_cycle_through_a_python_lock_the_gil_and_a_c_mutex(heisen, session, py):
 
 def test_correct_use_of_the_threading_primitives_has_no_finding(heisen, session, py):
     src = heisen.src_targets / "py_threading_clean.py"
-    p = heisen.preload([py.exe, src], session)
+    # a ring long enough that the nested locks' events are still there at the end
+    p = heisen.preload([py.exe, src], session, env={"HEISEN_RING": "65536"})
     assert p.returncode == 0 and facts(p.stdout)["done"] == ["1"], (p.returncode, p.stdout, p.stderr)
     assert facts(p.stdout)["squares"] == [str(sum(x * x for x in range(100)))], p.stdout
     pid = fact_int(p.stdout, "pid")
