@@ -25,6 +25,30 @@ void hs_appendf(char *buf, size_t len, size_t *used, const char *fmt, ...)
 		*used = *used + (size_t)n < len - 1 ? *used + (size_t)n : len - 1;
 }
 
+/*
+ * A Python lock (a semaphore used as a lock) is named where it was created,
+ * as lockdep names a lock class by its init site: the innermost Python frame
+ * of its sem_init stack, "app.py:12 in Cache.__init__" (the file's base
+ * name); unnamed (its address) when the stack has no Python frame.
+ */
+static void semaphore_name(struct hs_proc *p, uint32_t id, struct hs_lockref *out)
+{
+	static struct hs_frames fr; /* large; heisen-dump is single-threaded */
+	struct hs_lock l;
+	const struct hs_frame *pick = NULL;
+	if (hs_read_lock(&p->seg, id, &l) != 0 || !l.first_stack)
+		return;
+	hs_frames_of(p, l.first_stack, &fr);
+	for (unsigned i = 0; i < fr.n && !pick; i++)
+		if (fr.f[i]->python && fr.f[i]->file)
+			pick = fr.f[i];
+	if (pick) {
+		const char *base = strrchr(pick->file, '/');
+		snprintf(out->name, sizeof out->name, "%s:%d in %s", base ? base + 1 : pick->file, pick->line,
+			 pick->function ? pick->function : "?");
+	}
+}
+
 void hs_lockref(struct hs_proc *p, uint32_t id, uint64_t addr, struct hs_lockref *out)
 {
 	struct hs_lock l;
@@ -46,6 +70,8 @@ void hs_lockref(struct hs_proc *p, uint32_t id, uint64_t addr, struct hs_lockref
 	}
 	if (!out->name[0] && out->kind && strcmp(out->kind, "gil") == 0)
 		snprintf(out->name, sizeof out->name, "GIL");
+	if (!out->name[0] && out->kind && strcmp(out->kind, "semaphore") == 0 && out->gen)
+		semaphore_name(p, id, out);
 	if (out->name[0])
 		snprintf(out->label, sizeof out->label, "%s", out->name);
 	else
@@ -82,6 +108,7 @@ const char *hs_lock_kind_name(unsigned kind)
 	case HS_LOCK_RWLOCK: return "rwlock";
 	case HS_LOCK_SPIN: return "spin";
 	case HS_LOCK_GIL: return "gil";
+	case HS_LOCK_SEMAPHORE: return "semaphore";
 	default: return NULL;
 	}
 }

@@ -16,7 +16,7 @@
 struct hs_lockref {
 	uint64_t addr;
 	uint32_t gen;          /* 0 when the lock id was not usable */
-	const char *kind;      /* "mutex", "rwlock", "spin", "gil", or NULL */
+	const char *kind;      /* "mutex", "rwlock", "spin", "gil", "semaphore", or NULL */
 	char name[128];        /* heisen_name_lock() name or data symbol, "" when none */
 	char label[160];       /* name, else the address: what text reports print */
 };

@@ -10,6 +10,7 @@
 
 #include <dirent.h>
 #include <pthread.h>
+#include <semaphore.h>
 #include <signal.h>
 #include <stdio.h>
 #include <sys/socket.h>

@@ -274,6 +274,7 @@ __attribute__((constructor(101))) static void hs_init(void)
 	hs_heap_init(); /* needs hs_recording; its fork handlers run after atfork_child */
 	hs_guard_init(); /* likewise */
 	hs_fds_init();  /* likewise */
+	hs_sems_init(); /* HEISEN_PY_LOCKS */
 	hs_py_init();
 	t->in_hook = 0;
 	/* attach the main thread now, so it is in the table from the start */

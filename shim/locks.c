@@ -56,22 +56,6 @@ static inline uint64_t lock_now(void)
 	return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
 }
 
-/* One acquisition in progress. */
-struct acq {
-	uint64_t addr;
-	uint64_t site;          /* return address into the caller of the hook */
-	uint64_t cfa;           /* the caller's stack pointer at site */
-	uint64_t t0;            /* when the hook was entered */
-	uint32_t id;            /* lock id, 0 = untracked */
-	uint32_t stack;         /* the call site's stack */
-	uint8_t kind;           /* enum hs_lock_kind */
-	uint8_t acq_mode;       /* enum hs_mode of the acquisition */
-	uint8_t hold_mode;      /* enum hs_mode it will be held in */
-	uint8_t trylock;        /* cannot block */
-	int reentry;            /* index + 1 of the held entry it re-enters (recursive) */
-	int holds_gil;          /* the thread holds CPython's GIL */
-	int waited;             /* it had to block */
-};
 
 /*
  * Releases by a thread that did not hold the lock (a mutex handed over, a
@@ -115,6 +99,18 @@ static uint32_t held_stack(struct hs_thread *th, int i)
 		c->exact = 1;
 	}
 	return th->held[i].stack;
+}
+
+uint32_t hs_locks_held_stack(struct hs_thread *th, int i)
+{
+	return held_stack(th, i);
+}
+
+void hs_locks_snapshot_held(struct hs_thread *th)
+{
+	uint32_t n = th->held_count < HS_HELD_MAX ? th->held_count : HS_HELD_MAX;
+	for (uint32_t i = 0; i < n && i < HELD_CHAINS; i++)
+		(void)held_stack(th, (int)i);
 }
 
 static int held_index(const struct hs_thread *th, uint64_t addr)
@@ -176,7 +172,7 @@ static void gil_edge(struct hs_tls *t, uint32_t from, unsigned from_mode, uint32
  * Before acquiring: identify the lock, catch a relock of a held lock, and
  * add the edges held -> this lock for a blocking acquisition.
  */
-static void acq_before(struct hs_tls *t, struct acq *a, unsigned flags)
+void hs_acq_before(struct hs_tls *t, struct acq *a, unsigned flags)
 {
 	struct hs_thread *th = t->slot;
 	uint32_t n;
@@ -192,8 +188,10 @@ static void acq_before(struct hs_tls *t, struct acq *a, unsigned flags)
 		pending.depth = hs_chain_python(pending.pc, pending.depth, &python);
 		pending.python = (uint16_t)python;
 	}
-	a->stack = hs_stack_site(a->site);
-	a->id = hs_lock_id(&hs_seg, a->addr, a->kind, flags, a->stack, t->tid, a->t0);
+	if (!a->stack)
+		a->stack = hs_stack_site(a->site);
+	if (!a->id)
+		a->id = hs_lock_id(&hs_seg, a->addr, a->kind, flags, a->stack, t->tid, a->t0);
 	if (!a->id)
 		return;
 	if (HS_UNLIKELY(hs_seg.locks[a->id].kind == 0)) {
@@ -217,7 +215,7 @@ static void acq_before(struct hs_tls *t, struct acq *a, unsigned flags)
 			self_deadlock(t, a, he);
 		return;
 	}
-	a->holds_gil = __atomic_load_n(&hs_py_present, __ATOMIC_RELAXED) && hs_py_holds_gil();
+	a->holds_gil = !a->gil_safe && __atomic_load_n(&hs_py_present, __ATOMIC_RELAXED) && hs_py_holds_gil();
 	if (a->trylock)
 		return; /* a trylock cannot block: no edge into it */
 	if (a->holds_gil)
@@ -228,7 +226,8 @@ static void acq_before(struct hs_tls *t, struct acq *a, unsigned flags)
 		int created;
 		uint32_t finding, e;
 		uint32_t from_stack;
-		if (he->lock == a->id || he->lock == 0)
+		if (he->lock == a->id || he->lock == 0 ||
+		    (__atomic_load_n(&hs_seg.locks[he->lock].flags, __ATOMIC_RELAXED) & HS_LOCKF_COUNTER))
 			continue;
 		/* a new edge gets the held lock's exact stack */
 		from_stack = hs_edge_find(&hs_seg, hs_edge_key(he->lock, a->id, he->mode, a->acq_mode))
@@ -244,7 +243,7 @@ static void acq_before(struct hs_tls *t, struct acq *a, unsigned flags)
 }
 
 /* Publish "waiting for this lock since t0" in the thread's slot. */
-static void wait_begin(struct hs_tls *t, const struct acq *a, unsigned kind, uint64_t addr)
+void hs_wait_begin(struct hs_tls *t, const struct acq *a, unsigned kind, uint64_t addr)
 {
 	struct hs_thread *th = t->slot;
 	hs_lockstate_begin(th);
@@ -258,7 +257,7 @@ static void wait_begin(struct hs_tls *t, const struct acq *a, unsigned kind, uin
 	hs_lockstate_end(th);
 }
 
-static void wait_end(struct hs_tls *t)
+void hs_wait_end(struct hs_tls *t)
 {
 	struct hs_thread *th = t->slot;
 	hs_lockstate_begin(th);
@@ -302,7 +301,7 @@ static void held_remove(struct hs_thread *th, int i)
 }
 
 /* After the real call: rc is its result. */
-static void acq_after(struct hs_tls *t, struct acq *a, int rc)
+void hs_acq_after(struct hs_tls *t, struct acq *a, int rc)
 {
 	struct hs_thread *th = t->slot;
 	/* an acquisition that did not wait happened at t0: spare a clock read */
@@ -343,7 +342,7 @@ static void acq_after(struct hs_tls *t, struct acq *a, int rc)
 	}
 }
 
-static void release(struct hs_tls *t, uint64_t addr)
+void hs_release(struct hs_tls *t, uint64_t addr)
 {
 	struct hs_thread *th = t->slot;
 	int i;
@@ -426,7 +425,7 @@ void hs_locks_on_free(void *p, size_t size)
 		a.acq_mode = acq_mode_;                                                          \
 		a.hold_mode = hold_mode_;                                                        \
 		a.trylock = is_try;                                                              \
-		acq_before(t, &a, flags_);                                                       \
+		hs_acq_before(t, &a, flags_);                                                    \
 		rc = (TRY);                                                                      \
 		if (!is_try && rc == EBUSY) {                                                    \
 			a.waited = 1;                                                            \
@@ -436,12 +435,12 @@ void hs_locks_on_free(void *p, size_t size)
 				pending.exact = 1; /* the held entry keeps it */                 \
 			else                                                                     \
 				a.stack = hs_stack_site(site);                                   \
-			wait_begin(t, &a, HS_WAIT_LOCK, a.addr);                                 \
+			hs_wait_begin(t, &a, HS_WAIT_LOCK, a.addr);                                 \
 			rc = (BLOCK);                                                            \
-			wait_end(t);                                                             \
+			hs_wait_end(t);                                                          \
 		}                                                                                \
 		if (a.id)                                                                        \
-			acq_after(t, &a, rc);                                                    \
+			hs_acq_after(t, &a, rc);                                                 \
 		hs_leave(t);                                                                     \
 		return rc;                                                                       \
 	} while (0)
@@ -451,7 +450,7 @@ void hs_locks_on_free(void *p, size_t size)
 		struct hs_tls *t = hs_py_internal(lock) ? NULL : hs_enter();                     \
 		int rc;                                                                          \
 		if (t) {                                                                         \
-			release(t, (uint64_t)(uintptr_t)lock);                                   \
+			hs_release(t, (uint64_t)(uintptr_t)lock);                                \
 			hs_leave(t);                                                             \
 		}                                                                                \
 		rc = (REAL);                                                                     \
@@ -676,14 +675,14 @@ static void cond_before(struct hs_tls *t, struct cond_wait *w, void *cond, void 
 		held_remove(th, i);
 	}
 	hs_rec(t, w->a.t0, HS_REC_COND_WAIT, w->a.stack, (uint64_t)(uintptr_t)cond, w->a.addr, 0);
-	wait_begin(t, &w->a, HS_WAIT_COND, (uint64_t)(uintptr_t)cond);
+	hs_wait_begin(t, &w->a, HS_WAIT_COND, (uint64_t)(uintptr_t)cond);
 }
 
 static void cond_after(struct hs_tls *t, struct cond_wait *w, void *cond, int rc)
 {
 	struct hs_thread *th = t->slot;
 	uint64_t now = hs_now();
-	wait_end(t);
+	hs_wait_end(t);
 	if (w->had) {
 		uint32_t n = th->held_count < HS_HELD_MAX ? th->held_count : HS_HELD_MAX;
 		for (uint32_t i = 0; i < n; i++) {

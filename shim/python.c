@@ -105,8 +105,12 @@ static void gil_wait_begin(struct hs_tls *t, unsigned which, uint64_t site, uint
 		uint32_t finding, e;
 		if (he->lock == 0 || he->lock == gil)
 			continue;
-		e = hs_graph_add(&hs_seg, he->lock, he->mode, he->stack, gil, HS_MODE_WRITE, 0, hs_stack_here,
-				 t->tid, now, &created, &finding);
+		/* a new edge gets the held lock's exact stack, not its site's */
+		e = hs_graph_add(&hs_seg, he->lock, he->mode,
+				 hs_edge_find(&hs_seg, hs_edge_key(he->lock, gil, he->mode, HS_MODE_WRITE))
+					 ? he->stack
+					 : hs_locks_held_stack(th, (int)i),
+				 gil, HS_MODE_WRITE, 0, hs_stack_here, t->tid, now, &created, &finding);
 		if (created)
 			hs_rec(t, now, HS_REC_NEW_EDGE, hs_seg.edges[e].to_stack, e, he->lock, gil);
 		if (finding)

@@ -526,6 +526,41 @@ uint32_t hs_finding_add(struct hs_seg *s, const struct hs_finding *f);
 /* The lock-free lookups the graph uses, also for unit tests. */
 uint32_t hs_edge_find(struct hs_seg *s, uint64_t key);
 
+/* ---- lock hooks shared with the semaphore hooks (locks.c, semaphores.c) -- */
+
+/* One acquisition in progress (locks.c's hooks fill it; semaphores.c too). */
+struct acq {
+	uint64_t addr;
+	uint64_t site;          /* return address into the caller of the hook */
+	uint64_t cfa;           /* the hook's CFA: its caller's stack pointer at site (0: unwind) */
+	uint64_t t0;            /* when the hook was entered */
+	uint32_t id;            /* lock id, 0 = untracked; set before hs_acq_before: that lock (a class) */
+	uint32_t stack;         /* the call site's stack; 0 = hs_acq_before takes the site's stack */
+	uint8_t kind;           /* enum hs_lock_kind */
+	uint8_t acq_mode;       /* enum hs_mode of the acquisition */
+	uint8_t hold_mode;      /* enum hs_mode it will be held in */
+	uint8_t trylock;        /* cannot block */
+	uint8_t gil_safe;       /* never blocks with the GIL held (a Python lock drops it first): no GIL edges */
+	int reentry;            /* index + 1 of the held entry it re-enters (recursive) */
+	int holds_gil;          /* the thread holds CPython's GIL */
+	int waited;             /* it had to block */
+};
+
+/*
+ * The steps of one acquisition, as the pthread hooks run them: hs_acq_before
+ * (lock id, relock check, edges held -> lock for a blocking acquisition),
+ * hs_wait_begin/hs_wait_end around a blocking call (the slot's wait word,
+ * kind enum hs_wait_kind, addr what is waited on), hs_acq_after with the
+ * call's result as an errno value (0, EBUSY, ETIMEDOUT, other), hs_release when
+ * the lock at addr is released (the thread's held entry, if any, dropped).
+ * t is the caller's hs_enter() state.
+ */
+void hs_acq_before(struct hs_tls *t, struct acq *a, unsigned flags);
+void hs_wait_begin(struct hs_tls *t, const struct acq *a, unsigned kind, uint64_t addr);
+void hs_wait_end(struct hs_tls *t);
+void hs_acq_after(struct hs_tls *t, struct acq *a, int rc);
+void hs_release(struct hs_tls *t, uint64_t addr);
+
 /* ---- platform (platform_glibc.c) ---------------------------------------- */
 
 /* HS_LOCKF_* flags of a mutex / rwlock, read from glibc's structure. */
@@ -798,6 +833,24 @@ void hs_mem_big_alloc(uint64_t n);
  * header, note the fds this image inherited (/proc/self/fd) and register the
  * fork handler.  Init only; call after init.c's own pthread_atfork. */
 void hs_fds_init(void);
+
+/*
+ * Make the held-lock stacks of the calling thread (th, its own slot) exact:
+ * each held entry whose acquisition chain is still kept raw is interned now
+ * (locks.c).  The snapshot handler calls it, outside any hook, so a hang
+ * or deadlock report shows where each held lock was really taken, not the
+ * site's cached stack.  Lock-free; signal-safe as stack interning is.
+ */
+void hs_locks_snapshot_held(struct hs_thread *th);
+
+/* The exact acquisition stack of the calling thread's held entry i (its
+ * kept chain interned now), for an edge out of it made outside locks.c
+ * (python.c's lock -> GIL); the entry's stack as it is when no chain was
+ * kept.  0 when the stack table is full. */
+uint32_t hs_locks_held_stack(struct hs_thread *th, int i);
+
+/* Read HEISEN_PY_LOCKS (semaphores.c: Python's locks as lock nodes, opt-in).  Init only. */
+void hs_sems_init(void);
 
 
 /* ---- snapshots (signals.c) ---------------------------------------------------- */

@@ -259,7 +259,8 @@ def test_seed003_deadlock_is_named_and_killed(heisen, session, interp, via):
 
     # The holder: holds cuda_ctx_lock, waits for the GIL in its callback.
     t = by_tid[tid_holder]
-    assert [lockname(l) for l in t["holds"]] == ["cuda_ctx_lock"], t["holds"]
+    # (a threading.Thread also holds its own thread-state lock, a Python lock, all its life)
+    assert [lockname(l) for l in t["holds"] if l["kind"] != "semaphore"] == ["cuda_ctx_lock"], t["holds"]
     assert is_gil(t["waits_for"]), t["waits_for"]
     assert t.get("holds_gil") is not True
     natives, marker = VIAS[via]

@@ -115,7 +115,9 @@ def test_python_program_deadlocked_in_native_code_is_named_and_killed(heisen, se
     for tid, holds, wants, fn in ((tid_ab, "ext_lock_a", "ext_lock_b", "ext_hold_a_want_b"),
                                   (tid_ba, "ext_lock_b", "ext_lock_a", "ext_hold_b_want_a")):
         t = by_tid[tid]
-        assert [lockname(l) for l in t["holds"]] == [holds] and lockname(t["waits_for"]) == wants
+        # (a threading.Thread also holds its own thread-state lock, a Python lock, all its life)
+        assert [lockname(l) for l in t["holds"] if l["kind"] != "semaphore"] == [holds]
+        assert lockname(t["waits_for"]) == wants
         assert frame_functions(t["wait_stack"])[0] == fn
         assert "heisenlocks" in t["wait_stack"]["frames"][0]["module"]
     assert process_of(report, pid)["state"] == "killed"

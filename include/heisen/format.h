@@ -40,7 +40,8 @@
 #define HS_ABI_VERSION 5u  /* 2: Python frames, GIL wait flags, thread snapshots, 64-deep stacks; 3: heap findings and counters;
 				    4: processes and environment (issue 6); file descriptors (issue 5): fd table,
 				    fd event ring, fd finding history; 5: sparse segments (HS_HDR_SPARSE),
-				    cycles of any length (HS_T_CYCLE_EDGES), lock classes reuse dead lock ids */
+				    cycles of any length (HS_T_CYCLE_EDGES), lock classes reuse dead lock ids,
+				    semaphore locks (HS_LOCK_SEMAPHORE, HS_LOCKF_COUNTER) */
 #define HS_ENDIAN_TAG 0x01020304u /* reads back as 0x04030201 on a foreign-endian host */
 
 /* Fixed shapes.  Changing any of these changes the ABI version. */
@@ -373,12 +374,15 @@ enum hs_lock_kind {
 	HS_LOCK_RWLOCK = 2,
 	HS_LOCK_SPIN = 3,
 	HS_LOCK_GIL = 4,           /* CPython's GIL, one node per interpreter (issue 3) */
+	HS_LOCK_SEMAPHORE = 5,     /* a POSIX semaphore used as a lock (threading.Lock); first_stack: where sem_init ran */
 };
 #define HS_LOCKF_RECURSIVE 0x1u    /* PTHREAD_MUTEX_RECURSIVE */
 #define HS_LOCKF_ERRORCHECK 0x2u   /* PTHREAD_MUTEX_ERRORCHECK */
 #define HS_LOCKF_WRITER_PREF 0x4u  /* rwlock that prefers writers: reads can block behind a waiting writer */
 #define HS_LOCKF_DEAD 0x8u         /* [atomic] destroyed; a new acquisition at addr makes a new lock with gen+1 */
 #define HS_LOCKF_SHARED 0x10u      /* [atomic] this instance was acquired by two different threads (last_tid changed) */
+#define HS_LOCKF_COUNTER 0x20u     /* [atomic] semaphore used as a counter (initial value != 1, posted by a
+                                    * non-holder, waited on by its holder): not a lock, never in a finding */
 
 /*
  * Acquisition modes.  A thread waiting to acquire lock L in mode `acq` can be

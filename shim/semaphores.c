@@ -1,0 +1,318 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * shim/semaphores.c — the POSIX semaphore hooks: CPython's locks.
+ *
+ * On Linux CPython builds threading.Lock (and through it RLock, Condition,
+ * Semaphore, Event, queue.Queue, concurrent.futures, the import lock) on a
+ * sem_t: PyThread_allocate_lock runs sem_init(s, 0, 1), acquire is
+ * sem_trywait then, without the GIL, sem_wait / sem_clockwait /
+ * sem_timedwait, release is sem_post.  A semaphore used that way is a lock,
+ * and these hooks make it a node of the lock-order graph through the same
+ * steps the pthread hooks take (locks.c: hs_acq_before, hs_wait_begin/
+ * hs_wait_end, hs_acq_after, hs_release): its acquisitions add edges held -> it, a blocked
+ * acquisition publishes HS_WAIT_LOCK with its holder visible in the holder's
+ * held stack, its release pops it.
+ *
+ * The rule for "used as a lock" (a binary semaphore): initialised to 1 by
+ * sem_init (not process-shared), and every post made by the thread that
+ * holds it.  A semaphore is a counter (never in a finding, never in a held
+ * stack) when it is initialised to another value or opened by name
+ * (sem_open), and its class becomes one (HS_LOCKF_COUNTER) when an
+ * instance is posted by a thread that does not hold it (a signal:
+ * Condition's waiter locks, a Lock released by another thread) or waited
+ * on, blocking, by the thread that holds it (a hand-off wait:
+ * Condition.wait blocks on the waiter lock it took itself).  A failing
+ * sem_trywait by the holder is neither (Condition._is_owned probes with
+ * acquire(False)).  The choice is final: a counter class stays one.
+ *
+ * A Python acquisition always starts with sem_trywait (with the GIL, it
+ * cannot block), so a trywait adds the same edges as a blocking wait: the
+ * blocking call that follows a failed try has none of its own to add.
+ * acquire(blocking=False) is therefore an ordered acquisition too (a limit,
+ * README "Python locks").  No edge GIL -> semaphore is ever added: CPython
+ * drops the GIL before it blocks on one; the edge semaphore -> GIL comes
+ * from the release check the pthread hooks make (released with the GIL,
+ * taken without it), and every Python lock is held across GIL switches, so
+ * it is taken as held without the GIL.
+ *
+ * Lock classes, as lockdep has them: every semaphore lock created by the
+ * same sem_init stack (Python frames included, hs_stack_call) is one
+ * node of the graph, one hs_lock entry whose addr is a class key
+ * (HS_SEM_CLASS | stack id, not an address) and whose first_stack is that
+ * stack; heisen-dump names it by the innermost Python frame.  (A lock
+ * created by C with no Python frame on the stack, the interpreter's own,
+ * is a node of its own, keyed by its address, as a mutex is.)  CPython
+ * creates a lock per Condition.wait, per queue.Queue, per Thread: a node per
+ * instance would fill the lock table within seconds, a node per creation
+ * site never grows with the run.  The instance is what a thread holds and
+ * waits for (held entries and the wait word carry its address), so hang
+ * and deadlock reports name the instance's holder; the order is the
+ * class's.  Consequences: two locks of one class nested in opposite orders
+ * are not seen (an edge from a class to itself is not an order); a class
+ * becomes a counter as a whole when one instance does.
+ *
+ * The instance -> class link is kept in the semaphore itself: glibc's
+ * sem_t is 32 bytes and its semaphore uses the first 16 (struct new_sem on
+ * 64-bit), so sem_init writes a tag {magic, class id} into the last 8 and
+ * sem_destroy clears it.  A semaphore without the tag (initialised to
+ * another value, process-shared, opened by sem_open, initialised before the
+ * shim) is never looked at: no lookup, no table entry.
+ *
+ * RLock re-entry never reaches a semaphore (the C RLock counts its owner's
+ * re-entries itself).
+ */
+#include <errno.h>
+#include <semaphore.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "hooks.h"
+#include "shim.h"
+
+#define RET_ADDR() ((uint64_t)(uintptr_t)__builtin_extract_return_addr(__builtin_return_address(0)))
+/* The hook's CFA = its caller's stack pointer at the return address (the shim
+ * keeps frame pointers; hs_stack_call checks that RET_ADDR sits at CFA - 8). */
+#define CALLER_SP() ((uint64_t)(uintptr_t)__builtin_frame_address(0) + 16)
+
+/* Index of the thread's held entry for addr, -1 when it does not hold it. */
+static inline int sem_held(const struct hs_thread *th, uint64_t addr)
+{
+	uint32_t n = th->held_count < HS_HELD_MAX ? th->held_count : HS_HELD_MAX;
+	for (int i = (int)n - 1; i >= 0; i--)
+		if (th->held[i].addr == addr)
+			return i;
+	return -1;
+}
+
+/* The tag sem_init leaves in the unused tail of a lock semaphore. */
+struct sem_tag {
+	uint32_t magic;
+	uint32_t id;            /* the class's lock id */
+};
+#define SEM_TAG_MAGIC 0x68734c6bu /* "hsLk" */
+#define SEM_TAG_OFF (sizeof(sem_t) - sizeof(struct sem_tag))
+#define HS_SEM_CLASS (0xfffeull << 48) /* class key: never a user-space address */
+_Static_assert(sizeof(sem_t) >= 16 + sizeof(struct sem_tag), "glibc's semaphore fills sem_t");
+
+static inline void sem_tag_set(sem_t *sem, uint32_t id)
+{
+	struct sem_tag tag = {id ? SEM_TAG_MAGIC : 0, id};
+	memcpy((char *)sem + SEM_TAG_OFF, &tag, sizeof tag);
+}
+
+/*
+ * The class lock id of the semaphore when it is a lock semaphore whose class
+ * is still used as a lock, else 0.  An instance of a counter class still in
+ * the thread's own held stack (the class became one while this thread held
+ * it) is dropped from it.
+ */
+/*
+ * Python locks are tracked only with HEISEN_PY_LOCKS=1 for now: their cost
+ * (about +1 us per uncontended `with lock:`, bench/README.md "Python
+ * locks") is far above the lock budget of +25 ns, and CPython takes them
+ * everywhere (queue.Queue, Condition, logging, imports).  Off, each sem_*
+ * hook is one load and the real call.
+ */
+static int sem_mode; /* [atomic] 1 = on; written once by hs_sems_init before any hook records */
+
+static inline int sem_on(void)
+{
+	/* relaxed: set once at start-up, before hs_recording publishes */
+	return __atomic_load_n(&sem_mode, __ATOMIC_RELAXED);
+}
+
+void hs_sems_init(void)
+{
+	const char *v = getenv("HEISEN_PY_LOCKS");
+	__atomic_store_n(&sem_mode, v && strcmp(v, "1") == 0, __ATOMIC_RELAXED);
+}
+
+static uint32_t sem_lock(struct hs_tls *t, sem_t *sem)
+{
+	struct sem_tag tag;
+	const struct hs_lock *l;
+	memcpy(&tag, (const char *)sem + SEM_TAG_OFF, sizeof tag);
+	if (tag.magic != SEM_TAG_MAGIC || tag.id == 0 ||
+	    tag.id >= __atomic_load_n(&hs_seg.hdr->tables[HS_T_LOCKS].count, __ATOMIC_ACQUIRE))
+		return 0;
+	l = &hs_seg.locks[tag.id];
+	if (l->kind != HS_LOCK_SEMAPHORE ||
+	    (l->addr != (HS_SEM_CLASS | l->first_stack) && l->addr != (uint64_t)(uintptr_t)sem))
+		return 0; /* a tag from another segment (a fork child's) */
+	if (__atomic_load_n(&l->flags, __ATOMIC_ACQUIRE) & HS_LOCKF_COUNTER) {
+		uint64_t addr = (uint64_t)(uintptr_t)sem;
+		if (HS_UNLIKELY(t->slot->held_count) && sem_held(t->slot, addr) >= 0)
+			hs_release(t, addr);
+		return 0;
+	}
+	return tag.id;
+}
+
+/* From now on the semaphore `id` is a counter. */
+static inline void sem_counter(uint32_t id)
+{
+	__atomic_or_fetch(&hs_seg.locks[id].flags, (uint16_t)HS_LOCKF_COUNTER, __ATOMIC_RELEASE);
+}
+
+/*
+ * The holder tried its own semaphore and failed (acquire(False) or a
+ * timeout of 0): either a probe of a lock it holds (Condition._is_owned) or
+ * a hand-off wait that gives up at once (Condition.wait(0)).  Which one is
+ * unknown, so the holding stops ordering anything (lock 0: no edges from
+ * it); it stays in the held stack until the holder posts or destroys it.
+ */
+static void sem_probed(struct hs_thread *th, int h)
+{
+	hs_lockstate_begin(th);
+	th->held[h].lock = 0;
+	hs_lockstate_end(th);
+}
+
+/*
+ * The body of the four waits.  TRY is sem_trywait, BLOCK the blocking call
+ * (both -1 + errno on failure); is_try for sem_trywait itself.
+ */
+#define SEM_ACQUIRE(is_try, TRY, BLOCK)                                                          \
+	do {                                                                                     \
+		uint64_t addr = (uint64_t)(uintptr_t)sem;                                        \
+		struct hs_tls *t = !sem_on() || hs_py_internal(sem) ? NULL : hs_enter();                      \
+		struct acq a;                                                                    \
+		uint32_t id;                                                                     \
+		int rc, err, h;                                                                  \
+		if (!t)                                                                          \
+			return is_try ? (TRY) : (BLOCK);                                         \
+		if (!(id = sem_lock(t, sem))) {                                                  \
+			hs_leave(t);                                                             \
+			return is_try ? (TRY) : (BLOCK);                                         \
+		}                                                                                \
+		if (HS_UNLIKELY(t->slot->held_count) && (h = sem_held(t->slot, addr)) >= 0) {    \
+			if (is_try) {                                                            \
+				rc = (TRY);                                                      \
+				if (rc != 0)                                                     \
+					sem_probed(t->slot, h);                                  \
+				hs_leave(t);                                                     \
+				return rc;                                                       \
+			}                                                                        \
+			/* the holder blocks until another thread posts: a hand-off */           \
+			sem_counter(id);                                                         \
+			hs_release(t, addr);                                                     \
+			hs_leave(t);                                                             \
+			return (BLOCK);                                                          \
+		}                                                                                \
+		memset(&a, 0, sizeof a);                                                         \
+		a.id = id;                                                                       \
+		a.addr = addr;                                                                   \
+		a.site = RET_ADDR();                                                             \
+		a.cfa = CALLER_SP();                                                             \
+		a.kind = HS_LOCK_SEMAPHORE;                                                      \
+		a.acq_mode = HS_MODE_WRITE;                                                      \
+		a.hold_mode = HS_MODE_WRITE;                                                     \
+		a.gil_safe = 1;                                                                  \
+		hs_acq_before(t, &a, 0);                                                         \
+		rc = (TRY) == 0 ? 0 : errno;                                                     \
+		if (rc == EAGAIN)                                                                \
+			rc = EBUSY;                                                              \
+		if (!is_try && rc == EBUSY) {                                                    \
+			a.waited = 1;                                                            \
+			/* it blocks: the wait gets this call's whole stack, Python frames too */ \
+			if ((id = hs_stack_here()) != 0)                                         \
+				a.stack = id;                                                    \
+			hs_wait_begin(t, &a, HS_WAIT_LOCK, addr);                                \
+			rc = (BLOCK) == 0 ? 0 : errno;                                           \
+			hs_wait_end(t);                                                          \
+		}                                                                                \
+		if (a.id)                                                                        \
+			hs_acq_after(t, &a, rc);                                                 \
+		hs_leave(t);                                                                     \
+		if (rc == 0)                                                                     \
+			return 0;                                                                \
+		err = rc == EBUSY ? EAGAIN : rc;                                                 \
+		errno = err;                                                                     \
+		return -1;                                                                       \
+	} while (0)
+
+#define SEM_TRY HS_REAL(sem_trywait)(sem)
+
+HS_EXPORT int sem_wait(sem_t *sem)
+{
+	SEM_ACQUIRE(0, SEM_TRY, HS_REAL(sem_wait)(sem));
+}
+
+HS_EXPORT int sem_trywait(sem_t *sem)
+{
+	SEM_ACQUIRE(1, SEM_TRY, -1);
+}
+
+HS_EXPORT int sem_timedwait(sem_t *sem, const struct timespec *abstime)
+{
+	SEM_ACQUIRE(0, SEM_TRY, HS_REAL(sem_timedwait)(sem, abstime));
+}
+
+HS_EXPORT int sem_clockwait(sem_t *sem, clockid_t clock, const struct timespec *abstime)
+{
+	SEM_ACQUIRE(0, SEM_TRY, HS_REAL(sem_clockwait)(sem, clock, abstime));
+}
+
+/* A post by the holder releases the lock; by anyone else, makes it a counter. */
+HS_EXPORT int sem_post(sem_t *sem)
+{
+	uint64_t addr = (uint64_t)(uintptr_t)sem;
+	struct hs_tls *t = !sem_on() || hs_py_internal(sem) ? NULL : hs_enter();
+	uint32_t id;
+	if (t) {
+		if ((id = sem_lock(t, sem)) != 0) {
+			if (t->slot->held_count && sem_held(t->slot, addr) >= 0)
+				hs_release(t, addr);
+			else
+				sem_counter(id);
+		}
+		hs_leave(t);
+	}
+	return HS_REAL(sem_post)(sem);
+}
+
+/* A new semaphore: an instance of its creation stack's class with value 1, untracked otherwise. */
+HS_EXPORT int sem_init(sem_t *sem, int pshared, unsigned int value)
+{
+	uint64_t site = RET_ADDR(), cfa = CALLER_SP();
+	int rc = HS_REAL(sem_init)(sem, pshared, value);
+	struct hs_tls *t;
+	uint32_t id = 0, stack;
+	if (rc != 0)
+		return rc;
+	if (value == 1 && !pshared && sem_on() && !hs_py_internal(sem) && (t = hs_enter())) {
+		stack = hs_stack_call(site, cfa);
+		if (stack && (hs_seg.stacks[stack].flags & HS_STACK_PYTHON)) {
+			id = hs_lock_id(&hs_seg, HS_SEM_CLASS | stack, HS_LOCK_SEMAPHORE, 0, stack, t->tid, hs_now());
+		} else {
+			/* created by C with no Python caller (the interpreter's own locks, few):
+			 * a node of its own, as a mutex is */
+			hs_lock_forget(&hs_seg, (uint64_t)(uintptr_t)sem);
+			id = hs_lock_id(&hs_seg, (uint64_t)(uintptr_t)sem, HS_LOCK_SEMAPHORE, 0, stack, t->tid,
+					hs_now());
+		}
+		hs_leave(t);
+	}
+	sem_tag_set(sem, id);
+	return rc;
+}
+
+HS_EXPORT int sem_destroy(sem_t *sem)
+{
+	uint64_t addr = (uint64_t)(uintptr_t)sem;
+	struct hs_tls *t = hs_enter();
+	if (t) {
+		if (t->slot->held_count && sem_held(t->slot, addr) >= 0)
+			hs_release(t, addr);
+		struct sem_tag tag;
+		memcpy(&tag, (const char *)sem + SEM_TAG_OFF, sizeof tag);
+		/* an instance node ends with it; a class lives on */
+		if (tag.magic == SEM_TAG_MAGIC && tag.id &&
+		    tag.id < __atomic_load_n(&hs_seg.hdr->tables[HS_T_LOCKS].count, __ATOMIC_ACQUIRE) &&
+		    hs_seg.locks[tag.id].addr == addr)
+			hs_lock_forget(&hs_seg, addr);
+		hs_leave(t);
+	}
+	sem_tag_set(sem, 0);
+	return HS_REAL(sem_destroy)(sem);
+}

@@ -1,0 +1,79 @@
+# SPDX-License-Identifier: MIT
+"""py_lock_abba — two threading.Lock taken in opposite orders by two threads.
+
+A cache and a store, each with its own lock: "reader" takes the cache's
+lock then the store's, "writer" the store's then the cache's (the most
+common deadlock of Python code).  By default the threads run one after
+the other, so the program ends; heisen predicts the deadlock from the
+order alone.  With "together" both take their first lock, meet at a
+barrier, and deadlock for real.  With "churn N" the program first makes
+CPython create and drop N short-lived locks the way a busy service does
+(queue.Queue get with a timeout, Condition.wait(0): a lock per wait).
+
+Usage: py_lock_abba.py [together | churn N]
+Prints "pid P", "tid_reader T", "tid_writer T", "done" (never with together).
+"""
+import os
+import queue
+import sys
+import threading
+
+together = sys.argv[1:] == ["together"]
+churn = int(sys.argv[2]) if sys.argv[1:2] == ["churn"] else 0
+meet = threading.Barrier(2)
+
+
+def say(key, value):
+    sys.stdout.write(f"{key} {value}\n")
+    sys.stdout.flush()
+
+
+class Cache:
+    def __init__(self):
+        self.lock = threading.Lock()  # marker: cache lock created
+        self.entries = {}
+
+
+class Store:
+    def __init__(self):
+        self.lock = threading.Lock()  # marker: store lock created
+        self.rows = {}
+
+
+cache, store = Cache(), Store()
+
+
+def reader():
+    say("tid_reader", threading.get_native_id())
+    with cache.lock:  # marker: reader takes the cache lock
+        if together:
+            meet.wait()
+        with store.lock:  # marker: reader takes the store lock
+            cache.entries["k"] = store.rows.get("k")
+
+
+def writer():
+    say("tid_writer", threading.get_native_id())
+    with store.lock:  # marker: writer takes the store lock
+        if together:
+            meet.wait()
+        with cache.lock:  # marker: writer takes the cache lock
+            store.rows["k"] = 1
+            cache.entries.pop("k", None)
+
+
+say("pid", os.getpid())
+jobs, ready = queue.Queue(), threading.Condition()
+for i in range(churn // 2):
+    jobs.put(i)
+    jobs.get(timeout=5)
+    with ready:
+        ready.wait(0)
+threads = [threading.Thread(target=f, name=f.__name__) for f in (reader, writer)]
+for t in threads:
+    t.start()
+    if not together:
+        t.join()
+for t in threads:
+    t.join()
+say("done", 1)

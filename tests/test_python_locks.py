@@ -1,0 +1,142 @@
+# SPDX-License-Identifier: MIT
+"""CPython's own locks are locks: threading.Lock (a POSIX semaphore used as
+a binary lock) in the lock-order graph, in hang reports, in cycles with
+native mutexes and the GIL; and the primitives built on it used correctly
+give no finding.  Every case runs on each interpreter of the machine
+(pyenv's 3.8 to 3.13, Debian's static 3.11).
+
+A Python lock is named where it was created ("py_lock_abba.py:29 in
+Cache.__init__"; before 3.11 the function is its bare name).
+
+Python locks are tracked with HEISEN_PY_LOCKS=1 (opt-in while their cost is
+far above the lock budget); every test here sets it, but the last one, which
+shows that without it nothing about them is recorded.
+"""
+import os
+
+import pytest
+
+from conftest import fact_int, facts, findings_of, marker_line, process_of
+from test_python_versions import check_process, expect_python_run, py, run_watched  # noqa: F401 (fixture)
+
+
+@pytest.fixture(autouse=True)
+def python_locks_on(request, monkeypatch):
+    if "python_locks_off" not in request.node.name:
+        monkeypatch.setenv("HEISEN_PY_LOCKS", "1")
+
+
+def lock_label(py, src, marker, qualname):
+    return f"{src.name}:{marker_line(src, marker)} in {py.qualname(qualname)}"
+
+
+def edge_names(finding):
+    return {(e["from"].get("name"), e["to"].get("name")) for e in finding["edges"]}
+
+
+@pytest.mark.parametrize("churn", [0, 40000], ids=["fresh", "after-40000-short-lived-locks"])
+def test_two_python_locks_in_opposite_orders_are_predicted(heisen, session, py, churn):
+    src = heisen.src_targets / "py_lock_abba.py"
+    p = heisen.preload([py.exe, src] + (["churn", str(churn)] if churn else []), session, timeout=120)
+    assert p.returncode == 0 and facts(p.stdout)["done"] == ["1"], (p.returncode, p.stdout, p.stderr)
+    pid = fact_int(p.stdout, "pid")
+    report = heisen.dump_json(session, expect_rc=1)
+    cycles = [f for f in findings_of(report, "potential-deadlock") if f["pid"] == pid]
+    assert len(cycles) == 1, report["findings"]
+    cache = lock_label(py, src, "cache lock created", "Cache.__init__")
+    store = lock_label(py, src, "store lock created", "Store.__init__")
+    assert edge_names(cycles[0]) == {(cache, store), (store, cache)}, cycles[0]["edges"]
+    for e in cycles[0]["edges"]:
+        assert e["from"]["kind"] == "semaphore" and e["to"]["kind"] == "semaphore", e
+        who = "reader" if e["from"]["name"] == cache else "writer"
+        first, then = ("cache", "store") if who == "reader" else ("store", "cache")
+        for k, lock in (("from_stack", first), ("to_stack", then)):
+            line = marker_line(src, f"{who} takes the {lock} lock")
+            expect_python_run(py, e[k], [(who, line)], "py_lock_abba.py")
+    # a lock per Condition.wait / Queue.get: classes by creation site, the tables never fill
+    assert not any(v for v in process_of(report, pid)["dropped"].values()), process_of(report, pid)["dropped"]
+    check_process(report, pid, py)
+
+
+def test_two_python_locks_deadlock_names_the_locks_and_their_holders(heisen, session, py):
+    src = heisen.src_targets / "py_lock_abba.py"
+    rc, out, err = run_watched(heisen, session, [py.exe, src, "together"])
+    assert rc == 137 and "done" not in out, (rc, out, err)
+    pid, reader, writer = (fact_int(out, k) for k in ("pid", "tid_reader", "tid_writer"))
+    report = heisen.dump_json(session, expect_rc=1)
+    dls = [f for f in findings_of(report, "deadlock") if f["pid"] == pid]
+    assert len(dls) == 1, report["findings"]
+    by_tid = {t["tid"]: t for t in dls[0]["threads"]}
+    assert set(by_tid) == {reader, writer}, by_tid.keys()
+    cache = lock_label(py, src, "cache lock created", "Cache.__init__")
+    store = lock_label(py, src, "store lock created", "Store.__init__")
+    for tid, who, mine, other in ((reader, "reader", cache, store), (writer, "writer", store, cache)):
+        t = by_tid[tid]
+        assert t["wait_kind"] == "lock", t["wait_kind"]
+        assert t["waits_for"]["name"] == other and t["waits_for"]["kind"] == "semaphore", t["waits_for"]
+        assert mine in [h.get("name") for h in t["holds"]], t["holds"]
+        assert [h["tid"] for h in t["held_by"]] == [writer if tid == reader else reader], t["held_by"]
+        first, then = ("cache", "store") if who == "reader" else ("store", "cache")
+        expect_python_run(py, t["wait_stack"], [(who, marker_line(src, f"{who} takes the {then} lock"))],
+                          "py_lock_abba.py")
+        expect_python_run(py, t["hold_stack"], [(who, marker_line(src, f"{who} takes the {first} lock"))],
+                          "py_lock_abba.py")
+    check_process(report, pid, py)
+
+
+def test_cycle_through_a_python_lock_the_gil_and_a_c_mutex(heisen, session, py):
+    lib = heisen.targets / "libnativelock.so"
+    assert lib.exists(), f"{lib} is missing: ninja -C {heisen.build}"
+    src = heisen.src_targets / "py_lock_gil_native.py"
+    p = heisen.preload([py.exe, src, lib], session)
+    assert p.returncode == 0 and facts(p.stdout)["done"] == ["1"], (p.returncode, p.stdout, p.stderr)
+    pid = fact_int(p.stdout, "pid")
+    report = heisen.dump_json(session, expect_rc=1)
+    journal = lock_label(py, src, "journal lock created", "Journal.__init__")
+    cycles = [f for f in findings_of(report, "potential-deadlock")
+              if f["pid"] == pid and len(f["edges"]) == 3]
+    assert len(cycles) == 1, report["findings"]
+    edges = {(e["from"].get("name"), e["to"].get("name")): e for e in cycles[0]["edges"]}
+    assert set(edges) == {(journal, "GIL"), ("GIL", "registry_lock"), ("registry_lock", journal)}, edges.keys()
+    # the holder: the journal lock taken, the GIL taken back while holding it
+    expect_python_run(py, edges[(journal, "GIL")]["from_stack"],
+                      [("holder", marker_line(src, "holder takes the journal lock"))], "py_lock_gil_native.py")
+    # the poller: the registry mutex taken with the GIL held
+    expect_python_run(py, edges[("GIL", "registry_lock")]["to_stack"],
+                      [("poller", marker_line(src, "count with the GIL held"))], "py_lock_gil_native.py")
+    # the notifier's listener: the journal lock taken under the registry mutex
+    e = edges[("registry_lock", journal)]
+    expect_python_run(py, e["from_stack"], [("notifier", marker_line(src, "notify under the registry lock"))],
+                      "py_lock_gil_native.py")
+    expect_python_run(py, e["to_stack"], [("on_event", marker_line(src, "listener takes the journal lock"))],
+                      "py_lock_gil_native.py")
+    check_process(report, pid, py)
+
+
+def test_correct_use_of_the_threading_primitives_has_no_finding(heisen, session, py):
+    src = heisen.src_targets / "py_threading_clean.py"
+    # a ring long enough that the nested locks' events are still there at the end
+    p = heisen.preload([py.exe, src], session, env={"HEISEN_RING": "65536"})
+    assert p.returncode == 0 and facts(p.stdout)["done"] == ["1"], (p.returncode, p.stdout, p.stderr)
+    assert facts(p.stdout)["squares"] == [str(sum(x * x for x in range(100)))], p.stdout
+    pid = fact_int(p.stdout, "pid")
+    report = heisen.dump_json(session, expect_rc=0)
+    assert report["findings"] == [], report["findings"]
+    # heisen did see the Python locks: the nested pair among the locks acquired
+    nested = f"{src.name}:{marker_line(src, 'nested locks created')} in <module>"
+    proc = process_of(report, pid)
+    seen = {e["lock"].get("name") for t in proc["threads"] for e in t.get("events", [])
+            if e.get("type") == "lock-acquired" and e.get("lock")}
+    assert nested in seen, sorted(n for n in seen if n)
+    check_process(report, pid, py)
+
+
+def test_python_locks_off_by_default_records_nothing_of_them(heisen, session):
+    """Without HEISEN_PY_LOCKS=1 the semaphore hooks only pass the call on:
+    the same ABBA of two threading.Locks gives no lock node and no finding."""
+    assert "HEISEN_PY_LOCKS" not in os.environ
+    src = heisen.src_targets / "py_lock_abba.py"
+    p = heisen.preload(["/usr/bin/python3", src], session, timeout=120)
+    assert p.returncode == 0 and facts(p.stdout)["done"] == ["1"], (p.returncode, p.stdout, p.stderr)
+    r = heisen.dump_json(session, expect_rc=0)
+    assert r["findings"] == [], [f["message"] for f in r["findings"]]
