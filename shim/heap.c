@@ -413,6 +413,20 @@ static uint32_t site_stack_key(uint64_t key, uint64_t site, int first_sight);
  * 8-byte units; 0 = not learnt, or not found: unwind every time).  Later
  * calls read the caller from the stack directly.
  */
+/* A wrapper site's composite key; bits 63 and 62: never a user-space PC. */
+static inline uint64_t wrapper_key(uint64_t site, uint64_t outer)
+{
+	return hs_mix64(site ^ hs_mix64(outer)) | (3ull << 62);
+}
+
+/* 1 when key has an entry in the site cache now. */
+static inline int site_cache_has(uint64_t key)
+{
+	uint64_t h = hs_mix64(key);
+	uint64_t v = __atomic_load_n(&site_cache[h & (SITE_CACHE - 1)], __ATOMIC_RELAXED);
+	return v != 0 && (v >> 26) == (h >> 26);
+}
+
 static uint32_t wrapper_stack(uint64_t site, uint64_t *entry)
 {
 	uint64_t lo = __atomic_load_n(&wrapper_lo, __ATOMIC_RELAXED);
@@ -421,10 +435,19 @@ static uint32_t wrapper_stack(uint64_t site, uint64_t *entry)
 	uint32_t k = (uint32_t)(v & 0xffffffu);
 	if (!lo || !cfa)
 		return hs_stack_here();
+	int slot_wrong = 0;
 	if (k) {
 		outer = *(const uint64_t *)(uintptr_t)(cfa + 8u * k);
+		/* The slot was learnt on one path into the wrapper; another path
+		 * (more wrapper frames between, std::string's _M_mutate before
+		 * operator new) puts something else there — a size, a pointer.
+		 * A caller seen before is in the cache; a new one must at least
+		 * be code of a loaded module, else every such call made a new
+		 * key and the stack table filled with garbage. */
 		if (outer >= lo && outer < hi)
 			outer = 0;
+		else if (!site_cache_has(wrapper_key(site, outer)) && !hs_module_known(outer))
+			outer = 0, slot_wrong = 1;
 	}
 	if (!outer) {
 		outer = hs_caller_outside(lo, hi);
@@ -434,13 +457,12 @@ static uint32_t wrapper_stack(uint64_t site, uint64_t *entry)
 		for (k = 1; k < 64; k++)
 			if (*(const uint64_t *)(uintptr_t)(cfa + 8u * k) == outer)
 				break;
-		if (k < 64 && (v & SITE_WRAPPER))
+		if (k < 64 && !slot_wrong && (v & SITE_WRAPPER))
 			/* relaxed: a self-contained word; a lost race only re-learns */
 			__atomic_compare_exchange_n(entry, &v, (v & ~(uint64_t)0xffffffu) | k, 0, __ATOMIC_RELAXED,
 						    __ATOMIC_RELAXED);
 	}
-	/* bits 63 and 62: never a user-space PC */
-	return site_stack_key(hs_mix64(site ^ hs_mix64(outer)) | (3ull << 62), site, 0);
+	return site_stack_key(wrapper_key(site, outer), site, 0);
 }
 
 static uint32_t site_stack_key(uint64_t key, uint64_t site, int first_sight)

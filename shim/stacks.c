@@ -121,13 +121,21 @@ uint32_t hs_stack_here(void)
 }
 
 /* The stack id cached under key in the site index, 0 when none (or being filled). */
+/*
+ * The site index is looked up on hooks' paths: a probe sequence is bounded
+ * (a key lies at most SITE_PROBES slots from its home, or was not cached:
+ * counted in the index's dropped), so a nearly full index costs a few
+ * cache lines per miss, never a scan of the whole table per call.
+ */
+#define SITE_PROBES 64u
+
 static uint32_t site_get(struct hs_seg *s, uint64_t key)
 {
 	struct hs_table *idx = &s->hdr->tables[HS_T_SITE_INDEX];
 	uint32_t mask = idx->capacity - 1;
 	uint32_t i = (uint32_t)hs_mix64(key) & mask;
 
-	for (uint32_t probe = 0; probe <= mask; probe++, i = (i + 1) & mask) {
+	for (uint32_t probe = 0; probe <= mask && probe < SITE_PROBES; probe++, i = (i + 1) & mask) {
 		struct hs_index_slot *slot = &s->site_index[i];
 		uint64_t k = __atomic_load_n(&slot->key, __ATOMIC_ACQUIRE);
 		if (k == key)
@@ -145,7 +153,7 @@ static uint32_t site_put(struct hs_seg *s, uint64_t key, uint32_t id)
 	uint32_t mask = idx->capacity - 1;
 	uint32_t i = (uint32_t)hs_mix64(key) & mask;
 
-	for (uint32_t probe = 0; probe <= mask; probe++, i = (i + 1) & mask) {
+	for (uint32_t probe = 0; probe <= mask && probe < SITE_PROBES; probe++, i = (i + 1) & mask) {
 		struct hs_index_slot *slot = &s->site_index[i];
 		uint64_t expect = 0;
 		if (__atomic_compare_exchange_n(&slot->key, &expect, key, 0, __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE) ||
