@@ -263,7 +263,10 @@ def stack_cost(build, reps, notes):
     if not any(f.startswith("bench_pystack") and f.endswith(".so") for f in os.listdir(bdir)):
         notes.append("stack capture with Python frames skipped: bench_pystack not built (needs CPython 3.11 headers)")
         return
-    out, _ = run([PYTHON, "-c", STACK_COST, bdir, "20000", str(reps)])
+    # the extension carries the shim's initial-exec TLS (held-lock chains, guards):
+    # more than glibc keeps spare for a dlopen'ed object by default
+    out, _ = run([PYTHON, "-c", STACK_COST, bdir, "20000", str(reps)],
+                 env={"GLIBC_TUNABLES": "glibc.rtld.optional_static_tls=65536"})
     rows, by = [], {}
     for line in out.split("\n"):
         f = line.split()

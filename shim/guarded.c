@@ -395,22 +395,6 @@ static long slot_of(uintptr_t p)
 
 /* ---- findings --------------------------------------------------------------------- */
 
-static void fmt_hex(char *buf, uint64_t v)
-{
-	static const char d[] = "0123456789abcdef";
-	char tmp[17];
-	int n = 0;
-	do {
-		tmp[n++] = d[v & 15];
-		v >>= 4;
-	} while (v);
-	buf[0] = '0';
-	buf[1] = 'x';
-	for (int i = 0; i < n; i++)
-		buf[2 + i] = tmp[n - 1 - i];
-	buf[2 + n] = '\0';
-}
-
 static const char *kind_name(unsigned kind)
 {
 	switch (kind) {
@@ -443,7 +427,7 @@ static void publish(struct hs_tls *t, struct hs_finding *f, const char *what)
 			hs_write_err(what);
 		}
 		hs_write_err(" at ");
-		fmt_hex(buf, f->addr);
+		hs_fmt_hex(buf, f->addr);
 		hs_write_err(buf);
 		hs_write_err(on_error_continue ? " (going on; heisen-dump has the stacks)\n"
 					       : " (heisen-dump has the stacks)\n");

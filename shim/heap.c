@@ -533,7 +533,7 @@ static inline int heap_enter(struct hs_tls *t)
 
 /* ---- findings ------------------------------------------------------------------- */
 
-static void fmt_hex(char *buf, uint64_t v)
+void hs_fmt_hex(char *buf, uint64_t v)
 {
 	static const char d[] = "0123456789abcdef";
 	char tmp[17];
@@ -607,7 +607,7 @@ static void heap_finding(struct hs_tls *t, int ring, struct hs_finding *f)
 		hs_write_err("heisen: ");
 		hs_write_err(kind_name(f->kind));
 		hs_write_err(" of ");
-		fmt_hex(buf, f->addr);
+		hs_fmt_hex(buf, f->addr);
 		hs_write_err(buf);
 		hs_write_err(heap_continue ? " (skipped; heisen-dump has the stacks)\n"
 					   : " (aborting; heisen-dump has the stacks)\n");

@@ -702,6 +702,11 @@ void hs_heap_init(void);
 /* The fork child's heap work (quarantine locks, counters into the new segment). */
 void hs_heap_after_fork_child(void);
 
+/* "0x" and v in lower-case hex, NUL-terminated, into buf (19 bytes at
+ * most): for the heap checker's and the guard pages' one-line messages on
+ * stderr, which are written without stdio (signal-safe). */
+void hs_fmt_hex(char *buf, uint64_t v);
+
 /* ---- sampled guard-page allocations (guarded.c) ---------------------------------- */
 
 /*
