@@ -18,10 +18,14 @@
  *   file    the same as stale with a FILE *: the reopen path closes
  *           fileno(fp) behind the FILE's back, the destructor fcloses it.
  *           heisen: stale-close proven at the fclose (rule "file").
+ *   dir     the same with a DIR * of the checkpoint directory: close(dirfd(d))
+ *           behind its back, then closedir.  heisen: stale closes at both
+ *           (rules "dirfd" and "dir").
  *
  * Prints "pid", "tid_main", "tid_writer", "fd N", and what failed.
  */
 #include <fcntl.h>
+#include <dirent.h>
 #include <semaphore.h>
 #include <sys/stat.h>
 
@@ -30,6 +34,7 @@
 struct handle {
 	int fd;              /* the C++ class's member */
 	FILE *fp;            /* mode file */
+	DIR *dp;             /* mode dir */
 	char path[256];
 };
 
@@ -37,7 +42,7 @@ static char dir[] = "/tmp/heisen-fd-reopen-XXXXXX";
 static char ckpt[300];
 static sem_t writer_opened, writer_go;
 static int writer_fd = -1;
-static int use_file;
+static int use_file, use_dir;
 static sem_t idle_done;
 
 /* The other threads of a real process: one that waits for the end. */
@@ -53,6 +58,9 @@ __attribute__((noinline)) static void handle_open(struct handle *h, const char *
 	if (use_file) {
 		h->fp = fopen(path, "re");
 		h->fd = h->fp ? fileno(h->fp) : -1;
+	} else if (use_dir) {
+		h->dp = opendir(dir); /* the checkpoint directory's listing */
+		h->fd = h->dp ? dirfd(h->dp) : -1;
 	} else {
 		h->fd = open(path, O_RDONLY | O_CLOEXEC);
 	}
@@ -79,6 +87,8 @@ __attribute__((noinline)) static void handle_destroy(struct handle *h)
 {
 	if (use_file)
 		fclose(h->fp);
+	else if (use_dir)
+		closedir(h->dp);
 	else
 		close(h->fd);
 }
@@ -121,6 +131,7 @@ int main(int argc, char **argv)
 	FILE *f;
 
 	use_file = strcmp(mode, "file") == 0;
+	use_dir = strcmp(mode, "dir") == 0;
 	if (!mkdtemp(dir))
 		return 2;
 	snprintf(path, sizeof path, "%s/checkpoint", dir);
@@ -145,6 +156,8 @@ int main(int argc, char **argv)
 	unlink(path); /* the chief's non-atomic rename: the file is gone */
 	if (use_file) {
 		close(fileno(h.fp)); /* the reopen path, behind the FILE's back */
+	} else if (use_dir) {
+		close(dirfd(h.dp)); /* the same, behind the DIR's back */
 	} else if (handle_reopen(&h) == 0) {
 		fprintf(stderr, "reopen unexpectedly worked\n");
 		return 2;
@@ -158,7 +171,7 @@ int main(int argc, char **argv)
 		}
 	}
 	handle_destroy(&h);
-	if (!use_file && !stale)
+	if (!use_file && !use_dir && !stale)
 		printf("destroy_close %s\n", errno == EBADF ? "EBADF" : "ok");
 	if (stale) {
 		sem_post(&writer_go);

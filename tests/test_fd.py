@@ -122,6 +122,28 @@ def test_seed004_double_close(heisen, way):
     assert f"==== heisen: double close in pid {pid}" in t and "<-- the second close" in t
 
 
+def test_close_of_a_dirs_number_behind_its_back_is_a_stale_close_there(heisen, session):
+    """A DIR owns its number as a FILE does: close(dirfd(d)) is seen where it
+    is made (rule dirfd), and the closedir that then closes the writer's file
+    is stale at the moment it is made (rule dir)."""
+    p = heisen.preload([target(heisen, "fd_reopen"), "dir"], session)
+    assert p.returncode == 0, p.stderr
+    assert facts(p.stdout)["writer_close"] == ["EBADF"]
+    main, writer, fd = (fact_int(p.stdout, k) for k in ("tid_main", "tid_writer", "fd"))
+    r = heisen.dump_json(session, expect_rc=1)
+    fs = findings_of(r, "stale-close")
+    assert sorted(x["rule"] for x in fs) == ["dir", "dirfd"], [(x["rule"], x["message"]) for x in fs]
+    [behind] = [x for x in fs if x["rule"] == "dirfd"]
+    assert behind["fd"] == fd and behind["tids"][0] == main
+    assert frame_functions(stack_by_role(behind, "stale close"))[0] == "main"
+    assert frame_functions(stack_by_role(behind, "rightful owner's creation"))[0] == "handle_open"
+    assert "a plain close() of the number a DIR owns" in behind["message"]
+    [f] = [x for x in fs if x["rule"] == "dir"]
+    assert f["fd"] == fd and f["tids"] == [main, writer]
+    assert frame_functions(stack_by_role(f, "stale close"))[0] == "handle_destroy"
+    assert findings_of(r, "double-close") == []
+
+
 def test_seed004_file_stale_close_is_proven_at_the_fclose(heisen, session):
     """A FILE carries its generation: the close(fileno(f)) behind its back is
     seen where it is made (rule fileno), and the fclose is stale at the
