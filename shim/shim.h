@@ -647,7 +647,7 @@ int hs_got_patch(const struct hs_got_hook *hooks, size_t n);
 /* Put every patched slot back as it was (the symmetric undo). */
 void hs_got_unpatch_all(void);
 
-/* ---- the dlsym and dlvsym trampolines (dl_trampoline.S, elf_got_surgery.c; issue 3, GOT owner) ---- */
+/* ---- the dlsym and dlvsym trampolines (dl_trampoline.S, elf_got_surgery.c) ---- */
 
 /*
  * libheisen exports dlsym and dlvsym as assembly trampolines: they save the
