@@ -33,28 +33,55 @@
 
 #include <heisen/snapshot_request.h>
 
-int hs_stalls_parse(const char *arg, struct hs_stall **v, size_t *n)
+/*
+ * One item of a --stall or --still list at c: "PID:SECONDS", or with tid
+ * "PID/TID:SECONDS" (pid and tid 1..2^30, seconds 0..1e9).  Returns where
+ * the next item starts (past its comma, or at the end), NULL when malformed.
+ */
+static const char *parse_still_item(const char *c, int with_tid, int32_t *pid, int32_t *tid, double *sec)
 {
-	size_t k = 1, have = *n;
-	struct hs_stall *nv;
-	const char *c = arg;
+	char *end;
+	long v = strtol(c, &end, 10);
+	if (end == c || *end != (with_tid ? '/' : ':') || v <= 0 || v > 0x3fffffff)
+		return NULL;
+	*pid = (int32_t)v;
+	if (with_tid) {
+		c = end + 1;
+		v = strtol(c, &end, 10);
+		if (end == c || *end != ':' || v <= 0 || v > 0x3fffffff)
+			return NULL;
+		*tid = (int32_t)v;
+	}
+	c = end + 1;
+	*sec = strtod(c, &end);
+	if (end == c || (*end && *end != ',') || !(*sec >= 0) || *sec > 1e9)
+		return NULL;
+	return *end ? end + 1 : end;
+}
+
+/* Items in a comma-separated list. */
+static size_t list_items(const char *arg)
+{
+	size_t k = 1;
 	for (const char *q = arg; *q; q++)
 		k += *q == ',';
+	return k;
+}
+
+int hs_stalls_parse(const char *arg, struct hs_stall **v, size_t *n)
+{
+	size_t k = list_items(arg), have = *n;
+	struct hs_stall *nv;
+	const char *c = arg;
 	if (!(nv = realloc(*v, (have + k) * sizeof *nv)))
 		return -1;
 	*v = nv;
 	for (size_t i = 0; i < k; i++) {
-		char *end;
-		long pid = strtol(c, &end, 10);
+		int32_t pid, tid;
 		double sec;
-		if (end == c || *end != ':' || pid <= 0 || pid > 0x3fffffff)
+		if (!(c = parse_still_item(c, 0, &pid, &tid, &sec)))
 			return -1;
-		c = end + 1;
-		sec = strtod(c, &end);
-		if (end == c || (*end && *end != ',') || !(sec >= 0) || sec > 1e9)
-			return -1;
-		nv[have + i] = (struct hs_stall){.pid = (int32_t)pid, .seconds = sec};
-		c = *end ? end + 1 : end;
+		nv[have + i] = (struct hs_stall){.pid = pid, .seconds = sec};
 	}
 	*n = have + k;
 	return 0;
@@ -182,30 +209,18 @@ int hs_stalls_noted(struct hs_session *s, struct hs_stall **stalls, size_t *nsta
 
 int hs_still_parse(const char *arg, struct hs_still **v, size_t *n)
 {
-	size_t k = 1, have = *n;
+	size_t k = list_items(arg), have = *n;
 	struct hs_still *nv;
 	const char *c = arg;
-	for (const char *q = arg; *q; q++)
-		k += *q == ',';
 	if (!(nv = realloc(*v, (have + k) * sizeof *nv)))
 		return -1;
 	*v = nv;
 	for (size_t i = 0; i < k; i++) {
-		char *end;
-		long pid = strtol(c, &end, 10), tid;
+		int32_t pid, tid;
 		double sec;
-		if (end == c || *end != '/' || pid <= 0 || pid > 0x3fffffff)
+		if (!(c = parse_still_item(c, 1, &pid, &tid, &sec)))
 			return -1;
-		c = end + 1;
-		tid = strtol(c, &end, 10);
-		if (end == c || *end != ':' || tid <= 0 || tid > 0x3fffffff)
-			return -1;
-		c = end + 1;
-		sec = strtod(c, &end);
-		if (end == c || (*end && *end != ',') || !(sec >= 0) || sec > 1e9)
-			return -1;
-		nv[have + i] = (struct hs_still){.pid = (int32_t)pid, .tid = (int32_t)tid, .seconds = sec};
-		c = *end ? end + 1 : end;
+		nv[have + i] = (struct hs_still){.pid = pid, .tid = tid, .seconds = sec};
 	}
 	*n = have + k;
 	return 0;
