@@ -474,7 +474,11 @@ static void check_fd(struct hs_fnd *f)
 
 /* Crash findings that are heisen's own abort after a heap finding of the
  * same process (HEISEN_ON_HEAP_ERROR=abort): a SIGABRT sent by the process
- * itself (si_code <= 0: abort() raises it) at or after a heap finding. */
+ * itself (si_code <= 0: abort() raises it) at or after a heap finding of the
+ * same thread.  A finding seen more than once may have been made by another
+ * thread first: the shim records one finding per signature and counts the
+ * repeats, so a second thread that met the same double free aborts with the
+ * first thread's tid on the finding. */
 static void mark_heap_aborts(struct hs_findings *out, size_t first)
 {
 	for (size_t i = first; i < out->n; i++) {
@@ -483,7 +487,7 @@ static void mark_heap_aborts(struct hs_findings *out, size_t first)
 			continue;
 		for (size_t k = first; k < out->n; k++)
 			if (hs_fkind_heap(out->v[k].kind) && out->v[k].rec.ts_ns <= c->rec.ts_ns &&
-			    c->rec.tid == out->v[k].rec.tid)
+			    (c->rec.tid == out->v[k].rec.tid || out->v[k].rec.count > 1))
 				c->heap_abort = true;
 	}
 }

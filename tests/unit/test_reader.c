@@ -787,6 +787,22 @@ static void test_heap_findings(void)
 	hs_findings_free(&f);
 	hs_session_free(&ss);
 
+	/* The SIGABRT of a thread that made no heap finding is not heisen's,
+	 * unless the finding was seen more than once: a second thread that met
+	 * the same double free folds into the first thread's finding, then aborts. */
+	d = entry(&s, HS_T_FINDINGS, 5);
+	d->tid = 103;
+	load(&s, &ss, &f, 1000.0);
+	CHECK(f.n == 6 && f.v[0].kind == HS_F_CRASH && !f.v[0].heap_abort);
+	hs_findings_free(&f);
+	hs_session_free(&ss);
+	d = entry(&s, HS_T_FINDINGS, 1);
+	d->count = 2;
+	load(&s, &ss, &f, 1000.0);
+	CHECK(f.n == 6 && f.v[0].kind == HS_F_CRASH && f.v[0].heap_abort);
+	hs_findings_free(&f);
+	hs_session_free(&ss);
+
 	/* Heap checking off: "heap": null. */
 	s.h->flags &= ~HS_HDR_HEAP;
 	load(&s, &ss, &f, 1000.0);
