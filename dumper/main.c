@@ -207,7 +207,7 @@ int main(int argc, char **argv)
 		for (size_t i = judged_from; i < o.nstalls; i++)
 			for (size_t k = 0; k < s.nprocs; k++)
 				if (s.procs[k].seg.hdr.pid == o.stalls[i].pid && hs_proc_alive(&s.procs[k]))
-					hs_snapshot_request(o.stalls[i].pid, s.procs[k].seg.hdr.snapshot_signal);
+					hs_snapshot_proc(&s.procs[k]);
 		usleep(SNAPSHOT_WAIT_MS * 1000);
 		hs_session_free(&s);
 		if (hs_session_load(&s, o.dir, o.symbols) != 0) {

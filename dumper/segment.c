@@ -208,7 +208,9 @@ enum hs_seg_result hs_seg_open(struct hs_seg *seg, const char *path, char *err, 
 	int fd;
 
 	memset(seg, 0, sizeof *seg);
-	fd = open(path, O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
+	/* O_NONBLOCK: a FIFO (or a device) named *.seg must not block the open;
+	 * anything but a regular file is then refused on the descriptor */
+	fd = open(path, O_RDONLY | O_NOFOLLOW | O_CLOEXEC | O_NONBLOCK | O_NOCTTY);
 	if (fd < 0)
 		return fail(err, errlen, "cannot open: %s", strerror(errno));
 	if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
@@ -236,6 +238,7 @@ enum hs_seg_result hs_seg_open(struct hs_seg *seg, const char *path, char *err, 
 		return r;
 	}
 	seg->mapped = map != NULL;
+	seg->owner_uid = (uint32_t)st.st_uid;
 	seg->path = strdup(path);
 	seg->name = seg->path ? base_name(seg->path) : "?";
 	return HS_SEG_OK;

@@ -31,6 +31,7 @@ struct hs_seg {
 	const unsigned char *base;  /* PROT_READ, MAP_SHARED mapping of the whole file */
 	uint64_t map_size;          /* file size when opened */
 	bool mapped;                /* base is our mmap (tests may validate their own buffers) */
+	uint32_t owner_uid;         /* uid owning the file when opened (who could have written it) */
 	struct hs_header hdr;       /* private copy of the header, validated; its counts are stale */
 	unsigned ncomplaints;
 	unsigned complaints_lost;   /* beyond HS_SEG_COMPLAINTS */

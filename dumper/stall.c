@@ -21,6 +21,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <sys/syscall.h>
 #include <time.h>
 #include <unistd.h>
@@ -107,6 +108,20 @@ unsigned hs_snapshot_request(int32_t pid, int sig)
 	return sent;
 }
 
+unsigned hs_snapshot_proc(const struct hs_proc *p)
+{
+	char why[200];
+	if (!p->seg.hdr.snapshot_signal)
+		return 0;
+	if (hs_snapshot_target_verify(p->seg.hdr.pid, p->seg.hdr.start_ticks, p->seg.owner_uid, why, sizeof why) != 0) {
+		if (strcmp(why, "gone") != 0)
+			fprintf(stderr, "heisen-dump: %s: not asking pid %d for a snapshot: %s\n", p->seg.name,
+				(int)p->seg.hdr.pid, why);
+		return 0;
+	}
+	return hs_snapshot_request(p->seg.hdr.pid, hs_snapshot_signal());
+}
+
 /* utime + stime of pid in clock ticks, 0 when it cannot be read. */
 static uint64_t cpu_ticks(int32_t pid)
 {
@@ -163,7 +178,7 @@ int hs_snapshot_session(struct hs_session *s, double sample_s, int wait_ms, stru
 	/* after the sample: a snapshot is progress too */
 	for (size_t i = 0; i < s->nprocs; i++)
 		if (hs_proc_alive(&s->procs[i]))
-			hs_snapshot_request(s->procs[i].seg.hdr.pid, s->procs[i].seg.hdr.snapshot_signal);
+			hs_snapshot_proc(&s->procs[i]);
 	sleep_ms(wait_ms);
 	free(before);
 	return rc;
@@ -176,6 +191,7 @@ int hs_stalls_noted(struct hs_session *s, struct hs_stall **stalls, size_t *nsta
 		char path[4096], buf[128];
 		unsigned long long since;
 		double sec;
+		struct stat st;
 		size_t len = strlen(p->seg.name), k;
 		ssize_t n;
 		int fd;
@@ -187,8 +203,13 @@ int hs_stalls_noted(struct hs_session *s, struct hs_stall **stalls, size_t *nsta
 		if (k < *nstalls)
 			continue;
 		snprintf(path, sizeof path, "%s/%.*s.stall", s->dir, (int)(len - 4), p->seg.name);
-		if ((fd = open(path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW)) < 0)
+		/* O_NONBLOCK and a regular file only: a FIFO named so must not block */
+		if ((fd = open(path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK | O_NOCTTY)) < 0)
 			continue;
+		if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
+			close(fd);
+			continue;
+		}
 		n = read(fd, buf, sizeof buf - 1);
 		close(fd);
 		if (n <= 0)

@@ -25,6 +25,16 @@ int hs_stalls_parse(const char *arg, struct hs_stall **v, size_t *n);
 unsigned hs_snapshot_request(int32_t pid, int sig);
 
 /*
+ * Ask every thread of p's process for a snapshot, with heisen's own signal
+ * (hs_snapshot_signal(), never the number the segment holds), and only
+ * when p's segment says the handler is installed and the process is
+ * verified as the one that wrote it (hs_snapshot_target_verify: start
+ * time, the file owner's uid, libheisen.so loaded).  A refusal other than
+ * "gone" is said on stderr naming the segment.  Returns the threads asked.
+ */
+unsigned hs_snapshot_proc(const struct hs_proc *p);
+
+/*
  * Progress of the live process p so far: records written to its rings
  * plus its CPU time in clock ticks (utime + stime, /proc/pid/stat).  Two
  * equal values some time apart mean it did nothing in between.

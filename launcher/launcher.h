@@ -134,6 +134,7 @@ int hr_seg_count(int dirfd);
 int hr_seg_progress(int dirfd, pid_t pid, uint64_t *events, int *snapsig);
 size_t hr_seg_thread_heads(int dirfd, pid_t pid, pid_t *tids, uint64_t *heads, size_t max);
 int hr_seg_note_stall(int dirfd, pid_t pid, uint64_t since_mono_ns, double seconds);
+int hr_seg_identity(int dirfd, pid_t pid, uint64_t *start_ticks, uid_t *owner, int *snapshot_installed);
 
 /* procfs.c */
 int hr_proc_start_ticks(pid_t pid, uint64_t *ticks);

@@ -37,6 +37,7 @@ _Static_assert(offsetof(struct hs_header, end_mono_ns) % 8 == 0, "end_mono_ns mu
 struct seg_map {
 	struct hs_header *h;
 	size_t len;
+	uid_t owner;               /* the file's owner when opened */
 };
 
 /*
@@ -109,6 +110,7 @@ static int seg_map(int dirfd, const char *name, int rw, struct seg_map *m)
 	}
 	m->h = h;
 	m->len = len;
+	m->owner = st.st_uid;
 	return 0;
 }
 
@@ -249,6 +251,28 @@ size_t hr_seg_live_pids(int dirfd, pid_t *out, size_t max)
 	}
 	closedir(d);
 	return n;
+}
+
+/*
+ * Who claims pid in the session: its latest segment's start_ticks, the uid
+ * that owns the file (whoever could have written it) and whether it says
+ * the snapshot handler is installed (hs_header.snapshot_signal non-zero;
+ * its value is not used).  All of it is only a claim until checked against
+ * /proc (hs_snapshot_target_verify).  Returns 0, or -1 when pid has no
+ * valid segment.
+ */
+int hr_seg_identity(int dirfd, pid_t pid, uint64_t *start_ticks, uid_t *owner, int *snapshot_installed)
+{
+	char name[64];
+	struct seg_map m;
+	if (!latest_segment(dirfd, pid, name, sizeof name) || seg_map(dirfd, name, 0, &m) < 0)
+		return -1;
+	int ok = m.h->pid == pid;
+	*start_ticks = m.h->start_ticks;
+	*owner = m.owner;
+	*snapshot_installed = m.h->snapshot_signal != 0;
+	seg_unmap(&m);
+	return ok ? 0 : -1;
 }
 
 /* Number of "<pid>.<image>.seg" names in dirfd (0 if it cannot be read). */

@@ -40,6 +40,8 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <heisen/snapshot_request.h>
+
 #include "launcher.h"
 
 #define BANNER_END "==== end of heisen report ===="
@@ -343,6 +345,32 @@ static pid_t line_pid(const char *line)
 }
 
 /*
+ * May heisen-run signal pid, which a segment of the session names?  Only
+ * when the process is the one that wrote the segment (start time, the
+ * file owner's uid, libheisen.so loaded: hs_snapshot_target_verify) — a
+ * segment is shared memory, and a forged one must not make heisen-run,
+ * often root, signal someone else's process.  what names the signal for
+ * the warning; a process that is simply gone is not warned about.
+ * Returns 1 when it may.
+ */
+static int target_verified(struct hr_run *r, pid_t pid, const char *what, int *installed)
+{
+	uint64_t ticks;
+	uid_t owner;
+	char why[200];
+	int inst = 0;
+	if (hr_seg_identity(r->session_fd, pid, &ticks, &owner, &inst) < 0)
+		return 0;
+	if (installed)
+		*installed = inst;
+	if (hs_snapshot_target_verify(pid, ticks, owner, why, sizeof why) == 0)
+		return 1;
+	if (strcmp(why, "gone") != 0)
+		hr_warn(r, "not sending %s to pid %d, named by a segment of %s: %s", what, (int)pid, r->session, why);
+	return 0;
+}
+
+/*
  * Ask every thread of the processes in want[0..n) for a snapshot, give
  * them HR_SNAPSHOT_WAIT_MS (still forwarding signals and reaping), then
  * take the progress they made by answering as the new baseline, without
@@ -353,8 +381,10 @@ static void snapshot_pids(struct hr_run *r, const pid_t *want, size_t n)
 	size_t asked = 0;
 	for (size_t i = 0; i < n; i++) {
 		struct hr_stall *e = stall_of(r, want[i]);
-		if (e && e->snapsig)
-			asked += hr_snapshot_request(want[i], e->snapsig);
+		int installed = 0;
+		/* heisen's own signal number, never the one the segment names */
+		if (e && e->snapsig && target_verified(r, want[i], "a snapshot request", &installed) && installed)
+			asked += hr_snapshot_request(want[i], hs_snapshot_signal());
 	}
 	if (!asked)
 		return;
@@ -595,12 +625,15 @@ void hr_kill_tree(struct hr_run *r)
 		size_t nc = 0;
 		if (!r->main_done)
 			cand[nc++] = r->main_pid;
+		size_t first_seg = nc;
 		nc += hr_seg_live_pids(r->session_fd, cand + nc, 1024 - nc);
 		for (size_t i = 0; i < nc && n < KILL_MAX; i++) {
 			size_t j = 0;
 			while (j < n && pids[j] != cand[i])
 				j++;
-			if (j == n && !is_self_or_ancestor(cand[i]))
+			/* a pid only a segment names is killed only once verified as the segment's process */
+			if (j == n && !is_self_or_ancestor(cand[i]) &&
+			    (i < first_seg || target_verified(r, cand[i], "SIGKILL", NULL)))
 				pids[n++] = cand[i];
 		}
 		/* breadth-first over children; pids[] grows as we go */
