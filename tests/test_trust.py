@@ -182,3 +182,24 @@ def test_watchdog_does_not_signal_a_process_named_by_a_forged_segment(
     finally:
         victim.kill()
         victim.wait(timeout=10)
+
+
+def test_heisen_dump_refuses_a_fifo_named_seg_without_blocking(heisen, session, tmp_path):
+    # a real segment next to the FIFO is still reported
+    p = heisen.preload(["/bin/true"], session)
+    assert p.returncode == 0, p.stderr
+    os.mkfifo(session / "4242.0.seg")
+    os.mkfifo(session / "4242.0.stall")
+    p = heisen.dump(session, timeout=20)
+    assert p.returncode == 2, (p.returncode, p.stdout, p.stderr)
+    assert "4242.0.seg: not a regular file" in p.stderr, p.stderr
+    assert "(1 process)" in p.stdout, p.stdout
+
+
+def test_heisen_run_ends_with_the_programs_status_when_it_left_a_fifo_named_seg(heisen, session):
+    t0 = time.monotonic()
+    p = heisen.run(["--dir", session, "--", "sh", "-c", 'mkfifo "$HEISEN_DIR/99999.0.seg"; exit 3'],
+                   timeout=30)
+    assert p.returncode == 3, (p.returncode, p.stderr)
+    assert time.monotonic() - t0 < 20
+    assert "99999.0.seg: not a regular file" in p.stderr, p.stderr
