@@ -67,6 +67,7 @@ struct hr_run {
 	int session_fd;            /* O_DIRECTORY|O_CLOEXEC */
 	int session_created;       /* 1 when this run made the directory */
 	int session_auto;          /* 1 for the default /dev/shm path (not --dir, not HEISEN_DIR) */
+	int not_recording;         /* no usable session directory: the command runs without heisen */
 	char **child_env;          /* environment of the command */
 	char **dump_env;           /* environment of heisen-dump: no LD_PRELOAD, no HEISEN_DIR */
 
@@ -119,6 +120,7 @@ struct hr_stall {
 
 /* paths.c */
 int hr_find_paths(struct hr_run *r);
+int hr_dir_open_safe(const char *dir, int create, char *canon, char *why, size_t whylen);
 
 /* session.c */
 int hr_session_open(struct hr_run *r);

@@ -215,6 +215,8 @@ int main(int argc, char **argv)
 		return exit_code_of(r->main_status);
 	}
 
+	if (r->not_recording)
+		r->hang_seconds = 0; /* nothing to watch: the command runs without heisen */
 	uint64_t next_tick = hr_now_ms() + HR_TICK_MS;
 	while (!r->main_done) {
 		uint64_t now = hr_now_ms();
@@ -230,6 +232,12 @@ int main(int argc, char **argv)
 	}
 
 	finish_descendants(r);
+	if (r->not_recording) {
+		/* said at the start, said again where the end of the output is read */
+		fprintf(stderr, HR_NAME ": NOT RECORDED: %s ran without heisen (no usable session directory)\n",
+			r->cmd[0]);
+		return exit_code_of(r->main_status);
+	}
 	int abnormal = WIFSIGNALED(r->main_status) || r->hang_seen;
 	int clean = hr_final_report(r, abnormal);
 	int recorded = hr_seg_count(r->session_fd) > 0;

@@ -14,10 +14,13 @@
  * against the current directory.
  */
 #include <errno.h>
+#include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
+
+#include <heisen/dir_walk.h>
 
 #include "launcher.h"
 
@@ -101,4 +104,45 @@ int hr_find_paths(struct hr_run *r)
 	if (find_one("heisen-dump", "HEISEN_DUMP", X_OK, exe, dump_cand, 2, r->dump) < 0)
 		return -1;
 	return 0;
+}
+
+/*
+ * Open the session directory `dir` (relative to the current directory if
+ * not absolute) without trusting anyone else's path components
+ * (include/heisen/dir_walk.h): every component opened with O_NOFOLLOW |
+ * O_DIRECTORY from its parent, a symbolic link followed only when root or
+ * we own it, no directory of another user or writable by all (without the
+ * sticky bit) on the way, and the directory itself ours and not writable
+ * by group or others.  Missing components are made as `create` says
+ * (HS_WALK_CREATE_*: parents 0755, the last 0700).  Returns the O_DIRECTORY | O_CLOEXEC descriptor
+ * and the path without symbolic links in canon[PATH_MAX]; or -1 with the
+ * reason in why[whylen] (it names the component), nothing printed.
+ */
+int hr_dir_open_safe(const char *dir, int create, char *canon, char *why, size_t whylen)
+{
+	static struct hs_walk_fail f;
+	char abs[PATH_MAX];
+	int fd;
+	if (dir[0] != '/') {
+		if (!getcwd(abs, sizeof abs)) {
+			snprintf(why, whylen, "%s: cannot know the current directory: %s", dir, strerror(errno));
+			return -1;
+		}
+		size_t n = strlen(abs);
+		if (snprintf(abs + n, sizeof abs - n, "/%s", dir) >= (int)(sizeof abs - n)) {
+			snprintf(why, whylen, "%s: path too long", dir);
+			return -1;
+		}
+	} else if (snprintf(abs, sizeof abs, "%s", dir) >= (int)sizeof abs) {
+		snprintf(why, whylen, "%s: path too long", dir);
+		return -1;
+	}
+	if ((fd = hs_dir_walk(abs, create, 0755, canon, PATH_MAX, &f)) >= 0)
+		return fd;
+	int k = snprintf(why, whylen, "%s %s", f.at[0] ? f.at : abs, f.why);
+	if (k > 0 && (size_t)k < whylen && strstr(f.why, "owned"))
+		k += snprintf(why + k, whylen - (size_t)k, " (uid %u)", f.uid);
+	if (k > 0 && (size_t)k < whylen && f.err)
+		snprintf(why + k, whylen - (size_t)k, ": %s", strerror(f.err));
+	return -1;
 }

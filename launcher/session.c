@@ -8,11 +8,15 @@
  * way to put sessions on a volume when /dev/shm is small); else a new
  * /dev/shm/heisen-$UID/<basename of CMD>-<pid of heisen-run>-<unix seconds>.
  * The base directory /dev/shm/heisen-$UID is shared by every run of one user
- * in a world-writable tmpfs, so it is opened without following symlinks and
- * must be a directory owned by us; the session directory is made inside it
- * with mkdirat on the opened descriptor, so nobody can swap a path component
- * between the check and the use.  An explicit directory (--dir, HEISEN_DIR)
- * is trusted as given, made 0700 with its parents if missing.
+ * in a world-writable tmpfs; it, and an explicit directory (--dir,
+ * HEISEN_DIR), are opened one component at a time (paths.c
+ * hr_dir_open_safe: nobody else's symbolic link or directory on the way, the
+ * directory ours and private), and the session directory is made inside the
+ * base with mkdirat on the opened descriptor, so nobody can swap a path
+ * component between the check and the use.  When that place cannot be used
+ * (no /dev/shm, read-only, planted by someone else) heisen-run falls back
+ * to $XDG_RUNTIME_DIR/heisen, then /tmp/heisen-$UID, and at worst runs the
+ * command without recording: it never keeps the program from starting.
  *
  * The command gets HEISEN_DIR=<session> and LD_PRELOAD=<absolute libheisen.so>
  * followed by the user's own preloads; heisen-dump gets neither.  A clean
@@ -28,6 +32,8 @@
 #include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
+
+#include <heisen/dir_walk.h>
 
 #include "launcher.h"
 
@@ -51,95 +57,27 @@ static void session_stem(const char *cmd, char *out, size_t n)
 }
 
 /*
- * Open (creating it 0700 if missing) /dev/shm/heisen-$UID into path[n].
- * Refuses a symlink, a non-directory, and a directory owned by someone else;
- * tightens a directory of ours that others may enter to 0700.  Returns the
- * O_DIRECTORY descriptor or -1 after a message.
+ * An explicit session directory: --dir or an inherited HEISEN_DIR, opened
+ * component by component (hr_dir_open_safe: no other user's symbolic link
+ * or directory on the way, the directory ours and private) and made 0700
+ * with 0755 parents if missing.  Returns 0, or -1 with the reason in why.
  */
-static int open_base(char *path, size_t n)
+static int open_explicit(struct hr_run *r, const char *dir, const char *from, char *why, size_t whylen)
 {
 	struct stat st;
-	snprintf(path, n, "/dev/shm/heisen-%u", (unsigned)getuid());
-	if (mkdir(path, 0700) < 0 && errno != EEXIST) {
-		hr_err("cannot create %s: %s", path, strerror(errno));
-		return -1;
-	}
-	if (lstat(path, &st) < 0) {
-		hr_err("lstat %s: %s", path, strerror(errno));
-		return -1;
-	}
-	if (S_ISLNK(st.st_mode)) {
-		hr_err("%s is a symbolic link; refusing to use it (remove it, or pass --dir)", path);
-		return -1;
-	}
-	int fd = open(path, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+	char reason[PATH_MAX + 200];
+	int existed = lstat(dir, &st) == 0;
+	int fd = hr_dir_open_safe(dir, HS_WALK_CREATE_ALL, r->session, reason, sizeof reason);
 	if (fd < 0) {
-		hr_err("open %s: %s", path, strerror(errno));
+		snprintf(why, whylen, "%s %s: %s", from, dir, reason);
 		return -1;
 	}
-	/* Checked again on the descriptor: the path may have changed since lstat. */
-	if (fstat(fd, &st) < 0 || !S_ISDIR(st.st_mode)) {
-		hr_err("%s is not a directory; refusing to use it", path);
+	if (faccessat(fd, ".", W_OK | X_OK, AT_EACCESS) < 0) {
+		snprintf(why, whylen, "%s %s is not writable: %s", from, r->session, strerror(errno));
 		close(fd);
 		return -1;
 	}
-	if (st.st_uid != getuid()) { /* the shim checks the same (shim/segment.c) */
-		hr_err("%s is owned by uid %u, not by us (uid %u); refusing to use it (pass --dir)",
-		       path, (unsigned)st.st_uid, (unsigned)getuid());
-		close(fd);
-		return -1;
-	}
-	if ((st.st_mode & 077) && fchmod(fd, 0700) < 0) {
-		hr_err("chmod 0700 %s: %s", path, strerror(errno));
-		close(fd);
-		return -1;
-	}
-	return fd;
-}
-
-/* mkdir -p for an explicit directory: parents 0755, the last one 0700. */
-static int make_dirs(const char *dir)
-{
-	char p[PATH_MAX];
-	if (snprintf(p, sizeof p, "%s", dir) >= (int)sizeof p) {
-		errno = ENAMETOOLONG;
-		return -1;
-	}
-	for (char *s = p + 1; *s; s++) {
-		if (*s != '/')
-			continue;
-		*s = '\0';
-		if (mkdir(p, 0755) < 0 && errno != EEXIST)
-			return -1;
-		*s = '/';
-	}
-	if (mkdir(p, 0700) < 0 && errno != EEXIST)
-		return -1;
-	return 0;
-}
-
-/* An explicit session directory: --dir or an inherited HEISEN_DIR. */
-static int open_explicit(struct hr_run *r, const char *dir, const char *from)
-{
-	struct stat st;
-	int existed = stat(dir, &st) == 0;
-	if (!existed && make_dirs(dir) < 0) {
-		hr_err("cannot create %s directory %s: %s", from, dir, strerror(errno));
-		return -1;
-	}
-	if (!realpath(dir, r->session)) {
-		hr_err("%s %s: %s", from, dir, strerror(errno));
-		return -1;
-	}
-	r->session_fd = open(r->session, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-	if (r->session_fd < 0) {
-		hr_err("%s %s: %s", from, r->session, strerror(errno));
-		return -1;
-	}
-	if (access(r->session, W_OK | X_OK) < 0) {
-		hr_err("%s %s is not writable: %s", from, r->session, strerror(errno));
-		return -1;
-	}
+	r->session_fd = fd;
 	r->session_created = !existed;
 	if (existed && hr_seg_count(r->session_fd) > 0)
 		hr_warn(r, "session directory %s already holds segments; they will be reported too",
@@ -148,23 +86,26 @@ static int open_explicit(struct hr_run *r, const char *dir, const char *from)
 }
 
 /*
- * Choose and open the session directory (see the top of this file): fills
- * r->session (absolute), r->session_fd and r->session_created.  Returns 0,
- * or -1 after a message; nothing is left behind on failure except a base
- * directory that was missing.
+ * A new session named after the command inside base (a directory of ours,
+ * made 0700 and opened safely if missing): fills r->session, r->session_fd.
+ * Returns 0, or -1 with the reason in why.
  */
-int hr_session_open(struct hr_run *r)
+static int open_in_base(struct hr_run *r, const char *base, char *why, size_t whylen)
 {
-	if (r->dir_opt)
-		return open_explicit(r, r->dir_opt, "--dir");
-	const char *env = getenv("HEISEN_DIR");
-	if (env && *env)
-		return open_explicit(r, env, "HEISEN_DIR");
-
-	char base[128], stem[80], name[160];
-	int bfd = open_base(base, sizeof base);
-	if (bfd < 0)
+	char canon[PATH_MAX], reason[PATH_MAX + 200], stem[80], name[160];
+	struct stat st;
+	/* a base shared by every run of the user is never a symbolic link, even one root made */
+	if (lstat(base, &st) == 0 && S_ISLNK(st.st_mode)) {
+		snprintf(why, whylen, "%s is a symbolic link; refusing to use it", base);
 		return -1;
+	}
+	int bfd = hr_dir_open_safe(base, HS_WALK_CREATE_LAST, canon, reason, sizeof reason);
+	if (bfd < 0) {
+		snprintf(why, whylen, "%s", reason);
+		return -1;
+	}
+	if (fstat(bfd, &st) == 0 && (st.st_mode & 077))
+		(void)fchmod(bfd, 0700);
 	session_stem(r->cmd[0], stem, sizeof stem);
 	long now = (long)time(NULL);
 	for (int i = 0; i < 100; i++) {
@@ -176,21 +117,85 @@ int hr_session_open(struct hr_run *r)
 		if (mkdirat(bfd, name, 0700) == 0)
 			break;
 		if (errno != EEXIST || i == 99) {
-			hr_err("cannot create %s/%s: %s", base, name, strerror(errno));
+			snprintf(why, whylen, "cannot create %s/%s: %s", canon, name, strerror(errno));
 			close(bfd);
 			return -1;
 		}
 	}
 	r->session_fd = openat(bfd, name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
-	int e = errno;
-	close(bfd);
 	if (r->session_fd < 0) {
-		hr_err("open %s/%s: %s", base, name, strerror(e));
+		snprintf(why, whylen, "open %s/%s: %s", canon, name, strerror(errno));
+		close(bfd);
 		return -1;
 	}
-	snprintf(r->session, sizeof r->session, "%s/%s", base, name);
+	/* a read-only file system makes mkdir fail first; anything else that forbids writing shows here */
+	if (faccessat(r->session_fd, ".", W_OK | X_OK, AT_EACCESS) < 0) {
+		snprintf(why, whylen, "%s/%s is not writable: %s", canon, name, strerror(errno));
+		close(r->session_fd);
+		r->session_fd = -1;
+		(void)unlinkat(bfd, name, AT_REMOVEDIR);
+		close(bfd);
+		return -1;
+	}
+	close(bfd);
+	if (snprintf(r->session, sizeof r->session, "%s/%s", canon, name) >= (int)sizeof r->session) {
+		snprintf(why, whylen, "%s/%s: path too long", canon, name);
+		close(r->session_fd);
+		r->session_fd = -1;
+		return -1;
+	}
 	r->session_created = 1;
 	r->session_auto = 1;
+	return 0;
+}
+
+/*
+ * Choose and open the session directory: fills r->session (absolute),
+ * r->session_fd and r->session_created.  The order is --dir, an inherited
+ * HEISEN_DIR, /dev/shm/heisen-$UID (see the top of this file); when the
+ * place asked for or the default cannot be used (missing or read-only
+ * /dev/shm, a read-only --dir, a base someone else planted), the next of
+ * /dev/shm/heisen-$UID, $XDG_RUNTIME_DIR/heisen, /tmp/heisen-$UID is tried,
+ * each refusal said on stderr (even with --quiet); when none works, the
+ * command runs without recording (r->not_recording) and that is said too.
+ * Always returns 0: heisen never keeps the program from running.
+ */
+int hr_session_open(struct hr_run *r)
+{
+	char why[PATH_MAX + 400], base[PATH_MAX];
+	const char *env = getenv("HEISEN_DIR");
+	int tried = 0;
+
+	r->session_fd = -1;
+	if (r->dir_opt || (env && *env)) {
+		const char *from = r->dir_opt ? "--dir" : "HEISEN_DIR";
+		if (open_explicit(r, r->dir_opt ? r->dir_opt : env, from, why, sizeof why) == 0)
+			return 0;
+		fprintf(stderr, HR_NAME ": cannot record into %s\n", why);
+		tried = 1;
+	}
+	const char *xdg = getenv("XDG_RUNTIME_DIR");
+	for (int i = 0; i < 3; i++) {
+		if (i == 0)
+			snprintf(base, sizeof base, "/dev/shm/heisen-%u", (unsigned)getuid());
+		else if (i == 1 && xdg && xdg[0] == '/')
+			snprintf(base, sizeof base, "%s/heisen", xdg);
+		else if (i == 2)
+			snprintf(base, sizeof base, "/tmp/heisen-%u", (unsigned)getuid());
+		else
+			continue;
+		if (open_in_base(r, base, why, sizeof why) == 0) {
+			if (tried)
+				fprintf(stderr, HR_NAME ": recording into %s instead\n", r->session);
+			return 0;
+		}
+		fprintf(stderr, HR_NAME ": cannot record into %s: %s\n", base, why);
+		tried = 1;
+	}
+	r->not_recording = 1;
+	r->session[0] = '\0';
+	fprintf(stderr, HR_NAME ": NOT RECORDING: no usable session directory (see above); "
+			"running the command without heisen\n");
 	return 0;
 }
 
@@ -275,6 +280,14 @@ int hr_build_envs(struct hr_run *r)
 	size_t n;
 	r->dump_env = env_without_ours(0, &n, 0);
 	r->child_env = env_without_ours(3, &n, r->python_malloc);
+	if (r->not_recording) {
+		/* no session: the command runs as it would without heisen-run (no LD_PRELOAD of ours) */
+		if (!r->dump_env || !r->child_env) {
+			hr_err("out of memory");
+			return -1;
+		}
+		return 0;
+	}
 	char *pre = hr_preload_value(r->lib, getenv("LD_PRELOAD"));
 	if (!r->dump_env || !r->child_env || !pre) {
 		hr_err("out of memory");
@@ -311,6 +324,8 @@ int hr_build_envs(struct hr_run *r)
  * never a wrong result. */
 void hr_session_remove_if_clean(struct hr_run *r, int only_if_empty)
 {
+	if (r->session_fd < 0)
+		return;
 	if (!only_if_empty) {
 		/* A new open file description: its own readdir position. */
 		int fd = openat(r->session_fd, ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC);

@@ -2073,21 +2073,19 @@ HS_HIDDEN void hs_fds_init(void)
 {
 	int expect = FD_UNKNOWN;
 	struct hs_tls *t = &hs_tls;
-	const char *v;
 	int was = t->in_hook;
 	if (!__atomic_load_n(&hs_recording, __ATOMIC_ACQUIRE))
 		return;
 	if (!__atomic_compare_exchange_n(&fd_mode, &expect, FD_INIT, 0, __ATOMIC_ACQ_REL, __ATOMIC_RELAXED))
 		return;
 	t->in_hook = 1;
-	v = getenv("HEISEN_FDS"); /* on unless HEISEN_FDS=0 */
-	if (v && strcmp(v, "0") == 0) {
+	if (!hs_getenv_bool("HEISEN_FDS", 1)) { /* on unless HEISEN_FDS=0 */
 		__atomic_store_n(&fd_mode, FD_OFF, __ATOMIC_RELEASE);
 		t->in_hook = was;
 		return;
 	}
-	v = getenv("HEISEN_FD_STACKS");
-	full_stacks = v && strcmp(v, "full") == 0;
+	static const char *const fd_stacks[] = {"site", "full"};
+	full_stacks = hs_getenv_enum("HEISEN_FD_STACKS", fd_stacks, 2, 0) == 1;
 	t->fd_last = -1;
 	mark_header();
 	scan_inherited();

@@ -120,22 +120,6 @@ static int sys_mprotect(uintptr_t addr, size_t len, int prot)
 
 /* ---- configuration ------------------------------------------------------------ */
 
-static uint32_t env_u32(const char *name, uint32_t dflt, int *set)
-{
-	const char *v = getenv(name);
-	char *end;
-	unsigned long x;
-	if (!v || !*v)
-		return dflt;
-	errno = 0;
-	x = strtoul(v, &end, 10);
-	if (errno || *end || x > UINT32_MAX)
-		return dflt;
-	if (set)
-		*set = 1;
-	return (uint32_t)x;
-}
-
 static void guard_atfork_child(void)
 {
 	/* one thread: a lock another thread held at the fork is free again */
@@ -149,8 +133,8 @@ static void guard_atfork_child(void)
 
 HS_HIDDEN void hs_guard_init(void)
 {
+	static const char *const on_heap_error_words[] = {"abort", "continue"};
 	int expect = GUARD_UNKNOWN, rate_set = 0;
-	const char *v;
 	struct hs_tls *t = &hs_tls;
 	int was = t->in_hook;
 	if (!__atomic_load_n(&hs_recording, __ATOMIC_ACQUIRE))
@@ -159,18 +143,12 @@ HS_HIDDEN void hs_guard_init(void)
 		return;
 	t->in_hook = 1;
 	page = (size_t)sysconf(_SC_PAGESIZE);
-	rate = env_u32("HEISEN_GUARD_RATE", GUARD_RATE_DEFAULT, &rate_set);
-	nslots = env_u32("HEISEN_GUARD_SLOTS", GUARD_SLOTS_DEFAULT, NULL);
-	if (nslots == 0)
-		nslots = 1;
-	if (nslots > GUARD_SLOTS_MAX)
-		nslots = GUARD_SLOTS_MAX;
-	v = getenv("HEISEN_ON_HEAP_ERROR");
-	on_error_continue = v && strcmp(v, "continue") == 0;
+	rate = (uint32_t)hs_getenv_num("HEISEN_GUARD_RATE", GUARD_RATE_DEFAULT, 0, UINT32_MAX, &rate_set);
+	nslots = (uint32_t)hs_getenv_num("HEISEN_GUARD_SLOTS", GUARD_SLOTS_DEFAULT, 1, GUARD_SLOTS_MAX, NULL);
+	on_error_continue = hs_getenv_enum("HEISEN_ON_HEAP_ERROR", on_heap_error_words, 2, 0) == 1;
 	/* the guard pages are part of heap checking: HEISEN_HEAP=0 turns them off
 	   too, unless a rate is asked for explicitly */
-	v = getenv("HEISEN_HEAP");
-	if (v && strcmp(v, "0") == 0 && !rate_set)
+	if (!hs_getenv_bool("HEISEN_HEAP", 1) && !rate_set)
 		rate = 0;
 	if (rate == 0) {
 		__atomic_store_n(&guard_mode, GUARD_OFF, __ATOMIC_RELEASE);

@@ -801,7 +801,8 @@ static void release(struct blk *b)
  */
 #define QUAR_FLOOR ((uint64_t)256 << 10)
 #define QUAR_LIVE_SHARE 8u
-static int quar_explicit;              /* HEISEN_QUARANTINE_MB was set */
+static int quar_explicit;              /* HEISEN_QUARANTINE_MB was set (to a valid value) */
+#define QUARANTINE_MB_MAX (1u << 20)   /* HEISEN_QUARANTINE_MB's range: 0 to 1 TiB */
 
 static inline uint64_t quar_budget(void)
 {
@@ -1095,8 +1096,8 @@ HS_HIDDEN void hs_heap_after_fork_child(void)
  */
 HS_HIDDEN void hs_heap_init(void)
 {
+	static const char *const on_heap_error_words[] = {"abort", "continue"};
 	int expect = HEAP_UNKNOWN;
-	const char *on, *v;
 	struct hs_tls *t = &hs_tls;
 	int was = t->in_hook;
 	if (!__atomic_load_n(&hs_recording, __ATOMIC_ACQUIRE))
@@ -1104,16 +1105,13 @@ HS_HIDDEN void hs_heap_init(void)
 	if (!__atomic_compare_exchange_n(&heap_mode, &expect, HEAP_INIT, 0, __ATOMIC_ACQ_REL, __ATOMIC_RELAXED))
 		return;
 	t->in_hook = 1;
-	on = getenv("HEISEN_HEAP"); /* on unless HEISEN_HEAP=0 */
-	if (on && strcmp(on, "0") == 0) {
+	if (!hs_getenv_bool("HEISEN_HEAP", 1)) { /* on unless HEISEN_HEAP=0 */
 		__atomic_store_n(&heap_mode, HEAP_OFF, __ATOMIC_RELEASE);
 		t->in_hook = was;
 		return;
 	}
 	page_size = (size_t)sysconf(_SC_PAGESIZE);
-	v = getenv("HEISEN_QUARANTINE_MB");
-	quar_explicit = v && *v;
-	quar_limit = (quar_explicit ? strtoull(v, NULL, 10) : 64ull) << 20;
+	quar_limit = hs_getenv_num("HEISEN_QUARANTINE_MB", 64, 0, QUARANTINE_MB_MAX, &quar_explicit) << 20;
 	/*
 	 * The quarantine is memory the program did not ask for.  In a memory-
 	 * limited cgroup (a container; seed 002's pool of workers, each with a
@@ -1121,16 +1119,18 @@ HS_HIDDEN void hs_heap_init(void)
 	 * so heisen cannot be what gets the program OOM-killed.  An explicit
 	 * HEISEN_QUARANTINE_MB is taken as it is.
 	 */
-	if (!(v && *v) && (hs_seg.hdr->flags & HS_HDR_ENV) && hs_seg.hdr->env.mem_limit &&
+	if (!quar_explicit && (hs_seg.hdr->flags & HS_HDR_ENV) && hs_seg.hdr->env.mem_limit &&
 	    quar_limit > hs_seg.hdr->env.mem_limit / 32)
 		quar_limit = hs_seg.hdr->env.mem_limit / 32;
-	v = getenv("HEISEN_HEAP_STACKS");
-	if (v && strcmp(v, "full") == 0)
-		heap_stacks = HS_HEAP_STACKS_FULL;
-	else if (v && strcmp(v, "none") == 0)
-		heap_stacks = HS_HEAP_STACKS_NONE;
-	v = getenv("HEISEN_ON_HEAP_ERROR");
-	heap_continue = v && strcmp(v, "continue") == 0;
+	{
+		static const char *const words[] = {"site", "full", "none"};
+		int k = hs_getenv_enum("HEISEN_HEAP_STACKS", words, 3, 0);
+		if (k == 1)
+			heap_stacks = HS_HEAP_STACKS_FULL;
+		else if (k == 2)
+			heap_stacks = HS_HEAP_STACKS_NONE;
+	}
+	heap_continue = hs_getenv_enum("HEISEN_ON_HEAP_ERROR", on_heap_error_words, 2, 0) == 1;
 	heap_mark_header();
 	pthread_atfork(heap_before_fork, NULL, hs_heap_after_fork_child);
 	if (pthread_key_create(&tquar_key, tquar_exit) != 0)

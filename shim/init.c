@@ -253,10 +253,11 @@ HS_EXPORT void _Exit(int status)
 __attribute__((constructor(101))) static void hs_init(void)
 {
 	struct hs_tls *t = &hs_tls;
-	const char *off = getenv("HEISEN_DISABLE");
+	int off;
 	t->in_hook = 1;
 	hs_resolve_all();
-	if (off && off[0] == '1')
+	off = hs_getenv_bool("HEISEN_DISABLE", 0);
+	if (off)
 		goto out;
 	hs_proc_init();
 	if (hs_session_setup() != 0 || hs_segment_create(0) != 0)

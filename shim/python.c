@@ -275,8 +275,7 @@ static int got_patch_off(void)
 {
 	static int off = -1;
 	if (off < 0) {
-		const char *v = getenv("HEISEN_GOT_PATCH");
-		off = v && v[0] == '0';
+		off = !hs_getenv_bool("HEISEN_GOT_PATCH", 1);
 	}
 	return off;
 }

@@ -25,6 +25,8 @@
 #include <sys/syscall.h>
 #include <unistd.h>
 
+#include <heisen/dir_walk.h>
+
 #include "shim.h"
 
 struct hs_seg hs_seg;
@@ -183,19 +185,35 @@ static int check_base(const char *base)
 	return 0;
 }
 
-static unsigned env_uint(const char *name, unsigned dflt, unsigned lo, unsigned hi)
+/*
+ * Open the session directory `path` (absolute) one component at a time
+ * (include/heisen/dir_walk.h: no symbolic link or directory of another
+ * user on the way, the directory ours and not writable by others), making
+ * missing components 0700, and put its path without symbolic links in
+ * out[PATH_MAX].  Returns 0, or -1 after a warning saying what was refused
+ * and why (the process is then not recorded).
+ */
+static int session_dir_open(const char *path, char *out)
 {
-	const char *v = getenv(name);
-	unsigned long x;
-	char *end;
-	if (!v || !*v)
-		return dflt;
-	x = strtoul(v, &end, 10);
-	if (*end || x < lo || x > hi) {
-		warn3("ignoring ", name, ": out of range", 0);
-		return dflt;
+	static struct hs_walk_fail f; /* init runs once, before any thread: no stack for a PATH_MAX buffer */
+	char num[24], msg[160];
+	size_t n = 0;
+	int fd = hs_dir_walk(path, HS_WALK_CREATE_ALL, 0700, out, PATH_MAX, &f);
+	if (fd >= 0) {
+		hs_sys.close(fd);
+		return 0;
 	}
-	return (unsigned)x;
+	n = cat(msg, n, sizeof msg, " ");
+	n = cat(msg, n, sizeof msg, f.why);
+	if (strstr(f.why, "owned")) {
+		hs_fmt_u64(num, f.uid);
+		n = cat(msg, n, sizeof msg, " (uid ");
+		n = cat(msg, n, sizeof msg, num);
+		n = cat(msg, n, sizeof msg, ")");
+	}
+	cat(msg, n, sizeof msg, "; not recording this process");
+	warn3("refusing session directory ", f.at[0] ? f.at : path, msg, f.err);
+	return -1;
 }
 
 /* ---- clean sessions do not pile up -------------------------------------- */
@@ -490,12 +508,7 @@ static void sessions_cap(const char *base)
 	if (hs_sys.statfs(base, &sf) == 0 && (uint64_t)sf.f_blocks * (uint64_t)sf.f_bsize / 10 < cap)
 		cap = (uint64_t)sf.f_blocks * (uint64_t)sf.f_bsize / 10;
 	if (v && *v) {
-		char *end;
-		unsigned long long mb = strtoull(v, &end, 10);
-		if (*end)
-			warn3("ignoring HEISEN_SESSIONS_MAX_MB: not a number", NULL, NULL, 0);
-		else
-			cap = (uint64_t)mb << 20;
+		cap = hs_getenv_num("HEISEN_SESSIONS_MAX_MB", cap >> 20, 0, 1u << 30, NULL) << 20;
 	}
 	bfd = hs_sys.open(base, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC, 0);
 	if (bfd < 0)
@@ -565,10 +578,10 @@ int hs_session_setup(void)
 	char buf[PATH_MAX], base[64];
 	size_t n = 0;
 
-	hs_quiet = getenv("HEISEN_QUIET") && getenv("HEISEN_QUIET")[0] == '1';
-	geometry.threads = env_uint("HEISEN_THREADS", geometry.threads, 4, 4096);
-	geometry.ring_records = env_uint("HEISEN_RING", geometry.ring_records, 16, 1u << 20);
-	geometry.fds = env_uint("HEISEN_FD_NUMBERS", geometry.fds, 16, 1u << 20);
+	hs_quiet = hs_getenv_bool("HEISEN_QUIET", 0);
+	geometry.threads = (unsigned)hs_getenv_num("HEISEN_THREADS", geometry.threads, 4, 4096, NULL);
+	geometry.ring_records = (unsigned)hs_getenv_num("HEISEN_RING", geometry.ring_records, 16, 1u << 20, NULL);
+	geometry.fds = (unsigned)hs_getenv_num("HEISEN_FD_NUMBERS", geometry.fds, 16, 1u << 20, NULL);
 	if (geometry.ring_records & (geometry.ring_records - 1)) {
 		warn3("HEISEN_RING must be a power of two; using 256", NULL, NULL, 0);
 		geometry.ring_records = 256;
@@ -614,14 +627,11 @@ int hs_session_setup(void)
 	}
 	while (n > 1 && buf[n - 1] == '/')
 		buf[--n] = '\0';
-	if (mkdir_p(buf) != 0) {
-		warn3("cannot create session directory ", buf, NULL, errno);
+	if (session_dir_open(buf, session_dir) != 0)
 		return -1;
-	}
-	memcpy(session_dir, buf, n + 1);
 	/* a default session is removed by its last process when all ended cleanly,
 	   unless HEISEN_KEEP_SESSION=1 */
-	if (session_default && getenv("HEISEN_KEEP_SESSION") && getenv("HEISEN_KEEP_SESSION")[0] == '1')
+	if (session_default && hs_getenv_bool("HEISEN_KEEP_SESSION", 0))
 		session_default = 0;
 	if (session_default && refs_join(session_dir) != 0)
 		session_default = 0;

@@ -123,8 +123,7 @@ static inline int sem_on(void)
 
 void hs_sems_init(void)
 {
-	const char *v = getenv("HEISEN_PY_LOCKS");
-	__atomic_store_n(&sem_mode, v && strcmp(v, "1") == 0, __ATOMIC_RELAXED);
+	__atomic_store_n(&sem_mode, hs_getenv_bool("HEISEN_PY_LOCKS", 0), __ATOMIC_RELAXED);
 }
 
 static uint32_t sem_lock(struct hs_tls *t, sem_t *sem)

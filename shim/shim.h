@@ -425,6 +425,22 @@ extern uint64_t hs_self_lo, hs_self_hi;
 size_t hs_fmt_u64(char *buf, uint64_t v);
 void hs_write_err(const char *msg);
 
+/* ---- HEISEN_* settings (env.c) ------------------------------------------ */
+
+/*
+ * The one parser of HEISEN_* variables (safe in the constructor: no malloc,
+ * no stdio).  Unset or empty gives dflt silently; a value that is not
+ * valid as a whole gives dflt and one line "heisen: ignoring NAME=VALUE:
+ * <why>; using <dflt>" (once per variable, none with HEISEN_QUIET=1).
+ *   hs_getenv_num:  decimal digits only, in [lo, hi]; *given (may be NULL)
+ *                   is 1 when a valid value was set.
+ *   hs_getenv_bool: 1/yes/true/on or 0/no/false/off.
+ *   hs_getenv_enum: one of words[0..nwords), returned as its index.
+ */
+uint64_t hs_getenv_num(const char *name, uint64_t dflt, uint64_t lo, uint64_t hi, int *given);
+int hs_getenv_bool(const char *name, int dflt);
+int hs_getenv_enum(const char *name, const char *const *words, int nwords, int dflt);
+
 /* ---- stacks (stacks.c) --------------------------------------------------- */
 
 /* Capture the calling thread's stack, dropping the shim's own frames, and

@@ -203,3 +203,199 @@ def test_heisen_run_ends_with_the_programs_status_when_it_left_a_fifo_named_seg(
     assert p.returncode == 3, (p.returncode, p.stderr)
     assert time.monotonic() - t0 < 20
     assert "99999.0.seg: not a regular file" in p.stderr, p.stderr
+
+
+# ---- the session directory: nobody else's path components -----------------
+
+
+def shared_with_a_planted_link(tmp_path):
+    """A sticky world-writable directory (like /tmp) where uid nobody planted
+    `sess` -> a root-only directory."""
+    needs_root()
+    shared = tmp_path / "shared"
+    shared.mkdir()
+    shared.chmod(0o1777)
+    secret = tmp_path / "secret"
+    secret.mkdir(mode=0o700)
+    link = shared / "sess"
+    link.symlink_to(secret)
+    os.chown(link, NOBODY, NOBODY, follow_symlinks=False)
+    return link, secret
+
+
+def test_shim_refuses_heisen_dir_through_another_users_symlink(heisen, tmp_path):
+    link, secret = shared_with_a_planted_link(tmp_path)
+    p = heisen.preload(["sh", "-c", "echo out; exit 4"], link)
+    assert (p.returncode, p.stdout) == (4, "out\n"), (p.returncode, p.stdout, p.stderr)
+    assert list(secret.iterdir()) == [], "segments written through another user's symlink"
+    assert f"refusing session directory {link} is a symbolic link owned by another user (uid {NOBODY})" \
+        in p.stderr, p.stderr
+
+
+def test_heisen_run_refuses_dir_through_another_users_symlink(heisen, tmp_path):
+    link, secret = shared_with_a_planted_link(tmp_path)
+    p = heisen.run(["--dir", link, "--", "sh", "-c", "echo out; exit 4"], timeout=60)
+    assert (p.returncode, p.stdout) == (4, "out\n"), (p.returncode, p.stdout, p.stderr)
+    assert list(secret.iterdir()) == [], "segments written through another user's symlink"
+    assert f"cannot record into --dir {link}: {link} is a symbolic link owned by another user" in p.stderr, p.stderr
+    assert "recording into " in p.stderr and " instead" in p.stderr, p.stderr
+
+
+def test_session_directory_owned_by_another_user_is_refused(heisen, tmp_path):
+    needs_root()
+    theirs = tmp_path / "theirs"
+    theirs.mkdir()
+    os.chown(theirs, NOBODY, NOBODY)
+    theirs.chmod(0o700)
+    p = heisen.preload(["sh", "-c", "echo out; exit 4"], theirs)
+    assert (p.returncode, p.stdout) == (4, "out\n"), (p.returncode, p.stdout, p.stderr)
+    assert list(theirs.iterdir()) == []
+    assert f"refusing session directory {theirs} is owned by another user, not by us (uid {NOBODY})" \
+        in p.stderr, p.stderr
+    p = heisen.run(["--dir", theirs, "--", "sh", "-c", "echo out; exit 4"], timeout=60)
+    assert (p.returncode, p.stdout) == (4, "out\n"), (p.returncode, p.stdout, p.stderr)
+    assert list(theirs.iterdir()) == []
+    assert f"{theirs} is owned by another user, not by us (uid {NOBODY})" in p.stderr, p.stderr
+
+
+def test_own_symlink_to_the_session_directory_is_followed(heisen, tmp_path):
+    real = tmp_path / "real"
+    link = tmp_path / "link"
+    link.symlink_to(real)     # ours: followed, the directory made through it
+    p = heisen.preload(["/bin/true"], link / "sess")
+    assert p.returncode == 0 and p.stderr == "", p.stderr
+    assert len(list((real / "sess").glob("*.seg"))) == 1
+    p = heisen.run(["--dir", link / "run", "--", "/bin/true"], timeout=60)
+    assert p.returncode == 0, p.stderr
+    assert "cannot record" not in p.stderr, p.stderr
+    assert len(list((real / "run").glob("*.seg"))) == 1
+
+
+# ---- heisen-run always runs the program -------------------------------------
+
+
+def in_mount_namespace(heisen, setup, args, timeout=90):
+    """heisen-run args in a private mount namespace after the shell commands setup."""
+    needs_root()
+    if subprocess.run(["unshare", "-m", "true"], capture_output=True).returncode != 0:
+        pytest.skip("unshare -m refused")
+    cmd = " ".join(f"'{a}'" for a in [heisen.run_bin, *map(str, args)])
+    env = heisen.env()
+    env.pop("XDG_RUNTIME_DIR", None)
+    return subprocess.run(["unshare", "-m", "sh", "-euc", f"{setup}\nexec {cmd}"], env=env,
+                          capture_output=True, text=True, timeout=timeout)
+
+
+PROGRAM = ["--", "sh", "-c", "echo out; exit 7"]
+
+
+def ran_and_said(p, *said):
+    assert (p.returncode, p.stdout) == (7, "out\n"), (p.returncode, p.stdout, p.stderr)
+    for s in said:
+        assert s in p.stderr, p.stderr
+
+
+def test_heisen_run_with_a_read_only_dev_shm_records_elsewhere(heisen):
+    p = in_mount_namespace(heisen, "mount -t tmpfs -o ro,mode=1777 tmpfs /dev/shm", PROGRAM)
+    ran_and_said(p, "cannot record into /dev/shm/heisen-0: /dev/shm/heisen-0 cannot be created: Read-only",
+                 "recording into /tmp/heisen-0/sh-")
+
+
+def test_heisen_run_without_dev_shm_records_elsewhere(heisen):
+    p = in_mount_namespace(heisen, "mount -t tmpfs -o mode=755 tmpfs /dev && mknod -m 666 /dev/null c 1 3",
+                           PROGRAM)
+    ran_and_said(p, "cannot record into /dev/shm/heisen-0: /dev/shm cannot be opened: No such file",
+                 "recording into /tmp/heisen-0/sh-")
+
+
+def test_heisen_run_with_a_planted_dev_shm_base_records_elsewhere(heisen):
+    p = in_mount_namespace(heisen, "mount -t tmpfs -o mode=1777 tmpfs /dev/shm\n"
+                           f"mkdir /dev/shm/heisen-0\nchown {NOBODY} /dev/shm/heisen-0", PROGRAM)
+    ran_and_said(p, f"/dev/shm/heisen-0 is owned by another user, not by us (uid {NOBODY})",
+                 "recording into /tmp/heisen-0/sh-")
+
+
+def test_heisen_run_with_a_read_only_dir_records_in_the_default_place(heisen, tmp_path):
+    ro = tmp_path / "ro"
+    ro.mkdir()
+    p = in_mount_namespace(heisen, f"mount -t tmpfs -o ro tmpfs '{ro}'", ["--dir", ro / "sess"] + PROGRAM)
+    ran_and_said(p, f"cannot record into --dir {ro / 'sess'}: {ro / 'sess'} cannot be created: Read-only",
+                 "recording into /dev/shm/heisen-0/sh-")
+
+
+def test_heisen_run_with_nowhere_to_record_runs_the_program_unrecorded(heisen):
+    p = in_mount_namespace(heisen, "mount -t tmpfs -o ro,mode=1777 tmpfs /dev/shm\n"
+                           "mount -t tmpfs -o ro,mode=1777 tmpfs /tmp", PROGRAM)
+    ran_and_said(p, "NOT RECORDING: no usable session directory",
+                 "NOT RECORDED: sh ran without heisen")
+
+
+# ---- HEISEN_* values: one parser, one message, the documented default ---------
+
+PY = ["/usr/bin/python3", "-c", "import sys; print('out'); sys.exit(4)"]
+
+
+@pytest.fixture(scope="module")
+def baseline(heisen, tmp_path_factory):
+    """The program's output, exit status and quarantine with no HEISEN_* setting."""
+    d = tmp_path_factory.mktemp("baseline") / "s"
+    p = heisen.preload(PY, d)
+    assert (p.returncode, p.stdout, p.stderr) == (4, "out\n", ""), p.stderr
+    r = heisen.dump_json(d, expect_rc=0)
+    return r["processes"][0]["heap"]["quarantine_bytes"]
+
+
+BAD_VALUES = [
+    ("HEISEN_QUARANTINE_MB", "-1", "out of range (0 to 1048576); using 64"),
+    ("HEISEN_QUARANTINE_MB", "abc", "not a number; using 64"),
+    ("HEISEN_QUARANTINE_MB", str(2 ** 44), "out of range (0 to 1048576); using 64"),
+    ("HEISEN_QUARANTINE_MB", "99999999999999999999999", "out of range (0 to 1048576); using 64"),
+    ("HEISEN_THREADS", "abc", "not a number; using 128"),
+    ("HEISEN_THREADS", "2", "out of range (4 to 4096); using 128"),
+    ("HEISEN_RING", "12x", "not a number; using 256"),
+    ("HEISEN_FD_NUMBERS", "1e3", "not a number; using 1024"),
+    ("HEISEN_GUARD_SLOTS", "0", "out of range (1 to 16384); using 64"),
+    ("HEISEN_GUARD_RATE", "-5", "out of range (0 to 4294967295); using 5000"),
+    ("HEISEN_DISABLE", "10", "not 0 or 1; using 0"),
+    ("HEISEN_HEAP", "2", "not 0 or 1; using 1"),
+    ("HEISEN_FDS", "off!", "not 0 or 1; using 1"),
+    ("HEISEN_PY_LOCKS", "11", "not 0 or 1; using 0"),
+    ("HEISEN_GOT_PATCH", "00", "not 0 or 1; using 1"),
+    ("HEISEN_HEAP_STACKS", "fulll", "not one of site, full, none; using site"),
+    ("HEISEN_FD_STACKS", "all", "not one of site, full; using site"),
+    ("HEISEN_ON_HEAP_ERROR", "ignore", "not one of abort, continue; using abort"),
+]
+
+
+@pytest.mark.parametrize("name,value,why", BAD_VALUES, ids=[f"{n}={v}" for n, v, _ in BAD_VALUES])
+def test_a_bad_setting_is_said_once_and_the_default_used(heisen, tmp_path, baseline, name, value, why):
+    session = tmp_path / "s"
+    p = heisen.preload(PY, session, env={name: value})
+    # the program's output and exit status are its own; one line says what was ignored
+    assert (p.returncode, p.stdout) == (4, "out\n"), (p.returncode, p.stdout, p.stderr)
+    assert p.stderr == f"heisen: ignoring {name}={value}: {why}\n", p.stderr
+    # recorded, with the default
+    r = heisen.dump_json(session, expect_rc=0)
+    (proc,) = r["processes"]
+    assert proc["heap"]["quarantine_bytes"] == baseline
+
+
+def test_good_settings_are_silent_and_taken(heisen, tmp_path):
+    # booleans are 0/1, no/yes, false/true, off/on, as a whole
+    p = heisen.preload(PY, tmp_path / "s", env={
+        "HEISEN_QUARANTINE_MB": "20", "HEISEN_THREADS": "64", "HEISEN_HEAP_STACKS": "none",
+        "HEISEN_FDS": "1", "HEISEN_GOT_PATCH": "1", "HEISEN_ON_HEAP_ERROR": "abort"})
+    assert (p.returncode, p.stdout, p.stderr) == (4, "out\n", ""), p.stderr
+    (proc,) = heisen.dump_json(tmp_path / "s", expect_rc=0)["processes"]
+    assert proc["heap"]["quarantine_bytes"] == 20 << 20
+    p = heisen.preload(PY, tmp_path / "off", env={"HEISEN_HEAP": "off"})
+    assert (p.returncode, p.stdout, p.stderr) == (4, "out\n", ""), p.stderr
+    (proc,) = heisen.dump_json(tmp_path / "off", expect_rc=0)["processes"]
+    assert not (proc.get("heap") or {}).get("quarantine_bytes"), proc.get("heap")
+
+
+def test_heisen_quiet_silences_the_settings_message(heisen, tmp_path, baseline):
+    p = heisen.preload(PY, tmp_path / "s", env={"HEISEN_QUARANTINE_MB": "-1", "HEISEN_QUIET": "1"})
+    assert (p.returncode, p.stdout, p.stderr) == (4, "out\n", ""), p.stderr
+    (proc,) = heisen.dump_json(tmp_path / "s", expect_rc=0)["processes"]
+    assert proc["heap"]["quarantine_bytes"] == baseline
