@@ -436,7 +436,8 @@ static void judge_segment(int dfd, const char *name, struct cap_entry *e)
 {
 	struct hs_header h;
 	uint64_t st;
-	int fd = (int)syscall(SYS_openat, dfd, name, O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
+	/* O_NONBLOCK: a FIFO named *.seg must not block the program's start */
+	int fd = (int)syscall(SYS_openat, dfd, name, O_RDONLY | O_NOFOLLOW | O_CLOEXEC | O_NONBLOCK | O_NOCTTY);
 	if (fd < 0)
 		return;
 	if (syscall(SYS_pread64, fd, &h, sizeof h, 0) == (long)sizeof h && memcmp(h.magic, HS_MAGIC, HS_MAGIC_LEN) == 0) {

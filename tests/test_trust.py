@@ -399,3 +399,16 @@ def test_heisen_quiet_silences_the_settings_message(heisen, tmp_path, baseline):
     assert (p.returncode, p.stdout, p.stderr) == (4, "out\n", ""), p.stderr
     (proc,) = heisen.dump_json(tmp_path / "s", expect_rc=0)["processes"]
     assert proc["heap"]["quarantine_bytes"] == baseline
+
+
+def test_a_fifo_named_seg_in_an_old_default_session_does_not_block_the_program(heisen):
+    # the shim looks at the finished sessions of /dev/shm/heisen-$UID when it makes a new one
+    needs_root()
+    if subprocess.run(["unshare", "-m", "true"], capture_output=True).returncode != 0:
+        pytest.skip("unshare -m refused")
+    setup = ("mount -t tmpfs -o mode=1777 tmpfs /dev/shm\nmkdir -m 700 /dev/shm/heisen-0\n"
+             "mkdir -m 700 /dev/shm/heisen-0/old-1-1\nmkfifo /dev/shm/heisen-0/old-1-1/5.0.seg\n"
+             f"exec env LD_PRELOAD={heisen.lib} sh -c 'echo out; exit 3'")
+    p = subprocess.run(["unshare", "-m", "sh", "-euc", setup], env=heisen.env(),
+                       capture_output=True, text=True, timeout=30)
+    assert (p.returncode, p.stdout) == (3, "out\n"), (p.returncode, p.stdout, p.stderr)
