@@ -258,6 +258,23 @@ def test_session_directory_owned_by_another_user_is_refused(heisen, tmp_path):
     assert f"{theirs} is owned by another user, not by us (uid {NOBODY})" in p.stderr, p.stderr
 
 
+@pytest.mark.parametrize("shape", ["session-writable-by-all", "parent-writable-by-all"])
+def test_a_session_path_others_may_rewrite_is_refused(heisen, tmp_path, shape):
+    # whoever may write a directory may rename what is in it: the segments, or the rest of the path
+    open_dir = tmp_path / "open"
+    open_dir.mkdir()
+    open_dir.chmod(0o777)
+    if shape == "session-writable-by-all":
+        session, why = open_dir, f"refusing session directory {open_dir} may be written by its group or by others"
+    else:
+        session, why = open_dir / "sess", \
+            f"refusing session directory {open_dir} is a directory anyone may write to (without the sticky bit)"
+    p = heisen.preload(["sh", "-c", "echo out; exit 4"], session)
+    assert (p.returncode, p.stdout) == (4, "out\n"), (p.returncode, p.stdout, p.stderr)
+    assert why in p.stderr, p.stderr
+    assert list(open_dir.rglob("*.seg")) == []
+
+
 def test_own_symlink_to_the_session_directory_is_followed(heisen, tmp_path):
     real = tmp_path / "real"
     link = tmp_path / "link"
