@@ -594,7 +594,8 @@ int hs_session_setup(void)
 		hs_fmt_u64(num, getuid());
 		b = cat(base, b, sizeof base, num);
 		/* a child of a default session: HEISEN_DIR is base/<one name> */
-		if (dir && dir[0] == '/' && autov && autov[0] == '1' && strncmp(dir, base, b) == 0 && dir[b] == '/' &&
+		if (dir && dir[0] == '/' && hs_getenv_bool("HEISEN_SESSION_AUTO", 0) && strncmp(dir, base, b) == 0 &&
+		    dir[b] == '/' &&
 		    dir[b + 1] && dir[b + 1] != '.' && !strchr(dir + b + 1, '/'))
 			session_default = 1;
 	}
