@@ -67,10 +67,12 @@ static inline int hs_maps_line_is_heisen(const char *line, size_t len)
  * the later reads fail instead of reading the newcomer):
  *   - start time: field 22 of /proc/PID/stat equals start_ticks, which must
  *     be non-zero (0 is what a forged or unfinished header says);
- *   - owner: the segment file's owner is the process's real or saved uid —
- *     the kernel's own rule for who may signal whom (kill(2)), so a forged
- *     segment never lets its owner reach a process it could not signal
- *     itself, even when heisen-dump or heisen-run runs as root;
+ *   - owner: the segment file's owner is root or the process's real or
+ *     saved uid — the kernel's own rule for who may signal whom (kill(2)),
+ *     so a forged segment never lets its owner reach a process it could not
+ *     signal itself, even when heisen-dump or heisen-run runs as root (and a
+ *     process that dropped privileges after root made its segment is still
+ *     reached);
  *   - heisen loaded: /proc/PID/maps maps a file named libheisen.so (a
  *     process without the shim has no handler and the signal's default
  *     action would kill it).
@@ -140,7 +142,8 @@ static inline int hs_snapshot_target_verify(pid_t pid, uint64_t start_ticks, uid
 		euid = strtoul(e, &e, 10);
 		suid = strtoul(e, &e, 10);
 		(void)euid;
-		if (ruid != (unsigned long)owner && suid != (unsigned long)owner) {
+		/* root may signal anyone, and only root can own a root-owned segment */
+		if (owner != 0 && ruid != (unsigned long)owner && suid != (unsigned long)owner) {
 			snprintf(why, whylen, "it runs as uid %lu, the segment file belongs to uid %u", ruid,
 				 (unsigned)owner);
 			goto out;
