@@ -5,14 +5,20 @@
   time, uid, libheisen.so loaded) — `heisen-dump --snapshot`, heisen-run's
   watchdog and `--on-hang kill` alike.
 - A FIFO (or anything but a regular file) named `*.seg` is refused without
-  blocking, by heisen-dump and heisen-run.
+  blocking, by heisen-dump, heisen-run and the shim.
+- A session directory reached through another user's symbolic link, owned
+  by someone else, or on a path others may rewrite is refused, and said.
+- heisen-run always runs the program (read-only, missing or planted
+  /dev/shm, a read-only --dir, nowhere at all: real mount namespaces), with
+  the program's exit status, saying what it could not do.
+- Every HEISEN_* value goes through one parser: a bad value is said once,
+  the default used, the program's output and exit status unchanged.
 """
 import os
 import shutil
 import signal
 import struct
 import subprocess
-import sys
 import time
 from pathlib import Path
 
