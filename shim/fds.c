@@ -193,24 +193,29 @@ static uint64_t ring_backed;
  * NULL when there is no ring or its store could not be committed (the
  * session directory is full: the event is not kept).
  */
-static struct hs_fd_event *event_begin(uint64_t *pos)
+/* Commit the store of ring entry idx (of table t); note when the whole
+ * ring is backed.  -1 when out of space. */
+static __attribute__((noinline, cold)) int ring_commit(const struct hs_table *t, uint64_t idx, uint64_t gen)
+{
+	if (hs_seg_commit_entry(&hs_seg, HS_T_FD_EVENTS, idx) != 0)
+		return -1;
+	if (idx == t->capacity - 1 && hs_seg_committed(&hs_seg, t->offset, (uint64_t)t->capacity * t->entry_size))
+		__atomic_store_n(&ring_backed, gen, __ATOMIC_RELAXED);
+	return 0;
+}
+
+static inline struct hs_fd_event *event_begin(uint64_t *pos)
 {
 	struct hs_table *t = &hs_seg.hdr->tables[HS_T_FD_EVENTS];
-	uint64_t gen = (uint64_t)__atomic_load_n(&hs_seg_gen, __ATOMIC_RELAXED) + 1, idx;
+	uint64_t gen = (uint64_t)__atomic_load_n(&hs_seg_gen, __ATOMIC_RELAXED) + 1;
 	struct hs_fd_event *d;
 	if (t->capacity == 0)
 		return NULL;
 	/* relaxed: the position only has to be unique; the entry's seq publishes it */
 	*pos = __atomic_fetch_add(&hs_seg.hdr->fd_event_head, 1, __ATOMIC_RELAXED);
-	idx = *pos & (t->capacity - 1);
 	/* relaxed: store is the kernel's fact once the commit returned, ordered with nothing here */
-	if (__atomic_load_n(&ring_backed, __ATOMIC_RELAXED) != gen) {
-		if (hs_seg_commit_entry(&hs_seg, HS_T_FD_EVENTS, idx) != 0)
-			return NULL;
-		if (idx == t->capacity - 1 &&
-		    hs_seg_committed(&hs_seg, t->offset, (uint64_t)t->capacity * t->entry_size))
-			__atomic_store_n(&ring_backed, gen, __ATOMIC_RELAXED);
-	}
+	if (__atomic_load_n(&ring_backed, __ATOMIC_RELAXED) != gen && ring_commit(t, *pos & (t->capacity - 1), gen) != 0)
+		return NULL;
 	d = ring_entry(*pos);
 	__atomic_store_n(&d->seq, 0, __ATOMIC_RELAXED);
 	/* orders the invalidation above before the caller's payload stores */
@@ -469,13 +474,14 @@ static uint32_t fd_stack(struct hs_tls *t, uint64_t site)
 	if (depth == 0)
 		return 0;
 	c = &stack_cache[(site ^ site >> 5) & (STACK_CACHE - 1)];
-	if (c->id && c->depth == depth && c->seg_gen == t->seg_gen) {
-		for (i = 0; i < depth && pcs[i] == c->pc[i] && !hs_py_eval_pc(pcs[i]); i++)
+	/* frame 0 is the hook's caller: hs_chain_python looks for the loop above it */
+	if (c->id && c->depth == depth && c->seg_gen == t->seg_gen && pcs[0] == c->pc[0]) {
+		for (i = 1; i < depth && pcs[i] == c->pc[i] && !hs_py_eval_pc(pcs[i]); i++)
 			;
 		if (i == depth)
 			return c->id;
 	}
-	for (i = 0; i < depth && !hs_py_eval_pc(pcs[i]); i++)
+	for (i = 1; i < depth && !hs_py_eval_pc(pcs[i]); i++)
 		;
 	if (i < depth) {
 		/* through the evaluation loop: this call's Python frames, never cached */
