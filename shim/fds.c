@@ -2104,22 +2104,24 @@ static void scan_inherited(void)
 }
 
 /*
- * At exit (on_exit, before init.c's record of the end): ask the kernel
- * about every number the table says is open (fcntl F_GETFD, a raw system
- * call).  One it says is closed (EBADF) was closed where heisen does not
- * look — libuv closes with syscall(SYS_close), Go and io_uring with raw
- * system calls — and is marked closed (close_call HS_FDC_GONE, no stack),
- * so that heisen-dump never calls it leaked.  One that is open again
- * under another generation heisen did not see cannot be told from ours
- * here: it stays ours.  Not after _exit (init.c's hook; README).
+ * At the end of the process — exit (on_exit, before init.c's record of the
+ * end) and _exit/_Exit (init.c's hooks, before the same record) — ask the
+ * kernel about every number the table says is open (fcntl F_GETFD, a raw
+ * system call).  One it says is closed (EBADF) was closed where heisen
+ * does not look — libuv closes with syscall(SYS_close), Go and io_uring
+ * with raw system calls — and is marked closed (close_call HS_FDC_GONE, no
+ * stack), so that heisen-dump never calls it leaked.  One that is open
+ * again under another generation heisen did not see cannot be told from
+ * ours here: it stays ours.  Async-signal-safe (raw system calls, no
+ * allocation, no lock: a slot claim spins a bounded time): _exit is called
+ * from signal handlers and in fork children.  Nothing in a vfork child
+ * (the segment is its parent's), nor when the thread is inside the shim.
  */
-static void verify_open_at_exit(int status, void *arg)
+void hs_fds_verify_open(void)
 {
 	struct hs_tls *t = &hs_tls;
 	uint32_t cap;
 	uint64_t now;
-	(void)status;
-	(void)arg;
 	if (__atomic_load_n(&fd_mode, __ATOMIC_ACQUIRE) != FD_ON || !hs_seg.hdr ||
 	    hs_seg.hdr->pid != (int32_t)syscall(SYS_getpid) || t->in_hook)
 		return;
@@ -2150,6 +2152,13 @@ static void verify_open_at_exit(int status, void *arg)
 		release(s, q);
 	}
 	t->in_hook = 0;
+}
+
+static void verify_open_at_exit(int status, void *arg)
+{
+	(void)status;
+	(void)arg;
+	hs_fds_verify_open();
 }
 
 static void mark_header(void)
