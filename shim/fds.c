@@ -179,32 +179,75 @@ static void event_copy(struct hs_fd_event *d, const struct hs_fd_event *e)
 }
 
 /*
- * Append e to the event ring and chain it to slot s (whose seqlock the
- * caller holds, so the chain of one number has one writer at a time).
- * Returns its position + 1.
+ * The segment generation (hs_seg_gen, + 1) whose event ring is known to be
+ * backed by store from end to end (every entry committed once, checked when
+ * the ring first wraps): from then on an event skips hs_seg_commit_entry,
+ * which was a tenth of an open/close pair's instructions.  0 = not known;
+ * a fork child's new segment has another generation.  [atomic]
  */
-static uint64_t event_add(struct hs_fd *s, struct hs_fd_event *e)
+static uint64_t ring_backed;
+
+/*
+ * Take the next entry of the event ring, invalidated (seq 0): the caller
+ * fills every field but seq and prev, in place, then event_publish().
+ * NULL when there is no ring or its store could not be committed (the
+ * session directory is full: the event is not kept).
+ */
+/* Commit the store of ring entry idx (of table t); note when the whole
+ * ring is backed.  -1 when out of space. */
+static __attribute__((noinline, cold)) int ring_commit(const struct hs_table *t, uint64_t idx, uint64_t gen)
+{
+	if (hs_seg_commit_entry(&hs_seg, HS_T_FD_EVENTS, idx) != 0)
+		return -1;
+	if (idx == t->capacity - 1 && hs_seg_committed(&hs_seg, t->offset, (uint64_t)t->capacity * t->entry_size))
+		__atomic_store_n(&ring_backed, gen, __ATOMIC_RELAXED);
+	return 0;
+}
+
+static inline struct hs_fd_event *event_begin(uint64_t *pos)
 {
 	struct hs_table *t = &hs_seg.hdr->tables[HS_T_FD_EVENTS];
-	uint64_t pos;
+	uint64_t gen = (uint64_t)__atomic_load_n(&hs_seg_gen, __ATOMIC_RELAXED) + 1;
 	struct hs_fd_event *d;
 	if (t->capacity == 0)
-		return 0;
+		return NULL;
 	/* relaxed: the position only has to be unique; the entry's seq publishes it */
-	pos = __atomic_fetch_add(&hs_seg.hdr->fd_event_head, 1, __ATOMIC_RELAXED);
-	if (hs_seg_commit_entry(&hs_seg, HS_T_FD_EVENTS, pos & (t->capacity - 1)) != 0)
-		return 0; /* the session directory is full: the event is not kept */
-	d = ring_entry(pos);
-	e->prev = s ? s->last_event : 0;
+	*pos = __atomic_fetch_add(&hs_seg.hdr->fd_event_head, 1, __ATOMIC_RELAXED);
+	/* relaxed: store is the kernel's fact once the commit returned, ordered with nothing here */
+	if (__atomic_load_n(&ring_backed, __ATOMIC_RELAXED) != gen && ring_commit(t, *pos & (t->capacity - 1), gen) != 0)
+		return NULL;
+	d = ring_entry(*pos);
 	__atomic_store_n(&d->seq, 0, __ATOMIC_RELAXED);
-	/* orders the invalidation above before the payload stores below */
+	/* orders the invalidation above before the caller's payload stores */
 	__atomic_thread_fence(__ATOMIC_RELEASE);
-	event_copy(d, e);
+	return d;
+}
+
+/*
+ * Chain the filled entry d at pos to slot s (whose seqlock the caller
+ * holds, so the chain of one number has one writer at a time; s may be
+ * NULL) and publish it.  Returns its position + 1.
+ */
+static uint64_t event_publish(struct hs_fd *s, struct hs_fd_event *d, uint64_t pos)
+{
+	d->prev = s ? s->last_event : 0;
 	/* publishes the payload: a reader that sees seq == pos + 1 sees it all */
 	__atomic_store_n(&d->seq, pos + 1, __ATOMIC_RELEASE);
 	if (s)
 		s->last_event = pos + 1;
 	return pos + 1;
+}
+
+/* Append a copy of e to the event ring, chained to slot s (see event_publish).
+ * Returns its position + 1, 0 when not kept. */
+static uint64_t event_add(struct hs_fd *s, const struct hs_fd_event *e)
+{
+	uint64_t pos;
+	struct hs_fd_event *d = event_begin(&pos);
+	if (!d)
+		return 0;
+	event_copy(d, e);
+	return event_publish(s, d, pos);
 }
 
 /* Read the event at position + 1 `at` into out; 0 when it is still there. */
@@ -241,19 +284,21 @@ static unsigned chain(int fd, uint64_t at, struct hs_fd_event *out, unsigned max
 
 /* ---- descriptions ---------------------------------------------------------- */
 
-/* Keep the tail of src (the informative end of a long path) in dst. */
-static void put_text(char *dst, const char *src)
+/* Keep the tail of src (the informative end of a long path) in dst.
+ * Returns the length kept (below HS_FD_PATH_MAX). */
+static size_t put_text(char *dst, const char *src)
 {
 	size_t n = src ? strnlen(src, 4096) : 0;
 	if (n >= HS_FD_PATH_MAX) {
 		memcpy(dst, "...", 3);
 		memcpy(dst + 3, src + n - (HS_FD_PATH_MAX - 4), HS_FD_PATH_MAX - 4);
 		dst[HS_FD_PATH_MAX - 1] = '\0';
-		return;
+		return HS_FD_PATH_MAX - 1;
 	}
 	if (n)
 		memcpy(dst, src, n);
 	dst[n] = '\0';
+	return n;
 }
 
 static size_t cat(char *dst, size_t len, const char *src)
@@ -346,33 +391,31 @@ static void socket_text(char *dst, const char *what, int domain, int type)
 	cat(dst, n, ")");
 }
 
-/* A path relative to dirfd, prefixed with the directory's own path when known. */
-static void at_path(char *dst, int dirfd, const char *path)
+/* dir + "/" + path into dst (put_text), out of line: its buffer is large.
+ * Returns the length kept. */
+static __attribute__((noinline)) size_t joined_path(char *dst, const char *dir, const char *path)
+{
+	char buf[2 * HS_FD_PATH_MAX + 4096];
+	size_t n = strnlen(dir, HS_FD_PATH_MAX), m = strnlen(path, 4095);
+	memcpy(buf, dir, n);
+	buf[n++] = '/';
+	memcpy(buf + n, path, m);
+	buf[n + m] = '\0';
+	return put_text(dst, buf);
+}
+
+/* A path relative to dirfd, prefixed with the directory's own path when
+ * known, into dst (put_text).  Returns its length. */
+static size_t at_path(char *dst, int dirfd, const char *path)
 {
 	struct hs_fd *d;
 	char dir[HS_FD_PATH_MAX];
-	size_t n;
-	if (!path || path[0] == '/' || dirfd == AT_FDCWD || !(d = slot_of(dirfd)) || d->state != HS_FDS_OPEN) {
-		put_text(dst, path);
-		return;
-	}
+	if (!path || path[0] == '/' || dirfd == AT_FDCWD || !(d = slot_of(dirfd)) || d->state != HS_FDS_OPEN)
+		return put_text(dst, path);
 	/* relaxed copy of another slot's path: a torn one only spoils a description */
 	memcpy(dir, d->path, sizeof dir);
 	dir[sizeof dir - 1] = '\0';
-	if (!dir[0]) {
-		put_text(dst, path);
-		return;
-	}
-	{
-		char buf[2 * HS_FD_PATH_MAX + 4096];
-		n = strnlen(dir, sizeof dir);
-		memcpy(buf, dir, n);
-		buf[n++] = '/';
-		size_t m = strnlen(path, 4095);
-		memcpy(buf + n, path, m);
-		buf[n + m] = '\0';
-		put_text(dst, buf);
-	}
+	return dir[0] ? joined_path(dst, dir, path) : put_text(dst, path);
 }
 
 /* ---- recording ----------------------------------------------------------------- */
@@ -392,9 +435,67 @@ static inline uint64_t fd_clock(void)
 	return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
 }
 
-static inline uint32_t fd_stack(uint64_t site)
+/*
+ * A thread's last stacks, a few call sites' worth: the chain of return
+ * addresses that gave a stack id, and the id.  A call reads its own chain
+ * (hs_chain) every time; when it equals a cached chain frame for frame, in
+ * the same segment, the id is the one hs_chain_intern would return for it,
+ * without the hash and the stack-table probe (two fifths of a hook's
+ * instructions).  Only chains through no evaluation loop are cached: a
+ * Python chain gets this call's Python frames interleaved (hs_chain_python),
+ * which change under the same native chain.  The check is made again at
+ * every hit (hs_py_eval_pc), since the evaluation loop becomes known only
+ * once the Python bridge starts.
+ */
+#define STACK_CACHE 4u
+static __thread struct stack_cache {
+	uint32_t seg_gen;       /* hs_tls.seg_gen of the id */
+	uint32_t id;            /* 0 = empty */
+	unsigned depth;
+	uint64_t pc[HS_CHAIN_MAX];
+} stack_cache[STACK_CACHE] __attribute__((tls_model("initial-exec")));
+
+/*
+ * This call's stack id (hs_stack_call's, or hs_stack_here's with
+ * HEISEN_FD_STACKS=full), 0 when none could be read or kept.  site and
+ * fd_call_cfa are the hook's (RET_ADDR); t is hs_enter()'s.
+ */
+static uint32_t fd_stack(struct hs_tls *t, uint64_t site)
 {
-	return full_stacks ? hs_stack_here() : hs_stack_call(site, fd_call_cfa);
+	uint64_t pcs[HS_CHAIN_MAX];
+	struct stack_cache *c;
+	unsigned depth, i;
+	uint32_t id;
+	int python;
+
+	if (HS_UNLIKELY(full_stacks))
+		return hs_stack_here();
+	depth = hs_chain(site, fd_call_cfa, pcs);
+	if (depth == 0)
+		return 0;
+	c = &stack_cache[(site ^ site >> 5) & (STACK_CACHE - 1)];
+	/* frame 0 is the hook's caller: hs_chain_python looks for the loop above it */
+	if (c->id && c->depth == depth && c->seg_gen == t->seg_gen && pcs[0] == c->pc[0]) {
+		for (i = 1; i < depth && pcs[i] == c->pc[i] && !hs_py_eval_pc(pcs[i]); i++)
+			;
+		if (i == depth)
+			return c->id;
+	}
+	for (i = 1; i < depth && !hs_py_eval_pc(pcs[i]); i++)
+		;
+	if (i < depth) {
+		/* through the evaluation loop: this call's Python frames, never cached */
+		depth = hs_chain_python(pcs, depth, &python);
+		return hs_chain_intern(pcs, depth, python);
+	}
+	id = hs_chain_intern(pcs, depth, 0);
+	if (id) {
+		c->id = id;
+		c->seg_gen = t->seg_gen;
+		c->depth = depth;
+		memcpy(c->pc, pcs, depth * sizeof *pcs);
+	}
+	return id;
 }
 
 static inline void count(uint64_t *c)
@@ -407,9 +508,8 @@ static inline void count(uint64_t *c)
 static void event_init(struct hs_fd_event *e, struct hs_tls *t, int fd, uint32_t gen, unsigned op, unsigned call,
 		       uint32_t stack, uint64_t now)
 {
-	/* every field but the path's tail: a memset of the whole event was a
-	 * sixth of a close's cost */
-	e->seq = 0;
+	/* every field but seq and the path's tail: a memset of the whole event
+	 * was a sixth of a close's cost; seq is the ring's (event_begin) */
 	e->prev = 0;
 	e->owner = 0;
 	e->kind = 0;
@@ -428,9 +528,11 @@ static void event_init(struct hs_fd_event *e, struct hs_tls *t, int fd, uint32_t
 /* A new generation of fd: what created it.  path may be NULL. */
 struct birth {
 	uint8_t kind, call;
+	uint8_t at;            /* path is relative to dirfd: at_path */
 	uint32_t flags;
+	int dirfd;
 	uint64_t owner;
-	const char *path;      /* copied as is (a description or an already cut path) */
+	const char *path;      /* a path or a description, its tail kept (put_text) */
 };
 
 /*
@@ -442,8 +544,10 @@ static void created(struct hs_tls *t, int fd, const struct birth *b, uint32_t st
 {
 	struct hs_header *h = hs_seg.hdr;
 	struct hs_fd *s = slot_of(fd);
-	struct hs_fd_event e;
+	struct hs_fd_event *e;
 	uint32_t q, gen = 0, max;
+	uint64_t pos;
+	size_t n;
 
 	count(&h->fd_created);
 	max = __atomic_load_n(&h->fd_max, __ATOMIC_RELAXED);
@@ -467,17 +571,16 @@ static void created(struct hs_tls *t, int fd, const struct birth *b, uint32_t st
 		s->close_tid = 0;
 		s->close_stack = 0;
 		s->close_ns = 0;
-		if (b->path)
-			memcpy(s->path, b->path, HS_FD_PATH_MAX);
-		else
-			s->path[0] = '\0';
-		s->path[HS_FD_PATH_MAX - 1] = '\0';
-		event_init(&e, t, fd, gen, HS_FDE_CREATE, b->call, stack, now);
-		e.owner = b->owner;
-		e.kind = b->kind;
-		e.flags = b->flags;
-		memcpy(e.path, s->path, sizeof e.path);
-		event_add(s, &e);
+		n = b->at ? at_path(s->path, b->dirfd, b->path) : put_text(s->path, b->path);
+		if ((e = event_begin(&pos)) != NULL) {
+			/* in place in the ring, the path's n + 1 bytes only */
+			event_init(e, t, fd, gen, HS_FDE_CREATE, b->call, stack, now);
+			e->owner = b->owner;
+			e->kind = b->kind;
+			e->flags = b->flags;
+			memcpy(e->path, s->path, n + 1);
+			event_publish(s, e, pos);
+		}
 		release(s, q);
 	}
 	hs_rec(t, now, HS_REC_FD_CREATED, stack, (uint64_t)fd, gen, (uint64_t)b->kind | (uint64_t)b->call << 8);
@@ -502,7 +605,8 @@ struct pre {
 static void closing(struct hs_tls *t, int fd, unsigned call, uint32_t stack, uint64_t now, struct pre *p)
 {
 	struct hs_fd *s = slot_of(fd);
-	struct hs_fd_event e;
+	struct hs_fd_event *e;
+	uint64_t pos;
 	uint32_t q;
 	memset(p, 0, sizeof *p);
 	if (!s || !claim(s, &q))
@@ -520,11 +624,13 @@ static void closing(struct hs_tls *t, int fd, unsigned call, uint32_t stack, uin
 		s->close_tid = t->tid;
 		s->close_stack = stack;
 		s->close_ns = now;
-		event_init(&e, t, fd, s->gen, HS_FDE_CLOSE, call, stack, now);
-		e.kind = s->kind;
-		e.flags = s->flags;
-		e.owner = s->owner;
-		event_add(s, &e);
+		if ((e = event_begin(&pos)) != NULL) {
+			event_init(e, t, fd, s->gen, HS_FDE_CLOSE, call, stack, now);
+			e->kind = s->kind;
+			e->flags = s->flags;
+			e->owner = s->owner;
+			event_publish(s, e, pos);
+		}
 	}
 	release(s, q);
 	if (p->state == HS_FDS_OPEN) {
@@ -961,21 +1067,15 @@ static void object_closing(struct hs_tls *t, int fd, uint64_t owner, uint32_t ow
 
 /*
  * Record a creation from a hook (the call returned fd).  Takes the guard;
- * keeps errno.  path_of builds the description inside the guard, where the
- * segment is known to be there: at_path when dirfd/path are given, else
- * b->path as is.
+ * keeps errno.  The description is cut into the slot by created(): b->path
+ * relative to b->dirfd when b->at (at_path), else its tail (put_text).
  */
-static void note_created(int fd, struct birth *b, int dirfd, const char *path, uint64_t site)
+static void note_created(int fd, const struct birth *b, uint64_t site)
 {
 	int e = errno;
 	struct hs_tls *t = hs_enter();
 	if (t) {
-		char text[HS_FD_PATH_MAX];
-		if (path) {
-			at_path(text, dirfd, path);
-			b->path = text;
-		}
-		created(t, fd, b, fd_stack(site), fd_clock());
+		created(t, fd, b, fd_stack(t, site), fd_clock());
 		hs_leave(t);
 	}
 	errno = e;
@@ -986,8 +1086,11 @@ static int after_open(int fd, int dirfd, const char *path, int flags, unsigned c
 	if (fd >= 0 && fds_on()) {
 		struct birth b = {.kind = (flags & O_DIRECTORY) && (flags & O_TMPFILE) != O_TMPFILE ? HS_FDK_DIR : HS_FDK_FILE,
 				  .call = (uint8_t)call,
-				  .flags = (flags & O_CLOEXEC) ? HS_FDF_CLOEXEC : 0};
-		note_created(fd, &b, dirfd, path ? path : "", site);
+				  .flags = (flags & O_CLOEXEC) ? HS_FDF_CLOEXEC : 0,
+				  .at = 1,
+				  .dirfd = dirfd,
+				  .path = path ? path : ""};
+		note_created(fd, &b, site);
 	}
 	return fd;
 }
@@ -1072,11 +1175,9 @@ HS_EXPORT int creat64(const char *path, mode_t mode)
 static int made(int fd, unsigned kind, unsigned call, int cloexec, const char *text, uint64_t site)
 {
 	if (fd >= 0 && fds_on()) {
-		char buf[HS_FD_PATH_MAX];
-		struct birth b = {.kind = (uint8_t)kind, .call = (uint8_t)call, .flags = cloexec ? HS_FDF_CLOEXEC : 0};
-		put_text(buf, text);
-		b.path = buf;
-		note_created(fd, &b, AT_FDCWD, NULL, site);
+		struct birth b = {
+			.kind = (uint8_t)kind, .call = (uint8_t)call, .flags = cloexec ? HS_FDF_CLOEXEC : 0, .path = text};
+		note_created(fd, &b, site);
 	}
 	return fd;
 }
@@ -1289,7 +1390,7 @@ static void duplicated(int old, int fd, int cloexec, unsigned call, int replaces
 		struct hs_fd *o = slot_of(old);
 		char text[HS_FD_PATH_MAX];
 		struct birth b = {.call = (uint8_t)call, .flags = cloexec ? HS_FDF_CLOEXEC : 0, .path = text};
-		uint32_t stack = fd_stack(site);
+		uint32_t stack = fd_stack(t, site);
 		uint64_t now = fd_clock();
 		size_t n;
 		struct pre p;
@@ -1492,7 +1593,7 @@ static int take_over(struct hs_tls *t, int fd, uint64_t owner, uint32_t owner_fl
 	uint64_t now;
 	if (!s)
 		return -1;
-	stack = fd_stack(site);
+	stack = fd_stack(t, site);
 	now = fd_clock();
 	if (!claim(s, &q))
 		return -1;
@@ -1530,12 +1631,10 @@ static void after_fopen(FILE *fp, const char *path, const char *mode, unsigned c
 		return;
 	}
 	{
-		char text[HS_FD_PATH_MAX];
 		struct birth b = {.kind = HS_FDK_FILE, .call = (uint8_t)call, .owner = (uint64_t)(uintptr_t)fp,
 				  .flags = HS_FDF_OWNER_FILE | (mode && strchr(mode, 'e') ? HS_FDF_CLOEXEC : 0),
-				  .path = text};
-		put_text(text, path ? path : "(reopened)");
-		created(t, fd, &b, fd_stack(site), fd_clock());
+				  .path = path ? path : "(reopened)"};
+		created(t, fd, &b, fd_stack(t, site), fd_clock());
 	}
 	hs_leave(t);
 	errno = e;
@@ -1585,7 +1684,7 @@ static int before_object_close(int fd, uint64_t owner, uint32_t owner_flag, unsi
 	memset(p, 0, sizeof *p);
 	if (fd < 0 || !(t = hs_enter()))
 		return -1;
-	*stack = fd_stack(site);
+	*stack = fd_stack(t, site);
 	*now = fd_clock();
 	object_closing(t, fd, owner, owner_flag, rule, call, *stack, *now, p);
 	hs_leave(t);
@@ -1660,7 +1759,10 @@ HS_EXPORT DIR *opendir(const char *path)
 	if (d && fds_on() && (fd = dirfd(d)) >= 0) {
 		struct birth b = {.kind = HS_FDK_DIR, .call = HS_FDC_OPENDIR, .owner = (uint64_t)(uintptr_t)d,
 				  .flags = HS_FDF_OWNER_DIR | HS_FDF_CLOEXEC};
-		note_created(fd, &b, AT_FDCWD, path, site);
+		b.at = 1;
+		b.dirfd = AT_FDCWD;
+		b.path = path;
+		note_created(fd, &b, site);
 	}
 	return d;
 }
@@ -1716,7 +1818,7 @@ static int close_number(int fd, unsigned call, uint64_t site)
 	memset(&p, 0, sizeof p);
 	if (fds_on() && (t = hs_enter()) != NULL) {
 		e = errno;
-		stack = fd_stack(site);
+		stack = fd_stack(t, site);
 		now = fd_clock();
 		closing(t, fd, call, stack, now, &p);
 		if (call == HS_FDC_CLOSE && p.state == HS_FDS_OPEN && (p.flags & HS_FDF_OWNERS))
@@ -1769,7 +1871,7 @@ static void closing_range(unsigned first, unsigned last, uint64_t site)
 	if (!t)
 		return;
 	cap = hs_seg.hdr->tables[HS_T_FDS].capacity;
-	stack = fd_stack(site);
+	stack = fd_stack(t, site);
 	now = fd_clock();
 	for (uint64_t fd = first; fd <= last && fd < cap; fd++) {
 		struct hs_fd *s = slot_of((int)fd);
@@ -1885,7 +1987,7 @@ HS_EXPORT int heisen_fd_close_owned(int fd, uint64_t owner)
 		return close_number(fd, HS_FDC_CLOSE_OWNED, site);
 	}
 	/* not this owner's number (any more): record the attempt, do not close */
-	stack = fd_stack(site);
+	stack = fd_stack(t, site);
 	now = hs_now();
 	event_init(&fail, t, fd, gen, HS_FDE_CLOSE_FAILED, HS_FDC_CLOSE_OWNED, stack, now);
 	fail.err = EBADF;
@@ -2002,22 +2104,24 @@ static void scan_inherited(void)
 }
 
 /*
- * At exit (on_exit, before init.c's record of the end): ask the kernel
- * about every number the table says is open (fcntl F_GETFD, a raw system
- * call).  One it says is closed (EBADF) was closed where heisen does not
- * look — libuv closes with syscall(SYS_close), Go and io_uring with raw
- * system calls — and is marked closed (close_call HS_FDC_GONE, no stack),
- * so that heisen-dump never calls it leaked.  One that is open again
- * under another generation heisen did not see cannot be told from ours
- * here: it stays ours.  Not after _exit (init.c's hook; README).
+ * At the end of the process — exit (on_exit, before init.c's record of the
+ * end) and _exit/_Exit (init.c's hooks, before the same record) — ask the
+ * kernel about every number the table says is open (fcntl F_GETFD, a raw
+ * system call).  One it says is closed (EBADF) was closed where heisen
+ * does not look — libuv closes with syscall(SYS_close), Go and io_uring
+ * with raw system calls — and is marked closed (close_call HS_FDC_GONE, no
+ * stack), so that heisen-dump never calls it leaked.  One that is open
+ * again under another generation heisen did not see cannot be told from
+ * ours here: it stays ours.  Async-signal-safe (raw system calls, no
+ * allocation, no lock: a slot claim spins a bounded time): _exit is called
+ * from signal handlers and in fork children.  Nothing in a vfork child
+ * (the segment is its parent's), nor when the thread is inside the shim.
  */
-static void verify_open_at_exit(int status, void *arg)
+void hs_fds_verify_open(void)
 {
 	struct hs_tls *t = &hs_tls;
 	uint32_t cap;
 	uint64_t now;
-	(void)status;
-	(void)arg;
 	if (__atomic_load_n(&fd_mode, __ATOMIC_ACQUIRE) != FD_ON || !hs_seg.hdr ||
 	    hs_seg.hdr->pid != (int32_t)syscall(SYS_getpid) || t->in_hook)
 		return;
@@ -2048,6 +2152,13 @@ static void verify_open_at_exit(int status, void *arg)
 		release(s, q);
 	}
 	t->in_hook = 0;
+}
+
+static void verify_open_at_exit(int status, void *arg)
+{
+	(void)status;
+	(void)arg;
+	hs_fds_verify_open();
 }
 
 static void mark_header(void)

@@ -234,8 +234,11 @@ static void on_exit_handler(int status, void *arg)
 	record_exit(status);
 }
 
+/* _exit and _Exit run no exit handlers: the fds' check at the end is made
+ * here (os._exit, multiprocessing's fork children), before the record. */
 HS_EXPORT void _exit(int status)
 {
+	hs_fds_verify_open();
 	record_exit(status);
 	HS_REAL(_exit)(status);
 	__builtin_unreachable();
@@ -243,6 +246,7 @@ HS_EXPORT void _exit(int status)
 
 HS_EXPORT void _Exit(int status)
 {
+	hs_fds_verify_open();
 	record_exit(status);
 	HS_REAL(_Exit)(status);
 	__builtin_unreachable();

@@ -855,6 +855,12 @@ void hs_mem_big_alloc(uint64_t n);
  * fork handler.  Init only; call after init.c's own pthread_atfork. */
 void hs_fds_init(void);
 
+/* At the end of the process (exit's handler, the _exit and _Exit hooks):
+ * mark the numbers the table says are open and the kernel says are closed
+ * as closed behind heisen's back (HS_FDC_GONE).  Async-signal-safe; does
+ * nothing in a vfork child or inside a hook.  (fds.c) */
+void hs_fds_verify_open(void);
+
 /*
  * Make the held-lock stacks of the calling thread (th, its own slot) exact:
  * each held entry whose acquisition chain is still kept raw is interned now

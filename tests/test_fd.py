@@ -574,6 +574,81 @@ def test_closes_through_syscall_are_not_leaks(heisen, session):
         assert f["open"] <= 10 and all(x["fd"] in kept for g in f["groups"] for x in g["fds"]), f["open"]
 
 
+UV_FORK_CHILD = """
+import asyncio, multiprocessing, os, socket, sys
+import uvloop
+
+async def serve(reader, writer):
+    writer.close()
+
+async def burst(n):
+    server = await asyncio.start_server(serve, '127.0.0.1', 0)
+    port = server.sockets[0].getsockname()[1]
+    conns = [await asyncio.open_connection('127.0.0.1', port) for _ in range(n)]  # n at once
+    for reader, writer in conns:
+        await reader.read()          # the server closed its end
+        writer.close()               # libuv closes with syscall(SYS_close)
+        await writer.wait_closed()
+    server.close()
+    await server.wait_closed()
+
+KEPT = []
+
+def keep(n):
+    return [socket.socket() for _ in range(n)]  # leak site
+
+def worker(n, leaked):
+    print('child', os.getpid(), flush=True)
+    KEPT.extend(keep(leaked))        # still referenced at os._exit
+    uvloop.install()
+    asyncio.run(burst(n))
+    # the fork start method ends the child with os._exit: no exit handlers
+
+if __name__ == '__main__':
+    multiprocessing.set_start_method('fork')
+    p = multiprocessing.Process(target=worker, args=(int(sys.argv[1]), int(sys.argv[2])))
+    p.start()
+    p.join()
+    print('exitcode', p.exitcode, flush=True)
+"""
+
+
+def run_uv_fork_child(heisen, session, tmp_path, leaked):
+    try:
+        import uvloop  # noqa: F401  (Debian's python3-uvloop, on the system libuv, for /usr/bin/python3)
+    except ImportError:
+        pytest.fail("uvloop is missing: apt-get install python3-uvloop (./dev does)")
+    src = tmp_path / "uv_fork_child.py"
+    src.write_text(UV_FORK_CHILD)
+    p = heisen.preload([SYSTEM_PYTHON, src, 80, leaked], session, timeout=120)
+    assert p.returncode == 0 and fact_int(p.stdout, "exitcode") == 0, (p.stdout, p.stderr[-3000:])
+    return p, fact_int(p.stdout, "child")
+
+
+def test_libuv_closes_in_a_fork_child_ended_by_os_exit_are_not_leaks(heisen, session, tmp_path):
+    """A multiprocessing fork child serves a burst of 80 connections with
+    uvloop, whose libuv closes them with syscall(SYS_close), and ends with
+    os._exit (as the fork start method ends every child): no exit handler
+    runs, so heisen asks the kernel at _exit -> no fd-leak."""
+    p, child = run_uv_fork_child(heisen, session, tmp_path, 0)
+    r = heisen.dump_json(session, expect_rc=0)
+    assert process_of(r, child)["state"] == "exited"
+    assert findings_of(r, "fd-leak") == [], [f["message"] for f in findings_of(r, "fd-leak")]
+
+
+def test_fork_child_ended_by_os_exit_leaks_only_what_is_open(heisen, session, tmp_path):
+    """The same child also keeps 70 sockets referenced when it calls
+    os._exit: those, and only those, are its fd-leak, at the line that
+    made them; the 80 libuv closed are not counted."""
+    p, child = run_uv_fork_child(heisen, session, tmp_path, 70)
+    r = heisen.dump_json(session, expect_rc=1)
+    f = one(r, "fd-leak")
+    assert f["pid"] == child and f["at"] == "end" and f["open"] == 70, f["message"]
+    [g] = f["groups"]
+    assert g["count"] == 70 and g["kind"] == "socket"
+    assert find_python_frame(g["stack"], "keep", "uv_fork_child.py", 22) is not None, g["stack"]
+
+
 # ---- fd-leak at a normal exit: growth, not a working set ----------------------------------------
 
 LEAK_LOOP = """
