@@ -848,6 +848,11 @@ void hs_fds_init(void);
  */
 void hs_locks_snapshot_held(struct hs_thread *th);
 
+/* A fork child's thread takes over held entry h (lock id already the
+ * child's): appended to th's held[] under its seqlock, with this process's
+ * release count for the id (locks.c).  Async-signal-safe. */
+void hs_locks_adopt_held(struct hs_thread *th, const struct hs_held *h);
+
 /* The exact acquisition stack of the calling thread's held entry i (its
  * kept chain interned now), for an edge out of it made outside locks.c
  * (python.c's lock -> GIL); the entry's stack as it is when no chain was
