@@ -325,6 +325,7 @@ struct hs_sysops {
 	int (*lstat)(const char *path, struct stat *st);
 	int (*unlink)(const char *path);
 	ssize_t (*readlink)(const char *path, char *buf, size_t n);
+	int (*linkat)(const char *from, const char *to, int flags); /* a segment's name, given last */
 	/* issue 6: the environment and the memory samples (proc.c) */
 	ssize_t (*getdents64)(int fd, void *buf, size_t n);
 	int (*getrusage)(int who, struct rusage *ru);
