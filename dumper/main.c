@@ -34,6 +34,7 @@
 #include "report.h"
 #include "session.h"
 #include "stall.h"
+#include <heisen/snapshot_request.h>
 
 enum format { FMT_TEXT, FMT_JSON, FMT_DOT };
 
@@ -207,7 +208,8 @@ int main(int argc, char **argv)
 		for (size_t i = judged_from; i < o.nstalls; i++)
 			for (size_t k = 0; k < s.nprocs; k++)
 				if (s.procs[k].seg.hdr.pid == o.stalls[i].pid && hs_proc_alive(&s.procs[k]))
-					hs_snapshot_request(o.stalls[i].pid, s.procs[k].seg.hdr.snapshot_signal);
+					hs_snapshot_request(o.stalls[i].pid, s.procs[k].seg.hdr.snapshot_signal,
+							    hs_snapshot_value(s.procs[k].seg.hdr.start_real_ns));
 		usleep(SNAPSHOT_WAIT_MS * 1000);
 		hs_session_free(&s);
 		if (hs_session_load(&s, o.dir, o.symbols) != 0) {

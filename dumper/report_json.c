@@ -13,6 +13,7 @@
 
 #include "json.h"
 #include "report.h"
+#include "stall.h"
 
 #define EVENTS_SHOWN 16
 
@@ -1153,7 +1154,10 @@ static void stalled(struct hs_json *j, struct hs_session *s, struct hs_fnd *f, c
 			snprintf(role, sizeof role, "thread %d snapshot", t->t.tid);
 			stack(j, "stack", p, t->t.snap_stack, role, t->t.tid);
 		} else {
+			const char *why = hs_no_snapshot_reason(p, t);
 			hs_json_null(j, "stack");
+			if (why)
+				hs_json_str(j, "no_snapshot", why);
 		}
 		hs_json_bool(j, "stale", !fresh);
 		if (t->t.snap_ns)

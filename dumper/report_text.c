@@ -16,6 +16,7 @@
 #include <string.h>
 
 #include "report.h"
+#include "stall.h"
 
 #define EVENTS_SHOWN 16
 
@@ -429,7 +430,11 @@ static void stalled_thread(FILE *out, struct hs_session *s, struct hs_fnd *f, co
 			holders, hs_wait_seconds(s, f->proc, t));
 	}
 	if (!t->t.snap_ns || !t->t.snap_stack) {
-		fprintf(out, "  (no snapshot: the thread did not answer the snapshot signal)\n");
+		const char *why = hs_no_snapshot_reason(f->proc, t);
+		if (why)
+			fprintf(out, "  (no snapshot: %s)\n", why);
+		else
+			fprintf(out, "  (no snapshot: the thread did not answer the snapshot signal)\n");
 		if (t->t.wait_kind != HS_WAIT_NONE) {
 			fprintf(out, "  it waits at:\n");
 			print_frames(out, f->proc, t->t.wait_stack, "    ");

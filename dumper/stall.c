@@ -87,7 +87,29 @@ int hs_stalls_parse(const char *arg, struct hs_stall **v, size_t *n)
 	return 0;
 }
 
-unsigned hs_snapshot_request(int32_t pid, int sig)
+const char *hs_no_snapshot_reason(const struct hs_proc *p, const struct hs_tsnap *t)
+{
+	static char why[200];
+	int sig = p->seg.hdr.snapshot_signal, how;
+	if (sig <= 0 || !hs_proc_alive(p))
+		return NULL;
+	how = hs_thread_takes_signal(p->seg.hdr.pid, t->t.tid, sig);
+	if (how == HS_TAKES_BLOCKED)
+		snprintf(why, sizeof why,
+			 "it blocks SIGRTMAX-%d, heisen's snapshot signal (a thread that takes its signals itself: "
+			 "sigwait, signalfd), so it was not asked; its stack is unknown",
+			 SIGRTMAX - sig);
+	else if (how == HS_TAKES_WAITING)
+		snprintf(why, sizeof why,
+			 "it waits for signals itself (sigwait, sigwaitinfo, sigtimedwait) and could take SIGRTMAX-%d, "
+			 "heisen's snapshot signal, as its own, so it was not asked; its stack is unknown",
+			 SIGRTMAX - sig);
+	else
+		return NULL;
+	return why;
+}
+
+unsigned hs_snapshot_request(int32_t pid, int sig, uint64_t value)
 {
 	char path[64];
 	DIR *d;
@@ -100,7 +122,7 @@ unsigned hs_snapshot_request(int32_t pid, int sig)
 		return 0;
 	while ((de = readdir(d))) {
 		long tid = strtol(de->d_name, NULL, 10);
-		if (tid > 0 && hs_snapshot_request_tid((pid_t)pid, (pid_t)tid, sig) == 0)
+		if (tid > 0 && hs_snapshot_request_tid((pid_t)pid, (pid_t)tid, sig, value) == 0)
 			sent++;
 	}
 	closedir(d);
@@ -163,7 +185,8 @@ int hs_snapshot_session(struct hs_session *s, double sample_s, int wait_ms, stru
 	/* after the sample: a snapshot is progress too */
 	for (size_t i = 0; i < s->nprocs; i++)
 		if (hs_proc_alive(&s->procs[i]))
-			hs_snapshot_request(s->procs[i].seg.hdr.pid, s->procs[i].seg.hdr.snapshot_signal);
+			hs_snapshot_request(s->procs[i].seg.hdr.pid, s->procs[i].seg.hdr.snapshot_signal,
+					    hs_snapshot_value(s->procs[i].seg.hdr.start_real_ns));
 	sleep_ms(wait_ms);
 	free(before);
 	return rc;
