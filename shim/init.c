@@ -180,8 +180,8 @@ static void atfork_prepare(void)
  * (hs_segment_create(1)) that starts with its parent's strings, stacks,
  * Python frames and modules (inherit_tables), this thread attaches to it
  * carrying the locks it held in the parent at the instant of fork()
- * (fork_held: they are held in the child too), and the parent's mapping is dropped so the child can never write
- * into it.
+ * (fork_held: they are held in the child too), and the parent's mapping
+ * is dropped so the child can never write into it.
  */
 static void atfork_child(void)
 {
