@@ -791,6 +791,8 @@ static int unrecorded_after_uid_change(struct hs_session *s, struct hs_findings 
 		struct hs_proc *p = &s->procs[i];
 		uint64_t nrec = p->seg.hdr.ring_records, drop_ns = 0, ruid = 0, euid = 0, err = 0;
 		unsigned forks = 0;
+		char kids[96] = "";
+		size_t kused = 0;
 		bool ended = false, known = false;
 		struct hs_record *ev;
 		struct hs_fnd *f;
@@ -814,7 +816,14 @@ static int unrecorded_after_uid_change(struct hs_session *s, struct hs_findings 
 		for (uint32_t k = 0; ev && known && k < p->nthreads; k++) {
 			size_t n = hs_read_ring(&p->seg, p->threads[k].slot, ev, nrec);
 			for (size_t r = 0; r < n; r++)
-				forks += ev[r].type == HS_REC_FORK && ev[r].ts_ns >= drop_ns;
+				if (ev[r].type == HS_REC_FORK && ev[r].ts_ns >= drop_ns) {
+					if (forks < 8)
+						hs_appendf(kids, sizeof kids, &kused, "%s%llu", forks ? ", " : " (pid ",
+							   (unsigned long long)ev[r].a);
+					else if (forks == 8)
+						hs_appendf(kids, sizeof kids, &kused, ", ...");
+					forks++;
+				}
 		}
 		free(ev);
 		ended |= st == HS_STATE_CRASHED || st == HS_STATE_SIGNALED;
@@ -828,11 +837,12 @@ static int unrecorded_after_uid_change(struct hs_session *s, struct hs_findings 
 		if (known)
 			snprintf(f->limit, sizeof f->limit,
 				 "pid %d changed its uid to %llu (effective %llu) at +%.3f s, and then could not write the "
-				 "session directory (%s): %s%snot recorded after that",
+				 "session directory (%s): %s%s%s%snot recorded after that",
 				 (int)p->seg.hdr.pid, (unsigned long long)ruid, (unsigned long long)euid,
 				 drop_ns > p->seg.hdr.start_mono_ns ? (double)(drop_ns - p->seg.hdr.start_mono_ns) / 1e9 : 0.0,
 				 strerror((int)err), ended ? "" : "what it ran after an exec and how it ended are ",
-				 forks ? (ended ? "its fork children are " : "and its fork children are ") : "");
+				 forks ? (ended ? "its fork children" : "and its fork children") : "", kids,
+				 forks ? (kused ? ") are " : " are ") : "");
 		else
 			snprintf(f->limit, sizeof f->limit,
 				 "pid %d changed its uid and then could not write the session directory: what it ran "

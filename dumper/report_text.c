@@ -620,8 +620,8 @@ static void finding(FILE *out, struct hs_session *s, struct hs_fnd *f)
 	case HS_F_LIMIT:
 		if (f->unrecorded)
 			fprintf(out, "%s.\nA process of another user cannot write this session directory (mode 0700): "
-				     "run the program as that user from the start, or give heisen-run a --dir that user "
-				     "can write.\n", f->limit);
+				     "to record it all, drop privileges before heisen-run (setpriv ... heisen-run -- CMD) "
+				     "or run the container as that USER.\n", f->limit);
 		else
 			fprintf(out, "%s.\nLock orders through what was dropped were not checked: a deadlock may be "
 				     "missing from this report.\n", f->limit);

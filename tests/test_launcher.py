@@ -634,15 +634,16 @@ def test_a_server_that_drops_privileges_after_start_keeps_its_own_record(heisen,
     before the drop) still records it to its clean exit; the worker it
     forks after the drop cannot be recorded, and the report says so."""
     script = ("import os\nos.setgroups([]); os.setgid(65534); os.setuid(65534)\n"
-              "pid = os.fork()\nif pid == 0:\n    os._exit(0)\nos.waitpid(pid, 0)\nprint('served', os.getpid())\n")
+              "pid = os.fork()\nif pid == 0:\n    os._exit(0)\nos.waitpid(pid, 0)\nprint('served', os.getpid(), pid)\n")
     p = heisen.run(["--dir", session, "--", SYSTEM_PYTHON, "-c", script], timeout=60)
     assert p.returncode == 0, (p.stdout, p.stderr)
-    pid = int(p.stdout.split()[1])
+    pid, child = map(int, p.stdout.split()[1:3])
     report = heisen.dump_json(session, expect_rc=1)
     (me,) = [pr for pr in report["processes"] if pr["pid"] == pid]
     assert (me["state"], me["exit_status"]) == ("exited", 0)
     (f,) = unrecorded(report, pid)
-    assert "fork children" in f["message"], f
+    assert f"its fork children (pid {child}) are not recorded" in f["message"], f
+    assert child not in [pr["pid"] for pr in report["processes"]]
 
 
 @needs_root_and_setpriv
