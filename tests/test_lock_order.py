@@ -284,9 +284,9 @@ def test_fork_child_of_a_parent_holding_a_lock_deadlocks_on_it_and_is_told(heise
     """The parent forks holding log_lock and releases it at once; each child
     then takes its copy, locked at the fork for ever: a self-deadlock in
     every child, the first acquisition being the parent's, before the fork."""
-    p, report = run_target(heisen, way, "fork_held_lock", "fork-holding", "8")
+    p, report = run_target(heisen, way, "fork_held_lock", "fork-holding", "16")
     kids = [int(c) for c in facts(p.stdout)["child"]]
-    assert len(kids) == 8
+    assert len(kids) == 16
     sds = findings_of(report, "self-deadlock")
     assert sorted(f["pid"] for f in sds) == sorted(kids), report["findings"]
     for f in sds:
