@@ -777,6 +777,82 @@ static int fd_leaks(struct hs_session *s, struct hs_findings *out)
 }
 
 /*
+ * A process that changed its uid to one that cannot write the session
+ * directory (HS_HDR_UID_CHANGED, shim/proc.c): what it did after an exec,
+ * its fork children after the drop and, unless it ended in this image by
+ * itself, how it ended are not recorded.  That is a `limit` finding (loud,
+ * exit status 1), never "killed without running any code" and never
+ * nothing — unless the same image ended by itself (an exit, crash or
+ * terminating signal the shim recorded) and forked nothing after the drop.
+ */
+static int unrecorded_after_uid_change(struct hs_session *s, struct hs_findings *out)
+{
+	for (size_t i = 0; i < s->nprocs; i++) {
+		struct hs_proc *p = &s->procs[i];
+		uint64_t nrec = p->seg.hdr.ring_records, drop_ns = 0, ruid = 0, euid = 0, err = 0;
+		unsigned forks = 0;
+		char kids[96] = "";
+		size_t kused = 0;
+		bool ended = false, known = false;
+		struct hs_record *ev;
+		struct hs_fnd *f;
+		unsigned st = HS_STATE_OF(p->state_word);
+		if (!(hs_seg_flags(&p->seg) & HS_HDR_UID_CHANGED))
+			continue;
+		ev = nrec ? calloc(nrec, sizeof *ev) : NULL;
+		for (uint32_t k = 0; ev && k < p->nthreads; k++) {
+			size_t n = hs_read_ring(&p->seg, p->threads[k].slot, ev, nrec);
+			for (size_t r = 0; r < n; r++) {
+				if (ev[r].type == HS_REC_UID_CHANGED && (!known || ev[r].ts_ns < drop_ns)) {
+					known = true;
+					drop_ns = ev[r].ts_ns;
+					ruid = ev[r].a;
+					euid = ev[r].b;
+					err = ev[r].c;
+				}
+				ended |= ev[r].type == HS_REC_EXIT;
+			}
+		}
+		for (uint32_t k = 0; ev && known && k < p->nthreads; k++) {
+			size_t n = hs_read_ring(&p->seg, p->threads[k].slot, ev, nrec);
+			for (size_t r = 0; r < n; r++)
+				if (ev[r].type == HS_REC_FORK && ev[r].ts_ns >= drop_ns) {
+					if (forks < 8)
+						hs_appendf(kids, sizeof kids, &kused, "%s%llu", forks ? ", " : " (pid ",
+							   (unsigned long long)ev[r].a);
+					else if (forks == 8)
+						hs_appendf(kids, sizeof kids, &kused, ", ...");
+					forks++;
+				}
+		}
+		free(ev);
+		ended |= st == HS_STATE_CRASHED || st == HS_STATE_SIGNALED;
+		if ((ended && !forks) || (hs_proc_alive(p) && !forks))
+			continue;
+		if (!(f = add_finding(out, HS_F_LIMIT, p)))
+			return -1;
+		f->rec.tid = p->seg.hdr.pid;
+		f->rec.count = 1;
+		f->unrecorded = true;
+		if (known)
+			snprintf(f->limit, sizeof f->limit,
+				 "pid %d changed its uid to %llu (effective %llu) at +%.3f s, and then could not write the "
+				 "session directory (%s): %s%s%s%snot recorded after that",
+				 (int)p->seg.hdr.pid, (unsigned long long)ruid, (unsigned long long)euid,
+				 drop_ns > p->seg.hdr.start_mono_ns ? (double)(drop_ns - p->seg.hdr.start_mono_ns) / 1e9 : 0.0,
+				 strerror((int)err), ended ? "" : "what it ran after an exec and how it ended are ",
+				 forks ? (ended ? "its fork children" : "and its fork children") : "", kids,
+				 forks ? (kused ? ") are " : " are ") : "");
+		else
+			snprintf(f->limit, sizeof f->limit,
+				 "pid %d changed its uid and then could not write the session directory: what it ran "
+				 "after an exec, its fork children and how it ended are not recorded",
+				 (int)p->seg.hdr.pid);
+	}
+	return 0;
+}
+
+/*
  * limit findings: a table of the lock-order graph (locks, their index,
  * edges, their index, long cycles) or of stacks that was full in a process,
  * or findings that could not be recorded.  A full table hides lock orders
@@ -843,6 +919,8 @@ int hs_analyze_stalled(struct hs_session *s, double hang_timeout, bool with_reco
 		rc = fd_leaks(s, out);
 	if (rc == 0 && with_recorded)
 		rc = limits(s, out);
+	if (rc == 0 && with_recorded)
+		rc = unrecorded_after_uid_change(s, out);
 	if (out->n)
 		qsort(out->v, out->n, sizeof *out->v, by_severity);
 	return rc;

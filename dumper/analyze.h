@@ -91,6 +91,8 @@ struct hs_fnd {
 	uint32_t nleaked;                    /* fd-leak: fds in the groups */
 	bool at_hang;                        /* fd-leak: of a hung process (every fd it created), not its end */
 	char limit[512];                     /* limit: the full tables and their dropped insertions, as text */
+	bool unrecorded;                     /* limit: not a full table but a process that could not be recorded
+						after a privilege drop (HS_HDR_UID_CHANGED); limit says what */
 };
 
 /* Append a zeroed finding of kind about p to out; NULL out of memory.  For

@@ -148,6 +148,7 @@ const char *hs_event_name(unsigned type)
 		[HS_REC_SNAPSHOT] = "snapshot",
 		[HS_REC_MEMORY] = "memory",
 		[HS_REC_TERM_SIGNAL] = "term-signal",
+		[HS_REC_UID_CHANGED] = "uid-changed",
 		[HS_REC_FD_CREATED] = "fd-created",
 		[HS_REC_FD_CLOSED] = "fd-closed",
 		[HS_REC_FD_CLOSE_FAILED] = "fd-close-failed",

@@ -13,6 +13,7 @@
 
 #include "json.h"
 #include "report.h"
+#include "stall.h"
 
 #define EVENTS_SHOWN 16
 
@@ -178,6 +179,11 @@ static void event_fields(struct hs_json *j, struct hs_proc *p, const struct hs_r
 			hs_json_null(j, "heap_live_bytes");
 		hs_json_str(j, "why", hs_mem_why_name((unsigned)(r->c & 0xff)));
 		hs_json_uint(j, "alloc_bytes", r->c >> 8);
+		break;
+	case HS_REC_UID_CHANGED:
+		hs_json_uint(j, "uid", r->a);
+		hs_json_uint(j, "euid", r->b);
+		hs_json_int(j, "errno", (int64_t)r->c);
 		break;
 	case HS_REC_TERM_SIGNAL:
 		hs_json_int(j, "signal", (int64_t)r->a);
@@ -1153,7 +1159,10 @@ static void stalled(struct hs_json *j, struct hs_session *s, struct hs_fnd *f, c
 			snprintf(role, sizeof role, "thread %d snapshot", t->t.tid);
 			stack(j, "stack", p, t->t.snap_stack, role, t->t.tid);
 		} else {
+			const char *why = hs_no_snapshot_reason(p, t);
 			hs_json_null(j, "stack");
+			if (why)
+				hs_json_str(j, "no_snapshot", why);
 		}
 		hs_json_bool(j, "stale", !fresh);
 		if (t->t.snap_ns)
@@ -1341,7 +1350,11 @@ static void finding(struct hs_json *j, struct hs_session *s, struct hs_fnd *f)
 	case HS_F_STALE_CLOSE:
 	case HS_F_DOUBLE_CLOSE: fd_close_finding(j, f, msg, sizeof msg); break;
 	case HS_F_FD_LEAK: fd_leak(j, f, msg, sizeof msg); break;
-	case HS_F_LIMIT: snprintf(msg, sizeof msg, "%s", f->limit); break;
+	case HS_F_LIMIT:
+		snprintf(msg, sizeof msg, "%s", f->limit);
+		if (f->unrecorded)
+			hs_json_bool(j, "privilege_drop", true);
+		break;
 	case HS_F_HANG:
 		if (f->stalled_seconds > 0) {
 			stalled(j, s, f, msg, sizeof msg);

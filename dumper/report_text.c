@@ -16,6 +16,7 @@
 #include <string.h>
 
 #include "report.h"
+#include "stall.h"
 
 #define EVENTS_SHOWN 16
 
@@ -429,7 +430,11 @@ static void stalled_thread(FILE *out, struct hs_session *s, struct hs_fnd *f, co
 			holders, hs_wait_seconds(s, f->proc, t));
 	}
 	if (!t->t.snap_ns || !t->t.snap_stack) {
-		fprintf(out, "  (no snapshot: the thread did not answer the snapshot signal)\n");
+		const char *why = hs_no_snapshot_reason(f->proc, t);
+		if (why)
+			fprintf(out, "  (no snapshot: %s)\n", why);
+		else
+			fprintf(out, "  (no snapshot: the thread did not answer the snapshot signal)\n");
 		if (t->t.wait_kind != HS_WAIT_NONE) {
 			fprintf(out, "  it waits at:\n");
 			print_frames(out, f->proc, t->t.wait_stack, "    ");
@@ -581,7 +586,8 @@ static void banner(FILE *out, const struct hs_fnd *f)
 		[HS_F_FD_LEAK] = "fd leak",
 		[HS_F_LIMIT] = "limit reached (a table was full: findings may be missing)",
 	};
-	fprintf(out, "==== heisen: %s", what[f->kind]);
+	fprintf(out, "==== heisen: %s",
+		f->kind == HS_F_LIMIT && f->unrecorded ? "limit reached (not recorded after a privilege drop)" : what[f->kind]);
 	if (f->kind == HS_F_CRASH)
 		fprintf(out, " (%s)", hs_signal_name(f->rec.signo));
 	fprintf(out, " in pid %d (%s) ====\n", f->proc->seg.hdr.pid, f->proc->exe);
@@ -612,8 +618,13 @@ static void finding(FILE *out, struct hs_session *s, struct hs_fnd *f)
 	case HS_F_DOUBLE_CLOSE: fd_close_finding(out, f); break;
 	case HS_F_FD_LEAK: fd_leak(out, f); break;
 	case HS_F_LIMIT:
-		fprintf(out, "%s.\nLock orders through what was dropped were not checked: a deadlock may be "
-			     "missing from this report.\n", f->limit);
+		if (f->unrecorded)
+			fprintf(out, "%s.\nA process of another user cannot write this session directory (mode 0700): "
+				     "to record it all, drop privileges before heisen-run (setpriv ... heisen-run -- CMD) "
+				     "or run the container as that USER.\n", f->limit);
+		else
+			fprintf(out, "%s.\nLock orders through what was dropped were not checked: a deadlock may be "
+				     "missing from this report.\n", f->limit);
 		break;
 	default: break;
 	}
@@ -735,6 +746,10 @@ static void event_text(FILE *out, struct hs_proc *p, const struct hs_record *r)
 	case HS_REC_TERM_SIGNAL:
 		fprintf(out, " %s from pid %" PRId64 " (si_code %" PRId64 ")", hs_signal_name((int)r->a), (int64_t)r->b,
 			(int64_t)r->c);
+		break;
+	case HS_REC_UID_CHANGED:
+		fprintf(out, " uid %" PRIu64 " (effective %" PRIu64 "): the session directory is no longer writable (%s)",
+			r->a, r->b, strerror((int)r->c));
 		break;
 	case HS_REC_FD_CREATED:
 		fprintf(out, " fd %" PRIu64 " gen %" PRIu64 " %s (%s)", r->a, r->b, hs_fd_kind_name(r->c & 0xff),

@@ -143,10 +143,11 @@ enum hs_seg_result hs_seg_validate(struct hs_seg *seg, char *err, size_t errlen)
 	uint64_t size = seg->map_size;
 	uint64_t state;
 
-	if (size == 0 || !p || (size >= HS_MAGIC_LEN && all_zero(p, HS_MAGIC_LEN))) {
-		snprintf(err, errlen, "not initialized yet");
-		return HS_SEG_NOT_READY;
-	}
+	/* a segment is named only once fully formed: none of these is "being created" */
+	if (size == 0 || !p)
+		return fail(err, errlen, "empty: no header (its process died before writing one, or the file was emptied)");
+	if (size >= HS_MAGIC_LEN && all_zero(p, HS_MAGIC_LEN))
+		return fail(err, errlen, "zero magic: the header was never written or was wiped");
 	if (size < HS_MAGIC_LEN || memcmp(p, HS_MAGIC, HS_MAGIC_LEN) != 0)
 		return fail(err, errlen, "bad magic: not a heisen segment");
 	if (size < sizeof(struct hs_header))
@@ -155,12 +156,12 @@ enum hs_seg_result hs_seg_validate(struct hs_seg *seg, char *err, size_t errlen)
 	memcpy(&seg->hdr, p, sizeof seg->hdr);
 	if (check_ident(&seg->hdr, err, errlen) != HS_SEG_OK)
 		return HS_SEG_BAD;
-	/* INIT means the writer has not finished laying out the tables. */
+	/* INIT: the tables were never laid out (a named segment is always past it) */
 	state = __atomic_load_n(&((const struct hs_header *)(const void *)p)->state, __ATOMIC_ACQUIRE);
-	if (HS_STATE_OF(state) == HS_STATE_INIT) {
-		snprintf(err, errlen, "not initialized yet");
-		return HS_SEG_NOT_READY;
-	}
+	if (HS_STATE_OF(state) == HS_STATE_INIT)
+		return fail(err, errlen, "state word INIT: the header was never finished, or was damaged");
+	if (HS_STATE_OF(state) > HS_STATE_SIGNALED)
+		return fail(err, errlen, "state word %#llx: not a known state (damaged)", (unsigned long long)state);
 	return check_geometry(&seg->hdr, size, err, errlen);
 }
 

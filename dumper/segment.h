@@ -41,7 +41,6 @@ struct hs_seg {
 /* hs_seg_open results. */
 enum hs_seg_result {
 	HS_SEG_OK = 0,
-	HS_SEG_NOT_READY = 1,  /* empty file or zero magic: a writer is creating it; not an error */
 	HS_SEG_BAD = -1,       /* not a usable segment; err says why */
 };
 
@@ -49,8 +48,11 @@ enum hs_seg_result {
  * Open and validate the segment at path.  On HS_SEG_OK, seg is mapped and
  * must be released with hs_seg_close.  On any other result nothing is left
  * open, seg is zeroed, and err holds one line saying what is wrong without
- * the file name (e.g. "truncated: 4096 of 3411968 bytes"; for
- * HS_SEG_NOT_READY "not initialized yet").  Never reads outside the file.
+ * the file name (e.g. "truncated: 4096 of 3411968 bytes").  The shim names
+ * a segment only once it is fully formed (shim/segment.c, open_unnamed), so
+ * an empty file, a zero magic or a state word still INIT is damage, never
+ * "still being created": HS_SEG_BAD like any other.  Never reads outside
+ * the file.
  */
 enum hs_seg_result hs_seg_open(struct hs_seg *seg, const char *path, char *err, size_t errlen);
 

@@ -3,8 +3,9 @@
  * dumper/session.c — open every segment of a session directory once.
  *
  * Files are found by name ("*.seg", anything else is ignored), opened with
- * O_NOFOLLOW and validated by segment.c; a segment still being created is
- * skipped silently, a bad one becomes an error and the rest go on.  The
+ * O_NOFOLLOW and validated by segment.c; one that cannot be read (empty,
+ * zero magic, never finished, damaged) becomes an error naming the file and
+ * the reason — never skipped silently — and the rest go on.  The
  * thread slots of each process are copied here, once, so that the wait-for
  * analysis and every report see the same moment.  Design:
  * docs/interfaces.md "Session directory" and "heisen-dump".
@@ -95,8 +96,6 @@ static void load_one(struct hs_session *s, const char *name, bool symbols, size_
 	snprintf(path, sizeof path, "%s/%s", s->dir, name);
 	memset(p, 0, sizeof *p);
 	r = hs_seg_open(&p->seg, path, err, sizeof err);
-	if (r == HS_SEG_NOT_READY)
-		return;
 	if (r != HS_SEG_OK) {
 		hs_session_error(s, name, "%s", err);
 		return;

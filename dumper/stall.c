@@ -88,7 +88,29 @@ int hs_stalls_parse(const char *arg, struct hs_stall **v, size_t *n)
 	return 0;
 }
 
-unsigned hs_snapshot_request(int32_t pid, int sig)
+const char *hs_no_snapshot_reason(const struct hs_proc *p, const struct hs_tsnap *t)
+{
+	static char why[200];
+	int sig = p->seg.hdr.snapshot_signal, how;
+	if (sig <= 0 || !hs_proc_alive(p))
+		return NULL;
+	how = hs_thread_takes_signal(p->seg.hdr.pid, t->t.tid, sig);
+	if (how == HS_TAKES_BLOCKED)
+		snprintf(why, sizeof why,
+			 "it blocks SIGRTMAX-%d, heisen's snapshot signal (a thread that takes its signals itself: "
+			 "sigwait, signalfd), so it was not asked; its stack is unknown",
+			 SIGRTMAX - sig);
+	else if (how == HS_TAKES_WAITING)
+		snprintf(why, sizeof why,
+			 "it waits for signals itself (sigwait, sigwaitinfo, sigtimedwait) and could take SIGRTMAX-%d, "
+			 "heisen's snapshot signal, as its own, so it was not asked; its stack is unknown",
+			 SIGRTMAX - sig);
+	else
+		return NULL;
+	return why;
+}
+
+unsigned hs_snapshot_request(int32_t pid, int sig, uint64_t value)
 {
 	char path[64];
 	DIR *d;
@@ -101,7 +123,7 @@ unsigned hs_snapshot_request(int32_t pid, int sig)
 		return 0;
 	while ((de = readdir(d))) {
 		long tid = strtol(de->d_name, NULL, 10);
-		if (tid > 0 && hs_snapshot_request_tid((pid_t)pid, (pid_t)tid, sig) == 0)
+		if (tid > 0 && hs_snapshot_request_tid((pid_t)pid, (pid_t)tid, sig, value) == 0)
 			sent++;
 	}
 	closedir(d);
@@ -119,7 +141,7 @@ unsigned hs_snapshot_proc(const struct hs_proc *p)
 				(int)p->seg.hdr.pid, why);
 		return 0;
 	}
-	return hs_snapshot_request(p->seg.hdr.pid, hs_snapshot_signal());
+	return hs_snapshot_request(p->seg.hdr.pid, hs_snapshot_signal(), hs_snapshot_value(p->seg.hdr.start_real_ns));
 }
 
 /* utime + stime of pid in clock ticks, 0 when it cannot be read. */

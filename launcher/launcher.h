@@ -112,6 +112,7 @@ struct hr_stall {
 	uint64_t progress;
 	uint64_t since_ms;         /* when progress last moved (or was first seen) */
 	int snapsig;               /* the process's snapshot signal, 0 = none */
+	uint64_t snapval;          /* the si_value of its snapshot requests (hs_snapshot_value) */
 	int reported;              /* this stall was reported */
 	uint64_t hung_since_ms;    /* reported by the per-thread rule: since when its longest stuck thread was still */
 	int alive;                 /* seen in the current tick */
@@ -133,7 +134,7 @@ int hr_seg_mark_ended(int dirfd, pid_t pid, uint64_t start_ticks, int wstatus);
 int hr_seg_mark_killed_if_gone(int dirfd, pid_t pid, int signo);
 size_t hr_seg_live_pids(int dirfd, pid_t *out, size_t max);
 int hr_seg_count(int dirfd);
-int hr_seg_progress(int dirfd, pid_t pid, uint64_t *events, int *snapsig);
+int hr_seg_progress(int dirfd, pid_t pid, uint64_t *events, int *snapsig, uint64_t *snapval);
 size_t hr_seg_thread_heads(int dirfd, pid_t pid, pid_t *tids, uint64_t *heads, size_t max);
 int hr_seg_note_stall(int dirfd, pid_t pid, uint64_t since_mono_ns, double seconds);
 int hr_seg_identity(int dirfd, pid_t pid, uint64_t *start_ticks, uid_t *owner, int *snapshot_installed);
@@ -144,7 +145,7 @@ size_t hr_proc_children(pid_t pid, pid_t *out, size_t max);
 pid_t hr_proc_ppid(pid_t pid);
 int hr_proc_cpu_ticks(pid_t pid, uint64_t *ticks);
 int hr_proc_thread_progress(pid_t pid, pid_t tid, uint64_t *out);
-size_t hr_snapshot_request(pid_t pid, int sig);
+size_t hr_snapshot_request(pid_t pid, int sig, uint64_t value);
 
 /* reaper.c */
 int hr_signals_init(void);

@@ -170,10 +170,12 @@ int hr_proc_thread_progress(pid_t pid, pid_t tid, uint64_t *out)
 
 /*
  * Ask every thread of pid to record its own stack: rt_tgsigqueueinfo with
- * signal sig, si_code SI_QUEUE and si_value HS_SNAPSHOT_MAGIC
- * (include/heisen/format.h).  No ptrace.  Returns the threads asked.
+ * signal sig, si_code SI_QUEUE and si_value `value` (hs_snapshot_value,
+ * include/heisen/snapshot_request.h); never a thread that takes sig itself
+ * (blocks it, or waits in sigtimedwait).  No ptrace.  Returns the threads
+ * asked.
  */
-size_t hr_snapshot_request(pid_t pid, int sig)
+size_t hr_snapshot_request(pid_t pid, int sig, uint64_t value)
 {
 	char path[64];
 	snprintf(path, sizeof path, "/proc/%d/task", (int)pid);
@@ -186,7 +188,7 @@ size_t hr_snapshot_request(pid_t pid, int sig)
 	struct dirent *de;
 	while ((de = readdir(d))) {
 		long tid = strtol(de->d_name, NULL, 10);
-		if (tid > 0 && hs_snapshot_request_tid(pid, (pid_t)tid, sig) == 0)
+		if (tid > 0 && hs_snapshot_request_tid(pid, (pid_t)tid, sig, value) == 0)
 			n++;
 	}
 	closedir(d);

@@ -28,6 +28,7 @@
 #include <unistd.h>
 
 #include "heisen/format.h"
+#include "heisen/snapshot_request.h"
 #include "launcher.h"
 
 _Static_assert(offsetof(struct hs_header, state) % 8 == 0, "state word must be 8-aligned for atomics");
@@ -326,7 +327,8 @@ static void cover_holes(int fd, void *map, uint64_t size)
  * Progress of pid as its latest segment shows it: the records written to
  * all its rings (the sum of the ring heads, table HS_T_RINGS, every offset
  * checked against the file) into *events, and the snapshot signal it
- * installed (0 = none) into *snapsig.  Returns 0, or -1 when pid has no
+ * installed (0 = none) into *snapsig, with the si_value its requests carry
+ * (hs_snapshot_value) into *snapval.  Returns 0, or -1 when pid has no
  * usable segment.
  */
 /*
@@ -379,7 +381,7 @@ size_t hr_seg_thread_heads(int dirfd, pid_t pid, pid_t *tids, uint64_t *heads, s
 	return n;
 }
 
-int hr_seg_progress(int dirfd, pid_t pid, uint64_t *events, int *snapsig)
+int hr_seg_progress(int dirfd, pid_t pid, uint64_t *events, int *snapsig, uint64_t *snapval)
 {
 	char name[64];
 	struct stat st;
@@ -416,6 +418,7 @@ int hr_seg_progress(int dirfd, pid_t pid, uint64_t *events, int *snapsig)
 		}
 		*events = sum;
 		*snapsig = h->snapshot_signal;
+		*snapval = hs_snapshot_value(h->start_real_ns);
 		rc = 0;
 	}
 	munmap(a, (size_t)st.st_size);

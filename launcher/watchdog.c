@@ -170,10 +170,10 @@ static struct hr_stall *stall_of(struct hr_run *r, pid_t pid)
 }
 
 /* Progress of pid: ring records plus CPU ticks.  -1 when it cannot be read. */
-static int progress_of(struct hr_run *r, pid_t pid, uint64_t *out, int *snapsig)
+static int progress_of(struct hr_run *r, pid_t pid, uint64_t *out, int *snapsig, uint64_t *snapval)
 {
 	uint64_t events, cpu;
-	if (hr_seg_progress(r->session_fd, pid, &events, snapsig) < 0 || hr_proc_cpu_ticks(pid, &cpu) < 0)
+	if (hr_seg_progress(r->session_fd, pid, &events, snapsig, snapval) < 0 || hr_proc_cpu_ticks(pid, &cpu) < 0)
 		return -1;
 	*out = events + cpu;
 	return 0;
@@ -191,10 +191,10 @@ static void sample_progress(struct hr_run *r, uint64_t now)
 	for (size_t i = 0; i < r->nstalls; i++)
 		r->stalls[i].alive = 0;
 	for (size_t i = 0; i < n; i++) {
-		uint64_t prog;
+		uint64_t prog, snapval;
 		int snapsig;
 		struct hr_stall *e;
-		if (progress_of(r, pids[i], &prog, &snapsig) < 0)
+		if (progress_of(r, pids[i], &prog, &snapsig, &snapval) < 0)
 			continue;
 		if (!(e = stall_of(r, pids[i]))) {
 			struct hr_stall *v = realloc(r->stalls, (r->nstalls + 1) * sizeof *v);
@@ -208,6 +208,7 @@ static void sample_progress(struct hr_run *r, uint64_t now)
 			e->since_ms = now;
 		}
 		e->snapsig = snapsig;
+		e->snapval = snapval;
 		e->alive = 1;
 	}
 	for (size_t i = 0; i < r->nstalls; i++)
@@ -384,7 +385,7 @@ static void snapshot_pids(struct hr_run *r, const pid_t *want, size_t n)
 		int installed = 0;
 		/* heisen's own signal number, never the one the segment names */
 		if (e && e->snapsig && target_verified(r, want[i], "a snapshot request", &installed) && installed)
-			asked += hr_snapshot_request(want[i], hs_snapshot_signal());
+			asked += hr_snapshot_request(want[i], hs_snapshot_signal(), e->snapval);
 	}
 	if (!asked)
 		return;
@@ -393,9 +394,9 @@ static void snapshot_pids(struct hr_run *r, const pid_t *want, size_t n)
 		hr_service(r, (int)(end - now));
 	for (size_t i = 0; i < n; i++) {
 		struct hr_stall *e = stall_of(r, want[i]);
-		uint64_t prog;
+		uint64_t prog, snapval;
 		int snapsig;
-		if (e && progress_of(r, want[i], &prog, &snapsig) == 0)
+		if (e && progress_of(r, want[i], &prog, &snapsig, &snapval) == 0)
 			e->progress = prog;
 	}
 	sample_threads(r, hr_now_ms(), 1);

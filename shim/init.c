@@ -123,12 +123,65 @@ static int inherit_tables(struct hs_seg *to, const struct hs_seg *from)
 }
 
 /*
+ * The forking thread's held locks at the instant of fork(), in this thread's
+ * own (private, copied-on-fork) memory: the prepare handler fills it in the
+ * parent, and the child reads its copy, which no thread of the parent can
+ * change any more.  Reading the parent's slot from the child instead (it is
+ * a shared mapping) sees whatever the parent did since the fork: a lock
+ * taken right after fork() looked held in the child (a false self-deadlock
+ * when the child takes its free copy), one released right after looked free
+ * (a child that really blocks on its locked copy went unexplained).  Only
+ * the forking thread writes its slot's held[] (locks.c), so a plain copy in
+ * the thread itself is exact.  The lock's kind and flags are copied with
+ * each entry: the child re-creates the lock from them.  Where the idea comes
+ * from: pthread_atfork(3)'s prepare handler, which runs in the forking
+ * thread after every other prepare handler registered later (ours is
+ * registered first, in the constructor), so locks those handlers take are
+ * in the set, and their child handlers' releases then find them held.
+ */
+struct fork_held {
+	uint32_t valid;                  /* 1: filled by this thread's prepare handler for this fork */
+	uint32_t count;                  /* entries in held[] */
+	struct hs_held held[HS_HELD_MAX];
+	uint16_t kind[HS_HELD_MAX];      /* the lock's enum hs_lock_kind */
+	uint16_t lflags[HS_HELD_MAX];    /* the lock's HS_LOCKF_* */
+};
+static __thread struct fork_held fork_held;
+
+/* pthread_atfork prepare: capture the forking thread's held locks (see above).
+ * Async-signal-safe (plain copies from our own slot). */
+static void atfork_prepare(void)
+{
+	struct hs_tls *t = &hs_tls;
+	struct hs_thread *s = t->slot && t->seg_gen == __atomic_load_n(&hs_seg_gen, __ATOMIC_ACQUIRE) ? t->slot : NULL;
+	uint32_t n;
+	fork_held.valid = 0;
+	fork_held.count = 0;
+	if (!s || !hs_seg.hdr || !__atomic_load_n(&hs_recording, __ATOMIC_ACQUIRE))
+		return;
+	n = s->held_count < HS_HELD_MAX ? s->held_count : HS_HELD_MAX;
+	for (uint32_t i = 0; i < n; i++) {
+		const struct hs_held *h = &s->held[i];
+		fork_held.held[i] = *h;
+		if (h->lock < hs_seg.hdr->tables[HS_T_LOCKS].capacity) {
+			fork_held.kind[i] = hs_seg.locks[h->lock].kind;
+			fork_held.lflags[i] = __atomic_load_n(&hs_seg.locks[h->lock].flags, __ATOMIC_RELAXED);
+		} else {
+			fork_held.kind[i] = 0;
+			fork_held.lflags[i] = 0;
+		}
+	}
+	fork_held.count = n;
+	fork_held.valid = 1;
+}
+
+/*
  * The fork child: only async-signal-safe work.  It gets its own segment
  * (hs_segment_create(1)) that starts with its parent's strings, stacks,
  * Python frames and modules (inherit_tables), this thread attaches to it
- * carrying the locks it held in the parent (they are held in the child
- * too), and the parent's mapping is dropped so the child can never write
- * into it.
+ * carrying the locks it held in the parent at the instant of fork()
+ * (fork_held: they are held in the child too), and the parent's mapping
+ * is dropped so the child can never write into it.
  */
 static void atfork_child(void)
 {
@@ -163,20 +216,20 @@ static void atfork_child(void)
 	hs_seg_inherited = inherited;
 	t->slot = NULL;
 	t->dead = 0;
-	if (hs_thread_attach(t) == 0 && oslot) {
+	if (hs_thread_attach(t) == 0 && oslot && fork_held.valid) {
 		uint64_t now = hs_now();
-		for (uint32_t i = 0; i < oslot->held_count && i < HS_HELD_MAX; i++) {
-			struct hs_held h = oslot->held[i];
-			const struct hs_lock *ol = &old.locks[h.lock];
-			const struct hs_stack *os = &old.stacks[h.stack];
+		for (uint32_t i = 0; i < fork_held.count; i++) {
+			struct hs_held h = fork_held.held[i];
 			if (!inherited)
-				h.stack = h.stack ? reintern_native(os) : 0;
-			h.lock = hs_lock_id(&hs_seg, h.addr, ol->kind, ol->flags & ~HS_LOCKF_DEAD, h.stack, t->tid, now);
-			hs_lockstate_begin(t->slot);
-			t->slot->held[t->slot->held_count++] = h;
-			hs_lockstate_end(t->slot);
+				h.stack = h.stack && h.stack < old.hdr->tables[HS_T_STACKS].capacity
+						  ? reintern_native(&old.stacks[h.stack])
+						  : 0;
+			h.lock = hs_lock_id(&hs_seg, h.addr, fork_held.kind[i], fork_held.lflags[i] & ~HS_LOCKF_DEAD,
+					    h.stack, t->tid, now);
+			hs_locks_adopt_held(t->slot, &h);
 		}
 	}
+	fork_held.valid = 0;
 	hs_seg_unbind(&old);
 	__atomic_store_n(&hs_recording, 1, __ATOMIC_RELEASE);
 	hs_proc_after_fork();
@@ -270,7 +323,7 @@ __attribute__((constructor(101))) static void hs_init(void)
 	/* per-thread unwind caches: no libunwind lock that a fork could leave held */
 	unw_set_caching_policy(unw_local_addr_space, UNW_CACHE_PER_THREAD);
 	hs_threads_init();
-	pthread_atfork(NULL, NULL, atfork_child);
+	pthread_atfork(atfork_prepare, NULL, atfork_child);
 	on_exit(on_exit_handler, NULL);
 	hs_signals_install();
 	hs_term_signals_install();

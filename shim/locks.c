@@ -286,6 +286,26 @@ static void held_push(struct hs_thread *th, const struct hs_held *h, const struc
 	}
 }
 
+/*
+ * A fork child's thread takes over an entry its forking thread held at the
+ * fork (init.c, fork_held): h->lock is the lock's id in the child's segment;
+ * its release count is this process's for that id, so the entry is not
+ * purged as released by another thread.  The chain kept at the same index
+ * (held_chains, copied with the thread's memory) still matches by address.
+ * Async-signal-safe.
+ */
+void hs_locks_adopt_held(struct hs_thread *th, const struct hs_held *h)
+{
+	struct hs_held e = *h;
+	e.flags = (e.flags & ((1u << HS_HELDF_RELGEN_SHIFT) - 1)) | relgen_of(e.lock) << HS_HELDF_RELGEN_SHIFT;
+	hs_lockstate_begin(th);
+	if (th->held_count < HS_HELD_MAX)
+		th->held[th->held_count++] = e;
+	else
+		th->held_overflow++;
+	hs_lockstate_end(th);
+}
+
 /* Remove held entry i (whole, recursion included). */
 static void held_remove(struct hs_thread *th, int i)
 {

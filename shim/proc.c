@@ -30,6 +30,7 @@
  */
 #include <errno.h>
 #include <fcntl.h>
+#include <stdlib.h>
 #include <gnu/libc-version.h>
 #include <limits.h>
 #include <sched.h>
@@ -38,6 +39,7 @@
 #include <sys/syscall.h>
 #include <unistd.h>
 
+#include "hooks.h"
 #include "shim.h"
 
 uint64_t hs_mem_next_ns;              /* [atomic] a time-driven sample is due at or after this */
@@ -532,3 +534,76 @@ void hs_proc_end(struct hs_tls *t, unsigned why)
 		__atomic_store_n(&h->oom_kills_end_ns, now, __ATOMIC_RELEASE);
 	}
 }
+
+/* ---- privilege drops ---------------------------------------------------------- */
+
+#ifndef HS_CORE_ONLY /* hooks: libheisen.so only, not the unit tests' core */
+
+/*
+ * After a successful setuid-family call: when the process can no longer
+ * create files in its session directory (HEISEN_DIR, 0700 and owned by the
+ * user who started the session — root under a container's heisen-run),
+ * its later images (exec) and fork children cannot get segments, and its
+ * own segment cannot be marked by a later image.  Its current segment stays
+ * writable (the mapping was made before the drop), so it says so there, for
+ * good: HS_HDR_UID_CHANGED and a HS_REC_UID_CHANGED record.  heisen-dump
+ * then reports a `limit` finding for it instead of "killed without running
+ * any code" or nothing.  gosu-style drops through raw system calls (Go's
+ * syscall package) are not seen: README "Privilege drops".
+ */
+static void note_uid_change(void)
+{
+	struct hs_header *h = hs_seg.hdr;
+	const char *dir = getenv("HEISEN_DIR");
+	struct hs_tls *t;
+	long r;
+	int err;
+	if (!h || !dir || !__atomic_load_n(&hs_recording, __ATOMIC_ACQUIRE) || h->pid != (int32_t)syscall(SYS_getpid))
+		return;
+	/* the effective ids decide what a new file may be created under: faccessat2's AT_EACCESS */
+	r = syscall(SYS_faccessat2, AT_FDCWD, dir, W_OK | X_OK, AT_EACCESS);
+	if (r != 0 && errno == ENOSYS)
+		r = syscall(SYS_faccessat, AT_FDCWD, dir, W_OK | X_OK);
+	if (r == 0)
+		return;
+	err = errno;
+	__atomic_or_fetch(&h->flags, HS_HDR_UID_CHANGED, __ATOMIC_RELEASE);
+	if ((t = hs_enter()) != NULL) {
+		hs_rec(t, hs_now(), HS_REC_UID_CHANGED, 0, (uint64_t)syscall(SYS_getuid), (uint64_t)syscall(SYS_geteuid),
+		       (uint64_t)err);
+		hs_leave(t);
+	}
+}
+
+HS_EXPORT int setuid(uid_t uid)
+{
+	int rc = HS_REAL(setuid)(uid);
+	if (rc == 0)
+		note_uid_change();
+	return rc;
+}
+
+HS_EXPORT int seteuid(uid_t euid)
+{
+	int rc = HS_REAL(seteuid)(euid);
+	if (rc == 0)
+		note_uid_change();
+	return rc;
+}
+
+HS_EXPORT int setreuid(uid_t ruid, uid_t euid)
+{
+	int rc = HS_REAL(setreuid)(ruid, euid);
+	if (rc == 0)
+		note_uid_change();
+	return rc;
+}
+
+HS_EXPORT int setresuid(uid_t ruid, uid_t euid, uid_t suid)
+{
+	int rc = HS_REAL(setresuid)(ruid, euid, suid);
+	if (rc == 0)
+		note_uid_change();
+	return rc;
+}
+#endif /* HS_CORE_ONLY */

@@ -946,12 +946,65 @@ static void fill_identity(struct hs_header *h, const struct hs_header *parent)
 	}
 }
 
+/*
+ * A segment file without its name yet: a segment exists fully formed or not
+ * at all, so it is made and filled first and named last (publish).  Where
+ * the idea comes from: open(2)'s O_TMPFILE, "creating a file that is
+ * initially invisible, which is then populated with data and adjusted to
+ * have appropriate filesystem attributes ... before being atomically linked
+ * into the filesystem in a fully formed state".  The unnamed file is given
+ * its name through /proc/self/fd/N (linkat with AT_SYMLINK_FOLLOW needs no
+ * privilege, unlike AT_EMPTY_PATH).  Where O_TMPFILE or /proc is missing:
+ * a temporary name readers skip (".<pid>.new", not "*.seg") in tmp, linked
+ * to the real name and removed.  Returns the fd (tmp "" for an unnamed file)
+ * or -1 with errno.  Async-signal-safe.
+ */
+static int open_unnamed(char *tmp, size_t cap)
+{
+	char num[24], proc[48];
+	size_t n;
+	int fd = hs_sys.open(session_dir, O_RDWR | O_TMPFILE | O_CLOEXEC, 0600);
+	struct stat st;
+	tmp[0] = '\0';
+	if (fd >= 0) {
+		hs_fmt_u64(num, (uint64_t)fd);
+		cat(proc, cat(proc, 0, sizeof proc, "/proc/self/fd/"), sizeof proc, num);
+		if (hs_sys.lstat(proc, &st) == 0)
+			return fd;
+		hs_sys.close(fd);
+	}
+	n = cat(tmp, 0, cap, session_dir);
+	n = cat(tmp, n, cap, "/.");
+	hs_fmt_u64(num, (uint64_t)syscall(SYS_getpid));
+	n = cat(tmp, n, cap, num);
+	cat(tmp, n, cap, ".new");
+	for (int i = 0; i < 2; i++) {
+		fd = hs_sys.open(tmp, O_RDWR | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
+		if (fd >= 0 || errno != EEXIST)
+			break;
+		hs_sys.unlink(tmp); /* left by a process of this pid killed while creating its segment */
+	}
+	return fd;
+}
+
+/* Name the fully formed file fd (open_unnamed's tmp) path, never replacing
+ * a file of that name: 0, or -1 with errno (EEXIST: the name is taken). */
+static int publish(int fd, const char *tmp, const char *path)
+{
+	char num[24], proc[48];
+	if (tmp[0])
+		return hs_sys.linkat(tmp, path, 0);
+	hs_fmt_u64(num, (uint64_t)fd);
+	cat(proc, cat(proc, 0, sizeof proc, "/proc/self/fd/"), sizeof proc, num);
+	return hs_sys.linkat(proc, path, AT_SYMLINK_FOLLOW);
+}
+
 int hs_segment_create(int forked)
 {
 	struct hs_geometry g = geometry;
 	struct hs_seg fresh;
 	struct hs_header *h;
-	char path[PATH_MAX];
+	char path[PATH_MAX], tmp[PATH_MAX];
 	pid_t pid = (pid_t)syscall(SYS_getpid);
 	uint64_t ticks = read_start_ticks();
 	uint32_t flags = 0;
@@ -964,19 +1017,11 @@ int hs_segment_create(int forked)
 		modules_lock = 0; /* a thread that held it does not exist in the child */
 		refs_fork_child();
 	}
-	for (image = 0; image < 64; image++) {
-		seg_path(path, sizeof path, pid, image);
-		fd = hs_sys.open(path, O_RDWR | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
-		if (fd >= 0)
-			break;
-		if (errno != EEXIST) {
-			warn3("cannot create segment ", path, "; not recording this process", errno);
-			return -1;
-		}
-		mark_execed(path, pid, ticks, image + 1);
-	}
-	if (fd < 0)
+	fd = open_unnamed(tmp, sizeof tmp);
+	if (fd < 0) {
+		warn3("cannot create a segment in ", session_dir, "; not recording this process", errno);
 		return -1;
+	}
 
 	struct hs_header probe;
 	hs_layout(&probe, &g);
@@ -992,13 +1037,13 @@ int hs_segment_create(int forked)
 			warn3("no space for a segment in ", session_dir,
 			      "; not recording this process (set HEISEN_DIR to a larger volume)", errno);
 			hs_sys.close(fd);
-			hs_sys.unlink(path);
+			if (tmp[0])
+				hs_sys.unlink(tmp);
 			return -1;
 		}
 		warn3("short of space in ", session_dir, ": recording with a small segment", err);
 		flags |= HS_HDR_FALLBACK_SMALL;
 	}
-	hs_sys.close(fd);
 
 	hs_layout(h, &g);
 	h->abi_version = HS_ABI_VERSION;
@@ -1008,7 +1053,6 @@ int hs_segment_create(int forked)
 	h->pid = pid;
 	h->ppid = (int32_t)syscall(SYS_getppid);
 	h->uid = getuid();
-	h->image = image;
 	h->start_ticks = ticks;
 	{
 		struct timespec ts;
@@ -1038,12 +1082,34 @@ int hs_segment_create(int forked)
 
 	if (hs_seg_bind(&fresh, h, probe.segment_size) != 0) {
 		hs_sys.munmap(h, probe.segment_size);
-		hs_sys.unlink(path);
+		hs_sys.close(fd);
+		if (tmp[0])
+			hs_sys.unlink(tmp);
 		return -1;
 	}
-	/* everything above is visible before a reader can see a valid magic */
+	/* everything above is in the file before it gets a name */
 	__atomic_thread_fence(__ATOMIC_RELEASE);
 	memcpy(h->magic, HS_MAGIC, HS_MAGIC_LEN);
+	/* the first free "<pid>.<image>.seg": a taken one is an earlier image of ours (exec) */
+	for (image = 0; image < 64; image++) {
+		h->image = image;
+		seg_path(path, sizeof path, pid, image);
+		if (publish(fd, tmp, path) == 0)
+			break;
+		if (errno != EEXIST) {
+			warn3("cannot create segment ", path, "; not recording this process", errno);
+			image = 64;
+			break;
+		}
+		mark_execed(path, pid, ticks, image + 1);
+	}
+	hs_sys.close(fd);
+	if (tmp[0])
+		hs_sys.unlink(tmp);
+	if (image == 64) {
+		hs_seg_unbind(&fresh);
+		return -1;
+	}
 	hs_seg = fresh;
 	__atomic_add_fetch(&hs_seg_gen, 1, __ATOMIC_RELEASE);
 	return 0;

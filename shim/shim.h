@@ -325,6 +325,7 @@ struct hs_sysops {
 	int (*lstat)(const char *path, struct stat *st);
 	int (*unlink)(const char *path);
 	ssize_t (*readlink)(const char *path, char *buf, size_t n);
+	int (*linkat)(const char *from, const char *to, int flags); /* a segment's name, given last */
 	/* issue 6: the environment and the memory samples (proc.c) */
 	ssize_t (*getdents64)(int fd, void *buf, size_t n);
 	int (*getrusage)(int who, struct rusage *ru);
@@ -869,6 +870,11 @@ void hs_fds_verify_open(void);
  * site's cached stack.  Lock-free; signal-safe as stack interning is.
  */
 void hs_locks_snapshot_held(struct hs_thread *th);
+
+/* A fork child's thread takes over held entry h (lock id already the
+ * child's): appended to th's held[] under its seqlock, with this process's
+ * release count for the id (locks.c).  Async-signal-safe. */
+void hs_locks_adopt_held(struct hs_thread *th, const struct hs_held *h);
 
 /* The exact acquisition stack of the calling thread's held entry i (its
  * kept chain interned now), for an edge out of it made outside locks.c

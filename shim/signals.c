@@ -24,10 +24,15 @@
  * Snapshots (issue 3).  There is no ptrace in most containers, so a thread
  * records its own stack when asked: SIGRTMAX - HS_SNAPSHOT_SIGNAL_OFFSET,
  * sent with rt_tgsigqueueinfo, si_code SI_QUEUE and si_value
- * HS_SNAPSHOT_MAGIC (format.h), by a hang watcher (heisen-run, heisen-dump
- * --snapshot) or by the crash path of this process for every other thread.
- * Anything else arriving on that signal is the program's own use of it and
- * goes to the program's handler, interposed like the crash signals.  The
+ * hs_snapshot_value(start_real_ns) (include/heisen/snapshot_request.h:
+ * the magic plus bits only a reader of this segment knows), by a hang
+ * watcher (heisen-run, heisen-dump --snapshot) or by the crash path of this
+ * process for every other thread.  Anything else arriving on that signal
+ * — the bare magic too — is the program's own use of it and goes to the
+ * program's handler, interposed like the crash signals, or to the default
+ * action, which terminates as it would without heisen.  A thread that takes
+ * the signal itself (blocks it, or waits in sigtimedwait) is never sent a
+ * request: it would dequeue it as its own.  The
  * handler writes snap_stack and snap_flags, then snap_ns (release), never
  * blocks, and keeps errno; SA_RESTART makes most interrupted system calls
  * resume, but some (nanosleep, poll, epoll_wait, sem_timedwait...) return
@@ -62,6 +67,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "heisen/snapshot_request.h"
 #include "hooks.h"
 #include "shim.h"
 
@@ -470,7 +476,8 @@ static void snapshot_handler(int sig, siginfo_t *si, void *uc)
 	struct hs_tls *t = &hs_tls;
 	struct sigaction *ua = &user_action[sig];
 
-	if (si->si_code == SI_QUEUE && (v & ~SNAP_CRASH_BIT) == (uint64_t)HS_SNAPSHOT_MAGIC) {
+	if (si->si_code == SI_QUEUE && hs_seg.hdr &&
+	    (v & ~SNAP_CRASH_BIT) == hs_snapshot_value(__atomic_load_n(&hs_seg.hdr->start_real_ns, __ATOMIC_RELAXED))) {
 		take_snapshot(uc, (v & SNAP_CRASH_BIT) ? HS_SNAPF_CRASH : HS_SNAPF_REQUESTED);
 		errno = saved_errno;
 		return;
@@ -555,6 +562,39 @@ static unsigned crash_snapshots_since(uint64_t since, int32_t self)
 }
 
 /*
+ * hs_thread_takes_signal for a thread of this process, async-signal-safe
+ * (hs_read_small: raw system calls, no stdio): 1 when thread tid blocks sig
+ * or waits in rt_sigtimedwait, else 0.
+ */
+static int takes_signal_itself(pid_t tid, int sig)
+{
+	char path[64], buf[2048], num[24];
+	const char *p;
+	uint64_t mask = 0;
+	size_t n = 0;
+	hs_fmt_u64(num, (uint64_t)tid);
+	for (const char *s[] = {"/proc/self/task/", num, "/syscall"}, **q = s; q < s + 3; q++)
+		for (const char *c = *q; *c && n + 1 < sizeof path; c++)
+			path[n++] = *c;
+	path[n] = '\0';
+	if (hs_read_small(path, buf, sizeof buf) > 0) {
+		long nr = 0;
+		for (p = buf; *p >= '0' && *p <= '9'; p++)
+			nr = nr * 10 + (*p - '0');
+		if (p > buf && nr == SYS_rt_sigtimedwait)
+			return 1;
+	}
+	memcpy(path + n - 7, "status", 7);
+	if (hs_read_small(path, buf, sizeof buf) <= 0 || !(p = strstr(buf, "\nSigBlk:")))
+		return 0;
+	for (p += 8; *p == ' ' || *p == '\t'; p++)
+		;
+	for (; (*p >= '0' && *p <= '9') || (*p >= 'a' && *p <= 'f'); p++)
+		mask = mask << 4 | (uint64_t)(*p <= '9' ? *p - '0' : *p - 'a' + 10);
+	return sig > 0 && sig <= 64 && (mask >> (sig - 1) & 1);
+}
+
+/*
  * The crash path: ask every other thread of the process for a snapshot and
  * wait up to CRASH_SNAP_WAIT_NS for them.  /proc/self/task is read with raw
  * system calls (no opendir, no malloc: we are in a signal handler).  A
@@ -589,7 +629,10 @@ static void snapshot_others(void)
 				si.si_code = SI_QUEUE;
 				si.si_pid = pid;
 				si.si_uid = getuid();
-				si.si_value.sival_ptr = (void *)(uintptr_t)((uint64_t)HS_SNAPSHOT_MAGIC | SNAP_CRASH_BIT);
+				if (takes_signal_itself(tid, sig))
+					continue;
+				si.si_value.sival_ptr = (void *)(uintptr_t)(hs_snapshot_value(hs_seg.hdr->start_real_ns) |
+									    SNAP_CRASH_BIT);
 				if (syscall(SYS_rt_tgsigqueueinfo, pid, tid, sig, &si) == 0)
 					sent++;
 			}

@@ -70,6 +70,10 @@ static int sys_unlink(const char *path)
 	return (int)syscall(SYS_unlinkat, AT_FDCWD, path, 0);
 }
 
+static int sys_linkat(const char *from, const char *to, int flags)
+{
+	return (int)syscall(SYS_linkat, AT_FDCWD, from, AT_FDCWD, to, flags);
+}
 static ssize_t sys_readlink(const char *path, char *buf, size_t n)
 {
 	return syscall(SYS_readlinkat, AT_FDCWD, path, buf, n);
@@ -128,6 +132,7 @@ struct hs_sysops hs_sys = {
 	.lstat = sys_lstat,
 	.unlink = sys_unlink,
 	.readlink = sys_readlink,
+	.linkat = sys_linkat,
 	.getdents64 = sys_getdents64,
 	.getrusage = sys_getrusage,
 	.sched_getaffinity = sys_sched_getaffinity,

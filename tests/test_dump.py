@@ -6,16 +6,21 @@ the session is still reported, never a crash of the dumper.
 The sessions are real ones, recorded from test targets; the damage is done
 to copies of their segments, guided by include/heisen/format.h.
 """
+import functools
 import json
+import os
 import random
 import re
 import shutil
+import signal
 import struct
 import subprocess
+import tempfile
+import time
 
 import pytest
 
-from conftest import edge_pairs, fact_int, findings_of, lockname, target
+from conftest import REPO, edge_pairs, fact_int, findings_of, lockname, target
 
 HEADER_FIXED = struct.Struct("<8sIIIIQ")   # magic, abi, endian, word, header_size, segment_size
 TABLE = struct.Struct("<QIIII")            # offset, entry_size, capacity, count, dropped
@@ -153,7 +158,35 @@ def damage_segment_size(path, data):
     path.write_bytes(bytes(b))
 
 
+@functools.lru_cache(maxsize=None)
+def header_offset(field):
+    """offsetof(struct hs_header, field), from include/heisen/format.h as it is."""
+    src = ('#include <stdio.h>\n#include <stddef.h>\n#include "heisen/format.h"\n'
+           f'int main(void){{printf("%zu", offsetof(struct hs_header, {field}));return 0;}}\n')
+    with tempfile.TemporaryDirectory() as d:
+        exe = os.path.join(d, "offsetof")
+        subprocess.run(["cc", "-x", "c", "-I", str(REPO / "include"), "-o", exe, "-"],
+                       input=src, text=True, check=True, capture_output=True)
+        return int(subprocess.run([exe], capture_output=True, text=True, check=True).stdout)
+
+
+def damage_state(word):
+    def f(path, data):
+        b = bytearray(data)
+        struct.pack_into("<Q", b, header_offset("state"), word)
+        path.write_bytes(bytes(b))
+    return f
+
+
+def damage_zero_magic(path, data):
+    path.write_bytes(bytes(8) + data[8:])
+
+
 DAMAGE = {
+    "empty": damage_truncate(0),
+    "zero-magic": damage_zero_magic,
+    "state-init": damage_state(0),
+    "state-unknown": damage_state(0x4d),
     "short-header": damage_truncate(40),
     "truncated-4k": damage_truncate(4096),
     "truncated-half": None,  # filled in below: half of the real size
@@ -233,14 +266,15 @@ def test_random_damage_never_crashes_the_dumper(heisen, two_process_session, tmp
 
 def test_empty_segment_of_a_dead_process_does_not_hide_the_rest(heisen, two_process_session,
                                                                  tmp_path):
-    """A zero-length segment is what a process killed while creating its
-    segment leaves behind.  The dumper may call it not ready or an error, but
+    """A zero-length segment is never one being created (the shim names a
+    segment once it is fully formed): it is an error naming the file, and
     the other process is still reported in full."""
     src, pids = two_process_session
     s = copy_session(src, tmp_path / "empty")
     (s / f"{pids['abba_sequential']}.0.seg").write_bytes(b"")
     p = heisen.dump(s, "--json")
-    assert p.returncode in (1, 2), (p.returncode, p.stderr)
+    assert p.returncode == 2, (p.returncode, p.stderr)
+    assert f"{pids['abba_sequential']}.0.seg: empty" in p.stderr, p.stderr
     report = json.loads(p.stdout)
     assert finding_pids(report) == [pids["three_lock_cycle"]]
 
@@ -295,3 +329,34 @@ def test_a_module_path_naming_a_fifo_is_not_opened(heisen, two_process_session, 
     assert "not a regular file" in p.stderr
     assert "take_a_then_b" in p.stdout   # the program's own frames still resolve
     shutil.rmtree(short)
+
+
+def test_process_killed_as_its_segment_appears_is_reported(heisen, tmp_path):
+    """SIGKILL a program the moment its segment's name appears (its first
+    milliseconds): the segment is already fully formed, so every killed
+    process is in the report (vanished), and no file is dropped silently."""
+    s = tmp_path / "early"
+    s.mkdir()
+    env = {**heisen.env(s), "LD_PRELOAD": str(heisen.lib)}
+    killed = []
+    for _ in range(6):
+        before = set(os.listdir(s))
+        p = subprocess.Popen(["/bin/sleep", "30"], env=env)
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline and not (set(os.listdir(s)) - before):
+            pass
+        p.send_signal(signal.SIGKILL)
+        p.wait(timeout=10)
+        assert set(os.listdir(s)) - before, "no segment appeared in 10 s"
+        killed.append(p.pid)
+    p = heisen.dump(s, "--json")
+    report = json.loads(p.stdout)
+    errors = {e["file"] for e in report.get("errors", [])}
+    listed = {pr["segment"] for pr in report["processes"]}
+    for name in os.listdir(s):
+        if name.endswith(".seg"):
+            assert name in listed or (name in errors and name in p.stderr), (name, p.stderr)
+    for pid in killed:
+        pr = [x for x in report["processes"] if x["pid"] == pid]
+        assert len(pr) == 1 and pr[0]["state"] == "vanished", (pid, report["processes"], p.stderr)
+    assert p.returncode in (0, 1) and errors == set(), p.stderr

@@ -814,3 +814,52 @@ def test_close_stacks_are_the_stacks_of_this_call(heisen, tmp_path, interp):
     assert found["site"].keys() == found["full"].keys()
     for role, frames in found["full"].items():
         assert found["site"][role] == frames, (role, found["site"][role], frames)
+
+
+FD_BUDGET_SCRIPT = r"""
+import os, sqlite3, threading
+first = os.open("/dev/null", os.O_RDONLY)
+os.close(first)
+def work():
+    c = sqlite3.connect(":memory:")  # pthread mutexes: recorded, unwound
+    c.execute("create table t(x)")
+    c.executemany("insert into t values (?)", [(i,) for i in range(200)])
+    c.close()
+ts = [threading.Thread(target=work) for _ in range(4)]
+[t.start() for t in ts]; [t.join() for t in ts]
+seen = sorted(int(f) for f in os.listdir("/proc/self/fd"))
+fds = []
+try:
+    while True:
+        fds.append(os.open("/dev/null", os.O_RDONLY))
+except OSError:
+    pass
+print("first", first)
+print("count", len(fds))
+print("lowest", fds[0])
+print("open_before", ",".join(map(str, seen)))
+"""
+
+
+def test_heisen_takes_none_of_the_programs_descriptors_under_ulimit_64(heisen, way):
+    """`ulimit -n 64`: the program's first open returns what it returns
+    natively (3), it can open exactly as many files as natively, and no fd
+    of heisen's is open where the program can see it — after threads whose
+    locks were recorded and unwound."""
+    import resource
+
+    def limit():
+        resource.setrlimit(resource.RLIMIT_NOFILE, (64, 64))
+
+    def run(p):
+        assert p.returncode == 0, (p.returncode, p.stderr)
+        f = facts(p.stdout)
+        return {k: f[k][0] for k in ("first", "count", "lowest", "open_before")}
+
+    native = run(subprocess.run([SYSTEM_PYTHON, "-c", FD_BUDGET_SCRIPT], capture_output=True, text=True,
+                                timeout=60, preexec_fn=limit, env={k: v for k, v in os.environ.items()
+                                                                   if not k.startswith("HEISEN")}))
+    assert native["first"] == "3", native
+    under = run(way.run([SYSTEM_PYTHON, "-c", FD_BUDGET_SCRIPT], preexec_fn=limit))
+    # the /proc/self/fd listing includes its own directory fd, natively too
+    assert under == native, (under, native)

@@ -591,3 +591,69 @@ def test_on_hang_report_reports_once_and_keeps_watching(heisen, session):
     assert "still running" in text
     assert text.count(BANNER) == 2, text  # the hang report, then the final one
     assert text.rstrip().endswith(f"session: {session.resolve()}")
+
+
+# ---- privilege drops (gosu / setpriv / su-exec style) ----------------------------
+
+SETPRIV = shutil.which("setpriv")
+DROP = [SETPRIV, "--reuid=nobody", "--regid=nogroup", "--clear-groups"] if SETPRIV else []
+needs_root_and_setpriv = pytest.mark.skipif(os.geteuid() != 0 or not SETPRIV,
+                                            reason="needs root and setpriv (util-linux)")
+
+
+def unrecorded(report, pid):
+    return [f for f in report["findings"] if f["kind"] == "limit" and f["pid"] == pid
+            and f.get("privilege_drop")]
+
+
+@needs_root_and_setpriv
+def test_a_child_that_drops_privileges_before_exec_is_said_unrecorded_not_killed(heisen, session):
+    """heisen-run as root runs `sh -c 'setpriv ... python3 ...; echo sh-done'`:
+    setpriv drops to nobody and execs python, which cannot write root's
+    session.  The report says so for setpriv's pid — a limit finding naming
+    the drop — and never that it was killed without running any code, and
+    heisen-run never says "no findings"."""
+    cmd = " ".join(DROP) + f" {SYSTEM_PYTHON} -c 'import os; print(\"dropped\", os.getpid())'; echo sh-done"
+    p = heisen.run(["--dir", session, "--", "sh", "-c", cmd], timeout=60)
+    assert p.returncode == 0, (p.returncode, p.stdout, p.stderr)
+    assert "sh-done" in p.stdout and "no findings" not in p.stderr, p.stderr
+    dropped = int(p.stdout.split("dropped")[1].split()[0])
+    report = heisen.dump_json(session, expect_rc=1)
+    assert [f["kind"] for f in report["findings"] if f["pid"] == dropped] == ["limit"], report["findings"]
+    (f,) = unrecorded(report, dropped)
+    assert "changed its uid to 65534" in f["message"] and "not recorded" in f["message"], f
+    assert "not recorded after a privilege drop" in p.stderr and "killed" not in p.stderr, p.stderr
+
+
+@needs_root_and_setpriv
+def test_the_command_itself_dropping_privileges_is_never_no_findings(heisen, session):
+    p = heisen.run(["--dir", session, "--", *DROP, SYSTEM_PYTHON, "-c", "print('hello')"], timeout=60)
+    assert p.returncode == 0 and p.stdout.split() == ["hello"], (p.stdout, p.stderr)
+    assert "no findings" not in p.stderr and "not recorded after a privilege drop" in p.stderr, p.stderr
+
+
+@needs_root_and_setpriv
+def test_a_server_that_drops_privileges_after_start_keeps_its_own_record(heisen, session):
+    """A server calls setgid/setuid after start: its own segment (mapped
+    before the drop) still records it to its clean exit; the worker it
+    forks after the drop cannot be recorded, and the report says so."""
+    script = ("import os\nos.setgroups([]); os.setgid(65534); os.setuid(65534)\n"
+              "pid = os.fork()\nif pid == 0:\n    os._exit(0)\nos.waitpid(pid, 0)\nprint('served', os.getpid(), pid)\n")
+    p = heisen.run(["--dir", session, "--", SYSTEM_PYTHON, "-c", script], timeout=60)
+    assert p.returncode == 0, (p.stdout, p.stderr)
+    pid, child = map(int, p.stdout.split()[1:3])
+    report = heisen.dump_json(session, expect_rc=1)
+    (me,) = [pr for pr in report["processes"] if pr["pid"] == pid]
+    assert (me["state"], me["exit_status"]) == ("exited", 0)
+    (f,) = unrecorded(report, pid)
+    assert f"its fork children (pid {child}) are not recorded" in f["message"], f
+    assert child not in [pr["pid"] for pr in report["processes"]]
+
+
+@needs_root_and_setpriv
+def test_a_server_that_drops_privileges_and_forks_nothing_is_clean(heisen, session):
+    script = "import os\nos.setgroups([]); os.setgid(65534); os.setuid(65534)\nprint('served')\n"
+    p = heisen.run(["--dir", session, "--", SYSTEM_PYTHON, "-c", script], timeout=60)
+    assert p.returncode == 0 and p.stdout.split() == ["served"], (p.stdout, p.stderr)
+    assert "no findings" in p.stderr, p.stderr
+    assert heisen.dump_json(session, expect_rc=0)["findings"] == []

@@ -269,6 +269,33 @@ def test_fork_child_has_its_own_segment_and_finding(heisen, way):
     assert not any(f["pid"] == pid for f in report["findings"])
 
 
+def test_fork_child_holds_what_its_parent_held_at_the_fork_not_after(heisen, way):
+    """The parent takes log_lock right after each fork(): each child takes its
+    own copy, which was free at the fork.  No child holds it, no finding."""
+    p, report = run_target(heisen, way, "fork_held_lock", "lock-after", "12")
+    kids = [int(c) for c in facts(p.stdout)["child"]]
+    assert len(kids) == 12 and facts(p.stdout)["child_status"] == ["0"] * 12, p.stdout
+    assert findings_of(report, "self-deadlock") == [], report["findings"]
+    for c in kids:
+        assert process_of(report, c)["state"] == "exited"
+
+
+def test_fork_child_of_a_parent_holding_a_lock_deadlocks_on_it_and_is_told(heisen, way):
+    """The parent forks holding log_lock and releases it at once; each child
+    then takes its copy, locked at the fork for ever: a self-deadlock in
+    every child, the first acquisition being the parent's, before the fork."""
+    p, report = run_target(heisen, way, "fork_held_lock", "fork-holding", "16")
+    kids = [int(c) for c in facts(p.stdout)["child"]]
+    assert len(kids) == 16
+    sds = findings_of(report, "self-deadlock")
+    assert sorted(f["pid"] for f in sds) == sorted(kids), report["findings"]
+    for f in sds:
+        assert [lockname(l) for l in f["locks"]] == ["log_lock"]
+        relock, first = f["stacks"]
+        assert frame_functions(relock)[0] == "child_logs", relock
+        assert frame_functions(first)[0] == "fork_while_logging", first
+
+
 def test_exec_chain_keeps_the_session_one_segment_per_image(heisen, way):
     p = way.run([target(heisen, "exec_chain")])
     assert p.returncode == 0, (p.stdout, p.stderr)

@@ -13,12 +13,13 @@
 
 Contracts: docs/interfaces.md "Python and the GIL"; design: DESIGN.md "Hangs".
 """
+import json
 import os
 import signal
 import subprocess
 import time
 
-from conftest import fact_int, findings_of, frame_functions, process_of, target
+from conftest import SYSTEM_PYTHON, fact_int, findings_of, frame_functions, process_of, target
 
 SNAPSHOT_SIGNAL = signal.SIGRTMAX - 3
 
@@ -156,3 +157,89 @@ def test_the_programs_own_use_of_the_snapshot_signal_still_reaches_it(heisen, se
         proc.wait(timeout=10)
     assert proc.returncode == 0, err
     assert fact_int(out + rest, "own") == 3, out + rest
+
+
+# ---- a program that takes its signals itself -----------------------------------
+
+
+def sigwait_service(heisen):
+    return [SYSTEM_PYTHON, heisen.src_targets / "py_sigwait_service.py"]
+
+
+def test_a_thread_that_takes_its_own_signals_is_never_sent_the_snapshot_request(heisen, session):
+    """heisen-run watching a stuck service whose signals thread blocks every
+    signal and waits in sigtimedwait: the hang is reported, the worker's
+    stack is there, the signals thread is not asked (its stack is unknown, and
+    the report says why), and the only signal the program ever dequeues is
+    the SIGTERM that ends it."""
+    env = heisen.env()
+    proc = subprocess.Popen([str(heisen.run_bin), "--dir", str(session), "--hang-timeout", "1",
+                             "--on-hang", "report", "--", *map(str, sigwait_service(heisen))],
+                            env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        out = read_until(proc, "ready")
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline and not list(session.glob("*.stall")):
+            time.sleep(0.2)
+        time.sleep(1.5)  # the snapshot wait and the report
+        proc.send_signal(signal.SIGTERM)
+        rest, err = proc.communicate(timeout=60)
+    finally:
+        proc.kill()
+        proc.wait(timeout=10)
+    out += rest
+    main = fact_int(out, "tid_signals")
+    assert "hang detected" in err, err
+    got = [l.split()[1:] for l in out.splitlines() if l.startswith("got ")]
+    assert got == [[str(int(signal.SIGTERM)), "0"]], (out, err)
+    assert f"thread {main} " in err and "it waits for signals itself" in err, err
+    assert "done" in out.split()
+
+
+def test_dump_snapshot_skips_a_thread_that_blocks_the_signal_and_says_why(heisen, session):
+    proc = start_preloaded(heisen, session, sigwait_service(heisen))
+    try:
+        out = read_until(proc, "ready")
+        time.sleep(0.3)
+        snap = heisen.dump(session, "--snapshot", "--json")
+        assert snap.returncode in (1, 3), snap.stderr
+        proc.send_signal(signal.SIGTERM)
+        rest, err = proc.communicate(timeout=30)
+    finally:
+        proc.kill()
+        proc.wait(timeout=10)
+    out += rest
+    report = json.loads(snap.stdout)
+    pid, sigs = fact_int(out, "pid"), fact_int(out, "tid_signals")
+    (h,) = [f for f in findings_of(report, "hang") if f["pid"] == pid]
+    by_tid = {t["tid"]: t for t in h["threads"]}
+    assert by_tid[sigs]["stack"] is None
+    assert "waits for signals itself" in by_tid[sigs]["no_snapshot"], by_tid[sigs]
+    for k in ("tid_main", "tid_worker"):
+        t = by_tid[fact_int(out, k)]
+        assert t["stack"] and t["stack"]["frames"], t
+    got = [l.split()[1:] for l in out.splitlines() if l.startswith("got ")]
+    assert got == [[str(int(signal.SIGTERM)), "0"]], out
+
+
+def test_the_bare_magic_from_another_program_still_kills_as_natively(heisen, session):
+    """SIGRTMAX-3 left at its default action (terminate) and queued by
+    another program with heisen's public magic: without heisen the process
+    dies of it, and it must under heisen too (heisen's own requests carry
+    bits only a reader of the segment knows)."""
+    import ctypes
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.sigqueue.argtypes = [ctypes.c_int, ctypes.c_int, ctypes.c_void_p]
+    env = {**heisen.env(session), "LD_PRELOAD": str(heisen.lib)}
+    proc = subprocess.Popen(["/bin/sleep", "30"], env=env)
+    try:
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline and not list(session.glob(f"{proc.pid}.*.seg")):
+            time.sleep(0.01)
+        time.sleep(0.2)  # past the constructor: the snapshot handler is installed
+        assert libc.sigqueue(proc.pid, SNAPSHOT_SIGNAL, ctypes.c_void_p(0x6865697365)) == 0, ctypes.get_errno()
+        rc = proc.wait(timeout=10)
+    finally:
+        proc.kill()
+        proc.wait(timeout=10)
+    assert rc == -SNAPSHOT_SIGNAL, rc

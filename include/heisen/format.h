@@ -129,6 +129,9 @@ enum hs_state {
 #define HS_HDR_SPARSE 0x40u         /* the file is sparse: tables get backing store a chunk at a time as they fill;
 				       a region never committed reads as zeros, which every table reads as empty */
 #define HS_HDR_OUT_OF_SPACE 0x80u   /* a table could not grow: the session directory was full (its dropped counts) */
+#define HS_HDR_UID_CHANGED 0x4000u  /* it changed its uid (setuid family) to one that cannot write the session
+				       directory: its later images and fork children are not recorded, and its end
+				       may not be either (HS_REC_UID_CHANGED says when and to what) */
 
 /* hs_header.heap_stacks: the stack kept for each allocation and free. */
 enum hs_heap_stacks {
@@ -564,6 +567,8 @@ enum hs_record_type {
 				      c = HS_MEMW_* | the size of the allocation that triggered it << 8 */
 	HS_REC_TERM_SIGNAL = 31,   /* a terminating signal arrived at SIG_DFL: a = signal, b = sender pid,
 				      c = si_code; the process dies of it next */
+	HS_REC_UID_CHANGED = 32,   /* a privilege drop (HS_HDR_UID_CHANGED): a = real uid, b = effective uid
+				      after it, c = the errno of the session directory's access check */
 };
 
 /* Why a memory sample was taken (low byte of HS_REC_MEMORY's c). */

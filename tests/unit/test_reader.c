@@ -544,12 +544,23 @@ static void test_header_corruption(void)
 	expect_bad(&s, s.size, want);
 	*s.h = keep;
 
-	/* Being created: skipped, not an error. */
-	CHECK(open_bytes(s.buf, 0, &seg, err, sizeof err) == HS_SEG_NOT_READY);
+	/* A named segment is fully formed: empty, zero magic, INIT or an unknown
+	 * state word is damage, an error with its reason, never skipped. */
+	CHECK(open_bytes(s.buf, 0, &seg, err, sizeof err) == HS_SEG_BAD);
+	CHECK(strstr(err, "empty") != NULL);
 	s.h->state = HS_STATE_PACK(HS_STATE_INIT, 0);
-	CHECK(open_bytes(s.buf, s.size, &seg, err, sizeof err) == HS_SEG_NOT_READY);
+	CHECK(open_bytes(s.buf, s.size, &seg, err, sizeof err) == HS_SEG_BAD);
+	CHECK(strstr(err, "INIT") != NULL);
+	s.h->state = HS_STATE_PACK(0x77, 0);
+	CHECK(open_bytes(s.buf, s.size, &seg, err, sizeof err) == HS_SEG_BAD);
+	CHECK(strstr(err, "not a known state") != NULL);
+	*s.h = keep;
 	memset(s.h->magic, 0, HS_MAGIC_LEN);
-	CHECK(open_bytes(s.buf, s.size, &seg, err, sizeof err) == HS_SEG_NOT_READY);
+	CHECK(open_bytes(s.buf, s.size, &seg, err, sizeof err) == HS_SEG_BAD);
+	CHECK(strstr(err, "zero magic") != NULL);
+	memcpy(s.h->magic, "HEISEX", 6);
+	CHECK(open_bytes(s.buf, s.size, &seg, err, sizeof err) == HS_SEG_BAD);
+	CHECK(strstr(err, "bad magic") != NULL);
 	*s.h = keep;
 	synth_free(&s);
 }
