@@ -774,8 +774,18 @@ int hs_seg_commit_entry(struct hs_seg *s, enum hs_table_id t, uint64_t i)
  */
 static const enum hs_table_id eager_tables[] = {
 	HS_T_MODULES, HS_T_STACK_INDEX, HS_T_SITE_INDEX, HS_T_LOCK_INDEX, HS_T_EDGE_INDEX,
-	HS_T_FINDINGS, HS_T_PYFRAME_INDEX, HS_T_FDS,
+	HS_T_FINDINGS, HS_T_PYFRAME_INDEX,
 };
+/*
+ * Eager tables that every image reads whole (the fd table: the start
+ * sample counts its open slots, fds.c's exit check reads every slot):
+ * their pages are populated at creation, mapped and all, by one
+ * MADV_POPULATE_WRITE.  A page fault costs about five populated pages
+ * (bench/README.md, "what a process start costs"); the other eager tables
+ * are touched at a few random slots, so fallocate (backing store without
+ * mapping, about a fifth of a populated page) is cheaper for them.
+ */
+static const enum hs_table_id populated_tables[] = {HS_T_FDS};
 /* Tables whose entry 0 means "none" (and the strings' offset 0): committed at creation too. */
 static const enum hs_table_id reserved_zero[] = {HS_T_STRINGS, HS_T_STACKS, HS_T_LOCKS, HS_T_EDGES, HS_T_PYFRAMES};
 
@@ -803,6 +813,11 @@ static int commit_initial(struct hs_header *h, int fd, uint64_t size, const stru
 	for (size_t i = 0; i < sizeof eager_tables / sizeof eager_tables[0]; i++) {
 		const struct hs_table *tb = &layout->tables[eager_tables[i]];
 		if (commit_range_fd(h, fd, size, tb->offset, (uint64_t)tb->entry_size * tb->capacity) != 0)
+			return errno = ENOSPC, -1;
+	}
+	for (size_t i = 0; i < sizeof populated_tables / sizeof populated_tables[0]; i++) {
+		const struct hs_table *tb = &layout->tables[populated_tables[i]];
+		if (commit_range(h, size, tb->offset, (uint64_t)tb->entry_size * tb->capacity) != 0)
 			return errno = ENOSPC, -1;
 	}
 	for (size_t i = 0; i < sizeof reserved_zero / sizeof reserved_zero[0]; i++) {
@@ -1044,6 +1059,55 @@ void hs_seg_unbind(struct hs_seg *s)
 	if (s->hdr)
 		hs_sys.munmap(s->hdr, s->size);
 	memset(s, 0, sizeof *s);
+}
+
+int hs_seg_copy_ranges(struct hs_seg *to, const struct hs_seg *from, const struct hs_seg_range *r, unsigned n)
+{
+	char path[PATH_MAX];
+	struct hs_header h;
+	int in, out = -1, rc = -1, err = EIO;
+
+	if (!commit_lazy || !session_dir[0])
+		return errno = ENOTSUP, -1;
+	seg_path(path, sizeof path, from->hdr->pid, from->hdr->image);
+	in = hs_sys.open(path, O_RDONLY | O_NOFOLLOW | O_CLOEXEC, 0);
+	if (in < 0)
+		return -1;
+	/* the file at that name is the segment still mapped: same process, same image */
+	if (syscall(SYS_pread64, in, &h, sizeof h, 0) != (long)sizeof h || memcmp(h.magic, HS_MAGIC, HS_MAGIC_LEN) ||
+	    h.pid != from->hdr->pid || h.image != from->hdr->image || h.start_ticks != from->hdr->start_ticks ||
+	    h.segment_size != from->hdr->segment_size)
+		goto out;
+	seg_path(path, sizeof path, to->hdr->pid, to->hdr->image);
+	out = hs_sys.open(path, O_RDWR | O_NOFOLLOW | O_CLOEXEC, 0);
+	if (out < 0) {
+		err = errno;
+		goto out;
+	}
+	for (unsigned i = 0; i < n; i++) {
+		off_t oi = (off_t)r[i].off, oo = (off_t)r[i].off;
+		uint64_t left = r[i].len;
+		if (r[i].off + r[i].len > from->size || commit_range_fd(to->hdr, out, to->size, r[i].off, r[i].len) != 0) {
+			err = errno;
+			goto out;
+		}
+		while (left > 0) {
+			ssize_t got = hs_sys.copy_file_range(in, &oi, out, &oo, (size_t)left);
+			if (got <= 0) {
+				err = got < 0 ? errno : EIO;
+				goto out;
+			}
+			left -= (uint64_t)got;
+		}
+	}
+	rc = 0;
+out:
+	if (out >= 0)
+		hs_sys.close(out);
+	hs_sys.close(in);
+	if (rc)
+		errno = err;
+	return rc;
 }
 
 void hs_segment_end(unsigned state, int64_t value)
