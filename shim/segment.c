@@ -797,11 +797,13 @@ static const enum hs_table_id reserved_zero[] = {HS_T_STRINGS, HS_T_STACKS, HS_T
  */
 static int commit_initial(struct hs_header *h, int fd, uint64_t size, const struct hs_header *layout)
 {
-	memset(commit_map, 0, sizeof commit_map);
 	commit_warned = 0;
 	commit_shift = 12;
 	while ((size >> commit_shift) >= (uint64_t)COMMIT_WORDS * 64)
 		commit_shift++;
+	/* only the words this segment uses: a fork child writing the whole map takes a
+	   copy-on-write fault per page of it */
+	memset(commit_map, 0, (size_t)(((size >> commit_shift) >> 6) + 1) * sizeof commit_map[0]);
 	commit_lazy = 1;
 	if (commit_range(h, size, 0, sizeof *h) != 0) {
 		if (errno != EINVAL)
@@ -1061,6 +1063,42 @@ void hs_seg_unbind(struct hs_seg *s)
 	memset(s, 0, sizeof *s);
 }
 
+/*
+ * The next span [*lo, *hi) of [pos, end) of file fd that may hold data
+ * (SEEK_DATA / SEEK_HOLE: on tmpfs a page that was fallocated and never
+ * written is a hole, so the parent's untouched index pages are skipped).
+ * -1 when the rest is a hole.  A file system without SEEK_DATA: all data.
+ */
+static int next_data(int fd, uint64_t pos, uint64_t end, uint64_t *lo, uint64_t *hi)
+{
+	long d = syscall(SYS_lseek, fd, (off_t)pos, SEEK_DATA), h;
+	if (d < 0 && errno == ENXIO)
+		return -1;
+	if (d < 0) {
+		*lo = pos, *hi = end;
+		return 0;
+	}
+	if ((uint64_t)d >= end)
+		return -1;
+	h = syscall(SYS_lseek, fd, (off_t)d, SEEK_HOLE);
+	*lo = (uint64_t)d;
+	*hi = h < 0 || (uint64_t)h > end ? end : (uint64_t)h;
+	return 0;
+}
+
+/* Copy len bytes at off of file in to the same offset of file out.  -1 with errno. */
+static int copy_span(int in, int out, uint64_t off, uint64_t len)
+{
+	off_t oi = (off_t)off, oo = (off_t)off;
+	while (len > 0) {
+		ssize_t got = hs_sys.copy_file_range(in, &oi, out, &oo, (size_t)len);
+		if (got <= 0)
+			return errno = got < 0 ? errno : EIO, -1;
+		len -= (uint64_t)got;
+	}
+	return 0;
+}
+
 int hs_seg_copy_ranges(struct hs_seg *to, const struct hs_seg *from, const struct hs_seg_range *r, unsigned n)
 {
 	char path[PATH_MAX];
@@ -1085,19 +1123,20 @@ int hs_seg_copy_ranges(struct hs_seg *to, const struct hs_seg *from, const struc
 		goto out;
 	}
 	for (unsigned i = 0; i < n; i++) {
-		off_t oi = (off_t)r[i].off, oo = (off_t)r[i].off;
-		uint64_t left = r[i].len;
-		if (r[i].off + r[i].len > from->size || commit_range_fd(to->hdr, out, to->size, r[i].off, r[i].len) != 0) {
+		uint64_t end = r[i].off + r[i].len;
+		if (end > from->size || commit_range_fd(to->hdr, out, to->size, r[i].off, r[i].len) != 0) {
 			err = errno;
 			goto out;
 		}
-		while (left > 0) {
-			ssize_t got = hs_sys.copy_file_range(in, &oi, out, &oo, (size_t)left);
-			if (got <= 0) {
-				err = got < 0 ? errno : EIO;
+		for (uint64_t pos = r[i].off; pos < end;) {
+			uint64_t lo, hi;
+			if (next_data(in, pos, end, &lo, &hi) != 0)
+				break; /* the rest reads as zeros: the child's fresh pages are zeros already */
+			if (copy_span(in, out, lo, hi - lo) != 0) {
+				err = errno;
 				goto out;
 			}
-			left -= (uint64_t)got;
+			pos = hi;
 		}
 	}
 	rc = 0;
