@@ -331,9 +331,11 @@ static int fds_left_open(const struct hs_seg *s)
 	const struct hs_table *t = &s->hdr->tables[HS_T_FDS];
 	const struct hs_fd *fds = (const void *)((const char *)s->hdr + t->offset);
 	uint32_t stacks[64], counts[64], n = 0;
+	/* numbers this image created are at most fd_max: the slots above hold only inherited ones */
+	uint64_t end = (uint64_t)__atomic_load_n(&s->hdr->fd_max, __ATOMIC_RELAXED) + 1;
 	if (!(s->hdr->flags & HS_HDR_FDS))
 		return 0;
-	for (uint32_t i = 3; i < t->capacity; i++) {
+	for (uint32_t i = 3; i < t->capacity && i < end; i++) {
 		uint32_t k;
 		if (__atomic_load_n(&fds[i].state, __ATOMIC_ACQUIRE) != HS_FDS_OPEN || (fds[i].flags & HS_FDF_INHERITED))
 			continue;
