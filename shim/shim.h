@@ -399,6 +399,9 @@ int hs_seg_commit(struct hs_seg *s, uint64_t off, uint64_t len);
 /* 1 when [off, off + len) of s has backing store (never allocates). */
 int hs_seg_committed(const struct hs_seg *s, uint64_t off, uint64_t len);
 
+/* hs_seg_commit for entry i of table t. */
+int hs_seg_commit_entry(struct hs_seg *s, enum hs_table_id t, uint64_t i);
+
 /* A byte range of a segment (hs_seg_copy_ranges). */
 struct hs_seg_range {
 	uint64_t off, len;
@@ -418,8 +421,6 @@ struct hs_seg_range {
  * Async-signal-safe (raw system calls through hs_sys).
  */
 int hs_seg_copy_ranges(struct hs_seg *to, const struct hs_seg *from, const struct hs_seg_range *r, unsigned n);
-/* hs_seg_commit for entry i of table t. */
-int hs_seg_commit_entry(struct hs_seg *s, enum hs_table_id t, uint64_t i);
 
 /* Append s to the strings table; returns its offset, 0 when full. Lock-free. */
 uint32_t hs_str_add(struct hs_seg *s, const char *str, size_t len);
