@@ -398,7 +398,6 @@ void hs_segment_end(unsigned state, int64_t value);
 int hs_seg_commit(struct hs_seg *s, uint64_t off, uint64_t len);
 /* 1 when [off, off + len) of s has backing store (never allocates). */
 int hs_seg_committed(const struct hs_seg *s, uint64_t off, uint64_t len);
-
 /* hs_seg_commit for entry i of table t. */
 int hs_seg_commit_entry(struct hs_seg *s, enum hs_table_id t, uint64_t i);
 
