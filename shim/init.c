@@ -69,6 +69,34 @@ static uint32_t reintern_native(const struct hs_stack *os)
 	return hs_stack_intern(&hs_seg, pcs, n, os->flags & ~HS_STACK_PYTHON);
 }
 
+static const enum hs_table_id inherited_arrays[] = {HS_T_STRINGS, HS_T_STACKS, HS_T_PYFRAMES, HS_T_MODULES};
+static const enum hs_table_id inherited_indexes[] = {HS_T_STACK_INDEX, HS_T_SITE_INDEX, HS_T_PYFRAME_INDEX};
+#define N_ARRAYS (sizeof inherited_arrays / sizeof inherited_arrays[0])
+#define N_INDEXES (sizeof inherited_indexes / sizeof inherited_indexes[0])
+
+/* Entries of table k of the parent's segment that inherit_tables copies (a full table's count runs past it). */
+static uint32_t inherited_count(const struct hs_table *ft, enum hs_table_id k)
+{
+	uint32_t n = __atomic_load_n(&ft[k].count, __ATOMIC_ACQUIRE);
+	return n > ft[k].capacity ? ft[k].capacity : n;
+}
+
+/*
+ * The copy itself, through the mappings: the fallback of hs_seg_copy_ranges
+ * (no copy_file_range, or the parent's file cannot be opened).  Every page
+ * it reads or writes takes a page fault in the child.  0, or -1 when the
+ * child's segment has no room.
+ */
+static int copy_through_mappings(struct hs_seg *to, const struct hs_seg *from, const struct hs_seg_range *r, unsigned n)
+{
+	for (unsigned i = 0; i < n; i++)
+		if (hs_seg_commit(to, r[i].off, r[i].len) != 0)
+			return -1;
+	for (unsigned i = 0; i < n; i++)
+		memcpy((char *)to->hdr + r[i].off, (const char *)from->hdr + r[i].off, (size_t)r[i].len);
+	return 0;
+}
+
 /*
  * Copy the parent's strings, stacks, Python frames and modules into the
  * child's fresh segment, id for id and offset for offset, so that every id
@@ -76,48 +104,51 @@ static uint32_t reintern_native(const struct hs_stack *os)
  * in a heap block's header, the first free's stack in a quarantined block,
  * the shim's caches of site stacks, the stacks of held locks.  Only the
  * used part of each array is copied; the index tables (whose slots depend
- * on their capacity) are copied whole.  Returns 1 when copied, 0 when the
- * child's geometry differs from the parent's (a fallback-small segment):
- * then nothing is copied and the caller re-interns what it needs.
- * Async-signal-safe (memcpy into our own mapping).
+ * on their capacity) are copied whole.  The copy goes file to file
+ * (hs_seg_copy_ranges): a child that execs at once never maps those pages.
+ * Returns 1 when copied, 0 when the child's geometry differs from the
+ * parent's (a fallback-small segment) or it has no room: then the caller
+ * re-interns what it needs.  Async-signal-safe.
  */
 static int inherit_tables(struct hs_seg *to, const struct hs_seg *from)
 {
-	static const enum hs_table_id arrays[] = {HS_T_STRINGS, HS_T_STACKS, HS_T_PYFRAMES, HS_T_MODULES};
-	static const enum hs_table_id indexes[] = {HS_T_STACK_INDEX, HS_T_SITE_INDEX, HS_T_PYFRAME_INDEX};
 	struct hs_table *tt = to->hdr->tables;
 	const struct hs_table *ft = from->hdr->tables;
-	for (size_t i = 0; i < sizeof indexes / sizeof indexes[0]; i++)
-		if (tt[indexes[i]].capacity != ft[indexes[i]].capacity ||
-		    tt[indexes[i]].entry_size != ft[indexes[i]].entry_size)
+	struct hs_seg_range r[N_ARRAYS + N_INDEXES];
+	uint32_t n[N_ARRAYS];
+	unsigned nr = 0;
+	for (size_t i = 0; i < N_INDEXES; i++)
+		if (tt[inherited_indexes[i]].capacity != ft[inherited_indexes[i]].capacity ||
+		    tt[inherited_indexes[i]].entry_size != ft[inherited_indexes[i]].entry_size ||
+		    tt[inherited_indexes[i]].offset != ft[inherited_indexes[i]].offset)
 			return 0;
-	for (size_t i = 0; i < sizeof arrays / sizeof arrays[0]; i++)
-		if (tt[arrays[i]].capacity < ft[arrays[i]].capacity || tt[arrays[i]].entry_size != ft[arrays[i]].entry_size)
+	for (size_t i = 0; i < N_ARRAYS; i++)
+		if (tt[inherited_arrays[i]].capacity < ft[inherited_arrays[i]].capacity ||
+		    tt[inherited_arrays[i]].entry_size != ft[inherited_arrays[i]].entry_size ||
+		    tt[inherited_arrays[i]].offset != ft[inherited_arrays[i]].offset)
 			return 0;
-	/* the child's segment is sparse: back what is copied before copying it */
-	for (size_t i = 0; i < sizeof arrays / sizeof arrays[0]; i++) {
-		uint32_t n = __atomic_load_n(&ft[arrays[i]].count, __ATOMIC_ACQUIRE);
-		if (n > ft[arrays[i]].capacity)
-			n = ft[arrays[i]].capacity;
-		if (hs_seg_commit(to, tt[arrays[i]].offset, (uint64_t)n * tt[arrays[i]].entry_size) != 0)
-			return 0;
+	for (size_t i = 0; i < N_INDEXES; i++) {
+		enum hs_table_id k = inherited_indexes[i];
+		r[nr++] = (struct hs_seg_range){ft[k].offset, (uint64_t)ft[k].capacity * ft[k].entry_size};
 	}
-	for (size_t i = 0; i < sizeof indexes / sizeof indexes[0]; i++) {
-		enum hs_table_id k = indexes[i];
-		memcpy((char *)to->hdr + tt[k].offset, (const char *)from->hdr + ft[k].offset,
-		       (size_t)ft[k].capacity * ft[k].entry_size);
+	for (size_t i = 0; i < N_ARRAYS; i++) {
+		enum hs_table_id k = inherited_arrays[i];
+		n[i] = inherited_count(ft, k);
+		if (n[i])
+			r[nr++] = (struct hs_seg_range){ft[k].offset, (uint64_t)n[i] * ft[k].entry_size};
+	}
+	if (hs_seg_copy_ranges(to, from, r, nr) != 0 && copy_through_mappings(to, from, r, nr) != 0)
+		return 0;
+	for (size_t i = 0; i < N_INDEXES; i++) {
+		enum hs_table_id k = inherited_indexes[i];
 		tt[k].count = ft[k].count;
 		tt[k].dropped = ft[k].dropped;
 	}
-	for (size_t i = 0; i < sizeof arrays / sizeof arrays[0]; i++) {
-		enum hs_table_id k = arrays[i];
-		uint32_t n = __atomic_load_n(&ft[k].count, __ATOMIC_ACQUIRE);
-		if (n > ft[k].capacity)
-			n = ft[k].capacity; /* a full table's count runs past it */
-		memcpy((char *)to->hdr + tt[k].offset, (const char *)from->hdr + ft[k].offset, (size_t)n * ft[k].entry_size);
+	for (size_t i = 0; i < N_ARRAYS; i++) {
+		enum hs_table_id k = inherited_arrays[i];
 		tt[k].dropped = ft[k].dropped;
 		/* the entries are in place before the count publishes them */
-		__atomic_store_n(&tt[k].count, n, __ATOMIC_RELEASE);
+		__atomic_store_n(&tt[k].count, n[i], __ATOMIC_RELEASE);
 	}
 	return 1;
 }

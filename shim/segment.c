@@ -349,9 +349,11 @@ static int fds_left_open(const struct hs_seg *s)
 	const struct hs_table *t = &s->hdr->tables[HS_T_FDS];
 	const struct hs_fd *fds = (const void *)((const char *)s->hdr + t->offset);
 	uint32_t stacks[64], counts[64], n = 0;
+	/* numbers this image created are at most fd_max: the slots above hold only inherited ones */
+	uint64_t end = (uint64_t)__atomic_load_n(&s->hdr->fd_max, __ATOMIC_RELAXED) + 1;
 	if (!(s->hdr->flags & HS_HDR_FDS))
 		return 0;
-	for (uint32_t i = 3; i < t->capacity; i++) {
+	for (uint32_t i = 3; i < t->capacity && i < end; i++) {
 		uint32_t k;
 		if (__atomic_load_n(&fds[i].state, __ATOMIC_ACQUIRE) != HS_FDS_OPEN || (fds[i].flags & HS_FDF_INHERITED))
 			continue;
@@ -786,8 +788,18 @@ int hs_seg_commit_entry(struct hs_seg *s, enum hs_table_id t, uint64_t i)
  */
 static const enum hs_table_id eager_tables[] = {
 	HS_T_MODULES, HS_T_STACK_INDEX, HS_T_SITE_INDEX, HS_T_LOCK_INDEX, HS_T_EDGE_INDEX,
-	HS_T_FINDINGS, HS_T_PYFRAME_INDEX, HS_T_FDS,
+	HS_T_FINDINGS, HS_T_PYFRAME_INDEX,
 };
+/*
+ * Eager tables that every image reads whole (the fd table: the start
+ * sample counts its open slots, fds.c's exit check reads every slot):
+ * their pages are populated at creation, mapped and all, by one
+ * MADV_POPULATE_WRITE.  A page fault costs about five populated pages
+ * (bench/README.md, "what a process start costs"); the other eager tables
+ * are touched at a few random slots, so fallocate (backing store without
+ * mapping, about a fifth of a populated page) is cheaper for them.
+ */
+static const enum hs_table_id populated_tables[] = {HS_T_FDS};
 /* Tables whose entry 0 means "none" (and the strings' offset 0): committed at creation too. */
 static const enum hs_table_id reserved_zero[] = {HS_T_STRINGS, HS_T_STACKS, HS_T_LOCKS, HS_T_EDGES, HS_T_PYFRAMES};
 
@@ -799,11 +811,13 @@ static const enum hs_table_id reserved_zero[] = {HS_T_STRINGS, HS_T_STACKS, HS_T
  */
 static int commit_initial(struct hs_header *h, int fd, uint64_t size, const struct hs_header *layout)
 {
-	memset(commit_map, 0, sizeof commit_map);
 	commit_warned = 0;
 	commit_shift = 12;
 	while ((size >> commit_shift) >= (uint64_t)COMMIT_WORDS * 64)
 		commit_shift++;
+	/* only the words this segment uses: a fork child writing the whole map takes a
+	   copy-on-write fault per page of it */
+	memset(commit_map, 0, (size_t)(((size >> commit_shift) >> 6) + 1) * sizeof commit_map[0]);
 	commit_lazy = 1;
 	if (commit_range(h, size, 0, sizeof *h) != 0) {
 		if (errno != EINVAL)
@@ -815,6 +829,11 @@ static int commit_initial(struct hs_header *h, int fd, uint64_t size, const stru
 	for (size_t i = 0; i < sizeof eager_tables / sizeof eager_tables[0]; i++) {
 		const struct hs_table *tb = &layout->tables[eager_tables[i]];
 		if (commit_range_fd(h, fd, size, tb->offset, (uint64_t)tb->entry_size * tb->capacity) != 0)
+			return errno = ENOSPC, -1;
+	}
+	for (size_t i = 0; i < sizeof populated_tables / sizeof populated_tables[0]; i++) {
+		const struct hs_table *tb = &layout->tables[populated_tables[i]];
+		if (commit_range(h, size, tb->offset, (uint64_t)tb->entry_size * tb->capacity) != 0)
 			return errno = ENOSPC, -1;
 	}
 	for (size_t i = 0; i < sizeof reserved_zero / sizeof reserved_zero[0]; i++) {
@@ -1122,6 +1141,92 @@ void hs_seg_unbind(struct hs_seg *s)
 	if (s->hdr)
 		hs_sys.munmap(s->hdr, s->size);
 	memset(s, 0, sizeof *s);
+}
+
+/*
+ * The next span [*lo, *hi) of [pos, end) of file fd that may hold data
+ * (SEEK_DATA / SEEK_HOLE: on tmpfs a page that was fallocated and never
+ * written is a hole, so the parent's untouched index pages are skipped).
+ * -1 when the rest is a hole.  A file system without SEEK_DATA: all data.
+ */
+static int next_data(int fd, uint64_t pos, uint64_t end, uint64_t *lo, uint64_t *hi)
+{
+	long d = syscall(SYS_lseek, fd, (off_t)pos, SEEK_DATA), h;
+	if (d < 0 && errno == ENXIO)
+		return -1;
+	if (d < 0) {
+		*lo = pos, *hi = end;
+		return 0;
+	}
+	if ((uint64_t)d >= end)
+		return -1;
+	h = syscall(SYS_lseek, fd, (off_t)d, SEEK_HOLE);
+	*lo = (uint64_t)d;
+	*hi = h < 0 || (uint64_t)h > end ? end : (uint64_t)h;
+	return 0;
+}
+
+/* Copy len bytes at off of file in to the same offset of file out.  -1 with errno. */
+static int copy_span(int in, int out, uint64_t off, uint64_t len)
+{
+	off_t oi = (off_t)off, oo = (off_t)off;
+	while (len > 0) {
+		ssize_t got = hs_sys.copy_file_range(in, &oi, out, &oo, (size_t)len);
+		if (got <= 0)
+			return errno = got < 0 ? errno : EIO, -1;
+		len -= (uint64_t)got;
+	}
+	return 0;
+}
+
+int hs_seg_copy_ranges(struct hs_seg *to, const struct hs_seg *from, const struct hs_seg_range *r, unsigned n)
+{
+	char path[PATH_MAX];
+	struct hs_header h;
+	int in, out = -1, rc = -1, err = EIO;
+
+	if (!commit_lazy || !session_dir[0])
+		return errno = ENOTSUP, -1;
+	seg_path(path, sizeof path, from->hdr->pid, from->hdr->image);
+	in = hs_sys.open(path, O_RDONLY | O_NOFOLLOW | O_CLOEXEC, 0);
+	if (in < 0)
+		return -1;
+	/* the file at that name is the segment still mapped: same process, same image */
+	if (syscall(SYS_pread64, in, &h, sizeof h, 0) != (long)sizeof h || memcmp(h.magic, HS_MAGIC, HS_MAGIC_LEN) ||
+	    h.pid != from->hdr->pid || h.image != from->hdr->image || h.start_ticks != from->hdr->start_ticks ||
+	    h.segment_size != from->hdr->segment_size)
+		goto out;
+	seg_path(path, sizeof path, to->hdr->pid, to->hdr->image);
+	out = hs_sys.open(path, O_RDWR | O_NOFOLLOW | O_CLOEXEC, 0);
+	if (out < 0) {
+		err = errno;
+		goto out;
+	}
+	for (unsigned i = 0; i < n; i++) {
+		uint64_t end = r[i].off + r[i].len;
+		if (end > from->size || commit_range_fd(to->hdr, out, to->size, r[i].off, r[i].len) != 0) {
+			err = errno;
+			goto out;
+		}
+		for (uint64_t pos = r[i].off; pos < end;) {
+			uint64_t lo, hi;
+			if (next_data(in, pos, end, &lo, &hi) != 0)
+				break; /* the rest reads as zeros: the child's fresh pages are zeros already */
+			if (copy_span(in, out, lo, hi - lo) != 0) {
+				err = errno;
+				goto out;
+			}
+			pos = hi;
+		}
+	}
+	rc = 0;
+out:
+	if (out >= 0)
+		hs_sys.close(out);
+	hs_sys.close(in);
+	if (rc)
+		errno = err;
+	return rc;
 }
 
 void hs_segment_end(unsigned state, int64_t value)

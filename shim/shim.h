@@ -336,6 +336,8 @@ struct hs_sysops {
 	int (*getrlimit)(int resource, struct rlimit *rl);  /* prlimit64 of this process */
 	/* sparse segments: MADV_POPULATE_WRITE gives a range of the segment backing store, or fails */
 	int (*madvise)(void *addr, size_t len, int advice);
+	/* a fork child's inherited tables: file to file, no page faults (segment.c hs_seg_copy_ranges) */
+	ssize_t (*copy_file_range)(int in, off_t *in_off, int out, off_t *out_off, size_t n);
 };
 extern struct hs_sysops hs_sys;
 
@@ -399,6 +401,26 @@ int hs_seg_commit(struct hs_seg *s, uint64_t off, uint64_t len);
 int hs_seg_committed(const struct hs_seg *s, uint64_t off, uint64_t len);
 /* hs_seg_commit for entry i of table t. */
 int hs_seg_commit_entry(struct hs_seg *s, enum hs_table_id t, uint64_t i);
+
+/* A byte range of a segment (hs_seg_copy_ranges). */
+struct hs_seg_range {
+	uint64_t off, len;
+};
+
+/*
+ * Copy ranges r[0..n) of segment `from` (the forking parent's, still
+ * mapped) to the same offsets of `to` (the fork child's fresh segment,
+ * hs_seg), through their files with copy_file_range: the kernel copies page
+ * cache to page cache, so neither mapping takes a page fault (a fork child
+ * has none of its parent's shared-mapping page tables: every page it read
+ * through the mapping would fault, and so would every page it wrote).  The
+ * destination gets backing store first (fallocate: a full directory is
+ * ENOSPC, never a SIGBUS).  Returns 0, or -1 with errno when a file cannot
+ * be opened, is not the mapped segment, or a copy falls short; the caller
+ * then copies through the mappings (what was copied is the same data).
+ * Async-signal-safe (raw system calls through hs_sys).
+ */
+int hs_seg_copy_ranges(struct hs_seg *to, const struct hs_seg *from, const struct hs_seg_range *r, unsigned n);
 
 /* Append s to the strings table; returns its offset, 0 when full. Lock-free. */
 uint32_t hs_str_add(struct hs_seg *s, const char *str, size_t len);

@@ -114,6 +114,11 @@ static int sys_madvise(void *addr, size_t len, int advice)
 	return (int)syscall(SYS_madvise, addr, len, advice);
 }
 
+static ssize_t sys_copy_file_range(int in, off_t *in_off, int out, off_t *out_off, size_t n)
+{
+	return syscall(SYS_copy_file_range, in, in_off, out, out_off, n, 0);
+}
+
 static int sys_getrlimit(int resource, struct rlimit *rl)
 {
 	return (int)syscall(SYS_prlimit64, 0, resource, NULL, rl);
@@ -141,4 +146,5 @@ struct hs_sysops hs_sys = {
 	.statfs = sys_statfs,
 	.getrlimit = sys_getrlimit,
 	.madvise = sys_madvise,
+	.copy_file_range = sys_copy_file_range,
 };

@@ -105,6 +105,51 @@ def test_many_threads_each_get_a_ring(heisen, session):
     assert allocated(seg) < seg.stat().st_size
 
 
+
+def written(path: Path) -> int:
+    """Bytes of a tmpfs file that hold data (SEEK_DATA): pages written or
+    mapped; a page given backing store by fallocate and never touched is a
+    hole.  Each such page a fork child writes costs it a page fault or a copy."""
+    n, pos = 0, 0
+    with open(path, "rb") as f:
+        fd, end = f.fileno(), os.fstat(f.fileno()).st_size
+        while pos < end:
+            try:
+                lo = os.lseek(fd, pos, os.SEEK_DATA)
+            except OSError:
+                break
+            hi = os.lseek(fd, lo, os.SEEK_HOLE)
+            n += hi - lo
+            pos = hi
+    return n
+
+
+def test_forked_shell_writes_about_what_a_fresh_shell_does(heisen, tmp_path):
+    # a shell's subshell: bash forks a bash.  The forked bash starts with its
+    # parent's stacks and index tables, id for id, but it must not pay for
+    # the index pages its parent never wrote (no Python frames here: a whole
+    # index of them is empty), nor read its parent's pages through the
+    # mapping (each is a page fault in the child, and makes the parent's
+    # untouched pages data).  So the shell that forks, and the forked shell,
+    # write about what a shell that forks nothing writes.
+    d = Path("/dev/shm") / f"heisen-test-{os.getpid()}-{tmp_path.name}"
+    try:
+        p = heisen.preload(["bash", "-c", "echo top"], d / "plain")
+        assert p.returncode == 0 and p.stdout == "top\n", p.stderr
+        [plain] = (d / "plain").glob("*.seg")
+        p = heisen.preload(["bash", "-c", "(echo sub); echo top"], d / "sub")
+        assert p.returncode == 0 and p.stdout == "sub\ntop\n", p.stderr
+        report = heisen.dump_json(d / "sub")
+        assert report["errors"] == []
+        assert sorted(pr["via"] for pr in report["processes"]) == ["exec", "fork"], report["processes"]
+        for pr in report["processes"]:
+            assert pr["exe"].endswith("bash") and pr["state"] == "exited"
+            seg = d / "sub" / pr["segment"]
+            assert written(seg) <= written(plain) + 64 * 1024, (pr["via"], written(seg) >> 10, written(plain) >> 10)
+            assert allocated(seg) <= MIB
+    finally:
+        subprocess.run(["rm", "-rf", str(d)])
+
 FILLER = """\
 import sys, threading
 out = []

@@ -5,14 +5,17 @@
  * racing the writer never accepts a torn record, records past the ring's
  * capacity are overwritten oldest first, and the head counts everything.
  * Also the segment's fallback when the session directory has no space
- * (through the swappable system-call table).
+ * (through the swappable system-call table), and a fork child's inherited
+ * tables copied file to file (hs_seg_copy_ranges).
  */
 #include <errno.h>
 #include <fcntl.h>
 #include <pthread.h>
 #include <stdlib.h>
 #include <sys/stat.h>
+#include <sys/vfs.h>
 #include <unistd.h>
+#include <linux/magic.h>
 
 #include "unit.h"
 
@@ -193,9 +196,89 @@ static void test_no_space(void)
 	CHECK(system(path) == 0);
 }
 
+static ssize_t no_copy_file_range(int in, off_t *in_off, int out, off_t *out_off, size_t n)
+{
+	(void)in, (void)in_off, (void)out, (void)out_off, (void)n;
+	errno = ENOSYS;
+	return -1;
+}
+
+/*
+ * A fork child's inherited tables, file to file: the parent's bytes arrive
+ * at the same offsets, the index pages the parent never wrote stay holes in
+ * the child's file (on tmpfs: SEEK_DATA skips pages fallocated and never
+ * written), and without copy_file_range the call fails so that the caller
+ * copies through the mappings.
+ */
+static void test_copy_ranges(void)
+{
+	char dir[] = "/dev/shm/heisen-unit-XXXXXX";
+	char path[256];
+	struct statfs sf;
+	struct hs_seg parent;
+	const struct hs_table *si, *pi, *st;
+	uint32_t off;
+	int fd, tmpfs;
+	if (!mkdtemp(dir)) {
+		memcpy(dir, "/tmp/", 5); /* no /dev/shm: the copy is checked, not the holes */
+		CHECK(mkdtemp(dir) != NULL);
+	}
+	tmpfs = statfs(dir, &sf) == 0 && sf.f_type == TMPFS_MAGIC;
+	setenv("HEISEN_DIR", dir, 1);
+	setenv("HEISEN_QUIET", "1", 1);
+	CHECK(hs_session_setup() == 0);
+	CHECK(hs_segment_create(0) == 0);
+	parent = hs_seg;
+	si = &parent.hdr->tables[HS_T_STACK_INDEX];
+	pi = &parent.hdr->tables[HS_T_PYFRAME_INDEX];
+	st = &parent.hdr->tables[HS_T_STRINGS];
+	off = hs_str_add(&hs_seg, "inherited", 9);
+	CHECK(off != 0);
+	parent.stack_index[3].value = 7;
+	__atomic_store_n(&parent.stack_index[3].key, 0x1234, __ATOMIC_RELEASE);
+
+	CHECK(hs_segment_create(1) == 0); /* the child's segment: image 1 of this pid */
+	CHECK(hs_seg.hdr != parent.hdr && hs_seg.hdr->image == 1);
+	{
+		struct hs_seg_range r[] = {
+			{si->offset, (uint64_t)si->capacity * si->entry_size},
+			{pi->offset, (uint64_t)pi->capacity * pi->entry_size},
+			{st->offset, st->count},
+		};
+		CHECK(hs_seg_copy_ranges(&hs_seg, &parent, r, 3) == 0);
+		CHECK(memcmp(hs_seg.strings + off, "inherited", 10) == 0);
+		CHECK(hs_seg.stack_index[3].key == 0x1234 && hs_seg.stack_index[3].value == 7);
+		CHECK(hs_seg_committed(&hs_seg, st->offset, st->count));
+		snprintf(path, sizeof path, "%s/%d.1.seg", dir, (int)getpid());
+		fd = open(path, O_RDONLY);
+		CHECK(fd >= 0);
+		if (tmpfs && fd >= 0) {
+			/* the whole pages of the pyframe index: never written by the parent, none copied */
+			off_t lo = (off_t)((pi->offset + 4095) & ~4095ull);
+			off_t hi = (off_t)((pi->offset + (uint64_t)pi->capacity * pi->entry_size) & ~4095ull);
+			off_t d = lseek(fd, lo, SEEK_DATA);
+			CHECK(d < 0 || d >= hi);
+		}
+		if (fd >= 0)
+			close(fd);
+
+		{
+			ssize_t (*real)(int, off_t *, int, off_t *, size_t) = hs_sys.copy_file_range;
+			hs_sys.copy_file_range = no_copy_file_range;
+			CHECK(hs_seg_copy_ranges(&hs_seg, &parent, r, 3) == -1 && errno == ENOSYS);
+			hs_sys.copy_file_range = real;
+		}
+	}
+	hs_seg_unbind(&hs_seg);
+	hs_seg_unbind(&parent);
+	snprintf(path, sizeof path, "rm -rf '%s'", dir);
+	CHECK(system(path) == 0);
+}
+
 int main(void)
 {
 	test_concurrent_reader();
 	test_no_space();
+	test_copy_ranges();
 	return unit_done("test_ring");
 }
