@@ -28,8 +28,9 @@
  * block publish and see the first free atomically: exactly one wins, the
  * other is the double free.  Freed blocks wait in a FIFO quarantine, one
  * per thread and without a lock, whose budget for all threads together is
- * HEISEN_QUARANTINE_MB when set, else an eighth of the live heap between
- * 256 KiB and 64 MiB (quar_budget).  Then they go back to glibc "released":
+ * HEISEN_QUARANTINE_MB when set, else a 32nd of the live heap between
+ * 256 KiB and 64 MiB (quar_budget), at most 64 KiB in one thread's FIFO.
+ * Then they go back to glibc "released":
  * the header stays, out of reach of glibc's own links, and blocks of 1 KiB
  * and more leave a 64-byte tombstone chunk in front of the pointer
  * (release()), so a second free long after the quarantine still finds its
@@ -445,10 +446,16 @@ static uint32_t site_stack_key(uint64_t key, uint64_t site, int first_sight);
 #define WRAP_DEPTH 8
 static uint64_t frame_cache[FRAME_CACHE]; /* [atomic] return address (48 bits) | words to the next slot << 48 */
 
+/* A return address's slot: one multiply (return addresses differ in their low bits already). */
+static inline uint32_t frame_slot(uint64_t pc)
+{
+	return (uint32_t)((pc * 0x9e3779b97f4a7c15ull) >> 40) & (FRAME_CACHE - 1);
+}
+
 /* Words from the slot holding pc to its function's return address slot; 0 when not learnt. */
 static inline uint64_t frame_words(uint64_t pc)
 {
-	uint64_t e = __atomic_load_n(&frame_cache[hs_mix64(pc) & (FRAME_CACHE - 1)], __ATOMIC_RELAXED);
+	uint64_t e = __atomic_load_n(&frame_cache[frame_slot(pc)], __ATOMIC_RELAXED);
 	return (e & FRAME_PC_MASK) == pc ? e >> 48 : 0;
 }
 
@@ -457,7 +464,7 @@ static inline void frame_learn(uint64_t pc, uint64_t words)
 	if (words == 0 || words >= (1u << 16) || (pc & ~FRAME_PC_MASK))
 		return;
 	/* relaxed: a self-contained word; a lost race only learns again */
-	__atomic_store_n(&frame_cache[hs_mix64(pc) & (FRAME_CACHE - 1)], pc | words << 48, __ATOMIC_RELAXED);
+	__atomic_store_n(&frame_cache[frame_slot(pc)], pc | words << 48, __ATOMIC_RELAXED);
 }
 
 /*
@@ -913,6 +920,21 @@ static void release(struct blk *b)
  * Detection past the quarantine comes from the released header (release()).
  */
 #define QUAR_FLOOR ((uint64_t)256 << 10)
+/*
+ * And one thread's FIFO holds at most QUAR_THREAD_MAX bytes (unless
+ * HEISEN_QUARANTINE_MB was set): a block leaves the FIFO while its lines
+ * are still in the core's cache, so releasing it costs no miss.  A larger
+ * FIFO released blocks freed long ago, each free paying a miss or two on a
+ * cold header (the top of a churning C++ program's profile) for no
+ * detection the released header does not give: a second free long after
+ * the first is found by the header glibc leaves alone (release()).
+ */
+#define QUAR_THREAD_MAX ((uint64_t)QUAR_THREAD_KB << 10)
+#ifndef QUAR_THREAD_KB
+#define QUAR_THREAD_KB 64
+#endif
+static uint64_t quar_thread_max = UINT64_MAX; /* QUAR_THREAD_MAX unless HEISEN_QUARANTINE_MB was set */
+static uint64_t quar_floor;            /* the least quar_budget() can be: min(QUAR_FLOOR, quar_limit), or quar_limit when explicit */
 #define QUAR_LIVE_SHARE 32u
 static int quar_explicit;              /* HEISEN_QUARANTINE_MB was set */
 
@@ -979,9 +1001,9 @@ static void quarantine_put(struct blk *b)
 {
 	struct tquar *q = &tquar;
 	struct blk *victims = NULL;
-	uint64_t bytes = quar_bytes(b), budget = quar_budget();
+	uint64_t bytes = quar_bytes(b), budget;
 	int64_t total;
-	if (budget == 0) {
+	if (quar_limit == 0) { /* quar_budget() is 0 exactly then */
 		release(b);
 		return;
 	}
@@ -1000,8 +1022,11 @@ static void quarantine_put(struct blk *b)
 	q->unsynced += (int64_t)bytes;
 	/* relaxed: a budget, ordered with nothing else */
 	total = (int64_t)__atomic_load_n(&quar_total, __ATOMIC_RELAXED) + q->unsynced;
-	if (total > (int64_t)budget) {
-		while (q->head && total > (int64_t)budget) {
+	/* below the least budget there can be (quar_floor), the live heap
+	   (a line every thread's counters write) is not read */
+	budget = total > (int64_t)quar_floor ? quar_budget() : quar_floor;
+	if (total > (int64_t)budget || q->bytes > quar_thread_max) {
+		while (q->head && (total > (int64_t)budget || q->bytes > quar_thread_max)) {
 			struct blk *v = q->head;
 			uint64_t vb = quar_bytes(v);
 			q->head = v->qnext;
@@ -1227,6 +1252,8 @@ HS_HIDDEN void hs_heap_init(void)
 	page_size = (size_t)sysconf(_SC_PAGESIZE);
 	v = getenv("HEISEN_QUARANTINE_MB");
 	quar_explicit = v && *v;
+	if (!quar_explicit)
+		quar_thread_max = QUAR_THREAD_MAX;
 	quar_limit = (quar_explicit ? strtoull(v, NULL, 10) : 64ull) << 20;
 	/*
 	 * The quarantine is memory the program did not ask for.  In a memory-
@@ -1238,6 +1265,7 @@ HS_HIDDEN void hs_heap_init(void)
 	if (!(v && *v) && (hs_seg.hdr->flags & HS_HDR_ENV) && hs_seg.hdr->env.mem_limit &&
 	    quar_limit > hs_seg.hdr->env.mem_limit / 32)
 		quar_limit = hs_seg.hdr->env.mem_limit / 32;
+	quar_floor = quar_explicit || quar_limit < QUAR_FLOOR ? quar_limit : QUAR_FLOOR;
 	v = getenv("HEISEN_HEAP_STACKS");
 	if (v && strcmp(v, "full") == 0)
 		heap_stacks = HS_HEAP_STACKS_FULL;
