@@ -444,6 +444,7 @@ static uint32_t site_stack_key(uint64_t key, uint64_t site, int first_sight);
 #define FRAME_CACHE 2048u
 #define FRAME_PC_MASK ((1ull << 48) - 1)
 #define WRAP_DEPTH 8
+#define FRAME_WORDS_MAX 4096u /* 32 KiB: a larger frame is not learnt (unwound each time) */
 static uint64_t frame_cache[FRAME_CACHE]; /* [atomic] return address (48 bits) | words to the next slot << 48 */
 
 /* A return address's slot: one multiply (return addresses differ in their low bits already). */
@@ -461,7 +462,7 @@ static inline uint64_t frame_words(uint64_t pc)
 
 static inline void frame_learn(uint64_t pc, uint64_t words)
 {
-	if (words == 0 || words >= (1u << 16) || (pc & ~FRAME_PC_MASK))
+	if (words == 0 || words > FRAME_WORDS_MAX || (pc & ~FRAME_PC_MASK))
 		return;
 	/* relaxed: a self-contained word; a lost race only learns again */
 	__atomic_store_n(&frame_cache[frame_slot(pc)], pc | words << 48, __ATOMIC_RELAXED);
@@ -525,11 +526,18 @@ static uint32_t wrapper_stack(uint64_t site)
 	slot = cfa - 8;
 	pc = site;
 	for (i = 0; i < WRAP_DEPTH && pc >= lo && pc < hi; i++) {
+		uint64_t two[2];
 		w = frame_words(pc);
 		if (!w)
 			break;
 		slot += 8 * w;
-		pc = *(const uint64_t *)(uintptr_t)slot;
+		/* through the probe: a frame size that was wrong after all must not
+		   walk off the top of the thread's stack into a fault */
+		if (!hs_safe_read16((const void *)(uintptr_t)(slot & ~(uint64_t)15), two)) {
+			pc = 0;
+			break;
+		}
+		pc = two[(slot >> 3) & 1];
 	}
 	/* a caller seen before is in the cache (its entry is a plain one); a new
 	   one must at least be code of a loaded module (else a frame's size was
