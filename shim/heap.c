@@ -41,10 +41,10 @@
  *   - double-free: a free (or realloc) of one of our blocks in state freed
  *     (in the quarantine) or released (given back, header still there);
  *   - invalid-free: a pointer not 16-byte aligned (glibc never returns one),
- *     a 16-aligned pointer with no readable memory in front of it, and a
+ *     a 16-aligned pointer with no readable memory in front of it, a
  *     pointer into the middle of one of our blocks whose header lies
- *     in the same page as the pointer (a bounded backward scan: larger
- *     offsets go to glibc, which aborts on them as it would without us);
+ *     at most 8 KiB before the pointer's page (a bounded backward scan),
+ *     and a pointer whose chunk header glibc's free would refuse;
  *   - heap-overflow: the tail canary (8 to 23 bytes after the requested size)
  *     changed, checked at free and realloc.
  * Out of scope: use after free, reads past the end, overflows that skip the
@@ -789,26 +789,37 @@ static void bad_state(struct hs_tls *t, int ring, void *p, uint64_t state)
 
 /*
  * The block of ours (live or in the quarantine) whose user bytes (or
- * canary) contain p, found by scanning back for a header in the page that
- * holds p - 16.  NULL when there is none there, or the page is not mapped
- * (*unmapped set then).  Every read goes through hs_safe_read16.
+ * canary) contain p, found by scanning back for a header from p through
+ * the page that holds p - 16 and CONTAIN_BACK bytes before it.  The
+ * nearest live or quarantined header decides; a released one on the way
+ * is passed over (a stale header inside memory glibc has handed out again,
+ * maybe to the very block that contains p: the second free of a small
+ * block a million allocations later lands there, and glibc, handed such a
+ * pointer, aborts or faults reading a chunk header that is user data).
+ * NULL when there is none, or the page of p - 16 is not mapped (*unmapped
+ * set then; an unmapped page before it only ends the scan).  Every read
+ * goes through hs_safe_read16.  Runs only for pointers without our magic.
  */
+#define CONTAIN_BACK ((uintptr_t)8 << 10)
 static struct blk *containing(const void *p, int *unmapped)
 {
 	uintptr_t u = ((uintptr_t)p - 1) & ~(uintptr_t)15;
-	uintptr_t lim = ((uintptr_t)p - 16) & ~(uintptr_t)(page_size - 1);
+	uintptr_t own = ((uintptr_t)p - 16) & ~(uintptr_t)(page_size - 1);
+	uintptr_t lim = own > CONTAIN_BACK ? own - CONTAIN_BACK : 0;
 	*unmapped = 0;
 	for (; u >= lim + 16 && u > 16; u -= 16) {
 		uint64_t w[2];
 		if (!hs_safe_read16((const void *)(u - 16), w)) {
-			*unmapped = 1;
+			*unmapped = u - 16 >= own;
 			return NULL;
 		}
 		if (w[0] == (HEAP_MAGIC ^ (uint64_t)u)) {
 			struct blk *b = blk_of((void *)u);
 			uint64_t st = w[1], sz[2];
+			if (ST_KIND(st) == ST_RELEASED)
+				continue;
 			if ((ST_KIND(st) == ST_LIVE || ST_KIND(st) == ST_FREED) && hs_safe_read16(&b->size, sz) &&
-			    (uintptr_t)p < u + b->size + canary_len(b->size))
+			    (uintptr_t)p < u + sz[0] + canary_len(sz[0]))
 				return b;
 			return NULL;
 		}
@@ -845,18 +856,40 @@ static int on_own_stack(const void *p)
 }
 
 /*
+ * 1 when the words in front of p (w: p-16 and p-8) are no chunk header
+ * glibc's free accepts: the checks free() makes before anything else
+ * (malloc.c: munmap_chunk's "invalid pointer" for an mmapped chunk whose
+ * start and length are not page-aligned; _int_free's "invalid pointer"
+ * and "invalid size" for a size below the minimum chunk, not a multiple of
+ * 16, or wrapping past the end of memory).  glibc would abort with its own
+ * message and no stack; heisen reports the invalid free instead.
+ */
+static int glibc_would_refuse(const void *p, const uint64_t w[2])
+{
+	uint64_t size = w[1] & ~(uint64_t)7, c = (uint64_t)(uintptr_t)p - 16;
+	if (w[1] & 2) /* IS_MMAPPED: prev_size is the offset into the mapping */
+		return ((c - w[0]) | (w[0] + size)) & (page_size - 1) ? 1 : 0;
+	return size < 32 || (size & 15) != 0 || c > (uint64_t)0 - size;
+}
+
+/*
  * A pointer without our magic: glibc's, unless it is provably bad (see
  * the top comment): misaligned, inside one of our blocks, on the freeing
- * thread's own stack, or with no readable memory in front of it (a wild
- * pointer: glibc would fault reading its chunk header).  Returns 1 when it
- * was reported (do not free it).
+ * thread's own stack, with no readable memory in front of it (a wild
+ * pointer: glibc would fault reading its chunk header), or with a chunk
+ * header glibc would refuse (glibc_would_refuse: the second free of a
+ * block whose address now lies inside memory given out since, where the
+ * words in front of it are user data).  Returns 1 when it was reported (do
+ * not free it).
  */
 static int foreign_is_invalid(struct hs_tls *t, int ring, void *p, enum owner o)
 {
 	int unmapped = o == OWN_UNMAPPED;
 	struct blk *b = unmapped ? NULL : containing(p, &unmapped);
 	struct hs_finding f;
-	if (!b && !unmapped && ((uintptr_t)p & 15) == 0 && !on_own_stack(p))
+	uint64_t w[2];
+	if (!b && !unmapped && ((uintptr_t)p & 15) == 0 && !on_own_stack(p) &&
+	    !(hs_safe_read16((const char *)p - 16, w) && glibc_would_refuse(p, w)))
 		return 0;
 	finding_init(&f, t, HS_FIND_INVALID_FREE, p);
 	if (b) {

@@ -205,6 +205,28 @@ def test_invalid_free_interior(heisen, way):
     heap_abort_crash(r, pid)
 
 
+def test_invalid_free_of_a_cursor_pages_into_its_buffer(heisen, way):
+    """A request parser frees its cursor, 6000 bytes into the 16 KiB buffer
+    it reads, instead of the buffer: the header lies pages before the
+    pointer and the words in front of it are request text (glibc alone
+    dies of SIGSEGV inside free, taking them for a chunk header).  An
+    invalid-free naming the buffer, the offset, the free and the
+    allocation."""
+    p = way.run([target(heisen, "heap_invalid_free"), "cursor"], env=HEAP)
+    assert p.returncode == way.killed_by(signal.SIGABRT), (p.returncode, p.stderr)
+    pid, tid = fact_int(p.stdout, "pid"), fact_int(p.stdout, "tid_main")
+    block = int(facts(p.stdout)["block"][0], 16)
+    ptr = int(facts(p.stdout)["pointer"][0], 16)
+    r = heisen.dump_json(way.session, expect_rc=1)
+    f = one(r, "invalid-free")
+    assert f["pid"] == pid and f["tids"][0] == tid
+    assert hexint(f["address"]) == ptr
+    assert f["block"] == {"address": hex(block), "size": 16384, "offset": 6000}
+    assert frame_functions(stack_by_role(f, "free"))[:2] == ["free_cursor", "main"]
+    assert frame_functions(stack_by_role(f, "allocation"))[:2] == ["read_request", "free_cursor"]
+    heap_abort_crash(r, pid)
+
+
 def test_invalid_free_stack_address(heisen, way):
     p = way.run([target(heisen, "heap_invalid_free"), "stack"], env=HEAP)
     assert p.returncode == way.killed_by(signal.SIGABRT), (p.returncode, p.stderr)
