@@ -29,7 +29,7 @@
  * other is the double free.  Freed blocks wait in a FIFO quarantine, one
  * per thread and without a lock, whose budget for all threads together is
  * HEISEN_QUARANTINE_MB when set, else a 32nd of the live heap between
- * 256 KiB and 64 MiB (quar_budget), at most 64 KiB in one thread's FIFO.
+ * 256 KiB and 64 MiB (quar_budget), at most 512 blocks in one thread's FIFO.
  * Then they go back to glibc "released":
  * the header stays, out of reach of glibc's own links, and blocks of 1 KiB
  * and more leave a 64-byte tombstone chunk in front of the pointer
@@ -159,6 +159,7 @@ struct tquar {
 	uint64_t bytes;        /* resident bytes of the blocks queued (quar_bytes) */
 	int64_t unsynced;      /* bytes queued - bytes taken out, not yet added to quar_total */
 	int keyed;             /* the thread-exit destructor is armed */
+	uint32_t count;        /* blocks queued */
 };
 #define QUAR_SYNC ((int64_t)64 << 10)
 static __thread struct tquar tquar __attribute__((tls_model("initial-exec")));
@@ -962,19 +963,18 @@ static void release(struct blk *b)
  */
 #define QUAR_FLOOR ((uint64_t)256 << 10)
 /*
- * And one thread's FIFO holds at most QUAR_THREAD_MAX bytes (unless
- * HEISEN_QUARANTINE_MB was set): a block leaves the FIFO while its lines
- * are still in the core's cache, so releasing it costs no miss.  A larger
+ * And one thread's FIFO holds at most QUAR_THREAD_BLOCKS blocks (unless
+ * HEISEN_QUARANTINE_MB was set): a block leaves the FIFO while its header
+ * is still in the core's cache, so releasing it costs no miss.  A longer
  * FIFO released blocks freed long ago, each free paying a miss or two on a
  * cold header (the top of a churning C++ program's profile) for no
  * detection the released header does not give: a second free long after
- * the first is found by the header glibc leaves alone (release()).
+ * the first is found by the header glibc leaves alone (release()).  A
+ * count, not bytes: a large block (a buffer glibc mmapped, which release()
+ * unmaps) still waits its turn like the others.
  */
-#define QUAR_THREAD_MAX ((uint64_t)QUAR_THREAD_KB << 10)
-#ifndef QUAR_THREAD_KB
-#define QUAR_THREAD_KB 64
-#endif
-static uint64_t quar_thread_max = UINT64_MAX; /* QUAR_THREAD_MAX unless HEISEN_QUARANTINE_MB was set */
+#define QUAR_THREAD_BLOCKS 512u
+static uint32_t quar_thread_max = UINT32_MAX; /* QUAR_THREAD_BLOCKS unless HEISEN_QUARANTINE_MB was set */
 static uint64_t quar_floor;            /* the least quar_budget() can be: min(QUAR_FLOOR, quar_limit), or quar_limit when explicit */
 #define QUAR_LIVE_SHARE 32u
 static int quar_explicit;              /* HEISEN_QUARANTINE_MB was set */
@@ -1060,20 +1060,22 @@ static void quarantine_put(struct blk *b)
 		q->head = b;
 	q->tail = b;
 	q->bytes += bytes;
+	q->count++;
 	q->unsynced += (int64_t)bytes;
 	/* relaxed: a budget, ordered with nothing else */
 	total = (int64_t)__atomic_load_n(&quar_total, __ATOMIC_RELAXED) + q->unsynced;
 	/* below the least budget there can be (quar_floor), the live heap
 	   (a line every thread's counters write) is not read */
 	budget = total > (int64_t)quar_floor ? quar_budget() : quar_floor;
-	if (total > (int64_t)budget || q->bytes > quar_thread_max) {
-		while (q->head && (total > (int64_t)budget || q->bytes > quar_thread_max)) {
+	if (total > (int64_t)budget || q->count > quar_thread_max) {
+		while (q->head && (total > (int64_t)budget || q->count > quar_thread_max)) {
 			struct blk *v = q->head;
 			uint64_t vb = quar_bytes(v);
 			q->head = v->qnext;
 			if (!q->head)
 				q->tail = NULL;
 			q->bytes -= vb;
+			q->count--;
 			q->unsynced -= (int64_t)vb;
 			total -= (int64_t)vb;
 			v->qnext = victims;
@@ -1113,6 +1115,7 @@ static void tquar_exit(void *arg)
 	__atomic_sub_fetch(&quar_total, q->bytes - (uint64_t)q->unsynced, __ATOMIC_RELAXED);
 	q->tail = NULL;
 	q->bytes = 0;
+	q->count = 0;
 	q->unsynced = 0;
 	count_flush();
 	t->in_hook = was;
@@ -1294,7 +1297,7 @@ HS_HIDDEN void hs_heap_init(void)
 	v = getenv("HEISEN_QUARANTINE_MB");
 	quar_explicit = v && *v;
 	if (!quar_explicit)
-		quar_thread_max = QUAR_THREAD_MAX;
+		quar_thread_max = QUAR_THREAD_BLOCKS;
 	quar_limit = (quar_explicit ? strtoull(v, NULL, 10) : 64ull) << 20;
 	/*
 	 * The quarantine is memory the program did not ask for.  In a memory-

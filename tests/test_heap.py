@@ -303,6 +303,27 @@ def test_double_free_after_intervening_allocations(heisen, tmp_path, size, n, th
             assert frame_functions(stack_by_role(f, "allocation"))[:2] == ["alloc_victim", "sweep"]
 
 
+def test_double_free_of_a_large_buffer_soon_after(heisen, tmp_path):
+    """A 200 KiB buffer (glibc maps it on its own) freed, ten mixed-size
+    allocations with five frees between, and freed again: a double free
+    with its three stacks.  The buffer waits in the quarantine like any
+    block (a per-thread bound in bytes gave it back at once, glibc unmapped
+    it, and the second free was only an invalid free of unmapped memory)."""
+    size = 200 << 10
+    p = heisen.preload([target(heisen, "heap_free_sweep"), size, 10, 1], tmp_path / "s", timeout=120,
+                       env={"HEISEN_ON_HEAP_ERROR": "continue"})
+    assert p.returncode == 0 and "done ok" in p.stdout, (p.returncode, p.stderr[-2000:])
+    fx = facts(p.stdout)
+    r = heisen.dump_json(tmp_path / "s", expect_rc=1)
+    fs = heap_findings(r)
+    assert [(f["kind"], f["count"], f["size"]) for f in fs] == [("double-free", 1, size)], fs
+    f = fs[0]
+    assert hexint(f["address"]) == int(fx["victim0"][0], 16)
+    assert frame_functions(stack_by_role(f, "second free"))[:2] == ["second_free", "sweep"]
+    assert frame_functions(stack_by_role(f, "first free"))[:2] == ["first_free", "sweep"]
+    assert frame_functions(stack_by_role(f, "allocation"))[:2] == ["alloc_victim", "sweep"]
+
+
 def test_churn_without_double_free_no_finding(heisen, tmp_path):
     """The same churn, eight threads, a hundred thousand allocations each, and
     no second free: blocks given back to glibc keep their headers, and glibc
