@@ -11,8 +11,8 @@
  * written, then free; the pointer escapes through an empty asm so the
  * compiler cannot drop the pair.  Each case is timed after an untimed
  * warm-up of N/10 pairs, so a tool's first-call work at the call site is not
- * counted and a checker's quarantine (heisen's: an eighth of the live heap,
- * at least 256 KiB; ASan's 256 MB) has filled or nearly: the timed pairs are
+ * counted and a checker's quarantine (heisen's: a 32nd of the live heap,
+ * at least 256 KiB, at most 512 blocks per thread; ASan's 256 MB) has filled or nearly: the timed pairs are
  * its steady state, each free pushing an older block back to the allocator.
  *
  * Cases:

@@ -28,8 +28,9 @@
  * block publish and see the first free atomically: exactly one wins, the
  * other is the double free.  Freed blocks wait in a FIFO quarantine, one
  * per thread and without a lock, whose budget for all threads together is
- * HEISEN_QUARANTINE_MB when set, else an eighth of the live heap between
- * 256 KiB and 64 MiB (quar_budget).  Then they go back to glibc "released":
+ * HEISEN_QUARANTINE_MB when set, else a 32nd of the live heap between
+ * 256 KiB and 64 MiB (quar_budget), at most 512 blocks in one thread's FIFO.
+ * Then they go back to glibc "released":
  * the header stays, out of reach of glibc's own links, and blocks of 1 KiB
  * and more leave a 64-byte tombstone chunk in front of the pointer
  * (release()), so a second free long after the quarantine still finds its
@@ -40,10 +41,10 @@
  *   - double-free: a free (or realloc) of one of our blocks in state freed
  *     (in the quarantine) or released (given back, header still there);
  *   - invalid-free: a pointer not 16-byte aligned (glibc never returns one),
- *     a 16-aligned pointer with no readable memory in front of it, and a
+ *     a 16-aligned pointer with no readable memory in front of it, a
  *     pointer into the middle of one of our blocks whose header lies
- *     in the same page as the pointer (a bounded backward scan: larger
- *     offsets go to glibc, which aborts on them as it would without us);
+ *     at most 8 KiB before the pointer's page (a bounded backward scan),
+ *     and a pointer whose chunk header glibc's free would refuse;
  *   - heap-overflow: the tail canary (8 to 23 bytes after the requested size)
  *     changed, checked at free and realloc.
  * Out of scope: use after free, reads past the end, overflows that skip the
@@ -66,6 +67,9 @@
 #include <sys/mman.h>
 #include <ucontext.h>
 #include <unistd.h>
+
+#define UNW_LOCAL_ONLY
+#include <libunwind.h>
 
 #include "shim.h"
 
@@ -155,6 +159,7 @@ struct tquar {
 	uint64_t bytes;        /* resident bytes of the blocks queued (quar_bytes) */
 	int64_t unsynced;      /* bytes queued - bytes taken out, not yet added to quar_total */
 	int keyed;             /* the thread-exit destructor is armed */
+	uint32_t count;        /* blocks queued */
 };
 #define QUAR_SYNC ((int64_t)64 << 10)
 static __thread struct tquar tquar __attribute__((tls_model("initial-exec")));
@@ -168,34 +173,48 @@ static const unsigned char canary_pat[32] = {
 	0xa9, 0xba, 0xcb, 0xdc, 0xed, 0xfe, 0x0f, 0x10, 0x21, 0x32, 0x43, 0x54, 0x65, 0x76, 0x87, 0x98,
 };
 
-/* Bytes of canary after a block of size n: at least 8, ending 16-aligned. */
+/*
+ * Bytes of canary after a block of size n: at least 8, and ending 8 bytes
+ * past a 16-byte boundary.  A request of that length (the header is a
+ * multiple of 16) is what glibc serves with no slack: its chunk is the
+ * request plus its 8-byte size word, rounded to 16, and the last 8 bytes of
+ * an in-use chunk's memory are the next chunk's prev_size field, which glibc
+ * lets the program use (malloc_usable_size counts them).  Ending on a 16-byte
+ * boundary instead wasted those 8 bytes and made every chunk 16 bytes
+ * larger half of the time.  8 to 23 bytes.
+ */
 static inline size_t canary_len(size_t n)
 {
-	return (((n + 8 + 15) & ~(size_t)15) - n);
+	return (((n + 8 + 8 + 15) & ~(size_t)15) - 8 - n);
 }
 
-/* Write the canary after the n bytes at u: one 8-byte store and up to 15 bytes (no call). */
+/* Write the canary after the n bytes at u: two or three overlapping 8-byte
+ * stores (the pattern is by position, so overlapping stores agree), no loop. */
 static inline void canary_put(char *u, size_t n)
 {
 	size_t len = canary_len(n);
 	memcpy(u + n, canary_pat, 8);
-	for (size_t i = 8; i < len; i++)
-		u[n + i] = (char)canary_pat[i];
+	if (len > 16)
+		memcpy(u + n + 8, canary_pat + 8, 8);
+	memcpy(u + n + len - 8, canary_pat + len - 8, 8);
 }
 
-/* 1 when the canary after the n bytes at u is intact. */
+/* 1 when the canary after the n bytes at u is intact (the same words). */
 static inline int canary_ok(const char *u, size_t n)
 {
 	size_t len = canary_len(n);
-	uint64_t a, b;
+	uint64_t a, b, c, x, y, z;
 	memcpy(&a, u + n, 8);
-	memcpy(&b, canary_pat, 8);
-	if (a != b)
-		return 0;
-	for (size_t i = 8; i < len; i++)
-		if ((unsigned char)u[n + i] != canary_pat[i])
-			return 0;
-	return 1;
+	memcpy(&x, canary_pat, 8);
+	memcpy(&c, u + n + len - 8, 8);
+	memcpy(&z, canary_pat + len - 8, 8);
+	if (len > 16) {
+		memcpy(&b, u + n + 8, 8);
+		memcpy(&y, canary_pat + 8, 8);
+	} else {
+		b = y = 0;
+	}
+	return ((a ^ x) | (b ^ y) | (c ^ z)) == 0;
 }
 
 static inline struct blk *blk_of(void *p)
@@ -406,68 +425,145 @@ static uint32_t site_stack_key(uint64_t key, uint64_t site, int first_sight);
 /*
  * A wrapper site (libstdc++'s operator new calling malloc): key it by its
  * first caller outside the wrapper.  Unwinding for that caller costs some
- * 200 ns, so it is done once per wrapper site, to learn where the caller's
- * return address lies relative to the hook's CFA (heap_cfa): that offset is
- * fixed for a given call site (the wrapper's frame at its call into malloc
- * has one shape), and is kept in the site's cache entry (*entry, bits 0-23,
- * 8-byte units; 0 = not learnt, or not found: unwind every time).  Later
- * calls read the caller from the stack directly.
+ * 1-2 us, so it is done once per return address met in the wrapper, to
+ * learn the shape of that frame: how many 8-byte words above the slot that
+ * holds a return address R (R inside the wrapper) lies the slot of R's
+ * function's own return address.  That distance is fixed for a given R: R
+ * names one call instruction of one function, whose frame at that call has
+ * one size (no alloca in libstdc++'s allocation paths).  So later calls walk
+ * from the hook's own return address slot (heap_cfa - 8, which holds the
+ * site) up the chain of wrapper frames, a cache lookup and a load per frame
+ * — operator new called directly from inlined allocator code, or through
+ * std::string's _M_create, _M_mutate or _M_construct, each path its own
+ * chain — to the caller outside the wrapper.  The chain is the unwinder's
+ * (libunwind's SP per frame, not a scan of the stack for a matching word).
+ * A walk that meets a return address it has not learnt, or ends on a word
+ * that is no code of a loaded module (a frame whose size did change after
+ * all), unwinds and learns again.  The idea is a frame-size cache, as in a
+ * profiler's fast unwinder (the CFA rule per PC, memoised).
  */
-/* A wrapper site's composite key; bits 63 and 62: never a user-space PC. */
+#define FRAME_CACHE 2048u
+#define FRAME_PC_MASK ((1ull << 48) - 1)
+#define WRAP_DEPTH 8
+#define FRAME_WORDS_MAX 4096u /* 32 KiB: a larger frame is not learnt (unwound each time) */
+static uint64_t frame_cache[FRAME_CACHE]; /* [atomic] return address (48 bits) | words to the next slot << 48 */
+
+/* A return address's slot: one multiply (return addresses differ in their low bits already). */
+static inline uint32_t frame_slot(uint64_t pc)
+{
+	return (uint32_t)((pc * 0x9e3779b97f4a7c15ull) >> 40) & (FRAME_CACHE - 1);
+}
+
+/* Words from the slot holding pc to its function's return address slot; 0 when not learnt. */
+static inline uint64_t frame_words(uint64_t pc)
+{
+	uint64_t e = __atomic_load_n(&frame_cache[frame_slot(pc)], __ATOMIC_RELAXED);
+	return (e & FRAME_PC_MASK) == pc ? e >> 48 : 0;
+}
+
+static inline void frame_learn(uint64_t pc, uint64_t words)
+{
+	if (words == 0 || words > FRAME_WORDS_MAX || (pc & ~FRAME_PC_MASK))
+		return;
+	/* relaxed: a self-contained word; a lost race only learns again */
+	__atomic_store_n(&frame_cache[frame_slot(pc)], pc | words << 48, __ATOMIC_RELAXED);
+}
+
+/*
+ * Unwind from here to the first caller outside the shim and [lo, hi),
+ * learning the frame size of every wrapper return address on the way (from
+ * the frame whose return address slot is cfa - 8 up); the caller, 0 when
+ * none was found.
+ */
+static uint64_t wrapper_learn(uint64_t lo, uint64_t hi, uint64_t cfa)
+{
+	unw_context_t uc;
+	unw_cursor_t c;
+	uint64_t prev_pc = 0, prev_slot = 0;
+	if (unw_getcontext(&uc) < 0 || unw_init_local(&c, &uc) < 0)
+		return 0;
+	for (int i = 0; i < 48 && unw_step(&c) > 0; i++) {
+		unw_word_t ip = 0, sp = 0;
+		uint64_t slot;
+		if (unw_get_reg(&c, UNW_REG_IP, &ip) < 0 || unw_get_reg(&c, UNW_REG_SP, &sp) < 0 || ip == 0)
+			return 0;
+		/* ip is the return address the call from this frame's callee left
+		   at the callee's CFA - 8, and the callee's CFA is this frame's SP */
+		slot = (uint64_t)sp - 8;
+		if (prev_slot && slot > prev_slot && ((slot - prev_slot) & 7) == 0)
+			frame_learn(prev_pc, (slot - prev_slot) / 8);
+		prev_slot = 0;
+		if (ip >= hs_self_lo && ip < hs_self_hi)
+			continue;
+		if (ip < lo || ip >= hi)
+			return ip;
+		if (slot >= cfa - 8) /* a wrapper frame of this call (not the unwinder's own) */
+			prev_pc = ip, prev_slot = slot;
+	}
+	return 0;
+}
+
+/* A wrapper site's composite key, already a hash; bits 63 and 62: never a user-space PC. */
 static inline uint64_t wrapper_key(uint64_t site, uint64_t outer)
 {
-	return hs_mix64(site ^ hs_mix64(outer)) | (3ull << 62);
+	return hs_mix64(site * 0x9e3779b97f4a7c15ull ^ outer) | (3ull << 62);
 }
 
-/* 1 when key has an entry in the site cache now. */
-static inline int site_cache_has(uint64_t key)
+/* The site cache's hash of key: a wrapper key is one already. */
+static inline uint64_t site_hash(uint64_t key)
 {
-	uint64_t h = hs_mix64(key);
-	uint64_t v = __atomic_load_n(&site_cache[h & (SITE_CACHE - 1)], __ATOMIC_RELAXED);
-	return v != 0 && (v >> 26) == (h >> 26);
+	return (key >> 62) == 3 ? key : hs_mix64(key);
 }
 
-static uint32_t wrapper_stack(uint64_t site, uint64_t *entry)
+static uint32_t wrapper_stack(uint64_t site)
 {
 	uint64_t lo = __atomic_load_n(&wrapper_lo, __ATOMIC_RELAXED);
 	uint64_t hi = __atomic_load_n(&wrapper_hi, __ATOMIC_RELAXED);
-	uint64_t v = __atomic_load_n(entry, __ATOMIC_RELAXED), outer = 0, cfa = heap_cfa;
-	uint32_t k = (uint32_t)(v & 0xffffffu);
+	uint64_t cfa = heap_cfa, slot, pc, w;
+	int i;
 	if (!lo || !cfa)
 		return hs_stack_here();
-	int slot_wrong = 0;
-	if (k) {
-		outer = *(const uint64_t *)(uintptr_t)(cfa + 8u * k);
-		/* The slot was learnt on one path into the wrapper; another path
-		 * (more wrapper frames between, std::string's _M_mutate before
-		 * operator new) puts something else there — a size, a pointer.
-		 * A caller seen before is in the cache; a new one must at least
-		 * be code of a loaded module, else every such call made a new
-		 * key and the stack table filled with garbage. */
-		if (outer >= lo && outer < hi)
-			outer = 0;
-		else if (!site_cache_has(wrapper_key(site, outer)) && !hs_module_known(outer))
-			outer = 0, slot_wrong = 1;
+	/* the hook's return address (the site) lies at its CFA - 8 */
+	slot = cfa - 8;
+	pc = site;
+	for (i = 0; i < WRAP_DEPTH && pc >= lo && pc < hi; i++) {
+		uint64_t two[2];
+		w = frame_words(pc);
+		if (!w)
+			break;
+		slot += 8 * w;
+		/* through the probe: a frame size that was wrong after all must not
+		   walk off the top of the thread's stack into a fault */
+		if (!hs_safe_read16((const void *)(uintptr_t)(slot & ~(uint64_t)15), two)) {
+			pc = 0;
+			break;
+		}
+		pc = two[(slot >> 3) & 1];
 	}
-	if (!outer) {
-		outer = hs_caller_outside(lo, hi);
-		if (!outer)
+	/* a caller seen before is in the cache (its entry is a plain one); a new
+	   one must at least be code of a loaded module (else a frame's size was
+	   not what was learnt) */
+	if (pc >= lo && pc < hi) {
+		pc = 0;
+	} else {
+		uint64_t h = wrapper_key(site, pc);
+		uint64_t v = __atomic_load_n(&site_cache[h & (SITE_CACHE - 1)], __ATOMIC_RELAXED);
+		if (HS_LIKELY(v != 0 && (v >> 26) == (h >> 26)))
+			return (uint32_t)(v & 0xffffffu);
+		if (!hs_module_known(pc))
+			pc = 0;
+	}
+	if (!pc) {
+		pc = wrapper_learn(lo, hi, cfa);
+		if (!pc)
 			return hs_stack_here();
-		/* learn the slot: the first word above the CFA that holds the caller */
-		for (k = 1; k < 64; k++)
-			if (*(const uint64_t *)(uintptr_t)(cfa + 8u * k) == outer)
-				break;
-		if (k < 64 && !slot_wrong && (v & SITE_WRAPPER))
-			/* relaxed: a self-contained word; a lost race only re-learns */
-			__atomic_compare_exchange_n(entry, &v, (v & ~(uint64_t)0xffffffu) | k, 0, __ATOMIC_RELAXED,
-						    __ATOMIC_RELAXED);
 	}
-	return site_stack_key(wrapper_key(site, outer), site, 0);
+	return site_stack_key(wrapper_key(site, pc), site, 0);
 }
 
 static uint32_t site_stack_key(uint64_t key, uint64_t site, int first_sight)
 {
-	uint64_t h = hs_mix64(key);
+	uint64_t h = site_hash(key);
 	uint64_t *e = &site_cache[h & (SITE_CACHE - 1)];
 	uint64_t tag = h >> 26, v = __atomic_load_n(e, __ATOMIC_RELAXED);
 	enum site_kind kind = SITE_PLAIN;
@@ -476,7 +572,7 @@ static uint32_t site_stack_key(uint64_t key, uint64_t site, int first_sight)
 		if (HS_UNLIKELY(v & SITE_EXACT))
 			return hs_stack_here();
 		if (HS_UNLIKELY(v & SITE_WRAPPER))
-			return wrapper_stack(site, e);
+			return wrapper_stack(site);
 		return (uint32_t)(v & 0xffffffu);
 	}
 	if (first_sight)
@@ -491,13 +587,46 @@ static uint32_t site_stack_key(uint64_t key, uint64_t site, int first_sight)
 	if (kind == SITE_FFI)
 		return hs_stack_here();
 	if (kind == SITE_CXX)
-		return wrapper_stack(site, e);
+		return wrapper_stack(site);
 	return id;
 }
 
-static uint32_t site_stack(uint64_t site)
+/*
+ * The calling thread's last two plain sites and their stacks, in front of
+ * the site cache: a loop that allocates and frees meets the same two sites
+ * again and again, and a compare is cheaper than the cache's hash and load.
+ * Cleared in a fork child whose site cache is cleared.
+ */
+struct site_memo {
+	uint64_t site[2];
+	uint32_t id[2];
+};
+static __thread struct site_memo site_memo __attribute__((tls_model("initial-exec")));
+
+#define MEMO_WRAPPER (1u << 31) /* in site_memo.id: a wrapper site, see wrapper_stack */
+
+static inline uint32_t site_stack(uint64_t site)
 {
-	return site_stack_key(site, site, 1);
+	struct site_memo *m = &site_memo;
+	uint64_t h, v;
+	uint32_t id;
+	if (HS_LIKELY(m->site[0] == site)) {
+		id = m->id[0];
+	} else if (m->site[1] == site) {
+		/* most recent first */
+		id = m->id[1];
+		m->site[1] = m->site[0], m->id[1] = m->id[0];
+		m->site[0] = site, m->id[0] = id;
+	} else {
+		h = hs_mix64(site);
+		v = __atomic_load_n(&site_cache[h & (SITE_CACHE - 1)], __ATOMIC_RELAXED);
+		if (v == 0 || (v >> 26) != (h >> 26) || (v & SITE_EXACT) || !(v & (SITE_WRAPPER | 0xffffffu)))
+			return site_stack_key(site, site, 1);
+		id = v & SITE_WRAPPER ? MEMO_WRAPPER : (uint32_t)(v & 0xffffffu);
+		m->site[1] = m->site[0], m->id[1] = m->id[0];
+		m->site[0] = site, m->id[0] = id;
+	}
+	return HS_UNLIKELY(id & MEMO_WRAPPER) ? wrapper_stack(site) : id;
 }
 
 /* The stack kept for one malloc or free at `site`; 0 when not recording. */
@@ -661,26 +790,37 @@ static void bad_state(struct hs_tls *t, int ring, void *p, uint64_t state)
 
 /*
  * The block of ours (live or in the quarantine) whose user bytes (or
- * canary) contain p, found by scanning back for a header in the page that
- * holds p - 16.  NULL when there is none there, or the page is not mapped
- * (*unmapped set then).  Every read goes through hs_safe_read16.
+ * canary) contain p, found by scanning back for a header from p through
+ * the page that holds p - 16 and CONTAIN_BACK bytes before it.  The
+ * nearest live or quarantined header decides; a released one on the way
+ * is passed over (a stale header inside memory glibc has handed out again,
+ * maybe to the very block that contains p: the second free of a small
+ * block a million allocations later lands there, and glibc, handed such a
+ * pointer, aborts or faults reading a chunk header that is user data).
+ * NULL when there is none, or the page of p - 16 is not mapped (*unmapped
+ * set then; an unmapped page before it only ends the scan).  Every read
+ * goes through hs_safe_read16.  Runs only for pointers without our magic.
  */
+#define CONTAIN_BACK ((uintptr_t)8 << 10)
 static struct blk *containing(const void *p, int *unmapped)
 {
 	uintptr_t u = ((uintptr_t)p - 1) & ~(uintptr_t)15;
-	uintptr_t lim = ((uintptr_t)p - 16) & ~(uintptr_t)(page_size - 1);
+	uintptr_t own = ((uintptr_t)p - 16) & ~(uintptr_t)(page_size - 1);
+	uintptr_t lim = own > CONTAIN_BACK ? own - CONTAIN_BACK : 0;
 	*unmapped = 0;
 	for (; u >= lim + 16 && u > 16; u -= 16) {
 		uint64_t w[2];
 		if (!hs_safe_read16((const void *)(u - 16), w)) {
-			*unmapped = 1;
+			*unmapped = u - 16 >= own;
 			return NULL;
 		}
 		if (w[0] == (HEAP_MAGIC ^ (uint64_t)u)) {
 			struct blk *b = blk_of((void *)u);
 			uint64_t st = w[1], sz[2];
+			if (ST_KIND(st) == ST_RELEASED)
+				continue;
 			if ((ST_KIND(st) == ST_LIVE || ST_KIND(st) == ST_FREED) && hs_safe_read16(&b->size, sz) &&
-			    (uintptr_t)p < u + b->size + canary_len(b->size))
+			    (uintptr_t)p < u + sz[0] + canary_len(sz[0]))
 				return b;
 			return NULL;
 		}
@@ -717,18 +857,40 @@ static int on_own_stack(const void *p)
 }
 
 /*
+ * 1 when the words in front of p (w: p-16 and p-8) are no chunk header
+ * glibc's free accepts: the checks free() makes before anything else
+ * (malloc.c: munmap_chunk's "invalid pointer" for an mmapped chunk whose
+ * start and length are not page-aligned; _int_free's "invalid pointer"
+ * and "invalid size" for a size below the minimum chunk, not a multiple of
+ * 16, or wrapping past the end of memory).  glibc would abort with its own
+ * message and no stack; heisen reports the invalid free instead.
+ */
+static int glibc_would_refuse(const void *p, const uint64_t w[2])
+{
+	uint64_t size = w[1] & ~(uint64_t)7, c = (uint64_t)(uintptr_t)p - 16;
+	if (w[1] & 2) /* IS_MMAPPED: prev_size is the offset into the mapping */
+		return ((c - w[0]) | (w[0] + size)) & (page_size - 1) ? 1 : 0;
+	return size < 32 || (size & 15) != 0 || c > (uint64_t)0 - size;
+}
+
+/*
  * A pointer without our magic: glibc's, unless it is provably bad (see
  * the top comment): misaligned, inside one of our blocks, on the freeing
- * thread's own stack, or with no readable memory in front of it (a wild
- * pointer: glibc would fault reading its chunk header).  Returns 1 when it
- * was reported (do not free it).
+ * thread's own stack, with no readable memory in front of it (a wild
+ * pointer: glibc would fault reading its chunk header), or with a chunk
+ * header glibc would refuse (glibc_would_refuse: the second free of a
+ * block whose address now lies inside memory given out since, where the
+ * words in front of it are user data).  Returns 1 when it was reported (do
+ * not free it).
  */
 static int foreign_is_invalid(struct hs_tls *t, int ring, void *p, enum owner o)
 {
 	int unmapped = o == OWN_UNMAPPED;
 	struct blk *b = unmapped ? NULL : containing(p, &unmapped);
 	struct hs_finding f;
-	if (!b && !unmapped && ((uintptr_t)p & 15) == 0 && !on_own_stack(p))
+	uint64_t w[2];
+	if (!b && !unmapped && ((uintptr_t)p & 15) == 0 && !on_own_stack(p) &&
+	    !(hs_safe_read16((const char *)p - 16, w) && glibc_would_refuse(p, w)))
 		return 0;
 	finding_init(&f, t, HS_FIND_INVALID_FREE, p);
 	if (b) {
@@ -800,7 +962,21 @@ static void release(struct blk *b)
  * Detection past the quarantine comes from the released header (release()).
  */
 #define QUAR_FLOOR ((uint64_t)256 << 10)
-#define QUAR_LIVE_SHARE 8u
+/*
+ * And one thread's FIFO holds at most QUAR_THREAD_BLOCKS blocks (unless
+ * HEISEN_QUARANTINE_MB was set): a block leaves the FIFO while its header
+ * is still in the core's cache, so releasing it costs no miss.  A longer
+ * FIFO released blocks freed long ago, each free paying a miss or two on a
+ * cold header (the top of a churning C++ program's profile) for no
+ * detection the released header does not give: a second free long after
+ * the first is found by the header glibc leaves alone (release()).  A
+ * count, not bytes: a large block (a buffer glibc mmapped, which release()
+ * unmaps) still waits its turn like the others.
+ */
+#define QUAR_THREAD_BLOCKS 512u
+static uint32_t quar_thread_max = UINT32_MAX; /* QUAR_THREAD_BLOCKS unless HEISEN_QUARANTINE_MB was set */
+static uint64_t quar_floor;            /* the least quar_budget() can be: min(QUAR_FLOOR, quar_limit), or quar_limit when explicit */
+#define QUAR_LIVE_SHARE 32u
 static int quar_explicit;              /* HEISEN_QUARANTINE_MB was set (to a valid value) */
 #define QUARANTINE_MB_MAX (1u << 20)   /* HEISEN_QUARANTINE_MB's range: 0 to 1 TiB */
 
@@ -867,9 +1043,9 @@ static void quarantine_put(struct blk *b)
 {
 	struct tquar *q = &tquar;
 	struct blk *victims = NULL;
-	uint64_t bytes = quar_bytes(b), budget = quar_budget();
+	uint64_t bytes = quar_bytes(b), budget;
 	int64_t total;
-	if (budget == 0) {
+	if (quar_limit == 0) { /* quar_budget() is 0 exactly then */
 		release(b);
 		return;
 	}
@@ -885,17 +1061,22 @@ static void quarantine_put(struct blk *b)
 		q->head = b;
 	q->tail = b;
 	q->bytes += bytes;
+	q->count++;
 	q->unsynced += (int64_t)bytes;
 	/* relaxed: a budget, ordered with nothing else */
 	total = (int64_t)__atomic_load_n(&quar_total, __ATOMIC_RELAXED) + q->unsynced;
-	if (total > (int64_t)budget) {
-		while (q->head && total > (int64_t)budget) {
+	/* below the least budget there can be (quar_floor), the live heap
+	   (a line every thread's counters write) is not read */
+	budget = total > (int64_t)quar_floor ? quar_budget() : quar_floor;
+	if (total > (int64_t)budget || q->count > quar_thread_max) {
+		while (q->head && (total > (int64_t)budget || q->count > quar_thread_max)) {
 			struct blk *v = q->head;
 			uint64_t vb = quar_bytes(v);
 			q->head = v->qnext;
 			if (!q->head)
 				q->tail = NULL;
 			q->bytes -= vb;
+			q->count--;
 			q->unsynced -= (int64_t)vb;
 			total -= (int64_t)vb;
 			v->qnext = victims;
@@ -935,6 +1116,7 @@ static void tquar_exit(void *arg)
 	__atomic_sub_fetch(&quar_total, q->bytes - (uint64_t)q->unsynced, __ATOMIC_RELAXED);
 	q->tail = NULL;
 	q->bytes = 0;
+	q->count = 0;
 	q->unsynced = 0;
 	count_flush();
 	t->in_hook = was;
@@ -1075,6 +1257,7 @@ HS_HIDDEN void hs_heap_after_fork_child(void)
 	/* the site cache holds stack ids: valid here only when the tables were inherited */
 	if (!hs_seg_inherited) {
 		memset(site_cache, 0, sizeof site_cache);
+		memset(&site_memo, 0, sizeof site_memo);
 		__atomic_add_fetch(&stack_epoch, 1, __ATOMIC_RELAXED);
 	}
 	/* the other threads' FIFOs stay allocated in the child; the total is this thread's */
@@ -1112,6 +1295,8 @@ HS_HIDDEN void hs_heap_init(void)
 	}
 	page_size = (size_t)sysconf(_SC_PAGESIZE);
 	quar_limit = hs_getenv_num("HEISEN_QUARANTINE_MB", 64, 0, QUARANTINE_MB_MAX, &quar_explicit) << 20;
+	if (!quar_explicit)
+		quar_thread_max = QUAR_THREAD_BLOCKS;
 	/*
 	 * The quarantine is memory the program did not ask for.  In a memory-
 	 * limited cgroup (a container; seed 002's pool of workers, each with a
@@ -1122,6 +1307,7 @@ HS_HIDDEN void hs_heap_init(void)
 	if (!quar_explicit && (hs_seg.hdr->flags & HS_HDR_ENV) && hs_seg.hdr->env.mem_limit &&
 	    quar_limit > hs_seg.hdr->env.mem_limit / 32)
 		quar_limit = hs_seg.hdr->env.mem_limit / 32;
+	quar_floor = quar_explicit || quar_limit < QUAR_FLOOR ? quar_limit : QUAR_FLOOR;
 	{
 		static const char *const words[] = {"site", "full", "none"};
 		int k = hs_getenv_enum("HEISEN_HEAP_STACKS", words, 3, 0);

@@ -205,6 +205,28 @@ def test_invalid_free_interior(heisen, way):
     heap_abort_crash(r, pid)
 
 
+def test_invalid_free_of_a_cursor_pages_into_its_buffer(heisen, way):
+    """A request parser frees its cursor, 6000 bytes into the 16 KiB buffer
+    it reads, instead of the buffer: the header lies pages before the
+    pointer and the words in front of it are request text (glibc alone
+    dies of SIGSEGV inside free, taking them for a chunk header).  An
+    invalid-free naming the buffer, the offset, the free and the
+    allocation."""
+    p = way.run([target(heisen, "heap_invalid_free"), "cursor"], env=HEAP)
+    assert p.returncode == way.killed_by(signal.SIGABRT), (p.returncode, p.stderr)
+    pid, tid = fact_int(p.stdout, "pid"), fact_int(p.stdout, "tid_main")
+    block = int(facts(p.stdout)["block"][0], 16)
+    ptr = int(facts(p.stdout)["pointer"][0], 16)
+    r = heisen.dump_json(way.session, expect_rc=1)
+    f = one(r, "invalid-free")
+    assert f["pid"] == pid and f["tids"][0] == tid
+    assert hexint(f["address"]) == ptr
+    assert f["block"] == {"address": hex(block), "size": 16384, "offset": 6000}
+    assert frame_functions(stack_by_role(f, "free"))[:2] == ["free_cursor", "main"]
+    assert frame_functions(stack_by_role(f, "allocation"))[:2] == ["read_request", "free_cursor"]
+    heap_abort_crash(r, pid)
+
+
 def test_invalid_free_stack_address(heisen, way):
     p = way.run([target(heisen, "heap_invalid_free"), "stack"], env=HEAP)
     assert p.returncode == way.killed_by(signal.SIGABRT), (p.returncode, p.stderr)
@@ -279,6 +301,27 @@ def test_double_free_after_intervening_allocations(heisen, tmp_path, size, n, th
         if first[0] == "first_free" and (threads == 1 or f["size"] == size):
             assert f["tids"][2] == f["tids"][0], f
             assert frame_functions(stack_by_role(f, "allocation"))[:2] == ["alloc_victim", "sweep"]
+
+
+def test_double_free_of_a_large_buffer_soon_after(heisen, tmp_path):
+    """A 200 KiB buffer (glibc maps it on its own) freed, ten mixed-size
+    allocations with five frees between, and freed again: a double free
+    with its three stacks.  The buffer waits in the quarantine like any
+    block (a per-thread bound in bytes gave it back at once, glibc unmapped
+    it, and the second free was only an invalid free of unmapped memory)."""
+    size = 200 << 10
+    p = heisen.preload([target(heisen, "heap_free_sweep"), size, 10, 1], tmp_path / "s", timeout=120,
+                       env={"HEISEN_ON_HEAP_ERROR": "continue"})
+    assert p.returncode == 0 and "done ok" in p.stdout, (p.returncode, p.stderr[-2000:])
+    fx = facts(p.stdout)
+    r = heisen.dump_json(tmp_path / "s", expect_rc=1)
+    fs = heap_findings(r)
+    assert [(f["kind"], f["count"], f["size"]) for f in fs] == [("double-free", 1, size)], fs
+    f = fs[0]
+    assert hexint(f["address"]) == int(fx["victim0"][0], 16)
+    assert frame_functions(stack_by_role(f, "second free"))[:2] == ["second_free", "sweep"]
+    assert frame_functions(stack_by_role(f, "first free"))[:2] == ["first_free", "sweep"]
+    assert frame_functions(stack_by_role(f, "allocation"))[:2] == ["alloc_victim", "sweep"]
 
 
 def test_churn_without_double_free_no_finding(heisen, tmp_path):
