@@ -390,9 +390,14 @@ void hs_release(struct hs_tls *t, uint64_t addr)
 		id = th->held[i].lock;
 		if (!(th->held[i].flags & HS_HELDF_GIL) && __atomic_load_n(&hs_py_present, __ATOMIC_RELAXED) &&
 		    hs_py_holds_gil()) {
-			/* taken without the GIL, released with it: the GIL was taken while holding it */
-			gil_edge(t, id, th->held[i].mode, held_stack(th, i), hs_py_gil_lock(), HS_MODE_WRITE, 0,
-				 hs_now());
+			/* taken without the GIL, released with it: the GIL was taken while holding it;
+			 * a new edge gets the held lock's exact stack (interned only then) */
+			uint32_t gil = hs_py_gil_lock();
+			unsigned mode = th->held[i].mode;
+			gil_edge(t, id, mode,
+				 hs_edge_find(&hs_seg, hs_edge_key(id, gil, mode, HS_MODE_WRITE)) ? th->held[i].stack
+												 : held_stack(th, i),
+				 gil, HS_MODE_WRITE, 0, hs_now());
 			th->held[i].flags |= HS_HELDF_GIL;
 		}
 		if (th->held[i].recursion) {
