@@ -503,7 +503,8 @@ struct pyf {
  * shared cache does.  Not used in careful mode (signal handlers), so a
  * handler never sees an entry half written.
  */
-#define PY_TCACHE 32
+#define PY_TCACHE 64
+_Static_assert(PY_TCACHE == 64, "tc_slot takes the top 6 bits");
 static __thread struct py_tc {
 	uint64_t code, instr, name_ptr, file_ptr, tag;
 	uint32_t id;
@@ -511,7 +512,7 @@ static __thread struct py_tc {
 
 static inline struct py_tc *tc_slot(uint64_t code, uint64_t instr)
 {
-	return &py_tc[((code >> 4) ^ (instr >> 1) ^ (instr >> 6)) & (PY_TCACHE - 1)];
+	return &py_tc[((code ^ instr) * 0x9e3779b97f4a7c15ull) >> 58]; /* 64 = PY_TCACHE entries */
 }
 
 static inline uint32_t tc_put(const struct hs_seg *s, const struct pyf *f, uint64_t name, uint64_t file, uint32_t id)
