@@ -5,7 +5,7 @@
  *
  * Unwinding costs microseconds, so the hot path never unwinds.  A lock
  * acquisition reads its own chain of return addresses through distances
- * learnt from real unwinds (hs_chain, below), kept raw and interned only
+ * learnt from real unwinds (hs_chain_read, below), kept raw and interned only
  * when an edge, a self-deadlock or a wait needs it; the call site's cached
  * stack (the site index) stands for it in the flight recorder until then.
  * The stack of a new lock-order edge is captured exactly, once per edge.  Stacks are interned by hash in a
@@ -247,6 +247,17 @@ static uint32_t stack_site_slow(uint64_t site)
  * unwound through all mean doubt, and doubt means a real unwind (which
  * learns).  A pc is only ever trusted because a real unwind returned into it
  * at a known distance, so the chain read is the chain libunwind would read.
+ *
+ * A thread reads many chains that share frames (a loop around a lock, a
+ * library's mutex reached from a few callers), so a read reuses the last
+ * chain kept in the same struct hs_chain (the shadow) where it is provably
+ * the same: a frame of this call at the CFA and with the return address of
+ * a shadow frame k has, above it, the shadow's CFAs (each the one below
+ * plus the learnt distance of its return address, a function of that
+ * address only: no distance has turned to doubt since, pcoff_gen), so only
+ * each return-address slot above k is compared with the shadow's; the
+ * first that differs is read on from there through the learnt distances.
+ * A chain from a real unwind is no shadow (its CFAs were not walked).
  */
 #define PCOFF_CAP 16384u         /* learnt return addresses (process-private) */
 #define PCOFF_PROBE 16u
