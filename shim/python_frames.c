@@ -499,23 +499,24 @@ struct pyf {
  * In front of the pyframe table and its shared cache, each thread keeps the (code, instruction) pairs it met
  * last (direct-mapped, PY_TCACHE): no seqlock, no entry to re-check (a
  * published pyframe entry never changes).  A hit needs the same code
- * object address naming the same str objects, in the same segment, as the
- * shared cache does.  Not used in careful mode (signal handlers), so a
+ * object address naming the same str objects, in the same segment (its
+ * generation), as the shared cache does.  Not used in careful mode (signal handlers), so a
  * handler never sees an entry half written.
  */
-#define PY_TCACHE 64
-_Static_assert(PY_TCACHE == 64, "tc_slot takes the top 6 bits");
+#define PY_TCACHE 32
+_Static_assert(PY_TCACHE == 32, "tc_slot takes the top 5 bits");
 static __thread struct py_tc {
-	uint64_t code, instr, name_ptr, file_ptr, tag;
-	uint32_t id;
+	uint64_t code, instr, name_ptr, file_ptr;
+	uint32_t id, gen; /* gen: hs_seg_gen it was taken in (a fork child's segment has other ids) */
 } py_tc[PY_TCACHE];
 
 static inline struct py_tc *tc_slot(uint64_t code, uint64_t instr)
 {
-	return &py_tc[((code ^ instr) * 0x9e3779b97f4a7c15ull) >> 58]; /* 64 = PY_TCACHE entries */
+	/* instr points into the code object (3.11+): mix code apart, or the two cancel */
+	return &py_tc[((code * 0x9e3779b97f4a7c15ull) ^ instr) * 0xff51afd7ed558ccdull >> 59]; /* 32 entries */
 }
 
-static inline uint32_t tc_put(const struct hs_seg *s, const struct pyf *f, uint64_t name, uint64_t file, uint32_t id)
+static inline uint32_t tc_put(const struct pyf *f, uint64_t name, uint64_t file, uint32_t id)
 {
 	if (!hs_py_careful) {
 		struct py_tc *e = tc_slot(f->code, f->instr);
@@ -523,7 +524,7 @@ static inline uint32_t tc_put(const struct hs_seg *s, const struct pyf *f, uint6
 		e->instr = f->instr;
 		e->name_ptr = name;
 		e->file_ptr = file;
-		e->tag = seg_tag(s);
+		e->gen = __atomic_load_n(&hs_seg_gen, __ATOMIC_RELAXED);
 		e->id = id;
 	}
 	return id;
@@ -564,14 +565,14 @@ static uint32_t pyframe_id(struct hs_seg *s, const struct pyf *f)
 	if (!hs_py_careful) {
 		const struct py_tc *e = tc_slot(f->code, f->instr);
 		if (e->code == f->code && e->instr == f->instr && e->name_ptr == name && e->file_ptr == file &&
-		    e->id && e->tag == seg_tag(s))
+		    e->id && e->gen == __atomic_load_n(&hs_seg_gen, __ATOMIC_RELAXED))
 			return e->id;
 	}
 	if ((i = icache_get(s, f->code, f->instr, name, file)) != 0 && i < tab->capacity) {
 		const struct hs_pyframe *e = &s->pyframes[i];
 		if (__atomic_load_n(&e->ready, __ATOMIC_ACQUIRE) && e->code == f->code && e->name_ptr == name &&
 		    e->file_ptr == file)
-			return tc_put(s, f, name, file, i);
+			return tc_put(f, name, file, i);
 	}
 	line = line_of(co, f->addr);
 	key = hs_pyframe_key(f->code, line);
@@ -607,7 +608,7 @@ static uint32_t pyframe_id(struct hs_seg *s, const struct pyf *f)
 				__atomic_store_n(&pf_ent->ready, 1, __ATOMIC_RELEASE);
 				__atomic_store_n(&slot->value, id, __ATOMIC_RELEASE);
 				icache_put(s, f->code, f->instr, name, file, id);
-				return tc_put(s, f, name, file, id);
+				return tc_put(f, name, file, id);
 			}
 			k = expect;
 		}
@@ -618,7 +619,7 @@ static uint32_t pyframe_id(struct hs_seg *s, const struct pyf *f)
 			if (e && __atomic_load_n(&e->ready, __ATOMIC_ACQUIRE) && e->code == f->code &&
 			    e->name_ptr == name && e->file_ptr == file && e->line == line) {
 				icache_put(s, f->code, f->instr, name, file, id);
-				return tc_put(s, f, name, file, id);
+				return tc_put(f, name, file, id);
 			}
 		}
 	}
