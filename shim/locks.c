@@ -39,7 +39,8 @@
 struct held_chain {
 	uint64_t addr;          /* the held entry's lock */
 	uint32_t exact;         /* 1: held[].stack is already this chain, interned */
-	uint32_t site_stack;    /* hs_stack_site(stack_site) */
+	uint32_t site_stack;    /* hs_stack_site(stack_site) in the segment of generation site_gen */
+	uint32_t site_gen;
 	uint64_t stack_site;
 	uint64_t lock_addr;     /* lock_id is hs_lock_id(lock_addr) while that lock lives */
 	uint32_t lock_id;
@@ -197,9 +198,11 @@ void hs_acq_before(struct hs_tls *t, struct acq *a, unsigned flags)
 	hs_chain_read(&pending->c, a->site, a->cfa);
 	if (!a->stack) {
 		/* the site's cached stack: the slot's last one, else the thread's cache (hs_stack_site) */
-		if (pending->stack_site != a->site || !pending->site_stack) {
+		uint32_t gen = __atomic_load_n(&hs_seg_gen, __ATOMIC_RELAXED);
+		if (pending->stack_site != a->site || !pending->site_stack || pending->site_gen != gen) {
 			pending->site_stack = hs_stack_site(a->site);
 			pending->stack_site = a->site;
+			pending->site_gen = gen;
 		}
 		a->stack = pending->site_stack;
 	}
@@ -293,6 +296,7 @@ static void held_chain_copy(struct held_chain *dst, const struct held_chain *src
 	dst->addr = src->addr;
 	dst->exact = src->exact;
 	dst->site_stack = src->site_stack;
+	dst->site_gen = src->site_gen;
 	dst->stack_site = src->stack_site;
 	dst->lock_addr = src->lock_addr;
 	dst->lock_id = src->lock_id;
