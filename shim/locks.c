@@ -28,19 +28,28 @@
 /*
  * This thread's chain of return addresses for each held entry (same index
  * as held[], checked by address), kept raw and interned only when an edge,
- * a self-deadlock or a wait needs the exact stack (hs_chain).  held[].stack
- * is the call site's cached stack until then, the exact one after.
+ * a self-deadlock or a wait needs the exact stack (hs_chain_read,
+ * hs_chain_stack).  held[].stack is the call site's cached stack until
+ * then, the exact one after.  An acquisition reads its chain straight into
+ * the slot of the entry it will push (no copy), and what that slot held
+ * last (the previous acquisition at the same nesting depth, released since)
+ * is the shadow the read reuses; the slot also remembers the last site's
+ * cached stack and the last lock's id, each checked before it is used.
  */
 struct held_chain {
-	uint64_t addr;
-	uint32_t depth;         /* 0: none kept */
-	uint16_t exact;         /* 1: held[].stack is already this chain, interned */
-	uint16_t python;        /* pc[] has Python frames (HS_PC_PYTHON) */
-	uint64_t pc[HS_CHAIN_MAX];
+	uint64_t addr;          /* the held entry's lock */
+	uint32_t exact;         /* 1: held[].stack is already this chain, interned */
+	uint32_t site_stack;    /* hs_stack_site(stack_site) in the segment of generation site_gen */
+	uint32_t site_gen;
+	uint64_t stack_site;
+	uint64_t lock_addr;     /* lock_id is hs_lock_id(lock_addr) while that lock lives */
+	uint32_t lock_id;
+	struct hs_chain c;
 };
 #define HELD_CHAINS 8 /* the innermost 8 held entries keep a chain; deeper ones the site's stack */
-static __thread struct held_chain held_chains[HELD_CHAINS];
-static __thread struct held_chain pending; /* the acquisition in progress */
+/* [HELD_CHAINS]: the acquisition in progress when HELD_CHAINS are held already */
+static __thread struct held_chain held_chains[HELD_CHAINS + 1];
+static __thread struct held_chain *pending; /* the acquisition in progress */
 
 /*
  * The time of an uncontended acquisition or a release: CLOCK_MONOTONIC_COARSE
@@ -89,9 +98,9 @@ static uint32_t held_stack(struct hs_thread *th, int i)
 {
 	struct held_chain *c = &held_chains[i < HELD_CHAINS ? i : 0];
 	uint32_t id;
-	if (i >= HELD_CHAINS || c->addr != th->held[i].addr || c->depth == 0 || c->exact)
+	if (i >= HELD_CHAINS || c->addr != th->held[i].addr || c->c.depth == 0 || c->exact)
 		return th->held[i].stack;
-	id = hs_chain_intern(c->pc, c->depth, c->python);
+	id = hs_chain_stack(&c->c);
 	if (id) {
 		hs_lockstate_begin(th);
 		th->held[i].stack = id;
@@ -179,19 +188,37 @@ void hs_acq_before(struct hs_tls *t, struct acq *a, unsigned flags)
 	int h;
 
 	a->t0 = lock_now();
-	/* this call's chain, kept raw; the site's cached stack stands for it until needed */
-	pending.addr = a->addr;
-	pending.exact = 0;
-	pending.depth = hs_chain(a->site, a->cfa, pending.pc);
-	{
-		int python;
-		pending.depth = hs_chain_python(pending.pc, pending.depth, &python);
-		pending.python = (uint16_t)python;
+	held_purge(th);
+	n = th->held_count < HS_HELD_MAX ? th->held_count : HS_HELD_MAX;
+	/* this call's chain, kept raw in the slot it will be held in; the site's
+	 * cached stack stands for it until needed */
+	pending = &held_chains[n < HELD_CHAINS ? n : HELD_CHAINS];
+	pending->addr = a->addr;
+	pending->exact = 0;
+	hs_chain_read(&pending->c, a->site, a->cfa);
+	if (!a->stack) {
+		/* the site's cached stack: the slot's last one, else the thread's cache (hs_stack_site) */
+		uint32_t gen = __atomic_load_n(&hs_seg_gen, __ATOMIC_RELAXED);
+		if (pending->stack_site != a->site || !pending->site_stack || pending->site_gen != gen) {
+			pending->site_stack = hs_stack_site(a->site);
+			pending->stack_site = a->site;
+			pending->site_gen = gen;
+		}
+		a->stack = pending->site_stack;
 	}
-	if (!a->stack)
-		a->stack = hs_stack_site(a->site);
-	if (!a->id)
-		a->id = hs_lock_id(&hs_seg, a->addr, a->kind, flags, a->stack, t->tid, a->t0);
+	if (!a->id) {
+		uint32_t id = pending->lock_id;
+		/* the id this slot saw for this address, while that lock lives (not destroyed or freed) */
+		if (pending->lock_addr != a->addr || !id ||
+		    id >= __atomic_load_n(&hs_seg.hdr->tables[HS_T_LOCKS].count, __ATOMIC_ACQUIRE) ||
+		    __atomic_load_n(&hs_seg.locks[id].addr, __ATOMIC_RELAXED) != a->addr ||
+		    (__atomic_load_n(&hs_seg.locks[id].flags, __ATOMIC_RELAXED) & HS_LOCKF_DEAD)) {
+			id = hs_lock_id(&hs_seg, a->addr, a->kind, flags, a->stack, t->tid, a->t0);
+			pending->lock_addr = a->addr;
+			pending->lock_id = id;
+		}
+		a->id = id;
+	}
 	if (!a->id)
 		return;
 	if (HS_UNLIKELY(hs_seg.locks[a->id].kind == 0)) {
@@ -199,7 +226,6 @@ void hs_acq_before(struct hs_tls *t, struct acq *a, unsigned flags)
 		hs_seg.locks[a->id].flags = (uint16_t)flags;
 		__atomic_store_n(&hs_seg.locks[a->id].kind, a->kind, __ATOMIC_RELEASE);
 	}
-	held_purge(th);
 	h = held_index(th, a->addr);
 	if (h >= 0) {
 		const struct hs_held *he = &th->held[h];
@@ -220,7 +246,6 @@ void hs_acq_before(struct hs_tls *t, struct acq *a, unsigned flags)
 		return; /* a trylock cannot block: no edge into it */
 	if (a->holds_gil)
 		gil_edge(t, hs_py_gil_lock(), HS_MODE_WRITE, 0, a->id, a->acq_mode, 0, a->t0);
-	n = th->held_count < HS_HELD_MAX ? th->held_count : HS_HELD_MAX;
 	for (uint32_t i = 0; i < n; i++) {
 		const struct hs_held *he = &th->held[i];
 		int created;
@@ -265,7 +290,20 @@ void hs_wait_end(struct hs_tls *t)
 	hs_lockstate_end(th);
 }
 
-/* Push h; chain (may be NULL) is this acquisition's raw chain. */
+/* Copy held chain slot src into dst: the chain and the state of its held entry. */
+static void held_chain_copy(struct held_chain *dst, const struct held_chain *src)
+{
+	dst->addr = src->addr;
+	dst->exact = src->exact;
+	dst->site_stack = src->site_stack;
+	dst->site_gen = src->site_gen;
+	dst->stack_site = src->stack_site;
+	dst->lock_addr = src->lock_addr;
+	dst->lock_id = src->lock_id;
+	hs_chain_copy(&dst->c, &src->c);
+}
+
+/* Push h; chain (may be NULL) is this acquisition's raw chain, in its slot already or not. */
 static void held_push(struct hs_thread *th, const struct hs_held *h, const struct held_chain *chain)
 {
 	uint32_t n = th->held_count;
@@ -277,12 +315,16 @@ static void held_push(struct hs_thread *th, const struct hs_held *h, const struc
 	hs_lockstate_end(th);
 	if (n < HELD_CHAINS) {
 		struct held_chain *c = &held_chains[n];
-		c->addr = h->addr;
-		c->depth = chain && chain->addr == h->addr ? chain->depth : 0;
-		c->exact = chain ? chain->exact : 0;
-		c->python = chain ? chain->python : 0;
-		if (c->depth)
-			memcpy(c->pc, chain->pc, c->depth * sizeof c->pc[0]);
+		if (chain && chain->addr == h->addr) {
+			if (chain != c)
+				held_chain_copy(c, chain);
+		} else {
+			c->addr = h->addr;
+			c->exact = 0;
+			c->c.depth = 0;
+			c->c.walked = 0;
+			c->c.python = 0;
+		}
 	}
 }
 
@@ -310,14 +352,13 @@ void hs_locks_adopt_held(struct hs_thread *th, const struct hs_held *h)
 static void held_remove(struct hs_thread *th, int i)
 {
 	hs_lockstate_begin(th);
-	memmove(&th->held[i], &th->held[i + 1], (th->held_count - (uint32_t)i - 1) * sizeof th->held[0]);
+	if ((uint32_t)i + 1 < th->held_count)
+		memmove(&th->held[i], &th->held[i + 1], (th->held_count - (uint32_t)i - 1) * sizeof th->held[0]);
 	th->held_count--;
 	hs_lockstate_end(th);
-	for (uint32_t k = (uint32_t)i; k < th->held_count && k + 1 < HELD_CHAINS; k++) {
-		struct held_chain *c = &held_chains[k], *d = &held_chains[k + 1];
-		c->addr = d->addr, c->depth = d->depth, c->exact = d->exact, c->python = d->python;
-		memcpy(c->pc, d->pc, d->depth * sizeof c->pc[0]);
-	}
+	/* the top entry's slot keeps its chain: the shadow of the next acquisition there */
+	for (uint32_t k = (uint32_t)i; k < th->held_count && k + 1 < HELD_CHAINS; k++)
+		held_chain_copy(&held_chains[k], &held_chains[k + 1]);
 }
 
 /* After the real call: rc is its result. */
@@ -349,7 +390,7 @@ void hs_acq_after(struct hs_tls *t, struct acq *a, int rc)
 					    .flags = (a->holds_gil ? HS_HELDF_GIL : 0) |
 						     relgen_of(a->id) << HS_HELDF_RELGEN_SHIFT,
 					    .since_ns = now};
-			held_push(th, &h, &pending);
+			held_push(th, &h, pending);
 		}
 		if (waited > 0xffffffffffffull)
 			waited = 0xffffffffffffull;
@@ -373,9 +414,14 @@ void hs_release(struct hs_tls *t, uint64_t addr)
 		id = th->held[i].lock;
 		if (!(th->held[i].flags & HS_HELDF_GIL) && __atomic_load_n(&hs_py_present, __ATOMIC_RELAXED) &&
 		    hs_py_holds_gil()) {
-			/* taken without the GIL, released with it: the GIL was taken while holding it */
-			gil_edge(t, id, th->held[i].mode, held_stack(th, i), hs_py_gil_lock(), HS_MODE_WRITE, 0,
-				 hs_now());
+			/* taken without the GIL, released with it: the GIL was taken while holding it;
+			 * a new edge gets the held lock's exact stack (interned only then) */
+			uint32_t gil = hs_py_gil_lock();
+			unsigned mode = th->held[i].mode;
+			gil_edge(t, id, mode,
+				 hs_edge_find(&hs_seg, hs_edge_key(id, gil, mode, HS_MODE_WRITE)) ? th->held[i].stack
+												 : held_stack(th, i),
+				 gil, HS_MODE_WRITE, 0, hs_now());
 			th->held[i].flags |= HS_HELDF_GIL;
 		}
 		if (th->held[i].recursion) {
@@ -452,7 +498,7 @@ void hs_locks_on_free(void *p, size_t size)
 			a.t0 = hs_now(); /* the wait begins: the precise clock */                \
 			/* it blocks: the wait gets this call's whole stack, Python frames too */ \
 			if ((a.stack = hs_stack_here()) != 0)                                    \
-				pending.exact = 1; /* the held entry keeps it */                 \
+				pending->exact = 1; /* the held entry keeps it */                \
 			else                                                                     \
 				a.stack = hs_stack_site(site);                                   \
 			hs_wait_begin(t, &a, HS_WAIT_LOCK, a.addr);                                 \
@@ -690,7 +736,7 @@ static void cond_before(struct hs_tls *t, struct cond_wait *w, void *cond, void 
 		w->had = 1;
 		w->saved = th->held[i];
 		if (i < HELD_CHAINS)
-			w->chain = held_chains[i];
+			held_chain_copy(&w->chain, &held_chains[i]);
 		w->a.id = w->saved.lock;
 		held_remove(th, i);
 	}

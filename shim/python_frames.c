@@ -85,7 +85,7 @@ static struct {
  * Otherwise a plain copy: the caller is in a hook on its own thread, whose
  * frame chain is consistent and alive.  Returns 0 or -1.
  */
-static int rd(void *dst, uint64_t src, size_t n)
+static inline int rd(void *dst, uint64_t src, size_t n)
 {
 	if (src < 4096)
 		return -1;
@@ -95,6 +95,20 @@ static int rd(void *dst, uint64_t src, size_t n)
 	}
 	struct iovec l = {dst, n}, r = {(void *)(uintptr_t)src, n};
 	return syscall(SYS_process_vm_readv, (long)syscall(SYS_getpid), &l, 1L, &r, 1L, 0L) == (long)n ? 0 : -1;
+}
+
+/*
+ * The first n bytes at src to read fields from: src itself outside careful
+ * mode (the thread's own live frames and code objects: no copy), else a
+ * careful copy into buf.  NULL when they cannot be read.
+ */
+static inline const unsigned char *view(unsigned char *buf, uint64_t src, size_t n)
+{
+	if (src < 4096)
+		return NULL;
+	if (!hs_py_careful)
+		return (const unsigned char *)(uintptr_t)src;
+	return rd(buf, src, n) == 0 ? buf : NULL;
 }
 
 /* Fields of a struct copied into a local buffer, by byte offset. */
@@ -481,6 +495,41 @@ struct pyf {
 	int skip;        /* incomplete, a shim, or unreadable: not shown, but still counts as a boundary */
 };
 
+/*
+ * In front of the pyframe table and its shared cache, each thread keeps the (code, instruction) pairs it met
+ * last (direct-mapped, PY_TCACHE): no seqlock, no entry to re-check (a
+ * published pyframe entry never changes).  A hit needs the same code
+ * object address naming the same str objects, in the same segment (its
+ * generation), as the shared cache does.  Not used in careful mode (signal handlers), so a
+ * handler never sees an entry half written.
+ */
+#define PY_TCACHE 32
+_Static_assert(PY_TCACHE == 32, "tc_slot takes the top 5 bits");
+static __thread struct py_tc {
+	uint64_t code, instr, name_ptr, file_ptr;
+	uint32_t id, gen; /* gen: hs_seg_gen it was taken in (a fork child's segment has other ids) */
+} py_tc[PY_TCACHE];
+
+static inline struct py_tc *tc_slot(uint64_t code, uint64_t instr)
+{
+	/* instr points into the code object (3.11+): mix code apart, or the two cancel */
+	return &py_tc[((code * 0x9e3779b97f4a7c15ull) ^ instr) * 0xff51afd7ed558ccdull >> 59]; /* 32 entries */
+}
+
+static inline uint32_t tc_put(const struct pyf *f, uint64_t name, uint64_t file, uint32_t id)
+{
+	if (!hs_py_careful) {
+		struct py_tc *e = tc_slot(f->code, f->instr);
+		e->code = f->code;
+		e->instr = f->instr;
+		e->name_ptr = name;
+		e->file_ptr = file;
+		e->gen = __atomic_load_n(&hs_seg_gen, __ATOMIC_RELAXED);
+		e->id = id;
+	}
+	return id;
+}
+
 static uint32_t str_intern(struct hs_seg *s, uint64_t obj)
 {
 	char buf[PY_STR_MAX];
@@ -499,24 +548,31 @@ static uint32_t pyframe_id(struct hs_seg *s, const struct pyf *f)
 	const struct py_layout *L = pf.L;
 	struct hs_table *tab = &s->hdr->tables[HS_T_PYFRAMES];
 	struct hs_table *idx = &s->hdr->tables[HS_T_PYFRAME_INDEX];
-	unsigned char co[PY_CODE_READ];
+	unsigned char cobuf[PY_CODE_READ];
+	const unsigned char *co;
 	uint64_t name, file, key;
 	uint32_t mask, i;
 	int line;
 
 	if (!tab->capacity || !idx->capacity || (idx->capacity & (idx->capacity - 1)))
 		return 0;
-	if (rd(co, f->code, pf.code_read) != 0 || u64_at(co, OB_TYPE) != pf.code_type)
+	if ((co = view(cobuf, f->code, pf.code_read)) == NULL || u64_at(co, OB_TYPE) != pf.code_type)
 		return 0;
 	name = L->co_qualname != PYL_NONE ? u64_at(co, L->co_qualname) : 0;
 	if (!name)
 		name = u64_at(co, L->co_name);
 	file = u64_at(co, L->co_filename);
+	if (!hs_py_careful) {
+		const struct py_tc *e = tc_slot(f->code, f->instr);
+		if (e->code == f->code && e->instr == f->instr && e->name_ptr == name && e->file_ptr == file &&
+		    e->id && e->gen == __atomic_load_n(&hs_seg_gen, __ATOMIC_RELAXED))
+			return e->id;
+	}
 	if ((i = icache_get(s, f->code, f->instr, name, file)) != 0 && i < tab->capacity) {
 		const struct hs_pyframe *e = &s->pyframes[i];
 		if (__atomic_load_n(&e->ready, __ATOMIC_ACQUIRE) && e->code == f->code && e->name_ptr == name &&
 		    e->file_ptr == file)
-			return i;
+			return tc_put(f, name, file, i);
 	}
 	line = line_of(co, f->addr);
 	key = hs_pyframe_key(f->code, line);
@@ -552,7 +608,7 @@ static uint32_t pyframe_id(struct hs_seg *s, const struct pyf *f)
 				__atomic_store_n(&pf_ent->ready, 1, __ATOMIC_RELEASE);
 				__atomic_store_n(&slot->value, id, __ATOMIC_RELEASE);
 				icache_put(s, f->code, f->instr, name, file, id);
-				return id;
+				return tc_put(f, name, file, id);
 			}
 			k = expect;
 		}
@@ -563,7 +619,7 @@ static uint32_t pyframe_id(struct hs_seg *s, const struct pyf *f)
 			if (e && __atomic_load_n(&e->ready, __ATOMIC_ACQUIRE) && e->code == f->code &&
 			    e->name_ptr == name && e->file_ptr == file && e->line == line) {
 				icache_put(s, f->code, f->instr, name, file, id);
-				return id;
+				return tc_put(f, name, file, id);
 			}
 		}
 	}
@@ -580,13 +636,14 @@ static uint32_t pyframe_id(struct hs_seg *s, const struct pyf *f)
 static uint64_t read_frame(uint64_t fp, struct pyf *p)
 {
 	const struct py_layout *L = pf.L;
-	unsigned char f[PY_FRAME_READ];
+	unsigned char buf[PY_FRAME_READ];
+	const unsigned char *f;
 
 	p->skip = 1;
 	p->entry = 0;
 	p->code = p->instr = 0;
 	p->addr = -1;
-	if (rd(f, fp, pf.frame_read) != 0)
+	if ((f = view(buf, fp, pf.frame_read)) == NULL)
 		return 0;
 	p->code = u64_at(f, L->f_code);
 	if (L->chain == CHAIN_FRAME_OBJECT) {
@@ -617,12 +674,11 @@ static uint64_t read_frame(uint64_t fp, struct pyf *p)
 	return u64_at(f, L->f_back);
 }
 
-/* Read the calling thread's frame chain, innermost first, into out[max]. */
-static unsigned read_chain(struct pyf *out, unsigned max)
+/* The calling thread's innermost Python frame, 0 when none. */
+static uint64_t first_frame(void)
 {
 	const struct py_layout *L = pf.L;
 	uint64_t ts = (uint64_t)(uintptr_t)pf.this_tstate(), at = ts, fp = 0;
-	unsigned n = 0;
 
 	if (!ts)
 		return 0;
@@ -630,60 +686,110 @@ static unsigned read_chain(struct pyf *out, unsigned max)
 		return 0;
 	if (rd(&fp, at + L->ts_frame, sizeof fp) != 0)
 		return 0;
-	while (fp && n < max)
-		fp = read_frame(fp, &out[n++]);
-	return n;
+	return fp;
 }
 
-unsigned hs_py_interleave(struct hs_seg *s, uint64_t *pcs, unsigned n, unsigned max, int *python)
+/*
+ * The interleaving itself: pcs[0..n) into out[0..cap), the thread's frame
+ * chain read as it is consumed (PY_CHAIN_MAX frames at most, recursion
+ * beyond is cut).  Returns the number written; *python when any Python
+ * frame was.
+ */
+static unsigned interleave(struct hs_seg *s, const uint64_t *pcs, unsigned n, uint64_t *out, unsigned cap,
+			   int *python)
 {
-	struct pyf chain[PY_CHAIN_MAX];
-	uint64_t out[2 * HS_STACK_DEPTH];
-	unsigned nchain, at = 0, o = 0, cap = max < sizeof out / sizeof out[0] ? max : sizeof out / sizeof out[0];
+	uint64_t fp = first_frame(), lo = pf.eval_lo, hi = pf.eval_hi;
+	unsigned o = 0, budget = PY_CHAIN_MAX;
+	struct pyf f;
 
 	*python = 0;
-	if (!__atomic_load_n(&pf.ready, __ATOMIC_ACQUIRE)) {
-		/* until the Python bridge calls hs_py_frames_init: once, never from a signal handler */
-		if (hs_py_careful || __atomic_exchange_n(&pf.tried, 1, __ATOMIC_ACQ_REL))
-			return n;
-		hs_py_frames_init();
-		if (!__atomic_load_n(&pf.ready, __ATOMIC_ACQUIRE))
-			return n;
-	}
-	if (!s || !s->hdr || !s->pyframes || n > max)
-		return n;
-	nchain = read_chain(chain, PY_CHAIN_MAX);
-	if (nchain == 0)
-		return n;
-
+	if (!fp)
+		return 0;
 	for (unsigned i = 0; i < n && o < cap; i++) {
 		/* pcs[i] is a return address (or, at 0, maybe the pc itself): the call is before it */
 		uint64_t pc = pcs[i];
-		if (!(pc > pf.eval_lo && pc <= pf.eval_hi) || at >= nchain) {
+		if (!(pc > lo && pc <= hi) || !fp || !budget) {
 			out[o++] = pc;
 			continue;
 		}
 		/* one evaluation-loop call: the frames up to its boundary */
-		while (at < nchain && o < cap) {
-			const struct pyf *f = &chain[at++];
-			uint32_t id = f->skip ? 0 : pyframe_id(s, f);
+		while (fp && budget && o < cap) {
+			uint32_t id;
+			budget--;
+			fp = read_frame(fp, &f);
+			id = f.skip ? 0 : pyframe_id(s, &f);
 			if (id)
 				out[o++] = HS_PC_PYTHON | id, *python = 1;
-			if (f->entry)
+			if (f.entry)
 				break;
 		}
 	}
 	/* the native unwinding stopped before the outermost evaluation loop */
-	while (at < nchain && o < cap) {
-		const struct pyf *f = &chain[at++];
-		uint32_t id = f->skip ? 0 : pyframe_id(s, f);
+	while (fp && budget && o < cap) {
+		uint32_t id;
+		budget--;
+		fp = read_frame(fp, &f);
+		id = f.skip ? 0 : pyframe_id(s, &f);
 		if (id)
 			out[o++] = HS_PC_PYTHON | id, *python = 1;
 	}
+	return o;
+}
+
+int hs_py_frames_none;
+
+/* 1 once frames can be read (initialising on first use outside a signal handler). */
+static int frames_ready(void)
+{
+	if (HS_LIKELY(__atomic_load_n(&pf.ready, __ATOMIC_ACQUIRE)))
+		return 1;
+	/* until the Python bridge calls hs_py_frames_init: once, never from a signal handler */
+	if (hs_py_careful || __atomic_load_n(&pf.tried, __ATOMIC_RELAXED) ||
+	    __atomic_exchange_n(&pf.tried, 1, __ATOMIC_ACQ_REL))
+		return 0;
+	hs_py_frames_init();
+	if (__atomic_load_n(&pf.ready, __ATOMIC_ACQUIRE))
+		return 1;
+	/* no CPython to read (yet): lock chains skip the question until one is found */
+	__atomic_store_n(&hs_py_frames_none, 1, __ATOMIC_RELAXED);
+	return 0;
+}
+
+unsigned hs_py_interleave(struct hs_seg *s, uint64_t *pcs, unsigned n, unsigned max, int *python)
+{
+	uint64_t out[2 * HS_STACK_DEPTH];
+	unsigned o, cap = max < sizeof out / sizeof out[0] ? max : sizeof out / sizeof out[0];
+
+	*python = 0;
+	if (!frames_ready())
+		return n;
+	if (!s || !s->hdr || !s->pyframes || n > max)
+		return n;
+	o = interleave(s, pcs, n, out, cap, python);
 	if (!*python)
 		return n;
 	memcpy(pcs, out, o * sizeof *pcs);
 	return o;
+}
+
+unsigned hs_py_interleave_into(struct hs_seg *s, const uint64_t *pcs, unsigned n, uint64_t *out, unsigned cap,
+			       int *python)
+{
+	uint64_t lo, hi;
+	unsigned i, o;
+
+	*python = 0;
+	if (!frames_ready() || !s || !s->hdr || !s->pyframes)
+		return 0;
+	lo = pf.eval_lo;
+	hi = pf.eval_hi;
+	for (i = 1; i < n; i++)
+		if (pcs[i] > lo && pcs[i] <= hi)
+			break;
+	if (i >= n)
+		return 0;
+	o = interleave(s, pcs, n, out, cap, python);
+	return *python ? o : 0;
 }
 
 int hs_py_eval_pc(uint64_t pc)
@@ -786,5 +892,6 @@ void hs_py_frames_init(void)
 	pf.bytes_type = (uint64_t)(uintptr_t)bytes_type;
 	/* the fields above are visible before anyone sees ready */
 	__atomic_store_n(&pf.ready, 1, __ATOMIC_RELEASE);
+	__atomic_store_n(&hs_py_frames_none, 0, __ATOMIC_RELAXED);
 	note_header();
 }

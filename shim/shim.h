@@ -481,19 +481,54 @@ uint32_t hs_stack_site(uint64_t site);
  * Returns a stack id, 0 when the table is full. */
 uint32_t hs_stack_call(uint64_t site, uint64_t cfa);
 
-/* The same in two steps: hs_chain reads this call's native return addresses
- * into pcs (HS_CHAIN_MAX at most; 0 when none), cheaply; hs_chain_intern
- * interns them (a stack id, 0 when the table is full).  A hook keeps the
- * chain and interns it only when a finding or an edge needs it, so a busy
- * program's thousands of call paths do not fill the stack table. */
 #define HS_CHAIN_MAX 32 /* innermost native frames of a lock stack: the buffers are thread-local (static TLS comes out of every thread's stack) */
-unsigned hs_chain(uint64_t site, uint64_t cfa, uint64_t *pcs);
-uint32_t hs_chain_intern(const uint64_t *pcs, unsigned depth, int python);
 
-/* Interleave this call's Python frames into a chain read by hs_chain when it
- * passes through CPython's evaluation loop (HS_CHAIN_MAX entries at most);
- * *python says whether it did.  Returns the new depth. */
-unsigned hs_chain_python(uint64_t *pcs, unsigned depth, int *python);
+/*
+ * One call's chain of return addresses, kept raw by a hook and interned only
+ * when a finding, an edge or a wait needs it (hs_chain_stack), so a busy
+ * program's thousands of call paths do not fill the stack table.  The same
+ * struct, kept per thread, is the shadow the next read reuses: pc[k] is the
+ * return address found at sp[k] - 8, sp[0] the hook's CFA, sp[k + 1] =
+ * sp[k] + off(pc[k]) with off the learnt CFA distance of pc[k] (stacks.c).
+ * Thread-local, never shared; sizes in entries.
+ */
+struct hs_chain {
+	uint64_t site, cfa;  /* the call read: pc[0] and sp[0] */
+	uint32_t depth;      /* native return addresses in pc[] (0: none) */
+	uint32_t gen;        /* the learnt distances' generation it was walked under */
+	uint8_t walked;      /* sp[] holds each frame's CFA: a shadow for the next read */
+	uint8_t ended;       /* the walk reached the outermost frame (not cut at HS_CHAIN_MAX) */
+	uint8_t python;      /* out[0..out_n) is the stack with this call's Python frames */
+	uint8_t pad;
+	uint32_t out_n;
+	uint64_t pc[HS_CHAIN_MAX];
+	uint64_t sp[HS_CHAIN_MAX];
+	uint64_t out[HS_CHAIN_MAX];
+};
+
+/*
+ * Read this call's chain into c: `site` is the return address into the
+ * hook's caller, `cfa` the hook's CFA (its caller's stack pointer at site).
+ * What c held before (the thread's last chain read into it) is reused where
+ * it is provably the same: the walk goes outward from this call until it
+ * meets a frame at the same CFA with the same return address as one of c's,
+ * then checks c's outer return-address slots one by one (a load and a
+ * compare each); the first that changed is read on from there.  Each
+ * distance is a function of its return address, so the chain is the one a
+ * walk from scratch reads, which is the one libunwind reads (a real unwind
+ * on any doubt).  When the chain passes through CPython's evaluation loop,
+ * this call's Python frames are read too (c->out).  Returns the native
+ * depth (0: none).
+ */
+unsigned hs_chain_read(struct hs_chain *c, uint64_t site, uint64_t cfa);
+
+/* Intern c's stack (Python frames interleaved when it has them); a stack
+ * id, 0 when c is empty or the table is full. */
+uint32_t hs_chain_stack(const struct hs_chain *c);
+
+/* Copy the valid part of chain src into dst (no shadow use is lost: dst
+ * becomes src's). */
+void hs_chain_copy(struct hs_chain *dst, const struct hs_chain *src);
 
 /* The first return address on the calling thread's stack that lies outside
  * libheisen.so and outside [lo, hi) (a wrapper library such as libstdc++),
@@ -651,6 +686,25 @@ uint32_t hs_py_gil_lock(void);
  * reads the thread's own frame chain, interns with lock-free tables.
  */
 unsigned hs_py_interleave(struct hs_seg *s, uint64_t *pcs, unsigned n, unsigned max, int *python);
+
+/*
+ * The same for a lock's chain, without copying: when pcs[1..n) passes
+ * through the evaluation loop, write the interleaved stack into out (cap
+ * entries at most) and return its length with *python set; else return 0
+ * and leave out alone (a chain without Python frames is its own stack).
+ * Reads the frame chain only as far as out has room.  Not from a signal
+ * handler (direct loads; hs_py_interleave is the careful one).
+ */
+unsigned hs_py_interleave_into(struct hs_seg *s, const uint64_t *pcs, unsigned n, uint64_t *out, unsigned cap,
+			       int *python);
+
+/* 0 when Python frames cannot be read in this process (looked for, not
+ * found): callers skip hs_py_interleave_into.  One load. */
+extern int hs_py_frames_none; /* [atomic] */
+static inline int hs_py_frames_maybe(void)
+{
+	return !__atomic_load_n(&hs_py_frames_none, __ATOMIC_RELAXED);
+}
 
 /* 1 when pc (a return address) is in CPython's evaluation loop, whose
  * native frames Python frames stand for; 0 when frames are not read. */

@@ -5,7 +5,7 @@
  *
  * Unwinding costs microseconds, so the hot path never unwinds.  A lock
  * acquisition reads its own chain of return addresses through distances
- * learnt from real unwinds (hs_chain, below), kept raw and interned only
+ * learnt from real unwinds (hs_chain_read, below), kept raw and interned only
  * when an edge, a self-deadlock or a wait needs it; the call site's cached
  * stack (the site index) stands for it in the flight recorder until then.
  * The stack of a new lock-order edge is captured exactly, once per edge.  Stacks are interned by hash in a
@@ -180,7 +180,39 @@ static unsigned capture(uint64_t *pcs)
 	return trim_and_check(pcs, (unsigned)n);
 }
 
+/*
+ * In front of the shared site index, each thread keeps the last SITE_TCACHE
+ * sites it asked for (direct-mapped, tagged with the segment generation: a
+ * fork child's new segment has other ids).  An entry is written site last,
+ * after a zero, so a signal handler of the same thread never reads half.
+ */
+#define SITE_TCACHE 32u
+static __thread struct site_tc {
+	uint64_t site;
+	uint32_t id, gen;
+} site_tc[SITE_TCACHE];
+
+static __attribute__((noinline)) uint32_t stack_site_slow(uint64_t site);
+
 uint32_t hs_stack_site(uint64_t site)
+{
+	uint32_t gen = __atomic_load_n(&hs_seg_gen, __ATOMIC_RELAXED), id;
+	struct site_tc *e = &site_tc[(site ^ site >> 9) & (SITE_TCACHE - 1)];
+	if (e->site == site && e->gen == gen && e->id)
+		return e->id;
+	id = stack_site_slow(site);
+	if (id) {
+		__atomic_store_n(&e->site, 0, __ATOMIC_RELAXED);
+		__atomic_signal_fence(__ATOMIC_SEQ_CST);
+		e->id = id;
+		e->gen = gen;
+		__atomic_signal_fence(__ATOMIC_SEQ_CST);
+		__atomic_store_n(&e->site, site, __ATOMIC_RELAXED);
+	}
+	return id;
+}
+
+static uint32_t stack_site_slow(uint64_t site)
 {
 	struct hs_seg *s = &hs_seg;
 	uint64_t pcs[HS_STACK_DEPTH + 12 + PY_ROOM];
@@ -215,6 +247,17 @@ uint32_t hs_stack_site(uint64_t site)
  * unwound through all mean doubt, and doubt means a real unwind (which
  * learns).  A pc is only ever trusted because a real unwind returned into it
  * at a known distance, so the chain read is the chain libunwind would read.
+ *
+ * A thread reads many chains that share frames (a loop around a lock, a
+ * library's mutex reached from a few callers), so a read reuses the last
+ * chain kept in the same struct hs_chain (the shadow) where it is provably
+ * the same: a frame of this call at the CFA and with the return address of
+ * a shadow frame k has, above it, the shadow's CFAs (each the one below
+ * plus the learnt distance of its return address, a function of that
+ * address only: no distance has turned to doubt since, pcoff_gen), so only
+ * each return-address slot above k is compared with the shadow's; the
+ * first that differs is read on from there through the learnt distances.
+ * A chain from a real unwind is no shadow (its CFAs were not walked).
  */
 #define PCOFF_CAP 16384u         /* learnt return addresses (process-private) */
 #define PCOFF_PROBE 16u
@@ -224,10 +267,13 @@ uint32_t hs_stack_site(uint64_t site)
 
 /* (pc << 16) | off; pc is a user-space address (< 2^47), off the CFA - SP distance. */
 static uint64_t pcoff[PCOFF_CAP];
+/* Moves when a learnt distance turns into doubt: a chain walked before that
+ * is no shadow any more (its distances are no longer all trusted). */
+static uint32_t pcoff_gen;
 /* The highest CFA a real unwind of this thread reached: the fast walk never reads above it. */
 static __thread uint64_t chain_top;
 
-static int pcoff_get(uint64_t pc, unsigned *off)
+static inline int pcoff_get(uint64_t pc, unsigned *off)
 {
 	uint32_t i = (uint32_t)hs_mix64(pc) & (PCOFF_CAP - 1);
 	for (unsigned p = 0; p < PCOFF_PROBE; p++, i = (i + 1) & (PCOFF_CAP - 1)) {
@@ -256,64 +302,117 @@ static void pcoff_learn(uint64_t pc, uint64_t off)
 		if (w == 0 && __atomic_compare_exchange_n(&pcoff[i], &w, want, 0, __ATOMIC_RELAXED, __ATOMIC_RELAXED))
 			return;
 		if (w >> 16 == pc) {
-			if ((w & 0xffff) != off)
+			if ((w & 0xffff) != off && (w & 0xffff) != PCOFF_DOUBT) {
 				__atomic_store_n(&pcoff[i], pc << 16 | PCOFF_DOUBT, __ATOMIC_RELAXED);
+				__atomic_add_fetch(&pcoff_gen, 1, __ATOMIC_RELEASE);
+			}
 			return;
 		}
 	}
 }
 
-/*
- * The thread's last chain read and where each of its return addresses sat.
- * A call from the same site at the same stack pointer whose return-address
- * slots still hold the same values is the same chain (each distance is a
- * function of its return address): compared slot by slot, no lookups.
- * LAST_CHAINS of them per thread, by site and stack pointer.
- */
-#define LAST_CHAINS 4u
-static __thread struct last_chain {
-	uint64_t site, cfa;
-	unsigned n;
-	uint64_t pc[CHAIN_MAX], sp[CHAIN_MAX];
-} last_chains[LAST_CHAINS];
-
-/* Read the chain of return addresses from (site, cfa): site's frame has SP = cfa.
- * Returns the depth, 0 on any doubt. */
-static unsigned chain_read(uint64_t site, uint64_t cfa, uint64_t *pcs)
+static inline uint64_t slot_at(uint64_t sp)
 {
-	uint64_t sp = cfa, top = chain_top;
-	unsigned n = 0, off;
-	struct last_chain *lc = &last_chains[((site >> 2) ^ (site >> 6) ^ (cfa >> 4)) & (LAST_CHAINS - 1)];
-	if (!top || *(const uint64_t *)(uintptr_t)(cfa - 8) != site)
-		return 0;
-	if (lc->site == site && lc->cfa == cfa && lc->n) {
-		unsigned i = 1;
-		while (i < lc->n && *(const uint64_t *)(uintptr_t)(lc->sp[i] - 8) == lc->pc[i])
-			i++;
-		if (i == lc->n) {
-			memcpy(pcs, lc->pc, i * sizeof *pcs);
-			return i;
-		}
-	}
-	lc->n = 0;
-	lc->sp[0] = cfa;
-	pcs[n++] = site;
+	return *(const uint64_t *)(uintptr_t)(sp - 8);
+}
+
+/*
+ * Walk on from c's entry n - 1 through learnt distances, up to HS_CHAIN_MAX.
+ * Returns the depth, 0 on any doubt (an unknown or doubtful return address,
+ * a CFA above chain_top).
+ */
+static unsigned chain_extend(struct hs_chain *c, unsigned n, uint64_t top)
+{
+	unsigned off;
 	while (n < CHAIN_MAX) {
-		if (!pcoff_get(pcs[n - 1], &off))
+		uint64_t sp;
+		if (!pcoff_get(c->pc[n - 1], &off))
 			return 0;
-		if (off == PCOFF_END)
-			break;
+		if (off == PCOFF_END) {
+			c->ended = 1;
+			return n;
+		}
+		sp = c->sp[n - 1] + off;
+		if (sp > top)
+			return 0;
+		c->sp[n] = sp;
+		c->pc[n] = slot_at(sp);
+		n++;
+	}
+	return n;
+}
+
+/*
+ * The fast read (see hs_chain_read): c's previous chain is the shadow.  The
+ * new call's frames are walked into a side buffer until one sits at the
+ * CFA and returns to the address of a shadow frame k; from there on each
+ * CFA is the shadow's (sp[k + 1] = sp[k] + off(pc[k]), the same learnt
+ * distance: the generation is unchanged) and only each return-address slot
+ * is compared.  Returns the depth, 0 on any doubt.
+ */
+static __attribute__((noinline)) unsigned chain_walk(struct hs_chain *c, uint64_t site, uint64_t cfa,
+							 uint64_t top, uint32_t gen, unsigned sn)
+{
+	uint64_t ipc[CHAIN_MAX], isp[CHAIN_MAX], sp = cfa, pc = site;
+	unsigned k = 0, j = 0, keep, m, off = 1;
+	int ended = c->ended;
+
+	c->walked = 0;
+	for (;;) {
+		while (k < sn && c->sp[k] < sp)
+			k++;
+		if (k < sn && c->sp[k] == sp && c->pc[k] == pc)
+			break; /* the shadow's frame k */
+		ipc[j] = pc;
+		isp[j] = sp;
+		j++;
+		if (j < CHAIN_MAX && !pcoff_get(pc, &off))
+			return 0;
+		if (j == CHAIN_MAX || off == PCOFF_END) {
+			/* no frame shared with the shadow: the chain is the side buffer */
+			memcpy(c->pc, ipc, j * sizeof ipc[0]);
+			memcpy(c->sp, isp, j * sizeof isp[0]);
+			c->ended = j < CHAIN_MAX;
+			c->depth = j;
+			goto done;
+		}
 		sp += off;
 		if (sp > top)
 			return 0;
-		lc->sp[n] = sp;
-		pcs[n++] = *(const uint64_t *)(uintptr_t)(sp - 8);
+		pc = slot_at(sp);
 	}
-	memcpy(lc->pc, pcs, n * sizeof *pcs);
-	lc->site = site;
-	lc->cfa = cfa;
-	lc->n = n;
-	return n;
+	/* frames 0..j-1 are new, the shadow's k.. follow them */
+	keep = sn - k < CHAIN_MAX - j ? sn - k : CHAIN_MAX - j;
+	if (j != k) {
+		memmove(&c->pc[j], &c->pc[k], keep * sizeof c->pc[0]);
+		memmove(&c->sp[j], &c->sp[k], keep * sizeof c->sp[0]);
+	}
+	for (m = 0; m < j; m++) {
+		c->pc[m] = ipc[m];
+		c->sp[m] = isp[m];
+	}
+	for (m = j + 1; m < j + keep; m++)
+		if (slot_at(c->sp[m]) != c->pc[m])
+			break;
+	c->ended = 0;
+	if (m < j + keep) {
+		/* frame m returns elsewhere now: read on from it */
+		c->pc[m] = slot_at(c->sp[m]);
+		c->depth = chain_extend(c, m + 1, top);
+	} else if (ended && keep == sn - k) {
+		c->ended = 1;
+		c->depth = j + keep;
+	} else {
+		c->depth = chain_extend(c, j + keep, top);
+	}
+	if (!c->depth)
+		return 0;
+done:
+	c->site = site;
+	c->cfa = cfa;
+	c->gen = gen;
+	c->walked = 1;
+	return c->depth;
 }
 
 /* A real unwind from here that learns each frame's distance; the shim's frames
@@ -362,34 +461,88 @@ static unsigned chain_unwind(uint64_t *pcs)
 	return out;
 }
 
-unsigned hs_chain(uint64_t site, uint64_t cfa, uint64_t *pcs)
+/* A slot of c's shadow changed at m (frames 0..m-1 verified): read on from m. */
+static __attribute__((noinline)) unsigned chain_diverged(struct hs_chain *c, unsigned m, uint64_t top)
 {
-	unsigned depth = chain_read(site, cfa, pcs);
-	if (depth == 0)
-		depth = chain_unwind(pcs);
-	return depth < HS_CHAIN_MAX ? depth : HS_CHAIN_MAX;
+	c->walked = 0;
+	c->ended = 0;
+	c->pc[m] = slot_at(c->sp[m]);
+	if ((c->depth = chain_extend(c, m + 1, top)) == 0)
+		return 0;
+	c->walked = 1;
+	return c->depth;
 }
 
-uint32_t hs_chain_intern(const uint64_t *pcs, unsigned depth, int python)
+/* The chain's Python frames into c->out, when it passes through the evaluation loop. */
+static __attribute__((noinline)) void chain_python(struct hs_chain *c)
 {
-	return depth ? hs_stack_intern(&hs_seg, pcs, depth, python ? HS_STACK_PYTHON : 0) : 0;
+	int python;
+	c->out_n = hs_py_interleave_into(&hs_seg, c->pc, c->depth, c->out, CHAIN_MAX, &python);
+	c->python = c->out_n != 0;
 }
 
-unsigned hs_chain_python(uint64_t *pcs, unsigned depth, int *python)
+unsigned hs_chain_read(struct hs_chain *c, uint64_t site, uint64_t cfa)
 {
-	*python = 0;
-	for (unsigned i = 1; i < depth; i++)
-		if (hs_py_eval_pc(pcs[i]))
-			return hs_py_interleave(&hs_seg, pcs, depth, CHAIN_MAX, python);
-	return depth;
+	uint64_t top = chain_top;
+	uint32_t gen = __atomic_load_n(&pcoff_gen, __ATOMIC_ACQUIRE);
+	unsigned sn = c->walked && c->gen == gen ? c->depth : 0, m, d;
+
+	if (HS_LIKELY(top && slot_at(cfa) == site) && sn && c->site == site && c->cfa == cfa) {
+		/* the same call as last time, most often: compare the shadow's slots */
+		for (m = 1; m < sn; m++)
+			if (slot_at(c->sp[m]) != c->pc[m])
+				break;
+		d = m == sn ? sn : chain_diverged(c, m, top);
+	} else {
+		d = top && slot_at(cfa) == site ? chain_walk(c, site, cfa, top, gen, sn) : 0;
+	}
+	if (d == 0) {
+		/* doubt: a real unwind, which learns; not a shadow (its CFAs were not walked) */
+		c->walked = 0;
+		c->ended = 0;
+		c->site = site;
+		c->cfa = cfa;
+		c->depth = chain_unwind(c->pc);
+	}
+	c->out_n = 0;
+	c->python = 0;
+	if (c->depth && hs_py_frames_maybe())
+		chain_python(c);
+	return c->depth;
 }
+
+uint32_t hs_chain_stack(const struct hs_chain *c)
+{
+	if (c->python)
+		return hs_stack_intern(&hs_seg, c->out, c->out_n, HS_STACK_PYTHON);
+	return c->depth ? hs_stack_intern(&hs_seg, c->pc, c->depth, 0) : 0;
+}
+
+void hs_chain_copy(struct hs_chain *dst, const struct hs_chain *src)
+{
+	unsigned n = src->depth < CHAIN_MAX ? src->depth : CHAIN_MAX;
+	dst->site = src->site;
+	dst->cfa = src->cfa;
+	dst->depth = n;
+	dst->gen = src->gen;
+	dst->walked = src->walked;
+	dst->ended = src->ended;
+	dst->python = src->python;
+	dst->out_n = src->out_n;
+	memcpy(dst->pc, src->pc, n * sizeof dst->pc[0]);
+	if (src->walked)
+		memcpy(dst->sp, src->sp, n * sizeof dst->sp[0]);
+	if (src->python)
+		memcpy(dst->out, src->out, src->out_n * sizeof dst->out[0]);
+}
+
+/* The shadow of hs_stack_call's reads (the fd hooks', sem_init's, a cond wait's). */
+static __thread struct hs_chain call_chain;
 
 uint32_t hs_stack_call(uint64_t site, uint64_t cfa)
 {
-	uint64_t pcs[CHAIN_MAX];
-	int python;
-	unsigned depth = hs_chain_python(pcs, hs_chain(site, cfa, pcs), &python);
-	return hs_chain_intern(pcs, depth, python);
+	hs_chain_read(&call_chain, site, cfa);
+	return hs_chain_stack(&call_chain);
 }
 
 uint64_t hs_caller_outside(uint64_t lo, uint64_t hi)

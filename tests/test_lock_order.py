@@ -399,6 +399,36 @@ def test_shared_wrapper_edges_name_the_callers_of_this_acquisition(heisen, way):
     assert seen == set(want)
 
 
+def test_shared_frame_reached_along_two_paths_keeps_each_callers_frames(heisen, way):
+    """A thread's chain of return addresses is reused where it is provably
+    the same: one shared frame, Through(fn, lock), reached at the same stack
+    address with the same return address under two different callers, below
+    it either the same call (thread rev) or a path one frame deeper (thread
+    fwd: fn = Inner after fn = Acquire).  Each edge's stacks must still be
+    its own call's, frame by frame: the frames above the shared one are
+    checked, not reused."""
+    p, report = run_target(heisen, way, "wrapper_depths")
+    pid, tid_fwd, tid_rev = (fact_int(p.stdout, k) for k in ("pid", "tid_fwd", "tid_rev"))
+    pds = [f for f in findings_of(report, "potential-deadlock") if f["pid"] == pid]
+    assert len(pds) == 2, report["findings"]
+    direct, deeper = ["Acquire", "Through"], ["Acquire", "Inner", "Through"]
+    want = {("lock_0", "lock_1"): (direct, "Take_0_then_1", "thread_fwd", tid_fwd),
+            ("lock_1", "lock_0"): (direct, "Take_1_then_0", "thread_rev", tid_rev),
+            ("lock_2", "lock_3"): (deeper, "Take_2_then_3", "thread_fwd", tid_fwd),
+            ("lock_3", "lock_2"): (direct, "Take_3_then_2", "thread_rev", tid_rev)}
+    seen = set()
+    for f in pds:
+        assert len(f["edges"]) == 2
+        for e in f["edges"]:
+            key = (lockname(e["from"]), lockname(e["to"]))
+            inner, caller, thread_fn, tid = want[key]
+            assert e["tid"] == tid
+            for st in (e["from_stack"], e["to_stack"]):
+                assert frame_functions(st)[:len(inner) + 2] == inner + [caller, thread_fn], (key, st)
+            seen.add(key)
+    assert seen == set(want)
+
+
 # ---- no silent limits: long cycles, locks that come and go, a full table ------
 
 
