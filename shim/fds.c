@@ -438,14 +438,13 @@ static inline uint64_t fd_clock(void)
 /*
  * A thread's last stacks, a few call sites' worth: the chain of return
  * addresses that gave a stack id, and the id.  A call reads its own chain
- * (hs_chain) every time; when it equals a cached chain frame for frame, in
- * the same segment, the id is the one hs_chain_intern would return for it,
+ * (hs_chain_read, into the thread's fd chain: its shadow for the next
+ * call) every time; when it equals a cached chain frame for frame, in the
+ * same segment, the id is the one hs_chain_stack would return for it,
  * without the hash and the stack-table probe (two fifths of a hook's
  * instructions).  Only chains through no evaluation loop are cached: a
- * Python chain gets this call's Python frames interleaved (hs_chain_python),
- * which change under the same native chain.  The check is made again at
- * every hit (hs_py_eval_pc), since the evaluation loop becomes known only
- * once the Python bridge starts.
+ * Python chain gets this call's Python frames, which change under the same
+ * native chain.
  */
 #define STACK_CACHE 4u
 static __thread struct stack_cache {
@@ -454,6 +453,7 @@ static __thread struct stack_cache {
 	unsigned depth;
 	uint64_t pc[HS_CHAIN_MAX];
 } stack_cache[STACK_CACHE] __attribute__((tls_model("initial-exec")));
+static __thread struct hs_chain fd_chain __attribute__((tls_model("initial-exec")));
 
 /*
  * This call's stack id (hs_stack_call's, or hs_stack_here's with
@@ -462,38 +462,31 @@ static __thread struct stack_cache {
  */
 static uint32_t fd_stack(struct hs_tls *t, uint64_t site)
 {
-	uint64_t pcs[HS_CHAIN_MAX];
+	struct hs_chain *ch = &fd_chain;
 	struct stack_cache *c;
 	unsigned depth, i;
 	uint32_t id;
-	int python;
 
 	if (HS_UNLIKELY(full_stacks))
 		return hs_stack_here();
-	depth = hs_chain(site, fd_call_cfa, pcs);
+	depth = hs_chain_read(ch, site, fd_call_cfa);
 	if (depth == 0)
 		return 0;
+	if (ch->python)
+		return hs_chain_stack(ch); /* through the evaluation loop: this call's Python frames, never cached */
 	c = &stack_cache[(site ^ site >> 5) & (STACK_CACHE - 1)];
-	/* frame 0 is the hook's caller: hs_chain_python looks for the loop above it */
-	if (c->id && c->depth == depth && c->seg_gen == t->seg_gen && pcs[0] == c->pc[0]) {
-		for (i = 1; i < depth && pcs[i] == c->pc[i] && !hs_py_eval_pc(pcs[i]); i++)
+	if (c->id && c->depth == depth && c->seg_gen == t->seg_gen) {
+		for (i = 0; i < depth && ch->pc[i] == c->pc[i]; i++)
 			;
 		if (i == depth)
 			return c->id;
 	}
-	for (i = 1; i < depth && !hs_py_eval_pc(pcs[i]); i++)
-		;
-	if (i < depth) {
-		/* through the evaluation loop: this call's Python frames, never cached */
-		depth = hs_chain_python(pcs, depth, &python);
-		return hs_chain_intern(pcs, depth, python);
-	}
-	id = hs_chain_intern(pcs, depth, 0);
+	id = hs_chain_stack(ch);
 	if (id) {
 		c->id = id;
 		c->seg_gen = t->seg_gen;
 		c->depth = depth;
-		memcpy(c->pc, pcs, depth * sizeof *pcs);
+		memcpy(c->pc, ch->pc, depth * sizeof ch->pc[0]);
 	}
 	return id;
 }
