@@ -36,6 +36,9 @@
 /* Watchdog period and the time limits on helper runs of heisen-dump. */
 #define HR_TICK_MS 500
 #define HR_CHECK_TIMEOUT_MS 10000
+/* heisen-dump --check-hang runs when the still threads changed, and at
+ * least this often all the same (watchdog.c check_needed). */
+#define HR_CHECK_EVERY_MS 30000
 #define HR_REPORT_TIMEOUT_MS 120000
 
 /* After the main child ended: how long to keep reaping (not PID 1), how long
@@ -129,6 +132,14 @@ char *hr_preload_value(const char *ours, const char *existing);
 /* segment.c */
 int hr_seg_mark_ended(int dirfd, pid_t pid, uint64_t start_ticks, int wstatus);
 int hr_seg_mark_killed_if_gone(int dirfd, pid_t pid, int signo);
+/* The watchdog's view of the session (segment.c "the watchdog's segments"):
+ * hr_seg_watch brings it up to date and returns the number of segment
+ * names; hr_seg_live_pids, hr_seg_progress and hr_seg_thread_heads read
+ * the segments it keeps mapped; hr_seg_remap maps pid's segment again (at
+ * most every HR_REMAP_MS) so that thread slots committed since show. */
+#define HR_REMAP_MS 5000
+size_t hr_seg_watch(int dirfd);
+void hr_seg_remap(int dirfd, pid_t pid);
 size_t hr_seg_live_pids(int dirfd, pid_t *out, size_t max);
 int hr_seg_count(int dirfd);
 int hr_seg_progress(int dirfd, pid_t pid, uint64_t *events, int *snapsig);

@@ -254,6 +254,7 @@ static void sample_threads(struct hr_run *r, uint64_t now, int keep_clock)
 		DIR *d;
 		struct dirent *de;
 		size_t nh = hr_seg_thread_heads(r->session_fd, pids[i], tids, heads, 4096);
+		int remapped = 0;
 		snprintf(path, sizeof path, "/proc/%d/task", (int)pids[i]);
 		if (!(d = opendir(path)))
 			continue;
@@ -261,7 +262,20 @@ static void sample_threads(struct hr_run *r, uint64_t now, int keep_clock)
 			pid_t tid = (pid_t)strtol(de->d_name, NULL, 10);
 			uint64_t prog;
 			struct hr_still *e;
-			if (tid <= 0 || thread_progress(pids[i], tid, tids, heads, nh, &prog) < 0)
+			if (tid <= 0)
+				continue;
+			if (!remapped && nh < 4096) {
+				size_t j = 0;
+				while (j < nh && tids[j] != tid)
+					j++;
+				if (j == nh) {
+					/* a thread the mapping does not show: its slot may be newer than the mapping */
+								hr_seg_remap(r->session_fd, pids[i]);
+					nh = hr_seg_thread_heads(r->session_fd, pids[i], tids, heads, 4096);
+					remapped = 1;
+				}
+			}
+			if (thread_progress(pids[i], tid, tids, heads, nh, &prog) < 0)
 				continue;
 			if (!(e = still_of(r, pids[i], tid))) {
 				struct hr_still *v = realloc(r->still, (r->nstill + 1) * sizeof *v);
@@ -371,6 +385,40 @@ static void snapshot_pids(struct hr_run *r, const pid_t *want, size_t n)
 	sample_threads(r, hr_now_ms(), 1);
 }
 
+/*
+ * Whether this tick must ask heisen-dump --check-hang.  What it judges is
+ * made of threads that stopped moving: a wait-for cycle or a lock wait
+ * needs blocked threads, a hang threads still for the hang timeout.  So
+ * the check runs when the set of threads still for at least one tick
+ * (pid, tid, since when, and whether for the hang timeout: the --still
+ * list) changed since the last check, and at least every HR_CHECK_EVERY_MS all the same (a lock wait
+ * that began before heisen-run first saw the thread).  A session of idle
+ * processes then costs no heisen-dump run at all between those.
+ */
+static int check_needed(struct hr_run *r, uint64_t now, const char *still)
+{
+	static uint64_t last_sig, last_ms;
+	static int checked;
+	uint64_t h = 1469598103934665603ull;
+	for (size_t i = 0; i < r->nstill; i++) {
+		const struct hr_still *t = &r->still[i];
+		if (now - t->since_ms < HR_TICK_MS)
+			continue;
+		/* in the --still list or not: its seconds grow every tick, the verdict does not */
+		uint64_t v[4] = {(uint64_t)t->pid, (uint64_t)t->tid, t->since_ms,
+				 (double)(now - t->since_ms) >= r->hang_seconds * 1000.0};
+		for (size_t k = 0; k < 4; k++)
+			h = (h ^ v[k]) * 1099511628211ull;
+	}
+	h ^= strlen(still) == 0; /* a --still list cut short (said once) */
+	if (checked && h == last_sig && now - last_ms < HR_CHECK_EVERY_MS)
+		return 0;
+	checked = 1;
+	last_sig = h;
+	last_ms = now;
+	return 1;
+}
+
 static int remember(struct hr_run *r, const char *line)
 {
 	char **s = realloc(r->sigs, (r->nsigs + 1) * sizeof *s);
@@ -399,11 +447,15 @@ static int remember(struct hr_run *r, const char *line)
  */
 int hr_watch_tick(struct hr_run *r)
 {
-	if (hr_seg_count(r->session_fd) == 0)
+	if (hr_seg_watch(r->session_fd) == 0)
 		return 0; /* nothing recorded yet (or a command without the shim) */
 	uint64_t now = hr_now_ms();
 	sample_progress(r, now);
 	sample_threads(r, now, 0);
+	static char still[16384];
+	still_arg(r, now, still, sizeof still);
+	if (!check_needed(r, now, still))
+		return 0;
 	int out = new_out("heisen-check"), err = new_out("heisen-check-err");
 	if (out < 0 || err < 0) {
 		if (out >= 0)
@@ -412,8 +464,6 @@ int hr_watch_tick(struct hr_run *r)
 			close(err);
 		return 0;
 	}
-	static char still[16384];
-	still_arg(r, now, still, sizeof still);
 	char *argv[] = {r->dump, "--check-hang", (char *)r->hang_timeout, r->session, NULL, NULL, NULL};
 	if (*still) {
 		argv[3] = "--still";
