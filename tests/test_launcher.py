@@ -587,3 +587,53 @@ def test_on_hang_report_reports_once_and_keeps_watching(heisen, session):
     assert "still running" in text
     assert text.count(BANNER) == 2, text  # the hang report, then the final one
     assert text.rstrip().endswith(f"session: {session.resolve()}")
+
+
+# ---- the watchdog's own cost ------------------------------------------------------
+
+IDLE_WORKERS = r'''
+import os, sys, time
+n, secs = int(sys.argv[1]), float(sys.argv[2])
+kids = []
+for i in range(n):
+    pid = os.fork()
+    if pid == 0:
+        time.sleep(secs)
+        os._exit(0)
+    kids.append(pid)
+for k in kids:
+    os.waitpid(k, 0)
+'''
+
+
+def test_watchdog_leaves_idle_processes_alone(heisen, session, tmp_path):
+    """20 forked workers sleep: once their threads have been still past the
+    hang timeout (and judged idle), nothing changes, so the watchdog neither
+    runs heisen-dump again nor opens their segments again on every tick."""
+    if not shutil.which("strace"):
+        pytest.skip("strace is not installed")
+    script = tmp_path / "idle.py"
+    script.write_text(IDLE_WORKERS)
+    log = tmp_path / "dump-runs"
+    wrapper = tmp_path / "heisen-dump"
+    wrapper.write_text(f'#!/bin/sh\necho "$(date +%s.%N) $1" >> {log}\nexec {heisen.dump_bin} "$@"\n')
+    wrapper.chmod(0o755)
+    trace = tmp_path / "trace"
+    workers, sleep_s, timeout_s = 20, 14.0, 2
+    start = time.time()
+    p = subprocess.run(["strace", "-qq", "-e", "trace=openat", "-o", trace,
+                        heisen.run_bin, "--dir", session, "--hang-timeout", str(timeout_s), "--",
+                        SYSTEM_PYTHON, script, str(workers), str(sleep_s)],
+                       env=heisen.env(HEISEN_DUMP=wrapper), capture_output=True, text=True,
+                       timeout=120)
+    assert p.returncode == 0, p.stderr
+    assert "hang" not in p.stderr, p.stderr
+    checks = [float(ln.split()[0]) - start for ln in log.read_text().splitlines()
+              if ln.split()[1] == "--check-hang"]
+    # every worker is still past the hang timeout (+ forking, under load) by
+    # half the sleep: from then to the end, no check at all
+    late = [t for t in checks if sleep_s / 2 < t < sleep_s]
+    assert late == [], checks
+    seg_opens = [ln for ln in trace.read_text().splitlines() if ".seg\"" in ln]
+    # each segment is opened a few times (first sight, marking its end), not once per tick
+    assert len(seg_opens) <= 4 * (workers + 1), len(seg_opens)
