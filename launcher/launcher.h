@@ -127,6 +127,8 @@ int hr_find_paths(struct hr_run *r);
 int hr_session_open(struct hr_run *r);
 int hr_build_envs(struct hr_run *r);
 void hr_session_remove_if_clean(struct hr_run *r, int only_if_empty);
+#define HR_WARNINGS_NAME "heisen-warnings"  /* libheisen.so's warnings, in the session */
+void hr_session_warnings(struct hr_run *r);
 char *hr_preload_value(const char *ours, const char *existing);
 
 /* segment.c */

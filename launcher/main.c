@@ -204,6 +204,7 @@ int main(int argc, char **argv)
 	int e;
 	r->main_pid = hr_spawn(r->cmd, r->child_env, 1, -1, -1, &e);
 	if (r->main_pid < 0) {
+		hr_session_warnings(r);
 		hr_session_remove_if_clean(r, 1);
 		return HR_EXIT_SELF;
 	}
@@ -211,6 +212,7 @@ int main(int argc, char **argv)
 		hr_err("%s: %s", r->cmd[0], strerror(e));
 		while (!r->main_done)
 			hr_service(r, 100);
+		hr_session_warnings(r);
 		hr_session_remove_if_clean(r, 1);
 		return exit_code_of(r->main_status);
 	}
@@ -232,6 +234,7 @@ int main(int argc, char **argv)
 	finish_descendants(r);
 	int abnormal = WIFSIGNALED(r->main_status) || r->hang_seen;
 	int clean = hr_final_report(r, abnormal);
+	hr_session_warnings(r);
 	int recorded = hr_seg_count(r->session_fd) > 0;
 	if (clean && (r->rm_clean || r->session_auto))
 		hr_session_remove_if_clean(r, 0);

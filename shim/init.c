@@ -255,6 +255,7 @@ __attribute__((constructor(101))) static void hs_init(void)
 	struct hs_tls *t = &hs_tls;
 	const char *off = getenv("HEISEN_DISABLE");
 	t->in_hook = 1;
+	hs_warnings_init();
 	hs_resolve_all();
 	if (off && off[0] == '1')
 		goto out;

@@ -637,3 +637,19 @@ def test_watchdog_leaves_idle_processes_alone(heisen, session, tmp_path):
     seg_opens = [ln for ln in trace.read_text().splitlines() if ".seg\"" in ln]
     # each segment is opened a few times (first sight, marking its end), not once per tick
     assert len(seg_opens) <= 4 * (workers + 1), len(seg_opens)
+
+
+def test_heisen_warnings_stay_out_of_the_programs_stderr(heisen, session, tmp_path):
+    """A warning of libheisen.so (a HEISEN_* value out of range) in a process
+    under heisen-run goes into the session and heisen-run prints it at the
+    end; the program's own stderr holds only what the program wrote."""
+    own = tmp_path / "program-stderr"
+    cmd = (f'exec 2>{own}; {SYSTEM_PYTHON} -c '
+           '"import sys; sys.stderr.write(\'mine\\n\')"')
+    p = heisen.run(["--dir", session, "--", "/bin/sh", "-c", cmd],
+                   env={"HEISEN_THREADS": "99999"})
+    assert p.returncode == 0, p.stderr
+    assert own.read_text() == "mine\n"
+    said = [ln for ln in p.stderr.splitlines() if "HEISEN_THREADS" in ln]
+    assert said and all(ln.startswith("heisen-run: heisen: ignoring HEISEN_THREADS") for ln in said), p.stderr
+    assert not (session / "heisen-warnings").exists()
