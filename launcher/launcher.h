@@ -59,6 +59,7 @@ struct hr_run {
 	int quiet;                 /* --quiet */
 	int rm_clean;              /* --rm */
 	int python_malloc;         /* --python-malloc: PYTHONMALLOC=malloc for the command */
+	const char *report_dir;    /* --report-dir, or NULL (watchdog.c hr_final_report) */
 	char **cmd;                /* the command, NULL-terminated */
 
 	/* paths (paths.c), absolute */

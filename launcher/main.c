@@ -55,6 +55,9 @@ static void usage(FILE *f)
 		"                        come from malloc, where the heap checker sees them\n"
 		"  --quiet, -q           no warnings, no session line after a clean run\n"
 		"  --rm                  remove the session's segments after a clean run\n"
+		"  --report-dir DIR      also write the final report there, as text and JSON\n"
+		"                        (<session name>.report.txt, .report.json), e.g. a volume\n"
+		"                        that outlives the container's /dev/shm\n"
 		"  --help, -h            this text\n"
 		"\n"
 		"Exit status: CMD's, or 128+signal when it was killed; 126/127 when it could not be\n"
@@ -90,7 +93,7 @@ void hr_warn(const struct hr_run *r, const char *fmt, ...)
  * usage error, 0 after --help). */
 static void parse_options(struct hr_run *r, int argc, char **argv)
 {
-	enum { OPT_DIR = 256, OPT_HANG, OPT_ON_HANG, OPT_RM, OPT_PYMALLOC };
+	enum { OPT_DIR = 256, OPT_HANG, OPT_ON_HANG, OPT_RM, OPT_PYMALLOC, OPT_REPORT_DIR };
 	static const struct option opts[] = {
 		{"dir", required_argument, NULL, OPT_DIR},
 		{"hang-timeout", required_argument, NULL, OPT_HANG},
@@ -98,6 +101,7 @@ static void parse_options(struct hr_run *r, int argc, char **argv)
 		{"quiet", no_argument, NULL, 'q'},
 		{"rm", no_argument, NULL, OPT_RM},
 		{"python-malloc", no_argument, NULL, OPT_PYMALLOC},
+		{"report-dir", required_argument, NULL, OPT_REPORT_DIR},
 		{"help", no_argument, NULL, 'h'},
 		{NULL, 0, NULL, 0},
 	};
@@ -144,6 +148,13 @@ static void parse_options(struct hr_run *r, int argc, char **argv)
 			break;
 		case OPT_PYMALLOC:
 			r->python_malloc = 1;
+			break;
+		case OPT_REPORT_DIR:
+			if (!*optarg) {
+				hr_err("--report-dir needs a directory");
+				exit(HR_EXIT_SELF);
+			}
+			r->report_dir = optarg;
 			break;
 		case 'h':
 			usage(stdout);

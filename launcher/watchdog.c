@@ -36,7 +36,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <fcntl.h>
 #include <sys/mman.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -555,6 +557,72 @@ int hr_watch_tick(struct hr_run *r)
 	return fresh;
 }
 
+/* Copy memfd fd into file name of directory dfd (replaced). 0 or -1. */
+static int save_copy(int fd, int dfd, const char *name)
+{
+	int out = openat(dfd, name, O_WRONLY | O_CREAT | O_TRUNC | O_NOFOLLOW | O_CLOEXEC, 0644);
+	char buf[8192];
+	off_t off = 0;
+	ssize_t k;
+	int rc = 0;
+	if (out < 0)
+		return -1;
+	while ((k = pread(fd, buf, sizeof buf, off)) > 0) {
+		for (ssize_t w = 0; w < k;) {
+			ssize_t m = write(out, buf + w, (size_t)(k - w));
+			if (m < 0 && errno == EINTR)
+				continue;
+			if (m <= 0) {
+				rc = -1;
+				break;
+			}
+			w += m;
+		}
+		off += k;
+	}
+	if (close(out) != 0)
+		rc = -1;
+	return rc;
+}
+
+/*
+ * --report-dir: write the final report there as <session name>.report.txt
+ * (text_fd, heisen-dump's text report as printed) and .report.json (a
+ * second heisen-dump run, --json), so that the report outlives a session
+ * on the container's /dev/shm.  The directory is made (0755) if missing.
+ * A failure is said, never fatal.
+ */
+static void save_reports(struct hr_run *r, int text_fd, const char *const opts[])
+{
+	const char *base = strrchr(r->session, '/');
+	char name[PATH_MAX + 16];
+	base = base && base[1] ? base + 1 : r->session;
+	if (mkdir(r->report_dir, 0755) != 0 && errno != EEXIST) {
+		hr_warn(r, "--report-dir %s: %s", r->report_dir, strerror(errno));
+		return;
+	}
+	int dfd = open(r->report_dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+	if (dfd < 0) {
+		hr_warn(r, "--report-dir %s: %s", r->report_dir, strerror(errno));
+		return;
+	}
+	snprintf(name, sizeof name, "%s.report.txt", base);
+	if (save_copy(text_fd, dfd, name) != 0)
+		hr_warn(r, "--report-dir: cannot write %s/%s: %s", r->report_dir, name, strerror(errno));
+	int jfd = new_out("heisen-report-json");
+	if (jfd >= 0) {
+		const char *jopts[6] = {"--json"};
+		for (size_t i = 0; opts[i] && i < 4; i++)
+			jopts[i + 1] = opts[i];
+		int ds = run_dump(r, jopts, jfd, HR_REPORT_TIMEOUT_MS);
+		snprintf(name, sizeof name, "%s.report.json", base);
+		if (ds < 0 || save_copy(jfd, dfd, name) != 0)
+			hr_warn(r, "--report-dir: cannot write %s/%s", r->report_dir, name);
+		close(jfd);
+	}
+	close(dfd);
+}
+
 static const char *sig_name(int sig)
 {
 	const char *s = sigabbrev_np(sig);
@@ -596,6 +664,8 @@ int hr_final_report(struct hr_run *r, int abnormal)
 	int ds = run_dump(r, opts, fd, HR_REPORT_TIMEOUT_MS);
 	int rc = ds >= 0 && WIFEXITED(ds) ? WEXITSTATUS(ds) : -1;
 	int clean = !abnormal && rc == 0;
+	if (r->report_dir)
+		save_reports(r, fd, opts);
 	if (!clean) {
 		fprintf(stderr, "==== heisen report: %s ====\n", r->session);
 		copy_to_stderr(fd);
