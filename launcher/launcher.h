@@ -82,6 +82,7 @@ struct hr_run {
 	int helper_done, helper_status;
 	int no_children;           /* last reap saw ECHILD */
 	int stop_requested;        /* a terminating signal arrived after the main child ended */
+	int stop_signal;           /* the last SIGINT/SIGTERM/SIGHUP forwarded to the command, 0 = none */
 
 	/* watchdog (watchdog.c) */
 	int hang_seen;
@@ -170,6 +171,7 @@ uint64_t hr_now_ms(void);
 /* watchdog.c */
 int hr_watch_tick(struct hr_run *r);
 int hr_final_report(struct hr_run *r, int abnormal);
+int hr_stopped(const struct hr_run *r);
 void hr_kill_tree(struct hr_run *r);
 
 /* main.c */

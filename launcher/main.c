@@ -243,7 +243,7 @@ int main(int argc, char **argv)
 	}
 
 	finish_descendants(r);
-	int abnormal = WIFSIGNALED(r->main_status) || r->hang_seen;
+	int abnormal = (WIFSIGNALED(r->main_status) && !hr_stopped(r)) || r->hang_seen;
 	int clean = hr_final_report(r, abnormal);
 	hr_session_warnings(r);
 	int recorded = hr_seg_count(r->session_fd) > 0;
@@ -252,12 +252,16 @@ int main(int argc, char **argv)
 	else if (!recorded)
 		hr_session_remove_if_clean(r, 1);
 	if (clean && recorded && !r->quiet) {
+		if (hr_stopped(r)) /* one line: the stop and the verdict */
+			fprintf(stderr, HR_NAME ": %s stopped by SIG%s (forwarded); ", r->cmd[0],
+				sigabbrev_np(r->stop_signal));
 		if (r->rm_clean)
-			fprintf(stderr, HR_NAME ": no findings; session removed (--rm)\n");
+			fprintf(stderr, "%sno findings; session removed (--rm)\n", hr_stopped(r) ? "" : HR_NAME ": ");
 		else if (r->session_auto)
-			fprintf(stderr, HR_NAME ": no findings; session removed (name one with --dir to keep it)\n");
+			fprintf(stderr, "%sno findings; session removed (name one with --dir to keep it)\n",
+				hr_stopped(r) ? "" : HR_NAME ": ");
 		else
-			fprintf(stderr, HR_NAME ": no findings; session: %s\n", r->session);
+			fprintf(stderr, "%sno findings; session: %s\n", hr_stopped(r) ? "" : HR_NAME ": ", r->session);
 	}
 	return exit_code_of(r->main_status);
 }

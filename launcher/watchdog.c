@@ -631,15 +631,23 @@ static const char *sig_name(int sig)
 
 /*
  * The end-of-run report.  abnormal says the command was killed by a signal
- * or a hang was seen.  Runs heisen-dump when the session holds segments; if
+ * (other than the stop signal heisen-run forwarded, hr_stopped) or a hang
+ * was seen.  Runs heisen-dump when the session holds segments; if
  * the run was abnormal or heisen-dump found something (exit 1) or failed
  * (exit 2), prints its report between banners and the session path.
  * Otherwise prints nothing.  Returns 1 when the run was clean, 0 otherwise.
  */
+/* The command ended by the stop signal heisen-run forwarded to it (docker
+ * stop's SIGTERM, a Ctrl-C): the end that was asked for, not a crash. */
+int hr_stopped(const struct hr_run *r)
+{
+	return r->stop_signal && WIFSIGNALED(r->main_status) && WTERMSIG(r->main_status) == r->stop_signal;
+}
+
 int hr_final_report(struct hr_run *r, int abnormal)
 {
 	int st = r->main_status;
-	if (WIFSIGNALED(st))
+	if (WIFSIGNALED(st) && (abnormal || !hr_stopped(r)))
 		fprintf(stderr, HR_NAME ": %s was killed by signal %d (SIG%s)%s\n", r->cmd[0], WTERMSIG(st),
 			sig_name(WTERMSIG(st)), WCOREDUMP(st) ? ", core dumped" : "");
 	if (hr_seg_count(r->session_fd) == 0) {
