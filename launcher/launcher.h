@@ -38,7 +38,7 @@
 #define HR_CHECK_TIMEOUT_MS 10000
 /* heisen-dump --check-hang runs when the still threads changed, and at
  * least this often all the same (watchdog.c check_needed). */
-#define HR_CHECK_EVERY_MS 30000
+#define HR_CHECK_EVERY_MS 300000
 #define HR_REPORT_TIMEOUT_MS 120000
 
 /* After the main child ended: how long to keep reaping (not PID 1), how long
@@ -103,6 +103,7 @@ struct hr_run {
 struct hr_still {
 	pid_t pid, tid;
 	uint64_t progress;
+	uint64_t cpu;              /* its utime + stime as last read (procfs.c) */
 	uint64_t since_ms;
 	int alive;
 };
@@ -116,6 +117,8 @@ struct hr_stall {
 	uint64_t progress;
 	uint64_t since_ms;         /* when progress last moved (or was first seen) */
 	int snapsig;               /* the process's snapshot signal, 0 = none */
+	uint64_t cpu, cpu_prev;    /* its CPU ticks at this tick and at the one before */
+	int cpu_seen;
 	int reported;              /* this stall was reported */
 	uint64_t hung_since_ms;    /* reported by the per-thread rule: since when its longest stuck thread was still */
 	int alive;                 /* seen in the current tick */
@@ -142,6 +145,7 @@ int hr_seg_mark_killed_if_gone(int dirfd, pid_t pid, int signo);
  * the segments it keeps mapped; hr_seg_remap maps pid's segment again (at
  * most every HR_REMAP_MS) so that thread slots committed since show. */
 #define HR_REMAP_MS 5000
+#define HR_RECHECK_MS 5000  /* a mapped segment's process start time is checked again this often */
 size_t hr_seg_watch(int dirfd);
 void hr_seg_remap(int dirfd, pid_t pid);
 size_t hr_seg_live_pids(int dirfd, pid_t *out, size_t max);
@@ -155,7 +159,7 @@ int hr_proc_start_ticks(pid_t pid, uint64_t *ticks);
 size_t hr_proc_children(pid_t pid, pid_t *out, size_t max);
 pid_t hr_proc_ppid(pid_t pid);
 int hr_proc_cpu_ticks(pid_t pid, uint64_t *ticks);
-int hr_proc_thread_progress(pid_t pid, pid_t tid, uint64_t *out);
+int hr_proc_thread_progress(pid_t pid, pid_t tid, uint64_t *cpu, uint64_t *out);
 size_t hr_snapshot_request(pid_t pid, int sig);
 
 /* reaper.c */

@@ -171,6 +171,7 @@ struct watched {
 	void *map;          /* whole segment, holes covered; NULL once it is not RUNNING */
 	size_t len;
 	uint64_t mapped_ms; /* when it was (re)mapped, hr_now_ms() */
+	uint64_t checked_ms;/* when its process's start time was last checked (0 = never) */
 	int listed;         /* in the last listing of the directory */
 };
 static struct watched *watch;
@@ -412,6 +413,7 @@ int hr_seg_mark_killed_if_gone(int dirfd, pid_t pid, int signo)
 size_t hr_seg_live_pids(int dirfd, pid_t *out, size_t max)
 {
 	size_t n = 0;
+	uint64_t now_ms = hr_now_ms();
 	watch_refresh(dirfd);
 	for (size_t i = 0; i < nwatch && n < max; i++) {
 		const struct hs_header *h = watch[i].map;
@@ -420,9 +422,15 @@ size_t hr_seg_live_pids(int dirfd, pid_t *out, size_t max)
 		if (!h)
 			continue;
 		uint64_t want = h->start_ticks;
-		if (hr_proc_start_ticks(p, &now) < 0 || (want != 0 && now != want)) {
-			watched_unmap(&watch[i]); /* gone, or the pid is another process now */
-			continue;
+		/* the start time is checked at first sight and then every
+		 * HR_RECHECK_MS (a pid reused after an unreaped SIGKILL); a
+		 * process that is gone fails its /proc reads every tick */
+		if (!watch[i].checked_ms || now_ms - watch[i].checked_ms >= HR_RECHECK_MS) {
+			if (hr_proc_start_ticks(p, &now) < 0 || (want != 0 && now != want)) {
+				watched_unmap(&watch[i]); /* gone, or the pid is another process now */
+				continue;
+			}
+			watch[i].checked_ms = now_ms;
 		}
 		size_t j = 0;
 		while (j < n && out[j] != p)

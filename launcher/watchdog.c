@@ -170,12 +170,12 @@ static struct hr_stall *stall_of(struct hr_run *r, pid_t pid)
 }
 
 /* Progress of pid: ring records plus CPU ticks.  -1 when it cannot be read. */
-static int progress_of(struct hr_run *r, pid_t pid, uint64_t *out, int *snapsig)
+static int progress_of(struct hr_run *r, pid_t pid, uint64_t *out, int *snapsig, uint64_t *cpu)
 {
-	uint64_t events, cpu;
-	if (hr_seg_progress(r->session_fd, pid, &events, snapsig) < 0 || hr_proc_cpu_ticks(pid, &cpu) < 0)
+	uint64_t events;
+	if (hr_seg_progress(r->session_fd, pid, &events, snapsig) < 0 || hr_proc_cpu_ticks(pid, cpu) < 0)
 		return -1;
-	*out = events + cpu;
+	*out = events + *cpu;
 	return 0;
 }
 
@@ -191,10 +191,10 @@ static void sample_progress(struct hr_run *r, uint64_t now)
 	for (size_t i = 0; i < r->nstalls; i++)
 		r->stalls[i].alive = 0;
 	for (size_t i = 0; i < n; i++) {
-		uint64_t prog;
+		uint64_t prog, cpu;
 		int snapsig;
 		struct hr_stall *e;
-		if (progress_of(r, pids[i], &prog, &snapsig) < 0)
+		if (progress_of(r, pids[i], &prog, &snapsig, &cpu) < 0)
 			continue;
 		if (!(e = stall_of(r, pids[i]))) {
 			struct hr_stall *v = realloc(r->stalls, (r->nstalls + 1) * sizeof *v);
@@ -208,6 +208,9 @@ static void sample_progress(struct hr_run *r, uint64_t now)
 			e->since_ms = now;
 		}
 		e->snapsig = snapsig;
+		e->cpu_prev = e->cpu_seen ? e->cpu : cpu + 1; /* first sight: "moved" */
+		e->cpu = cpu;
+		e->cpu_seen = 1;
 		e->alive = 1;
 	}
 	for (size_t i = 0; i < r->nstalls; i++)
@@ -225,11 +228,12 @@ static struct hr_still *still_of(struct hr_run *r, pid_t pid, pid_t tid)
 }
 
 /* Progress of one thread: its ring records (heads[] of its slot, if it has
- * one) plus what the kernel says (procfs.c). */
-static int thread_progress(pid_t pid, pid_t tid, const pid_t *tids, const uint64_t *heads, size_t nh, uint64_t *out)
+ * one) plus what the kernel says (procfs.c); *cpu as hr_proc_thread_progress. */
+static int thread_progress(pid_t pid, pid_t tid, const pid_t *tids, const uint64_t *heads, size_t nh,
+			   uint64_t *cpu, uint64_t *out)
 {
 	uint64_t k;
-	if (hr_proc_thread_progress(pid, tid, &k) < 0)
+	if (hr_proc_thread_progress(pid, tid, cpu, &k) < 0)
 		return -1;
 	for (size_t i = 0; i < nh; i++)
 		if (tids[i] == tid)
@@ -257,6 +261,8 @@ static void sample_threads(struct hr_run *r, uint64_t now, int keep_clock)
 		struct dirent *de;
 		size_t nh = hr_seg_thread_heads(r->session_fd, pids[i], tids, heads, 4096);
 		int remapped = 0;
+		struct hr_stall *ps = stall_of(r, pids[i]);
+		int cpu_still = ps && ps->cpu_seen && ps->cpu == ps->cpu_prev;
 		snprintf(path, sizeof path, "/proc/%d/task", (int)pids[i]);
 		if (!(d = opendir(path)))
 			continue;
@@ -277,9 +283,12 @@ static void sample_threads(struct hr_run *r, uint64_t now, int keep_clock)
 					remapped = 1;
 				}
 			}
-			if (thread_progress(pids[i], tid, tids, heads, nh, &prog) < 0)
+			/* the process's CPU time did not move: neither did this thread's */
+			struct hr_still *known = still_of(r, pids[i], tid);
+			uint64_t cpu = known && cpu_still ? known->cpu : UINT64_MAX;
+			if (thread_progress(pids[i], tid, tids, heads, nh, &cpu, &prog) < 0)
 				continue;
-			if (!(e = still_of(r, pids[i], tid))) {
+			if (!(e = known)) {
 				struct hr_still *v = realloc(r->still, (r->nstill + 1) * sizeof *v);
 				if (!v)
 					continue;
@@ -291,6 +300,7 @@ static void sample_threads(struct hr_run *r, uint64_t now, int keep_clock)
 				if (!keep_clock)
 					e->since_ms = now;
 			}
+			e->cpu = cpu;
 			e->alive = 1;
 		}
 		closedir(d);
@@ -379,10 +389,13 @@ static void snapshot_pids(struct hr_run *r, const pid_t *want, size_t n)
 		hr_service(r, (int)(end - now));
 	for (size_t i = 0; i < n; i++) {
 		struct hr_stall *e = stall_of(r, want[i]);
-		uint64_t prog;
+		uint64_t prog, cpu;
 		int snapsig;
-		if (e && progress_of(r, want[i], &prog, &snapsig) == 0)
+		if (e && progress_of(r, want[i], &prog, &snapsig, &cpu) == 0) {
 			e->progress = prog;
+			e->cpu_prev = e->cpu + 1; /* the snapshot used CPU: read every thread again */
+			e->cpu = cpu;
+		}
 	}
 	sample_threads(r, hr_now_ms(), 1);
 }
