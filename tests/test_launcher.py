@@ -9,6 +9,7 @@ Contracts: docs/interfaces.md; the launcher's own choices: launcher/main.c
 and launcher/reaper.c.  Run with /usr/bin/python3 -m pytest tests/test_launcher.py
 (HEISEN_BUILD names the build directory, see conftest.py).
 """
+import json
 import os
 import pty
 import select
@@ -653,3 +654,30 @@ def test_heisen_warnings_stay_out_of_the_programs_stderr(heisen, session, tmp_pa
     said = [ln for ln in p.stderr.splitlines() if "HEISEN_THREADS" in ln]
     assert said and all(ln.startswith("heisen-run: heisen: ignoring HEISEN_THREADS") for ln in said), p.stderr
     assert not (session / "heisen-warnings").exists()
+
+
+def test_a_forwarded_sigterm_that_ends_a_clean_program_is_one_line(heisen, session):
+    """docker stop: SIGTERM to heisen-run, forwarded; the program dies of it
+    (its default action) with nothing found: exit 143 and one line, no report."""
+    proc = subprocess.Popen([str(heisen.run_bin), "--dir", str(session), "--", SYSTEM_PYTHON, "-c",
+                             "import time; print('ready', flush=True); time.sleep(60)"],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=heisen.env())
+    assert proc.stdout.readline().strip() == "ready"
+    proc.send_signal(signal.SIGTERM)
+    out, err = proc.communicate(timeout=60)
+    assert proc.returncode == 143, err
+    assert err.splitlines() == [f"heisen-run: {SYSTEM_PYTHON} stopped by SIGTERM (forwarded); "
+                                f"no findings; session: {session}"], err
+
+
+def test_report_dir_keeps_the_text_and_json_reports(heisen, session, tmp_path):
+    reports = tmp_path / "reports"
+    p = heisen.run(["--dir", session, "--report-dir", reports, "--", SYSTEM_PYTHON, "-c",
+                    "import os; os.abort()"])
+    assert p.returncode == 128 + signal.SIGABRT, p.stderr
+    txt = reports / f"{session.name}.report.txt"
+    js = reports / f"{session.name}.report.json"
+    assert "==== heisen: crash (SIGABRT)" in txt.read_text()
+    assert txt.read_text() in p.stderr   # the same report as in the log
+    report = json.loads(js.read_text())
+    assert [f["kind"] for f in report["findings"]] == ["crash"]
