@@ -48,6 +48,19 @@ def read_null():
 print("crashing", flush=True)
 read_null()
 ''',
+    "oom.py": r'''
+import concurrent.futures as cf, multiprocessing as mp
+def hog():
+    blocks = []
+    while True:
+        blocks.append(bytearray(16 << 20))
+if __name__ == "__main__":
+    with cf.ProcessPoolExecutor(2, mp_context=mp.get_context("fork")) as ex:
+        try:
+            ex.submit(hog).result()
+        except Exception as e:
+            print("pool broke:", type(e).__name__, flush=True)
+''',
     "hang.py": r'''
 import threading
 lock = threading.Lock()
@@ -215,3 +228,17 @@ def test_hang_report_in_the_log(image, apps, containers):
     assert c.run.returncode == 128 + 9, logs
     assert "hang detected" in logs and "==== heisen: hang in pid" in logs, logs
     assert "take_twice (/app/hang.py:6) [python]" in logs, logs
+
+
+def test_oom_killed_worker_is_named_in_the_log(image, apps, containers):
+    """seed 002 in a container: --memory 200m, a pool worker allocating
+    without bound; Python sees only BrokenProcessPool, the log names the
+    worker the OOM killer took."""
+    c = containers(image, apps, extra=["--memory", "200m", "--memory-swap", "200m"],
+                   cmd=["python3", "/app/oom.py"])
+    logs = c.logs()
+    if c.run.returncode != 0 and "memory" in c.run.stderr.lower():
+        pytest.skip(f"the runtime refused --memory: {c.run.stderr.strip()}")
+    assert "pool broke: BrokenProcessPool" in logs, logs
+    assert "==== heisen: OOM kill in pid" in logs, logs
+    assert "was killed by the OOM killer" in logs, logs
