@@ -2,9 +2,16 @@
 /*
  * dumper/symbolize.c — PCs and lock addresses to names, offline.
  *
- * Every module the segment recorded is reported to one libdwfl session per
- * process with dwfl_report_elf at its recorded load bias; from then on a PC
- * is looked up as a live debugger would, but the process need not exist.
+ * Each ELF file is opened once per run of heisen-dump, whatever the number
+ * of processes that mapped it: a session-wide table of files keyed by the
+ * build-id the segment recorded (by path when it recorded none) holds one
+ * libdwfl session per file, the file reported at bias 0 with
+ * dwfl_report_elf, so that a PC is looked up in the file's own terms
+ * (pc - the process's load bias) — 256 forked workers of one interpreter
+ * share one reading of libc's and python's debug info — and every file
+ * address already looked up is remembered there too.  A process's own
+ * symbolizer only maps its PCs to those files (its module table), and is
+ * made only when something of that process is printed (hs_proc_sym).
  * Module paths come from shared memory and are only ever used as file names
  * to open read-only.  When a file is missing, not ELF, or not the one that
  * ran (build-id differs), frames fall back to "module + offset" or carry a
@@ -26,11 +33,43 @@
 
 #define PATH_MAX_SEG 4096
 
+/* A symbol looked up in one file, by its address in the file's terms. */
+struct file_sym {
+	uint64_t addr;
+	char *function;     /* NULL: none */
+	char *src;          /* source file basename, NULL: none */
+	int line;
+	UT_hash_handle hh;
+};
+
+/* A data symbol looked up in one file ("state+0x40"), by file address. */
+struct file_data {
+	uint64_t addr;
+	char *name;         /* NULL: none */
+	UT_hash_handle hh;
+};
+
+/*
+ * One ELF file of the session, opened at most once per run of heisen-dump.
+ * key: 'b' + the recorded build-id, or 'p' + the path when the segment
+ * recorded none.  dw is NULL when the file could not be read (said once).
+ */
+struct elf_file {
+	UT_hash_handle hh;
+	Dwfl *dwfl;
+	Dwfl_Module *dw;
+	struct file_sym *syms;
+	struct file_data *data;
+	size_t keylen;
+	unsigned char key[];
+};
+static struct elf_file *elf_files;
+
 struct mod {
 	uint64_t base, lo, hi;
 	char *path;
 	bool hook;
-	Dwfl_Module *dw;
+	struct elf_file *file; /* NULL: module + offset only */
 };
 
 struct frame_key {
@@ -41,6 +80,7 @@ struct frame_key {
 struct frame_ent {
 	struct frame_key key;
 	struct hs_frame f;
+	bool owned;            /* function/file are this entry's (Python frames), not the file table's */
 	UT_hash_handle hh;
 };
 
@@ -54,7 +94,7 @@ struct hs_sym {
 	struct hs_seg *seg;  /* for Python frames, read when first asked for */
 	struct mod *mods;
 	size_t nmods;
-	Dwfl *dwfl;
+	bool debuginfo;
 	struct frame_ent *frames;
 	struct data_ent *data;
 };
@@ -92,20 +132,20 @@ static const char *base_name(const char *path)
 	return b ? b + 1 : path;
 }
 
-static void check_build_id(struct mod *m, const struct hs_module *rec)
+static void check_build_id(const struct elf_file *f, const char *path, const struct hs_module *rec)
 {
 	const unsigned char *bits;
 	GElf_Addr vaddr;
 	unsigned len = rec->build_id_len < HS_BUILD_ID_MAX ? rec->build_id_len : HS_BUILD_ID_MAX;
 	int n;
 
-	if (!m->dw || len == 0)
+	if (!f->dw || len == 0)
 		return;
-	n = dwfl_module_build_id(m->dw, &bits, &vaddr);
+	n = dwfl_module_build_id(f->dw, &bits, &vaddr);
 	if (n <= 0)
 		return;
 	if ((unsigned)n != len || memcmp(bits, rec->build_id, len) != 0)
-		warn_once(m->path, "build-id differs from the one that ran (file replaced since?): symbols may be wrong");
+		warn_once(path, "build-id differs from the one that ran (file replaced since?): symbols may be wrong");
 }
 
 static const Dwfl_Callbacks offline_callbacks = {
@@ -114,7 +154,79 @@ static const Dwfl_Callbacks offline_callbacks = {
 	.section_address = dwfl_offline_section_address,
 };
 
-/* Copy the module table; with dwfl, report each module at its bias. */
+static void free_elf_files(void)
+{
+	struct elf_file *f, *ft;
+	HASH_ITER(hh, elf_files, f, ft) {
+		struct file_sym *y, *yt;
+		struct file_data *d, *dt;
+		HASH_DEL(elf_files, f);
+		HASH_ITER(hh, f->syms, y, yt) {
+			HASH_DEL(f->syms, y);
+			free(y->function);
+			free(y->src);
+			free(y);
+		}
+		HASH_ITER(hh, f->data, d, dt) {
+			HASH_DEL(f->data, d);
+			free(d->name);
+			free(d);
+		}
+		if (f->dwfl)
+			dwfl_end(f->dwfl);
+		free(f);
+	}
+}
+
+/*
+ * The session-wide entry of the file a module record names, opened (and its
+ * build-id checked against the recorded one) the first time any process
+ * names it.  NULL when out of memory; an entry whose file cannot be read
+ * has dw NULL, and its warning was given once.
+ */
+static struct elf_file *elf_file_of(const char *path, const struct hs_module *rec)
+{
+	unsigned idlen = rec->build_id_len < HS_BUILD_ID_MAX ? rec->build_id_len : HS_BUILD_ID_MAX;
+	size_t plen = strlen(path), keylen = 1 + (idlen ? idlen : plen);
+	struct elf_file *f;
+	unsigned char key[1 + PATH_MAX_SEG];
+	struct stat st;
+
+	key[0] = idlen ? 'b' : 'p';
+	memcpy(key + 1, idlen ? (const void *)rec->build_id : (const void *)path, keylen - 1);
+	HASH_FIND(hh, elf_files, key, keylen, f);
+	if (f)
+		return f;
+	if (!(f = calloc(1, sizeof *f + keylen)))
+		return NULL;
+	if (!elf_files)
+		atexit(free_elf_files);
+	f->keylen = keylen;
+	memcpy(f->key, key, keylen);
+	HASH_ADD_KEYPTR(hh, elf_files, f->key, f->keylen, f);
+	/* the path comes from shared memory: never open a FIFO or a device it names */
+	if (stat(path, &st) != 0 || !S_ISREG(st.st_mode)) {
+		char shown[PATH_MAX_SEG];
+		snprintf(shown, sizeof shown, "%s", path);
+		warn_once(hs_clean(shown), "not a regular file (gone since the run?): its frames show module+offset only");
+		return f;
+	}
+	if (!(f->dwfl = dwfl_begin(&offline_callbacks)))
+		return f;
+	dwfl_report_begin(f->dwfl);
+	/* bias 0: addresses in the file's own terms, whichever process asks */
+	f->dw = dwfl_report_elf(f->dwfl, base_name(path), path, -1, 0, false);
+	dwfl_report_end(f->dwfl, NULL, NULL);
+	if (!f->dw) {
+		char why[300];
+		snprintf(why, sizeof why, "cannot read it (%s): its frames show module+offset only", dwfl_errmsg(-1));
+		warn_once(path, why);
+	}
+	check_build_id(f, path, rec);
+	return f;
+}
+
+/* Copy the module table; with debug info, find each module's file. */
 static void load_modules(struct hs_sym *s, struct hs_seg *seg, const char *exe)
 {
 	uint32_t n = hs_seg_count(seg, HS_T_MODULES);
@@ -123,8 +235,6 @@ static void load_modules(struct hs_sym *s, struct hs_seg *seg, const char *exe)
 	s->mods = calloc(n ? n : 1, sizeof *s->mods);
 	if (!s->mods)
 		return;
-	if (s->dwfl)
-		dwfl_report_begin(s->dwfl);
 	for (uint32_t i = 0; i < n; i++) {
 		struct hs_module rec;
 		struct mod *m = &s->mods[s->nmods];
@@ -139,27 +249,10 @@ static void load_modules(struct hs_sym *s, struct hs_seg *seg, const char *exe)
 			continue;
 		m->base = rec.base, m->lo = rec.lo, m->hi = rec.hi;
 		m->hook = is_hook_module(path);
-		if (s->dwfl && !m->hook) {
-			struct stat st;
-			/* the path comes from shared memory: never open a FIFO or a device it names */
-			if (stat(path, &st) != 0 || !S_ISREG(st.st_mode)) {
-				warn_once(hs_clean(path), "not a regular file (gone since the run?): its frames show module+offset only");
-				s->nmods++;
-				continue;
-			}
-			m->dw = dwfl_report_elf(s->dwfl, base_name(path), path, -1, rec.base, false);
-			if (!m->dw) {
-				char why[300];
-				snprintf(why, sizeof why, "cannot read it (%s): its frames show module+offset only",
-					 dwfl_errmsg(-1));
-				warn_once(path, why);
-			}
-			check_build_id(m, &rec);
-		}
+		if (s->debuginfo && !m->hook)
+			m->file = elf_file_of(path, &rec);
 		s->nmods++;
 	}
-	if (s->dwfl)
-		dwfl_report_end(s->dwfl, NULL, NULL);
 }
 
 struct hs_sym *hs_sym_new(struct hs_seg *seg, const char *exe, bool debuginfo)
@@ -168,8 +261,7 @@ struct hs_sym *hs_sym_new(struct hs_seg *seg, const char *exe, bool debuginfo)
 	if (!s)
 		return NULL;
 	s->seg = seg;
-	if (debuginfo)
-		s->dwfl = dwfl_begin(&offline_callbacks);
+	s->debuginfo = debuginfo;
 	load_modules(s, seg, exe ? exe : "");
 	return s;
 }
@@ -216,24 +308,45 @@ static char *demangle_n(const char *name, size_t n)
 	return out;
 }
 
-static void fill_debuginfo(struct hs_frame *f, const struct mod *m, uint64_t addr)
+/* The symbol at file address addr of f, looked up once per session. */
+static const struct file_sym *file_sym(struct elf_file *f, uint64_t addr)
 {
+	struct file_sym *y;
 	GElf_Off off;
 	GElf_Sym sym;
-	const char *name = dwfl_module_addrinfo(m->dw, addr, &off, &sym, NULL, NULL, NULL);
+	const char *name;
 	Dwfl_Line *line;
 
+	HASH_FIND(hh, f->syms, &addr, sizeof addr, y);
+	if (y)
+		return y;
+	if (!(y = calloc(1, sizeof *y)))
+		return NULL;
+	y->addr = addr;
+	name = dwfl_module_addrinfo(f->dw, addr, &off, &sym, NULL, NULL, NULL);
 	/* "__libc_start_main@@GLIBC_2.34": the version says nothing in a stack */
 	if (name)
-		f->function = demangle_n(name, strcspn(name, "@"));
-	if ((line = dwfl_module_getsrc(m->dw, addr))) {
+		y->function = demangle_n(name, strcspn(name, "@"));
+	if ((line = dwfl_module_getsrc(f->dw, addr))) {
 		int lineno = 0;
 		const char *src = dwfl_lineinfo(line, NULL, &lineno, NULL, NULL, NULL);
 		if (src) {
-			f->file = strdup(base_name(src));
-			f->line = lineno;
+			y->src = strdup(base_name(src));
+			y->line = lineno;
 		}
 	}
+	HASH_ADD(hh, f->syms, addr, sizeof y->addr, y);
+	return y;
+}
+
+static void fill_debuginfo(struct hs_frame *fr, const struct mod *m, uint64_t addr)
+{
+	const struct file_sym *y = file_sym(m->file, addr - m->base);
+	if (!y)
+		return;
+	fr->function = y->function;
+	fr->file = y->src;
+	fr->line = y->src ? y->line : 0;
 }
 
 /*
@@ -287,53 +400,62 @@ const struct hs_frame *hs_sym_pc(struct hs_sym *s, uint64_t pc, bool return_addr
 	e->f.pc = pc;
 	e->f.offset = pc;
 	if (HS_PC_IS_PYTHON(pc)) {
+		e->owned = true;
 		fill_python(s, &e->f, pc);
 	} else if ((m = find_mod(s, addr))) {
 		e->f.module = m->path;
 		e->f.offset = pc - m->base;
 		e->f.hook = m->hook;
-		if (m->dw)
+		if (m->file && m->file->dw)
 			fill_debuginfo(&e->f, m, addr);
 	}
 	HASH_ADD(hh, s->frames, key, sizeof key, e);
 	return &e->f;
 }
 
-static char *data_name(const struct hs_sym *s, uint64_t addr)
+/* The data symbol at file address addr of f ("lock_a", "state+0x40"), or
+ * NULL; looked up once per session. */
+static char *file_data_name(struct elf_file *f, uint64_t addr)
 {
-	const struct mod *m = find_mod(s, addr);
+	struct file_data *d;
 	GElf_Off off;
 	GElf_Sym sym;
 	const char *name;
 	char buf[512];
 
-	if (!m || !m->dw)
+	HASH_FIND(hh, f->data, &addr, sizeof addr, d);
+	if (d)
+		return d->name;
+	if (!(d = calloc(1, sizeof *d)))
 		return NULL;
-	name = dwfl_module_addrinfo(m->dw, addr, &off, &sym, NULL, NULL, NULL);
+	d->addr = addr;
+	HASH_ADD(hh, f->data, addr, sizeof d->addr, d);
+	name = dwfl_module_addrinfo(f->dw, addr, &off, &sym, NULL, NULL, NULL);
 	if (!name || GELF_ST_TYPE(sym.st_info) != STT_OBJECT)
 		return NULL;
 	if (off >= sym.st_size && !(off == 0 && sym.st_size == 0))
 		return NULL;
-	{
-		char *d = demangle_n(name, strlen(name));
-		if (!d || off == 0)
-			return d;
-		snprintf(buf, sizeof buf, "%s+0x%llx", d, (unsigned long long)off);
-		free(d);
-		return strdup(buf);
+	d->name = demangle_n(name, strlen(name));
+	if (d->name && off != 0) {
+		snprintf(buf, sizeof buf, "%s+0x%llx", d->name, (unsigned long long)off);
+		free(d->name);
+		d->name = strdup(buf);
 	}
+	return d->name;
 }
 
 const char *hs_sym_data(struct hs_sym *s, uint64_t addr)
 {
 	struct data_ent *e;
+	const struct mod *m;
 	HASH_FIND(hh, s->data, &addr, sizeof addr, e);
 	if (e)
 		return e->name;
 	if (!(e = calloc(1, sizeof *e)))
 		return NULL;
 	e->addr = addr;
-	e->name = data_name(s, addr);
+	m = find_mod(s, addr);
+	e->name = m && m->file && m->file->dw ? file_data_name(m->file, addr - m->base) : NULL;
 	HASH_ADD(hh, s->data, addr, sizeof addr, e);
 	return e->name;
 }
@@ -346,19 +468,18 @@ void hs_sym_free(struct hs_sym *s)
 		return;
 	HASH_ITER(hh, s->frames, f, ft) {
 		HASH_DEL(s->frames, f);
-		free((char *)f->f.function);
-		free((char *)f->f.file);
+		if (f->owned) {
+			free((char *)f->f.function);
+			free((char *)f->f.file);
+		}
 		free(f);
 	}
 	HASH_ITER(hh, s->data, d, dt) {
-		HASH_DEL(s->data, d);
-		free(d->name);
+		HASH_DEL(s->data, d); /* the name is the file table's */
 		free(d);
 	}
 	for (size_t i = 0; i < s->nmods; i++)
 		free(s->mods[i].path);
 	free(s->mods);
-	if (s->dwfl)
-		dwfl_end(s->dwfl);
 	free(s);
 }

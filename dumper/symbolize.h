@@ -4,8 +4,10 @@
  *
  * The process may be gone: everything comes from the segment's module table
  * (path, load bias, address range, build-id) and the ELF files on disk, read
- * with elfutils' libdwfl.  Results are cached by PC because the same stacks
- * repeat across findings and threads.
+ * with elfutils' libdwfl.  Each file is read once per run of heisen-dump,
+ * shared by every process that mapped it (keyed by its recorded build-id),
+ * and each of its addresses is looked up once; results are also cached by
+ * PC per process because the same stacks repeat across findings and threads.
  */
 #ifndef HEISEN_DUMPER_SYMBOLIZE_H
 #define HEISEN_DUMPER_SYMBOLIZE_H

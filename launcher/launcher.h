@@ -36,6 +36,9 @@
 /* Watchdog period and the time limits on helper runs of heisen-dump. */
 #define HR_TICK_MS 500
 #define HR_CHECK_TIMEOUT_MS 10000
+/* heisen-dump --check-hang runs when the still threads changed, and at
+ * least this often all the same (watchdog.c check_needed). */
+#define HR_CHECK_EVERY_MS 300000
 #define HR_REPORT_TIMEOUT_MS 120000
 
 /* After the main child ended: how long to keep reaping (not PID 1), how long
@@ -56,6 +59,7 @@ struct hr_run {
 	int quiet;                 /* --quiet */
 	int rm_clean;              /* --rm */
 	int python_malloc;         /* --python-malloc: PYTHONMALLOC=malloc for the command */
+	const char *report_dir;    /* --report-dir, or NULL (watchdog.c hr_final_report) */
 	char **cmd;                /* the command, NULL-terminated */
 
 	/* paths (paths.c), absolute */
@@ -79,6 +83,7 @@ struct hr_run {
 	int helper_done, helper_status;
 	int no_children;           /* last reap saw ECHILD */
 	int stop_requested;        /* a terminating signal arrived after the main child ended */
+	int stop_signal;           /* the last SIGINT/SIGTERM/SIGHUP forwarded to the command, 0 = none */
 
 	/* watchdog (watchdog.c) */
 	int hang_seen;
@@ -99,6 +104,7 @@ struct hr_run {
 struct hr_still {
 	pid_t pid, tid;
 	uint64_t progress;
+	uint64_t cpu;              /* its utime + stime as last read (procfs.c) */
 	uint64_t since_ms;
 	int alive;
 };
@@ -113,6 +119,8 @@ struct hr_stall {
 	uint64_t since_ms;         /* when progress last moved (or was first seen) */
 	int snapsig;               /* the process's snapshot signal, 0 = none */
 	uint64_t snapval;          /* the si_value of its snapshot requests (hs_snapshot_value) */
+	uint64_t cpu, cpu_prev;    /* its CPU ticks at this tick and at the one before */
+	int cpu_seen;
 	int reported;              /* this stall was reported */
 	uint64_t hung_since_ms;    /* reported by the per-thread rule: since when its longest stuck thread was still */
 	int alive;                 /* seen in the current tick */
@@ -127,11 +135,22 @@ int hr_dir_open_safe(const char *dir, int create, char *canon, char *why, size_t
 int hr_session_open(struct hr_run *r);
 int hr_build_envs(struct hr_run *r);
 void hr_session_remove_if_clean(struct hr_run *r, int only_if_empty);
+#define HR_WARNINGS_NAME "heisen-warnings"  /* libheisen.so's warnings, in the session */
+void hr_session_warnings(struct hr_run *r);
 char *hr_preload_value(const char *ours, const char *existing);
 
 /* segment.c */
 int hr_seg_mark_ended(int dirfd, pid_t pid, uint64_t start_ticks, int wstatus);
 int hr_seg_mark_killed_if_gone(int dirfd, pid_t pid, int signo);
+/* The watchdog's view of the session (segment.c "the watchdog's segments"):
+ * hr_seg_watch brings it up to date and returns the number of segment
+ * names; hr_seg_live_pids, hr_seg_progress and hr_seg_thread_heads read
+ * the segments it keeps mapped; hr_seg_remap maps pid's segment again (at
+ * most every HR_REMAP_MS) so that thread slots committed since show. */
+#define HR_REMAP_MS 5000
+#define HR_RECHECK_MS 5000  /* a mapped segment's process start time is checked again this often */
+size_t hr_seg_watch(int dirfd);
+void hr_seg_remap(int dirfd, pid_t pid);
 size_t hr_seg_live_pids(int dirfd, pid_t *out, size_t max);
 int hr_seg_count(int dirfd);
 int hr_seg_progress(int dirfd, pid_t pid, uint64_t *events, int *snapsig, uint64_t *snapval);
@@ -144,7 +163,7 @@ int hr_proc_start_ticks(pid_t pid, uint64_t *ticks);
 size_t hr_proc_children(pid_t pid, pid_t *out, size_t max);
 pid_t hr_proc_ppid(pid_t pid);
 int hr_proc_cpu_ticks(pid_t pid, uint64_t *ticks);
-int hr_proc_thread_progress(pid_t pid, pid_t tid, uint64_t *out);
+int hr_proc_thread_progress(pid_t pid, pid_t tid, uint64_t *cpu, uint64_t *out);
 size_t hr_snapshot_request(pid_t pid, int sig, uint64_t value);
 
 /* reaper.c */
@@ -160,6 +179,7 @@ uint64_t hr_now_ms(void);
 /* watchdog.c */
 int hr_watch_tick(struct hr_run *r);
 int hr_final_report(struct hr_run *r, int abnormal);
+int hr_stopped(const struct hr_run *r);
 void hr_kill_tree(struct hr_run *r);
 
 /* main.c */

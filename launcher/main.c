@@ -55,6 +55,9 @@ static void usage(FILE *f)
 		"                        come from malloc, where the heap checker sees them\n"
 		"  --quiet, -q           no warnings, no session line after a clean run\n"
 		"  --rm                  remove the session's segments after a clean run\n"
+		"  --report-dir DIR      also write the final report there, as text and JSON\n"
+		"                        (<session name>.report.txt, .report.json), e.g. a volume\n"
+		"                        that outlives the container's /dev/shm\n"
 		"  --help, -h            this text\n"
 		"\n"
 		"Exit status: CMD's, or 128+signal when it was killed; 126/127 when it could not be\n"
@@ -90,7 +93,7 @@ void hr_warn(const struct hr_run *r, const char *fmt, ...)
  * usage error, 0 after --help). */
 static void parse_options(struct hr_run *r, int argc, char **argv)
 {
-	enum { OPT_DIR = 256, OPT_HANG, OPT_ON_HANG, OPT_RM, OPT_PYMALLOC };
+	enum { OPT_DIR = 256, OPT_HANG, OPT_ON_HANG, OPT_RM, OPT_PYMALLOC, OPT_REPORT_DIR };
 	static const struct option opts[] = {
 		{"dir", required_argument, NULL, OPT_DIR},
 		{"hang-timeout", required_argument, NULL, OPT_HANG},
@@ -98,6 +101,7 @@ static void parse_options(struct hr_run *r, int argc, char **argv)
 		{"quiet", no_argument, NULL, 'q'},
 		{"rm", no_argument, NULL, OPT_RM},
 		{"python-malloc", no_argument, NULL, OPT_PYMALLOC},
+		{"report-dir", required_argument, NULL, OPT_REPORT_DIR},
 		{"help", no_argument, NULL, 'h'},
 		{NULL, 0, NULL, 0},
 	};
@@ -144,6 +148,13 @@ static void parse_options(struct hr_run *r, int argc, char **argv)
 			break;
 		case OPT_PYMALLOC:
 			r->python_malloc = 1;
+			break;
+		case OPT_REPORT_DIR:
+			if (!*optarg) {
+				hr_err("--report-dir needs a directory");
+				exit(HR_EXIT_SELF);
+			}
+			r->report_dir = optarg;
 			break;
 		case 'h':
 			usage(stdout);
@@ -204,6 +215,7 @@ int main(int argc, char **argv)
 	int e;
 	r->main_pid = hr_spawn(r->cmd, r->child_env, 1, -1, -1, &e);
 	if (r->main_pid < 0) {
+		hr_session_warnings(r);
 		hr_session_remove_if_clean(r, 1);
 		return HR_EXIT_SELF;
 	}
@@ -211,6 +223,7 @@ int main(int argc, char **argv)
 		hr_err("%s: %s", r->cmd[0], strerror(e));
 		while (!r->main_done)
 			hr_service(r, 100);
+		hr_session_warnings(r);
 		hr_session_remove_if_clean(r, 1);
 		return exit_code_of(r->main_status);
 	}
@@ -238,20 +251,25 @@ int main(int argc, char **argv)
 			r->cmd[0]);
 		return exit_code_of(r->main_status);
 	}
-	int abnormal = WIFSIGNALED(r->main_status) || r->hang_seen;
+	int abnormal = (WIFSIGNALED(r->main_status) && !hr_stopped(r)) || r->hang_seen;
 	int clean = hr_final_report(r, abnormal);
+	hr_session_warnings(r);
 	int recorded = hr_seg_count(r->session_fd) > 0;
 	if (clean && (r->rm_clean || r->session_auto))
 		hr_session_remove_if_clean(r, 0);
 	else if (!recorded)
 		hr_session_remove_if_clean(r, 1);
 	if (clean && recorded && !r->quiet) {
+		if (hr_stopped(r)) /* one line: the stop and the verdict */
+			fprintf(stderr, HR_NAME ": %s stopped by SIG%s (forwarded); ", r->cmd[0],
+				sigabbrev_np(r->stop_signal));
 		if (r->rm_clean)
-			fprintf(stderr, HR_NAME ": no findings; session removed (--rm)\n");
+			fprintf(stderr, "%sno findings; session removed (--rm)\n", hr_stopped(r) ? "" : HR_NAME ": ");
 		else if (r->session_auto)
-			fprintf(stderr, HR_NAME ": no findings; session removed (name one with --dir to keep it)\n");
+			fprintf(stderr, "%sno findings; session removed (name one with --dir to keep it)\n",
+				hr_stopped(r) ? "" : HR_NAME ": ");
 		else
-			fprintf(stderr, HR_NAME ": no findings; session: %s\n", r->session);
+			fprintf(stderr, "%sno findings; session: %s\n", hr_stopped(r) ? "" : HR_NAME ": ", r->session);
 	}
 	return exit_code_of(r->main_status);
 }

@@ -147,24 +147,33 @@ int hr_proc_cpu_ticks(pid_t pid, uint64_t *ticks)
  * (/proc/PID/task/TID/stat) plus a hash of the system call it is in
  * (/proc/PID/task/TID/syscall, number, arguments, stack and program
  * counter; left out when it cannot be read): a thread that stays in one
- * wait keeps the same value.  -1 when the thread is gone.
+ * wait keeps the same value.  *cpu: the utime + stime to use, or
+ * UINT64_MAX to read it here (the caller passes the last value read when
+ * the whole process's CPU time has not moved since: then no thread's has);
+ * set to what was used.  -1 when the thread is gone.
  */
-int hr_proc_thread_progress(pid_t pid, pid_t tid, uint64_t *out)
+int hr_proc_thread_progress(pid_t pid, pid_t tid, uint64_t *cpu, uint64_t *out)
 {
 	char path[96], buf[1024];
 	unsigned long long ut, st;
 	uint64_t h = 1469598103934665603ull;
-	snprintf(path, sizeof path, "/proc/%d/task/%d/stat", (int)pid, (int)tid);
-	if (read_small(path, buf, sizeof buf) <= 0)
-		return -1;
-	char *p = strrchr(buf, ')');
-	if (!p || sscanf(p + 1, " %*c %*d %*d %*d %*d %*d %*u %*u %*u %*u %*u %llu %llu", &ut, &st) != 2)
-		return -1;
+	if (*cpu == UINT64_MAX) {
+		snprintf(path, sizeof path, "/proc/%d/task/%d/stat", (int)pid, (int)tid);
+		if (read_small(path, buf, sizeof buf) <= 0)
+			return -1;
+		char *p = strrchr(buf, ')');
+		if (!p || sscanf(p + 1, " %*c %*d %*d %*d %*d %*d %*u %*u %*u %*u %*u %llu %llu", &ut, &st) != 2)
+			return -1;
+		*cpu = ut + st;
+	}
 	snprintf(path, sizeof path, "/proc/%d/task/%d/syscall", (int)pid, (int)tid);
-	if (read_small(path, buf, sizeof buf) > 0)
+	ssize_t k = read_small(path, buf, sizeof buf);
+	if (k < 0 && errno == ENOENT)
+		return -1; /* gone */
+	if (k > 0)
 		for (const char *c = buf; *c; c++)
 			h = (h ^ (unsigned char)*c) * 1099511628211ull;
-	*out = (ut + st) * 1000003ull + h;
+	*out = *cpu * 1000003ull + h;
 	return 0;
 }
 

@@ -181,6 +181,8 @@ static void forward(struct hr_run *r, const struct signalfd_siginfo *si)
 	}
 	if (si->ssi_code == SI_KERNEL && getpgid(r->main_pid) == getpgrp())
 		return; /* the terminal sent it to the whole group: the command has it */
+	if (sig == SIGINT || sig == SIGTERM || sig == SIGHUP)
+		r->stop_signal = sig; /* a stop asked from outside (docker stop): not a crash if it ends the command */
 	/* main_pid is unreaped, so the pid cannot have been reused. */
 	if (kill(r->main_pid, sig) < 0 && errno != ESRCH)
 		hr_warn(r, "forwarding signal %d to %d: %s", sig, (int)r->main_pid, strerror(errno));

@@ -20,6 +20,7 @@
 #include <signal.h>
 #include <stddef.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
@@ -118,6 +119,194 @@ static int seg_map(int dirfd, const char *name, int rw, struct seg_map *m)
 static void seg_unmap(struct seg_map *m)
 {
 	munmap(m->h, m->len);
+}
+
+/*
+ * A sparse segment (HS_HDR_SPARSE) has holes where the writer never
+ * committed a table's chunk (the rings of thread slots never used).  Touching a hole through a mapping would make
+ * tmpfs allocate it (the RAM the writer saved) and raise SIGBUS in the reader
+ * when /dev/shm is full; so each hole found at open (SEEK_HOLE) is mapped
+ * over with private zero pages, which every table reads as empty.  A chunk
+ * the writer commits later reads as zeros in this mapping, until the next
+ * poll maps the segment again.  Same as dumper/segment.c.
+ */
+static void cover_holes(int fd, void *map, uint64_t size)
+{
+	off_t pos = 0;
+	while ((uint64_t)pos < size) {
+		off_t hole = lseek(fd, pos, SEEK_HOLE), data;
+		uint64_t lo, hi;
+		if (hole < 0 || (uint64_t)hole >= size)
+			return;
+		data = lseek(fd, hole, SEEK_DATA);
+		if (data < 0 || (uint64_t)data > size)
+			data = (off_t)size;
+		lo = ((uint64_t)hole + 4095) & ~(uint64_t)4095;
+		hi = (uint64_t)data & ~(uint64_t)4095;
+		if ((uint64_t)data == size)
+			hi = (size + 4095) & ~(uint64_t)4095;
+		if (hi > lo)
+			mmap((char *)map + lo, hi - lo, PROT_READ, MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED, -1, 0);
+		pos = data;
+	}
+}
+
+/* ---- the watchdog's segments: mapped once, read every tick ------------------
+ *
+ * The watchdog samples every live process of the session twice a second.
+ * Opening, mapping and validating every segment on every tick (and listing
+ * the directory once per pid) cost half a core with 200 idle processes; so
+ * each segment whose process is RUNNING is mapped once, when it is first
+ * seen, validated then, and kept mapped until its state leaves RUNNING, its
+ * file goes away or is replaced (another inode), or its process is gone.
+ * The directory is listed again only when its mtime changed (a segment was
+ * created, renamed or removed).  A tick then reads only what moves: the
+ * state word and the ring heads of live thread slots.  Chunks the writer
+ * commits after the mapping was made (the slots of threads started later)
+ * read as zeros until hr_seg_remap maps the segment again (watchdog.c does
+ * when /proc shows a thread its mapping does not).
+ */
+struct watched {
+	char name[64];
+	pid_t pid;
+	unsigned image;
+	ino_t ino;
+	void *map;          /* whole segment, holes covered; NULL once it is not RUNNING */
+	size_t len;
+	uint64_t mapped_ms; /* when it was (re)mapped, hr_now_ms() */
+	uint64_t checked_ms;/* when its process's start time was last checked (0 = never) */
+	int listed;         /* in the last listing of the directory */
+};
+static struct watched *watch;
+static size_t nwatch;
+static int watch_dirfd = -1;
+static struct timespec watch_mtime;
+
+static void watched_unmap(struct watched *w)
+{
+	if (w->map)
+		munmap(w->map, w->len);
+	w->map = NULL;
+}
+
+/* Map segment w->name of dirfd whole (holes covered) if it is a valid
+ * RUNNING segment of w->pid; else leave w->map NULL. */
+static void watched_map(int dirfd, struct watched *w)
+{
+	struct stat st;
+	int fd = openat(dirfd, w->name, O_RDONLY | O_NOFOLLOW | O_CLOEXEC | O_NOCTTY | O_NONBLOCK);
+	w->map = NULL;
+	if (fd < 0)
+		return;
+	if (fstat(fd, &st) < 0 || !S_ISREG(st.st_mode) || (uint64_t)st.st_size < sizeof(struct hs_header)) {
+		close(fd);
+		return;
+	}
+	void *a = mmap(NULL, (size_t)st.st_size, PROT_READ, MAP_SHARED, fd, 0);
+	if (a != MAP_FAILED)
+		cover_holes(fd, a, (uint64_t)st.st_size);
+	close(fd);
+	if (a == MAP_FAILED)
+		return;
+	const struct hs_header *h = a;
+	if (memcmp(h->magic, HS_MAGIC, HS_MAGIC_LEN) != 0 || h->endian_tag != HS_ENDIAN_TAG ||
+	    h->abi_version != HS_ABI_VERSION || h->word_size != sizeof(void *) ||
+	    h->header_size != sizeof(struct hs_header) || h->segment_size > (uint64_t)st.st_size ||
+	    h->pid != w->pid || HS_STATE_OF(__atomic_load_n(&h->state, __ATOMIC_ACQUIRE)) != HS_STATE_RUNNING) {
+		munmap(a, (size_t)st.st_size);
+		return;
+	}
+	w->map = a;
+	w->len = (size_t)st.st_size;
+	w->ino = st.st_ino;
+	w->mapped_ms = hr_now_ms();
+}
+
+/* Bring the cache up to date with dirfd: list it again when its mtime
+ * moved, map new segments, drop those gone or replaced, unmap those whose
+ * state left RUNNING.  Returns the number of segment names. */
+static size_t watch_refresh(int dirfd)
+{
+	struct stat st;
+	if (dirfd != watch_dirfd) {
+		for (size_t i = 0; i < nwatch; i++)
+			watched_unmap(&watch[i]);
+		nwatch = 0;
+		watch_dirfd = dirfd;
+		watch_mtime = (struct timespec){0, 0};
+	}
+	if (fstat(dirfd, &st) == 0 &&
+	    (st.st_mtim.tv_sec != watch_mtime.tv_sec || st.st_mtim.tv_nsec != watch_mtime.tv_nsec ||
+	     nwatch == 0)) {
+		DIR *d = open_dir(dirfd);
+		if (d) {
+			watch_mtime = st.st_mtim;
+			for (size_t i = 0; i < nwatch; i++)
+				watch[i].listed = 0;
+			struct dirent *de;
+			while ((de = readdir(d))) {
+				pid_t p;
+				unsigned im;
+				size_t i = 0;
+				if (!parse_name(de->d_name, &p, &im) || strlen(de->d_name) >= sizeof watch->name)
+					continue;
+				while (i < nwatch && strcmp(watch[i].name, de->d_name) != 0)
+					i++;
+				if (i == nwatch) {
+					struct watched *v = realloc(watch, (nwatch + 1) * sizeof *v);
+					if (!v)
+						continue;
+					watch = v;
+					watch[nwatch] = (struct watched){.pid = p, .image = im};
+					strcpy(watch[nwatch].name, de->d_name);
+					watched_map(dirfd, &watch[nwatch++]);
+				} else if (watch[i].map && de->d_ino != watch[i].ino) {
+					watched_unmap(&watch[i]); /* replaced under the same name */
+					watched_map(dirfd, &watch[i]);
+				}
+				watch[i].listed = 1;
+			}
+			closedir(d);
+			size_t k = 0;
+			for (size_t i = 0; i < nwatch; i++) {
+				if (watch[i].listed)
+					watch[k++] = watch[i];
+				else
+					watched_unmap(&watch[i]);
+			}
+			nwatch = k;
+		}
+	}
+	for (size_t i = 0; i < nwatch; i++) {
+		const struct hs_header *h = watch[i].map;
+		if (h && HS_STATE_OF(__atomic_load_n(&h->state, __ATOMIC_ACQUIRE)) != HS_STATE_RUNNING)
+			watched_unmap(&watch[i]);
+	}
+	return nwatch;
+}
+
+/* The mapped RUNNING segment of pid with the highest image, or NULL. */
+static struct watched *watched_of(pid_t pid)
+{
+	struct watched *best = NULL;
+	for (size_t i = 0; i < nwatch; i++)
+		if (watch[i].pid == pid && (!best || watch[i].image > best->image))
+			best = &watch[i];
+	return best && best->map ? best : NULL;
+}
+
+size_t hr_seg_watch(int dirfd)
+{
+	return watch_refresh(dirfd);
+}
+
+void hr_seg_remap(int dirfd, pid_t pid)
+{
+	struct watched *w = watched_of(pid);
+	if (w && dirfd == watch_dirfd && hr_now_ms() - w->mapped_ms >= HR_REMAP_MS) {
+		watched_unmap(w);
+		watched_map(dirfd, w);
+	}
 }
 
 /*
@@ -226,31 +415,32 @@ int hr_seg_mark_killed_if_gone(int dirfd, pid_t pid, int signo)
  */
 size_t hr_seg_live_pids(int dirfd, pid_t *out, size_t max)
 {
-	DIR *d = open_dir(dirfd);
-	if (!d)
-		return 0;
 	size_t n = 0;
-	struct dirent *de;
-	while (n < max && (de = readdir(d))) {
-		pid_t p;
-		unsigned im;
-		struct seg_map m;
-		if (!parse_name(de->d_name, &p, &im) || seg_map(dirfd, de->d_name, 0, &m) < 0)
-			continue;
-		uint64_t st = __atomic_load_n(&m.h->state, __ATOMIC_ACQUIRE);
-		uint64_t want = m.h->start_ticks;
-		int ok = m.h->pid == p && HS_STATE_OF(st) == HS_STATE_RUNNING;
-		seg_unmap(&m);
+	uint64_t now_ms = hr_now_ms();
+	watch_refresh(dirfd);
+	for (size_t i = 0; i < nwatch && n < max; i++) {
+		const struct hs_header *h = watch[i].map;
 		uint64_t now;
-		if (!ok || hr_proc_start_ticks(p, &now) < 0 || (want != 0 && now != want))
+		pid_t p = watch[i].pid;
+		if (!h)
 			continue;
-		size_t i = 0;
-		while (i < n && out[i] != p)
-			i++;
-		if (i == n)
+		uint64_t want = h->start_ticks;
+		/* the start time is checked at first sight and then every
+		 * HR_RECHECK_MS (a pid reused after an unreaped SIGKILL); a
+		 * process that is gone fails its /proc reads every tick */
+		if (!watch[i].checked_ms || now_ms - watch[i].checked_ms >= HR_RECHECK_MS) {
+			if (hr_proc_start_ticks(p, &now) < 0 || (want != 0 && now != want)) {
+				watched_unmap(&watch[i]); /* gone, or the pid is another process now */
+				continue;
+			}
+			watch[i].checked_ms = now_ms;
+		}
+		size_t j = 0;
+		while (j < n && out[j] != p)
+			j++;
+		if (j == n)
 			out[n++] = p;
 	}
-	closedir(d);
 	return n;
 }
 
@@ -293,35 +483,6 @@ int hr_seg_count(int dirfd)
 	return n;
 }
 
-/*
- * A sparse segment (HS_HDR_SPARSE) has holes where the writer never
- * committed a table's chunk (the rings of thread slots never used).  Touching a hole through a mapping would make
- * tmpfs allocate it (the RAM the writer saved) and raise SIGBUS in the reader
- * when /dev/shm is full; so each hole found at open (SEEK_HOLE) is mapped
- * over with private zero pages, which every table reads as empty.  A chunk
- * the writer commits later reads as zeros in this mapping, until the next
- * poll maps the segment again.  Same as dumper/segment.c.
- */
-static void cover_holes(int fd, void *map, uint64_t size)
-{
-	off_t pos = 0;
-	while ((uint64_t)pos < size) {
-		off_t hole = lseek(fd, pos, SEEK_HOLE), data;
-		uint64_t lo, hi;
-		if (hole < 0 || (uint64_t)hole >= size)
-			return;
-		data = lseek(fd, hole, SEEK_DATA);
-		if (data < 0 || (uint64_t)data > size)
-			data = (off_t)size;
-		lo = ((uint64_t)hole + 4095) & ~(uint64_t)4095;
-		hi = (uint64_t)data & ~(uint64_t)4095;
-		if ((uint64_t)data == size)
-			hi = (size + 4095) & ~(uint64_t)4095;
-		if (hi > lo)
-			mmap((char *)map + lo, hi - lo, PROT_READ, MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED, -1, 0);
-		pos = data;
-	}
-}
 
 /*
  * Progress of pid as its latest segment shows it: the records written to
@@ -339,90 +500,54 @@ static void cover_holes(int fd, void *map, uint64_t size)
  */
 size_t hr_seg_thread_heads(int dirfd, pid_t pid, pid_t *tids, uint64_t *heads, size_t max)
 {
-	char name[64];
-	struct stat st;
 	size_t n = 0;
-	int fd;
-	if (!latest_segment(dirfd, pid, name, sizeof name))
+	struct watched *w;
+	(void)dirfd;
+	if (!(w = watched_of(pid)))
 		return 0;
-	fd = openat(dirfd, name, O_RDONLY | O_NOFOLLOW | O_CLOEXEC | O_NOCTTY | O_NONBLOCK);
-	if (fd < 0)
-		return 0;
-	if (fstat(fd, &st) < 0 || !S_ISREG(st.st_mode) || (uint64_t)st.st_size < sizeof(struct hs_header)) {
-		close(fd);
-		return 0;
-	}
-	void *a = mmap(NULL, (size_t)st.st_size, PROT_READ, MAP_SHARED, fd, 0);
-	close(fd);
-	if (a == MAP_FAILED)
-		return 0;
-	const struct hs_header *h = a;
+	const char *a = w->map;
+	const struct hs_header *h = w->map;
 	const struct hs_table *t = &h->tables[HS_T_RINGS], *th = &h->tables[HS_T_THREADS];
-	if (memcmp(h->magic, HS_MAGIC, HS_MAGIC_LEN) == 0 && h->endian_tag == HS_ENDIAN_TAG &&
-	    h->abi_version == HS_ABI_VERSION && h->word_size == sizeof(void *) &&
-	    h->header_size == sizeof(struct hs_header) && h->segment_size <= (uint64_t)st.st_size &&
-	    h->pid == pid && t->entry_size >= sizeof(struct hs_ring_header) && t->offset % 8 == 0 &&
+	/* the table descriptors are shared memory: checked on every read */
+	if (h->segment_size <= w->len && t->entry_size >= sizeof(struct hs_ring_header) && t->offset % 8 == 0 &&
 	    t->entry_size % 8 == 0 && t->offset <= h->segment_size &&
 	    (uint64_t)t->entry_size * t->capacity <= h->segment_size - t->offset &&
 	    th->entry_size >= sizeof(struct hs_thread) && th->offset % 8 == 0 && th->offset <= h->segment_size &&
 	    (uint64_t)th->entry_size * th->capacity <= h->segment_size - th->offset) {
 		for (uint32_t i = 0; i < t->capacity && i < th->capacity && n < max; i++) {
-			const struct hs_thread *ts =
-				(const void *)((const char *)a + th->offset + (uint64_t)i * th->entry_size);
-			const struct hs_ring_header *rh =
-				(const void *)((const char *)a + t->offset + (uint64_t)i * t->entry_size);
+			const struct hs_thread *ts = (const void *)(a + th->offset + (uint64_t)i * th->entry_size);
+			const struct hs_ring_header *rh = (const void *)(a + t->offset + (uint64_t)i * t->entry_size);
 			if (__atomic_load_n(&ts->state, __ATOMIC_ACQUIRE) != HS_THREAD_LIVE)
 				continue;
 			tids[n] = ts->tid;
 			heads[n++] = __atomic_load_n(&rh->head, __ATOMIC_RELAXED);
 		}
 	}
-	munmap(a, (size_t)st.st_size);
 	return n;
 }
 
 int hr_seg_progress(int dirfd, pid_t pid, uint64_t *events, int *snapsig, uint64_t *snapval)
 {
-	char name[64];
-	struct stat st;
-	int fd;
-	if (!latest_segment(dirfd, pid, name, sizeof name))
+	struct watched *w;
+	(void)dirfd;
+	if (!(w = watched_of(pid)))
 		return -1;
-	fd = openat(dirfd, name, O_RDONLY | O_NOFOLLOW | O_CLOEXEC | O_NOCTTY | O_NONBLOCK);
-	if (fd < 0)
-		return -1;
-	if (fstat(fd, &st) < 0 || !S_ISREG(st.st_mode) || (uint64_t)st.st_size < sizeof(struct hs_header)) {
-		close(fd);
-		return -1;
-	}
-	void *a = mmap(NULL, (size_t)st.st_size, PROT_READ, MAP_SHARED, fd, 0);
-	if (a != MAP_FAILED)
-		cover_holes(fd, a, (uint64_t)st.st_size);
-	close(fd);
-	if (a == MAP_FAILED)
-		return -1;
-	const struct hs_header *h = a;
+	const char *a = w->map;
+	const struct hs_header *h = w->map;
 	const struct hs_table *t = &h->tables[HS_T_RINGS];
-	int rc = -1;
-	if (memcmp(h->magic, HS_MAGIC, HS_MAGIC_LEN) == 0 && h->endian_tag == HS_ENDIAN_TAG &&
-	    h->abi_version == HS_ABI_VERSION && h->word_size == sizeof(void *) &&
-	    h->header_size == sizeof(struct hs_header) && h->segment_size <= (uint64_t)st.st_size &&
-	    h->pid == pid && t->entry_size >= sizeof(struct hs_ring_header) && t->offset % 8 == 0 &&
-	    t->entry_size % 8 == 0 && t->offset <= h->segment_size &&
-	    (uint64_t)t->entry_size * t->capacity <= h->segment_size - t->offset) {
-		uint64_t sum = 0;
-		for (uint32_t i = 0; i < t->capacity; i++) {
-			const struct hs_ring_header *rh =
-				(const void *)((const char *)a + t->offset + (uint64_t)i * t->entry_size);
-			sum += __atomic_load_n(&rh->head, __ATOMIC_RELAXED);
-		}
-		*events = sum;
-		*snapsig = h->snapshot_signal;
-		*snapval = hs_snapshot_value(h->start_real_ns);
-		rc = 0;
+	if (h->segment_size > w->len || t->entry_size < sizeof(struct hs_ring_header) || t->offset % 8 != 0 ||
+	    t->entry_size % 8 != 0 || t->offset > h->segment_size ||
+	    (uint64_t)t->entry_size * t->capacity > h->segment_size - t->offset)
+		return -1;
+	uint64_t sum = 0;
+	for (uint32_t i = 0; i < t->capacity; i++) {
+		const struct hs_ring_header *rh = (const void *)(a + t->offset + (uint64_t)i * t->entry_size);
+		sum += __atomic_load_n(&rh->head, __ATOMIC_RELAXED);
 	}
-	munmap(a, (size_t)st.st_size);
-	return rc;
+	*events = sum;
+	*snapsig = h->snapshot_signal;
+	*snapval = hs_snapshot_value(h->start_real_ns);
+	return 0;
 }
 
 /*

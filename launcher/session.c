@@ -259,7 +259,8 @@ static char **env_without_ours(size_t extra, size_t *count, int drop_pymalloc)
 	size_t j = 0;
 	for (size_t i = 0; i < n; i++) {
 		if (strncmp(environ[i], "LD_PRELOAD=", 11) == 0 || strncmp(environ[i], "HEISEN_DIR=", 11) == 0 ||
-		    strncmp(environ[i], "HEISEN_SESSION_AUTO=", 20) == 0) /* heisen-run removes its own sessions */
+		    strncmp(environ[i], "HEISEN_SESSION_AUTO=", 20) == 0 || /* heisen-run removes its own sessions */
+		    strncmp(environ[i], "HEISEN_WARNINGS_FILE=", 21) == 0)
 			continue;
 		if (drop_pymalloc && strncmp(environ[i], "PYTHONMALLOC=", 13) == 0)
 			continue;
@@ -279,7 +280,7 @@ int hr_build_envs(struct hr_run *r)
 {
 	size_t n;
 	r->dump_env = env_without_ours(0, &n, 0);
-	r->child_env = env_without_ours(3, &n, r->python_malloc);
+	r->child_env = env_without_ours(4, &n, r->python_malloc);
 	if (r->not_recording) {
 		/* no session: the command runs as it would without heisen-run (no LD_PRELOAD of ours) */
 		if (!r->dump_env || !r->child_env) {
@@ -305,7 +306,11 @@ int hr_build_envs(struct hr_run *r)
 	r->child_env[n++] = env_entry("LD_PRELOAD", pre);
 	r->child_env[n++] = env_entry("HEISEN_DIR", r->session);
 	free(pre);
-	if (!r->child_env[n - 1] || !r->child_env[n - 2]) {
+	char warnings[PATH_MAX + 32];
+	snprintf(warnings, sizeof warnings, "%s/" HR_WARNINGS_NAME, r->session);
+	/* heisen's warnings go into the session, printed at the end (hr_session_warnings) */
+	r->child_env[n++] = env_entry("HEISEN_WARNINGS_FILE", warnings);
+	if (!r->child_env[n - 1] || !r->child_env[n - 2] || !r->child_env[n - 3]) {
 		hr_err("out of memory");
 		return -1;
 	}
@@ -315,6 +320,32 @@ int hr_build_envs(struct hr_run *r)
 		return -1;
 	}
 	return 0;
+}
+
+/*
+ * Print what libheisen.so wrote into the session's warnings file
+ * (HR_WARNINGS_NAME, see hr_build_envs) on stderr, each line after
+ * "heisen-run: ", unless --quiet; then remove the file.  The program's own
+ * stderr never carries heisen's warnings under heisen-run.
+ */
+void hr_session_warnings(struct hr_run *r)
+{
+	int fd = openat(r->session_fd, HR_WARNINGS_NAME, O_RDONLY | O_NOFOLLOW | O_CLOEXEC | O_NONBLOCK);
+	if (fd < 0)
+		return;
+	struct stat st;
+	FILE *f = fstat(fd, &st) == 0 && S_ISREG(st.st_mode) ? fdopen(fd, "r") : NULL;
+	if (!f) {
+		close(fd);
+	} else {
+		char line[1024];
+		while (!r->quiet && fgets(line, sizeof line, f)) {
+			size_t l = strlen(line);
+			fprintf(stderr, HR_NAME ": %s%s", line, l && line[l - 1] == '\n' ? "" : "\n");
+		}
+		fclose(f);
+	}
+	(void)unlinkat(r->session_fd, HR_WARNINGS_NAME, 0);
 }
 
 /* Remove "*.seg" files from the session (only_if_empty == 0), then the

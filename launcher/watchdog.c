@@ -36,7 +36,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <fcntl.h>
 #include <sys/mman.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -170,12 +172,12 @@ static struct hr_stall *stall_of(struct hr_run *r, pid_t pid)
 }
 
 /* Progress of pid: ring records plus CPU ticks.  -1 when it cannot be read. */
-static int progress_of(struct hr_run *r, pid_t pid, uint64_t *out, int *snapsig, uint64_t *snapval)
+static int progress_of(struct hr_run *r, pid_t pid, uint64_t *out, int *snapsig, uint64_t *snapval, uint64_t *cpu)
 {
-	uint64_t events, cpu;
-	if (hr_seg_progress(r->session_fd, pid, &events, snapsig, snapval) < 0 || hr_proc_cpu_ticks(pid, &cpu) < 0)
+	uint64_t events;
+	if (hr_seg_progress(r->session_fd, pid, &events, snapsig, snapval) < 0 || hr_proc_cpu_ticks(pid, cpu) < 0)
 		return -1;
-	*out = events + cpu;
+	*out = events + *cpu;
 	return 0;
 }
 
@@ -191,10 +193,10 @@ static void sample_progress(struct hr_run *r, uint64_t now)
 	for (size_t i = 0; i < r->nstalls; i++)
 		r->stalls[i].alive = 0;
 	for (size_t i = 0; i < n; i++) {
-		uint64_t prog, snapval;
+		uint64_t prog, cpu, snapval;
 		int snapsig;
 		struct hr_stall *e;
-		if (progress_of(r, pids[i], &prog, &snapsig, &snapval) < 0)
+		if (progress_of(r, pids[i], &prog, &snapsig, &snapval, &cpu) < 0)
 			continue;
 		if (!(e = stall_of(r, pids[i]))) {
 			struct hr_stall *v = realloc(r->stalls, (r->nstalls + 1) * sizeof *v);
@@ -209,6 +211,9 @@ static void sample_progress(struct hr_run *r, uint64_t now)
 		}
 		e->snapsig = snapsig;
 		e->snapval = snapval;
+		e->cpu_prev = e->cpu_seen ? e->cpu : cpu + 1; /* first sight: "moved" */
+		e->cpu = cpu;
+		e->cpu_seen = 1;
 		e->alive = 1;
 	}
 	for (size_t i = 0; i < r->nstalls; i++)
@@ -226,11 +231,12 @@ static struct hr_still *still_of(struct hr_run *r, pid_t pid, pid_t tid)
 }
 
 /* Progress of one thread: its ring records (heads[] of its slot, if it has
- * one) plus what the kernel says (procfs.c). */
-static int thread_progress(pid_t pid, pid_t tid, const pid_t *tids, const uint64_t *heads, size_t nh, uint64_t *out)
+ * one) plus what the kernel says (procfs.c); *cpu as hr_proc_thread_progress. */
+static int thread_progress(pid_t pid, pid_t tid, const pid_t *tids, const uint64_t *heads, size_t nh,
+			   uint64_t *cpu, uint64_t *out)
 {
 	uint64_t k;
-	if (hr_proc_thread_progress(pid, tid, &k) < 0)
+	if (hr_proc_thread_progress(pid, tid, cpu, &k) < 0)
 		return -1;
 	for (size_t i = 0; i < nh; i++)
 		if (tids[i] == tid)
@@ -257,6 +263,9 @@ static void sample_threads(struct hr_run *r, uint64_t now, int keep_clock)
 		DIR *d;
 		struct dirent *de;
 		size_t nh = hr_seg_thread_heads(r->session_fd, pids[i], tids, heads, 4096);
+		int remapped = 0;
+		struct hr_stall *ps = stall_of(r, pids[i]);
+		int cpu_still = ps && ps->cpu_seen && ps->cpu == ps->cpu_prev;
 		snprintf(path, sizeof path, "/proc/%d/task", (int)pids[i]);
 		if (!(d = opendir(path)))
 			continue;
@@ -264,9 +273,25 @@ static void sample_threads(struct hr_run *r, uint64_t now, int keep_clock)
 			pid_t tid = (pid_t)strtol(de->d_name, NULL, 10);
 			uint64_t prog;
 			struct hr_still *e;
-			if (tid <= 0 || thread_progress(pids[i], tid, tids, heads, nh, &prog) < 0)
+			if (tid <= 0)
 				continue;
-			if (!(e = still_of(r, pids[i], tid))) {
+			if (!remapped && nh < 4096) {
+				size_t j = 0;
+				while (j < nh && tids[j] != tid)
+					j++;
+				if (j == nh) {
+					/* a thread the mapping does not show: its slot may be newer than the mapping */
+								hr_seg_remap(r->session_fd, pids[i]);
+					nh = hr_seg_thread_heads(r->session_fd, pids[i], tids, heads, 4096);
+					remapped = 1;
+				}
+			}
+			/* the process's CPU time did not move: neither did this thread's */
+			struct hr_still *known = still_of(r, pids[i], tid);
+			uint64_t cpu = known && cpu_still ? known->cpu : UINT64_MAX;
+			if (thread_progress(pids[i], tid, tids, heads, nh, &cpu, &prog) < 0)
+				continue;
+			if (!(e = known)) {
 				struct hr_still *v = realloc(r->still, (r->nstill + 1) * sizeof *v);
 				if (!v)
 					continue;
@@ -278,6 +303,7 @@ static void sample_threads(struct hr_run *r, uint64_t now, int keep_clock)
 				if (!keep_clock)
 					e->since_ms = now;
 			}
+			e->cpu = cpu;
 			e->alive = 1;
 		}
 		closedir(d);
@@ -394,12 +420,49 @@ static void snapshot_pids(struct hr_run *r, const pid_t *want, size_t n)
 		hr_service(r, (int)(end - now));
 	for (size_t i = 0; i < n; i++) {
 		struct hr_stall *e = stall_of(r, want[i]);
-		uint64_t prog, snapval;
+		uint64_t prog, cpu, snapval;
 		int snapsig;
-		if (e && progress_of(r, want[i], &prog, &snapsig, &snapval) == 0)
+		if (e && progress_of(r, want[i], &prog, &snapsig, &snapval, &cpu) == 0) {
 			e->progress = prog;
+			e->cpu_prev = e->cpu + 1; /* the snapshot used CPU: read every thread again */
+			e->cpu = cpu;
+		}
 	}
 	sample_threads(r, hr_now_ms(), 1);
+}
+
+/*
+ * Whether this tick must ask heisen-dump --check-hang.  What it judges is
+ * made of threads that stopped moving: a wait-for cycle or a lock wait
+ * needs blocked threads, a hang threads still for the hang timeout.  So
+ * the check runs when the set of threads still for at least one tick
+ * (pid, tid, since when, and whether for the hang timeout: the --still
+ * list) changed since the last check, and at least every HR_CHECK_EVERY_MS all the same (a lock wait
+ * that began before heisen-run first saw the thread).  A session of idle
+ * processes then costs no heisen-dump run at all between those.
+ */
+static int check_needed(struct hr_run *r, uint64_t now, const char *still)
+{
+	static uint64_t last_sig, last_ms;
+	static int checked;
+	uint64_t h = 1469598103934665603ull;
+	for (size_t i = 0; i < r->nstill; i++) {
+		const struct hr_still *t = &r->still[i];
+		if (now - t->since_ms < HR_TICK_MS)
+			continue;
+		/* in the --still list or not: its seconds grow every tick, the verdict does not */
+		uint64_t v[4] = {(uint64_t)t->pid, (uint64_t)t->tid, t->since_ms,
+				 (double)(now - t->since_ms) >= r->hang_seconds * 1000.0};
+		for (size_t k = 0; k < 4; k++)
+			h = (h ^ v[k]) * 1099511628211ull;
+	}
+	h ^= strlen(still) == 0; /* a --still list cut short (said once) */
+	if (checked && h == last_sig && now - last_ms < HR_CHECK_EVERY_MS)
+		return 0;
+	checked = 1;
+	last_sig = h;
+	last_ms = now;
+	return 1;
 }
 
 static int remember(struct hr_run *r, const char *line)
@@ -430,11 +493,15 @@ static int remember(struct hr_run *r, const char *line)
  */
 int hr_watch_tick(struct hr_run *r)
 {
-	if (hr_seg_count(r->session_fd) == 0)
+	if (hr_seg_watch(r->session_fd) == 0)
 		return 0; /* nothing recorded yet (or a command without the shim) */
 	uint64_t now = hr_now_ms();
 	sample_progress(r, now);
 	sample_threads(r, now, 0);
+	static char still[16384];
+	still_arg(r, now, still, sizeof still);
+	if (!check_needed(r, now, still))
+		return 0;
 	int out = new_out("heisen-check"), err = new_out("heisen-check-err");
 	if (out < 0 || err < 0) {
 		if (out >= 0)
@@ -443,8 +510,6 @@ int hr_watch_tick(struct hr_run *r)
 			close(err);
 		return 0;
 	}
-	static char still[16384];
-	still_arg(r, now, still, sizeof still);
 	char *argv[] = {r->dump, "--check-hang", (char *)r->hang_timeout, r->session, NULL, NULL, NULL};
 	if (*still) {
 		argv[3] = "--still";
@@ -536,6 +601,72 @@ int hr_watch_tick(struct hr_run *r)
 	return fresh;
 }
 
+/* Copy memfd fd into file name of directory dfd (replaced). 0 or -1. */
+static int save_copy(int fd, int dfd, const char *name)
+{
+	int out = openat(dfd, name, O_WRONLY | O_CREAT | O_TRUNC | O_NOFOLLOW | O_CLOEXEC, 0644);
+	char buf[8192];
+	off_t off = 0;
+	ssize_t k;
+	int rc = 0;
+	if (out < 0)
+		return -1;
+	while ((k = pread(fd, buf, sizeof buf, off)) > 0) {
+		for (ssize_t w = 0; w < k;) {
+			ssize_t m = write(out, buf + w, (size_t)(k - w));
+			if (m < 0 && errno == EINTR)
+				continue;
+			if (m <= 0) {
+				rc = -1;
+				break;
+			}
+			w += m;
+		}
+		off += k;
+	}
+	if (close(out) != 0)
+		rc = -1;
+	return rc;
+}
+
+/*
+ * --report-dir: write the final report there as <session name>.report.txt
+ * (text_fd, heisen-dump's text report as printed) and .report.json (a
+ * second heisen-dump run, --json), so that the report outlives a session
+ * on the container's /dev/shm.  The directory is made (0755) if missing.
+ * A failure is said, never fatal.
+ */
+static void save_reports(struct hr_run *r, int text_fd, const char *const opts[])
+{
+	const char *base = strrchr(r->session, '/');
+	char name[PATH_MAX + 16];
+	base = base && base[1] ? base + 1 : r->session;
+	if (mkdir(r->report_dir, 0755) != 0 && errno != EEXIST) {
+		hr_warn(r, "--report-dir %s: %s", r->report_dir, strerror(errno));
+		return;
+	}
+	int dfd = open(r->report_dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+	if (dfd < 0) {
+		hr_warn(r, "--report-dir %s: %s", r->report_dir, strerror(errno));
+		return;
+	}
+	snprintf(name, sizeof name, "%s.report.txt", base);
+	if (save_copy(text_fd, dfd, name) != 0)
+		hr_warn(r, "--report-dir: cannot write %s/%s: %s", r->report_dir, name, strerror(errno));
+	int jfd = new_out("heisen-report-json");
+	if (jfd >= 0) {
+		const char *jopts[6] = {"--json"};
+		for (size_t i = 0; opts[i] && i < 4; i++)
+			jopts[i + 1] = opts[i];
+		int ds = run_dump(r, jopts, jfd, HR_REPORT_TIMEOUT_MS);
+		snprintf(name, sizeof name, "%s.report.json", base);
+		if (ds < 0 || save_copy(jfd, dfd, name) != 0)
+			hr_warn(r, "--report-dir: cannot write %s/%s", r->report_dir, name);
+		close(jfd);
+	}
+	close(dfd);
+}
+
 static const char *sig_name(int sig)
 {
 	const char *s = sigabbrev_np(sig);
@@ -544,15 +675,23 @@ static const char *sig_name(int sig)
 
 /*
  * The end-of-run report.  abnormal says the command was killed by a signal
- * or a hang was seen.  Runs heisen-dump when the session holds segments; if
+ * (other than the stop signal heisen-run forwarded, hr_stopped) or a hang
+ * was seen.  Runs heisen-dump when the session holds segments; if
  * the run was abnormal or heisen-dump found something (exit 1) or failed
  * (exit 2), prints its report between banners and the session path.
  * Otherwise prints nothing.  Returns 1 when the run was clean, 0 otherwise.
  */
+/* The command ended by the stop signal heisen-run forwarded to it (docker
+ * stop's SIGTERM, a Ctrl-C): the end that was asked for, not a crash. */
+int hr_stopped(const struct hr_run *r)
+{
+	return r->stop_signal && WIFSIGNALED(r->main_status) && WTERMSIG(r->main_status) == r->stop_signal;
+}
+
 int hr_final_report(struct hr_run *r, int abnormal)
 {
 	int st = r->main_status;
-	if (WIFSIGNALED(st))
+	if (WIFSIGNALED(st) && (abnormal || !hr_stopped(r)))
 		fprintf(stderr, HR_NAME ": %s was killed by signal %d (SIG%s)%s\n", r->cmd[0], WTERMSIG(st),
 			sig_name(WTERMSIG(st)), WCOREDUMP(st) ? ", core dumped" : "");
 	if (hr_seg_count(r->session_fd) == 0) {
@@ -577,6 +716,8 @@ int hr_final_report(struct hr_run *r, int abnormal)
 	int ds = run_dump(r, opts, fd, HR_REPORT_TIMEOUT_MS);
 	int rc = ds >= 0 && WIFEXITED(ds) ? WEXITSTATUS(ds) : -1;
 	int clean = !abnormal && rc == 0;
+	if (r->report_dir)
+		save_reports(r, fd, opts);
 	if (!clean) {
 		fprintf(stderr, "==== heisen report: %s ====\n", r->session);
 		copy_to_stderr(fd);

@@ -343,6 +343,7 @@ __attribute__((constructor(101))) static void hs_init(void)
 	struct hs_tls *t = &hs_tls;
 	int off;
 	t->in_hook = 1;
+	hs_warnings_init();
 	hs_resolve_all();
 	off = hs_getenv_bool("HEISEN_DISABLE", 0);
 	if (off)

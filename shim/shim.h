@@ -446,6 +446,17 @@ extern uint64_t hs_self_lo, hs_self_hi;
 
 /* Format helpers that do not allocate (async-signal-safe). */
 size_t hs_fmt_u64(char *buf, uint64_t v);
+/*
+ * heisen's own warnings: msg goes to stderr, or, when the process was
+ * started under heisen-run (HEISEN_WARNINGS_FILE, an absolute path, read
+ * once by hs_warnings_init at start-up), is appended to that file of the
+ * session, which heisen-run prints when the run ends: the program's own
+ * stderr stays the program's.  Async-signal-safe (raw openat/write/close);
+ * when the file cannot be opened (a process that changed uid, which cannot
+ * write its segment there either) the message is dropped, never written
+ * into the program's stderr.
+ */
+void hs_warnings_init(void);
 void hs_write_err(const char *msg);
 
 /* ---- HEISEN_* settings (env.c) ------------------------------------------ */

@@ -360,3 +360,59 @@ def test_process_killed_as_its_segment_appears_is_reported(heisen, tmp_path):
         pr = [x for x in report["processes"] if x["pid"] == pid]
         assert len(pr) == 1 and pr[0]["state"] == "vanished", (pid, report["processes"], p.stderr)
     assert p.returncode in (0, 1) and errors == set(), p.stderr
+
+
+# ---- symbols: each file read once per session -------------------------------------
+
+FORKED_WORKERS = r'''
+import os, sys
+n = int(sys.argv[1])
+kids = []
+for i in range(n):
+    r, w = os.pipe()
+    pid = os.fork()
+    if pid == 0:
+        os.close(r)
+        own = os.pipe()       # open at exit: each worker has a creation stack to print
+        os.write(w, b"x")
+        os._exit(0)
+    os.close(w)
+    os.read(r, 1)
+    kids.append(pid)
+for pid in kids:
+    os.waitpid(pid, 0)
+'''
+
+
+def test_forked_workers_share_one_reading_of_each_file(heisen, session, tmp_path):
+    """A pool of forked workers maps the same interpreter and libc: heisen-dump
+    opens each of those files once for the whole session (by build-id), not
+    once per process, and the frames of every worker are still named."""
+    if not shutil.which("strace"):
+        pytest.skip("strace is not installed")
+    script = tmp_path / "workers.py"
+    script.write_text(FORKED_WORKERS)
+    workers = 16
+    p = heisen.preload(["/usr/bin/python3", script, workers], session)
+    assert p.returncode == 0, p.stderr
+    trace = tmp_path / "trace"
+    d = subprocess.run(["strace", "-f", "-qq", "-e", "trace=openat", "-o", trace,
+                        heisen.dump_bin, "--json", session],
+                       capture_output=True, text=True, timeout=300, env=heisen.env())
+    assert d.returncode in (0, 1), d.stderr
+    report = json.loads(d.stdout)
+    assert len(report["processes"]) == workers + 1
+    exe = os.path.realpath("/usr/bin/python3")
+    opens = [ln for ln in trace.read_text().splitlines()
+             if f'"{exe}"' in ln and "ENOENT" not in ln]
+    assert len(opens) == 1, opens
+    # every worker's open pipe still names its native frames
+    named = 0
+    for proc in report["processes"]:
+        for fd in (proc.get("fds") or {}).get("open") or []:
+            frames = (fd.get("stack") or {}).get("frames") or []
+            if any(f["function"] == "Py_BytesMain" for f in frames) and \
+                    any(f["function"] == "__libc_start_main" for f in frames):
+                named += 1
+                break
+    assert named >= workers, named

@@ -9,6 +9,7 @@ Contracts: docs/interfaces.md; the launcher's own choices: launcher/main.c
 and launcher/reaper.c.  Run with /usr/bin/python3 -m pytest tests/test_launcher.py
 (HEISEN_BUILD names the build directory, see conftest.py).
 """
+import json
 import os
 import pty
 import select
@@ -657,3 +658,96 @@ def test_a_server_that_drops_privileges_and_forks_nothing_is_clean(heisen, sessi
     assert p.returncode == 0 and p.stdout.split() == ["served"], (p.stdout, p.stderr)
     assert "no findings" in p.stderr, p.stderr
     assert heisen.dump_json(session, expect_rc=0)["findings"] == []
+
+
+# ---- the watchdog's own cost ------------------------------------------------------
+
+IDLE_WORKERS = r'''
+import os, sys, time
+n, secs = int(sys.argv[1]), float(sys.argv[2])
+kids = []
+for i in range(n):
+    pid = os.fork()
+    if pid == 0:
+        time.sleep(secs)
+        os._exit(0)
+    kids.append(pid)
+for k in kids:
+    os.waitpid(k, 0)
+'''
+
+
+def test_watchdog_leaves_idle_processes_alone(heisen, session, tmp_path):
+    """20 forked workers sleep: once their threads have been still past the
+    hang timeout (and judged idle), nothing changes, so the watchdog neither
+    runs heisen-dump again nor opens their segments again on every tick."""
+    if not shutil.which("strace"):
+        pytest.skip("strace is not installed")
+    script = tmp_path / "idle.py"
+    script.write_text(IDLE_WORKERS)
+    log = tmp_path / "dump-runs"
+    wrapper = tmp_path / "heisen-dump"
+    wrapper.write_text(f'#!/bin/sh\necho "$(date +%s.%N) $1" >> {log}\nexec {heisen.dump_bin} "$@"\n')
+    wrapper.chmod(0o755)
+    trace = tmp_path / "trace"
+    workers, sleep_s, timeout_s = 20, 14.0, 2
+    start = time.time()
+    p = subprocess.run(["strace", "-qq", "-e", "trace=openat", "-o", trace,
+                        heisen.run_bin, "--dir", session, "--hang-timeout", str(timeout_s), "--",
+                        SYSTEM_PYTHON, script, str(workers), str(sleep_s)],
+                       env=heisen.env(HEISEN_DUMP=wrapper), capture_output=True, text=True,
+                       timeout=120)
+    assert p.returncode == 0, p.stderr
+    assert "hang" not in p.stderr, p.stderr
+    checks = [float(ln.split()[0]) - start for ln in log.read_text().splitlines()
+              if ln.split()[1] == "--check-hang"]
+    # every worker is still past the hang timeout (+ forking, under load) by
+    # half the sleep: from then to the end, no check at all
+    late = [t for t in checks if sleep_s / 2 < t < sleep_s]
+    assert late == [], checks
+    seg_opens = [ln for ln in trace.read_text().splitlines() if ".seg\"" in ln]
+    # each segment is opened a few times (first sight, marking its end), not once per tick
+    assert len(seg_opens) <= 4 * (workers + 1), len(seg_opens)
+
+
+def test_heisen_warnings_stay_out_of_the_programs_stderr(heisen, session, tmp_path):
+    """A warning of libheisen.so (a HEISEN_* value out of range) in a process
+    under heisen-run goes into the session and heisen-run prints it at the
+    end; the program's own stderr holds only what the program wrote."""
+    own = tmp_path / "program-stderr"
+    cmd = (f'exec 2>{own}; {SYSTEM_PYTHON} -c '
+           '"import sys; sys.stderr.write(\'mine\\n\')"')
+    p = heisen.run(["--dir", session, "--", "/bin/sh", "-c", cmd],
+                   env={"HEISEN_THREADS": "99999"})
+    assert p.returncode == 0, p.stderr
+    assert own.read_text() == "mine\n"
+    said = [ln for ln in p.stderr.splitlines() if "HEISEN_THREADS" in ln]
+    assert said and all(ln.startswith("heisen-run: heisen: ignoring HEISEN_THREADS") for ln in said), p.stderr
+    assert not (session / "heisen-warnings").exists()
+
+
+def test_a_forwarded_sigterm_that_ends_a_clean_program_is_one_line(heisen, session):
+    """docker stop: SIGTERM to heisen-run, forwarded; the program dies of it
+    (its default action) with nothing found: exit 143 and one line, no report."""
+    proc = subprocess.Popen([str(heisen.run_bin), "--dir", str(session), "--", SYSTEM_PYTHON, "-c",
+                             "import time; print('ready', flush=True); time.sleep(60)"],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=heisen.env())
+    assert proc.stdout.readline().strip() == "ready"
+    proc.send_signal(signal.SIGTERM)
+    out, err = proc.communicate(timeout=60)
+    assert proc.returncode == 143, err
+    assert err.splitlines() == [f"heisen-run: {SYSTEM_PYTHON} stopped by SIGTERM (forwarded); "
+                                f"no findings; session: {session}"], err
+
+
+def test_report_dir_keeps_the_text_and_json_reports(heisen, session, tmp_path):
+    reports = tmp_path / "reports"
+    p = heisen.run(["--dir", session, "--report-dir", reports, "--", SYSTEM_PYTHON, "-c",
+                    "import os; os.abort()"])
+    assert p.returncode == 128 + signal.SIGABRT, p.stderr
+    txt = reports / f"{session.name}.report.txt"
+    js = reports / f"{session.name}.report.json"
+    assert "==== heisen: crash (SIGABRT)" in txt.read_text()
+    assert txt.read_text() in p.stderr   # the same report as in the log
+    report = json.loads(js.read_text())
+    assert [f["kind"] for f in report["findings"]] == ["crash"]
