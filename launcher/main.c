@@ -60,6 +60,7 @@ static void usage(FILE *f)
 		"Exit status: CMD's, or 128+signal when it was killed; 126/127 when it could not be\n"
 		"run; 125 on an error of " HR_NAME " itself.\n"
 		"Environment: HEISEN_LIB and HEISEN_DUMP override where libheisen.so and heisen-dump are.\n");
+	hr_repro_usage(f);
 }
 
 /* "heisen-run: <message>" on stderr, always.  For errors that end the run. */
@@ -99,6 +100,7 @@ static void parse_options(struct hr_run *r, int argc, char **argv)
 		{"rm", no_argument, NULL, OPT_RM},
 		{"python-malloc", no_argument, NULL, OPT_PYMALLOC},
 		{"help", no_argument, NULL, 'h'},
+		HR_REPRO_OPTIONS,
 		{NULL, 0, NULL, 0},
 	};
 	int c;
@@ -149,6 +151,8 @@ static void parse_options(struct hr_run *r, int argc, char **argv)
 			usage(stdout);
 			exit(0);
 		default:
+			if (c >= HR_OPT_REPEAT && hr_repro_option(c, optarg, argv, optind) == 0)
+				break;
 			usage(stderr);
 			exit(HR_EXIT_SELF);
 		}
@@ -197,8 +201,11 @@ int main(int argc, char **argv)
 
 	parse_options(r, argc, argv);
 	r->pid1 = getpid() == 1;
+	if (hr_repro_driving()) /* --repeat, --until-fail, --parallel, --ramp: launcher/repeat.c */
+		return hr_find_paths(r) < 0 || hr_signals_init() < 0 ? HR_EXIT_SELF
+								  : hr_repro_main(r, argv, (int)(r->cmd - argv));
 	if (hr_find_paths(r) < 0 || hr_signals_init() < 0 || hr_session_open(r) < 0 ||
-	    hr_build_envs(r) < 0)
+	    hr_shape_env(r) < 0 || hr_build_envs(r) < 0)
 		return HR_EXIT_SELF;
 
 	int e;

@@ -1,0 +1,263 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * launcher/shaping.c — what one run is given to fail under: its seed, fault
+ * injection (--fail, --fail-after, --heap-limit) and chaos schedules
+ * (--chaos).
+ *
+ * Everything here reaches the shim as environment variables, read once at
+ * start-up by shim/faults.c and shim/chaos.c (docs/interfaces.md "Fault
+ * injection and chaos"):
+ *
+ *   HEISEN_SEED=S               the run's seed (decimal u64)
+ *   HEISEN_FAIL=FN:P[:ERRNO],…  FN in malloc, open, close; P in [0,1];
+ *                               ERRNO a number (the launcher takes names)
+ *   HEISEN_FAIL_AFTER=N         the Nth call of those functions fails
+ *   HEISEN_HEAP_LIMIT=BYTES     allocations beyond this live total fail
+ *   HEISEN_CHAOS=1              perturb scheduling, decisions from the seed
+ *
+ * A single run gets them set in heisen-run's own environment before the
+ * command's is built (session.c copies it); heisen-dump ignores them.  A
+ * driver (repeat.c) passes these options to each child run as given, and
+ * its own --seed / --chaos per run (hr_shape_seed_args).
+ */
+#include <errno.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "launcher.h"
+
+static struct {
+	uint64_t seed;
+	int seed_given;
+	int chaos;
+	char fail[512];          /* HEISEN_FAIL as built */
+	const char *fail_after;
+	char heap_limit[32];
+} s;
+
+static const struct {
+	const char *name;
+	int value;
+} errnos[] = {
+	{"ENOMEM", ENOMEM}, {"EMFILE", EMFILE}, {"ENFILE", ENFILE}, {"EIO", EIO},       {"EINTR", EINTR},
+	{"EACCES", EACCES}, {"ENOENT", ENOENT}, {"ENOSPC", ENOSPC}, {"EAGAIN", EAGAIN}, {"EBADF", EBADF},
+	{"EPERM", EPERM},   {"EROFS", EROFS},   {"EDQUOT", EDQUOT},
+};
+
+static uint64_t parse_u64(const char *opt, const char *arg)
+{
+	char *end;
+	errno = 0;
+	unsigned long long v = strtoull(arg, &end, 0);
+	if (errno || end == arg || *end || *arg == '-') {
+		hr_err("%s: not a whole number >= 0: %s", opt, arg);
+		exit(HR_EXIT_SELF);
+	}
+	return v;
+}
+
+/* "512M", "2G", "4096", "64k": bytes.  Exits 125 when it is not a size. */
+static uint64_t parse_size(const char *opt, const char *arg)
+{
+	char *end;
+	errno = 0;
+	double v = strtod(arg, &end);
+	uint64_t mul = 1;
+	if (end != arg && *end) {
+		switch (*end | 0x20) {
+		case 'k': mul = 1ull << 10; break;
+		case 'm': mul = 1ull << 20; break;
+		case 'g': mul = 1ull << 30; break;
+		case 't': mul = 1ull << 40; break;
+		default: mul = 0;
+		}
+		end++;
+		if (*end == 'i')
+			end++;
+		if ((*end | 0x20) == 'b')
+			end++;
+	}
+	if (errno || end == arg || *end || mul == 0 || !(v > 0) || v * (double)mul > 1.8e19) {
+		hr_err("%s: not a size (bytes, or with k/M/G): %s", opt, arg);
+		exit(HR_EXIT_SELF);
+	}
+	return (uint64_t)(v * (double)mul);
+}
+
+/* One --fail FN[:P[:ERRNO]] appended to s.fail as FN:P:ERRNO (numeric). */
+static void add_fail(const char *arg)
+{
+	char fn[16];
+	const char *c1 = strchr(arg, ':');
+	size_t fl = c1 ? (size_t)(c1 - arg) : strlen(arg);
+	if (fl == 0 || fl >= sizeof fn)
+		goto bad;
+	memcpy(fn, arg, fl);
+	fn[fl] = '\0';
+	int def_errno;
+	if (!strcmp(fn, "malloc"))
+		def_errno = ENOMEM;
+	else if (!strcmp(fn, "open"))
+		def_errno = EMFILE;
+	else if (!strcmp(fn, "close"))
+		def_errno = EIO;
+	else
+		goto bad;
+	double p = 1.0;
+	int e = def_errno;
+	if (c1) {
+		char *end;
+		p = strtod(c1 + 1, &end);
+		if (end == c1 + 1 || !(p >= 0 && p <= 1) || (*end && *end != ':'))
+			goto bad;
+		if (*end == ':') {
+			const char *en = end + 1;
+			size_t i = 0;
+			for (; i < sizeof errnos / sizeof errnos[0]; i++)
+				if (!strcmp(en, errnos[i].name))
+					break;
+			if (i < sizeof errnos / sizeof errnos[0])
+				e = errnos[i].value;
+			else {
+				char *e2;
+				long v = strtol(en, &e2, 10);
+				if (e2 == en || *e2 || v <= 0 || v > 4095)
+					goto bad;
+				e = (int)v;
+			}
+		}
+	}
+	size_t k = strlen(s.fail);
+	if (snprintf(s.fail + k, sizeof s.fail - k, "%s%s:%.9g:%d", k ? "," : "", fn, p, e) >=
+	    (int)(sizeof s.fail - k))
+		goto bad;
+	return;
+bad:
+	hr_err("--fail: expected malloc|open|close[:PROBABILITY[:ERRNO]] (e.g. open:0.05:EMFILE), not %s", arg);
+	exit(HR_EXIT_SELF);
+}
+
+/*
+ * One option of this file: remember it; --seed and --chaos are marked as
+ * the driver's own (each child run gets its own).  Exits 125 on a bad
+ * value.  Returns 0 when c was ours, -1 when not.
+ */
+int hr_shape_option(int c, const char *arg, char **argv, int optind)
+{
+	switch (c) {
+	case HR_OPT_SEED:
+	case HR_OPT_CHAOS: {
+		uint64_t v = parse_u64(c == HR_OPT_SEED ? "--seed" : "--chaos", arg);
+		if (s.seed_given && v != s.seed) {
+			hr_err("--seed and --chaos name two different seeds (%llu, %llu): give one",
+			       (unsigned long long)s.seed, (unsigned long long)v);
+			exit(HR_EXIT_SELF);
+		}
+		s.seed = v;
+		s.seed_given = 1;
+		if (c == HR_OPT_CHAOS)
+			s.chaos = 1;
+		hr_repro_drop(argv, optind, arg);
+		return 0;
+	}
+	case HR_OPT_FAIL:
+		add_fail(arg);
+		return 0;
+	case HR_OPT_FAIL_AFTER:
+		if (parse_u64("--fail-after", arg) == 0) {
+			hr_err("--fail-after: calls are counted from 1");
+			exit(HR_EXIT_SELF);
+		}
+		s.fail_after = arg;
+		return 0;
+	case HR_OPT_HEAP_LIMIT:
+		snprintf(s.heap_limit, sizeof s.heap_limit, "%llu",
+			 (unsigned long long)parse_size("--heap-limit", arg));
+		return 0;
+	}
+	return -1;
+}
+
+/* The base seed: --seed/--chaos, else one from the clock and the pid
+ * (chosen once, kept small enough to type). */
+uint64_t hr_shape_seed(void)
+{
+	if (!s.seed_given) {
+		struct timespec ts;
+		clock_gettime(CLOCK_REALTIME, &ts);
+		uint64_t x = (uint64_t)ts.tv_nsec ^ ((uint64_t)ts.tv_sec << 20) ^ ((uint64_t)getpid() << 40);
+		x ^= x >> 33;
+		x *= 0xff51afd7ed558ccdull;
+		x ^= x >> 33;
+		s.seed = x % 1000000000ull;
+		s.seed_given = 1;
+	}
+	return s.seed;
+}
+
+/* The words that give one child run its seed: "--seed S", or "--chaos S"
+ * when chaos is on.  Writes at most 2 entries to v; returns how many. */
+size_t hr_shape_seed_args(char **v, const char *seed)
+{
+	v[0] = s.chaos ? "--chaos" : "--seed";
+	v[1] = (char *)seed;
+	return 2;
+}
+
+/*
+ * For a single run: put HEISEN_SEED, HEISEN_FAIL, HEISEN_FAIL_AFTER,
+ * HEISEN_HEAP_LIMIT and HEISEN_CHAOS into our environment (the command's is
+ * built from it), each only when its option was given.  Without --seed, a
+ * run that injects faults or chaos gets a fresh seed, said on stderr so the
+ * run can be replayed.  Returns 0, or -1 after a message (ENOMEM).
+ */
+int hr_shape_env(struct hr_run *r)
+{
+	int seeded = s.fail[0] || s.fail_after || s.heap_limit[0] || s.chaos;
+	if (!s.seed_given && !seeded)
+		return 0;
+	int chosen = !s.seed_given;
+	char buf[32];
+	snprintf(buf, sizeof buf, "%llu", (unsigned long long)hr_shape_seed());
+	if (chosen && !r->quiet)
+		fprintf(stderr, HR_NAME ": seed %s (replay with --seed %s)\n", buf, buf);
+	int rc = setenv("HEISEN_SEED", buf, 1);
+	if (s.fail_after && !s.fail[0])
+		add_fail("malloc:0");
+	if (s.fail[0])
+		rc |= setenv("HEISEN_FAIL", s.fail, 1);
+	if (s.fail_after)
+		rc |= setenv("HEISEN_FAIL_AFTER", s.fail_after, 1);
+	if (s.heap_limit[0])
+		rc |= setenv("HEISEN_HEAP_LIMIT", s.heap_limit, 1);
+	if (s.chaos)
+		rc |= setenv("HEISEN_CHAOS", "1", 1);
+	if (rc) {
+		hr_err("out of memory");
+		return -1;
+	}
+	return 0;
+}
+
+void hr_shape_usage(FILE *f)
+{
+	fprintf(f,
+		"\n"
+		"Shaping a run (deterministic by seed; each passes to every run of a driver):\n"
+		"  --seed S              the seed of heisen's own decisions (HEISEN_SEED); a driver's\n"
+		"                        run k gets S+k\n"
+		"  --fail FN[:P[:ERRNO]] FN = malloc|open|close fails with probability P (default 1)\n"
+		"                        and ERRNO (a name or number; default ENOMEM, EMFILE, EIO);\n"
+		"                        may be repeated; each injected failure is an event in the\n"
+		"                        ring with its stack, named in the report\n"
+		"  --fail-after N        the Nth call of those functions fails (default: malloc);\n"
+		"                        later ones with probability P\n"
+		"  --heap-limit SIZE     allocations that would take the live heap past SIZE (k/M/G)\n"
+		"                        return NULL/ENOMEM (Python raises MemoryError)\n"
+		"  --chaos SEED          perturb scheduling at locks, the GIL, thread start, malloc,\n"
+		"                        free and close (yields, short sleeps, CPU moves) from SEED\n");
+}
