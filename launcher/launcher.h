@@ -187,6 +187,7 @@ int hr_shape_option(int c, const char *arg, char **argv, int optind);
 uint64_t hr_shape_seed(void);
 size_t hr_shape_seed_args(char **v, const char *seed);
 int hr_shape_env(struct hr_run *r);
+int hr_shape_abnormal(int wait_status);
 void hr_shape_usage(FILE *f);
 
 /* main.c */

@@ -237,7 +237,8 @@ int main(int argc, char **argv)
 	}
 
 	finish_descendants(r);
-	int abnormal = WIFSIGNALED(r->main_status) || r->hang_seen;
+	int abnormal = WIFSIGNALED(r->main_status) || r->hang_seen ||
+		       hr_shape_abnormal(r->main_status); /* an error exit after injected faults */
 	int clean = hr_final_report(r, abnormal);
 	int recorded = hr_seg_count(r->session_fd) > 0;
 	if (clean && (r->rm_clean || r->session_auto))

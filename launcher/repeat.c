@@ -86,6 +86,7 @@ struct outcome {
 	int nfindings;
 	int hang;                /* a deadlock/hang finding, or exit 137 */
 	char kind[64];           /* "signal SIGSEGV", "exit 3", "hang", "finding", "" = clean */
+	char fault[1024];        /* the last failure heisen injected, as a signature; "" = none */
 };
 
 /* A run in flight. */
@@ -111,6 +112,7 @@ static struct {
 	uint64_t first_seed;
 	int first_status, first_level;
 	char first_kind[64];
+	char first_fault[1024];
 	char first_dir[RUN_DIR_MAX];
 	uint64_t t0;
 	int progress;             /* stderr is a terminal and not --quiet */
@@ -426,6 +428,25 @@ static int read_findings(const char *dir, long index, struct outcome *out)
 		free(seen[k]);
 	free(seen);
 	out->nfindings = (int)json_array_size(fs);
+	/* the last injected failure of any process: what the failure likely followed */
+	json_int_t last_ns = -1;
+	json_t *procs = json_object_get(root, "processes");
+	for (size_t i = 0; i < json_array_size(procs); i++) {
+		json_t *inj = json_object_get(json_array_get(procs, i), "injected_faults");
+		json_t *f = json_array_get(inj, json_array_size(inj) ? json_array_size(inj) - 1 : 0);
+		json_int_t ns = json_integer_value(json_object_get(f, "ts_ns"));
+		if (!f || ns <= last_ns)
+			continue;
+		last_ns = ns;
+		char sig[900];
+		json_object_set_new(f, "kind", json_string(json_string_value(json_object_get(f, "call"))));
+		json_t *stacks = json_array();
+		json_array_append(stacks, json_object_get(f, "stack"));
+		json_object_set_new(f, "stacks", stacks);
+		signature(f, sig, sizeof sig);
+		const char *en = json_string_value(json_object_get(f, "errno_name"));
+		snprintf(out->fault, sizeof out->fault, "%s (%s)", sig, en ? en : "?");
+	}
 	json_decref(root);
 	return out->nfindings;
 }
@@ -607,6 +628,7 @@ static int finish_run(struct slot *s, int st)
 		d.first_level = s->level;
 		snprintf(d.first_kind, sizeof d.first_kind, "%s", out.kind);
 		snprintf(d.first_dir, sizeof d.first_dir, "%s", dir);
+		snprintf(d.first_fault, sizeof d.first_fault, "%s", out.fault);
 	}
 	return 1;
 }
@@ -641,6 +663,8 @@ static void summary(long planned)
 		static char cmd[65536];
 		snprintf(seed, sizeof seed, "%llu", (unsigned long long)d.first_seed);
 		fprintf(stderr, "first failure: run %ld, seed %s: %s\n", d.first_fail + 1, seed, d.first_kind);
+		if (d.first_fault[0])
+			fprintf(stderr, "  after an injected failure: %s\n", d.first_fault);
 		fprintf(stderr, "  session: %s\n", d.first_dir);
 		fprintf(stderr, "  output:  %s.log\n", d.first_dir);
 		replay_command(seed, cmd, sizeof cmd);

@@ -9,11 +9,14 @@
  * injection and chaos"):
  *
  *   HEISEN_SEED=S               the run's seed (decimal u64)
- *   HEISEN_FAIL=FN:P[:ERRNO],…  FN in malloc, open, close; P in [0,1];
- *                               ERRNO a number (the launcher takes names)
+ *   HEISEN_FAIL=FN:P:ERRNO[:MIN],…  FN in malloc, open, close; P in [0,1];
+ *                               ERRNO a number (the launcher takes names);
+ *                               MIN: malloc>=SIZE, smaller ones never fail
  *   HEISEN_FAIL_AFTER=N         the Nth call of those functions fails
  *   HEISEN_HEAP_LIMIT=BYTES     allocations beyond this live total fail
  *   HEISEN_CHAOS=1              perturb scheduling, decisions from the seed
+ *   PYTHONHASHSEED=S mod 2^32   unless the user set it: CPython's hashes, so
+ *                               its allocation pattern, the same in a replay
  *
  * A single run gets them set in heisen-run's own environment before the
  * command's is built (session.c copies it); heisen-dump ignores them.  A
@@ -25,6 +28,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -91,13 +95,22 @@ static uint64_t parse_size(const char *opt, const char *arg)
 /* One --fail FN[:P[:ERRNO]] appended to s.fail as FN:P:ERRNO (numeric). */
 static void add_fail(const char *arg)
 {
-	char fn[16];
+	char fn[48];
+	uint64_t min_size = 0;
 	const char *c1 = strchr(arg, ':');
 	size_t fl = c1 ? (size_t)(c1 - arg) : strlen(arg);
 	if (fl == 0 || fl >= sizeof fn)
 		goto bad;
 	memcpy(fn, arg, fl);
 	fn[fl] = '\0';
+	char *ge = strstr(fn, ">=");
+	if (ge) {
+		/* malloc>=SIZE: smaller allocations never fail (a start-up runs untouched) */
+		min_size = parse_size("--fail malloc>=", ge + 2);
+		*ge = '\0';
+		if (strcmp(fn, "malloc"))
+			goto bad;
+	}
 	int def_errno;
 	if (!strcmp(fn, "malloc"))
 		def_errno = ENOMEM;
@@ -132,12 +145,15 @@ static void add_fail(const char *arg)
 		}
 	}
 	size_t k = strlen(s.fail);
-	if (snprintf(s.fail + k, sizeof s.fail - k, "%s%s:%.9g:%d", k ? "," : "", fn, p, e) >=
-	    (int)(sizeof s.fail - k))
+	int w = min_size ? snprintf(s.fail + k, sizeof s.fail - k, "%s%s:%.9g:%d:%llu", k ? "," : "", fn, p, e,
+				    (unsigned long long)min_size)
+			 : snprintf(s.fail + k, sizeof s.fail - k, "%s%s:%.9g:%d", k ? "," : "", fn, p, e);
+	if (w >= (int)(sizeof s.fail - k))
 		goto bad;
 	return;
 bad:
-	hr_err("--fail: expected malloc|open|close[:PROBABILITY[:ERRNO]] (e.g. open:0.05:EMFILE), not %s", arg);
+	hr_err("--fail: expected malloc[>=SIZE]|open|close[:PROBABILITY[:ERRNO]] (e.g. open:0.05:EMFILE), not %s",
+	       arg);
 	exit(HR_EXIT_SELF);
 }
 
@@ -236,11 +252,26 @@ int hr_shape_env(struct hr_run *r)
 		rc |= setenv("HEISEN_HEAP_LIMIT", s.heap_limit, 1);
 	if (s.chaos)
 		rc |= setenv("HEISEN_CHAOS", "1", 1);
+	/* Python's string hashes (dict and set sizes, so its allocations) from the
+	 * seed too, unless the user fixed them */
+	if (!getenv("PYTHONHASHSEED")) {
+		char h[16];
+		snprintf(h, sizeof h, "%llu", (unsigned long long)(hr_shape_seed() % 4294967296ull));
+		rc |= setenv("PYTHONHASHSEED", h, 1);
+	}
 	if (rc) {
 		hr_err("out of memory");
 		return -1;
 	}
 	return 0;
+}
+
+/* A run that injected faults and then exited non-zero ended abnormally:
+ * its report names the injected failures (dumper/faults.h). */
+int hr_shape_abnormal(int wait_status)
+{
+	int faults = s.fail[0] || s.fail_after || s.heap_limit[0];
+	return faults && WIFEXITED(wait_status) && WEXITSTATUS(wait_status) != 0;
 }
 
 void hr_shape_usage(FILE *f)
@@ -252,6 +283,7 @@ void hr_shape_usage(FILE *f)
 		"                        run k gets S+k\n"
 		"  --fail FN[:P[:ERRNO]] FN = malloc|open|close fails with probability P (default 1)\n"
 		"                        and ERRNO (a name or number; default ENOMEM, EMFILE, EIO);\n"
+		"                        malloc>=SIZE: only allocations of SIZE bytes or more;\n"
 		"                        may be repeated; each injected failure is an event in the\n"
 		"                        ring with its stack, named in the report\n"
 		"  --fail-after N        the Nth call of those functions fails (default: malloc);\n"

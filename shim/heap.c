@@ -67,6 +67,7 @@
 #include <ucontext.h>
 #include <unistd.h>
 
+#include "inject.h" /* fault injection and chaos: one line per hook */
 #include "shim.h"
 
 /* glibc's allocator under its exported internal names (no dlsym needed). */
@@ -1180,6 +1181,7 @@ static void *hook_alloc(size_t n, size_t align, int zero, uint64_t site)
 
 HS_EXPORT void *malloc(size_t n)
 {
+	HS_FAULT_ALLOC(n); /* faults.c: --fail malloc, --heap-limit */
 	note_size(n);
 	HS_GUARD_ALLOC(n, 0, 0); /* guarded.c: sampled guard pages */
 	if (!heap_on() || hs_tls.in_hook)
@@ -1190,6 +1192,7 @@ HS_EXPORT void *malloc(size_t n)
 HS_EXPORT void *calloc(size_t n, size_t m)
 {
 	size_t total;
+	HS_FAULT_ALLOC(n * m); /* faults.c: --fail malloc, --heap-limit */
 	if (!__builtin_mul_overflow(n, m, &total)) {
 		note_size(total);
 		HS_GUARD_ALLOC(total, 0, 1); /* guarded.c: sampled guard pages */
@@ -1318,6 +1321,7 @@ static void *hook_realloc(void *p, size_t n, uint64_t site)
 
 HS_EXPORT void *realloc(void *p, size_t n)
 {
+	if (n) HS_FAULT_ALLOC(n); /* faults.c: --fail malloc, --heap-limit (the old block stays) */
 	note_size(n);
 	if (hs_guard_owns(p)) /* guarded.c: sampled guard pages */
 		return hs_guard_realloc(p, n);

@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import SYSTEM_PYTHON, pyext_dir
+from conftest import SYSTEM_PYTHON, pyext_dir, target
 
 SUMMARY = "==== heisen-run summary: "
 SUMMARY_END = "==== end of heisen-run summary ===="
@@ -205,3 +205,179 @@ def test_ramp_raises_the_copies_until_one_fails(heisen, tmp_path):
     assert re.search(r"first failure: run [4-6], seed \d+: exit 1", s), s
     assert "failed with 3 runs at once" in s, s
     assert p.returncode == 1
+
+
+# ---- fault injection ----------------------------------------------------------
+
+# A loader that reads batches into big buffers, as a data pipeline does;
+# prints where a MemoryError hit it, then lets it end the program.
+LOADER = r"""
+import sys
+chunks = []
+def load_batch(i):
+    return bytearray(256 * 1024)   # marker: load
+try:
+    for i in range(400):
+        chunks.append(load_batch(i))
+except MemoryError:
+    print("MemoryError at", i, flush=True)
+    raise
+print("done", len(chunks), flush=True)
+"""
+
+
+def memory_error_at(stdout):
+    m = re.search(r"MemoryError at (\d+)", stdout)
+    return int(m.group(1)) if m else None
+
+
+def test_fail_malloc_raises_memory_error_and_the_report_names_the_injected_failure(heisen, tmp_path):
+    prog = tmp_path / "loader.py"
+    prog.write_text(LOADER)
+    runs = []
+    for k in range(2):
+        d = tmp_path / f"s{k}"
+        p = heisen.run(["--dir", d, "--seed", "7", "--fail", "malloc>=64k:0.05", "--", SYSTEM_PYTHON, prog])
+        runs.append((p, d))
+    p, d = runs[0]
+    at = memory_error_at(p.stdout)
+    assert p.returncode == 1 and at is not None, (p.returncode, p.stdout, p.stderr[-2000:])
+    assert "MemoryError" in p.stderr
+    # the same seed fails the same call again
+    assert memory_error_at(runs[1][0].stdout) == at
+    # heisen-run printed the report, which names the injected failure and its stack
+    assert "==== heisen report: " in p.stderr, p.stderr[-2000:]
+    assert "injected failures (heisen-run --fail/--fail-after/--heap-limit):" in p.stderr
+    assert re.search(r">>> \+[\d.]+ thread \d+: malloc\(26214\d\) made to fail with ENOMEM", p.stderr), p.stderr
+    r = heisen.dump_json(d)
+    (proc,) = r["processes"]
+    inj = proc["injected_faults"]
+    assert proc["injected_faults_total"] == len(inj) >= 1
+    last = inj[-1]
+    assert last["call"] == "malloc" and last["errno_name"] == "ENOMEM" and last["size"] >= 256 * 1024
+    fr = [f for f in last["stack"]["frames"] if f["python"]]
+    assert fr[0]["function"] == "load_batch" and fr[0]["file"] == str(prog), fr
+    assert fr[0]["line"] == 5 and fr[1]["function"] == "<module>"
+    # a different seed makes different decisions
+    others = set()
+    for seed in ("8", "9", "10"):
+        q = heisen.run(["--dir", tmp_path / f"o{seed}", "--seed", seed, "--fail", "malloc>=64k:0.05", "--",
+                        SYSTEM_PYTHON, prog])
+        others.add(memory_error_at(q.stdout))
+    assert others != {at}, (at, others)
+
+
+def test_fail_after_fails_exactly_the_nth_call(heisen, tmp_path):
+    prog = tmp_path / "loader.py"
+    prog.write_text(LOADER)
+    p = heisen.run(["--dir", tmp_path / "s", "--fail", "malloc>=200k:0", "--fail-after", "30", "--", SYSTEM_PYTHON,
+                    prog])
+    # the 30th allocation of 200 KiB or more is about the 30th batch (start-up may make one or two)
+    at = memory_error_at(p.stdout)
+    assert at is not None and 25 <= at <= 29, (p.stdout, p.stderr[-1500:])
+    r = heisen.dump_json(tmp_path / "s")
+    (inj,) = r["processes"][0]["injected_faults"]
+    assert inj["nth"] == 30 and inj["call"] == "malloc" and inj["size"] >= 200 * 1024
+    assert any(f["function"] == "load_batch" for f in inj["stack"]["frames"] if f["python"])
+    q = heisen.run(["--dir", tmp_path / "t", "--fail", "malloc>=200k:0", "--fail-after", "30", "--", SYSTEM_PYTHON,
+                    prog])
+    assert memory_error_at(q.stdout) == at
+
+
+def test_heap_limit_makes_python_raise_memory_error(heisen, tmp_path):
+    prog = tmp_path / "loader.py"
+    prog.write_text(LOADER)
+    p = heisen.run(["--dir", tmp_path / "s", "--heap-limit", "16M", "--", SYSTEM_PYTHON, prog])
+    at = memory_error_at(p.stdout)
+    # 16 MiB of 256 KiB batches: about 64 of them, never all 400
+    assert p.returncode == 1 and at is not None and 30 < at < 70, (p.stdout, p.stderr[-1500:])
+    assert "refused: past the heap limit (ENOMEM)" in p.stderr
+    r = heisen.dump_json(tmp_path / "s")
+    # the first refusal is the batch; later ones (the traceback's own allocations) follow from it
+    first = r["processes"][0]["injected_faults"][0]
+    assert first["call"] == "heap-limit" and first["size"] >= 256 * 1024
+    assert any(f["function"] == "load_batch" for f in first["stack"]["frames"] if f["python"])
+    # without the limit the same program loads everything
+    q = heisen.run(["--dir", tmp_path / "n", "--", SYSTEM_PYTHON, prog])
+    assert q.returncode == 0 and "done 400" in q.stdout
+
+
+OPENER = r"""
+import os, sys
+def read_config(path):
+    with open(path) as f:          # marker: open
+        return f.read()
+ok = 0
+for i in range(50):
+    try:
+        read_config(sys.argv[1])
+        ok += 1
+    except OSError as e:
+        print("OSError", e.errno, "at", i, flush=True)
+        break
+fd = os.open(sys.argv[1], os.O_RDONLY)
+try:
+    os.close(fd)
+    print("closed", flush=True)
+except OSError as e:
+    print("close OSError", e.errno, flush=True)
+    try:
+        os.fstat(fd)
+        print("fd still open", flush=True)
+    except OSError as e2:
+        print("fd released", e2.errno, flush=True)
+"""
+
+
+def test_fail_open_and_close_with_chosen_errnos(heisen, tmp_path):
+    prog = tmp_path / "opener.py"
+    prog.write_text(OPENER)
+    conf = tmp_path / "app.conf"
+    conf.write_text("x=1\n")
+    p = heisen.run(["--dir", tmp_path / "s", "--seed", "3", "--fail", "open:0.2:EMFILE", "--", SYSTEM_PYTHON, prog,
+                    conf])
+    m = re.search(r"OSError 24 at (\d+)", p.stdout)
+    assert m, (p.stdout, p.stderr[-1500:])
+    r = heisen.dump_json(tmp_path / "s")
+    inj = [f for f in r["processes"][0]["injected_faults"] if f["call"] == "open"]
+    assert inj and inj[-1]["errno_name"] == "EMFILE"
+    assert any(f["function"] == "read_config" for f in inj[-1]["stack"]["frames"] if f["python"])
+    # a careful C daemon's reload loop: open made to fail with ENFILE, close
+    # made to report EIO -- the number is released all the same, as Linux does
+    prog = target(heisen, "config_reload")
+    p = heisen.run(["--dir", tmp_path / "c", "--seed", "11", "--fail", "open:0.3:ENFILE", "--fail", "close:0.3:EIO",
+                    "--", prog, conf, "20"])
+    opens = re.findall(r"^open_failed (\d+) (\d+)$", p.stdout, re.M)
+    closes = re.findall(r"^close_failed (\d+) (\d+)$", p.stdout, re.M)
+    assert opens and closes, (p.stdout, p.stderr[-1500:])
+    assert {e for _, e in opens} == {"23"} and {e for _, e in closes} == {"5"}
+    assert "still_open" not in p.stdout and p.stdout.count("released") == len(closes)
+    assert p.returncode == 1 and "==== heisen report: " in p.stderr
+    r = heisen.dump_json(tmp_path / "c")
+    inj = r["processes"][0]["injected_faults"]
+    assert [(f["call"], f["errno_name"]) for f in inj] == \
+        [("open" if kind == "o" else "close", "ENFILE" if kind == "o" else "EIO")
+         for _, kind in sorted([(int(i), "o") for i, _ in opens] + [(int(i), "c") for i, _ in closes])]
+    for f in inj:
+        assert [fr["function"] for fr in f["stack"]["frames"][:2]] == ["reload_config", "main"], f["stack"]
+    # the same seed, the same failures
+    q = heisen.run(["--dir", tmp_path / "d", "--seed", "11", "--fail", "open:0.3:ENFILE", "--fail", "close:0.3:EIO",
+                    "--", prog, conf, "20"])
+    assert q.stdout == p.stdout
+
+
+def test_until_fail_with_faults_replays_the_same_decisions(heisen, tmp_path):
+    prog = tmp_path / "loader.py"
+    prog.write_text(LOADER)
+    # a small probability: some runs load everything, the first that does not stops the driver
+    p = heisen.run(["--repeat", "30", "--until-fail", "--seed", "50", "--fail", "malloc>=200k:0.004", "--",
+                    SYSTEM_PYTHON, prog], timeout=300)
+    s = summary_of(p.stderr)
+    assert "first failure: run " in s, s
+    assert re.search(r"after an injected failure: malloc: .*\| load_batch \(loader.py\) \(ENOMEM\)", s), s
+    parent = parent_of(s)
+    (log,) = [x for x in parent.iterdir() if x.name.endswith(".log")]
+    at = memory_error_at(log.read_text())
+    assert at is not None
+    r = subprocess.run(replay_of(s), env=heisen.env(), capture_output=True, text=True, timeout=120)
+    assert memory_error_at(r.stdout) == at, (at, r.stdout)

@@ -1,0 +1,89 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * shim/inject.h — the hook side of fault injection (faults.c) and chaos
+ * schedules (chaos.c): what the existing hooks call, one line each.
+ *
+ * Both are off unless heisen-run asked for them (HEISEN_FAIL,
+ * HEISEN_FAIL_AFTER, HEISEN_HEAP_LIMIT, HEISEN_CHAOS; docs/interfaces.md
+ * "Fault injection and chaos").  When off, each insertion costs one load of
+ * a global that never changes after start-up and one predictable branch;
+ * everything else is out of line.  Anchors: libfiu and failmalloc (faults),
+ * rr's chaos mode and ClickHouse's ThreadFuzzer (chaos).
+ */
+#ifndef HEISEN_SHIM_INJECT_H
+#define HEISEN_SHIM_INJECT_H
+
+#include <errno.h>
+#include <stddef.h>
+
+#include "shim.h"
+
+/* Set once by hs_faults_init / hs_chaos_init (the constructor, before any
+ * thread but the main one exists), read without ordering afterwards. */
+extern int hs_faults_on;
+extern int hs_chaos_on;
+
+/* Read the environment; faults.c / chaos.c.  Called once from init.c. */
+void hs_faults_init(void);
+void hs_chaos_init(void);
+
+/*
+ * Should this allocation of n bytes fail?  1 when heisen injects a failure
+ * (--fail malloc, --fail-after, --heap-limit): the event and its stack are
+ * in the calling thread's ring, and the caller returns NULL with ENOMEM
+ * without allocating.  0 otherwise, always for the shim's own allocations
+ * (inside a hook) and before recording starts.  Keeps errno.
+ */
+int hs_fault_alloc(size_t n);
+
+/* The same for an open (0, or the errno to fail with: nothing is opened). */
+int hs_fault_open(void);
+
+/* The same for a close of fd: 0, or the errno to report.  The caller still
+ * closes fd (Linux releases the number even when close reports EIO or
+ * EINTR), then returns -1 with that errno. */
+int hs_fault_close(int fd);
+
+#define HS_FAULT_ALLOC(n)                                                   \
+	do {                                                                \
+		if (HS_UNLIKELY(hs_faults_on) && hs_fault_alloc(n)) {       \
+			errno = ENOMEM;                                     \
+			return NULL;                                        \
+		}                                                           \
+	} while (0)
+
+#define HS_FAULT_OPEN()                                                     \
+	do {                                                                \
+		int fe_;                                                    \
+		if (HS_UNLIKELY(hs_faults_on) && (fe_ = hs_fault_open())) { \
+			errno = fe_;                                        \
+			return -1;                                          \
+		}                                                           \
+	} while (0)
+
+/* real: the expression that closes fd for real (its result is dropped). */
+#define HS_FAULT_CLOSE(fd, real)                                               \
+	do {                                                                   \
+		int fe_;                                                       \
+		if (HS_UNLIKELY(hs_faults_on) && (fe_ = hs_fault_close(fd))) { \
+			(void)(real);                                          \
+			errno = fe_;                                           \
+			return -1;                                             \
+		}                                                              \
+	} while (0)
+
+/*
+ * A chaos point: the calling thread is at `point` (enum hs_chaos_point,
+ * format.h).  Perturbs its schedule as the seed and the thread's own count
+ * of chaos points decide: nothing, sched_yield, a short nanosleep, or a
+ * move to another CPU.  Never blocks on anything but time; keeps errno.
+ */
+void hs_chaos_point(unsigned point);
+
+#define HS_CHAOS(point)                              \
+	do {                                         \
+		if (HS_UNLIKELY(hs_chaos_on))        \
+			hs_chaos_point(point);       \
+	} while (0)
+
+#endif
