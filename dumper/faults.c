@@ -49,6 +49,11 @@ static int by_time(const void *a, const void *b)
 
 size_t hs_faults_read(struct hs_proc *p, struct hs_fault_ev *out, size_t max, size_t *total)
 {
+	return hs_ring_type_read(p, HS_REC_FAULT_INJECTED, out, max, total);
+}
+
+size_t hs_ring_type_read(struct hs_proc *p, uint32_t type, struct hs_fault_ev *out, size_t max, size_t *total)
+{
 	size_t nrec = p->seg.hdr.ring_records, n = 0, all = 0;
 	struct hs_record *buf = nrec ? malloc(nrec * sizeof *buf) : NULL;
 	struct hs_fault_ev *evs = NULL;
@@ -58,7 +63,7 @@ size_t hs_faults_read(struct hs_proc *p, struct hs_fault_ev *out, size_t max, si
 	for (uint32_t i = 0; i < p->nthreads; i++) {
 		size_t k = hs_read_ring(&p->seg, p->threads[i].slot, buf, nrec);
 		for (size_t j = 0; j < k; j++) {
-			if (buf[j].type != HS_REC_FAULT_INJECTED)
+			if (buf[j].type != type)
 				continue;
 			struct hs_fault_ev *v = realloc(evs, (all + 1) * sizeof *v);
 			if (!v)

@@ -12,7 +12,7 @@
 
 #include "session.h"
 
-/* One HS_REC_FAULT_INJECTED record and the thread that made it. */
+/* One HS_REC_FAULT_INJECTED (or HS_REC_CHAOS) record and the thread that made it. */
 struct hs_fault_ev {
 	int32_t tid;
 	struct hs_record r;
@@ -26,6 +26,10 @@ struct hs_fault_ev {
  * have been overwritten, so *total is a floor.  Returns the number copied.
  */
 size_t hs_faults_read(struct hs_proc *p, struct hs_fault_ev *out, size_t max, size_t *total);
+
+/* The same for the records of another type (HS_REC_CHAOS: the chaos
+ * decisions that did something). */
+size_t hs_ring_type_read(struct hs_proc *p, uint32_t type, struct hs_fault_ev *out, size_t max, size_t *total);
 
 /* "malloc", "open", "close", "heap-limit" (enum hs_fault_call). */
 const char *hs_fault_call_name(unsigned call);

@@ -674,6 +674,31 @@ static void injected_faults(struct hs_json *j, struct hs_proc *p)
 	hs_json_end_array(j);
 }
 
+/* "chaos": the chaos decisions that did something (heisen-run --chaos;
+ * dumper/faults.h), oldest first, at most CHAOS_SHOWN (the first and the
+ * newest), and "chaos_total"; absent without any. */
+#define CHAOS_SHOWN 256
+static void chaos_decisions(struct hs_json *j, struct hs_proc *p)
+{
+	static struct hs_fault_ev ev[CHAOS_SHOWN];
+	size_t total, n = hs_ring_type_read(p, HS_REC_CHAOS, ev, CHAOS_SHOWN, &total);
+	if (!total)
+		return;
+	hs_json_uint(j, "chaos_total", total);
+	hs_json_array(j, "chaos");
+	for (size_t i = 0; i < n; i++) {
+		const struct hs_record *r = &ev[i].r;
+		hs_json_object(j, NULL);
+		hs_json_int(j, "tid", ev[i].tid);
+		hs_json_str(j, "point", hs_chaos_point_name((unsigned)r->a));
+		hs_json_str(j, "action", hs_chaos_action_name((unsigned)r->b));
+		hs_json_uint(j, "value", r->c & 0xffffffffu);
+		hs_json_uint(j, "count", r->c >> 32);
+		hs_json_end_object(j);
+	}
+	hs_json_end_array(j);
+}
+
 static void process(struct hs_json *j, struct hs_session *s, struct hs_proc *p)
 {
 	const struct hs_header *h = &p->seg.hdr;
@@ -699,6 +724,7 @@ static void process(struct hs_json *j, struct hs_session *s, struct hs_proc *p)
 	modules(j, p);
 	fds(j, p);
 	injected_faults(j, p); /* heisen-run --fail, --heap-limit */
+	chaos_decisions(j, p); /* heisen-run --chaos */
 	dropped(j, p);
 	hs_json_array(j, "threads");
 	for (uint32_t i = 0; i < p->nthreads; i++)

@@ -538,6 +538,20 @@ static void injected_faults(FILE *out, struct hs_proc *p)
 	}
 }
 
+/* One line on the chaos decisions still in p's rings (heisen-run --chaos). */
+static void chaos_line(FILE *out, struct hs_proc *p)
+{
+	static struct hs_fault_ev ev[4096];
+	size_t total, n = hs_ring_type_read(p, HS_REC_CHAOS, ev, sizeof ev / sizeof ev[0], &total), k[4] = {0};
+	if (!total)
+		return;
+	for (size_t i = 0; i < n; i++)
+		k[ev[i].r.b < 4 ? ev[i].r.b : 0]++;
+	fprintf(out, "  chaos schedule (heisen-run --chaos): %zu perturbations in the rings: %zu yields, %zu sleeps, "
+		     "%zu CPU moves\n",
+		total, k[HS_CHAOS_YIELD], k[HS_CHAOS_SLEEP], k[HS_CHAOS_MIGRATE]);
+}
+
 static void event_text(FILE *out, struct hs_proc *p, const struct hs_record *r);
 
 /* A process that died without running any code: what is known, and the evidence. */
@@ -1073,6 +1087,7 @@ static void process_section(FILE *out, struct hs_session *s, struct hs_proc *p)
 	fprintf(out, "  segment: %s, %" PRIu64 " events recorded\n", p->seg.name, hs_seg_events(&p->seg));
 	overflow_lines(out, p);
 	injected_faults(out, p); /* heisen-run --fail, --heap-limit */
+	chaos_line(out, p);      /* heisen-run --chaos */
 	for (uint32_t i = 0; i < p->nthreads; i++)
 		thread_section(out, s, p, &p->threads[i]);
 	fprintf(out, "\n");

@@ -1182,6 +1182,7 @@ static void *hook_alloc(size_t n, size_t align, int zero, uint64_t site)
 HS_EXPORT void *malloc(size_t n)
 {
 	HS_FAULT_ALLOC(n); /* faults.c: --fail malloc, --heap-limit */
+	HS_CHAOS(HS_CHAOS_MALLOC); /* chaos.c: --chaos */
 	note_size(n);
 	HS_GUARD_ALLOC(n, 0, 0); /* guarded.c: sampled guard pages */
 	if (!heap_on() || hs_tls.in_hook)
@@ -1237,6 +1238,7 @@ HS_EXPORT void free(void *p)
 {
 	if (!p)
 		return;
+	HS_CHAOS(HS_CHAOS_FREE); /* chaos.c: --chaos */
 	if (hs_guard_owns(p)) { /* guarded.c: sampled guard pages */
 		hs_guard_free(p);
 		return;

@@ -18,6 +18,7 @@
 #include <string.h>
 
 #include "hooks.h"
+#include "inject.h" /* fault injection and chaos: one line per hook */
 #include "shim.h"
 
 #define RET_ADDR() ((uint64_t)(uintptr_t)__builtin_extract_return_addr(__builtin_return_address(0)))
@@ -417,6 +418,7 @@ void hs_locks_on_free(void *p, size_t size)
 		int rc;                                                                          \
 		if (!t)                                                                          \
 			return is_try ? (TRY) : (BLOCK);                                         \
+		HS_CHAOS(HS_CHAOS_LOCK); /* chaos.c: --chaos */                                  \
 		memset(&a, 0, sizeof a);                                                         \
 		a.addr = (uint64_t)(uintptr_t)lock;                                              \
 		a.site = site;                                                                   \
@@ -454,6 +456,7 @@ void hs_locks_on_free(void *p, size_t size)
 			hs_leave(t);                                                             \
 		}                                                                                \
 		rc = (REAL);                                                                     \
+		if (t) HS_CHAOS(HS_CHAOS_UNLOCK); /* chaos.c: --chaos */                         \
 		return rc;                                                                       \
 	} while (0)
 

@@ -381,3 +381,68 @@ def test_until_fail_with_faults_replays_the_same_decisions(heisen, tmp_path):
     assert at is not None
     r = subprocess.run(replay_of(s), env=heisen.env(), capture_output=True, text=True, timeout=120)
     assert memory_error_at(r.stdout) == at, (at, r.stdout)
+
+
+# ---- chaos schedules ------------------------------------------------------------
+
+
+def chaos_of(heisen, session):
+    r = heisen.dump_json(session)
+    out = []
+    for p in r["processes"]:
+        out += [(x["tid"], x["point"], x["action"], x["value"], x["count"]) for x in p.get("chaos", [])]
+    return r, out
+
+
+def test_same_chaos_seed_makes_the_same_decisions(heisen, tmp_path):
+    """A single-threaded program (its only thread has ordinal 1): the whole
+    sequence of decisions, point by point, comes from the seed."""
+    prog = tmp_path / "loader.py"
+    prog.write_text(LOADER)
+    seqs = {}
+    for name, seed in (("a", "7"), ("b", "7"), ("c", "8")):
+        p = heisen.run(["--dir", tmp_path / name, "--chaos", seed, "--", SYSTEM_PYTHON, prog],
+                       env={"HEISEN_RING": "65536"})
+        assert p.returncode == 0 and "done 400" in p.stdout, p.stderr[-1500:]
+        r, ch = chaos_of(heisen, tmp_path / name)
+        assert r["processes"][0]["chaos_total"] == len(ch)
+        seqs[name] = [c[1:] for c in ch]
+    assert len(seqs["a"]) > 10, seqs["a"]
+    assert {c[0] for c in seqs["a"]} >= {"malloc", "free"}
+    assert {c[1] for c in seqs["a"]} >= {"yield", "sleep"}
+    assert seqs["a"] == seqs["b"]
+    assert seqs["a"] != seqs["c"]
+    # without --chaos there is none
+    p = heisen.run(["--dir", tmp_path / "n", "--", SYSTEM_PYTHON, prog])
+    assert chaos_of(heisen, tmp_path / "n")[1] == []
+
+
+def test_chaos_perturbs_lock_points_and_thread_start(heisen, tmp_path):
+    """bench/racy_pair's lazy initialisation: two threads, a registry mutex."""
+    prog = heisen.build / "bench" / "racy_pair"
+    seen = set()
+    for seed in range(1, 7):
+        d = tmp_path / str(seed)
+        heisen.run(["--dir", d, "--chaos", seed, "--", prog, "lazy-init"], env={"HEISEN_RING": "65536"})
+        r, ch = chaos_of(heisen, d)
+        seen |= {c[1] for c in ch}
+    assert {"lock", "unlock", "thread-start"} <= seen, seen
+
+
+def test_options_compose_in_a_driver(heisen, tmp_path):
+    """--parallel, --chaos, --fail, --until-fail together: each run gets its
+    own chaos seed and the fault options as given; the replay has both."""
+    prog = tmp_path / "loader.py"
+    prog.write_text(LOADER)
+    p = heisen.run(["--repeat", "6", "--parallel", "3", "--chaos", "100", "--fail", "malloc>=200k:0.01", "--until-fail",
+                    "--", SYSTEM_PYTHON, prog], timeout=300)
+    s = summary_of(p.stderr)
+    assert "(3 at once)" in s
+    if "first failure: run " in s:
+        cmd = replay_of(s)
+        seed = int(re.search(r"first failure: run (\d+), seed (\d+)", s).group(2))
+        assert cmd[cmd.index("--chaos") + 1] == str(seed) and 100 <= seed < 106
+        assert "malloc>=200k:0.01" in cmd and "--parallel" not in cmd
+        assert "after an injected failure: malloc: " in s, s
+    else:
+        assert "no run failed" in s
