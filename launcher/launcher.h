@@ -166,6 +166,7 @@ void hr_kill_tree(struct hr_run *r);
 enum {
 	HR_OPT_REPEAT = 1024, HR_OPT_UNTIL_FAIL, HR_OPT_PARALLEL, HR_OPT_RAMP, HR_OPT_KEEP,
 	HR_OPT_SEED, HR_OPT_CHAOS, HR_OPT_FAIL, HR_OPT_FAIL_AFTER, HR_OPT_HEAP_LIMIT,
+	HR_OPT_CPUS, HR_OPT_GC_STRESS,
 };
 #define HR_REPRO_OPTIONS \
 	{"repeat", required_argument, NULL, HR_OPT_REPEAT}, \
@@ -177,7 +178,9 @@ enum {
 	{"chaos", required_argument, NULL, HR_OPT_CHAOS}, \
 	{"fail", required_argument, NULL, HR_OPT_FAIL}, \
 	{"fail-after", required_argument, NULL, HR_OPT_FAIL_AFTER}, \
-	{"heap-limit", required_argument, NULL, HR_OPT_HEAP_LIMIT}
+	{"heap-limit", required_argument, NULL, HR_OPT_HEAP_LIMIT}, \
+	{"cpus", required_argument, NULL, HR_OPT_CPUS}, \
+	{"gc-stress", optional_argument, NULL, HR_OPT_GC_STRESS}
 int hr_repro_option(int c, const char *arg, char **argv, int optind);
 void hr_repro_drop(char **argv, int optind, const char *arg);
 int hr_repro_driving(void);

@@ -15,6 +15,9 @@
  *   HEISEN_FAIL_AFTER=N         the Nth call of those functions fails
  *   HEISEN_HEAP_LIMIT=BYTES     allocations beyond this live total fail
  *   HEISEN_CHAOS=1              perturb scheduling, decisions from the seed
+ *   HEISEN_CPUS=N               --cpus: what sysconf/get_nprocs answer
+ *   HEISEN_GC_STRESS=T          --gc-stress: with launcher/pystress first on
+ *                               PYTHONPATH, gc.set_threshold(T)
  *   PYTHONHASHSEED=S mod 2^32   unless the user set it: CPython's hashes, so
  *                               its allocation pattern, the same in a replay
  *
@@ -24,6 +27,8 @@
  * its own --seed / --chaos per run (hr_shape_seed_args).
  */
 #include <errno.h>
+#include <limits.h>
+#include <sched.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -41,6 +46,8 @@ static struct {
 	char fail[512];          /* HEISEN_FAIL as built */
 	const char *fail_after;
 	char heap_limit[32];
+	long cpus;               /* --cpus; 0 = not given */
+	const char *gc_stress;   /* --gc-stress[=THRESHOLD]; NULL = not given */
 } s;
 
 static const struct {
@@ -190,6 +197,24 @@ int hr_shape_option(int c, const char *arg, char **argv, int optind)
 		}
 		s.fail_after = arg;
 		return 0;
+	case HR_OPT_CPUS: {
+		char *end;
+		errno = 0;
+		long v = strtol(arg, &end, 10);
+		if (errno || end == arg || *end || v < 1 || v > 4096) {
+			hr_err("--cpus: not a number of CPUs in 1..4096: %s", arg);
+			exit(HR_EXIT_SELF);
+		}
+		s.cpus = v;
+		return 0;
+	}
+	case HR_OPT_GC_STRESS:
+		if (arg && (parse_u64("--gc-stress", arg) == 0 || parse_u64("--gc-stress", arg) > 100000)) {
+			hr_err("--gc-stress: a gen-0 threshold in 1..100000, not %s", arg);
+			exit(HR_EXIT_SELF);
+		}
+		s.gc_stress = arg ? arg : "1";
+		return 0;
 	case HR_OPT_HEAP_LIMIT:
 		snprintf(s.heap_limit, sizeof s.heap_limit, "%llu",
 			 (unsigned long long)parse_size("--heap-limit", arg));
@@ -231,8 +256,84 @@ size_t hr_shape_seed_args(char **v, const char *seed)
  * run that injects faults or chaos gets a fresh seed, said on stderr so the
  * run can be replayed.  Returns 0, or -1 after a message (ENOMEM).
  */
+/*
+ * --cpus N: HEISEN_CPUS=N (shim/cpus.c: sysconf, get_nprocs, so
+ * os.cpu_count()) and, when the machine has more than N CPUs in our mask,
+ * the first N of them as our affinity (the command inherits it).  Returns
+ * 0, or -1 after a message.
+ */
+static int shape_cpus(struct hr_run *r)
+{
+	char buf[16];
+	cpu_set_t have, want;
+	snprintf(buf, sizeof buf, "%ld", s.cpus);
+	if (setenv("HEISEN_CPUS", buf, 1)) {
+		hr_err("out of memory");
+		return -1;
+	}
+	if (sched_getaffinity(0, sizeof have, &have) < 0) {
+		hr_warn(r, "--cpus: sched_getaffinity: %s; only the reported count changes", strerror(errno));
+		return 0;
+	}
+	if (CPU_COUNT(&have) <= s.cpus) {
+		if (CPU_COUNT(&have) < s.cpus)
+			hr_warn(r, "--cpus %ld: only %d CPUs here; the program is told %ld, it runs on %d", s.cpus,
+				CPU_COUNT(&have), s.cpus, CPU_COUNT(&have));
+		return 0;
+	}
+	CPU_ZERO(&want);
+	for (int c = 0, k = 0; c < CPU_SETSIZE && k < s.cpus; c++)
+		if (CPU_ISSET(c, &have)) {
+			CPU_SET(c, &want);
+			k++;
+		}
+	if (sched_setaffinity(0, sizeof want, &want) < 0) {
+		hr_err("--cpus: sched_setaffinity: %s", strerror(errno));
+		return -1;
+	}
+	return 0;
+}
+
+/* --gc-stress: sitecustomize.py (launcher/pystress) first on PYTHONPATH,
+ * HEISEN_GC_STRESS=THRESHOLD.  Returns 0, or -1 after a message. */
+static int shape_gc(void)
+{
+	char self[PATH_MAX], dir[PATH_MAX + 16], path[2 * PATH_MAX + 32];
+	ssize_t k = readlink("/proc/self/exe", self, sizeof self - 1);
+	const char *found = NULL;
+	if (k > 0) {
+		self[k] = '\0';
+		char *slash = strrchr(self, '/');
+		if (slash)
+			*slash = '\0';
+		/* the build tree: next to heisen-run; installed: <libdir>/heisen/pystress */
+		const char *cands[] = {"%s/pystress", "%s/" HR_LIBDIR_REL "/pystress"};
+		for (size_t i = 0; i < 2 && !found; i++) {
+			snprintf(dir, sizeof dir, cands[i], self);
+			snprintf(path, sizeof path, "%s/sitecustomize.py", dir);
+			if (access(path, R_OK) == 0)
+				found = dir;
+		}
+	}
+	if (!found) {
+		hr_err("--gc-stress: sitecustomize.py not found next to %s nor in its libdir", self);
+		return -1;
+	}
+	const char *old = getenv("PYTHONPATH");
+	snprintf(path, sizeof path, "%s%s%s", found, old && *old ? ":" : "", old ? old : "");
+	if (setenv("PYTHONPATH", path, 1) || setenv("HEISEN_GC_STRESS", s.gc_stress, 1)) {
+		hr_err("out of memory");
+		return -1;
+	}
+	return 0;
+}
+
 int hr_shape_env(struct hr_run *r)
 {
+	if (s.cpus && shape_cpus(r) < 0)
+		return -1;
+	if (s.gc_stress && shape_gc() < 0)
+		return -1;
 	int seeded = s.fail[0] || s.fail_after || s.heap_limit[0] || s.chaos;
 	if (!s.seed_given && !seeded)
 		return 0;
@@ -291,5 +392,9 @@ void hr_shape_usage(FILE *f)
 		"  --heap-limit SIZE     allocations that would take the live heap past SIZE (k/M/G)\n"
 		"                        return NULL/ENOMEM (Python raises MemoryError)\n"
 		"  --chaos SEED          perturb scheduling at locks, the GIL, thread start, malloc,\n"
-		"                        free and close (yields, short sleeps, CPU moves) from SEED\n");
+		"                        free and close (yields, short sleeps, CPU moves) from SEED\n"
+		"  --cpus N              tell the program it has N CPUs (sysconf, get_nprocs,\n"
+		"                        os.cpu_count()) and run it on N of ours when we have them\n"
+		"  --gc-stress[=T]       Python: gc.set_threshold(T) (default 1), so finalizers run\n"
+		"                        at arbitrary points\n");
 }

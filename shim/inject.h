@@ -26,6 +26,7 @@ extern int hs_chaos_on;
 /* Read the environment; faults.c / chaos.c.  Called once from init.c. */
 void hs_faults_init(void);
 void hs_chaos_init(void);
+void hs_cpus_init(void); /* cpus.c: HEISEN_CPUS */
 
 /*
  * Should this allocation of n bytes fail?  1 when heisen injects a failure

@@ -446,3 +446,61 @@ def test_options_compose_in_a_driver(heisen, tmp_path):
         assert "after an injected failure: malloc: " in s, s
     else:
         assert "no run failed" in s
+
+
+# ---- environment shaping ------------------------------------------------------
+
+GC_PROBE = r"""
+import builtins, gc, os
+print("threshold", gc.get_threshold()[0])
+print("user_site", getattr(builtins, "USER_SITE_RAN", False))
+print("cpus", os.cpu_count(), len(os.sched_getaffinity(0)))
+fired = []
+class Conn:
+    # seed 001's shape: an object in a reference cycle whose __del__ runs
+    # whenever the collector happens to run
+    def __init__(self):
+        self.me = self
+    def __del__(self):
+        fired.append(step)
+for step in range(100):
+    Conn()
+    junk = [[] for _ in range(5)]
+print("first_finalizer", fired[0] if fired else None)
+"""
+
+
+def probe(stdout):
+    return dict(line.split(" ", 1) for line in stdout.splitlines() if " " in line)
+
+
+def test_gc_stress_runs_finalizers_early_and_keeps_the_users_sitecustomize(heisen, tmp_path):
+    prog = tmp_path / "probe.py"
+    prog.write_text(GC_PROBE)
+    site = tmp_path / "usersite"
+    site.mkdir()
+    (site / "sitecustomize.py").write_text("import builtins\nbuiltins.USER_SITE_RAN = True\n")
+    env = {"PYTHONPATH": str(site)}
+    p = heisen.run(["--gc-stress", "--", SYSTEM_PYTHON, prog], env=env)
+    got = probe(p.stdout)
+    assert got["threshold"] == "1" and got["user_site"] == "True", (p.stdout, p.stderr)
+    assert got["first_finalizer"] == "0"
+    p = heisen.run(["--gc-stress=50", "--", SYSTEM_PYTHON, prog], env=env)
+    assert probe(p.stdout)["threshold"] == "50"
+    q = heisen.run(["--", SYSTEM_PYTHON, prog], env=env)
+    got = probe(q.stdout)
+    assert got["threshold"] == "700" and got["first_finalizer"] != "0", q.stdout
+
+
+def test_cpus_sets_what_python_sees_and_the_affinity(heisen, tmp_path):
+    prog = tmp_path / "probe.py"
+    prog.write_text(GC_PROBE)
+    real = len(os.sched_getaffinity(0))
+    p = heisen.run(["--cpus", "1", "--", SYSTEM_PYTHON, prog])
+    assert probe(p.stdout)["cpus"] == "1 1", p.stdout
+    # a bigger machine than this one: told 24 (seed 002's pool sized from it), runs on what there is
+    p = heisen.run(["--cpus", "24", "--", SYSTEM_PYTHON, prog])
+    assert probe(p.stdout)["cpus"] == f"24 {real}", p.stdout
+    assert f"--cpus 24: only {real} CPUs here" in p.stderr
+    q = heisen.run(["--", SYSTEM_PYTHON, prog])
+    assert probe(q.stdout)["cpus"] == f"{os.cpu_count()} {real}"
