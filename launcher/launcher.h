@@ -166,7 +166,7 @@ void hr_kill_tree(struct hr_run *r);
 enum {
 	HR_OPT_REPEAT = 1024, HR_OPT_UNTIL_FAIL, HR_OPT_PARALLEL, HR_OPT_RAMP, HR_OPT_KEEP,
 	HR_OPT_SEED, HR_OPT_CHAOS, HR_OPT_FAIL, HR_OPT_FAIL_AFTER, HR_OPT_HEAP_LIMIT,
-	HR_OPT_CPUS, HR_OPT_GC_STRESS,
+	HR_OPT_CPUS, HR_OPT_GC_STRESS, HR_OPT_MEM_LIMIT, HR_OPT_CPU_QUOTA,
 };
 #define HR_REPRO_OPTIONS \
 	{"repeat", required_argument, NULL, HR_OPT_REPEAT}, \
@@ -180,7 +180,9 @@ enum {
 	{"fail-after", required_argument, NULL, HR_OPT_FAIL_AFTER}, \
 	{"heap-limit", required_argument, NULL, HR_OPT_HEAP_LIMIT}, \
 	{"cpus", required_argument, NULL, HR_OPT_CPUS}, \
-	{"gc-stress", optional_argument, NULL, HR_OPT_GC_STRESS}
+	{"gc-stress", optional_argument, NULL, HR_OPT_GC_STRESS}, \
+	{"mem-limit", required_argument, NULL, HR_OPT_MEM_LIMIT}, \
+	{"cpu-quota", required_argument, NULL, HR_OPT_CPU_QUOTA}
 int hr_repro_option(int c, const char *arg, char **argv, int optind);
 void hr_repro_drop(char **argv, int optind, const char *arg);
 int hr_repro_driving(void);
@@ -191,6 +193,8 @@ uint64_t hr_shape_seed(void);
 size_t hr_shape_seed_args(char **v, const char *seed);
 int hr_shape_env(struct hr_run *r);
 int hr_shape_abnormal(int wait_status);
+int hr_cgroup_enter(uint64_t mem_limit, double cpu_quota);
+void hr_cgroup_spawned(void);
 void hr_shape_usage(FILE *f);
 
 /* main.c */

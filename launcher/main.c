@@ -210,6 +210,7 @@ int main(int argc, char **argv)
 
 	int e;
 	r->main_pid = hr_spawn(r->cmd, r->child_env, 1, -1, -1, &e);
+	hr_cgroup_spawned(); /* --mem-limit, --cpu-quota: the command stays in its cgroup, we leave */
 	if (r->main_pid < 0) {
 		hr_session_remove_if_clean(r, 1);
 		return HR_EXIT_SELF;

@@ -48,6 +48,8 @@ static struct {
 	char heap_limit[32];
 	long cpus;               /* --cpus; 0 = not given */
 	const char *gc_stress;   /* --gc-stress[=THRESHOLD]; NULL = not given */
+	uint64_t mem_limit;      /* --mem-limit bytes; 0 = not given (cgroup.c) */
+	double cpu_quota;        /* --cpu-quota CPUs; 0 = not given (cgroup.c) */
 } s;
 
 static const struct {
@@ -215,6 +217,20 @@ int hr_shape_option(int c, const char *arg, char **argv, int optind)
 		}
 		s.gc_stress = arg ? arg : "1";
 		return 0;
+	case HR_OPT_MEM_LIMIT:
+		s.mem_limit = parse_size("--mem-limit", arg);
+		return 0;
+	case HR_OPT_CPU_QUOTA: {
+		char *end;
+		errno = 0;
+		double v = strtod(arg, &end);
+		if (errno || end == arg || *end || !(v >= 0.01 && v <= 4096)) {
+			hr_err("--cpu-quota: a number of CPUs in 0.01..4096 (e.g. 0.5, 4), not %s", arg);
+			exit(HR_EXIT_SELF);
+		}
+		s.cpu_quota = v;
+		return 0;
+	}
 	case HR_OPT_HEAP_LIMIT:
 		snprintf(s.heap_limit, sizeof s.heap_limit, "%llu",
 			 (unsigned long long)parse_size("--heap-limit", arg));
@@ -334,6 +350,8 @@ int hr_shape_env(struct hr_run *r)
 		return -1;
 	if (s.gc_stress && shape_gc() < 0)
 		return -1;
+	if ((s.mem_limit || s.cpu_quota > 0) && hr_cgroup_enter(s.mem_limit, s.cpu_quota) < 0)
+		return -1;
 	int seeded = s.fail[0] || s.fail_after || s.heap_limit[0] || s.chaos;
 	if (!s.seed_given && !seeded)
 		return 0;
@@ -396,5 +414,8 @@ void hr_shape_usage(FILE *f)
 		"  --cpus N              tell the program it has N CPUs (sysconf, get_nprocs,\n"
 		"                        os.cpu_count()) and run it on N of ours when we have them\n"
 		"  --gc-stress[=T]       Python: gc.set_threshold(T) (default 1), so finalizers run\n"
-		"                        at arbitrary points\n");
+		"                        at arbitrary points\n"
+		"  --mem-limit SIZE      run CMD in a new memory cgroup limited to SIZE (k/M/G), no swap\n"
+		"  --cpu-quota Q         run CMD in a new cpu cgroup with a quota of Q CPUs (e.g. 0.5)\n"
+		"                        (both: v2 where mounted, else v1; made and removed here)\n");
 }

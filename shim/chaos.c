@@ -1,7 +1,8 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * shim/chaos.c — chaos schedules, deterministic by seed: at the points
- * heisen already intercepts (a lock taken or released, the GIL taken or
+ * heisen already intercepts (a lock just taken — held longer — or just
+ * released, the GIL taken or
  * dropped, a thread's start, malloc, free, close) a thread is sometimes made
  * to yield, to sleep a little, or to move to another CPU, so that the
  * interleavings a loaded production machine makes — and an idle developer

@@ -418,7 +418,6 @@ void hs_locks_on_free(void *p, size_t size)
 		int rc;                                                                          \
 		if (!t)                                                                          \
 			return is_try ? (TRY) : (BLOCK);                                         \
-		HS_CHAOS(HS_CHAOS_LOCK); /* chaos.c: --chaos */                                  \
 		memset(&a, 0, sizeof a);                                                         \
 		a.addr = (uint64_t)(uintptr_t)lock;                                              \
 		a.site = site;                                                                   \
@@ -443,6 +442,7 @@ void hs_locks_on_free(void *p, size_t size)
 		}                                                                                \
 		if (a.id)                                                                        \
 			hs_acq_after(t, &a, rc);                                                 \
+		if (rc == 0) HS_CHAOS(HS_CHAOS_LOCK); /* chaos.c: --chaos, holding it longer */  \
 		hs_leave(t);                                                                     \
 		return rc;                                                                       \
 	} while (0)

@@ -504,3 +504,59 @@ def test_cpus_sets_what_python_sees_and_the_affinity(heisen, tmp_path):
     assert f"--cpus 24: only {real} CPUs here" in p.stderr
     q = heisen.run(["--", SYSTEM_PYTHON, prog])
     assert probe(q.stdout)["cpus"] == f"{os.cpu_count()} {real}"
+
+
+CG_PROBE = r"""
+import os
+for line in open("/proc/self/cgroup"):
+    n, ctl, path = line.rstrip("\n").split(":", 2)
+    if ctl in ("memory", "cpu", "cpu,cpuacct", ""):
+        print("cgroup", ctl or "unified", path)
+"""
+
+
+def _cgroup_files(ctl, path):
+    if os.path.exists("/sys/fs/cgroup/cgroup.controllers"):
+        return Path("/sys/fs/cgroup" + path)
+    for mount in (f"/sys/fs/cgroup/{ctl}", "/sys/fs/cgroup/cpu,cpuacct"):
+        if os.path.isdir(mount + path):
+            return Path(mount + path)
+    return None
+
+
+def test_mem_limit_reproduces_the_pool_worker_oom_kill(heisen, tmp_path):
+    """Seed 002 with --mem-limit alone: a ProcessPoolExecutor worker that
+    allocates without bound is OOM-killed in the cgroup heisen-run made;
+    heisen names it, and the cgroup is gone afterwards."""
+    script = heisen.src_targets / "py_seed002.py"
+    p = heisen.run(["--dir", tmp_path / "s", "--mem-limit", "200M", "--", SYSTEM_PYTHON, script, "oom"], timeout=120)
+    if "cannot make a cgroup" in p.stderr:
+        pytest.skip(p.stderr.strip().splitlines()[-1])
+    assert p.returncode == 1 and "broken BrokenProcessPool" in p.stdout, (p.returncode, p.stdout, p.stderr[-2000:])
+    r = heisen.dump_json(tmp_path / "s")
+    (f,) = [f for f in r["findings"] if f["kind"] == "oom-kill"]
+    assert f["memory"]["limit_bytes"] == 200 * 1024 * 1024
+    hog = int(re.search(r"^hog (\d+)$", p.stdout, re.M).group(1))
+    assert f["pid"] == hog and f"OOM kill in pid {hog}" in p.stderr
+    # the limited cgroup was the worker's, and it is gone
+    (cg,) = [e for e in f["evidence"] if e["kind"] == "oom-kill-counter"]
+    assert re.search(r"/heisen-run-\d+$", cg["cgroup"]) and not Path(cg["cgroup"]).exists(), cg
+
+
+def test_cpu_quota_and_mem_limit_cgroups_are_made_and_removed(heisen, tmp_path):
+    prog = tmp_path / "cg.py"
+    prog.write_text(CG_PROBE)
+    p = heisen.run(["--cpu-quota", "0.5", "--mem-limit", "300M", "--", SYSTEM_PYTHON, prog])
+    if "cannot make a cgroup" in p.stderr:
+        pytest.skip(p.stderr.strip().splitlines()[-1])
+    assert p.returncode == 0, p.stderr
+    lines = dict(l.split(" ", 2)[1:] for l in p.stdout.splitlines())
+    made = [path for path in lines.values() if re.search(r"/heisen-run-\d+$", path)]
+    assert made, lines
+    for ctl, path in lines.items():
+        if re.search(r"/heisen-run-\d+$", path):
+            assert _cgroup_files(ctl if ctl != "unified" else "", path) is None or \
+                not _cgroup_files(ctl, path).exists(), f"cgroup {path} left behind"
+    # the same program without the options runs where heisen-run runs
+    q = heisen.run(["--", SYSTEM_PYTHON, prog])
+    assert not re.search(r"/heisen-run-\d+", q.stdout)

@@ -583,7 +583,7 @@ enum hs_fault_call {
 
 /* Where a chaos decision was taken and what it did (HS_REC_CHAOS; shim/chaos.c). */
 enum hs_chaos_point {
-	HS_CHAOS_LOCK = 1,       /* before a lock is taken (mutex, rwlock, spin, semaphore) */
+	HS_CHAOS_LOCK = 1,       /* just after a lock was taken (mutex, rwlock, spin): held longer */
 	HS_CHAOS_UNLOCK = 2,     /* after a lock is released */
 	HS_CHAOS_GIL_TAKE = 3,   /* before the GIL is taken through an entry point */
 	HS_CHAOS_GIL_DROP = 4,   /* after the GIL is released */
