@@ -767,9 +767,15 @@ int hr_repro_main(struct hr_run *r, char **argv, int cmd_at)
 			}
 			break;
 		}
-		say_progress("run %ld%s%ld, %ld failed, %.0f s%s", d.runs + active, planned ? " of " : "",
-			     planned ? planned : 0L, d.failures, (double)(hr_now_ms() - d.t0) / 1000.0,
-			     o.ramp_lo ? "" : "");
+		if (d.progress) {
+			char of[32] = "", lv[32] = "";
+			if (planned)
+				snprintf(of, sizeof of, " of %ld", planned);
+			if (o.ramp_lo)
+				snprintf(lv, sizeof lv, ", %d at once", level);
+			say_progress("run %ld%s, %ld failed, %.0f s%s", d.runs + active, of, d.failures,
+				     (double)(hr_now_ms() - d.t0) / 1000.0, lv);
+		}
 		struct timespec ts = {0, 200 * 1000 * 1000};
 		siginfo_t si;
 		int sig = sigtimedwait(&wait_set, &si, &ts);

@@ -560,3 +560,16 @@ def test_cpu_quota_and_mem_limit_cgroups_are_made_and_removed(heisen, tmp_path):
     # the same program without the options runs where heisen-run runs
     q = heisen.run(["--", SYSTEM_PYTHON, prog])
     assert not re.search(r"/heisen-run-\d+", q.stdout)
+
+
+def test_every_option_is_in_the_help(heisen):
+    p = heisen.run(["--help"])
+    assert p.returncode == 0
+    for opt in ("--repeat N", "--until-fail", "--parallel K", "--ramp A..B", "--keep-sessions", "--seed S",
+                "--fail FN[:P[:ERRNO]]", "--fail-after N", "--heap-limit SIZE", "--chaos SEED", "--cpus N",
+                "--gc-stress[=T]", "--mem-limit SIZE", "--cpu-quota Q"):
+        assert opt in p.stdout, opt
+    bad = heisen.run(["--fail", "fsync:0.1", "--", "true"])
+    assert bad.returncode == 125 and "--fail: expected" in bad.stderr
+    bad = heisen.run(["--ramp", "5..2", "--", "true"])
+    assert bad.returncode == 125
