@@ -67,6 +67,7 @@ void hs_chaos_init(void)
 	if (sched_getaffinity(0, sizeof cpus, &cpus) == 0)
 		ncpus = CPU_COUNT(&cpus);
 	hs_chaos_on = 1;
+	hs_inject_on |= HS_INJECT_CHAOS;
 }
 
 /* The index-th CPU of the start-up mask. */

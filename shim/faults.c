@@ -49,6 +49,7 @@
 #include "shim.h"
 
 int hs_faults_on;
+int hs_inject_on;
 
 struct rule {
 	int on;
@@ -136,6 +137,22 @@ void hs_faults_init(void)
 		heap_limit = 0;
 	}
 	hs_faults_on = rules[0].on || rules[1].on || rules[2].on || heap_limit;
+	if (hs_faults_on)
+		hs_inject_on |= HS_INJECT_FAULTS;
+}
+
+int hs_inject_alloc(size_t n)
+{
+	if (hs_chaos_on)
+		hs_chaos_point(HS_CHAOS_MALLOC);
+	return hs_faults_on ? hs_fault_alloc(n) : 0;
+}
+
+int hs_inject_close(int fd)
+{
+	if (hs_chaos_on)
+		hs_chaos_point(HS_CHAOS_CLOSE);
+	return hs_faults_on ? hs_fault_close(fd) : 0;
 }
 
 /* Record the injected failure in the calling thread's ring, with its stack. */

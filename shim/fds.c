@@ -1760,8 +1760,7 @@ HS_EXPORT int close(int fd)
 {
 	if (HS_UNLIKELY(fd == VALIDATE_FD))
 		return 0; /* libunwind closing the pipe it never had (see VALIDATE_FD) */
-	HS_FAULT_CLOSE(fd, close_number(fd, HS_FDC_CLOSE, RET_ADDR())); /* faults.c: --fail close */
-	HS_CHAOS(HS_CHAOS_CLOSE); /* chaos.c: --chaos */
+	HS_FAULT_CLOSE(fd, close_number(fd, HS_FDC_CLOSE, RET_ADDR())); /* faults.c, chaos.c: --fail close, --chaos */
 	return close_number(fd, HS_FDC_CLOSE, RET_ADDR());
 }
 

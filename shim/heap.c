@@ -1181,8 +1181,7 @@ static void *hook_alloc(size_t n, size_t align, int zero, uint64_t site)
 
 HS_EXPORT void *malloc(size_t n)
 {
-	HS_FAULT_ALLOC(n); /* faults.c: --fail malloc, --heap-limit */
-	HS_CHAOS(HS_CHAOS_MALLOC); /* chaos.c: --chaos */
+	HS_FAULT_ALLOC(n); /* faults.c, chaos.c: --fail malloc, --heap-limit, --chaos */
 	note_size(n);
 	HS_GUARD_ALLOC(n, 0, 0); /* guarded.c: sampled guard pages */
 	if (!heap_on() || hs_tls.in_hook)
@@ -1193,7 +1192,7 @@ HS_EXPORT void *malloc(size_t n)
 HS_EXPORT void *calloc(size_t n, size_t m)
 {
 	size_t total;
-	HS_FAULT_ALLOC(n * m); /* faults.c: --fail malloc, --heap-limit */
+	HS_FAULT_ALLOC(n * m); /* faults.c, chaos.c: --fail malloc, --heap-limit, --chaos */
 	if (!__builtin_mul_overflow(n, m, &total)) {
 		note_size(total);
 		HS_GUARD_ALLOC(total, 0, 1); /* guarded.c: sampled guard pages */
@@ -1323,7 +1322,7 @@ static void *hook_realloc(void *p, size_t n, uint64_t site)
 
 HS_EXPORT void *realloc(void *p, size_t n)
 {
-	if (n) HS_FAULT_ALLOC(n); /* faults.c: --fail malloc, --heap-limit (the old block stays) */
+	if (n) HS_FAULT_ALLOC(n); /* faults.c, chaos.c: --fail malloc, --heap-limit, --chaos (the old block stays) */
 	note_size(n);
 	if (hs_guard_owns(p)) /* guarded.c: sampled guard pages */
 		return hs_guard_realloc(p, n);
