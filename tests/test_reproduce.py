@@ -11,6 +11,7 @@ import pty
 import re
 import select
 import shlex
+import shutil
 import signal
 import subprocess
 import sys
@@ -25,9 +26,25 @@ SUMMARY = "==== heisen-run summary: "
 SUMMARY_END = "==== end of heisen-run summary ===="
 
 
+_parents = []
+
+
+@pytest.fixture(autouse=True)
+def _remove_kept_sessions():
+    """A failing driver keeps its parent directory (by design): the tests'
+    own go when the test is done."""
+    yield
+    while _parents:
+        shutil.rmtree(_parents.pop(), ignore_errors=True)
+
+
 def summary_of(stderr):
     assert SUMMARY in stderr and SUMMARY_END in stderr, stderr[-3000:]
-    return stderr[stderr.index(SUMMARY):stderr.index(SUMMARY_END)]
+    s = stderr[stderr.index(SUMMARY):stderr.index(SUMMARY_END)]
+    parent = parent_of(s)
+    if str(parent).startswith("/dev/shm/"):
+        _parents.append(parent)
+    return s
 
 
 def parent_of(summary):
