@@ -521,12 +521,18 @@ static void shell_word(char *buf, size_t n, const char *s)
 	buf[k < n ? k : n - 1] = '\0';
 }
 
-/* The command that replays one run: this heisen-run with the options a
- * single run had, the run's seed, and the command. */
+/* The command that replays the first failing run: this heisen-run with
+ * the options a single run had (and --on-hang kill for a hang, as the run
+ * had), the run's seed, and the command. */
 static void replay_command(const char *seed, char *buf, size_t n)
 {
 	buf[0] = '\0';
 	shell_word(buf, n, d.argv[0]);
+	if (!o.on_hang_given && !strcmp(d.first_kind, "hang")) {
+		/* as the run was: the watchdog ends the replayed hang too */
+		shell_word(buf, n, "--on-hang");
+		shell_word(buf, n, "kill");
+	}
 	for (int i = 1; i < d.opt_end; i++)
 		if (!o.drop || !o.drop[i])
 			shell_word(buf, n, d.argv[i]);

@@ -590,3 +590,14 @@ def test_every_option_is_in_the_help(heisen):
     assert bad.returncode == 125 and "--fail: expected" in bad.stderr
     bad = heisen.run(["--ramp", "5..2", "--", "true"])
     assert bad.returncode == 125
+
+
+def test_a_deadlocked_run_is_a_hang_killed_by_the_watchdog(heisen):
+    prog = target(heisen, "abba_deadlock")
+    p = heisen.run(["--repeat", "3", "--until-fail", "--hang-timeout", "1", "--", prog], timeout=120)
+    s = summary_of(p.stderr)
+    assert "failures by kind: hang: 1" in s and "first failure: run 1, seed " in s, s
+    assert re.search(r"^  1 run \(first: run 1\)  deadlock: hold_\w+_want_\w+ < thread_\w+ < ", s, re.M), s
+    assert p.returncode == 128 + signal.SIGKILL
+    cmd = replay_of(s)
+    assert cmd[1:4] == ["--on-hang", "kill", "--hang-timeout"] and "--seed" in cmd
