@@ -152,6 +152,8 @@ const char *hs_event_name(unsigned type)
 		[HS_REC_FD_CREATED] = "fd-created",
 		[HS_REC_FD_CLOSED] = "fd-closed",
 		[HS_REC_FD_CLOSE_FAILED] = "fd-close-failed",
+		[HS_REC_FAULT_INJECTED] = "fault-injected",
+		[HS_REC_CHAOS] = "chaos",
 	};
 	return type < sizeof names / sizeof names[0] && names[type] ? names[type] : "unknown";
 }

@@ -11,6 +11,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "faults.h"
 #include "json.h"
 #include "report.h"
 #include "stall.h"
@@ -207,6 +208,18 @@ static void event_fields(struct hs_json *j, struct hs_proc *p, const struct hs_r
 		hs_json_uint(j, "generation", r->b);
 		hs_json_str(j, "call", hs_fd_call_name((unsigned)(r->c >> 16)));
 		hs_json_uint(j, "errno", r->c & 0xffff);
+		break;
+	case HS_REC_FAULT_INJECTED:
+		hs_json_str(j, "call", hs_fault_call_name((unsigned)r->a));
+		hs_json_uint(j, "arg", r->b);
+		hs_json_uint(j, "errno", r->c & 0xffff);
+		hs_json_uint(j, "nth", r->c >> 16);
+		break;
+	case HS_REC_CHAOS:
+		hs_json_str(j, "point", hs_chaos_point_name((unsigned)r->a));
+		hs_json_str(j, "action", hs_chaos_action_name((unsigned)r->b));
+		hs_json_uint(j, "value", r->c & 0xffffffffu);
+		hs_json_uint(j, "count", r->c >> 32);
 		break;
 	default:
 		break;
@@ -636,6 +649,62 @@ static void warnings(struct hs_json *j, struct hs_session *s)
 	hs_warnings_free(&w);
 }
 
+/* "injected_faults": the failures heisen injected that the rings still hold
+ * (dumper/faults.h), oldest first, each with its stack; "injected_faults_total"
+ * how many the rings hold (past FAULTS_SHOWN, the array keeps the first one
+ * and the newest FAULTS_SHOWN - 1). */
+#define FAULTS_SHOWN 16
+static void injected_faults(struct hs_json *j, struct hs_proc *p)
+{
+	struct hs_fault_ev ev[FAULTS_SHOWN];
+	size_t total, n = hs_faults_read(p, ev, FAULTS_SHOWN, &total);
+	hs_json_uint(j, "injected_faults_total", total);
+	hs_json_array(j, "injected_faults");
+	for (size_t i = 0; i < n; i++) {
+		const struct hs_record *r = &ev[i].r;
+		const char *en = strerrorname_np((int)(r->c & 0xffff));
+		hs_json_object(j, NULL);
+		hs_json_int(j, "tid", ev[i].tid);
+		hs_json_uint(j, "ts_ns", hs_proc_realtime(p, r->ts_ns));
+		hs_json_str(j, "call", hs_fault_call_name((unsigned)r->a));
+		if (r->a == HS_FAULT_MALLOC || r->a == HS_FAULT_HEAP_LIMIT)
+			hs_json_uint(j, "size", r->b);
+		if (r->a == HS_FAULT_CLOSE)
+			hs_json_int(j, "fd", (int64_t)r->b);
+		hs_json_uint(j, "errno", r->c & 0xffff);
+		hs_json_str(j, "errno_name", en);
+		hs_json_uint(j, "nth", r->c >> 16);
+		stack(j, "stack", p, r->stack, "injected failure", ev[i].tid);
+		hs_json_end_object(j);
+	}
+	hs_json_end_array(j);
+}
+
+/* "chaos": the chaos decisions that did something (heisen-run --chaos;
+ * dumper/faults.h), oldest first, at most CHAOS_SHOWN (the first and the
+ * newest), and "chaos_total"; absent without any. */
+#define CHAOS_SHOWN 256
+static void chaos_decisions(struct hs_json *j, struct hs_proc *p)
+{
+	static struct hs_fault_ev ev[CHAOS_SHOWN];
+	size_t total, n = hs_ring_type_read(p, HS_REC_CHAOS, ev, CHAOS_SHOWN, &total);
+	if (!total)
+		return;
+	hs_json_uint(j, "chaos_total", total);
+	hs_json_array(j, "chaos");
+	for (size_t i = 0; i < n; i++) {
+		const struct hs_record *r = &ev[i].r;
+		hs_json_object(j, NULL);
+		hs_json_int(j, "tid", ev[i].tid);
+		hs_json_str(j, "point", hs_chaos_point_name((unsigned)r->a));
+		hs_json_str(j, "action", hs_chaos_action_name((unsigned)r->b));
+		hs_json_uint(j, "value", r->c & 0xffffffffu);
+		hs_json_uint(j, "count", r->c >> 32);
+		hs_json_end_object(j);
+	}
+	hs_json_end_array(j);
+}
+
 static void process(struct hs_json *j, struct hs_session *s, struct hs_proc *p)
 {
 	const struct hs_header *h = &p->seg.hdr;
@@ -660,6 +729,8 @@ static void process(struct hs_json *j, struct hs_session *s, struct hs_proc *p)
 	}
 	modules(j, p);
 	fds(j, p);
+	injected_faults(j, p); /* heisen-run --fail, --heap-limit */
+	chaos_decisions(j, p); /* heisen-run --chaos */
 	dropped(j, p);
 	hs_json_array(j, "threads");
 	for (uint32_t i = 0; i < p->nthreads; i++)

@@ -15,6 +15,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "faults.h"
 #include "report.h"
 #include "stall.h"
 
@@ -497,6 +498,65 @@ static void blocked(FILE *out, struct hs_session *s, struct hs_fnd *f)
 }
 
 /* The last events of every thread of f's process (killed, oom-kill). */
+/* ---- injected failures (heisen-run --fail, --heap-limit; dumper/faults.h) ---- */
+
+#define FAULTS_SHOWN 4
+
+/* The last injected failures of p, each with its stack: the likeliest cause
+ * of what followed them.  Nothing when there were none. */
+static void injected_faults(FILE *out, struct hs_proc *p)
+{
+	struct hs_fault_ev ev[FAULTS_SHOWN];
+	size_t total, n = hs_faults_read(p, ev, FAULTS_SHOWN, &total);
+	const struct hs_header *h = &p->seg.hdr;
+	if (!n)
+		return;
+	fprintf(out, "  injected failures (heisen-run --fail/--fail-after/--heap-limit): %zu in the rings%s\n", total,
+		total > n ? ", the first and the last ones:" : ":");
+	for (size_t i = 0; i < n; i++) {
+		const struct hs_record *r = &ev[i].r;
+		int e = (int)(r->c & 0xffff);
+		const char *en = strerrorname_np(e);
+		double t = r->ts_ns >= h->start_mono_ns ? (double)(r->ts_ns - h->start_mono_ns) / 1e9 : 0.0;
+		if (i == 1 && total > n)
+			fprintf(out, "    ... %zu more ...\n", total - n);
+		fprintf(out, "  %s+%.6f thread %d: ", i + 1 == n ? ">>> " : "    ", t, ev[i].tid);
+		switch (r->a) {
+		case HS_FAULT_MALLOC:
+			fprintf(out, "malloc(%" PRIu64 ") made to fail with %s", r->b, en ? en : "?");
+			break;
+		case HS_FAULT_HEAP_LIMIT:
+			fprintf(out, "malloc(%" PRIu64 ") refused: past the heap limit (ENOMEM)", r->b);
+			break;
+		case HS_FAULT_OPEN:
+			fprintf(out, "open made to fail with %s", en ? en : "?");
+			break;
+		case HS_FAULT_CLOSE:
+			fprintf(out, "close(%" PRIu64 ") made to report %s (the number was closed)", r->b, en ? en : "?");
+			break;
+		default:
+			fprintf(out, "%s failed", hs_fault_call_name((unsigned)r->a));
+		}
+		fprintf(out, ", the thread's call #%" PRIu64 "%s\n", r->c >> 16,
+			i + 1 == n ? "; the last one before the process ended" : "");
+		print_frames(out, p, r->stack, "        ");
+	}
+}
+
+/* One line on the chaos decisions still in p's rings (heisen-run --chaos). */
+static void chaos_line(FILE *out, struct hs_proc *p)
+{
+	static struct hs_fault_ev ev[4096];
+	size_t total, n = hs_ring_type_read(p, HS_REC_CHAOS, ev, sizeof ev / sizeof ev[0], &total), k[4] = {0};
+	if (!total)
+		return;
+	for (size_t i = 0; i < n; i++)
+		k[ev[i].r.b < 4 ? ev[i].r.b : 0]++;
+	fprintf(out, "  chaos schedule (heisen-run --chaos): %zu perturbations in the rings: %zu yields, %zu sleeps, "
+		     "%zu CPU moves\n",
+		total, k[HS_CHAOS_YIELD], k[HS_CHAOS_SLEEP], k[HS_CHAOS_MIGRATE]);
+}
+
 static void event_text(FILE *out, struct hs_proc *p, const struct hs_record *r);
 
 /* A process that died without running any code: what is known, and the evidence. */
@@ -762,6 +822,14 @@ static void event_text(FILE *out, struct hs_proc *p, const struct hs_record *r)
 		fprintf(out, " fd %" PRIu64 " gen %" PRIu64 " (%s) errno %" PRIu64, r->a, r->b,
 			hs_fd_call_name((unsigned)(r->c >> 16)), r->c & 0xffff);
 		break;
+	case HS_REC_FAULT_INJECTED:
+		fprintf(out, " %s (arg %" PRIu64 ") errno %" PRIu64, hs_fault_call_name((unsigned)r->a), r->b,
+			r->c & 0xffff);
+		break;
+	case HS_REC_CHAOS:
+		fprintf(out, " %s at %s (%" PRIu64 ")", hs_chaos_action_name((unsigned)r->b),
+			hs_chaos_point_name((unsigned)r->a), r->c & 0xffffffffu);
+		break;
 	case HS_REC_NEW_EDGE:
 	case HS_REC_FINDING:
 	case HS_REC_FORK:
@@ -829,6 +897,10 @@ static bool interesting(struct hs_proc *p, const struct hs_findings *f)
 	for (size_t i = 0; i < f->n; i++)
 		if (f->v[i].proc == p)
 			return true;
+	struct hs_fault_ev fev;
+	size_t faults;
+	if (hs_faults_read(p, &fev, 1, &faults))
+		return true; /* heisen made calls fail: the process section says which */
 	for (size_t i = 0; i < sizeof t / sizeof t[0]; i++)
 		if (hs_seg_dropped(&p->seg, t[i]))
 			return true;
@@ -1029,6 +1101,8 @@ static void process_section(FILE *out, struct hs_session *s, struct hs_proc *p)
 	fd_table(out, p);
 	fprintf(out, "  segment: %s, %" PRIu64 " events recorded\n", p->seg.name, hs_seg_events(&p->seg));
 	overflow_lines(out, p);
+	injected_faults(out, p); /* heisen-run --fail, --heap-limit */
+	chaos_line(out, p);      /* heisen-run --chaos */
 	for (uint32_t i = 0; i < p->nthreads; i++)
 		thread_section(out, s, p, &p->threads[i]);
 	fprintf(out, "\n");

@@ -24,6 +24,8 @@
 #define HEISEN_LAUNCHER_H
 
 #include <limits.h>
+#include <stddef.h>
+#include <stdio.h>
 #include <stdint.h>
 #include <sys/types.h>
 
@@ -181,6 +183,43 @@ int hr_watch_tick(struct hr_run *r);
 int hr_final_report(struct hr_run *r, int abnormal);
 int hr_stopped(const struct hr_run *r);
 void hr_kill_tree(struct hr_run *r);
+
+/* repeat.c and shaping.c: reproducing a flaky failure.  Their long
+ * options (codes from HR_OPT_REPEAT on) go into main.c's getopt table with
+ * HR_REPRO_OPTIONS; main.c hands each to hr_repro_option. */
+enum {
+	HR_OPT_REPEAT = 1024, HR_OPT_UNTIL_FAIL, HR_OPT_PARALLEL, HR_OPT_RAMP, HR_OPT_KEEP,
+	HR_OPT_SEED, HR_OPT_CHAOS, HR_OPT_FAIL, HR_OPT_FAIL_AFTER, HR_OPT_HEAP_LIMIT,
+	HR_OPT_CPUS, HR_OPT_GC_STRESS, HR_OPT_MEM_LIMIT, HR_OPT_CPU_QUOTA,
+};
+#define HR_REPRO_OPTIONS \
+	{"repeat", required_argument, NULL, HR_OPT_REPEAT}, \
+	{"until-fail", no_argument, NULL, HR_OPT_UNTIL_FAIL}, \
+	{"parallel", required_argument, NULL, HR_OPT_PARALLEL}, \
+	{"ramp", required_argument, NULL, HR_OPT_RAMP}, \
+	{"keep-sessions", no_argument, NULL, HR_OPT_KEEP}, \
+	{"seed", required_argument, NULL, HR_OPT_SEED}, \
+	{"chaos", required_argument, NULL, HR_OPT_CHAOS}, \
+	{"fail", required_argument, NULL, HR_OPT_FAIL}, \
+	{"fail-after", required_argument, NULL, HR_OPT_FAIL_AFTER}, \
+	{"heap-limit", required_argument, NULL, HR_OPT_HEAP_LIMIT}, \
+	{"cpus", required_argument, NULL, HR_OPT_CPUS}, \
+	{"gc-stress", optional_argument, NULL, HR_OPT_GC_STRESS}, \
+	{"mem-limit", required_argument, NULL, HR_OPT_MEM_LIMIT}, \
+	{"cpu-quota", required_argument, NULL, HR_OPT_CPU_QUOTA}
+int hr_repro_option(int c, const char *arg, char **argv, int optind);
+void hr_repro_drop(char **argv, int optind, const char *arg);
+int hr_repro_driving(void);
+void hr_repro_usage(FILE *f);
+int hr_repro_main(struct hr_run *r, char **argv, int cmd_at);
+int hr_shape_option(int c, const char *arg, char **argv, int optind);
+uint64_t hr_shape_seed(void);
+size_t hr_shape_seed_args(char **v, const char *seed);
+int hr_shape_env(struct hr_run *r);
+int hr_shape_abnormal(int wait_status);
+int hr_cgroup_enter(uint64_t mem_limit, double cpu_quota);
+void hr_cgroup_spawned(void);
+void hr_shape_usage(FILE *f);
 
 /* main.c */
 void hr_warn(const struct hr_run *r, const char *fmt, ...) __attribute__((format(printf, 2, 3)));

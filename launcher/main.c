@@ -63,6 +63,7 @@ static void usage(FILE *f)
 		"Exit status: CMD's, or 128+signal when it was killed; 126/127 when it could not be\n"
 		"run; 125 on an error of " HR_NAME " itself.\n"
 		"Environment: HEISEN_LIB and HEISEN_DUMP override where libheisen.so and heisen-dump are.\n");
+	hr_repro_usage(f);
 }
 
 /* "heisen-run: <message>" on stderr, always.  For errors that end the run. */
@@ -103,6 +104,7 @@ static void parse_options(struct hr_run *r, int argc, char **argv)
 		{"python-malloc", no_argument, NULL, OPT_PYMALLOC},
 		{"report-dir", required_argument, NULL, OPT_REPORT_DIR},
 		{"help", no_argument, NULL, 'h'},
+		HR_REPRO_OPTIONS,
 		{NULL, 0, NULL, 0},
 	};
 	int c;
@@ -160,6 +162,8 @@ static void parse_options(struct hr_run *r, int argc, char **argv)
 			usage(stdout);
 			exit(0);
 		default:
+			if (c >= HR_OPT_REPEAT && hr_repro_option(c, optarg, argv, optind) == 0)
+				break;
 			usage(stderr);
 			exit(HR_EXIT_SELF);
 		}
@@ -208,12 +212,16 @@ int main(int argc, char **argv)
 
 	parse_options(r, argc, argv);
 	r->pid1 = getpid() == 1;
+	if (hr_repro_driving()) /* --repeat, --until-fail, --parallel, --ramp: launcher/repeat.c */
+		return hr_find_paths(r) < 0 || hr_signals_init() < 0 ? HR_EXIT_SELF
+								  : hr_repro_main(r, argv, (int)(r->cmd - argv));
 	if (hr_find_paths(r) < 0 || hr_signals_init() < 0 || hr_session_open(r) < 0 ||
-	    hr_build_envs(r) < 0)
+	    hr_shape_env(r) < 0 || hr_build_envs(r) < 0)
 		return HR_EXIT_SELF;
 
 	int e;
 	r->main_pid = hr_spawn(r->cmd, r->child_env, 1, -1, -1, &e);
+	hr_cgroup_spawned(); /* --mem-limit, --cpu-quota: the command stays in its cgroup, we leave */
 	if (r->main_pid < 0) {
 		hr_session_warnings(r);
 		hr_session_remove_if_clean(r, 1);
@@ -251,7 +259,8 @@ int main(int argc, char **argv)
 			r->cmd[0]);
 		return exit_code_of(r->main_status);
 	}
-	int abnormal = (WIFSIGNALED(r->main_status) && !hr_stopped(r)) || r->hang_seen;
+	int abnormal = (WIFSIGNALED(r->main_status) && !hr_stopped(r)) || r->hang_seen ||
+		       hr_shape_abnormal(r->main_status); /* an error exit after injected faults */
 	int clean = hr_final_report(r, abnormal);
 	hr_session_warnings(r);
 	int recorded = hr_seg_count(r->session_fd) > 0;

@@ -65,6 +65,7 @@
 
 #include "heisen/heisen.h"
 #include "hooks.h"
+#include "inject.h" /* fault injection and chaos: one line per hook */
 #include "shim.h"
 
 /*
@@ -1103,18 +1104,21 @@ static int after_open(int fd, int dirfd, const char *path, int flags, unsigned c
 
 HS_EXPORT int open(const char *path, int flags, ...)
 {
+	HS_FAULT_OPEN(); /* faults.c: --fail open */
 	uint64_t site = RET_ADDR();
 	return after_open(HS_REAL(open)(path, flags, OPEN_MODE(flags)), AT_FDCWD, path, flags, HS_FDC_OPEN, site);
 }
 
 HS_EXPORT int open64(const char *path, int flags, ...)
 {
+	HS_FAULT_OPEN(); /* faults.c: --fail open */
 	uint64_t site = RET_ADDR();
 	return after_open(HS_REAL(open64)(path, flags, OPEN_MODE(flags)), AT_FDCWD, path, flags, HS_FDC_OPEN, site);
 }
 
 HS_EXPORT int openat(int dirfd, const char *path, int flags, ...)
 {
+	HS_FAULT_OPEN(); /* faults.c: --fail open */
 	uint64_t site = RET_ADDR();
 	return after_open(HS_REAL(openat)(dirfd, path, flags, OPEN_MODE(flags)), dirfd, path, flags, HS_FDC_OPENAT,
 			  site);
@@ -1122,6 +1126,7 @@ HS_EXPORT int openat(int dirfd, const char *path, int flags, ...)
 
 HS_EXPORT int openat64(int dirfd, const char *path, int flags, ...)
 {
+	HS_FAULT_OPEN(); /* faults.c: --fail open */
 	uint64_t site = RET_ADDR();
 	return after_open(HS_REAL(openat64)(dirfd, path, flags, OPEN_MODE(flags)), dirfd, path, flags, HS_FDC_OPENAT,
 			  site);
@@ -1130,36 +1135,42 @@ HS_EXPORT int openat64(int dirfd, const char *path, int flags, ...)
 /* _FORTIFY_SOURCE's checked variants, which fortified programs call instead. */
 HS_EXPORT int __open_2(const char *path, int flags)
 {
+	HS_FAULT_OPEN(); /* faults.c: --fail open */
 	uint64_t site = RET_ADDR();
 	return after_open(HS_REAL(__open_2)(path, flags), AT_FDCWD, path, flags, HS_FDC_OPEN, site);
 }
 
 HS_EXPORT int __open64_2(const char *path, int flags)
 {
+	HS_FAULT_OPEN(); /* faults.c: --fail open */
 	uint64_t site = RET_ADDR();
 	return after_open(HS_REAL(__open64_2)(path, flags), AT_FDCWD, path, flags, HS_FDC_OPEN, site);
 }
 
 HS_EXPORT int __openat_2(int dirfd, const char *path, int flags)
 {
+	HS_FAULT_OPEN(); /* faults.c: --fail open */
 	uint64_t site = RET_ADDR();
 	return after_open(HS_REAL(__openat_2)(dirfd, path, flags), dirfd, path, flags, HS_FDC_OPENAT, site);
 }
 
 HS_EXPORT int __openat64_2(int dirfd, const char *path, int flags)
 {
+	HS_FAULT_OPEN(); /* faults.c: --fail open */
 	uint64_t site = RET_ADDR();
 	return after_open(HS_REAL(__openat64_2)(dirfd, path, flags), dirfd, path, flags, HS_FDC_OPENAT, site);
 }
 
 HS_EXPORT int creat(const char *path, mode_t mode)
 {
+	HS_FAULT_OPEN(); /* faults.c: --fail open */
 	uint64_t site = RET_ADDR();
 	return after_open(HS_REAL(creat)(path, mode), AT_FDCWD, path, O_WRONLY, HS_FDC_CREAT, site);
 }
 
 HS_EXPORT int creat64(const char *path, mode_t mode)
 {
+	HS_FAULT_OPEN(); /* faults.c: --fail open */
 	uint64_t site = RET_ADDR();
 	return after_open(HS_REAL(creat64)(path, mode), AT_FDCWD, path, O_WRONLY, HS_FDC_CREAT, site);
 }
@@ -1844,6 +1855,7 @@ HS_EXPORT int close(int fd)
 {
 	if (HS_UNLIKELY(fd == VALIDATE_FD))
 		return 0; /* libunwind closing the pipe it never had (see VALIDATE_FD) */
+	HS_FAULT_CLOSE(fd, close_number(fd, HS_FDC_CLOSE, RET_ADDR())); /* faults.c, chaos.c: --fail close, --chaos */
 	return close_number(fd, HS_FDC_CLOSE, RET_ADDR());
 }
 

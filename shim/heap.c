@@ -71,6 +71,7 @@
 #define UNW_LOCAL_ONLY
 #include <libunwind.h>
 
+#include "inject.h" /* fault injection and chaos: one line per hook */
 #include "shim.h"
 
 /* glibc's allocator under its exported internal names (no dlsym needed). */
@@ -1366,6 +1367,7 @@ static void *hook_alloc(size_t n, size_t align, int zero, uint64_t site)
 
 HS_EXPORT void *malloc(size_t n)
 {
+	HS_FAULT_ALLOC(n); /* faults.c, chaos.c: --fail malloc, --heap-limit, --chaos */
 	note_size(n);
 	HS_GUARD_ALLOC(n, 0, 0); /* guarded.c: sampled guard pages */
 	if (!heap_on() || hs_tls.in_hook)
@@ -1376,6 +1378,7 @@ HS_EXPORT void *malloc(size_t n)
 HS_EXPORT void *calloc(size_t n, size_t m)
 {
 	size_t total;
+	HS_FAULT_ALLOC(n * m); /* faults.c, chaos.c: --fail malloc, --heap-limit, --chaos */
 	if (!__builtin_mul_overflow(n, m, &total)) {
 		note_size(total);
 		HS_GUARD_ALLOC(total, 0, 1); /* guarded.c: sampled guard pages */
@@ -1420,6 +1423,7 @@ HS_EXPORT void free(void *p)
 {
 	if (!p)
 		return;
+	HS_CHAOS(HS_CHAOS_FREE); /* chaos.c: --chaos */
 	if (hs_guard_owns(p)) { /* guarded.c: sampled guard pages */
 		hs_guard_free(p);
 		return;
@@ -1504,6 +1508,7 @@ static void *hook_realloc(void *p, size_t n, uint64_t site)
 
 HS_EXPORT void *realloc(void *p, size_t n)
 {
+	if (n) HS_FAULT_ALLOC(n); /* faults.c, chaos.c: --fail malloc, --heap-limit, --chaos (the old block stays) */
 	note_size(n);
 	if (hs_guard_owns(p)) /* guarded.c: sampled guard pages */
 		return hs_guard_realloc(p, n);

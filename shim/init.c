@@ -17,6 +17,7 @@
 
 #include "heisen/heisen.h"
 #include "hooks.h"
+#include "inject.h"
 #include "shim.h"
 
 #define HS_HOOK(ret, name, params) ret(*hs_real_##name) params;
@@ -366,6 +367,9 @@ __attribute__((constructor(101))) static void hs_init(void)
 	hs_fds_init();  /* likewise */
 	hs_sems_init(); /* HEISEN_PY_LOCKS */
 	hs_py_init();
+	hs_faults_init(); /* HEISEN_FAIL, HEISEN_FAIL_AFTER, HEISEN_HEAP_LIMIT (after the heap's init) */
+	hs_chaos_init();  /* HEISEN_CHAOS */
+	hs_cpus_init();   /* HEISEN_CPUS */
 	t->in_hook = 0;
 	/* attach the main thread now, so it is in the table from the start */
 	if ((t = hs_enter()) != NULL) {

@@ -18,6 +18,7 @@
 #include <string.h>
 
 #include "hooks.h"
+#include "inject.h" /* fault injection and chaos: one line per hook */
 #include "shim.h"
 
 #define RET_ADDR() ((uint64_t)(uintptr_t)__builtin_extract_return_addr(__builtin_return_address(0)))
@@ -507,6 +508,7 @@ void hs_locks_on_free(void *p, size_t size)
 		}                                                                                \
 		if (a.id)                                                                        \
 			hs_acq_after(t, &a, rc);                                                 \
+		if (rc == 0) HS_CHAOS(HS_CHAOS_LOCK); /* chaos.c: --chaos, holding it longer */  \
 		hs_leave(t);                                                                     \
 		return rc;                                                                       \
 	} while (0)
@@ -520,6 +522,7 @@ void hs_locks_on_free(void *p, size_t size)
 			hs_leave(t);                                                             \
 		}                                                                                \
 		rc = (REAL);                                                                     \
+		if (t) HS_CHAOS(HS_CHAOS_UNLOCK); /* chaos.c: --chaos */                         \
 		return rc;                                                                       \
 	} while (0)
 

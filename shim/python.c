@@ -34,6 +34,7 @@
 #include <string.h>
 
 #include "hooks.h"
+#include "inject.h" /* fault injection and chaos: one line per hook */
 #include "shim.h"
 
 #define RET_ADDR() ((uint64_t)(uintptr_t)__builtin_extract_return_addr(__builtin_return_address(0)))
@@ -153,6 +154,7 @@ static int hook_ensure(void)
 		return rc;
 	}
 	now = hs_now();
+	HS_CHAOS(HS_CHAOS_GIL_TAKE); /* chaos.c: --chaos */
 	gil_wait_begin(t, HS_GIL_ENSURE, site, now);
 	rc = py.ensure();
 	gil_wait_end(t, HS_GIL_ENSURE, now);
@@ -177,6 +179,7 @@ static void *hook_save_thread(void)
 	struct hs_tls *t = hs_enter();
 	if (t) {
 		hs_rec(t, hs_now(), HS_REC_GIL_RELEASED, 0, HS_GIL_SAVE, 0, 0);
+		HS_CHAOS(HS_CHAOS_GIL_DROP); /* chaos.c: --chaos (before the release: the holder keeps it longer) */
 		hs_leave(t);
 	}
 	return py.save_thread();
@@ -192,6 +195,7 @@ static void take_for(void (*real)(void *), void *tstate, unsigned which, uint64_
 		return;
 	}
 	now = hs_now();
+	HS_CHAOS(HS_CHAOS_GIL_TAKE); /* chaos.c: --chaos */
 	gil_wait_begin(t, which, site, now);
 	real(tstate);
 	gil_wait_end(t, which, now);

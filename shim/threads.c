@@ -13,6 +13,7 @@
 #include <sys/syscall.h>
 #include <unistd.h>
 
+#include "inject.h" /* fault injection and chaos: one line per hook */
 #include "shim.h"
 
 __thread struct hs_tls hs_tls __attribute__((tls_model("initial-exec")));
@@ -117,6 +118,7 @@ int hs_thread_attach(struct hs_tls *t)
 	if (!t->altstack)
 		hs_altstack_setup(t);
 	hs_rec(t, now, HS_REC_THREAD_START, 0, (uint64_t)t->tid, th->generation, 0);
+	HS_CHAOS(HS_CHAOS_THREAD); /* chaos.c: --chaos */
 	return 0;
 }
 

@@ -37,11 +37,13 @@
 
 #define HS_MAGIC "HEISENSG"      /* 8 bytes, no terminator stored */
 #define HS_MAGIC_LEN 8
-#define HS_ABI_VERSION 5u  /* 2: Python frames, GIL wait flags, thread snapshots, 64-deep stacks; 3: heap findings and counters;
-				    4: processes and environment (issue 6); file descriptors (issue 5): fd table,
+#define HS_ABI_VERSION 6u  /* 2: Python frames, GIL wait flags, thread snapshots, 64-deep stacks; 3: heap findings and counters;
+				    4: processes and environment; file descriptors: fd table,
 				    fd event ring, fd finding history; 5: sparse segments (HS_HDR_SPARSE),
 				    cycles of any length (HS_T_CYCLE_EDGES), lock classes reuse dead lock ids,
-				    semaphore locks (HS_LOCK_SEMAPHORE, HS_LOCKF_COUNTER) */
+				    semaphore locks (HS_LOCK_SEMAPHORE, HS_LOCKF_COUNTER); 6: privilege drops
+				    (HS_HDR_UID_CHANGED, HS_REC_UID_CHANGED), injected faults and chaos
+				    decisions (HS_REC_FAULT_INJECTED, HS_REC_CHAOS) */
 #define HS_ENDIAN_TAG 0x01020304u /* reads back as 0x04030201 on a foreign-endian host */
 
 /* Fixed shapes.  Changing any of these changes the ABI version. */
@@ -569,6 +571,38 @@ enum hs_record_type {
 				      c = si_code; the process dies of it next */
 	HS_REC_UID_CHANGED = 32,   /* a privilege drop (HS_HDR_UID_CHANGED): a = real uid, b = effective uid
 				      after it, c = the errno of the session directory's access check */
+	/* reproducing failures (heisen-run --fail, --heap-limit, --chaos): 40..49 */
+	HS_REC_FAULT_INJECTED = 40, /* a call heisen made fail: a = enum hs_fault_call, b = the call's size (malloc)
+				       or fd (close), 0 for open, c = errno | the thread's count of such calls << 16;
+				       stack = the failing call's stack */
+	HS_REC_CHAOS = 41,          /* a chaos decision that did something: a = enum hs_chaos_point,
+				       b = enum hs_chaos_action, c = nanoseconds slept or the CPU moved to |
+				       the thread's chaos point count << 32 */
+};
+
+/* Which call an HS_REC_FAULT_INJECTED record made fail (shim/faults.c). */
+enum hs_fault_call {
+	HS_FAULT_MALLOC = 1,     /* malloc, calloc or realloc: --fail malloc, --fail-after */
+	HS_FAULT_OPEN = 2,       /* open, openat, creat and their variants */
+	HS_FAULT_CLOSE = 3,      /* close (the number is released all the same) */
+	HS_FAULT_HEAP_LIMIT = 4, /* an allocation past --heap-limit; b = its size */
+};
+
+/* Where a chaos decision was taken and what it did (HS_REC_CHAOS; shim/chaos.c). */
+enum hs_chaos_point {
+	HS_CHAOS_LOCK = 1,       /* just after a lock was taken (mutex, rwlock, spin): held longer */
+	HS_CHAOS_UNLOCK = 2,     /* after a lock is released */
+	HS_CHAOS_GIL_TAKE = 3,   /* before the GIL is taken through an entry point */
+	HS_CHAOS_GIL_DROP = 4,   /* after the GIL is released */
+	HS_CHAOS_THREAD = 5,     /* a new thread, before its start routine */
+	HS_CHAOS_MALLOC = 6,     /* before malloc/calloc/realloc */
+	HS_CHAOS_FREE = 7,       /* before free */
+	HS_CHAOS_CLOSE = 8,      /* before close */
+};
+enum hs_chaos_action {
+	HS_CHAOS_YIELD = 1,      /* sched_yield */
+	HS_CHAOS_SLEEP = 2,      /* nanosleep, c = ns */
+	HS_CHAOS_MIGRATE = 3,    /* sched_setaffinity to one CPU, c = the CPU */
 };
 
 /* Why a memory sample was taken (low byte of HS_REC_MEMORY's c). */
