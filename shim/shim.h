@@ -541,11 +541,6 @@ uint32_t hs_chain_stack(const struct hs_chain *c);
  * becomes src's). */
 void hs_chain_copy(struct hs_chain *dst, const struct hs_chain *src);
 
-/* The first return address on the calling thread's stack that lies outside
- * libheisen.so and outside [lo, hi) (a wrapper library such as libstdc++),
- * from a short unwind (at most 16 frames); 0 when there is none. */
-uint64_t hs_caller_outside(uint64_t lo, uint64_t hi);
-
 /* Capture from a signal's ucontext (the faulting frame first). Async-signal-safe
  * as far as libunwind is. */
 uint32_t hs_stack_from_signal(void *ucontext);

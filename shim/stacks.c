@@ -545,19 +545,6 @@ uint32_t hs_stack_call(uint64_t site, uint64_t cfa)
 	return hs_chain_stack(&call_chain);
 }
 
-uint64_t hs_caller_outside(uint64_t lo, uint64_t hi)
-{
-	void *buf[16];
-	int n = unw_backtrace(buf, (int)(sizeof buf / sizeof buf[0]));
-	for (int i = 0; i < n; i++) {
-		uint64_t pc = (uint64_t)(uintptr_t)buf[i];
-		if ((pc >= hs_self_lo && pc < hs_self_hi) || (pc >= lo && pc < hi))
-			continue;
-		return pc;
-	}
-	return 0;
-}
-
 uint32_t hs_stack_from_signal(void *ucontext)
 {
 	unw_cursor_t c;
