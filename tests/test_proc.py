@@ -331,11 +331,14 @@ def test_clean_pool_every_worker_exited_0_and_no_finding(heisen, way):
     p = way.run(seed002(heisen, "clean", 3), timeout=120)
     assert p.returncode == 0, (p.returncode, p.stderr[-3000:])
     main = fact_int(p.stdout, "main")
+    # the pool starts a worker only when none is idle: one worker may take two of the three tasks
     workers = {int(x) for x in facts(p.stdout)["worker"]}
-    assert len(workers) == 3
+    assert 1 <= len(workers) <= 3, workers
     r = settle(heisen, way.session)
     assert r["findings"] == [] and heisen.dump(way.session).returncode == 0
-    for pid in workers:
+    forked = {pr["pid"] for pr in r["processes"] if pr["parent"] == main and pr["via"] == "fork"}
+    assert workers <= forked and len(forked) <= 3, (workers, forked)
+    for pid in forked:
         pr = proc_by_pid(r, pid)
         assert (pr["state"], pr["exit_status"], pr["parent"], pr["via"]) == ("exited", 0, main, "fork")
         assert pr["memory"]["samples"] >= 2 and pr["memory"]["peak_rss_bytes"] > 0
