@@ -766,11 +766,24 @@ static void finding_init(struct hs_finding *f, struct hs_tls *t, unsigned kind, 
  * (bytes 16-31, see struct blk), and a size of 2^40 or more is such a
  * pointer — the report then has the two frees without the allocation.
  */
+static int foreign_is_invalid(struct hs_tls *t, int ring, void *p, enum owner o);
+static struct blk *containing(const void *p, int *unmapped);
+
 static void bad_state(struct hs_tls *t, int ring, void *p, uint64_t state)
 {
-	struct blk *b = blk_of(p);
+	struct blk *b = blk_of(p), *y;
 	struct hs_finding f;
 	uint64_t w[2];
+	int unmapped;
+	/* a released header may be stale: glibc gave its memory out again, and
+	   a live block of ours now covers p (the old magic and state are in its
+	   user bytes, which it has not written yet): p is the middle of that
+	   block, an invalid free, as it is for the program now */
+	if (ST_KIND(state) == ST_RELEASED && (y = containing(p, &unmapped)) != NULL &&
+	    ST_KIND(__atomic_load_n(&y->state, __ATOMIC_RELAXED)) == ST_LIVE) {
+		foreign_is_invalid(t, ring, p, OWN_FOREIGN);
+		return;
+	}
 	finding_init(&f, t, HS_FIND_DOUBLE_FREE, p);
 	f.stack2 = ST_STACK(state);
 	f.tid2 = ST_TID(state);
