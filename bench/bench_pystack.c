@@ -15,7 +15,7 @@
  *               path (process_vm_readv reads).
  * Every frame is already interned after the first call (the steady state;
  * a new edge's stack is new, but its frames mostly are not).  Driven by
- * bench/run.py; results in bench/README.md.  Design: DESIGN.md "Cost".
+ * bench/run.py; results in bench/README.md.  Design: docs/design.md "Cost".
  *
  * Python: bench_pystack.measure(case, n) -> ns per capture (float);
  *         bench_pystack.frames() -> (native depth, interleaved depth, python frames).

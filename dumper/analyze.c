@@ -39,7 +39,7 @@
  * a loop), or HS_FD_LEAK_MANY or more of them; a working set made once
  * (daemon threads inside `with open()`, a process pool's sentinel pipes)
  * is "open at exit", in the context (README "File descriptors").
- * Design: DESIGN.md "Hangs"; docs/interfaces.md "heisen-dump" and "Python
+ * Design: docs/design.md "Hangs"; docs/interfaces.md "heisen-dump" and "Python
  * and the GIL".
  */
 #include "analyze.h"

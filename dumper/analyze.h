@@ -9,7 +9,8 @@
  * for -> thread holding it), whose cycles are deadlocks, and threads blocked
  * longer than the hang timeout, which are hangs; and from the fd table it
  * copied: the fds still open at a hang or at the end, which are fd-leaks.  Reports read findings;
- * they never re-derive them.  Design: DESIGN.md "What is detected".
+ * they never re-derive them.  Design: docs/design.md "Lock order" to
+ * "Processes".
  */
 #ifndef HEISEN_DUMPER_ANALYZE_H
 #define HEISEN_DUMPER_ANALYZE_H

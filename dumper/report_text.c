@@ -8,7 +8,7 @@
  * after the findings, per process and per thread context: argv, how it
  * ended, what each thread holds and waits for, and its last events.  Tables
  * that overflowed are said loudly, as lockdep does, because a finding may be
- * missing for that reason.  Design: DESIGN.md "Reports".
+ * missing for that reason.  Design: docs/design.md "Reports".
  */
 #include <errno.h>
 #include <inttypes.h>

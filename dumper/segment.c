@@ -7,7 +7,7 @@
  * every table.  A table is accepted only if it lies inside segment_size, its
  * entries are at least as large as this reader's structures, and entries
  * that hold atomic words are 8-byte aligned.  After that, hs_seg_entry and
- * hs_seg_string are the only ways into the mapping.  Design: DESIGN.md "The
+ * hs_seg_string are the only ways into the mapping.  Design: docs/design.md "The
  * flight recorder" and "What it must not do".
  */
 #include "segment.h"

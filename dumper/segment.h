@@ -7,7 +7,8 @@
  * maps it read-only, checks the header in the order format.h prescribes, and
  * then hands out entries only through one bounds-checking accessor
  * (hs_seg_entry) and one string accessor (hs_seg_string); everything else in
- * the dumper goes through them and checks for NULL (STYLE.md habit 8).
+ * the dumper goes through them and checks for NULL (docs/design.md
+ * "Rules of the code", 8).
  * Values read from the mapping are copied before they are validated, so a
  * writer changing them underneath cannot turn a checked value into an
  * unchecked one.  What is found wrong is collected per segment

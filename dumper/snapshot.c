@@ -4,7 +4,7 @@
  * them.  The publication protocols are those of format.h: tables published
  * by their count word, stacks and findings by their ready word, ring records
  * by a per-record sequence number, thread lock state by a per-thread seqlock.
- * Design: DESIGN.md "The flight recorder".
+ * Design: docs/design.md "The flight recorder".
  */
 #include "snapshot.h"
 

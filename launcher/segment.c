@@ -29,7 +29,7 @@
 #include <unistd.h>
 
 #include "heisen/format.h"
-#include "heisen/snapshot_request.h"
+#include "internal/snapshot_request.h"
 #include "launcher.h"
 
 _Static_assert(offsetof(struct hs_header, state) % 8 == 0, "state word must be 8-aligned for atomics");

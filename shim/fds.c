@@ -8,7 +8,7 @@
  * event ring (struct hs_fd_event) keeps the recent history of every number,
  * so a finding can show the whole story: open (gen 1), close (gen 1), open
  * (gen 2, by whom), close (gen 2, by the stale owner), and the rightful
- * owner's EBADF.  The design is ../shared/DESIGN.md "File descriptors"; the
+ * owner's EBADF.  The design is docs/design.md "File descriptors"; the
  * rules and their limits are README.md "File descriptors"; the contract is
  * docs/interfaces.md "File descriptors".
  *

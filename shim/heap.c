@@ -4,7 +4,7 @@
  * header in front of every block they hand out, so that a double free, an
  * invalid free or a broken tail canary is caught at the free that finds it,
  * with the allocation's, the first free's and the second free's stacks
- * (AddressSanitizer's report, without recompiling).  DESIGN.md "Heap";
+ * (AddressSanitizer's report, without recompiling).  docs/design.md "Heap";
  * the contract and environment variables are docs/interfaces.md "The heap".
  *
  * A block of ours, from the real allocation's start:

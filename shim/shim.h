@@ -2,14 +2,55 @@
 /*
  * shim/shim.h — internal interfaces of libheisen.so.
  *
- * The shim is split by concern: segment.c (session directory, segment file,
- * modules, strings, end states), threads.c (thread slots and rings),
- * stacks.c (unwinding and the stack table), lockgraph.c (lock ids, the
- * lock-order graph, cycle search, findings), locks.c (the pthread hooks),
- * signals.c (crash handling), init.c (start-up, config, fork, exit).  The
- * design is ../shared/DESIGN.md; the on-shm format is include/heisen/format.h.
+ * The shim is split by concern, one file each (docs/design.md "Layout"; the
+ * README's "Layout" follows them from the entry points):
  *
- * Rules every file keeps (STYLE.md):
+ *   start-up and life cycle
+ *     init.c             constructor, real-function resolution, fork, exit,
+ *                        the annotation API
+ *     env.c              the one parser of every HEISEN_* setting
+ *     hooks.def          every interposed function, listed once (X-macro)
+ *     hooks.h            the real functions' pointers and HS_REAL
+ *     sysops.c           the shim's own raw system calls, behind a table
+ *     dl_trampoline.S    exported dlsym/dlvsym: calls through a library handle
+ *     elf_got_surgery.c  GOT patching (the GIL entry points of a static python)
+ *   the flight recorder
+ *     segment.c          session directory, segment file, modules, strings,
+ *                        end states
+ *     threads.c          thread slots and their rings
+ *     stacks.c           unwinding, lock-acquisition chains, the stack table
+ *   locks
+ *     locks.c            pthread mutex, rwlock, spin lock and cond-wait hooks
+ *     lockgraph.c        lock ids and classes, the lock-order graph, cycles
+ *     semaphores.c       POSIX semaphores: CPython's threading locks
+ *     platform_glibc.c   glibc's lock types (recursive, rwlock preference)
+ *     python.c           the GIL as a lock
+ *   Python
+ *     python_frames.c    Python frames inside native stacks, 3.8 to 3.13
+ *     python_layouts.h   CPython's struct offsets, one row per minor version
+ *   heap
+ *     heap.c             malloc and friends: headers, quarantine, double frees
+ *     guarded.c          sampled guard-page allocations (GWP-ASan)
+ *     memhooks.c         large allocations and mmap make a memory sample due
+ *   file descriptors
+ *     fds.c              every fd creation and close, generations, findings
+ *     fd_vfork.S         exported vfork: nothing recorded in a vfork child
+ *   crashes and signals
+ *     signals.c          crash handler, terminating signals, hang snapshots
+ *     safe_read.S        hs_safe_read16: a read that cannot crash the handler
+ *   processes
+ *     proc.c             the environment a process saw, memory samples,
+ *                        privilege drops (the setuid family)
+ *     cpus.c             the CPU count heisen-run --cpus makes it see
+ *   reproducing on demand
+ *     inject.h           what the hooks call for faults and chaos
+ *     faults.c           fault injection, deterministic by seed
+ *     chaos.c            chaos schedules, deterministic by seed
+ *
+ * The design is docs/design.md; the on-shm format is
+ * include/heisen/format.h.
+ *
+ * Rules every file keeps (docs/design.md "Rules of the code"):
  *   - nothing here allocates with malloc, uses stdio or takes a blocking lock
  *     on a hook's path; the one internal lock (the graph lock) is a spin lock
  *     taken only on slow paths and never while calling out;

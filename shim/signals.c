@@ -24,7 +24,7 @@
  * Snapshots (issue 3).  There is no ptrace in most containers, so a thread
  * records its own stack when asked: SIGRTMAX - HS_SNAPSHOT_SIGNAL_OFFSET,
  * sent with rt_tgsigqueueinfo, si_code SI_QUEUE and si_value
- * hs_snapshot_value(start_real_ns) (include/heisen/snapshot_request.h:
+ * hs_snapshot_value(start_real_ns) (include/internal/snapshot_request.h:
  * the magic plus bits only a reader of this segment knows), by a hang
  * watcher (heisen-run, heisen-dump --snapshot) or by the crash path of this
  * process for every other thread.  Anything else arriving on that signal
@@ -67,7 +67,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "heisen/snapshot_request.h"
+#include "internal/snapshot_request.h"
 #include "hooks.h"
 #include "shim.h"
 

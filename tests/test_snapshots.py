@@ -11,7 +11,7 @@
 - The program's own use of the snapshot signal (SIGRTMAX-3) still reaches the
   program's handler: the magic in si_value tells the two apart.
 
-Contracts: docs/interfaces.md "Python and the GIL"; design: DESIGN.md "Hangs".
+Contracts: docs/interfaces.md "Python and the GIL"; design: docs/design.md "Hangs".
 """
 import json
 import os

@@ -11,9 +11,10 @@
  * version, endianness tag, word size, header size, and the offset / entry size
  * / capacity of every table), in the manner of LTTng-UST's ring buffer
  * metadata; readers must validate all of it before use and must bounds-check
- * every index and offset they read (STYLE.md habits 7 and 8).
+ * every index and offset they read (docs/design.md "Rules of the code",
+ * 7 and 8).
  *
- * Concurrency rules (see DESIGN.md "The flight recorder"):
+ * Concurrency rules (see docs/design.md "The flight recorder"):
  *   - Fields marked [atomic] are read and written with __atomic builtins.
  *     Tables are append-only: a writer reserves an entry, fills it, then
  *     publishes it (a release store of the table's count, or of the entry's

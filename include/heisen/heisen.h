@@ -4,7 +4,8 @@
  *
  * Nothing here is needed: heisen records without any change to the program.
  * A program that links these symbols weakly (or looks them up with dlsym)
- * runs unchanged without heisen.  Design: DESIGN.md.
+ * runs unchanged without heisen.  Design: docs/design.md "Lock order"
+ * (named locks), "File descriptors" (fd owners).
  */
 #ifndef HEISEN_HEISEN_H
 #define HEISEN_HEISEN_H
