@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * dumper/procs.h — a session as a tree of processes (issue 6).
+ * dumper/procs.h — a session as a tree of processes.
  *
  * What each process saw when it started (its environment: CPUs, quota,
  * memory limit, rlimits, kernel, libc), what it used (memory samples,

@@ -341,7 +341,7 @@ uint32_t hs_seg_flags(const struct hs_seg *seg)
 
 uint64_t hs_seg_events(const struct hs_seg *seg)
 {
-	/* ABI v1 keeps no shared counter (format.h): each ring's head counts its records */
+	/* the format keeps no shared ring counter (format.h): each ring's head counts its records */
 	uint64_t sum = 0;
 	for (uint32_t i = 0; i < seg->hdr.tables[HS_T_RINGS].capacity; i++) {
 		const struct hs_ring_header *rh = hs_seg_entry(seg, HS_T_RINGS, i);

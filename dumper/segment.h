@@ -98,7 +98,7 @@ uint64_t hs_seg_events(const struct hs_seg *seg);
 uint64_t hs_seg_findings_dropped(const struct hs_seg *seg);
 
 /*
- * An [atomic] header field the writer keeps changing (issue 6: the memory
+ * An [atomic] header field the writer keeps changing (the memory
  * samples, the OOM-kill counter at exit), loaded from the mapping with
  * acquire: off is its offsetof() in struct hs_header, 8- (or 4-) byte
  * aligned.  Returns 0 for an offset that is not inside this reader's header.

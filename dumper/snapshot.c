@@ -210,7 +210,7 @@ int hs_read_finding(struct hs_seg *seg, uint32_t i, struct hs_finding *out)
 	return 0;
 }
 
-/* ---- file descriptors (issue 5) ------------------------------------------ */
+/* ---- file descriptors ---------------------------------------------------- */
 
 static void clean_path(char *path)
 {

@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * shim/fds.c — file descriptors (issue 5): every call that creates one and
+ * shim/fds.c — file descriptors: every call that creates one and
  * every way one dies, interposed, so that each fd number carries a
  * generation and each generation its creation (call, kind, path or peer,
  * stack with Python frames, thread) and its close (stack, thread), in the

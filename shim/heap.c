@@ -1342,7 +1342,7 @@ static inline int heap_on(void)
 }
 
 /* A large allocation is about to be made, heap checked or not: memory
- * samples are due after enough of them (issue 6, proc.c). */
+ * samples are due after enough of them (proc.c). */
 static inline void note_size(size_t n)
 {
 	if (HS_UNLIKELY(n >= HS_MEM_BIG))

@@ -1102,7 +1102,7 @@ int hs_segment_create(int forked)
 	}
 	h->start_mono_ns = hs_now();
 	fill_identity(h, forked && hs_seg.hdr ? hs_seg.hdr : NULL);
-	/* what the process sees (issue 6): a fork child sees what its parent saw */
+	/* what the process sees: a fork child sees what its parent saw */
 	if (forked && hs_seg.hdr && (hs_seg.hdr->flags & HS_HDR_ENV)) {
 		hs_env_inherit(&h->env, &hs_seg.hdr->env);
 		flags |= HS_HDR_ENV | HS_HDR_ENV_INHERITED;

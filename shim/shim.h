@@ -125,7 +125,7 @@ struct hs_tls {
 	int pending_code;
 	uint64_t pending_addr;
 	uint32_t pending_stack;
-	/* file descriptors (issue 5, fds.c) */
+	/* file descriptors (fds.c) */
 	int32_t vfork_pid;            /* set by the vfork trampoline to the parent's pid: a vfork child shares this memory */
 	int32_t fd_last;              /* the number of this thread's last close, -1 = none (close-all sweeps) */
 	uint64_t fd_last_site;        /* and its call site */
@@ -268,7 +268,7 @@ static inline void hs_leave(struct hs_tls *t)
 	t->in_hook = 0;
 }
 
-/* ---- memory samples (proc.c, issue 6) ------------------------------------ */
+/* ---- memory samples (proc.c) --------------------------------------------- */
 
 #define HS_MEM_INTERVAL_NS 50000000ull   /* a recorded event samples memory when the last sample is older */
 #define HS_MEM_MIN_GAP_NS 1000000ull     /* allocation-driven samples: at most one per millisecond */
@@ -367,7 +367,7 @@ struct hs_sysops {
 	int (*unlink)(const char *path);
 	ssize_t (*readlink)(const char *path, char *buf, size_t n);
 	int (*linkat)(const char *from, const char *to, int flags); /* a segment's name, given last */
-	/* issue 6: the environment and the memory samples (proc.c) */
+	/* the environment and the memory samples (proc.c) */
 	ssize_t (*getdents64)(int fd, void *buf, size_t n);
 	int (*getrusage)(int who, struct rusage *ru);
 	int (*sched_getaffinity)(size_t size, void *mask);  /* of this process; returns the mask's bytes */
@@ -943,7 +943,7 @@ int hs_safe_read16(const void *addr, uint64_t out[2]);
  */
 int hs_safe_read_fixup(void *uc);
 
-/* ---- processes and environment (proc.c, memhooks.c; issue 6) ----------------- */
+/* ---- processes and environment (proc.c, memhooks.c) -------------------------- */
 
 /* Fill e with what this process sees now (format.h struct hs_env).  Raw
  * system calls through hs_sys, no malloc, no stdio.  Init only. */
@@ -972,7 +972,7 @@ void hs_proc_end(struct hs_tls *t, unsigned why);
  * program: sample memory when due.  Takes the guard itself; returns at once
  * inside the shim or before recording starts.  (memhooks.c) */
 void hs_mem_big_alloc(uint64_t n);
-/* ---- file descriptors (fds.c, issue 5) ------------------------------------------- */
+/* ---- file descriptors (fds.c) ---------------------------------------------------- */
 
 /* Read HEISEN_FDS & co. and, when fd tracking is on (the default), mark the
  * header, note the fds this image inherited (/proc/self/fd) and register the
@@ -1020,7 +1020,7 @@ void hs_snapshot_install(void);
 void hs_signals_install(void);
 
 /* Put the sentinel on every terminating signal the program leaves at
- * SIG_DFL (issue 6; signals.c's top comment).  Init only, after
+ * SIG_DFL (signals.c's top comment).  Init only, after
  * hs_signals_install. */
 void hs_term_signals_install(void);
 int hs_altstack_setup(struct hs_tls *t);

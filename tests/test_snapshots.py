@@ -1,5 +1,5 @@
 # SPDX-License-Identifier: MIT
-"""Hang snapshots and crash snapshots (issue 3), without ptrace.
+"""Hang snapshots and crash snapshots, without ptrace.
 
 - A process blocked in something that is not a lock (read() on a pipe) makes
   no progress: under `heisen-run --hang-timeout 2 --on-hang kill` it is a

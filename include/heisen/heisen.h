@@ -26,7 +26,7 @@ extern "C" {
 int heisen_name_lock(const void *lock, const char *name);
 
 /*
- * fdsan-style ownership of a file descriptor (issue 5; Android's fdsan is
+ * fdsan-style ownership of a file descriptor (Android's fdsan is
  * the model).  heisen_fd_set_owner(fd, owner) says that the open
  * descriptor fd belongs to `owner` (any non-zero 64-bit tag: an object's
  * address, say) until it is closed with heisen_fd_close_owned(fd, owner).
