@@ -44,7 +44,7 @@ recording run it checks with heisen-dump (when built) that the shim really
 recorded, so a shim that silently records nothing cannot look fast.
 
 Usage: /usr/bin/python3 bench/run.py [BUILD_DIR] [--quick] [--heap-only] [--proc-only] [--fd-only]
-  BUILD_DIR    a configured and built meson build directory (default /work/main/build)
+  BUILD_DIR    a configured and built meson build directory (default: build/ of this checkout)
   --quick      fewer repetitions and smaller sizes (a smoke run, ~40 s)
   --heap-only  part 6 alone
   --proc-only  part 7 alone
@@ -688,7 +688,7 @@ def main():
     heap_only = "--heap-only" in sys.argv[1:]
     proc_only = "--proc-only" in sys.argv[1:]
     fd_only = "--fd-only" in sys.argv[1:]
-    build = os.path.abspath(args[0] if args else "/work/main/build")
+    build = os.path.abspath(args[0] if args else os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "build"))
     exe = {name: os.path.join(build, "bench", name) for name in ("bench_record", "bench_mutex", "bench_mutex_tsan")}
     shim = os.path.join(build, "shim", "libheisen.so")
     dump = os.path.join(build, "dumper", "heisen-dump")
