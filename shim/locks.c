@@ -10,8 +10,8 @@
  * Every blocking acquire first tries the lock: an uncontended acquisition
  * never publishes a wait, and a contended one does so before it blocks.
  * Every hook resolves its original once, takes the reentrancy guard, calls
- * the original and records only what actually happened (docs/design.md "Rules of the
- * code", 4).
+ * the original and records only what actually happened (docs/design.md
+ * "Rules of the code", 4).
  */
 #include <errno.h>
 #include <malloc.h>

@@ -14,7 +14,7 @@
  * process that has none.
  *
  * The GIL is one node of the lock-order graph, named "GIL" (docs/design.md "Lock
- * order", "The GIL is a lock"):
+ * order"):
  *   - taking a native lock while holding the GIL adds GIL -> L (locks.c asks
  *     hs_py_holds_gil(), which is PyGILState_Check);
  *   - taking the GIL through an entry point while holding L adds L -> GIL,
