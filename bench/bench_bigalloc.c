@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * bench/bench_bigalloc.c — large allocations, the path where heisen takes
- * allocation-driven memory samples (issue 6): a plain program, nothing of
+ * allocation-driven memory samples: a plain program, nothing of
  * heisen in it.  `malloc256k`: malloc(256 KiB), write one byte, free (glibc
  * serves it with mmap); `mmap1m`: mmap 1 MiB anonymous, write one byte,
  * munmap.  No resident growth, so heisen's sampling is at its most frequent

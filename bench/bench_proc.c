@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * bench/bench_proc.c — what issue 6 adds to a process, in isolation: reading
+ * bench/bench_proc.c — what process and environment tracking adds to a process, in isolation: reading
  * the environment once at start (hs_env_read: /proc/self/cgroup, the cgroup
  * files up to the mount point, sysfs, uname, sysinfo, statfs, rlimits,
  * affinity — every process of the tree pays it once), and one memory sample

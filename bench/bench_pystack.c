@@ -1,12 +1,12 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * bench/bench_pystack.c — what a stack capture costs with Python frames
- * (issue 3), measured inside a real CPython 3.11: a small extension module
+ *, measured inside a real CPython 3.11: a small extension module
  * that links the shim's core (stacks.c, python_frames.c, the segment code)
  * and times, on a private segment of the default geometry, from whatever
  * Python depth it is called at:
  *   native      unw_backtrace, the module check of every PC and
- *               hs_stack_intern: hs_stack_here() as it was before issue 3;
+ *               hs_stack_intern: hs_stack_here() as it was before Python frames were read;
  *   interleave  hs_py_interleave alone on a captured native stack: the
  *               added work (read the frame chain, intern the Python frames);
  *   here        hs_stack_here(): the whole capture the shim makes for a new
@@ -15,7 +15,7 @@
  *               path (process_vm_readv reads).
  * Every frame is already interned after the first call (the steady state;
  * a new edge's stack is new, but its frames mostly are not).  Driven by
- * bench/run.py; results in bench/README.md.  Design: DESIGN.md "Cost".
+ * bench/run.py; results in bench/README.md.  Design: docs/design.md "Cost".
  *
  * Python: bench_pystack.measure(case, n) -> ns per capture (float);
  *         bench_pystack.frames() -> (native depth, interleaved depth, python frames).

@@ -9,7 +9,7 @@
  * default geometry, every key already known (the steady state).  No hooks:
  * each piece alone.  Prints one line per case, "name ns_per_op", the median
  * of several repetitions.  How to run it and the results: bench/README.md.
- * Design: DESIGN.md "Cost".
+ * Design: docs/design.md "Cost".
  *
  * Usage: bench_record [N_RECORDS] [RING_RECORDS]
  *   N_RECORDS     records per repetition (default 20000000)

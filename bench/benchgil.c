@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * bench/benchgil.c — what the GIL check costs a lock acquisition (issue 3):
+ * bench/benchgil.c — what the GIL check costs a lock acquisition:
  * a tiny CPython extension that knows nothing of heisen, so bench/run.py can
  * import it natively, under LD_PRELOAD=libheisen.so and with HEISEN_DISABLE=1
  * and compare.  Under heisen every blocking acquisition asks

@@ -6,7 +6,7 @@ What a change to the hook path costs: bench_mutex (ns per uncontended
 lock+unlock pair) and py_workload.py (seconds of work), natively, under the
 library of build OLD and under the library of build NEW, interleaved
 repetition by repetition so that drift hits all three alike; medians.
-Used for issue 6 (the memory-sample check in hs_rec); bench/README.md.
+Used for the memory-sample check in hs_rec; bench/README.md.
 
 Usage: /usr/bin/python3 bench/compare_shims.py NEW_BUILD OLD_BUILD [REPS]
   (bench_mutex is taken from NEW_BUILD; build OLD with

@@ -17,20 +17,20 @@ Runs, in this order, and prints one table per part:
      uncontended mutex pair with the GIL held and with it released, native,
      heisen and heisen disabled interleaved; the difference under heisen is
      what the check and the GIL -> L edge lookup cost;
-  6. the heap checker (issue 4): bench_malloc (ns per malloc/free pair, one
+  6. the heap checker: bench_malloc (ns per malloc/free pair, one
      thread and 4) natively, under heisen with the heap off and on
      (HEISEN_HEAP=1, HEISEN_HEAP_STACKS=site|full|none), interleaved, and
      under gcc's ASan runtime preloaded and valgrind --tool=memcheck; then
      py_workload.py natively, under heisen with the heap off and on (with and
      without PYTHONMALLOC=malloc), under the preloaded ASan runtime (a failure
      there is reported, not fatal) and memcheck at a smaller size;
-  7. processes and environment (issue 6): bench_proc (reading the
+  7. processes and environment: bench_proc (reading the
      environment once at start, one memory sample with and without counting
      descriptors), bench_bigalloc (ns per malloc 256 KiB / mmap 1 MiB pair,
      where allocation-driven samples are taken) natively, under heisen with
      the heap off and on and with HEISEN_DISABLE=1, interleaved; and the cost
      of starting a process (/bin/true) natively, under heisen and disabled.
-  8. file descriptors (issue 5): bench_fd (ns per open/close, socket/close,
+  8. file descriptors: bench_fd (ns per open/close, socket/close,
      pipe2/close pair, one thread and 4) natively and under heisen with fd
      tracking on (stacks site, the default, and full) and off (HEISEN_FDS=0),
      interleaved; then the same pairs from Python (os.open/os.close and
@@ -44,7 +44,7 @@ recording run it checks with heisen-dump (when built) that the shim really
 recorded, so a shim that silently records nothing cannot look fast.
 
 Usage: /usr/bin/python3 bench/run.py [BUILD_DIR] [--quick] [--heap-only] [--proc-only] [--fd-only]
-  BUILD_DIR    a configured and built meson build directory (default /work/main/build)
+  BUILD_DIR    a configured and built meson build directory (default: build/ of this checkout)
   --quick      fewer repetitions and smaller sizes (a smoke run, ~40 s)
   --heap-only  part 6 alone
   --proc-only  part 7 alone
@@ -277,7 +277,7 @@ def stack_cost(build, reps, notes):
         rows.append([depth, c["shape"], "%.0f" % c["native"], "%.0f" % c["here"], "%.0f" % c["interleave"],
                      "%.0f" % c["careful"]])
     table("4. a stack capture (a new edge's stack) in CPython 3.11 at a Python call depth — ns per capture, median of %d:"
-          " native = unwind + module check + intern, as before issue 3; with Python = hs_stack_here (all of it, Python"
+          " native = unwind + module check + intern, as before Python frames were read; with Python = hs_stack_here (all of it, Python"
           " frames interleaved); interleave alone = the added part; careful = interleave as a signal handler does it"
           " (process_vm_readv)" % reps, ["depth", "frames", "native", "with Python", "interleave alone", "careful"], rows)
 
@@ -396,7 +396,7 @@ def memcheck_errors(err):
 
 
 def heap_cost(build, shim, dump, sess, quick, valgrind, notes):
-    """Part 6: the heap checker (issue 4) against native, ASan's runtime and memcheck."""
+    """Part 6: the heap checker against native, ASan's runtime and memcheck."""
     exe = os.path.join(build, "bench", "bench_malloc")
     if not os.access(exe, os.X_OK):
         notes.append("heap part skipped: %s not built" % exe)
@@ -448,7 +448,7 @@ def heap_cost(build, shim, dump, sess, quick, valgrind, notes):
     nat = med["native"]
     rows = [[name] + ["%.1f (%.2fx)" % (m[c], m[c] / nat[c]) for c in cases] + [counts[name]]
             for name, m in med.items()]
-    table("6. heap checker (issue 4), bench_malloc — median ns per malloc/free pair, sizes 16..512 bytes (ratio to "
+    table("6. heap checker, bench_malloc — median ns per malloc/free pair, sizes 16..512 bytes (ratio to "
           "native in this run); single: one thread; threads4: 4 threads at once on %d cpus, wall ns per pair"
           % os.cpu_count(), ["under"] + cases + ["runs"], rows)
     off = med["heisen, heap off"]
@@ -551,7 +551,7 @@ def check_samples(dump, session_dir):
 
 
 def proc_cost(build, shim, dump, sess, quick, notes):
-    """Part 7: processes and environment (issue 6)."""
+    """Part 7: processes and environment."""
     bp, bb = (os.path.join(build, "bench", x) for x in ("bench_proc", "bench_bigalloc"))
     if not (os.access(bp, os.X_OK) and os.access(bb, os.X_OK)):
         notes.append("part 7 skipped: bench_proc or bench_bigalloc not built")
@@ -559,7 +559,7 @@ def proc_cost(build, shim, dump, sess, quick, notes):
     reps = 3 if quick else 5
     out, _ = run([bp, str(500 if quick else 2000)])
     pc = parse_cases(out)
-    table("7a. bench_proc — what issue 6 adds, alone: us per op, median of 5 (env_read: once per process "
+    table("7a. bench_proc — what process and environment tracking adds, alone: us per op, median of 5 (env_read: once per process "
           "image at start; mem_sample: statm + getrusage; +fds: and counting /proc/self/fd)",
           ["case", "us/op"], [[k, "%.2f" % v] for k, v in pc.items()])
     n = 50000 if quick else 200000
@@ -636,7 +636,7 @@ print('open_close %.1f' % pairs(fileobj, n))
 
 
 def fd_cost(build, shim, dump, sess, quick, notes):
-    """Part 8: file descriptors (issue 5), native against heisen with fd tracking on and off."""
+    """Part 8: file descriptors, native against heisen with fd tracking on and off."""
     exe = os.path.join(build, "bench", "bench_fd")
     if not os.access(exe, os.X_OK):
         notes.append("fd part skipped: %s not built" % exe)
@@ -665,7 +665,7 @@ def fd_cost(build, shim, dump, sess, quick, notes):
     notes.extend(checked)
     cases, med, rows = medians(samples, n)
     nat = med["native"]
-    table("8. file descriptors (issue 5), bench_fd — median ns per create/close pair (ratio to native in this "
+    table("8. file descriptors, bench_fd — median ns per create/close pair (ratio to native in this "
           "run); threads4: open_close in 4 threads at once on %d cpus, wall ns per pair" % os.cpu_count(),
           ["under"] + cases + ["runs"], rows)
     on, off = med["heisen, fds on (stacks site, default)"], med["heisen, fds off (HEISEN_FDS=0)"]
@@ -688,7 +688,7 @@ def main():
     heap_only = "--heap-only" in sys.argv[1:]
     proc_only = "--proc-only" in sys.argv[1:]
     fd_only = "--fd-only" in sys.argv[1:]
-    build = os.path.abspath(args[0] if args else "/work/main/build")
+    build = os.path.abspath(args[0] if args else os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "build"))
     exe = {name: os.path.join(build, "bench", name) for name in ("bench_record", "bench_mutex", "bench_mutex_tsan")}
     shim = os.path.join(build, "shim", "libheisen.so")
     dump = os.path.join(build, "dumper", "heisen-dump")
@@ -827,18 +827,18 @@ def main():
           " wall = whole process, work = the workload alone; x = ratio of medians to native at the same size" % PYTHON,
           ["under", "size", "wall s", "work s", "work range", "wall x", "work x", "runs"], rows)
 
-    # 4. a stack capture with Python frames (issue 3)
+    # 4. a stack capture with Python frames
     stack_cost(build, reps, notes)
 
-    # 5. the GIL check per lock acquisition (issue 3)
+    # 5. the GIL check per lock acquisition
     gil_cost(build, shim, dump, sess, reps, n_gil, gil_inner, notes)
 
-    # 6. the heap checker (issue 4)
+    # 6. the heap checker
     heap_cost(build, shim, dump, sess, quick, valgrind, notes)
 
-    # 7. processes and environment (issue 6)
+    # 7. processes and environment
     proc_cost(build, shim, dump, sess, quick, notes)
-    # 8. file descriptors (issue 5)
+    # 8. file descriptors
     fd_cost(build, shim, dump, sess, quick, notes)
     per_op_summary()
 

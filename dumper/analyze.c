@@ -24,7 +24,7 @@
  * (--stalled, judged outside: ring records and CPU time) is a hang of every
  * thread, whatever they block in (read, poll, a futex inside a library).
  *
- * fd-leak (issue 5) is computed here from the fd table copied at load:
+ * fd-leak is computed here from the fd table copied at load:
  * the fds a process created itself (not inherited, not the standard
  * streams) that are still open, grouped by creation stack.  At a hang (or
  * a deadlock) every such fd is shown: the hang may be waiting for one of
@@ -39,7 +39,7 @@
  * a loop), or HS_FD_LEAK_MANY or more of them; a working set made once
  * (daemon threads inside `with open()`, a process pool's sentinel pipes)
  * is "open at exit", in the context (README "File descriptors").
- * Design: DESIGN.md "Hangs"; docs/interfaces.md "heisen-dump" and "Python
+ * Design: docs/design.md "Hangs"; docs/interfaces.md "heisen-dump" and "Python
  * and the GIL".
  */
 #include "analyze.h"
@@ -624,7 +624,7 @@ static int32_t stalled_descendant(const struct hs_findings *out, const struct hs
 	return best ? best->pid : 0;
 }
 
-/* ---- fd-leak (issue 5) ---------------------------------------------------- */
+/* ---- fd-leak -------------------------------------------------------------- */
 
 /* Created by this image and still open; not a standard stream. */
 static bool leak_candidate(const struct hs_fdsnap *d)
@@ -908,11 +908,11 @@ int hs_analyze_stalled(struct hs_session *s, double hang_timeout, bool with_reco
 		if (p)
 			rc = add_stall(s, p, &stalls[i], out);
 	}
-	/* a stalled process whose descendant is stalled too may only be waiting for it (issue 6) */
+	/* a stalled process whose descendant is stalled too may only be waiting for it */
 	for (size_t i = 0; i < out->n && rc == 0; i++)
 		if (out->v[i].kind == HS_F_HANG && out->v[i].stalled_seconds > 0)
 			out->v[i].stalled_child = stalled_descendant(out, &out->v[i]);
-	/* processes that died without running any code (issue 6), after the hangs that may explain them */
+	/* processes that died without running any code, after the hangs that may explain them */
 	if (with_recorded && rc == 0)
 		rc = hs_proc_findings(s, out);
 	if (rc == 0 && with_recorded)

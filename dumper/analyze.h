@@ -9,7 +9,8 @@
  * for -> thread holding it), whose cycles are deadlocks, and threads blocked
  * longer than the hang timeout, which are hangs; and from the fd table it
  * copied: the fds still open at a hang or at the end, which are fd-leaks.  Reports read findings;
- * they never re-derive them.  Design: DESIGN.md "What is detected".
+ * they never re-derive them.  Design: docs/design.md "Lock order" to
+ * "Processes".
  */
 #ifndef HEISEN_DUMPER_ANALYZE_H
 #define HEISEN_DUMPER_ANALYZE_H
@@ -19,15 +20,15 @@
 /* In severity order: the order findings are reported in. */
 enum hs_fkind {
 	HS_F_CRASH,
-	HS_F_OOM_KILL,          /* issue 6: a process that vanished, and the evidence says the OOM killer */
-	HS_F_KILLED,            /* issue 6: a process that died without running any code (procs.c) */
+	HS_F_OOM_KILL,          /* a process that vanished, and the evidence says the OOM killer */
+	HS_F_KILLED,            /* a process that died without running any code (procs.c) */
 	HS_F_DEADLOCK,
-	HS_F_DOUBLE_FREE,       /* heap findings (issue 4): recorded by the writer at the free */
+	HS_F_DOUBLE_FREE,       /* heap findings: recorded by the writer at the free */
 	HS_F_USE_AFTER_FREE,    /* guard findings: a sampled guard-page block touched after its free (the fault) */
 	HS_F_HEAP_BUFFER_OVERFLOW, /* guard findings: the guard page next to a sampled block touched */
 	HS_F_HEAP_OVERFLOW,
 	HS_F_INVALID_FREE,
-	HS_F_STALE_CLOSE,       /* fd findings (issue 5): recorded by the writer at the close */
+	HS_F_STALE_CLOSE,       /* fd findings: recorded by the writer at the close */
 	HS_F_DOUBLE_CLOSE,
 	HS_F_SELF_DEADLOCK,
 	HS_F_HANG,
@@ -83,7 +84,7 @@ struct hs_fnd {
 	struct hs_death death;               /* killed, oom-kill: what is known and the evidence (procs.h);
 						threads = every thread of the process, rec.tid = its pid,
 						rec.ts_ns = its last sign of life */
-	/* fd findings (issue 5) */
+	/* fd findings */
 	struct hs_fd_event hist[HS_FD_FINDING_EVENTS]; /* double-/stale-close: the history, oldest first */
 	uint32_t nhist;
 	struct hs_fd_group *groups;          /* fd-leak: by count, largest first */

@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * dumper/diff.h — `heisen-dump diff A B`: what differs between two sessions
- * (issue 6; seed 000's first principle: ask what changed).
+ * (the first question to ask of a flaky failure: what changed).
  *
  * Five comparisons, each on what stays the same from one run of a program
  * to the next, so that two runs of the same thing under the same conditions

@@ -34,7 +34,7 @@
 #include "report.h"
 #include "session.h"
 #include "stall.h"
-#include <heisen/snapshot_request.h>
+#include <internal/snapshot_request.h>
 
 enum format { FMT_TEXT, FMT_JSON, FMT_DOT };
 

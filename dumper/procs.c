@@ -873,7 +873,7 @@ static int fd_warnings(struct hs_session *s, struct hs_warnings *w)
 			return -1;
 		x->fds = fds;
 		x->nofile = lim;
-		/* issue 5's fd table will say which descriptors; the count is what the segment has */
+		/* the count is what the segment has; the fd table in the context says which */
 		hs_appendf(x->message, sizeof x->message, &used,
 			   "pid %d had %" PRIu64 " descriptors open of its open-files limit of %" PRIu64
 			   " (RLIMIT_NOFILE soft; hard %s): the next open() may fail with EMFILE",

@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * dumper/procs.h — a session as a tree of processes (issue 6).
+ * dumper/procs.h — a session as a tree of processes.
  *
  * What each process saw when it started (its environment: CPUs, quota,
  * memory limit, rlimits, kernel, libc), what it used (memory samples,
@@ -15,7 +15,7 @@
  * memory limit at or below the observed peak, a low open-files limit with
  * many descriptors open.  Everything read from a segment is checked here
  * (strings terminated, the cgroup path one heisen-dump may read); what is
- * wrong is complained on the segment.  Design: DESIGN.md "Processes";
+ * wrong is complained on the segment.  Design: docs/design.md "Processes";
  * docs/interfaces.md "Processes and environment".
  */
 #ifndef HEISEN_DUMPER_PROCS_H

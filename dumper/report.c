@@ -280,7 +280,7 @@ void hs_heap_message(const struct hs_fnd *f, char *msg, size_t len)
 	}
 }
 
-/* ---- file descriptors (issue 5) ------------------------------------------ */
+/* ---- file descriptors ---------------------------------------------------- */
 
 const char *hs_fd_kind_name(unsigned kind)
 {

@@ -66,7 +66,7 @@ const char *hs_heap_stacks_note(unsigned v);
  */
 void hs_heap_message(const struct hs_fnd *f, char *msg, size_t len);
 
-/* File descriptors (issue 5): names as in the JSON schema. */
+/* File descriptors: names as in the JSON schema. */
 const char *hs_fd_kind_name(unsigned kind);   /* "file", "socket", "pipe", ... */
 const char *hs_fd_call_name(unsigned call);   /* "open", "accept", "close", "fclose", ... */
 const char *hs_fd_op_name(unsigned op);       /* "open", "close", "close-failed", "owner" */

@@ -387,7 +387,7 @@ static void heap(struct hs_json *j, struct hs_proc *p)
 	hs_json_end_object(j);
 }
 
-/* ---- processes and environment (issue 6) ------------------------------------- */
+/* ---- processes and environment ----------------------------------------------- */
 
 static void rlimit(struct hs_json *j, const char *key, uint64_t v)
 {

@@ -8,7 +8,7 @@
  * after the findings, per process and per thread context: argv, how it
  * ended, what each thread holds and waits for, and its last events.  Tables
  * that overflowed are said loudly, as lockdep does, because a finding may be
- * missing for that reason.  Design: DESIGN.md "Reports".
+ * missing for that reason.  Design: docs/design.md "Reports".
  */
 #include <errno.h>
 #include <inttypes.h>
@@ -251,7 +251,7 @@ static void guard(FILE *out, struct hs_fnd *f)
 	fprintf(out, "\n (a sampled allocation in a guard page: HEISEN_GUARD_RATE; its stacks are full unwinds)\n");
 }
 
-/* ---- file descriptors (issue 5) ------------------------------------------ */
+/* ---- file descriptors ---------------------------------------------------- */
 
 /* "thread 123 (name)" */
 
@@ -949,7 +949,7 @@ static void rlimit_text(char *buf, size_t len, uint64_t v)
 		snprintf(buf, len, "%" PRIu64, v);
 }
 
-/* "  memory: ..." and "  environment: ..." (issue 6). */
+/* "  memory: ..." and "  environment: ...". */
 static void memory_lines(FILE *out, const struct hs_proc *p)
 {
 	const struct hs_pinfo *pi = p->info;
@@ -1027,7 +1027,7 @@ static void fd_notes(FILE *out, const struct hs_proc *p, const char *indent)
 			indent, p->info->fds_open_at_exit, p->info->fds_open_at_exit == 1 ? "" : "s");
 }
 
-/* "  fds: ..." and one line per open fd (issue 5), when fds were tracked. */
+/* "  fds: ..." and one line per open fd, when fds were tracked. */
 static void fd_table(FILE *out, struct hs_proc *p)
 {
 	const struct hs_header *h = &p->seg.hdr;
@@ -1108,7 +1108,7 @@ static void process_section(FILE *out, struct hs_session *s, struct hs_proc *p)
 	fprintf(out, "\n");
 }
 
-/* ---- the process tree and the warnings (issue 6) ----------------------------- */
+/* ---- the process tree and the warnings --------------------------------------- */
 
 static uint64_t session_t0(const struct hs_session *s)
 {

@@ -7,7 +7,7 @@
  * every table.  A table is accepted only if it lies inside segment_size, its
  * entries are at least as large as this reader's structures, and entries
  * that hold atomic words are 8-byte aligned.  After that, hs_seg_entry and
- * hs_seg_string are the only ways into the mapping.  Design: DESIGN.md "The
+ * hs_seg_string are the only ways into the mapping.  Design: docs/design.md "The
  * flight recorder" and "What it must not do".
  */
 #include "segment.h"
@@ -341,7 +341,7 @@ uint32_t hs_seg_flags(const struct hs_seg *seg)
 
 uint64_t hs_seg_events(const struct hs_seg *seg)
 {
-	/* ABI v1 keeps no shared counter (format.h): each ring's head counts its records */
+	/* the format keeps no shared ring counter (format.h): each ring's head counts its records */
 	uint64_t sum = 0;
 	for (uint32_t i = 0; i < seg->hdr.tables[HS_T_RINGS].capacity; i++) {
 		const struct hs_ring_header *rh = hs_seg_entry(seg, HS_T_RINGS, i);

@@ -7,7 +7,8 @@
  * maps it read-only, checks the header in the order format.h prescribes, and
  * then hands out entries only through one bounds-checking accessor
  * (hs_seg_entry) and one string accessor (hs_seg_string); everything else in
- * the dumper goes through them and checks for NULL (STYLE.md habit 8).
+ * the dumper goes through them and checks for NULL (docs/design.md
+ * "Rules of the code", 8).
  * Values read from the mapping are copied before they are validated, so a
  * writer changing them underneath cannot turn a checked value into an
  * unchecked one.  What is found wrong is collected per segment
@@ -97,7 +98,7 @@ uint64_t hs_seg_events(const struct hs_seg *seg);
 uint64_t hs_seg_findings_dropped(const struct hs_seg *seg);
 
 /*
- * An [atomic] header field the writer keeps changing (issue 6: the memory
+ * An [atomic] header field the writer keeps changing (the memory
  * samples, the OOM-kill counter at exit), loaded from the mapping with
  * acquire: off is its offsetof() in struct hs_header, 8- (or 4-) byte
  * aligned.  Returns 0 for an offset that is not inside this reader's header.

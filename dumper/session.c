@@ -65,7 +65,7 @@ static void load_threads(struct hs_proc *p)
 /* Far above any real HEISEN_FD_NUMBERS: bounds the copy on a crafted segment. */
 #define FDS_READ_MAX (1u << 20)
 
-/* Copy the fd table (issue 5): the numbers ever seen, at one moment. */
+/* Copy the fd table: the numbers ever seen, at one moment. */
 static void load_fds(struct hs_proc *p)
 {
 	uint32_t cap = p->seg.hdr.tables[HS_T_FDS].capacity, n = 0;

@@ -33,14 +33,14 @@ struct hs_proc {
 	int64_t value;           /* exit status, signal, or next image */
 	struct hs_tsnap *threads;
 	uint32_t nthreads;       /* live and exited slots, in slot order */
-	struct hs_fdsnap *fds;   /* fd numbers ever seen (issue 5), by number */
+	struct hs_fdsnap *fds;   /* fd numbers ever seen, by number */
 	uint32_t nfds;
 	char exe[HS_EXE_MAX + 1];
 	struct hs_sym *sym;      /* made on first use by hs_proc_sym */
 	bool symbols;            /* use debug info (false: --no-symbols) */
 	unsigned collected;      /* complaints already moved to the session's errors */
 	bool lost_reported;
-	/* issue 6: processes and environment (procs.h) */
+	/* processes and environment (procs.h) */
 	uint64_t state_word;     /* the state word as liveness judged it */
 	struct hs_pinfo *info;   /* environment, memory, place in the tree */
 };

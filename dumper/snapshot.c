@@ -4,7 +4,7 @@
  * them.  The publication protocols are those of format.h: tables published
  * by their count word, stacks and findings by their ready word, ring records
  * by a per-record sequence number, thread lock state by a per-thread seqlock.
- * Design: DESIGN.md "The flight recorder".
+ * Design: docs/design.md "The flight recorder".
  */
 #include "snapshot.h"
 
@@ -210,7 +210,7 @@ int hs_read_finding(struct hs_seg *seg, uint32_t i, struct hs_finding *out)
 	return 0;
 }
 
-/* ---- file descriptors (issue 5) ------------------------------------------ */
+/* ---- file descriptors ---------------------------------------------------- */
 
 static void clean_path(char *path)
 {

@@ -64,7 +64,7 @@ int hs_read_module(struct hs_seg *seg, uint32_t i, struct hs_module *out);
  */
 int hs_read_finding(struct hs_seg *seg, uint32_t i, struct hs_finding *out);
 
-/* A slot of the fd table (issue 5), read under its seqlock. */
+/* A slot of the fd table, read under its seqlock. */
 struct hs_fdsnap {
 	struct hs_fd f;       /* state, kind, call and close_call sane; path terminated and cleaned */
 	int32_t fd;           /* the number: the slot's index */

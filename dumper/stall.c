@@ -10,7 +10,7 @@
  * what each thread that stopped moving waits for: a busy thread does not
  * hide a stuck one, and a wait for the outside world or another live
  * process is not a hang.
- * Design: DESIGN.md "Hangs"; docs/interfaces.md "Python and the GIL".
+ * Design: docs/design.md "Hangs"; docs/interfaces.md "Python and the GIL".
  */
 #include "stall.h"
 
@@ -32,7 +32,7 @@
 #include <linux/unix_diag.h>
 #include <sys/socket.h>
 
-#include <heisen/snapshot_request.h>
+#include <internal/snapshot_request.h>
 
 /*
  * One item of a --stall or --still list at c: "PID:SECONDS", or with tid

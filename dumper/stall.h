@@ -4,7 +4,7 @@
  * asking every thread of a live process to record its own stack (the
  * snapshot signal, format.h HS_SNAPSHOT_MAGIC), and judging progress
  * (ring records plus CPU time) for heisen-dump --snapshot.  No ptrace.
- * Design: DESIGN.md "Hangs"; docs/interfaces.md "Python and the GIL".
+ * Design: docs/design.md "Hangs"; docs/interfaces.md "Python and the GIL".
  */
 #ifndef HEISEN_DUMPER_STALL_H
 #define HEISEN_DUMPER_STALL_H
@@ -29,7 +29,7 @@ unsigned hs_snapshot_request(int32_t pid, int sig, uint64_t value);
  * Why thread t of p has no snapshot, when that can be told: for a thread
  * of a live process that takes the snapshot signal itself (blocks it, or
  * waits in sigtimedwait; read now from /proc; such a thread is never sent
- * the request, see include/heisen/snapshot_request.h), the sentence that
+ * the request, see include/internal/snapshot_request.h), the sentence that
  * says so; else NULL.  The string is static.
  */
 const char *hs_no_snapshot_reason(const struct hs_proc *p, const struct hs_tsnap *t);

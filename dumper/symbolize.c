@@ -15,7 +15,7 @@
  * Module paths come from shared memory and are only ever used as file names
  * to open read-only.  When a file is missing, not ELF, or not the one that
  * ran (build-id differs), frames fall back to "module + offset" or carry a
- * warning; symbolization never fails a report.  Design: DESIGN.md "Reports".
+ * warning; symbolization never fails a report.  Design: docs/design.md "Reports".
  */
 #include "symbolize.h"
 

@@ -16,7 +16,7 @@
  *   reaper.c    signals, spawning, forwarding, reaping
  *   watchdog.c  heisen-dump as a subprocess: hang checks, reports, the kill
  *
- * Design: shared/DESIGN.md; contracts: docs/interfaces.md.  Nothing here is
+ * Design: docs/design.md; contracts: docs/interfaces.md.  Nothing here is
  * exported; heisen-run is one process and, apart from its signal mask, keeps
  * no state that a child could inherit (every descriptor is O_CLOEXEC).
  */

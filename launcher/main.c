@@ -10,7 +10,7 @@
  * with LD_PRELOAD and HEISEN_DIR; then loop — forward signals, reap every
  * child, and every HR_TICK_MS ask heisen-dump whether anything hangs
  * (watchdog.c) — until CMD itself ends.  It is the Docker ENTRYPOINT, often
- * PID 1.  Design: shared/DESIGN.md; contracts: docs/interfaces.md.
+ * PID 1.  Design: docs/design.md; contracts: docs/interfaces.md.
  *
  * Ending a run.  The run ends when CMD ends; other descendants may still
  * live.  Not PID 1: heisen-run keeps reaping for up to HR_LINGER_MS while

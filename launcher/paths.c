@@ -9,7 +9,7 @@
  * launcher/meson.build) and heisen-dump sits next to heisen-run; in a meson
  * build tree they are <build>/shim/libheisen.so and <build>/dumper/heisen-dump.
  * HEISEN_LIB and HEISEN_DUMP override either.  The library path handed to
- * LD_PRELOAD is always absolute and canonical (DESIGN.md "What it must not
+ * LD_PRELOAD is always absolute and canonical (docs/design.md "What it must not
  * do"), because the child may chdir and ld.so resolves relative names
  * against the current directory.
  */
@@ -20,7 +20,7 @@
 #include <string.h>
 #include <unistd.h>
 
-#include <heisen/dir_walk.h>
+#include <internal/dir_walk.h>
 
 #include "launcher.h"
 
@@ -109,7 +109,7 @@ int hr_find_paths(struct hr_run *r)
 /*
  * Open the session directory `dir` (relative to the current directory if
  * not absolute) without trusting anyone else's path components
- * (include/heisen/dir_walk.h): every component opened with O_NOFOLLOW |
+ * (include/internal/dir_walk.h): every component opened with O_NOFOLLOW |
  * O_DIRECTORY from its parent, a symbolic link followed only when root or
  * we own it, no directory of another user or writable by all (without the
  * sticky bit) on the way, and the directory itself ours and not writable

@@ -22,7 +22,7 @@
 #include <sys/syscall.h>
 #include <unistd.h>
 
-#include <heisen/snapshot_request.h>
+#include <internal/snapshot_request.h>
 
 #include "heisen/format.h"
 #include "launcher.h"
@@ -180,7 +180,7 @@ int hr_proc_thread_progress(pid_t pid, pid_t tid, uint64_t *cpu, uint64_t *out)
 /*
  * Ask every thread of pid to record its own stack: rt_tgsigqueueinfo with
  * signal sig, si_code SI_QUEUE and si_value `value` (hs_snapshot_value,
- * include/heisen/snapshot_request.h); never a thread that takes sig itself
+ * include/internal/snapshot_request.h); never a thread that takes sig itself
  * (blocks it, or waits in sigtimedwait).  No ptrace.  Returns the threads
  * asked.
  */

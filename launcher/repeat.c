@@ -33,7 +33,7 @@
  * they are left out of the counts (their sessions are removed: a run cut
  * short proves nothing).  SIGINT/SIGTERM to the driver does the same.
  *
- * Design: shared/DESIGN.md; contracts: docs/interfaces.md "heisen-run
+ * Design: docs/design.md "Reproducing on demand"; contracts: docs/interfaces.md "heisen-run
  * --repeat".  Anchors: rr's chaos mode's "run until it fails" loop, and
  * pytest-flakefinder / stress(1)-style reruns.
  */

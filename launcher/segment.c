@@ -29,7 +29,7 @@
 #include <unistd.h>
 
 #include "heisen/format.h"
-#include "heisen/snapshot_request.h"
+#include "internal/snapshot_request.h"
 #include "launcher.h"
 
 _Static_assert(offsetof(struct hs_header, state) % 8 == 0, "state word must be 8-aligned for atomics");
@@ -82,7 +82,7 @@ static DIR *open_dir(int dirfd)
 /*
  * Map and validate the header of segment `name` in dirfd, writable when
  * `rw`.  Returns 0, or -1 when the file is missing, not a regular file, too
- * small or not a valid ABI-1 header for this word size; nothing stays mapped
+ * small or not a valid segment header for this word size; nothing stays mapped
  * on failure.  A header still in HS_STATE_INIT is valid here: callers look
  * at the state.
  */

@@ -4,8 +4,8 @@
  *
  * A session is one directory that every process of the tree writes its
  * segment into (docs/interfaces.md "Session directory").  heisen-run picks
- * it in this order: --dir DIR; else an inherited HEISEN_DIR (DESIGN.md: the
- * way to put sessions on a volume when /dev/shm is small); else a new
+ * it in this order: --dir DIR; else an inherited HEISEN_DIR (docs/design.md "Session":
+ * the way to put sessions on a volume when /dev/shm is small); else a new
  * /dev/shm/heisen-$UID/<basename of CMD>-<pid of heisen-run>-<unix seconds>.
  * The base directory /dev/shm/heisen-$UID is shared by every run of one user
  * in a world-writable tmpfs; it, and an explicit directory (--dir,
@@ -33,7 +33,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#include <heisen/dir_walk.h>
+#include <internal/dir_walk.h>
 
 #include "launcher.h"
 

@@ -27,7 +27,7 @@
  * or for another live process is not.  heisen-run is only the policy.
  * Before the report, every thread of the processes concerned is asked for
  * a snapshot of its own stack (the snapshot signal, format.h; no ptrace).
- * Design: DESIGN.md "Hangs".
+ * Design: docs/design.md "Hangs".
  */
 #include <stdint.h>
 #include <dirent.h>
@@ -42,7 +42,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include <heisen/snapshot_request.h>
+#include <internal/snapshot_request.h>
 
 #include "launcher.h"
 

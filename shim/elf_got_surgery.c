@@ -3,7 +3,7 @@
  * shim/elf_got_surgery.c — GOT patching.  THIS IS THE ONE DANGEROUS FILE of
  * the shim: it rewrites other objects' function pointers in a live process.
  * Everything that writes into memory the shim does not own lives here and
- * nowhere else.  DESIGN.md "Interposition"; shim.h "GOT patching".
+ * nowhere else.  docs/design.md "Interposition"; shim.h "GOT patching".
  *
  * Why.  LD_PRELOAD interposes a symbol only where the dynamic linker binds
  * it.  Debian's and conda's python3 link libpython statically: the GIL entry

@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * shim/fd_vfork.S — libheisen's exported vfork (issue 5).  A vfork child
+ * shim/fd_vfork.S — libheisen's exported vfork.  A vfork child
  * runs in its parent's memory, on the parent thread's stack and
  * thread-local state, until it calls exec or _exit: whatever the shim's
  * hooks record in it would land in the parent's segment (CPython's

@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * shim/fds.c — file descriptors (issue 5): every call that creates one and
+ * shim/fds.c — file descriptors: every call that creates one and
  * every way one dies, interposed, so that each fd number carries a
  * generation and each generation its creation (call, kind, path or peer,
  * stack with Python frames, thread) and its close (stack, thread), in the
@@ -8,7 +8,7 @@
  * event ring (struct hs_fd_event) keeps the recent history of every number,
  * so a finding can show the whole story: open (gen 1), close (gen 1), open
  * (gen 2, by whom), close (gen 2, by the stale owner), and the rightful
- * owner's EBADF.  The design is ../shared/DESIGN.md "File descriptors"; the
+ * owner's EBADF.  The design is docs/design.md "File descriptors"; the
  * rules and their limits are README.md "File descriptors"; the contract is
  * docs/interfaces.md "File descriptors".
  *

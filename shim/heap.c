@@ -4,7 +4,7 @@
  * header in front of every block they hand out, so that a double free, an
  * invalid free or a broken tail canary is caught at the free that finds it,
  * with the allocation's, the first free's and the second free's stacks
- * (AddressSanitizer's report, without recompiling).  DESIGN.md "Heap";
+ * (AddressSanitizer's report, without recompiling).  docs/design.md "Heap";
  * the contract and environment variables are docs/interfaces.md "The heap".
  *
  * A block of ours, from the real allocation's start:
@@ -1355,7 +1355,7 @@ static inline int heap_on(void)
 }
 
 /* A large allocation is about to be made, heap checked or not: memory
- * samples are due after enough of them (issue 6, proc.c). */
+ * samples are due after enough of them (proc.c). */
 static inline void note_size(size_t n)
 {
 	if (HS_UNLIKELY(n >= HS_MEM_BIG))

@@ -4,7 +4,7 @@
  * functions behind the hooks, the constructor that creates the session and
  * the segment, fork (the child gets a segment of its own and keeps the locks
  * its forking thread held), exit and _exit (the state word says how the
- * process ended), and the public annotation API.  DESIGN.md "Interposition".
+ * process ended), and the public annotation API.  docs/design.md "Interposition".
  */
 #define UNW_LOCAL_ONLY
 #include <dlfcn.h>

@@ -5,12 +5,13 @@
  * its slot (so an outside reader sees who holds what), feeds the lock-order
  * graph before it blocks (so a run that then deadlocks is still predicted),
  * publishes "waiting for L since t" while it is blocked, and records what
- * happened in the thread's ring.  DESIGN.md "Lock order", "Hangs".
+ * happened in the thread's ring.  docs/design.md "Lock order", "Hangs".
  *
  * Every blocking acquire first tries the lock: an uncontended acquisition
  * never publishes a wait, and a contended one does so before it blocks.
  * Every hook resolves its original once, takes the reentrancy guard, calls
- * the original and records only what actually happened (STYLE.md habit 4).
+ * the original and records only what actually happened (docs/design.md
+ * "Rules of the code", 4).
  */
 #include <errno.h>
 #include <malloc.h>

@@ -6,7 +6,7 @@
  * friends call hs_mem_big_alloc() from heap.c; mmap is interposed here
  * (CPython's small-object arenas are 1 MiB anonymous mappings that never
  * pass through malloc).  Nothing is recorded for small allocations: the
- * check is one compare of the size.  DESIGN.md "Processes"; the sample's
+ * check is one compare of the size.  docs/design.md "Processes"; the sample's
  * contract is in shim.h.
  */
 #include <errno.h>

@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * shim/proc.c — what a process saw and how much memory it used, kept where
- * a SIGKILL cannot take it away (issue 6).
+ * a SIGKILL cannot take it away.
  *
  * The environment (struct hs_env, include/heisen/format.h) is read once,
  * when the segment is made: CPUs online and in the affinity mask, the

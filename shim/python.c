@@ -13,8 +13,8 @@
  * probes dlsym(RTLD_DEFAULT, "PyGILState_Ensure") must not find Python in a
  * process that has none.
  *
- * The GIL is one node of the lock-order graph, named "GIL" (DESIGN.md "The
- * GIL is a lock"):
+ * The GIL is one node of the lock-order graph, named "GIL" (docs/design.md "Lock
+ * order"):
  *   - taking a native lock while holding the GIL adds GIL -> L (locks.c asks
  *     hs_py_holds_gil(), which is PyGILState_Check);
  *   - taking the GIL through an entry point while holding L adds L -> GIL,

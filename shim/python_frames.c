@@ -39,7 +39,7 @@
  * A version not in the table gets native frames only (the segment's header
  * has python_version but not HS_PY_FRAMES; heisen-dump says so).  Release
  * builds only: a --with-trace-refs build has a larger object header.
- * Design: ../shared/DESIGN.md "Reports"; format: format.h.
+ * Design: docs/design.md "Python frames"; format: format.h.
  */
 #include <dlfcn.h>
 #include <link.h>

@@ -4,7 +4,7 @@
  * it lives, how it is created and sized so that a full /dev/shm is an error
  * and never a SIGBUS, how it says who the process is and how it ended, and
  * the module and string tables that let heisen-dump symbolize after the
- * process is gone.  DESIGN.md "The flight recorder"; format in
+ * process is gone.  docs/design.md "The flight recorder"; format in
  * include/heisen/format.h; the directory contract in docs/interfaces.md.
  *
  * Everything reachable from hs_segment_create(1) (the fork child) is
@@ -25,7 +25,7 @@
 #include <sys/syscall.h>
 #include <unistd.h>
 
-#include <heisen/dir_walk.h>
+#include <internal/dir_walk.h>
 
 #include "shim.h"
 
@@ -209,7 +209,7 @@ static int check_base(const char *base)
 
 /*
  * Open the session directory `path` (absolute) one component at a time
- * (include/heisen/dir_walk.h: no symbolic link or directory of another
+ * (include/internal/dir_walk.h: no symbolic link or directory of another
  * user on the way, the directory ours and not writable by others), making
  * missing components 0700, and put its path without symbolic links in
  * out[PATH_MAX].  Returns 0, or -1 after a warning saying what was refused
@@ -1102,7 +1102,7 @@ int hs_segment_create(int forked)
 	}
 	h->start_mono_ns = hs_now();
 	fill_identity(h, forked && hs_seg.hdr ? hs_seg.hdr : NULL);
-	/* what the process sees (issue 6): a fork child sees what its parent saw */
+	/* what the process sees: a fork child sees what its parent saw */
 	if (forked && hs_seg.hdr && (hs_seg.hdr->flags & HS_HDR_ENV)) {
 		hs_env_inherit(&h->env, &hs_seg.hdr->env);
 		flags |= HS_HDR_ENV | HS_HDR_ENV_INHERITED;

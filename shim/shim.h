@@ -2,14 +2,55 @@
 /*
  * shim/shim.h — internal interfaces of libheisen.so.
  *
- * The shim is split by concern: segment.c (session directory, segment file,
- * modules, strings, end states), threads.c (thread slots and rings),
- * stacks.c (unwinding and the stack table), lockgraph.c (lock ids, the
- * lock-order graph, cycle search, findings), locks.c (the pthread hooks),
- * signals.c (crash handling), init.c (start-up, config, fork, exit).  The
- * design is ../shared/DESIGN.md; the on-shm format is include/heisen/format.h.
+ * The shim is split by concern, one file each (docs/design.md "Layout"; the
+ * README's "Layout" follows them from the entry points):
  *
- * Rules every file keeps (STYLE.md):
+ *   start-up and life cycle
+ *     init.c             constructor, real-function resolution, fork, exit,
+ *                        the annotation API
+ *     env.c              the one parser of every HEISEN_* setting
+ *     hooks.def          every interposed function, listed once (X-macro)
+ *     hooks.h            the real functions' pointers and HS_REAL
+ *     sysops.c           the shim's own raw system calls, behind a table
+ *     dl_trampoline.S    exported dlsym/dlvsym: calls through a library handle
+ *     elf_got_surgery.c  GOT patching (the GIL entry points of a static python)
+ *   the flight recorder
+ *     segment.c          session directory, segment file, modules, strings,
+ *                        end states
+ *     threads.c          thread slots and their rings
+ *     stacks.c           unwinding, lock-acquisition chains, the stack table
+ *   locks
+ *     locks.c            pthread mutex, rwlock, spin lock and cond-wait hooks
+ *     lockgraph.c        lock ids and classes, the lock-order graph, cycles
+ *     semaphores.c       POSIX semaphores: CPython's threading locks
+ *     platform_glibc.c   glibc's lock types (recursive, rwlock preference)
+ *     python.c           the GIL as a lock
+ *   Python
+ *     python_frames.c    Python frames inside native stacks, 3.8 to 3.13
+ *     python_layouts.h   CPython's struct offsets, one row per minor version
+ *   heap
+ *     heap.c             malloc and friends: headers, quarantine, double frees
+ *     guarded.c          sampled guard-page allocations (GWP-ASan)
+ *     memhooks.c         large allocations and mmap make a memory sample due
+ *   file descriptors
+ *     fds.c              every fd creation and close, generations, findings
+ *     fd_vfork.S         exported vfork: nothing recorded in a vfork child
+ *   crashes and signals
+ *     signals.c          crash handler, terminating signals, hang snapshots
+ *     safe_read.S        hs_safe_read16: a read that cannot crash the handler
+ *   processes
+ *     proc.c             the environment a process saw, memory samples,
+ *                        privilege drops (the setuid family)
+ *     cpus.c             the CPU count heisen-run --cpus makes it see
+ *   reproducing on demand
+ *     inject.h           what the hooks call for faults and chaos
+ *     faults.c           fault injection, deterministic by seed
+ *     chaos.c            chaos schedules, deterministic by seed
+ *
+ * The design is docs/design.md; the on-shm format is
+ * include/heisen/format.h.
+ *
+ * Rules every file keeps (docs/design.md "Rules of the code"):
  *   - nothing here allocates with malloc, uses stdio or takes a blocking lock
  *     on a hook's path; the one internal lock (the graph lock) is a spin lock
  *     taken only on slow paths and never while calling out;
@@ -84,7 +125,7 @@ struct hs_tls {
 	int pending_code;
 	uint64_t pending_addr;
 	uint32_t pending_stack;
-	/* file descriptors (issue 5, fds.c) */
+	/* file descriptors (fds.c) */
 	int32_t vfork_pid;            /* set by the vfork trampoline to the parent's pid: a vfork child shares this memory */
 	int32_t fd_last;              /* the number of this thread's last close, -1 = none (close-all sweeps) */
 	uint64_t fd_last_site;        /* and its call site */
@@ -227,7 +268,7 @@ static inline void hs_leave(struct hs_tls *t)
 	t->in_hook = 0;
 }
 
-/* ---- memory samples (proc.c, issue 6) ------------------------------------ */
+/* ---- memory samples (proc.c) --------------------------------------------- */
 
 #define HS_MEM_INTERVAL_NS 50000000ull   /* a recorded event samples memory when the last sample is older */
 #define HS_MEM_MIN_GAP_NS 1000000ull     /* allocation-driven samples: at most one per millisecond */
@@ -326,7 +367,7 @@ struct hs_sysops {
 	int (*unlink)(const char *path);
 	ssize_t (*readlink)(const char *path, char *buf, size_t n);
 	int (*linkat)(const char *from, const char *to, int flags); /* a segment's name, given last */
-	/* issue 6: the environment and the memory samples (proc.c) */
+	/* the environment and the memory samples (proc.c) */
 	ssize_t (*getdents64)(int fd, void *buf, size_t n);
 	int (*getrusage)(int who, struct rusage *ru);
 	int (*sched_getaffinity)(size_t size, void *mask);  /* of this process; returns the mask's bytes */
@@ -902,7 +943,7 @@ int hs_safe_read16(const void *addr, uint64_t out[2]);
  */
 int hs_safe_read_fixup(void *uc);
 
-/* ---- processes and environment (proc.c, memhooks.c; issue 6) ----------------- */
+/* ---- processes and environment (proc.c, memhooks.c) -------------------------- */
 
 /* Fill e with what this process sees now (format.h struct hs_env).  Raw
  * system calls through hs_sys, no malloc, no stdio.  Init only. */
@@ -931,7 +972,7 @@ void hs_proc_end(struct hs_tls *t, unsigned why);
  * program: sample memory when due.  Takes the guard itself; returns at once
  * inside the shim or before recording starts.  (memhooks.c) */
 void hs_mem_big_alloc(uint64_t n);
-/* ---- file descriptors (fds.c, issue 5) ------------------------------------------- */
+/* ---- file descriptors (fds.c) ---------------------------------------------------- */
 
 /* Read HEISEN_FDS & co. and, when fd tracking is on (the default), mark the
  * header, note the fds this image inherited (/proc/self/fd) and register the
@@ -979,7 +1020,7 @@ void hs_snapshot_install(void);
 void hs_signals_install(void);
 
 /* Put the sentinel on every terminating signal the program leaves at
- * SIG_DFL (issue 6; signals.c's top comment).  Init only, after
+ * SIG_DFL (signals.c's top comment).  Init only, after
  * hs_signals_install. */
 void hs_term_signals_install(void);
 int hs_altstack_setup(struct hs_tls *t);

@@ -21,10 +21,10 @@
  * recorded when the default action is about to run, with the stack of the
  * original fault when the program's handler re-raised it (faulthandler does).
  *
- * Snapshots (issue 3).  There is no ptrace in most containers, so a thread
+ * Snapshots.  There is no ptrace in most containers, so a thread
  * records its own stack when asked: SIGRTMAX - HS_SNAPSHOT_SIGNAL_OFFSET,
  * sent with rt_tgsigqueueinfo, si_code SI_QUEUE and si_value
- * hs_snapshot_value(start_real_ns) (include/heisen/snapshot_request.h:
+ * hs_snapshot_value(start_real_ns) (include/internal/snapshot_request.h:
  * the magic plus bits only a reader of this segment knows), by a hang
  * watcher (heisen-run, heisen-dump --snapshot) or by the crash path of this
  * process for every other thread.  Anything else arriving on that signal
@@ -38,7 +38,7 @@
  * resume, but some (nanosleep, poll, epoll_wait, sem_timedwait...) return
  * EINTR, as under any profiler signal: README.md "Hang snapshots".
  *
- * Terminating signals (issue 6).  A process killed by SIGTERM, SIGINT,
+ * Terminating signals.  A process killed by SIGTERM, SIGINT,
  * SIGHUP... that it left at SIG_DFL runs none of its code, so without help
  * it would look like one killed by SIGKILL (vanished).  While the program
  * leaves such a signal at SIG_DFL, heisen installs a sentinel handler in
@@ -67,7 +67,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "heisen/snapshot_request.h"
+#include "internal/snapshot_request.h"
 #include "hooks.h"
 #include "shim.h"
 
@@ -75,7 +75,7 @@
 
 static const int crash_signals[] = {SIGSEGV, SIGBUS, SIGILL, SIGFPE, SIGABRT};
 
-/* Signals whose default action ends the process and that others send (issue 6). */
+/* Signals whose default action ends the process and that others send. */
 static const int term_signals[] = {SIGHUP, SIGINT, SIGQUIT, SIGTERM, SIGUSR1, SIGUSR2,
 				   SIGPIPE, SIGALRM, SIGXCPU, SIGXFSZ, SIGVTALRM, SIGPROF};
 static int term_armed[NSIG];    /* [atomic] the sentinel is installed: the program sees SIG_DFL */
@@ -292,7 +292,7 @@ void hs_signals_install(void)
 	__atomic_store_n(&installed, 1, __ATOMIC_RELEASE);
 }
 
-/* ---- terminating signals (issue 6) ------------------------------------------- */
+/* ---- terminating signals ----------------------------------------------------- */
 
 /*
  * The sentinel: a terminating signal arrived while the program had it at

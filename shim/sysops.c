@@ -1,8 +1,8 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * shim/sysops.c — the shim's own system calls, as raw syscalls behind one
- * swappable table (see struct hs_sysops in shim.h).  Raw, so that when later
- * issues interpose open/close/mmap the shim's own calls are never recorded
+ * swappable table (see struct hs_sysops in shim.h).  Raw, so that while the shim
+ * interposes open/close/mmap its own calls are never recorded
  * and never recurse; behind a table, so tests can fail any of them.
  * All are async-signal-safe.
  */

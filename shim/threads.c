@@ -4,7 +4,7 @@
  * the ring of the same index) the first time it enters a hook; its exit
  * destructor marks the slot exited, and an exited slot is reused only when
  * no free one is left, so the dumper still sees recently ended threads.
- * DESIGN.md "Rings"; format.h struct hs_thread and struct hs_ring_header.
+ * docs/design.md "Rings"; format.h struct hs_thread and struct hs_ring_header.
  */
 #include <errno.h>
 #include <pthread.h>

@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * fd_calls.c — every call of the issue that creates an fd, once, and every
+ * fd_calls.c — every interposed call that creates an fd, once, and every
  * way one dies.
  *
  *   open    (default) create one fd with each call and leave them open at

@@ -7,7 +7,7 @@
  * libheisen.so and asserts on `heisen-dump --json`.  Each target prints the
  * facts a test needs to check the report against (its pid, the tid of each
  * worker thread) as "key value" lines on stdout, so the tests never guess.
- * Design: ../../shared/DESIGN.md; what the tests expect: ../docs/interfaces.md.
+ * Design: docs/design.md; what the tests expect: docs/interfaces.md.
  */
 #ifndef HEISEN_TT_H
 #define HEISEN_TT_H

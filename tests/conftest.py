@@ -197,7 +197,7 @@ def way(request, heisen, session):
     return Way(heisen, request.param, session)
 
 
-# ---- helpers for the Python/GIL tests (issue 3, tests/test_gil.py) -----------
+# ---- helpers for the Python/GIL tests (tests/test_gil.py) --------------------
 #
 # Three kinds of CPython, because the GIL entry points are reached in two
 # different ways: Debian's /usr/bin/python3 links libpython statically (the

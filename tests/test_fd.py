@@ -1,5 +1,5 @@
 # SPDX-License-Identifier: MIT
-"""File descriptors (issue 5): double close, stale close, fd leaks, the fd
+"""File descriptors: double close, stale close, fd leaks, the fd
 table, and the annotation API, end to end.
 
 - Seed 004 in C (test-targets/fd_reopen.c): a reopen path closes a handle
@@ -10,7 +10,7 @@ table, and the annotation API, end to end.
   `stale-close` proven at the fclose (rule "file").
 - The same through CPython's file objects (py_fd_stale.py), with Python
   lines, on every kind of interpreter.
-- Seed 001 (py_seed001.py, pyzmq): a constructor's sockets leaked by
+- Seed 001 (py_zmq_constructor_leak.py, pyzmq): a constructor's sockets leaked by
   retries; Context.term() waits forever -> `hang` plus `fd-leak` with the
   constructor's Python lines, in heisen-run's report.
 - No finding: an acceptor/worker server with fd numbers reused constantly
@@ -18,7 +18,7 @@ table, and the annotation API, end to end.
   program with files, pipes, sockets, subprocess, `with open()` and the GC
   closing file objects (py_fd_clean.py); CPython's test_os, test_socket and
   test_subprocess under the shim (marker regrtest).
-- Every creating call of the issue, every closer, exec of close-on-exec
+- Every interposed creating call, every closer, exec of close-on-exec
   fds (fd_calls.c); fd-leak at exit and after SIGKILL; HEISEN_FDS=0;
   heisen_fd_set_owner / heisen_fd_close_owned (fd_owned.c).
 
@@ -70,7 +70,7 @@ def script(heisen, name):
 # ---- seed 004 in C -----------------------------------------------------------
 
 
-def test_seed004_stale_close_names_the_stale_closer_and_the_owner(heisen, way):
+def test_stale_close_on_reopen_names_the_stale_closer_and_the_owner(heisen, way):
     p = way.run([target(heisen, "fd_reopen"), "stale"])
     assert p.returncode == 0, (p.returncode, p.stderr)
     out = facts(p.stdout)
@@ -101,7 +101,7 @@ def test_seed004_stale_close_names_the_stale_closer_and_the_owner(heisen, way):
     assert "  fds: " in t and "    fd 0    " in t
 
 
-def test_seed004_double_close(heisen, way):
+def test_double_close_on_reopen_with_both_closes(heisen, way):
     p = way.run([target(heisen, "fd_reopen"), "double"])
     assert p.returncode == 0, (p.returncode, p.stderr)
     assert facts(p.stdout)["destroy_close"] == ["EBADF"]
@@ -144,7 +144,7 @@ def test_close_of_a_dirs_number_behind_its_back_is_a_stale_close_there(heisen, s
     assert findings_of(r, "double-close") == []
 
 
-def test_seed004_file_stale_close_is_proven_at_the_fclose(heisen, session):
+def test_file_stale_close_is_proven_at_the_fclose(heisen, session):
     """A FILE carries its generation: the close(fileno(f)) behind its back is
     seen where it is made (rule fileno), and the fclose is stale at the
     moment it is made (rule file)."""
@@ -207,12 +207,12 @@ def test_python_file_object_stale_close(heisen, session, interp):
 # ---- seed 001: leaked sockets, term() waits forever -------------------------------
 
 
-def test_seed001_hang_with_fd_leak_and_the_constructor_line(heisen, session):
+def test_zmq_constructor_leak_hang_names_the_constructor_line(heisen, session):
     try:
         import zmq  # noqa: F401  (Debian's python3-zmq, for /usr/bin/python3)
     except ImportError:
         pytest.fail("pyzmq is missing: apt-get install python3-zmq (./dev does)")
-    src = script(heisen, "py_seed001.py")
+    src = script(heisen, "py_zmq_constructor_leak.py")
     p = heisen.run(["--dir", session, "--hang-timeout", "2", "--on-hang", "kill", "--", SYSTEM_PYTHON, src],
                    timeout=120)
     assert p.returncode == 137, (p.returncode, p.stdout, p.stderr[-3000:])
@@ -231,7 +231,7 @@ def test_seed001_hang_with_fd_leak_and_the_constructor_line(heisen, session):
     for marker in ("constructor opens", "constructor opens receiver"):
         line = marker_line(src, marker)
         groups = [g for g in leak["groups"]
-                  if find_python_frame(g["stack"], "BertClient.__init__", "py_seed001.py", line) is not None]
+                  if find_python_frame(g["stack"], "BertClient.__init__", "py_zmq_constructor_leak.py", line) is not None]
         assert len(groups) == 1, (marker, [(g["count"], g["kind"]) for g in leak["groups"]])
         assert groups[0]["count"] == 3 and groups[0]["tid"] == main   # one per attempt
         assert all(x["fd"] > 2 for x in groups[0]["fds"])

@@ -1,5 +1,5 @@
 # SPDX-License-Identifier: MIT
-"""The GIL is a lock (issue 3): seed 003, Python stacks in crashes and hangs.
+"""The GIL is a lock: seed 003, Python stacks in crashes and hangs.
 
 Every test runs on each kind of CPython (conftest.INTERPRETER_KINDS): Debian's
 /usr/bin/python3, whose libpython is linked into the executable (the GIL
@@ -7,13 +7,13 @@ entry points are reached by GOT patching), pyembed, the same interpreter
 through Debian's libpython3.11.so (reached by LD_PRELOAD interposition), and
 the python3 on PATH when it is another shared build.
 
-- py_seed003.py quiet: a native rwlock (cudalike's cuda_ctx_lock) held
+- py_gil_rwlock_callback.py quiet: a native rwlock (cudalike's cuda_ctx_lock) held
   across a Python callback, and taken elsewhere with the GIL held, at
   different times: a `potential-deadlock` GIL <-> cuda_ctx_lock, with the
   Python line of each caller and the native frame that holds the rwlock.
   The callback goes through the C API, through a ctypes CFUNCTYPE pointer,
   and through a ctypes foreign call as Numba made it.
-- py_seed003.py hang: the same two calls meet and deadlock: heisen-run names
+- py_gil_rwlock_callback.py hang: the same two calls meet and deadlock: heisen-run names
   the `deadlock` (the GIL's waiter and the GIL's holder), kills, exits 137.
 - py_crash_nested.py: a segfault in native code two Python calls deep: the
   crash stack shows the Python functions; the other threads' Python stacks
@@ -39,7 +39,7 @@ from conftest import (SYSTEM_PYTHON, all_stacks, edge_pairs, fact_int, find_pyth
                       findings_of, frame_functions, interpreter, lockname, lockrefs_in,
                       marker_line, native_index, process_of, pyext_dir, python_frames, target)
 
-SEED = "py_seed003.py"
+SEED = "py_gil_rwlock_callback.py"
 
 
 def script(heisen, name):
@@ -140,7 +140,7 @@ def in_order(stack, indexes, what):
     assert present == sorted(present), (what, indexes, frame_functions(stack))
 
 
-def check_seed003_prediction(heisen, report, stdout, interp, via):
+def check_gil_rwlock_prediction(heisen, report, stdout, interp, via):
     pid, tid_holder, tid_launcher = (fact_int(stdout, k)
                                      for k in ("pid", "tid_holder", "tid_launcher"))
     src = script(heisen, SEED)
@@ -193,25 +193,25 @@ def check_seed003_prediction(heisen, report, stdout, interp, via):
 
 
 @pytest.mark.parametrize("via", list(VIAS))
-def test_seed003_gil_rwlock_inversion_is_predicted(heisen, way, interp, via):
+def test_gil_rwlock_inversion_is_predicted(heisen, way, interp, via):
     ext = cudalike_dir(heisen)
     p = way.run(interp.cmd(script(heisen, SEED), "quiet", via, "write", ext))
     assert p.returncode == 0, (p.returncode, p.stdout, p.stderr)
     assert "callback 1" in p.stdout and "done ok" in p.stdout, p.stdout
     report = heisen.dump_json(way.session, expect_rc=1)
-    check_seed003_prediction(heisen, report, p.stdout, interp, via)
+    check_gil_rwlock_prediction(heisen, report, p.stdout, interp, via)
 
 
-def test_seed003_predicted_when_the_holder_only_reads(heisen, session, interp):
+def test_gil_rwlock_inversion_predicted_when_the_holder_only_reads(heisen, session, interp):
     """A read hold of the rwlock across the callback is as deadly: the launcher writes."""
     ext = cudalike_dir(heisen)
     p = heisen.preload(interp.cmd(script(heisen, SEED), "quiet", "capi", "read", ext), session)
     assert p.returncode == 0, (p.returncode, p.stdout, p.stderr)
     report = heisen.dump_json(session, expect_rc=1)
-    check_seed003_prediction(heisen, report, p.stdout, interp, "capi")
+    check_gil_rwlock_prediction(heisen, report, p.stdout, interp, "capi")
 
 
-def test_seed003_text_report_shows_python_lines(heisen, session, interp):
+def test_gil_rwlock_text_report_shows_python_lines(heisen, session, interp):
     """The text report (docs/interfaces.md): `#N  function (file:line) [python]`."""
     ext = cudalike_dir(heisen)
     src = script(heisen, SEED)
@@ -231,7 +231,7 @@ def test_seed003_text_report_shows_python_lines(heisen, session, interp):
 # ---- seed 003, for real: the deadlock -----------------------------------------------
 
 @pytest.mark.parametrize("via", list(VIAS))
-def test_seed003_deadlock_is_named_and_killed(heisen, session, interp, via):
+def test_gil_rwlock_deadlock_is_named_and_killed(heisen, session, interp, via):
     ext = cudalike_dir(heisen)
     src = script(heisen, SEED)
     t0 = time.monotonic()
@@ -440,7 +440,7 @@ def test_gil_interpreters_are_what_they_claim(heisen, interp):
     assert SYSTEM_PYTHON != str(interp.exe) or not interp.shared
 
 
-def test_seed003_through_the_version_managers_wrapper(heisen, session):
+def test_gil_rwlock_inversion_through_the_version_managers_wrapper(heisen, session):
     """`python3` as typed: the PATH entry may be a wrapper script (pyenv's shim runs
     bash, env, readlink … and finally execs the interpreter).  The preload goes
     through all of them harmlessly and the prediction is made in the last image."""

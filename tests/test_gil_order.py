@@ -1,5 +1,5 @@
 # SPDX-License-Identifier: MIT
-"""GIL ordering seen two ways (issue 3, "The GIL in the graph").
+"""GIL ordering seen two ways (docs/interfaces.md "Python and the GIL").
 
 test-targets/py_gil_order.py: one thread takes ext_lock_c with the GIL
 released and comes back to Python holding it (ext_lock_c -> GIL); later

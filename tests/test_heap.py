@@ -1,5 +1,5 @@
 # SPDX-License-Identifier: MIT
-"""The heap checker end to end (issue 4): double, invalid and racing frees,
+"""The heap checker end to end: double, invalid and racing frees,
 overflows, what HEISEN_ON_HEAP_ERROR does, the per-process heap block, the
 report's stacks (native and Python), heisen-run --python-malloc, and CPython's
 own regression tests under the shim with the heap on.
@@ -55,7 +55,7 @@ def hexint(s):
 # ---- seed 004: a handle freed by reopen and again by its destructor ---------
 
 
-def test_seed004_handle_reopen(heisen, way):
+def test_failed_reopen_then_close_double_frees_the_buffer(heisen, way):
     p = way.run([target(heisen, "heap_handle_reopen")], env=HEAP)
     assert p.returncode == way.killed_by(signal.SIGABRT), (p.returncode, p.stderr)
     assert "done ok" not in p.stdout
@@ -121,11 +121,11 @@ def test_heap_on_by_default_and_off_with_heisen_heap_0(heisen, tmp_path):
 # ---- seed 000: ten Python threads race on a native cache --------------------
 
 
-def test_seed000_torchlike_threads(heisen, way):
+def test_threads_racing_on_a_native_cache_double_free(heisen, way):
     ext = pyext_dir(heisen)
     if not list(ext.glob("torchlike*.so")):
         pytest.fail(f"torchlike extension not built in {ext}")
-    script = heisen.src_targets / "py_seed000.py"
+    script = heisen.src_targets / "py_threads_double_free_cache.py"
     t0 = time.monotonic()
     p = way.run(["/usr/bin/python3", script, "10", "30", ext], env=HEAP, timeout=90)
     took = time.monotonic() - t0
@@ -143,9 +143,9 @@ def test_seed000_torchlike_threads(heisen, way):
         st = stack_by_role(f, role)
         fns = frame_functions(st)
         assert fns[:2] == ["workspace_cache_evict", "conv2d_kernel"], fns
-        assert find_python_frame(st, "forward_pass", "py_seed000.py",
+        assert find_python_frame(st, "forward_pass", "py_threads_double_free_cache.py",
                                  marker_line(script, "forward")) is not None, st
-        assert find_python_frame(st, "classify", "py_seed000.py") is not None
+        assert find_python_frame(st, "classify", "py_threads_double_free_cache.py") is not None
     assert stack_by_role(f, "second free")["tid"] == second and stack_by_role(f, "first free")["tid"] == first
     assert frame_functions(stack_by_role(f, "allocation"))[0] == "conv2d_kernel"
     heap_abort_crash(r, pid)

@@ -472,7 +472,7 @@ os.kill(pid, signal.SIGKILL)
 
 @pytest.mark.parametrize("kind", ["abi", "garbage"])
 def test_an_invalid_segment_is_never_written(heisen, session, kind):
-    """The latest image of the dead pid is not a valid ABI-1 header: heisen-run
+    """The latest image of the dead pid is not a valid segment header: heisen-run
     leaves it alone (and still exits as the command did)."""
     p = heisen.run(["--dir", session, "--", SYSTEM_PYTHON, "-c", FAKE_LATER_IMAGE, kind])
     assert p.returncode == 137, p.stderr

@@ -1,5 +1,5 @@
 # SPDX-License-Identifier: MIT
-"""Process trees, OOM kills and the environment (issue 6), end to end.
+"""Process trees, OOM kills and the environment, end to end.
 
 Seed 002 for real: a ProcessPoolExecutor worker that allocates without bound
 in a memory-limited cgroup dies of the OOM killer, the pool breaks, and
@@ -36,8 +36,8 @@ def script(heisen, name):
     return heisen.src_targets / name
 
 
-def seed002(heisen, *args):
-    return [SYSTEM_PYTHON, script(heisen, "py_seed002.py"), *map(str, args)]
+def pool_script(heisen, *args):
+    return [SYSTEM_PYTHON, script(heisen, "py_process_pool.py"), *map(str, args)]
 
 
 # ---- cgroups -------------------------------------------------------------------
@@ -175,10 +175,10 @@ def event_types(thread):
 LIMIT = 200 * MIB
 
 
-def test_seed002_pool_worker_oom_killed_in_a_memory_cgroup(heisen, way):
+def test_pool_worker_oom_killed_in_a_memory_cgroup(heisen, way):
     with memory_cgroup(LIMIT) as (_, cg):
         t0 = time.monotonic()
-        p = way.run(seed002(heisen, "oom"), timeout=120, preexec_fn=join(cg))
+        p = way.run(pool_script(heisen, "oom"), timeout=120, preexec_fn=join(cg))
         took = time.monotonic() - t0
         assert p.returncode == 1, (p.returncode, p.stdout, p.stderr[-3000:])
         assert "broken BrokenProcessPool" in p.stdout, p.stdout
@@ -225,13 +225,13 @@ def test_seed002_pool_worker_oom_killed_in_a_memory_cgroup(heisen, way):
 
 
 @pytest.mark.parametrize("kind,ctx", [("path-shared", "spawn"), ("debian-static", "forkserver")])
-def test_seed002_oom_kill_with_spawn_and_forkserver_workers(heisen, session, kind, ctx):
+def test_oom_kill_with_spawn_and_forkserver_workers(heisen, session, kind, ctx):
     """The same on the shared python3 first on PATH (spawn: the worker is an
     exec of python) and with a forkserver (the worker's real parent is the
     forkserver; the one it worked for is main)."""
     py = interpreter(heisen, kind)
     with memory_cgroup(LIMIT) as (_, cg):
-        p = heisen.preload([py.exe, script(heisen, "py_seed002.py"), "oom", ctx], session, timeout=120,
+        p = heisen.preload([py.exe, script(heisen, "py_process_pool.py"), "oom", ctx], session, timeout=120,
                            preexec_fn=join(cg))
         assert p.returncode == 1 and "broken BrokenProcessPool" in p.stdout, (p.returncode, p.stdout, p.stderr[-3000:])
         main, hog = fact_int(p.stdout, "main"), fact_int(p.stdout, "hog")
@@ -250,7 +250,7 @@ def test_seed002_oom_kill_with_spawn_and_forkserver_workers(heisen, session, kin
 def test_worker_sigkilled_by_the_test_is_killed_with_its_last_events(heisen, session):
     env = heisen.env(session)
     env["LD_PRELOAD"] = str(heisen.lib)
-    proc = subprocess.Popen([str(c) for c in seed002(heisen, "sigkill", pyext_dir(heisen))], env=env,
+    proc = subprocess.Popen([str(c) for c in pool_script(heisen, "sigkill", pyext_dir(heisen))], env=env,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
         lines = []
@@ -290,7 +290,7 @@ def test_worker_sigkilled_by_the_test_is_killed_with_its_last_events(heisen, ses
 
 
 def test_spawn_forkserver_subprocess_and_fork_make_one_tree(heisen, session):
-    p = heisen.preload(seed002(heisen, "tree"), session, timeout=120)
+    p = heisen.preload(pool_script(heisen, "tree"), session, timeout=120)
     assert p.returncode == 0, (p.returncode, p.stderr[-3000:])
     out = facts(p.stdout)
     main = fact_int(p.stdout, "main")
@@ -328,7 +328,7 @@ def test_spawn_forkserver_subprocess_and_fork_make_one_tree(heisen, session):
 
 
 def test_clean_pool_every_worker_exited_0_and_no_finding(heisen, way):
-    p = way.run(seed002(heisen, "clean", 3), timeout=120)
+    p = way.run(pool_script(heisen, "clean", 3), timeout=120)
     assert p.returncode == 0, (p.returncode, p.stderr[-3000:])
     main = fact_int(p.stdout, "main")
     # the pool starts a worker only when none is idle: one worker may take two of the three tasks
@@ -426,13 +426,13 @@ def test_cpu_quota_below_the_cpu_count_is_warned_about(heisen, session):
 def test_memory_limit_at_the_observed_peak_is_warned_about(heisen, tmp_path):
     with memory_cgroup(LIMIT) as (_, cg):
         hi, lo = tmp_path / "hi", tmp_path / "lo"
-        p = heisen.preload(seed002(heisen, "peak", 176), hi, preexec_fn=join(cg))
+        p = heisen.preload(pool_script(heisen, "peak", 176), hi, preexec_fn=join(cg))
         assert p.returncode == 0, (p.returncode, p.stderr[-2000:])
         r = heisen.dump_json(hi, expect_rc=0)
         (w,) = warnings_of(r, "memory-limit")
         assert w["limit_bytes"] == LIMIT and w["peak_bytes"] >= 0.9 * LIMIT
         assert fact_int(p.stdout, "main") in w["pids"]
-        p = heisen.preload(seed002(heisen, "peak", 40), lo, preexec_fn=join(cg))
+        p = heisen.preload(pool_script(heisen, "peak", 40), lo, preexec_fn=join(cg))
         assert p.returncode == 0, p.stderr
         assert warnings_of(heisen.dump_json(lo, expect_rc=0), "memory-limit") == []
 
@@ -442,7 +442,7 @@ def test_heap_quarantine_is_capped_by_the_memory_limit(heisen, tmp_path):
     limit its default is 1/32 of it (64 MiB without one); an explicit
     HEISEN_QUARANTINE_MB is taken as it is."""
     def quarantine(session, **kw):
-        p = heisen.preload(seed002(heisen, "peak", 1), session, **kw)
+        p = heisen.preload(pool_script(heisen, "peak", 1), session, **kw)
         assert p.returncode == 0, (p.returncode, p.stderr[-2000:])
         return proc_by_pid(heisen.dump_json(session, expect_rc=0), fact_int(p.stdout, "main"))["heap"][
             "quarantine_bytes"]
@@ -458,14 +458,14 @@ def _nofile(n):
 
 def test_low_open_files_limit_with_many_fds_open_is_warned_about(heisen, tmp_path):
     many, few = tmp_path / "many", tmp_path / "few"
-    p = heisen.preload(seed002(heisen, "fds", 56), many, preexec_fn=_nofile(64))
+    p = heisen.preload(pool_script(heisen, "fds", 56), many, preexec_fn=_nofile(64))
     assert p.returncode == 0, p.stderr
     r = heisen.dump_json(many, expect_rc=0)
     (w,) = warnings_of(r, "open-files")
     pid = fact_int(p.stdout, "main")
     assert w["pids"] == [pid] and w["nofile"] == 64 and w["fds"] >= 56
     assert proc_by_pid(r, pid)["environment"]["rlimits"]["nofile"] == 64
-    p = heisen.preload(seed002(heisen, "fds", 8), few, preexec_fn=_nofile(64))
+    p = heisen.preload(pool_script(heisen, "fds", 8), few, preexec_fn=_nofile(64))
     assert p.returncode == 0, p.stderr
     assert warnings_of(heisen.dump_json(few, expect_rc=0), "open-files") == []
 
@@ -483,8 +483,8 @@ def test_diff_of_two_runs_differing_in_affinity_lists_that_and_nothing_else(heis
     if len(cpus) < 2:
         pytest.skip("one CPU: no two affinities to compare")
     a, b = tmp_path / "a", tmp_path / "b"
-    pa = heisen.preload(seed002(heisen, "clean", 2), a, preexec_fn=lambda: os.sched_setaffinity(0, {cpus[0]}))
-    pb = heisen.preload(seed002(heisen, "clean", 2), b)
+    pa = heisen.preload(pool_script(heisen, "clean", 2), a, preexec_fn=lambda: os.sched_setaffinity(0, {cpus[0]}))
+    pb = heisen.preload(pool_script(heisen, "clean", 2), b)
     assert pa.returncode == 0 and pb.returncode == 0, (pa.stderr, pb.stderr)
     settle(heisen, a), settle(heisen, b)
     d = diff(heisen, a, b, "--json")
@@ -500,7 +500,7 @@ def test_diff_of_two_runs_differing_in_affinity_lists_that_and_nothing_else(heis
     # a session against itself, and against another run of the same: the same
     assert diff(heisen, a, a).returncode == 0
     c = tmp_path / "c"
-    heisen.preload(seed002(heisen, "clean", 2), c)
+    heisen.preload(pool_script(heisen, "clean", 2), c)
     settle(heisen, c)
     same = diff(heisen, b, c, "--json")
     assert same.returncode == 0, same.stdout
@@ -510,10 +510,10 @@ def test_diff_of_two_runs_differing_in_affinity_lists_that_and_nothing_else(heis
 def test_diff_lists_tree_modules_findings_and_peaks(heisen, tmp_path):
     a, b = tmp_path / "a", tmp_path / "b"
     ext = pyext_dir(heisen)
-    pa = heisen.preload(seed002(heisen, "clean", 2), a)
-    pb = heisen.preload(seed002(heisen, "clean", 2), b,
-                        env={"SEED002_WORKERS": "3", "SEED002_SQLITE": "1", "SEED002_GROW_MIB": "96",
-                             "SEED002_EXT": str(ext)})
+    pa = heisen.preload(pool_script(heisen, "clean", 2), a)
+    pb = heisen.preload(pool_script(heisen, "clean", 2), b,
+                        env={"POOL_WORKERS": "3", "POOL_SQLITE": "1", "POOL_GROW_MIB": "96",
+                             "POOL_EXT": str(ext)})
     assert pa.returncode == 0 and pb.returncode == 0, (pa.stderr, pb.stderr)
     settle(heisen, a), settle(heisen, b)
     d = diff(heisen, a, b, "--json")

@@ -1,5 +1,5 @@
 # SPDX-License-Identifier: MIT
-"""Python frames interleaved with native frames (issue 3).
+"""Python frames interleaved with native frames.
 
 Stacks recorded for findings carry the Python functions that were running,
 where the evaluation loop ran them: innermost first, "python": true, with the

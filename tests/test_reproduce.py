@@ -180,7 +180,7 @@ def test_parallel_until_fail_finds_the_concurrent_double_free(heisen):
     ext = pyext_dir(heisen)
     if not list(ext.glob("torchlike*.so")):
         pytest.fail(f"torchlike extension not built in {ext}")
-    script = heisen.src_targets / "py_seed000.py"
+    script = heisen.src_targets / "py_threads_double_free_cache.py"
     p = heisen.run(["--parallel", "4", "--until-fail", "--repeat", "200", "--", SYSTEM_PYTHON, script, "2", "0.5",
                     ext], timeout=60)
     s = summary_of(p.stderr)
@@ -189,7 +189,7 @@ def test_parallel_until_fail_finds_the_concurrent_double_free(heisen):
     m = re.search(r"^  1 run \(first: run \d+\)  double-free: (.*)$", s, re.M)
     assert m, s
     assert m.group(1).startswith("workspace_cache_evict < conv2d_kernel < "), m.group(1)
-    assert m.group(1).endswith("| forward_pass (py_seed000.py)"), m.group(1)
+    assert m.group(1).endswith("| forward_pass (py_threads_double_free_cache.py)"), m.group(1)
     assert "add --parallel 4 --until-fail to replay that too" in s
 
 
@@ -545,7 +545,7 @@ def test_mem_limit_reproduces_the_pool_worker_oom_kill(heisen, tmp_path):
     """Seed 002 with --mem-limit alone: a ProcessPoolExecutor worker that
     allocates without bound is OOM-killed in the cgroup heisen-run made;
     heisen names it, and the cgroup is gone afterwards."""
-    script = heisen.src_targets / "py_seed002.py"
+    script = heisen.src_targets / "py_process_pool.py"
     p = heisen.run(["--dir", tmp_path / "s", "--mem-limit", "200M", "--", SYSTEM_PYTHON, script, "oom"], timeout=120)
     if "cannot make a cgroup" in p.stderr:
         pytest.skip(p.stderr.strip().splitlines()[-1])

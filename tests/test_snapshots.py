@@ -1,5 +1,5 @@
 # SPDX-License-Identifier: MIT
-"""Hang snapshots and crash snapshots (issue 3), without ptrace.
+"""Hang snapshots and crash snapshots, without ptrace.
 
 - A process blocked in something that is not a lock (read() on a pipe) makes
   no progress: under `heisen-run --hang-timeout 2 --on-hang kill` it is a
@@ -11,7 +11,7 @@
 - The program's own use of the snapshot signal (SIGRTMAX-3) still reaches the
   program's handler: the magic in si_value tells the two apart.
 
-Contracts: docs/interfaces.md "Python and the GIL"; design: DESIGN.md "Hangs".
+Contracts: docs/interfaces.md "Python and the GIL"; design: docs/design.md "Hangs".
 """
 import json
 import os

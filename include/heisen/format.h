@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * heisen/format.h — the on-shm segment format, ABI version 4.
+ * heisen/format.h — the on-shm segment format, ABI version 6 (HS_ABI_VERSION).
  *
  * One segment file per process image lives in the session directory as
  * "<pid>.<image>.seg" (image counts execs of that pid within the session,
@@ -11,9 +11,10 @@
  * version, endianness tag, word size, header size, and the offset / entry size
  * / capacity of every table), in the manner of LTTng-UST's ring buffer
  * metadata; readers must validate all of it before use and must bounds-check
- * every index and offset they read (STYLE.md habits 7 and 8).
+ * every index and offset they read (docs/design.md "Rules of the code",
+ * 7 and 8).
  *
- * Concurrency rules (see DESIGN.md "The flight recorder"):
+ * Concurrency rules (see docs/design.md "The flight recorder"):
  *   - Fields marked [atomic] are read and written with __atomic builtins.
  *     Tables are append-only: a writer reserves an entry, fills it, then
  *     publishes it (a release store of the table's count, or of the entry's
@@ -74,7 +75,7 @@ enum hs_table_id {
 	HS_T_RINGS,        /* struct hs_ring_header followed by ring_records hs_record; ring i belongs to thread slot i */
 	HS_T_PYFRAMES,     /* struct hs_pyframe; entry 0 is reserved; count [atomic] publishes */
 	HS_T_PYFRAME_INDEX, /* struct hs_index_slot: key = hs_pyframe_key(), value = pyframe id */
-	HS_T_FDS,          /* struct hs_fd: slot i describes fd number i (issue 5); count unused (capacity = numbers tracked) */
+	HS_T_FDS,          /* struct hs_fd: slot i describes fd number i; count unused (capacity = numbers tracked) */
 	HS_T_FD_EVENTS,    /* struct hs_fd_event: a ring of every fd creation and close, all threads (hs_header.fd_event_head) */
 	HS_T_FD_HISTORY,   /* struct hs_fd_event: copies kept for fd findings (never overwritten); count [atomic] reserves */
 	HS_T_CYCLE_EDGES,  /* uint64_t edge ids (entries are 8 bytes, ids fit in 32 bits) of potential-deadlock cycles longer than HS_CYCLE_MAX (hs_finding.offset
@@ -110,7 +111,7 @@ enum hs_state {
 	HS_STATE_KILLED = 5,   /* value = signal number; written by an outside observer (heisen-run's waitpid) */
 	HS_STATE_SIGNALED = 6, /* value = signal number: a signal whose default action terminates (SIGTERM, SIGINT...)
 				  arrived while the program left it at SIG_DFL; the process wrote this itself, with
-				  the sender in hs_header.term_* (issue 6) */
+				  the sender in hs_header.term_* */
 };
 #define HS_STATE_PACK(state, value) (((uint64_t)(value) << 8) | (uint64_t)(state))
 #define HS_STATE_OF(word) ((unsigned)((word) & 0xffu))
@@ -125,8 +126,8 @@ enum hs_state {
 #define HS_HDR_FALLBACK_SMALL 0x1u  /* sized down because the session directory was short of space */
 #define HS_HDR_SUSPECT 0x2u         /* the writer found its own state inconsistent and went quiet */
 #define HS_HDR_HEAP 0x4u            /* heap checking is on in this process (HEISEN_HEAP) */
-#define HS_HDR_FDS 0x8u             /* file descriptors are tracked in this process (unless HEISEN_FDS=0, issue 5) */
-#define HS_HDR_ENV 0x10u            /* hs_header.env was filled (issue 6) */
+#define HS_HDR_FDS 0x8u             /* file descriptors are tracked in this process (unless HEISEN_FDS=0) */
+#define HS_HDR_ENV 0x10u            /* hs_header.env was filled */
 #define HS_HDR_ENV_INHERITED 0x20u  /* ... copied from the forking parent's segment, not read anew */
 #define HS_HDR_SPARSE 0x40u         /* the file is sparse: tables get backing store a chunk at a time as they fill;
 				       a region never committed reads as zeros, which every table reads as empty */
@@ -142,7 +143,7 @@ enum hs_heap_stacks {
 	HS_HEAP_STACKS_NONE = 2,    /* none (HEISEN_HEAP_STACKS=none) */
 };
 
-/* ---- the environment a process saw (issue 6) ------------------------------ */
+/* ---- the environment a process saw ---------------------------------------- */
 
 #define HS_KERNEL_MAX 72          /* uname's release (65 bytes with its NUL), padded */
 #define HS_LIBC_MAX 24            /* gnu_get_libc_version() */
@@ -236,7 +237,7 @@ struct hs_header {
 				      without a shared counter on the record path */
 	uint64_t findings_dropped; /* findings not recorded: table full or writer suspect */
 
-	/* the Python bridge (issue 3) */
+	/* the Python bridge */
 	int32_t snapshot_signal;   /* the signal that makes a thread snapshot itself, 0 = not installed */
 	uint32_t python;           /* HS_PY_* */
 	uint64_t gil_lock;         /* [atomic] lock id of the GIL node, 0 before Python was seen */
@@ -247,7 +248,7 @@ struct hs_header {
 	uint32_t argv_truncated;   /* 1 when argv[] could not hold them all */
 	char argv[HS_ARGV_MAX];    /* argc NUL-terminated strings back to back */
 
-	/* the heap (issue 4), [atomic]; all 0 when heap checking is off (HS_HDR_HEAP clear) */
+	/* the heap, [atomic]; all 0 when heap checking is off (HS_HDR_HEAP clear) */
 	uint64_t heap_live_bytes;  /* bytes handed out and not yet freed */
 	uint64_t heap_peak_bytes;  /* high-water mark of heap_live_bytes */
 	uint64_t heap_allocs;      /* allocations served */
@@ -256,7 +257,7 @@ struct hs_header {
 	uint32_t heap_last_fail_stack; /* its stack */
 	uint32_t heap_stacks;      /* HS_HEAP_STACKS_*: what stack each malloc/free records */
 
-	/* file descriptors (issue 5), [atomic]; all 0 when fd tracking is off (HS_HDR_FDS clear) */
+	/* file descriptors, [atomic]; all 0 when fd tracking is off (HS_HDR_FDS clear) */
 	uint64_t fd_event_head;    /* next position of the fd event ring (HS_T_FD_EVENTS): events ever written */
 	uint64_t fd_created;       /* generations created (every number, tracked or not) */
 	uint64_t fd_closed;        /* generations closed */
@@ -270,7 +271,7 @@ struct hs_header {
 	uint64_t fd_double_closes_harmless; /* [atomic] double closes by the closing thread of a process of one
 				      thread, the number not reused in between: a note, not a finding (README) */
 
-	/* processes and environment (issue 6) */
+	/* processes and environment */
 	struct hs_env env;         /* at start (HS_HDR_ENV) */
 	uint64_t rss_bytes;        /* [atomic] resident set at the last sample (/proc/self/statm), bytes */
 	uint64_t rss_peak_bytes;   /* [atomic] the largest sample, or getrusage()'s ru_maxrss (the kernel's
@@ -378,7 +379,7 @@ enum hs_lock_kind {
 	HS_LOCK_MUTEX = 1,
 	HS_LOCK_RWLOCK = 2,
 	HS_LOCK_SPIN = 3,
-	HS_LOCK_GIL = 4,           /* CPython's GIL, one node per interpreter (issue 3) */
+	HS_LOCK_GIL = 4,           /* CPython's GIL, one node per interpreter */
 	HS_LOCK_SEMAPHORE = 5,     /* a POSIX semaphore used as a lock (threading.Lock); first_stack: where sem_init ran */
 };
 #define HS_LOCKF_RECURSIVE 0x1u    /* PTHREAD_MUTEX_RECURSIVE */
@@ -460,7 +461,7 @@ enum hs_wait_kind {
 	HS_WAIT_NONE = 0,
 	HS_WAIT_LOCK = 1,          /* wait_lock/wait_addr: a mutex, rwlock or spin lock */
 	HS_WAIT_COND = 2,          /* wait_addr: the condition variable; wait_lock: its mutex (released while waiting) */
-	HS_WAIT_GIL = 3,           /* issue 3 */
+	HS_WAIT_GIL = 3,           /* the GIL */
 };
 
 #define HS_HELDF_GIL 0x1u          /* the thread held the GIL when it took this lock */
@@ -560,11 +561,11 @@ enum hs_record_type {
 	HS_REC_GIL_ACQUIRED = 17,  /* a = which, c = waited ns */
 	HS_REC_GIL_RELEASED = 18,  /* a = which */
 	HS_REC_SNAPSHOT = 19,      /* this thread recorded its stack: a = HS_SNAPF_* */
-	/* file descriptors (issue 5): 20..29; stack = the creation or close stack */
+	/* file descriptors: 20..29; stack = the creation or close stack */
 	HS_REC_FD_CREATED = 20,    /* a = fd, b = generation, c = kind | call << 8 (enum hs_fd_kind, hs_fd_call) */
 	HS_REC_FD_CLOSED = 21,     /* a = fd, b = generation closed, c = call (enum hs_fd_call) */
 	HS_REC_FD_CLOSE_FAILED = 22, /* a close that failed: a = fd, b = generation, c = errno | call << 16 */
-	/* issue 6: 30..39 */
+	/* 30..39 */
 	HS_REC_MEMORY = 30,        /* a memory sample: a = RSS bytes, b = heap live bytes (0: heap checker off),
 				      c = HS_MEMW_* | the size of the allocation that triggered it << 8 */
 	HS_REC_TERM_SIGNAL = 31,   /* a terminating signal arrived at SIG_DFL: a = signal, b = sender pid,
@@ -663,8 +664,8 @@ enum hs_finding_kind {
 	HS_FIND_DOUBLE_FREE = 4,        /* addr, size; stack = the second free (tid), stack2 = the first (tid2), stack3 = the allocation (tid3) */
 	HS_FIND_INVALID_FREE = 5,       /* addr: never handed out, or the middle of a block; stack = the free (tid) */
 	HS_FIND_HEAP_OVERFLOW = 6,      /* addr, size: the tail canary broken; stack = the free (tid), stack3 = the allocation (tid3) */
-	HS_FIND_DOUBLE_CLOSE = 7,       /* issue 5: a close that failed with EBADF; see "fd findings" below */
-	HS_FIND_STALE_CLOSE = 8,        /* issue 5: a close of a generation its caller did not own; see "fd findings" below */
+	HS_FIND_DOUBLE_CLOSE = 7,       /* a close that failed with EBADF; see "fd findings" below */
+	HS_FIND_STALE_CLOSE = 8,        /* a close of a generation its caller did not own; see "fd findings" below */
 	HS_FIND_USE_AFTER_FREE = 9,     /* a sampled guard-page block read or written after its free; see "guard findings" below */
 	HS_FIND_HEAP_BUFFER_OVERFLOW = 10, /* an access to the guard page next to a sampled block; see "guard findings" below */
 };
@@ -755,7 +756,7 @@ enum hs_fd_rule {
 };
 #define HS_FD_FINDING_EVENTS 8     /* history events reserved per fd finding */
 
-/* ---- file descriptors (issue 5) ----------------------------------------- */
+/* ---- file descriptors --------------------------------------------------- */
 
 /* What an fd is. */
 enum hs_fd_kind {
@@ -930,7 +931,7 @@ struct hs_session_refs {
 /* Table capacities a segment is made with. */
 struct hs_geometry {
 	uint32_t modules, string_bytes, stacks, locks, edges, threads, findings, ring_records, pyframes;
-	uint32_t fds, fd_events;   /* issue 5: fd numbers tracked, fd events kept (a power of two) */
+	uint32_t fds, fd_events;   /* fd numbers tracked, fd events kept (a power of two) */
 };
 
 /* The default geometry (about 4.8 MiB of address space per process; sparse: what is used is allocated). */

@@ -4,7 +4,8 @@
  *
  * Nothing here is needed: heisen records without any change to the program.
  * A program that links these symbols weakly (or looks them up with dlsym)
- * runs unchanged without heisen.  Design: DESIGN.md.
+ * runs unchanged without heisen.  Design: docs/design.md "Lock order"
+ * (named locks), "File descriptors" (fd owners).
  */
 #ifndef HEISEN_HEISEN_H
 #define HEISEN_HEISEN_H
@@ -25,7 +26,7 @@ extern "C" {
 int heisen_name_lock(const void *lock, const char *name);
 
 /*
- * fdsan-style ownership of a file descriptor (issue 5; Android's fdsan is
+ * fdsan-style ownership of a file descriptor (Android's fdsan is
  * the model).  heisen_fd_set_owner(fd, owner) says that the open
  * descriptor fd belongs to `owner` (any non-zero 64-bit tag: an object's
  * address, say) until it is closed with heisen_fd_close_owned(fd, owner).

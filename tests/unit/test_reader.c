@@ -910,7 +910,7 @@ static void test_guard_findings(void)
 	synth_free(&s);
 }
 
-/* ---- processes and environment (ABI 4, issue 6) ----------------------------- */
+/* ---- processes and environment (ABI 4) -------------------------------------- */
 
 /* A pid that is gone: a child that exited and was reaped. */
 static pid_t dead_pid(void)
@@ -1201,7 +1201,7 @@ static void test_symbolize(void)
 	synth_free(&s);
 }
 
-/* ---- fd findings and the fd table (ABI 4, issue 5) ------------------------ */
+/* ---- fd findings and the fd table (ABI 4) --------------------------------- */
 
 static void add_fd(struct synth *s, uint32_t fd, uint32_t gen, unsigned state, unsigned kind, uint32_t flags,
 		   const char *path, int tid)

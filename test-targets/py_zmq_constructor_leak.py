@@ -1,5 +1,5 @@
 # SPDX-License-Identifier: MIT
-"""py_seed001 — seed 001: a constructor opens sockets and raises; retried.
+"""py_zmq_constructor_leak — seed 001: a constructor opens sockets and raises; retried.
 
 BertClient.__init__ makes two zmq sockets and connects them, then checks
 the server's health, which times out (nobody listens) and raises before

@@ -1,5 +1,5 @@
 # SPDX-License-Identifier: MIT
-"""py_seed000 — seed 000: a model server's threads race on a native cache.
+"""py_threads_double_free_cache — seed 000: a model server's threads race on a native cache.
 
 Ten "request" threads call torchlike.conv2d_forward() in a loop at once, as
 the story's ten parallel test harnesses did; the extension frees its cached
@@ -7,7 +7,7 @@ workspace without a lock, so two threads free the same block (a double
 free).  Under HEISEN_HEAP=1 heisen reports it at the second free, naming
 both threads and both frees.
 
-Usage: py_seed000.py [THREADS [SECONDS [EXT_DIR]]]   (default 10 threads, 20 s)
+Usage: py_threads_double_free_cache.py [THREADS [SECONDS [EXT_DIR]]]   (default 10 threads, 20 s)
 
 Prints "pid P", "tid_request_<i> T" for each thread, then "done ok" when
 the time ran out without the process dying (a run without the bug, or with

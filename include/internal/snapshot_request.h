@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * heisen/snapshot_request.h — how a watcher asks one thread of a recorded
+ * internal/snapshot_request.h — how a watcher asks one thread of a recorded
  * process to record its own stack (format.h: HS_SNAPSHOT_SIGNAL_OFFSET,
  * HS_SNAPSHOT_MAGIC; the answer lands in hs_thread.snap_*).  Shared by
  * heisen-run and heisen-dump; not part of the installed API.
@@ -18,7 +18,7 @@
 #include <sys/syscall.h>
 #include <unistd.h>
 
-#include "format.h"
+#include "heisen/format.h"
 
 /*
  * The si_value of a snapshot request to the process whose segment header

@@ -2,20 +2,20 @@
 """Seed 002: a ProcessPoolExecutor whose worker dies, and the trees of
 processes multiprocessing and subprocess make (tests/test_proc.py).
 
-    py_seed002.py oom [fork|spawn|forkserver]   a worker allocates without bound (run it in a
+    py_process_pool.py oom [fork|spawn|forkserver]   a worker allocates without bound (run it in a
                                                 memory-limited cgroup): BrokenProcessPool
-    py_seed002.py sigkill                       a worker takes native locks (heisenlocks), allocates
+    py_process_pool.py sigkill                       a worker takes native locks (heisenlocks), allocates
                                                 a little, says "victim PID ready" and waits to be
                                                 SIGKILLed by the test: BrokenProcessPool
-    py_seed002.py clean [N]                     N workers (default 3) each square numbers: exit 0;
+    py_process_pool.py clean [N]                     N workers (default 3) each square numbers: exit 0;
                                                 knobs that leave argv alone (for heisen-dump diff):
-                                                SEED002_WORKERS=N, SEED002_SQLITE=1 (import sqlite3),
-                                                SEED002_GROW_MIB=M (the main process grows by M MiB),
-                                                SEED002_EXT=DIR (heisenlocks: a lock-order cycle)
-    py_seed002.py tree                          a spawn pool, a forkserver pool, subprocess.run of a
+                                                POOL_WORKERS=N, POOL_SQLITE=1 (import sqlite3),
+                                                POOL_GROW_MIB=M (the main process grows by M MiB),
+                                                POOL_EXT=DIR (heisenlocks: a lock-order cycle)
+    py_process_pool.py tree                          a spawn pool, a forkserver pool, subprocess.run of a
                                                 Python child, a fork child: every pid printed
-    py_seed002.py peak MIB                      grow to MIB resident, free it, exit 0
-    py_seed002.py fds N                         hold N open descriptors for 1.5 s, then exit 0
+    py_process_pool.py peak MIB                      grow to MIB resident, free it, exit 0
+    py_process_pool.py fds N                         hold N open descriptors for 1.5 s, then exit 0
 
 Prints "key value" lines (conftest.facts): "main PID", "worker PID", ...
 """
@@ -66,13 +66,13 @@ def run_pool(ctx, work, *args):
 
 
 def clean(n):
-    n = int(os.environ.get("SEED002_WORKERS", n))
-    if os.environ.get("SEED002_SQLITE") == "1":
+    n = int(os.environ.get("POOL_WORKERS", n))
+    if os.environ.get("POOL_SQLITE") == "1":
         import sqlite3
         sqlite3.connect(":memory:").execute("select 1")
-    grown = [bytearray(1 << 20) for _ in range(int(os.environ.get("SEED002_GROW_MIB", "0")))]
-    if os.environ.get("SEED002_EXT"):
-        sys.path.insert(0, os.environ["SEED002_EXT"])
+    grown = [bytearray(1 << 20) for _ in range(int(os.environ.get("POOL_GROW_MIB", "0")))]
+    if os.environ.get("POOL_EXT"):
+        sys.path.insert(0, os.environ["POOL_EXT"])
         import heisenlocks
         heisenlocks.a_then_b()
         heisenlocks.b_then_a()

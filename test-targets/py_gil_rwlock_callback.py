@@ -1,5 +1,5 @@
 # SPDX-License-Identifier: MIT
-"""py_seed003 — seed 003, the RAPIDS/Dask deadlock: the GIL against a native rwlock.
+"""py_gil_rwlock_callback — seed 003, the RAPIDS/Dask deadlock: the GIL against a native rwlock.
 
 The extension cudalike owns cuda_ctx_lock (libcuda's context lock).  Thread
 "holder" calls into it with the GIL released; the extension takes the rwlock
@@ -7,7 +7,7 @@ and, holding it, calls back into Python (on_context), which must take the
 GIL.  Thread "launcher" calls cudalike.launch() holding the GIL; launch takes
 the rwlock without releasing the GIL.
 
-Usage: py_seed003.py quiet|hang [capi|ctypes|ffi] [write|read] [EXT_DIR]
+Usage: py_gil_rwlock_callback.py quiet|hang [capi|ctypes|ffi] [write|read] [EXT_DIR]
 
   quiet   the holder runs to completion, then the launcher runs: this run
           cannot hang, heisen must predict the deadlock (GIL <-> cuda_ctx_lock).
@@ -50,7 +50,7 @@ def parse(argv):
     if rest:
         ext = rest.pop(0)
     if rest:
-        sys.exit(f"usage: py_seed003.py {'|'.join(MODES)} [{'|'.join(VIAS)}] "
+        sys.exit(f"usage: py_gil_rwlock_callback.py {'|'.join(MODES)} [{'|'.join(VIAS)}] "
                  f"[{'|'.join(LOCKINGS)}] [EXT_DIR]")
     return mode, via, locking, ext
 

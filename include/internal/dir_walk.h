@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * heisen/dir_walk.h — open a session directory one path component at a
+ * internal/dir_walk.h — open a session directory one path component at a
  * time, so that nobody else's symbolic link or directory decides where
  * heisen writes.  Shared by the shim (it runs in the constructor: no
  * malloc, no stdio, raw system calls so none of the shim's own hooks see
