@@ -448,13 +448,16 @@ static inline uint64_t fd_clock(void)
  * native chain.
  */
 #define STACK_CACHE 4u
-static __thread struct stack_cache {
+struct stack_cache {
 	uint32_t seg_gen;       /* hs_tls.seg_gen of the id */
 	uint32_t id;            /* 0 = empty */
 	unsigned depth;
 	uint64_t pc[HS_CHAIN_MAX];
-} stack_cache[STACK_CACHE] __attribute__((tls_model("initial-exec")));
-static __thread struct hs_chain fd_chain __attribute__((tls_model("initial-exec")));
+};
+/* The thread's fd chain and, after it, stack_cache[STACK_CACHE], in the
+ * thread's area (shim.h, hs_area): not in static TLS. */
+_Static_assert(sizeof(struct hs_chain) + STACK_CACHE * sizeof(struct stack_cache) <= HS_AREA_FDS_SIZE,
+	       "fd chain and stack cache fit the area");
 
 /*
  * This call's stack id (hs_stack_call's, or hs_stack_here's with
@@ -463,19 +466,24 @@ static __thread struct hs_chain fd_chain __attribute__((tls_model("initial-exec"
  */
 static uint32_t fd_stack(struct hs_tls *t, uint64_t site)
 {
-	struct hs_chain *ch = &fd_chain;
+	char *area = hs_area();
+	struct hs_chain *ch;
 	struct stack_cache *c;
 	unsigned depth, i;
 	uint32_t id;
 
 	if (HS_UNLIKELY(full_stacks))
 		return hs_stack_here();
+	if (HS_UNLIKELY(!area))
+		return hs_stack_site(site); /* no area: the site's stack */
+	ch = (struct hs_chain *)(void *)(area + HS_AREA_FDS);
 	depth = hs_chain_read(ch, site, fd_call_cfa);
 	if (depth == 0)
 		return 0;
 	if (ch->python)
 		return hs_chain_stack(ch); /* through the evaluation loop: this call's Python frames, never cached */
-	c = &stack_cache[(site ^ site >> 5) & (STACK_CACHE - 1)];
+	c = &((struct stack_cache *)(void *)(area + HS_AREA_FDS + sizeof(struct hs_chain)))
+		[(site ^ site >> 5) & (STACK_CACHE - 1)];
 	if (c->id && c->depth == depth && c->seg_gen == t->seg_gen) {
 		for (i = 0; i < depth && ch->pc[i] == c->pc[i]; i++)
 			;
