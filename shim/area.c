@@ -7,9 +7,13 @@
  * out of the stack size the program asked for, so a PTHREAD_STACK_MIN
  * thread must not lose it to a preloaded library.  Contracts in shim.h.
  */
+#include <fcntl.h>
 #include <pthread.h>
 #include <stdint.h>
 #include <sys/mman.h>
+#include <sys/resource.h>
+#include <sys/syscall.h>
+#include <unistd.h>
 
 #include "shim.h"
 
@@ -43,26 +47,68 @@ void hs_area_release(struct hs_tls *t)
 }
 
 /*
- * The thread's stack bounds, read once per thread with pthread_getattr_np
- * (for the main thread glibc reads /proc/self/maps: with in_hook held so the
- * reads and its buffer are not recorded).  lo == hi == 1: unknown.
+ * The mapping of /proc/self/maps that holds sp: [*lo, *hi).  Raw reads
+ * through hs_sys, a 256-byte buffer, no malloc, no lock: the bounds are
+ * first needed inside a hook, which may run inside pthread_getattr_np
+ * itself (its realloc of the cpuset while it holds the thread's descriptor
+ * lock), so asking glibc would deadlock.  Returns 0, -1 when not found.
+ */
+static int mapping_of(uintptr_t sp, uintptr_t *lo, uintptr_t *hi)
+{
+	char buf[256];
+	uintptr_t v[2] = {0, 0};
+	int fd = hs_sys.open("/proc/self/maps", O_RDONLY | O_CLOEXEC, 0);
+	int field = 0, found = -1; /* field: 0 start, 1 end, 2 rest of the line */
+	ssize_t n;
+	if (fd < 0)
+		return -1;
+	while (found < 0 && (n = hs_sys.read(fd, buf, sizeof buf)) > 0) {
+		for (ssize_t i = 0; i < n; i++) {
+			char c = buf[i];
+			if (field < 2 && ((c >= '0' && c <= '9') || (c >= 'a' && c <= 'f'))) {
+				v[field] = v[field] << 4 | (uintptr_t)(c <= '9' ? c - '0' : c - 'a' + 10);
+			} else if (field == 0 && c == '-') {
+				field = 1;
+			} else if (c == '\n') {
+				if (sp >= v[0] && sp < v[1]) {
+					*lo = v[0];
+					*hi = v[1];
+					found = 0;
+					break;
+				}
+				v[0] = v[1] = 0;
+				field = 0;
+			} else if (field < 2) {
+				field = 2;
+			}
+		}
+	}
+	hs_sys.close(fd);
+	return found;
+}
+
+/*
+ * The thread's stack bounds, read once per thread: the mapping holding the
+ * stack pointer (a thread's stack mapping starts just above its guard page,
+ * glibc's or the program's own).  The main thread's stack grows on demand:
+ * its low bound is the top less RLIMIT_STACK (as pthread_getattr_np says),
+ * the mapping's start when the limit is infinite.  lo == hi == 1: unknown.
  */
 static void read_stack_bounds(struct hs_tls *t)
 {
-	pthread_attr_t a;
-	void *addr;
-	size_t size;
-	int was = t->in_hook;
-	t->in_hook = 1;
+	uintptr_t lo, hi, sp = (uintptr_t)__builtin_frame_address(0);
 	t->stack_lo = t->stack_hi = 1; /* asked once, even when the answer is no */
-	if (pthread_getattr_np(pthread_self(), &a) == 0) {
-		if (pthread_attr_getstack(&a, &addr, &size) == 0) {
-			t->stack_lo = (uintptr_t)addr;
-			t->stack_hi = (uintptr_t)addr + size;
-		}
-		pthread_attr_destroy(&a);
+	if (mapping_of(sp, &lo, &hi) != 0)
+		return;
+	if (t->tid == 0)
+		t->tid = (int32_t)syscall(SYS_gettid);
+	if (t->tid == getpid()) {
+		struct rlimit rl;
+		if (hs_sys.getrlimit(RLIMIT_STACK, &rl) == 0 && rl.rlim_cur != RLIM_INFINITY && rl.rlim_cur < hi)
+			lo = hi - rl.rlim_cur < lo ? hi - rl.rlim_cur : lo;
 	}
-	t->in_hook = was;
+	t->stack_lo = lo;
+	t->stack_hi = hi;
 }
 
 int hs_on_own_stack(const void *p)

@@ -186,6 +186,15 @@ static void gil_edge(struct hs_tls *t, uint32_t from, unsigned from_mode, uint32
 		hs_rec(t, now, HS_REC_FINDING, 0, finding - 1, 0, 0);
 }
 
+/* A new edge's stack: this call's whole stack, else (no room left on a small
+ * thread stack to unwind, shim.h HS_UNWIND_ROOM) the call site's. */
+static __thread uint64_t edge_site __attribute__((tls_model("initial-exec")));
+static uint32_t edge_to_stack(void)
+{
+	uint32_t id = hs_stack_here();
+	return id ? id : hs_stack_site(edge_site);
+}
+
 /*
  * Before acquiring: identify the lock, catch a relock of a held lock, and
  * add the edges held -> this lock for a blocking acquisition.
@@ -266,6 +275,7 @@ identified:
 		return; /* a trylock cannot block: no edge into it */
 	if (a->holds_gil)
 		gil_edge(t, hs_py_gil_lock(), HS_MODE_WRITE, 0, a->id, a->acq_mode, 0, a->t0);
+	edge_site = a->site;
 	for (uint32_t i = 0; i < n; i++) {
 		const struct hs_held *he = &th->held[i];
 		int created;
@@ -278,7 +288,7 @@ identified:
 		from_stack = hs_edge_find(&hs_seg, hs_edge_key(he->lock, a->id, he->mode, a->acq_mode))
 				     ? he->stack
 				     : held_stack(th, (int)i);
-		e = hs_graph_add(&hs_seg, he->lock, he->mode, from_stack, a->id, a->acq_mode, 0, hs_stack_here,
+		e = hs_graph_add(&hs_seg, he->lock, he->mode, from_stack, a->id, a->acq_mode, 0, edge_to_stack,
 				 t->tid, a->t0, &created, &finding);
 		if (created)
 			hs_rec(t, a->t0, HS_REC_NEW_EDGE, hs_seg.edges[e].to_stack, e, he->lock, a->id);

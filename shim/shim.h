@@ -143,7 +143,7 @@ static inline char *hs_area(void)
 uint64_t hs_stack_room(uintptr_t sp);
 /* 1 when p lies in the calling thread's own stack (the same bounds). */
 int hs_on_own_stack(const void *p);
-#define HS_UNWIND_ROOM 6144u
+#define HS_UNWIND_ROOM 10240u
 extern struct hs_seg hs_seg;          /* the process's segment */
 extern int hs_recording;              /* [atomic] 1 once the segment is ready */
 extern uint32_t hs_seg_gen;           /* [atomic] bumped when the process gets a new segment (fork) */

@@ -232,10 +232,15 @@ uint32_t hs_stack_site(uint64_t site)
 	struct site_tc *e = tc ? &tc[(site ^ site >> 9) & (SITE_TCACHE - 1)] : NULL;
 	if (e && e->site == site && e->gen == gen && e->id)
 		return e->id;
-	if (HS_UNLIKELY(!room_to_unwind()))
-		id = site_get(&hs_seg, site); /* a small thread stack: a stack cached already, else none */
-	else
-		id = stack_site_slow(site);
+	if (HS_UNLIKELY(!room_to_unwind())) {
+		/* a small thread stack: the site's stack cached already, else the
+		 * call site alone, marked truncated and never cached (a later call
+		 * with room unwinds); no unwind that would overflow the stack */
+		if ((id = site_get(&hs_seg, site)) != 0)
+			return id;
+		return hs_stack_intern(&hs_seg, &site, 1, HS_STACK_SITE | HS_STACK_TRUNCATED);
+	}
+	id = stack_site_slow(site);
 	if (id && e) {
 		__atomic_store_n(&e->site, 0, __ATOMIC_RELAXED);
 		__atomic_signal_fence(__ATOMIC_SEQ_CST);

@@ -10,10 +10,15 @@
  * For each size, one thread takes lock_a then lock_b (take_a_then_b) and,
  * after it exited, another takes lock_b then lock_a (take_b_then_a): an
  * ABBA that never hangs and that heisen must still predict.
+ * With a second argument ROOM (bytes), each thread first recurses until less
+ * than ROOM bytes of its stack are left (a deep call chain in a small
+ * thread) and takes the locks from there.
+ * Usage: small_stacks [SIZE [ROOM]].
  * Prints "pid P", then per size "size N tid_ab T1 tid_ba T2", then "done".
  */
 #include <fcntl.h>
 #include <limits.h>
+#include <stdint.h>
 
 #include "tt.h"
 
@@ -54,12 +59,42 @@ __attribute__((noinline)) void take_b_then_a(void)
 }
 
 static int tids[2];
+static size_t room; /* 0: take the locks at the thread's top */
+static uintptr_t stack_lo;
+
+/* Call fn with less than `room` bytes of the thread's stack left. */
+__attribute__((noinline)) static void descend(void (*fn)(void))
+{
+	volatile char pad[256];
+	pad[0] = 1;
+	if ((uintptr_t)__builtin_frame_address(0) - stack_lo > room)
+		descend(fn);
+	else
+		fn();
+	pad[1] = pad[0]; /* no tail call: each level keeps its frame */
+}
+
+static void run_at_depth(void (*fn)(void))
+{
+	pthread_attr_t a;
+	void *addr;
+	size_t size;
+	if (!room) {
+		fn();
+		return;
+	}
+	TT_CHECK(pthread_getattr_np(pthread_self(), &a));
+	TT_CHECK(pthread_attr_getstack(&a, &addr, &size));
+	TT_CHECK(pthread_attr_destroy(&a));
+	stack_lo = (uintptr_t)addr;
+	descend(fn);
+}
 
 static void *thread_ab(void *arg)
 {
 	(void)arg;
 	tids[0] = tt_gettid();
-	take_a_then_b();
+	run_at_depth(take_a_then_b);
 	return NULL;
 }
 
@@ -67,7 +102,7 @@ static void *thread_ba(void *arg)
 {
 	(void)arg;
 	tids[1] = tt_gettid();
-	take_b_then_a();
+	run_at_depth(take_b_then_a);
 	return NULL;
 }
 
@@ -91,6 +126,8 @@ int main(int argc, char **argv)
 		sizes[0] = (size_t)strtoul(argv[1], NULL, 0);
 		n = 1;
 	}
+	if (argc > 2)
+		room = (size_t)strtoul(argv[2], NULL, 0);
 	printf("pid %d\n", (int)getpid());
 	for (size_t i = 0; i < n; i++) {
 		run_small(thread_ab, sizes[i]);
