@@ -14,7 +14,7 @@
  * than ROOM bytes of its stack are left (a deep call chain in a small
  * thread) and takes the locks from there.
  * Usage: small_stacks [SIZE [ROOM]].
- * Prints "pid P", then per size "size N tid_ab T1 tid_ba T2", then "done".
+ * Prints "pid P", then per size "size N", "tid_ab T1", "tid_ba T2", then "done".
  */
 #include <fcntl.h>
 #include <limits.h>
@@ -132,7 +132,7 @@ int main(int argc, char **argv)
 	for (size_t i = 0; i < n; i++) {
 		run_small(thread_ab, sizes[i]);
 		run_small(thread_ba, sizes[i]);
-		printf("size %zu tid_ab %d tid_ba %d\n", sizes[i], tids[0], tids[1]);
+		printf("size %zu\ntid_ab %d\ntid_ba %d\n", sizes[i], tids[0], tids[1]);
 		fflush(stdout);
 	}
 	printf("done\n");
