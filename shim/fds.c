@@ -460,6 +460,23 @@ _Static_assert(sizeof(struct hs_chain) + STACK_CACHE * sizeof(struct stack_cache
 	       "fd chain and stack cache fit the area");
 
 /*
+ * A finding's event buffers (a number's last CHAIN_MAX events and the story
+ * told from them: 2 x 32 x 136 bytes), in the thread's area rather than on
+ * the hook's stack, where a failed close() in a PTHREAD_STACK_MIN thread
+ * would overflow it.  Hooks do not nest (in_hook), so one per thread.
+ * NULL when the thread has no area: the finding is not made.
+ */
+struct fd_scratch {
+	struct hs_fd_event ev[CHAIN_MAX], hist[CHAIN_MAX];
+};
+_Static_assert(sizeof(struct fd_scratch) <= HS_AREA_FD_SCRATCH_SIZE, "the fd finding buffers fit the area");
+static inline struct fd_scratch *fd_scratch(void)
+{
+	char *a = hs_area();
+	return a ? (struct fd_scratch *)(void *)(a + HS_AREA_FD_SCRATCH) : NULL;
+}
+
+/*
  * This call's stack id (hs_stack_call's, or hs_stack_here's with
  * HEISEN_FD_STACKS=full), 0 when none could be read or kept.  site and
  * fd_call_cfa are the hook's (RET_ADDR); t is hs_enter()'s.
@@ -869,7 +886,8 @@ static void close_failed(struct hs_tls *t, int fd, uint32_t gen, unsigned call, 
 			 int sweep, int own)
 {
 	struct hs_fd *s = slot_of(fd);
-	struct hs_fd_event ev[CHAIN_MAX], hist[CHAIN_MAX], fail;
+	struct fd_scratch *scratch = fd_scratch();
+	struct hs_fd_event *ev = scratch ? scratch->ev : NULL, *hist = scratch ? scratch->hist : NULL, fail;
 	const struct hs_fd_event *cg, *xg, *cp, *xp;
 	struct hs_finding f, *stale;
 	unsigned n, m;
@@ -886,10 +904,10 @@ static void close_failed(struct hs_tls *t, int fd, uint32_t gen, unsigned call, 
 	fail.kind = s->kind;
 	fail.flags = s->flags;
 	event_add(s, &fail);
-	n = chain(fd, s->last_event, ev, CHAIN_MAX);
+	n = scratch ? chain(fd, s->last_event, ev, CHAIN_MAX) : 0;
 	release(s, q);
 	hs_rec(t, now, HS_REC_FD_CLOSE_FAILED, stack, (uint64_t)fd, gen, (uint64_t)err | (uint64_t)call << 16);
-	if (sweep)
+	if (sweep || !scratch)
 		return;
 	if (own) {
 		/* this close's own record (made before the call, which then failed) closed nothing */
@@ -1009,13 +1027,14 @@ static void after_close(struct hs_tls *t, int fd, unsigned call, uint32_t stack,
  */
 static void owned_by_tag_closed(struct hs_tls *t, int fd, const struct pre *p, uint32_t stack, unsigned rule)
 {
-	struct hs_fd_event ev[CHAIN_MAX], hist[CHAIN_MAX];
+	struct fd_scratch *scratch = fd_scratch();
+	struct hs_fd_event *ev = scratch ? scratch->ev : NULL, *hist = scratch ? scratch->hist : NULL;
 	struct hs_fd *s = slot_of(fd);
 	const struct hs_fd_event *own;
 	struct hs_finding f;
 	unsigned n;
 	uint32_t q;
-	if (!s || !claim(s, &q))
+	if (!scratch || !s || !claim(s, &q))
 		return;
 	n = chain(fd, s->last_event, ev, CHAIN_MAX);
 	release(s, q);
@@ -1039,7 +1058,8 @@ static void owned_by_tag_closed(struct hs_tls *t, int fd, const struct pre *p, u
 static void object_closing(struct hs_tls *t, int fd, uint64_t owner, uint32_t owner_flag, unsigned rule,
 			   unsigned call, uint32_t stack, uint64_t now, struct pre *p)
 {
-	struct hs_fd_event ev[CHAIN_MAX], hist[CHAIN_MAX];
+	struct fd_scratch *scratch = fd_scratch();
+	struct hs_fd_event *ev = scratch ? scratch->ev : NULL, *hist = scratch ? scratch->hist : NULL;
 	struct hs_fd *s = slot_of(fd);
 	const struct hs_fd_event *mine = NULL, *cur;
 	struct hs_finding f;
@@ -1049,7 +1069,7 @@ static void object_closing(struct hs_tls *t, int fd, uint64_t owner, uint32_t ow
 	closing(t, fd, call, stack, now, p);
 	if (!p->tracked || p->state != HS_FDS_OPEN || ((p->flags & owner_flag) && p->owner == owner))
 		return;
-	if (!s || !claim(s, &q))
+	if (!scratch || !s || !claim(s, &q))
 		return;
 	n = chain(fd, s->last_event, ev, CHAIN_MAX);
 	release(s, q);

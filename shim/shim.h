@@ -105,7 +105,8 @@ extern __thread struct hs_tls hs_tls __attribute__((tls_model("initial-exec")));
  * PTHREAD_STACK_MIN thread keeps what is left), so every byte of
  * initial-exec TLS in a preloaded library is a byte less of the program's
  * stack; libheisen.so keeps only hs_tls and a few hot scalars there.
- * HS_AREA_SIZE bytes, zero-filled, mapped with mmap (async-signal-safe, no
+ * HS_AREA_SIZE bytes of address space (pages are backed when first
+ * touched), zero-filled, mapped with mmap (async-signal-safe, no
  * malloc) and unmapped when heisen sees the thread exit (hs_thread_detach).
  * Each module owns one fixed range [HS_AREA_x, HS_AREA_x + HS_AREA_x_SIZE)
  * and checks that its state fits (_Static_assert).  hs_area() returns NULL
@@ -123,7 +124,9 @@ extern __thread struct hs_tls hs_tls __attribute__((tls_model("initial-exec")));
 #define HS_AREA_PY_SIZE      1280u
 #define HS_AREA_FORK         12288u  /* init.c: fork_held */
 #define HS_AREA_FORK_SIZE    1280u
-#define HS_AREA_SIZE         16384u
+#define HS_AREA_FD_SCRATCH   16384u  /* fds.c: a finding's event buffers (touched only by a finding) */
+#define HS_AREA_FD_SCRATCH_SIZE 9216u
+#define HS_AREA_SIZE         28672u  /* pages never touched are never backed */
 char *hs_area_map(void);
 void hs_area_release(struct hs_tls *t);
 static inline char *hs_area(void)
