@@ -193,7 +193,8 @@ static void atfork_prepare(void)
 {
 	struct hs_tls *t = &hs_tls;
 	struct hs_thread *s = t->slot && t->seg_gen == __atomic_load_n(&hs_seg_gen, __ATOMIC_ACQUIRE) ? t->slot : NULL;
-	struct fork_held *fh = fork_held_of();
+	/* a thread with no slot maps no area here (nothing would unmap it) */
+	struct fork_held *fh = s || t->area ? fork_held_of() : NULL;
 	uint32_t n;
 	if (!fh)
 		return;
