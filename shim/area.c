@@ -47,16 +47,17 @@ void hs_area_release(struct hs_tls *t)
 }
 
 /*
- * The mapping of /proc/self/maps that holds sp: [*lo, *hi).  Raw reads
+ * The mapping of /proc/self/maps that holds sp: [*lo, *hi); *below is the
+ * end of the mapping under it.  Raw reads
  * through hs_sys, a 256-byte buffer, no malloc, no lock: the bounds are
  * first needed inside a hook, which may run inside pthread_getattr_np
  * itself (its realloc of the cpuset while it holds the thread's descriptor
  * lock), so asking glibc would deadlock.  Returns 0, -1 when not found.
  */
-static int mapping_of(uintptr_t sp, uintptr_t *lo, uintptr_t *hi)
+static int mapping_of(uintptr_t sp, uintptr_t *lo, uintptr_t *hi, uintptr_t *below)
 {
 	char buf[256];
-	uintptr_t v[2] = {0, 0};
+	uintptr_t v[2] = {0, 0}, prev_end = 0;
 	int fd = hs_sys.open("/proc/self/maps", O_RDONLY | O_CLOEXEC, 0);
 	int field = 0, found = -1; /* field: 0 start, 1 end, 2 rest of the line */
 	ssize_t n;
@@ -73,9 +74,11 @@ static int mapping_of(uintptr_t sp, uintptr_t *lo, uintptr_t *hi)
 				if (sp >= v[0] && sp < v[1]) {
 					*lo = v[0];
 					*hi = v[1];
+					*below = prev_end;
 					found = 0;
 					break;
 				}
+				prev_end = v[1];
 				v[0] = v[1] = 0;
 				field = 0;
 			} else if (field < 2) {
@@ -91,21 +94,25 @@ static int mapping_of(uintptr_t sp, uintptr_t *lo, uintptr_t *hi)
  * The thread's stack bounds, read once per thread: the mapping holding the
  * stack pointer (a thread's stack mapping starts just above its guard page,
  * glibc's or the program's own).  The main thread's stack grows on demand:
- * its low bound is the top less RLIMIT_STACK (as pthread_getattr_np says),
- * the mapping's start when the limit is infinite.  lo == hi == 1: unknown.
+ * its low bound is the top less RLIMIT_STACK, never below the end of the
+ * mapping under it (as pthread_getattr_np says).  lo == hi == 1: unknown.
  */
 static void read_stack_bounds(struct hs_tls *t)
 {
-	uintptr_t lo, hi, sp = (uintptr_t)__builtin_frame_address(0);
+	uintptr_t lo, hi, below, sp = (uintptr_t)__builtin_frame_address(0);
 	t->stack_lo = t->stack_hi = 1; /* asked once, even when the answer is no */
-	if (mapping_of(sp, &lo, &hi) != 0)
+	if (mapping_of(sp, &lo, &hi, &below) != 0)
 		return;
 	if (t->tid == 0)
 		t->tid = (int32_t)syscall(SYS_gettid);
 	if (t->tid == getpid()) {
 		struct rlimit rl;
-		if (hs_sys.getrlimit(RLIMIT_STACK, &rl) == 0 && rl.rlim_cur != RLIM_INFINITY && rl.rlim_cur < hi)
-			lo = hi - rl.rlim_cur < lo ? hi - rl.rlim_cur : lo;
+		uintptr_t floor = below; /* it cannot grow into the mapping under it */
+		if (hs_sys.getrlimit(RLIMIT_STACK, &rl) == 0 && rl.rlim_cur != RLIM_INFINITY && rl.rlim_cur < hi &&
+		    hi - rl.rlim_cur > floor)
+			floor = hi - rl.rlim_cur;
+		if (floor < lo)
+			lo = floor;
 	}
 	t->stack_lo = lo;
 	t->stack_hi = hi;
