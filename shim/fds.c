@@ -448,13 +448,33 @@ static inline uint64_t fd_clock(void)
  * native chain.
  */
 #define STACK_CACHE 4u
-static __thread struct stack_cache {
+struct stack_cache {
 	uint32_t seg_gen;       /* hs_tls.seg_gen of the id */
 	uint32_t id;            /* 0 = empty */
 	unsigned depth;
 	uint64_t pc[HS_CHAIN_MAX];
-} stack_cache[STACK_CACHE] __attribute__((tls_model("initial-exec")));
-static __thread struct hs_chain fd_chain __attribute__((tls_model("initial-exec")));
+};
+/* The thread's fd chain and, after it, stack_cache[STACK_CACHE], in the
+ * thread's area (shim.h, hs_area): not in static TLS. */
+_Static_assert(sizeof(struct hs_chain) + STACK_CACHE * sizeof(struct stack_cache) <= HS_AREA_FDS_SIZE,
+	       "fd chain and stack cache fit the area");
+
+/*
+ * A finding's event buffers (a number's last CHAIN_MAX events and the story
+ * told from them: 2 x 32 x 136 bytes), in the thread's area rather than on
+ * the hook's stack, where a failed close() in a PTHREAD_STACK_MIN thread
+ * would overflow it.  Hooks do not nest (in_hook), so one per thread.
+ * NULL when the thread has no area: the finding is not made.
+ */
+struct fd_scratch {
+	struct hs_fd_event ev[CHAIN_MAX], hist[CHAIN_MAX];
+};
+_Static_assert(sizeof(struct fd_scratch) <= HS_AREA_FD_SCRATCH_SIZE, "the fd finding buffers fit the area");
+static inline struct fd_scratch *fd_scratch(void)
+{
+	char *a = hs_area();
+	return a ? (struct fd_scratch *)(void *)(a + HS_AREA_FD_SCRATCH) : NULL;
+}
 
 /*
  * This call's stack id (hs_stack_call's, or hs_stack_here's with
@@ -463,19 +483,24 @@ static __thread struct hs_chain fd_chain __attribute__((tls_model("initial-exec"
  */
 static uint32_t fd_stack(struct hs_tls *t, uint64_t site)
 {
-	struct hs_chain *ch = &fd_chain;
+	char *area = hs_area();
+	struct hs_chain *ch;
 	struct stack_cache *c;
 	unsigned depth, i;
 	uint32_t id;
 
 	if (HS_UNLIKELY(full_stacks))
 		return hs_stack_here();
+	if (HS_UNLIKELY(!area))
+		return hs_stack_site(site); /* no area: the site's stack */
+	ch = (struct hs_chain *)(void *)(area + HS_AREA_FDS);
 	depth = hs_chain_read(ch, site, fd_call_cfa);
 	if (depth == 0)
 		return 0;
 	if (ch->python)
 		return hs_chain_stack(ch); /* through the evaluation loop: this call's Python frames, never cached */
-	c = &stack_cache[(site ^ site >> 5) & (STACK_CACHE - 1)];
+	c = &((struct stack_cache *)(void *)(area + HS_AREA_FDS + sizeof(struct hs_chain)))
+		[(site ^ site >> 5) & (STACK_CACHE - 1)];
 	if (c->id && c->depth == depth && c->seg_gen == t->seg_gen) {
 		for (i = 0; i < depth && ch->pc[i] == c->pc[i]; i++)
 			;
@@ -861,7 +886,8 @@ static void close_failed(struct hs_tls *t, int fd, uint32_t gen, unsigned call, 
 			 int sweep, int own)
 {
 	struct hs_fd *s = slot_of(fd);
-	struct hs_fd_event ev[CHAIN_MAX], hist[CHAIN_MAX], fail;
+	struct fd_scratch *scratch = fd_scratch();
+	struct hs_fd_event *ev = scratch ? scratch->ev : NULL, *hist = scratch ? scratch->hist : NULL, fail;
 	const struct hs_fd_event *cg, *xg, *cp, *xp;
 	struct hs_finding f, *stale;
 	unsigned n, m;
@@ -878,10 +904,10 @@ static void close_failed(struct hs_tls *t, int fd, uint32_t gen, unsigned call, 
 	fail.kind = s->kind;
 	fail.flags = s->flags;
 	event_add(s, &fail);
-	n = chain(fd, s->last_event, ev, CHAIN_MAX);
+	n = scratch ? chain(fd, s->last_event, ev, CHAIN_MAX) : 0;
 	release(s, q);
 	hs_rec(t, now, HS_REC_FD_CLOSE_FAILED, stack, (uint64_t)fd, gen, (uint64_t)err | (uint64_t)call << 16);
-	if (sweep)
+	if (sweep || !scratch)
 		return;
 	if (own) {
 		/* this close's own record (made before the call, which then failed) closed nothing */
@@ -1001,13 +1027,14 @@ static void after_close(struct hs_tls *t, int fd, unsigned call, uint32_t stack,
  */
 static void owned_by_tag_closed(struct hs_tls *t, int fd, const struct pre *p, uint32_t stack, unsigned rule)
 {
-	struct hs_fd_event ev[CHAIN_MAX], hist[CHAIN_MAX];
+	struct fd_scratch *scratch = fd_scratch();
+	struct hs_fd_event *ev = scratch ? scratch->ev : NULL, *hist = scratch ? scratch->hist : NULL;
 	struct hs_fd *s = slot_of(fd);
 	const struct hs_fd_event *own;
 	struct hs_finding f;
 	unsigned n;
 	uint32_t q;
-	if (!s || !claim(s, &q))
+	if (!scratch || !s || !claim(s, &q))
 		return;
 	n = chain(fd, s->last_event, ev, CHAIN_MAX);
 	release(s, q);
@@ -1031,7 +1058,8 @@ static void owned_by_tag_closed(struct hs_tls *t, int fd, const struct pre *p, u
 static void object_closing(struct hs_tls *t, int fd, uint64_t owner, uint32_t owner_flag, unsigned rule,
 			   unsigned call, uint32_t stack, uint64_t now, struct pre *p)
 {
-	struct hs_fd_event ev[CHAIN_MAX], hist[CHAIN_MAX];
+	struct fd_scratch *scratch = fd_scratch();
+	struct hs_fd_event *ev = scratch ? scratch->ev : NULL, *hist = scratch ? scratch->hist : NULL;
 	struct hs_fd *s = slot_of(fd);
 	const struct hs_fd_event *mine = NULL, *cur;
 	struct hs_finding f;
@@ -1041,7 +1069,7 @@ static void object_closing(struct hs_tls *t, int fd, uint64_t owner, uint32_t ow
 	closing(t, fd, call, stack, now, p);
 	if (!p->tracked || p->state != HS_FDS_OPEN || ((p->flags & owner_flag) && p->owner == owner))
 		return;
-	if (!s || !claim(s, &q))
+	if (!scratch || !s || !claim(s, &q))
 		return;
 	n = chain(fd, s->last_event, ev, CHAIN_MAX);
 	release(s, q);

@@ -842,32 +842,11 @@ static struct blk *containing(const void *p, int *unmapped)
 	return NULL;
 }
 
-/*
- * 1 when p lies in the calling thread's own stack: never heap memory.  The
- * bounds come from pthread_getattr_np once per thread (for the main thread
- * glibc reads /proc/self/maps, with the guard held so nothing is recorded).
- */
-static __thread uintptr_t stack_lo, stack_hi __attribute__((tls_model("initial-exec")));
-
-static int on_own_stack(const void *p)
+/* 1 when p lies in the calling thread's own stack: never heap memory (the
+ * bounds are read once per thread, threads.c hs_on_own_stack). */
+static inline int on_own_stack(const void *p)
 {
-	if (!stack_hi) {
-		pthread_attr_t a;
-		void *addr;
-		size_t size;
-		int was = hs_tls.in_hook;
-		hs_tls.in_hook = 1;
-		stack_hi = 1; /* asked once, even when the answer is no */
-		if (pthread_getattr_np(pthread_self(), &a) == 0) {
-			if (pthread_attr_getstack(&a, &addr, &size) == 0) {
-				stack_lo = (uintptr_t)addr;
-				stack_hi = (uintptr_t)addr + size;
-			}
-			pthread_attr_destroy(&a);
-		}
-		hs_tls.in_hook = was;
-	}
-	return (uintptr_t)p >= stack_lo && (uintptr_t)p < stack_hi;
+	return hs_on_own_stack(p);
 }
 
 /*

@@ -178,7 +178,14 @@ struct fork_held {
 	uint16_t kind[HS_HELD_MAX];      /* the lock's enum hs_lock_kind */
 	uint16_t lflags[HS_HELD_MAX];    /* the lock's HS_LOCKF_* */
 };
-static __thread struct fork_held fork_held;
+/* In the forking thread's area (shim.h, hs_area: copied into the child with
+ * the thread's memory), not in static TLS; none when it could not be mapped. */
+_Static_assert(sizeof(struct fork_held) <= HS_AREA_FORK_SIZE, "fork_held fits the area");
+static inline struct fork_held *fork_held_of(void)
+{
+	char *a = hs_area();
+	return a ? (struct fork_held *)(void *)(a + HS_AREA_FORK) : NULL;
+}
 
 /* pthread_atfork prepare: capture the forking thread's held locks (see above).
  * Async-signal-safe (plain copies from our own slot). */
@@ -186,25 +193,29 @@ static void atfork_prepare(void)
 {
 	struct hs_tls *t = &hs_tls;
 	struct hs_thread *s = t->slot && t->seg_gen == __atomic_load_n(&hs_seg_gen, __ATOMIC_ACQUIRE) ? t->slot : NULL;
+	/* a thread with no slot maps no area here (nothing would unmap it) */
+	struct fork_held *fh = s || t->area ? fork_held_of() : NULL;
 	uint32_t n;
-	fork_held.valid = 0;
-	fork_held.count = 0;
+	if (!fh)
+		return;
+	fh->valid = 0;
+	fh->count = 0;
 	if (!s || !hs_seg.hdr || !__atomic_load_n(&hs_recording, __ATOMIC_ACQUIRE))
 		return;
 	n = s->held_count < HS_HELD_MAX ? s->held_count : HS_HELD_MAX;
 	for (uint32_t i = 0; i < n; i++) {
 		const struct hs_held *h = &s->held[i];
-		fork_held.held[i] = *h;
+		fh->held[i] = *h;
 		if (h->lock < hs_seg.hdr->tables[HS_T_LOCKS].capacity) {
-			fork_held.kind[i] = hs_seg.locks[h->lock].kind;
-			fork_held.lflags[i] = __atomic_load_n(&hs_seg.locks[h->lock].flags, __ATOMIC_RELAXED);
+			fh->kind[i] = hs_seg.locks[h->lock].kind;
+			fh->lflags[i] = __atomic_load_n(&hs_seg.locks[h->lock].flags, __ATOMIC_RELAXED);
 		} else {
-			fork_held.kind[i] = 0;
-			fork_held.lflags[i] = 0;
+			fh->kind[i] = 0;
+			fh->lflags[i] = 0;
 		}
 	}
-	fork_held.count = n;
-	fork_held.valid = 1;
+	fh->count = n;
+	fh->valid = 1;
 }
 
 /*
@@ -221,6 +232,7 @@ static void atfork_child(void)
 	struct hs_seg old = hs_seg;
 	struct hs_thread *oslot = t->slot && t->seg_gen == hs_seg_gen ? t->slot : NULL;
 	int was = t->in_hook, inherited;
+	struct fork_held *fh;
 
 	if (!__atomic_load_n(&hs_recording, __ATOMIC_ACQUIRE))
 		return;
@@ -248,20 +260,22 @@ static void atfork_child(void)
 	hs_seg_inherited = inherited;
 	t->slot = NULL;
 	t->dead = 0;
-	if (hs_thread_attach(t) == 0 && oslot && fork_held.valid) {
+	fh = fork_held_of();
+	if (hs_thread_attach(t) == 0 && oslot && fh && fh->valid) {
 		uint64_t now = hs_now();
-		for (uint32_t i = 0; i < fork_held.count; i++) {
-			struct hs_held h = fork_held.held[i];
+		for (uint32_t i = 0; i < fh->count; i++) {
+			struct hs_held h = fh->held[i];
 			if (!inherited)
 				h.stack = h.stack && h.stack < old.hdr->tables[HS_T_STACKS].capacity
 						  ? reintern_native(&old.stacks[h.stack])
 						  : 0;
-			h.lock = hs_lock_id(&hs_seg, h.addr, fork_held.kind[i], fork_held.lflags[i] & ~HS_LOCKF_DEAD,
+			h.lock = hs_lock_id(&hs_seg, h.addr, fh->kind[i], fh->lflags[i] & ~HS_LOCKF_DEAD,
 					    h.stack, t->tid, now);
 			hs_locks_adopt_held(t->slot, &h);
 		}
 	}
-	fork_held.valid = 0;
+	if (fh)
+		fh->valid = 0;
 	hs_seg_unbind(&old);
 	__atomic_store_n(&hs_recording, 1, __ATOMIC_RELEASE);
 	hs_proc_after_fork();

@@ -49,9 +49,16 @@ struct held_chain {
 	struct hs_chain c;
 };
 #define HELD_CHAINS 8 /* the innermost 8 held entries keep a chain; deeper ones the site's stack */
-/* [HELD_CHAINS]: the acquisition in progress when HELD_CHAINS are held already */
-static __thread struct held_chain held_chains[HELD_CHAINS + 1];
-static __thread struct held_chain *pending; /* the acquisition in progress */
+/* [HELD_CHAINS]: the acquisition in progress when HELD_CHAINS are held
+ * already.  In the thread's area (shim.h, hs_area), not in static TLS; NULL
+ * when the area could not be mapped: no chains then, the sites' stacks. */
+_Static_assert(sizeof(struct held_chain) * (HELD_CHAINS + 1) <= HS_AREA_LOCKS_SIZE, "held chains fit the area");
+static inline struct held_chain *held_chains_of(void)
+{
+	char *a = hs_area();
+	return a ? (struct held_chain *)(void *)(a + HS_AREA_LOCKS) : NULL;
+}
+static __thread struct held_chain *pending __attribute__((tls_model("initial-exec"))); /* the acquisition in progress, NULL: none kept */
 
 /*
  * The time of an uncontended acquisition or a release: CLOCK_MONOTONIC_COARSE
@@ -98,9 +105,10 @@ static inline void held_purge(struct hs_thread *th)
 /* The exact stack of held entry i, interned now if it was not yet. */
 static uint32_t held_stack(struct hs_thread *th, int i)
 {
-	struct held_chain *c = &held_chains[i < HELD_CHAINS ? i : 0];
+	struct held_chain *held_chains = held_chains_of();
+	struct held_chain *c = held_chains ? &held_chains[i < HELD_CHAINS ? i : 0] : NULL;
 	uint32_t id;
-	if (i >= HELD_CHAINS || c->addr != th->held[i].addr || c->c.depth == 0 || c->exact)
+	if (!c || i >= HELD_CHAINS || c->addr != th->held[i].addr || c->c.depth == 0 || c->exact)
 		return th->held[i].stack;
 	id = hs_chain_stack(&c->c);
 	if (id) {
@@ -179,6 +187,15 @@ static void gil_edge(struct hs_tls *t, uint32_t from, unsigned from_mode, uint32
 		hs_rec(t, now, HS_REC_FINDING, 0, finding - 1, 0, 0);
 }
 
+/* A new edge's stack: this call's whole stack, else (no room left on a small
+ * thread stack to unwind, shim.h HS_UNWIND_ROOM) the call site's. */
+static __thread uint64_t edge_site __attribute__((tls_model("initial-exec")));
+static uint32_t edge_to_stack(void)
+{
+	uint32_t id = hs_stack_here();
+	return id ? id : hs_stack_site(edge_site);
+}
+
 /*
  * Before acquiring: identify the lock, catch a relock of a held lock, and
  * add the edges held -> this lock for a blocking acquisition.
@@ -186,12 +203,22 @@ static void gil_edge(struct hs_tls *t, uint32_t from, unsigned from_mode, uint32
 void hs_acq_before(struct hs_tls *t, struct acq *a, unsigned flags)
 {
 	struct hs_thread *th = t->slot;
+	struct held_chain *held_chains = held_chains_of();
 	uint32_t n;
 	int h;
 
 	a->t0 = lock_now();
 	held_purge(th);
 	n = th->held_count < HS_HELD_MAX ? th->held_count : HS_HELD_MAX;
+	if (HS_UNLIKELY(!held_chains)) {
+		/* no area: no chain, the site's stack and a fresh lock lookup */
+		pending = NULL;
+		if (!a->stack)
+			a->stack = hs_stack_site(a->site);
+		if (!a->id)
+			a->id = hs_lock_id(&hs_seg, a->addr, a->kind, flags, a->stack, t->tid, a->t0);
+		goto identified;
+	}
 	/* this call's chain, kept raw in the slot it will be held in; the site's
 	 * cached stack stands for it until needed */
 	pending = &held_chains[n < HELD_CHAINS ? n : HELD_CHAINS];
@@ -221,6 +248,7 @@ void hs_acq_before(struct hs_tls *t, struct acq *a, unsigned flags)
 		}
 		a->id = id;
 	}
+identified:
 	if (!a->id)
 		return;
 	if (HS_UNLIKELY(hs_seg.locks[a->id].kind == 0)) {
@@ -248,6 +276,7 @@ void hs_acq_before(struct hs_tls *t, struct acq *a, unsigned flags)
 		return; /* a trylock cannot block: no edge into it */
 	if (a->holds_gil)
 		gil_edge(t, hs_py_gil_lock(), HS_MODE_WRITE, 0, a->id, a->acq_mode, 0, a->t0);
+	edge_site = a->site;
 	for (uint32_t i = 0; i < n; i++) {
 		const struct hs_held *he = &th->held[i];
 		int created;
@@ -260,7 +289,7 @@ void hs_acq_before(struct hs_tls *t, struct acq *a, unsigned flags)
 		from_stack = hs_edge_find(&hs_seg, hs_edge_key(he->lock, a->id, he->mode, a->acq_mode))
 				     ? he->stack
 				     : held_stack(th, (int)i);
-		e = hs_graph_add(&hs_seg, he->lock, he->mode, from_stack, a->id, a->acq_mode, 0, hs_stack_here,
+		e = hs_graph_add(&hs_seg, he->lock, he->mode, from_stack, a->id, a->acq_mode, 0, edge_to_stack,
 				 t->tid, a->t0, &created, &finding);
 		if (created)
 			hs_rec(t, a->t0, HS_REC_NEW_EDGE, hs_seg.edges[e].to_stack, e, he->lock, a->id);
@@ -315,7 +344,8 @@ static void held_push(struct hs_thread *th, const struct hs_held *h, const struc
 	else
 		th->held_overflow++;
 	hs_lockstate_end(th);
-	if (n < HELD_CHAINS) {
+	struct held_chain *held_chains = held_chains_of();
+	if (n < HELD_CHAINS && held_chains) {
 		struct held_chain *c = &held_chains[n];
 		if (chain && chain->addr == h->addr) {
 			if (chain != c)
@@ -359,7 +389,8 @@ static void held_remove(struct hs_thread *th, int i)
 	th->held_count--;
 	hs_lockstate_end(th);
 	/* the top entry's slot keeps its chain: the shadow of the next acquisition there */
-	for (uint32_t k = (uint32_t)i; k < th->held_count && k + 1 < HELD_CHAINS; k++)
+	struct held_chain *held_chains = held_chains_of();
+	for (uint32_t k = (uint32_t)i; held_chains && k < th->held_count && k + 1 < HELD_CHAINS; k++)
 		held_chain_copy(&held_chains[k], &held_chains[k + 1]);
 }
 
@@ -499,9 +530,10 @@ void hs_locks_on_free(void *p, size_t size)
 			a.waited = 1;                                                            \
 			a.t0 = hs_now(); /* the wait begins: the precise clock */                \
 			/* it blocks: the wait gets this call's whole stack, Python frames too */ \
-			if ((a.stack = hs_stack_here()) != 0)                                    \
-				pending->exact = 1; /* the held entry keeps it */                \
-			else                                                                     \
+			if ((a.stack = hs_stack_here()) != 0) {                                  \
+				if (pending)                                                     \
+					pending->exact = 1; /* the held entry keeps it */        \
+			} else                                                                   \
 				a.stack = hs_stack_site(site);                                   \
 			hs_wait_begin(t, &a, HS_WAIT_LOCK, a.addr);                                 \
 			rc = (BLOCK);                                                            \
@@ -739,7 +771,8 @@ static void cond_before(struct hs_tls *t, struct cond_wait *w, void *cond, void 
 	if (i >= 0) {
 		w->had = 1;
 		w->saved = th->held[i];
-		if (i < HELD_CHAINS)
+		struct held_chain *held_chains = held_chains_of();
+		if (i < HELD_CHAINS && held_chains)
 			held_chain_copy(&w->chain, &held_chains[i]);
 		w->a.id = w->saved.lock;
 		held_remove(th, i);

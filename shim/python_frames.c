@@ -505,13 +505,20 @@ struct pyf {
  */
 #define PY_TCACHE 32
 _Static_assert(PY_TCACHE == 32, "tc_slot takes the top 5 bits");
-static __thread struct py_tc {
+struct py_tc {
 	uint64_t code, instr, name_ptr, file_ptr;
 	uint32_t id, gen; /* gen: hs_seg_gen it was taken in (a fork child's segment has other ids) */
-} py_tc[PY_TCACHE];
+};
+/* py_tc[PY_TCACHE] lives in the thread's area (shim.h, hs_area), not in static TLS */
+_Static_assert(PY_TCACHE * sizeof(struct py_tc) <= HS_AREA_PY_SIZE, "the frame cache fits the area");
 
+/* The entry for (code, instr), NULL when the thread has no area. */
 static inline struct py_tc *tc_slot(uint64_t code, uint64_t instr)
 {
+	char *a = hs_area();
+	struct py_tc *py_tc = a ? (struct py_tc *)(void *)(a + HS_AREA_PY) : NULL;
+	if (!py_tc)
+		return NULL;
 	/* instr points into the code object (3.11+): mix code apart, or the two cancel */
 	return &py_tc[((code * 0x9e3779b97f4a7c15ull) ^ instr) * 0xff51afd7ed558ccdull >> 59]; /* 32 entries */
 }
@@ -520,6 +527,8 @@ static inline uint32_t tc_put(const struct pyf *f, uint64_t name, uint64_t file,
 {
 	if (!hs_py_careful) {
 		struct py_tc *e = tc_slot(f->code, f->instr);
+		if (!e)
+			return id;
 		e->code = f->code;
 		e->instr = f->instr;
 		e->name_ptr = name;
@@ -564,7 +573,7 @@ static uint32_t pyframe_id(struct hs_seg *s, const struct pyf *f)
 	file = u64_at(co, L->co_filename);
 	if (!hs_py_careful) {
 		const struct py_tc *e = tc_slot(f->code, f->instr);
-		if (e->code == f->code && e->instr == f->instr && e->name_ptr == name && e->file_ptr == file &&
+		if (e && e->code == f->code && e->instr == f->instr && e->name_ptr == name && e->file_ptr == file &&
 		    e->id && e->gen == __atomic_load_n(&hs_seg_gen, __ATOMIC_RELAXED))
 			return e->id;
 	}

@@ -129,9 +129,65 @@ struct hs_tls {
 	int32_t vfork_pid;            /* set by the vfork trampoline to the parent's pid: a vfork child shares this memory */
 	int32_t fd_last;              /* the number of this thread's last close, -1 = none (close-all sweeps) */
 	uint64_t fd_last_site;        /* and its call site */
+	/* the per-thread area (threads.c, hs_area) */
+	char *area;                   /* NULL: not mapped yet, or released at thread exit */
+	int area_failed;              /* mmap failed once: the hooks go on without it */
+	/* the thread's stack bounds (hs_stack_room): lo == hi == 1 when unknown */
+	uintptr_t stack_lo, stack_hi;
 };
 
 extern __thread struct hs_tls hs_tls __attribute__((tls_model("initial-exec")));
+
+/*
+ * The per-thread area: the hooks' big per-thread buffers (held-lock chains,
+ * stack caches, Python frame caches), mapped by heisen itself on a thread's
+ * first need instead of living in static TLS.  glibc carves a thread's static
+ * TLS out of the stack the program asked for (allocate_stack: a 16 KiB
+ * PTHREAD_STACK_MIN thread keeps what is left), so every byte of
+ * initial-exec TLS in a preloaded library is a byte less of the program's
+ * stack; libheisen.so keeps only hs_tls and a few hot scalars there.
+ * HS_AREA_SIZE bytes of address space (pages are backed when first
+ * touched), zero-filled, mapped with mmap (async-signal-safe, no
+ * malloc) and unmapped when heisen sees the thread exit (hs_thread_detach).
+ * Each module owns one fixed range [HS_AREA_x, HS_AREA_x + HS_AREA_x_SIZE)
+ * and checks that its state fits (_Static_assert).  hs_area() returns NULL
+ * when the mmap failed or after the thread's exit: the caller then goes on
+ * without (no chain recorded, the site's cached stack instead), never
+ * crashes.  Async-signal-safe.
+ */
+#define HS_AREA_LOCKS        0u      /* locks.c: held_chains */
+#define HS_AREA_LOCKS_SIZE   7680u
+#define HS_AREA_STACKS       7680u   /* stacks.c: call_chain, site_tc */
+#define HS_AREA_STACKS_SIZE  1408u
+#define HS_AREA_FDS          9088u   /* fds.c: stack_cache, fd_chain */
+#define HS_AREA_FDS_SIZE     1920u
+#define HS_AREA_PY           11008u  /* python_frames.c: py_tc */
+#define HS_AREA_PY_SIZE      1280u
+#define HS_AREA_FORK         12288u  /* init.c: fork_held */
+#define HS_AREA_FORK_SIZE    1280u
+#define HS_AREA_FD_SCRATCH   16384u  /* fds.c: a finding's event buffers (touched only by a finding) */
+#define HS_AREA_FD_SCRATCH_SIZE 9216u
+#define HS_AREA_SIZE         28672u  /* pages never touched are never backed */
+char *hs_area_map(void);
+void hs_area_release(struct hs_tls *t);
+static inline char *hs_area(void)
+{
+	char *a = hs_tls.area;
+	return __builtin_expect(a != NULL, 1) ? a : hs_area_map();
+}
+
+/*
+ * Bytes of the calling thread's stack left below sp (its lowest usable
+ * address from pthread_getattr_np, read once per thread); UINT64_MAX when
+ * the bounds are unknown or sp is not on the thread's stack (a signal's
+ * alternate stack, a coroutine's).  The unwinding paths (stacks.c) refuse to
+ * unwind with less than HS_UNWIND_ROOM left and record "stack unknown"
+ * instead of overflowing a small thread stack (a PTHREAD_STACK_MIN thread).
+ */
+uint64_t hs_stack_room(uintptr_t sp);
+/* 1 when p lies in the calling thread's own stack (the same bounds). */
+int hs_on_own_stack(const void *p);
+#define HS_UNWIND_ROOM 10240u
 extern struct hs_seg hs_seg;          /* the process's segment */
 extern int hs_recording;              /* [atomic] 1 once the segment is ready */
 extern uint32_t hs_seg_gen;           /* [atomic] bumped when the process gets a new segment (fork) */

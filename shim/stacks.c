@@ -100,7 +100,23 @@ static unsigned trim_and_check(uint64_t *pcs, unsigned n)
 	return n;
 }
 
+/* The room below the caller's frame: libunwind's context and cursor and the
+ * buffers below need HS_UNWIND_ROOM (shim.h, hs_stack_room). */
+static inline int room_to_unwind(void)
+{
+	return hs_stack_room((uintptr_t)__builtin_frame_address(0)) >= HS_UNWIND_ROOM;
+}
+
+static __attribute__((noinline)) uint32_t stack_here_unwind(void);
+
 uint32_t hs_stack_here(void)
+{
+	if (HS_UNLIKELY(!room_to_unwind()))
+		return 0; /* a small thread stack: no stack rather than an overflow */
+	return stack_here_unwind();
+}
+
+static uint32_t stack_here_unwind(void)
 {
 	void *buf[HS_STACK_DEPTH + 12];
 	uint64_t pcs[HS_STACK_DEPTH + 12 + PY_ROOM];
@@ -187,21 +203,45 @@ static unsigned capture(uint64_t *pcs)
  * after a zero, so a signal handler of the same thread never reads half.
  */
 #define SITE_TCACHE 32u
-static __thread struct site_tc {
+struct site_tc {
 	uint64_t site;
 	uint32_t id, gen;
-} site_tc[SITE_TCACHE];
+};
+/* [SITE_TCACHE] in the thread's area (shim.h, hs_area), NULL without one */
+static inline struct site_tc *site_tc_of(void)
+{
+	char *a = hs_area();
+	return a ? (struct site_tc *)(void *)(a + HS_AREA_STACKS) : NULL;
+}
+/* The shadow of hs_stack_call's reads (the fd hooks', sem_init's, a cond
+ * wait's), after site_tc in the same range of the area. */
+static inline struct hs_chain *call_chain_of(void)
+{
+	char *a = hs_area();
+	return a ? (struct hs_chain *)(void *)(a + HS_AREA_STACKS + SITE_TCACHE * sizeof(struct site_tc)) : NULL;
+}
+_Static_assert(SITE_TCACHE * sizeof(struct site_tc) + sizeof(struct hs_chain) <= HS_AREA_STACKS_SIZE,
+	       "site cache and call chain fit the area");
 
 static __attribute__((noinline)) uint32_t stack_site_slow(uint64_t site);
 
 uint32_t hs_stack_site(uint64_t site)
 {
 	uint32_t gen = __atomic_load_n(&hs_seg_gen, __ATOMIC_RELAXED), id;
-	struct site_tc *e = &site_tc[(site ^ site >> 9) & (SITE_TCACHE - 1)];
-	if (e->site == site && e->gen == gen && e->id)
+	struct site_tc *tc = site_tc_of();
+	struct site_tc *e = tc ? &tc[(site ^ site >> 9) & (SITE_TCACHE - 1)] : NULL;
+	if (e && e->site == site && e->gen == gen && e->id)
 		return e->id;
+	if (HS_UNLIKELY(!room_to_unwind())) {
+		/* a small thread stack: the site's stack cached already, else the
+		 * call site alone, marked truncated and never cached (a later call
+		 * with room unwinds); no unwind that would overflow the stack */
+		if ((id = site_get(&hs_seg, site)) != 0)
+			return id;
+		return hs_stack_intern(&hs_seg, &site, 1, HS_STACK_SITE | HS_STACK_TRUNCATED);
+	}
 	id = stack_site_slow(site);
-	if (id) {
+	if (id && e) {
 		__atomic_store_n(&e->site, 0, __ATOMIC_RELAXED);
 		__atomic_signal_fence(__ATOMIC_SEQ_CST);
 		e->id = id;
@@ -417,7 +457,7 @@ done:
 
 /* A real unwind from here that learns each frame's distance; the shim's frames
  * are dropped.  Returns the depth. */
-static unsigned chain_unwind(uint64_t *pcs)
+static __attribute__((noinline)) unsigned chain_unwind(uint64_t *pcs)
 {
 	unw_context_t uc;
 	unw_cursor_t c;
@@ -496,6 +536,14 @@ unsigned hs_chain_read(struct hs_chain *c, uint64_t site, uint64_t cfa)
 	} else {
 		d = top && slot_at(cfa) == site ? chain_walk(c, site, cfa, top, gen, sn) : 0;
 	}
+	if (d == 0 && HS_UNLIKELY(!room_to_unwind())) {
+		/* a small thread stack: no chain rather than an overflow */
+		c->walked = 0;
+		c->depth = 0;
+		c->out_n = 0;
+		c->python = 0;
+		return 0;
+	}
 	if (d == 0) {
 		/* doubt: a real unwind, which learns; not a shadow (its CFAs were not walked) */
 		c->walked = 0;
@@ -536,13 +584,13 @@ void hs_chain_copy(struct hs_chain *dst, const struct hs_chain *src)
 		memcpy(dst->out, src->out, src->out_n * sizeof dst->out[0]);
 }
 
-/* The shadow of hs_stack_call's reads (the fd hooks', sem_init's, a cond wait's). */
-static __thread struct hs_chain call_chain;
-
 uint32_t hs_stack_call(uint64_t site, uint64_t cfa)
 {
-	hs_chain_read(&call_chain, site, cfa);
-	return hs_chain_stack(&call_chain);
+	struct hs_chain *call_chain = call_chain_of();
+	if (HS_UNLIKELY(!call_chain))
+		return hs_stack_site(site); /* no area: the site's stack */
+	hs_chain_read(call_chain, site, cfa);
+	return hs_chain_stack(call_chain);
 }
 
 uint32_t hs_stack_from_signal(void *ucontext)

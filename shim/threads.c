@@ -16,8 +16,6 @@
 #include "inject.h" /* fault injection and chaos: one line per hook */
 #include "shim.h"
 
-__thread struct hs_tls hs_tls __attribute__((tls_model("initial-exec")));
-
 static pthread_key_t exit_key;
 static int exit_key_ok;
 
@@ -137,4 +135,5 @@ void hs_thread_detach(struct hs_tls *t)
 	}
 	t->slot = NULL;
 	hs_altstack_teardown(t);
+	hs_area_release(t);
 }
