@@ -22,6 +22,8 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "internal/seg_holes.h"
+
 static const char *const table_names[HS_T_COUNT] = {
 	"modules", "strings", "stacks", "stack index", "site index", "locks",
 	"lock index", "edges", "edge index", "threads", "findings", "rings",
@@ -171,36 +173,6 @@ static const char *base_name(const char *path)
 	return s ? s + 1 : path;
 }
 
-/*
- * A sparse segment (HS_HDR_SPARSE) has holes where the writer never
- * committed a table's chunk.  Touching a hole through a mapping would make
- * tmpfs allocate it (the RAM the writer saved) and raise SIGBUS in the reader
- * when /dev/shm is full; so each hole found at open (SEEK_HOLE) is mapped
- * over with private zero pages, which every table reads as empty.  A chunk
- * the writer commits later reads as zeros in this mapping: the reader sees
- * the state of the tables' storage at open, their counts live.
- */
-static void cover_holes(int fd, void *map, uint64_t size)
-{
-	off_t pos = 0;
-	while ((uint64_t)pos < size) {
-		off_t hole = lseek(fd, pos, SEEK_HOLE), data;
-		uint64_t lo, hi;
-		if (hole < 0 || (uint64_t)hole >= size)
-			return;
-		data = lseek(fd, hole, SEEK_DATA);
-		if (data < 0 || (uint64_t)data > size)
-			data = (off_t)size;
-		lo = ((uint64_t)hole + 4095) & ~(uint64_t)4095;
-		hi = (uint64_t)data & ~(uint64_t)4095;
-		if ((uint64_t)data == size)
-			hi = (size + 4095) & ~(uint64_t)4095;
-		if (hi > lo)
-			mmap((char *)map + lo, hi - lo, PROT_READ, MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED, -1, 0);
-		pos = data;
-	}
-}
-
 enum hs_seg_result hs_seg_open(struct hs_seg *seg, const char *path, char *err, size_t errlen)
 {
 	struct stat st;
@@ -227,7 +199,7 @@ enum hs_seg_result hs_seg_open(struct hs_seg *seg, const char *path, char *err, 
 		}
 	}
 	if (map)
-		cover_holes(fd, map, (uint64_t)st.st_size);
+		hs_cover_holes(fd, map, (uint64_t)st.st_size);
 	close(fd); /* the mapping keeps the file */
 	seg->base = map;
 	seg->map_size = (uint64_t)st.st_size;

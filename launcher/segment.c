@@ -29,6 +29,7 @@
 #include <unistd.h>
 
 #include "heisen/format.h"
+#include "internal/seg_holes.h"
 #include "internal/snapshot_request.h"
 #include "launcher.h"
 
@@ -121,36 +122,6 @@ static void seg_unmap(struct seg_map *m)
 	munmap(m->h, m->len);
 }
 
-/*
- * A sparse segment (HS_HDR_SPARSE) has holes where the writer never
- * committed a table's chunk (the rings of thread slots never used).  Touching a hole through a mapping would make
- * tmpfs allocate it (the RAM the writer saved) and raise SIGBUS in the reader
- * when /dev/shm is full; so each hole found at open (SEEK_HOLE) is mapped
- * over with private zero pages, which every table reads as empty.  A chunk
- * the writer commits later reads as zeros in this mapping, until the next
- * poll maps the segment again.  Same as dumper/segment.c.
- */
-static void cover_holes(int fd, void *map, uint64_t size)
-{
-	off_t pos = 0;
-	while ((uint64_t)pos < size) {
-		off_t hole = lseek(fd, pos, SEEK_HOLE), data;
-		uint64_t lo, hi;
-		if (hole < 0 || (uint64_t)hole >= size)
-			return;
-		data = lseek(fd, hole, SEEK_DATA);
-		if (data < 0 || (uint64_t)data > size)
-			data = (off_t)size;
-		lo = ((uint64_t)hole + 4095) & ~(uint64_t)4095;
-		hi = (uint64_t)data & ~(uint64_t)4095;
-		if ((uint64_t)data == size)
-			hi = (size + 4095) & ~(uint64_t)4095;
-		if (hi > lo)
-			mmap((char *)map + lo, hi - lo, PROT_READ, MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED, -1, 0);
-		pos = data;
-	}
-}
-
 /* ---- the watchdog's segments: mapped once, read every tick ------------------
  *
  * The watchdog samples every live process of the session twice a second.
@@ -204,7 +175,7 @@ static void watched_map(int dirfd, struct watched *w)
 	}
 	void *a = mmap(NULL, (size_t)st.st_size, PROT_READ, MAP_SHARED, fd, 0);
 	if (a != MAP_FAILED)
-		cover_holes(fd, a, (uint64_t)st.st_size);
+		hs_cover_holes(fd, a, (uint64_t)st.st_size);
 	close(fd);
 	if (a == MAP_FAILED)
 		return;
