@@ -242,3 +242,23 @@ def test_oom_killed_worker_is_named_in_the_log(image, apps, containers):
     assert "pool broke: BrokenProcessPool" in logs, logs
     assert "==== heisen: OOM kill in pid" in logs, logs
     assert "was killed by the OOM killer" in logs, logs
+
+
+def test_privilege_drop_in_a_root_container_is_said_not_hidden(image, apps, containers):
+    """The gosu shape: the container starts as root (heisen-run as PID 1,
+    root), the entrypoint's command drops to uid 1000 with setpriv (in
+    Debian's minbase: util-linux) and execs the service.  The dropped
+    process cannot write root's session: the log says so for its pid, never
+    "no findings" and never that it was killed, and the exit status is the
+    service's."""
+    c = containers(image, apps, extra=["--user", "0"],
+                   cmd=["setpriv", "--reuid=1000", "--regid=1000", "--clear-groups",
+                        "python3", "-c", "import os; print('dropped', os.getpid(), os.getuid())"])
+    logs = c.logs()
+    assert c.run.returncode == 0, logs
+    line = [ln for ln in logs.splitlines() if ln.startswith("dropped ")]
+    assert line and line[0].split()[2] == "1000", logs
+    assert "no findings" not in logs, logs
+    assert "not recorded after a privilege drop" in logs, logs
+    assert "killed" not in logs, logs
+
