@@ -436,8 +436,8 @@ static void snapshot_pids(struct hr_run *r, const pid_t *want, size_t n)
  * made of threads that stopped moving: a wait-for cycle or a lock wait
  * needs blocked threads, a hang threads still for the hang timeout.  So
  * the check runs when the set of threads still for at least one tick
- * (pid, tid, since when, and whether for the hang timeout: the --still
- * list) changed since the last check, and at least every HR_CHECK_EVERY_MS all the same (a lock wait
+ * (pid, tid, since when, and how many doublings of the hang timeout it has
+ * been still: the --still list) changed since the last check, and at least every HR_CHECK_EVERY_MS all the same (a lock wait
  * that began before heisen-run first saw the thread).  A session of idle
  * processes then costs no heisen-dump run at all between those.
  */
@@ -450,9 +450,12 @@ static int check_needed(struct hr_run *r, uint64_t now, const char *still)
 		const struct hr_still *t = &r->still[i];
 		if (now - t->since_ms < HR_TICK_MS)
 			continue;
-		/* in the --still list or not: its seconds grow every tick, the verdict does not */
-		uint64_t v[4] = {(uint64_t)t->pid, (uint64_t)t->tid, t->since_ms,
-				 (double)(now - t->since_ms) >= r->hang_seconds * 1000.0};
+		/* its seconds grow every tick; what changes the key is crossing the hang
+		   timeout and then each doubling of it (1x, 2x, 4x ...): a verdict taken
+		   right at the threshold is taken again soon, and a thread still for an
+		   hour costs a dozen checks, not one per tick */
+		uint64_t n = r->hang_seconds > 0 ? (uint64_t)((double)(now - t->since_ms) / (r->hang_seconds * 1000.0)) : 0;
+		uint64_t v[4] = {(uint64_t)t->pid, (uint64_t)t->tid, t->since_ms, n ? 64u - (uint64_t)__builtin_clzll(n) : 0};
 		for (size_t k = 0; k < 4; k++)
 			h = (h ^ v[k]) * 1099511628211ull;
 	}

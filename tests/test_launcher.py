@@ -679,8 +679,8 @@ for k in kids:
 
 def test_watchdog_leaves_idle_processes_alone(heisen, session, tmp_path):
     """20 forked workers sleep: once their threads have been still past the
-    hang timeout (and judged idle), nothing changes, so the watchdog neither
-    runs heisen-dump again nor opens their segments again on every tick."""
+    hang timeout (and judged idle), the watchdog asks heisen-dump again only
+    when a stillness doubles, and opens no segment again on every tick."""
     if not shutil.which("strace"):
         pytest.skip("strace is not installed")
     script = tmp_path / "idle.py"
@@ -702,9 +702,10 @@ def test_watchdog_leaves_idle_processes_alone(heisen, session, tmp_path):
     checks = [float(ln.split()[0]) - start for ln in log.read_text().splitlines()
               if ln.split()[1] == "--check-hang"]
     # every worker is still past the hang timeout (+ forking, under load) by
-    # half the sleep: from then to the end, no check at all
+    # half the sleep: from then to the end, checks only where a stillness
+    # doubles (4x, 8x the timeout: one round of them), never one per tick
     late = [t for t in checks if sleep_s / 2 < t < sleep_s]
-    assert late == [], checks
+    assert len(late) <= 3, checks
     seg_opens = [ln for ln in trace.read_text().splitlines() if ".seg\"" in ln]
     # each segment is opened a few times (first sight, marking its end), not once per tick
     assert len(seg_opens) <= 4 * (workers + 1), len(seg_opens)
