@@ -473,6 +473,12 @@ void hs_mem_sample(struct hs_tls *t, uint64_t now, unsigned why, uint64_t size)
 		__atomic_store_n(&h->rss_sample_ns, now, __ATOMIC_RELAXED);
 		__atomic_add_fetch(&h->rss_samples, 1, __ATOMIC_RELAXED);
 		__atomic_store_n(&mem_step, rss / 32 > (1u << 20) ? rss / 32 : (1u << 20), __ATOMIC_RELAXED);
+		/* the ring's record right after the header's value, before the fd census
+		   (/proc reads): a process the OOM killer takes in between would leave a
+		   trail whose last sample is not the RSS its header reports */
+		if (same_segment(t))
+			hs_rec(t, now, HS_REC_MEMORY, 0, rss, __atomic_load_n(&h->heap_live_bytes, __ATOMIC_RELAXED),
+			       (uint64_t)why | size << 8);
 	}
 	if (peak > __atomic_load_n(&h->rss_peak_bytes, __ATOMIC_RELAXED))
 		__atomic_store_n(&h->rss_peak_bytes, peak, __ATOMIC_RELAXED);
@@ -480,9 +486,6 @@ void hs_mem_sample(struct hs_tls *t, uint64_t now, unsigned why, uint64_t size)
 		note_fds(h, now, why == HS_MEMW_START);
 	else if (now - __atomic_load_n(&h->fds_sample_ns, __ATOMIC_RELAXED) >= HS_FDS_INTERVAL_NS)
 		note_fds(h, now, 0);
-	if (rss && same_segment(t))
-		hs_rec(t, now, HS_REC_MEMORY, 0, rss, __atomic_load_n(&h->heap_live_bytes, __ATOMIC_RELAXED),
-		       (uint64_t)why | size << 8);
 	/* release: our stores are done before another sampler may start */
 	__atomic_store_n(&mem_sampling, 0, __ATOMIC_RELEASE);
 }
