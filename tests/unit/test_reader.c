@@ -157,6 +157,18 @@ static uint64_t my_start_ticks(void)
 }
 
 /*
+ * The monotonic time `secs` seconds ago, or, on a machine booted less than
+ * that long ago (a fresh CI machine), the same fraction of its uptime for
+ * every caller (secs / 256), so synthesized starts keep their order and
+ * never underflow below boot.
+ */
+static uint64_t mono_ago(unsigned secs)
+{
+	uint64_t now = mono_now(), want = (uint64_t)secs * 1000000000u;
+	return want < now ? now - want : now - now / 256 * secs;
+}
+
+/*
  * The base valid segment: this process (alive), locks 1 (A) and 2 (B), two
  * stacks, a 2-edge potential-deadlock finding, thread 100 holding A and
  * waiting for B since g_wait_age_ns, thread 101 holding B and waiting for A
@@ -183,7 +195,7 @@ static void synth_make(struct synth *s, bool cyclic)
 	s->h->pid = getpid();
 	s->h->ppid = getppid();
 	s->h->start_ticks = my_start_ticks();
-	s->h->start_mono_ns = now - 200ull * 1000000000u;
+	s->h->start_mono_ns = mono_ago(200);
 	s->h->start_real_ns = 1700000000ull * 1000000000u;
 	s->h->state = HS_STATE_PACK(HS_STATE_RUNNING, 0);
 	snprintf(s->h->exe, sizeof s->h->exe, "/usr/bin/synthetic");
@@ -932,7 +944,7 @@ static void as_process(struct synth *s, pid_t pid, pid_t ppid, unsigned ago, con
 	s->h->pid = pid;
 	s->h->ppid = ppid;
 	s->h->start_ticks = pid == getpid() ? my_start_ticks() : 0;
-	s->h->start_mono_ns = mono_now() - (uint64_t)ago * 1000000000u;
+	s->h->start_mono_ns = mono_ago(ago);
 	memset(s->h->argv, 0, sizeof s->h->argv);
 	memcpy(s->h->argv, argv, argv_len);
 	s->h->argc = 0;
