@@ -2,7 +2,7 @@
 /*
  * dumper/main.c — heisen-dump: read a session directory and report.
  *
- *   heisen-dump [--json | --dot] [--hang-timeout SECONDS] [--no-symbols]
+ *   heisen-dump [--json | --dot] [--all] [--hang-timeout SECONDS] [--no-symbols]
  *               [--stalled PID:SECONDS[,...]] [--still PID/TID:SECONDS[,...]]
  *               [--snapshot] SESSION_DIR
  *   heisen-dump --check-hang SECONDS [--still PID/TID:SECONDS[,...]] SESSION_DIR
@@ -50,6 +50,7 @@ struct options {
 	size_t nstill;
 	bool still_given;     /* --still was given (heisen-run measured; "" = nothing still) */
 	bool timeout_given;   /* --hang-timeout was given */
+	bool all;             /* --all: every process's context, every frame (text) */
 	const char *dir;
 };
 
@@ -59,7 +60,7 @@ struct options {
 
 static void usage(FILE *f)
 {
-	fprintf(f, "usage: heisen-dump [--json | --dot] [--hang-timeout SECONDS] [--no-symbols]\n"
+	fprintf(f, "usage: heisen-dump [--json | --dot] [--all] [--hang-timeout SECONDS] [--no-symbols]\n"
 		   "                   [--stalled PID:SECONDS[,...]] [--still PID/TID:SECONDS[,...]]\n"
 		   "                   [--snapshot] SESSION_DIR\n"
 		   "       heisen-dump --check-hang SECONDS [--still PID/TID:SECONDS[,...]] SESSION_DIR\n"
@@ -85,7 +86,7 @@ static int parse_args(int argc, char **argv, struct options *o)
 		{"hang-timeout", required_argument, NULL, 't'}, {"no-symbols", no_argument, NULL, 'n'},
 		{"check-hang", required_argument, NULL, 'c'}, {"help", no_argument, NULL, 'h'},
 		{"stalled", required_argument, NULL, 's'},   {"snapshot", no_argument, NULL, 'S'},
-		{"still", required_argument, NULL, 'T'},
+		{"still", required_argument, NULL, 'T'},   {"all", no_argument, NULL, 'a'},
 		{NULL, 0, NULL, 0},
 	};
 	int c;
@@ -106,6 +107,7 @@ static int parse_args(int argc, char **argv, struct options *o)
 				return -1;
 			break;
 		case 'S': o->snapshot = true; break;
+		case 'a': o->all = true; break;
 		case 's':
 			if (hs_stalls_parse(optarg, &o->stalls, &o->nstalls) != 0) {
 				fprintf(stderr, "heisen-dump: --stalled: expected PID:SECONDS[,PID:SECONDS...]: %s\n", optarg);
@@ -229,7 +231,7 @@ int main(int argc, char **argv)
 		else if (o.format == FMT_DOT)
 			hs_report_dot(stdout, &s, &f);
 		else
-			hs_report_text(stdout, &s, &f);
+			hs_report_text(stdout, &s, &f, o.all);
 		fflush(stdout);
 		print_errors(&s);
 		rc = s.nerrors ? 2 : f.n ? 1 : 0;

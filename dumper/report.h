@@ -88,8 +88,13 @@ const struct hs_held *hs_relevant_hold(const struct hs_fnd *f, const struct hs_t
 const struct hs_held *hs_held_for(const struct hs_tsnap *holder, const struct hs_tsnap *waiter);
 
 /* Each report writes the whole session to out.  The text report prints
- * errors to stderr itself (via main); JSON carries them in "errors". */
-void hs_report_text(FILE *out, struct hs_session *s, const struct hs_findings *f);
+ * errors to stderr itself (via main); JSON carries them in "errors".
+ * The text report leads with the answer: a summary line per finding and per
+ * process that ended badly, the findings in full, the warnings, the process
+ * tree and context of the processes that matter; all (heisen-dump --all)
+ * adds every other process's context and unfolds runs of frames without
+ * symbols. */
+void hs_report_text(FILE *out, struct hs_session *s, const struct hs_findings *f, bool all);
 void hs_report_json(FILE *out, struct hs_session *s, const struct hs_findings *f);
 void hs_report_dot(FILE *out, struct hs_session *s, const struct hs_findings *f);
 

@@ -21,6 +21,17 @@
 
 #define EVENTS_SHOWN 16
 
+/* heisen-dump --all: every process's context and every frame; without it
+ * the report leads with the answer (hs_report_text). */
+static bool g_all;
+
+/* A frame with neither a symbol nor a Python function: a stripped binary's
+ * (Debian's python3.11), shown as module+offset. */
+static bool unsymbolized(const struct hs_frame *f)
+{
+	return !f->python && !f->function && f->module;
+}
+
 static void print_frames(FILE *out, struct hs_proc *p, uint32_t stack, const char *indent)
 {
 	struct hs_frames fr;
@@ -31,6 +42,18 @@ static void print_frames(FILE *out, struct hs_proc *p, uint32_t stack, const cha
 	}
 	for (uint32_t i = 0; i < fr.n; i++) {
 		const struct hs_frame *f = fr.f[i];
+		uint32_t run = 1;
+		/* A run of unsymbolized frames of one module is one line without --all:
+		 * their offsets say nothing to a reader without that binary's symbols. */
+		while (!g_all && unsymbolized(f) && i + run < fr.n && unsymbolized(fr.f[i + run]) &&
+		       strcmp(fr.f[i + run]->module, f->module) == 0)
+			run++;
+		if (run > 1) {
+			fprintf(out, "%s#%u-#%u %u frames without symbols in %s (heisen-dump --all shows them)\n",
+				indent, i, i + run - 1, run, f->module);
+			i += run - 1;
+			continue;
+		}
 		fprintf(out, "%s#%-2u ", indent, i);
 		if (f->python) {
 			/* "#3  Worker.run (/app/w.py:42) [python]" */
@@ -872,6 +895,10 @@ static void thread_section(FILE *out, struct hs_session *s, struct hs_proc *p, c
 			(t->t.snap_flags & HS_SNAPF_HOLDS_GIL) ? ", holding the GIL" : "");
 		print_frames(out, p, t->t.snap_stack, "      ");
 	}
+	/* A process that ended by itself: its last events say nothing its findings
+	 * do not (they are for the crashed, the killed and the still running). */
+	if (!g_all && (p->pstate == HS_P_EXITED || p->pstate == HS_P_EXECED))
+		return;
 	n = hs_read_ring(&p->seg, t->slot, ev, EVENTS_SHOWN);
 	if (n)
 		fprintf(out, "    last events:\n");
@@ -1105,6 +1132,8 @@ static void process_section(FILE *out, struct hs_session *s, struct hs_proc *p)
 	chaos_line(out, p);      /* heisen-run --chaos */
 	for (uint32_t i = 0; i < p->nthreads; i++)
 		thread_section(out, s, p, &p->threads[i]);
+	if (!g_all && p->nthreads && (p->pstate == HS_P_EXITED || p->pstate == HS_P_EXECED))
+		fprintf(out, "  (each thread's last events: heisen-dump --all)\n");
 	fprintf(out, "\n");
 }
 
@@ -1133,6 +1162,23 @@ static void node_findings(const struct hs_findings *f, const struct hs_pnode *n,
 		if (!seen)
 			hs_appendf(buf, len, &used, "%s%s", used ? ", " : "", hs_fkind_name(f->v[i].kind));
 	}
+}
+
+static bool interesting(struct hs_proc *p, const struct hs_findings *f);
+
+/* Shown in the tree without --all: a node one of whose images is worth its
+ * context (interesting()), or one on the way to such a node. */
+static bool node_shown(const struct hs_findings *f, const struct hs_pnode *n)
+{
+	if (g_all)
+		return true;
+	for (size_t i = 0; i < n->nimages; i++)
+		if (interesting((struct hs_proc *)n->images[i], f))
+			return true;
+	for (size_t i = 0; i < n->nchildren; i++)
+		if (node_shown(f, n->children[i]))
+			return true;
+	return false;
 }
 
 static void tree_node(FILE *out, const struct hs_session *s, const struct hs_findings *f, const struct hs_pnode *n,
@@ -1173,9 +1219,23 @@ static void tree_node(FILE *out, const struct hs_session *s, const struct hs_fin
 	fprintf(out, "\n");
 	if (n->depth)
 		snprintf(prefix + len, plen - len, "%s", last ? "   " : "|  ");
+	size_t shown_last = n->nchildren;
 	for (size_t i = 0; i < n->nchildren; i++)
-		tree_node(out, s, f, n->children[i], prefix, plen, i + 1 == n->nchildren, t0);
+		if (node_shown(f, n->children[i]))
+			shown_last = i;
+	for (size_t i = 0; i < n->nchildren; i++)
+		if (node_shown(f, n->children[i]))
+			tree_node(out, s, f, n->children[i], prefix, plen, i == shown_last, t0);
 	prefix[len] = '\0';
+}
+
+/* Nodes of the tree under n (n included) that node_shown() leaves out. */
+static size_t nodes_hidden(const struct hs_findings *f, const struct hs_pnode *n)
+{
+	size_t k = node_shown(f, n) ? 0 : 1;
+	for (size_t i = 0; i < n->nchildren; i++)
+		k += nodes_hidden(f, n->children[i]);
+	return k;
 }
 
 static void tree_text(FILE *out, const struct hs_session *s, const struct hs_findings *f)
@@ -1184,10 +1244,19 @@ static void tree_text(FILE *out, const struct hs_session *s, const struct hs_fin
 	uint64_t t0 = session_t0(s);
 	if (!s->tree || s->tree->n == 0)
 		return;
+	size_t hidden = 0;
+	for (size_t i = 0; i < s->tree->nroots; i++)
+		hidden += nodes_hidden(f, s->tree->roots[i]);
+	if (hidden == s->tree->n || (s->tree->n == 1 && !g_all))
+		return; /* every process ended cleanly, or one: the first line said how many */
 	fprintf(out, "---- process tree: %zu process%s (times from the first start) ----\n", s->tree->n,
 		s->tree->n == 1 ? "" : "es");
 	for (size_t i = 0; i < s->tree->nroots; i++)
-		tree_node(out, s, f, s->tree->roots[i], prefix, sizeof prefix, true, t0);
+		if (node_shown(f, s->tree->roots[i]))
+			tree_node(out, s, f, s->tree->roots[i], prefix, sizeof prefix, true, t0);
+	if (hidden)
+		fprintf(out, "  (and %zu more that ended cleanly with no finding: heisen-dump --all shows them)\n",
+			hidden);
 	fprintf(out, "\n");
 }
 
@@ -1209,11 +1278,118 @@ static void warnings_text(FILE *out, struct hs_session *s)
 	hs_warnings_free(&w);
 }
 
-void hs_report_text(FILE *out, struct hs_session *s, const struct hs_findings *f)
+/* The first line of msg, cut to fit a summary line. */
+static void first_line(char *msg)
 {
+	char *nl = strchr(msg, '\n');
+	if (nl)
+		*nl = '\0';
+	if (strlen(msg) > 150)
+		strcpy(msg + 146, " ...");
+}
+
+/* What a finding is about, in a few words, for the summary: the cycle's locks,
+ * the signal and where, the heap or fd message's first line. */
+static void summary_what(char *buf, size_t len, struct hs_fnd *f)
+{
+	size_t used = 0;
+	struct hs_lockref r;
+	char fr[400];
+	buf[0] = '\0';
+	switch (f->kind) {
+	case HS_F_POTENTIAL:
+		for (uint32_t i = 0; i < f->nedges; i++) {
+			hs_lockref(f->proc, f->edges[i].from, 0, &r);
+			hs_appendf(buf, len, &used, "%s -> ", r.label);
+		}
+		if (f->nedges) {
+			hs_lockref(f->proc, f->edges[0].from, 0, &r);
+			hs_appendf(buf, len, &used, "%s (%u threads)", r.label, f->nedges);
+		}
+		break;
+	case HS_F_SELF_DEADLOCK:
+		hs_lockref(f->proc, f->rec.lock, f->rec.addr, &r);
+		hs_appendf(buf, len, &used, "thread %d locks %s again while holding it", f->rec.tid, r.label);
+		break;
+	case HS_F_CRASH:
+		frame_brief(fr, sizeof fr, f->proc, f->rec.stack);
+		hs_appendf(buf, len, &used, "%s in thread %d at %s", hs_signal_name(f->rec.signo), f->rec.tid, fr);
+		break;
+	case HS_F_DEADLOCK:
+		hs_appendf(buf, len, &used, "%u threads wait for each other", f->nthreads);
+		break;
+	case HS_F_HANG:
+		if (f->stalled_seconds > 0)
+			hs_appendf(buf, len, &used, "no progress for %.0f s", f->stalled_seconds);
+		else
+			hs_appendf(buf, len, &used, "%u thread%s blocked", f->nthreads, f->nthreads == 1 ? "" : "s");
+		break;
+	case HS_F_DOUBLE_FREE:
+	case HS_F_HEAP_OVERFLOW:
+	case HS_F_INVALID_FREE:
+	case HS_F_USE_AFTER_FREE:
+	case HS_F_HEAP_BUFFER_OVERFLOW: hs_heap_message(f, buf, len); break;
+	case HS_F_STALE_CLOSE:
+	case HS_F_DOUBLE_CLOSE: hs_fd_message(f, buf, len); break;
+	case HS_F_FD_LEAK:
+		hs_appendf(buf, len, &used, "%u fd%s left open %s, %u creation site%s", f->nleaked,
+			   f->nleaked == 1 ? "" : "s", f->at_hang ? "at the hang" : "at the end", f->ngroups,
+			   f->ngroups == 1 ? "" : "s");
+		break;
+	case HS_F_OOM_KILL:
+	case HS_F_KILLED: hs_death_message(f, buf, len); break;
+	case HS_F_LIMIT: hs_appendf(buf, len, &used, "%s", f->limit); break;
+	default: break;
+	}
+	first_line(buf);
+}
+
+/* A process that ended in a way a clean run does not: crashed, killed,
+ * vanished, an unknown state. */
+static bool ended_badly(const struct hs_proc *p)
+{
+	return p->pstate == HS_P_CRASHED || p->pstate == HS_P_KILLED || p->pstate == HS_P_VANISHED ||
+	       p->pstate == HS_P_UNKNOWN;
+}
+
+/*
+ * The answer first (README "Reading a report"): one line per finding and per
+ * process that ended badly, so the head of a container log says what
+ * happened; the findings in full follow.
+ */
+static void summary(FILE *out, struct hs_session *s, const struct hs_findings *f)
+{
+	char what[600];
+	size_t bad = 0;
 	if (f->n == 0)
-		fprintf(out, "heisen: no findings in %s (%zu process%s)\n\n", s->dir, s->nprocs,
+		fprintf(out, "heisen: no findings in %s (%zu process%s)\n", s->dir, s->nprocs,
 			s->nprocs == 1 ? "" : "es");
+	else
+		fprintf(out, "==== heisen: %zu finding%s in %s (%zu process%s) ====\n", f->n, f->n == 1 ? "" : "s",
+			s->dir, s->nprocs, s->nprocs == 1 ? "" : "es");
+	for (size_t i = 0; i < f->n; i++) {
+		struct hs_fnd *x = &f->v[i];
+		summary_what(what, sizeof what, x);
+		fprintf(out, "  %-18s pid %d (%s): %s\n", hs_fkind_name(x->kind), x->proc->seg.hdr.pid,
+			x->proc->exe, what);
+	}
+	for (size_t i = 0; i < s->nprocs; i++)
+		if (ended_badly(&s->procs[i])) {
+			const struct hs_proc *p = &s->procs[i];
+			if (!bad++)
+				fprintf(out, "  ended badly:\n");
+			fprintf(out, "    pid %d (%s): ", p->seg.hdr.pid, p->exe);
+			state_line(out, p);
+			fprintf(out, "\n");
+		}
+	fprintf(out, "\n");
+}
+
+void hs_report_text(FILE *out, struct hs_session *s, const struct hs_findings *f, bool all)
+{
+	size_t quiet = 0;
+	g_all = all;
+	summary(out, s, f);
 	for (size_t i = 0; i < f->n; i++)
 		finding(out, s, &f->v[i]);
 	warnings_text(out, s);
@@ -1221,6 +1397,15 @@ void hs_report_text(FILE *out, struct hs_session *s, const struct hs_findings *f
 	for (size_t i = 0; i < s->nprocs; i++)
 		if (interesting(&s->procs[i], f))
 			process_section(out, s, &s->procs[i]);
+		else
+			quiet++;
+	if (!all) {
+		if (quiet && quiet < s->nprocs)
+			fprintf(out, "%zu other process image%s ended cleanly with no finding (heisen-dump --all "
+				     "shows their context)\n",
+				quiet, quiet == 1 ? "" : "s");
+		return;
+	}
 	/* The others in one line each, after the ones that matter. */
 	for (size_t i = 0; i < s->nprocs; i++)
 		if (!interesting(&s->procs[i], f)) {

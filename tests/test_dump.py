@@ -20,7 +20,7 @@ import time
 
 import pytest
 
-from conftest import REPO, edge_pairs, fact_int, findings_of, lockname, target
+from conftest import REPO, edge_pairs, fact_int, findings_of, lockname, pyext_dir, target
 
 HEADER_FIXED = struct.Struct("<8sIIIIQ")   # magic, abi, endian, word, header_size, segment_size
 TABLE = struct.Struct("<QIIII")            # offset, entry_size, capacity, count, dropped
@@ -416,3 +416,80 @@ def test_forked_workers_share_one_reading_of_each_file(heisen, session, tmp_path
                 named += 1
                 break
     assert named >= workers, named
+
+
+# ---- the report leads with the answer ----------------------------------------------
+
+
+def test_report_leads_with_one_summary_line_per_finding(heisen, session):
+    """The demo's shape: a Python program whose C extension takes two mutexes
+    in opposite orders.  The first lines say what was found, before any
+    stack; a run of frames without symbols (Debian's stripped python3.11)
+    is one line, and --all unfolds it and adds the threads' last events."""
+    p = heisen.preload(["/usr/bin/python3", REPO / "test-targets" / "py_lock_order.py", pyext_dir(heisen)], session)
+    assert p.returncode == 0, p.stderr
+    pid = fact_int(p.stdout, "pid")
+    d = heisen.dump(session)
+    assert d.returncode == 1, d.stderr
+    lines = d.stdout.splitlines()
+    assert lines[0] == f"==== heisen: 1 finding in {session} (1 process) ====", lines[:3]
+    m = re.fullmatch(rf"  potential-deadlock pid {pid} \(\S+\): (ext_lock_\w) -> (ext_lock_\w) -> (ext_lock_\w) "
+                     r"\(2 threads\)", lines[1])
+    assert m and m[1] == m[3] and {m[1], m[2]} == {"ext_lock_a", "ext_lock_b"}, lines[1]
+    assert lines[2] == "" and lines[3].startswith("==== heisen: potential deadlock"), lines[:4]
+    folded = [ln for ln in lines if re.search(r"#\d+-#\d+ \d+ frames without symbols in \S*python3", ln)]
+    assert folded, d.stdout
+    assert "    last events:" not in d.stdout and "(each thread's last events: heisen-dump --all)" in d.stdout
+    full = heisen.dump(session, "--all")
+    assert full.returncode == 1
+    assert "frames without symbols" not in full.stdout and "    last events:" in full.stdout
+    # Every frame line the folded report left out is in the full one.
+    nframes = lambda out: len(re.findall(r"^\s+#\d+ ", out, re.M))
+    nfolded = sum(int(re.search(r"(\d+) frames without", ln)[1]) - 1 for ln in folded)
+    assert nframes(full.stdout) == nframes(d.stdout) + len(folded) + nfolded
+
+
+def test_clean_session_of_many_processes_is_one_line(heisen, session):
+    """A shell entrypoint starting twenty short processes, all clean: the
+    report is one line; --all lists each of them."""
+    p = heisen.preload(["/bin/sh", "-c", "for i in 1 2 3 4 5 6 7 8 9 10 11 12 13 14 15 16 17 18 19 20; "
+                        "do /bin/true; done"], session)
+    assert p.returncode == 0, p.stderr
+    d = heisen.dump(session)
+    assert d.returncode == 0, d.stderr
+    lines = d.stdout.strip().splitlines()
+    assert len(lines) == 1, d.stdout
+    m = re.fullmatch(rf"heisen: no findings in {re.escape(str(session))} \((\d+) processes\)", lines[0])
+    assert m and int(m[1]) >= 21, lines
+    full = heisen.dump(session, "--all")
+    assert full.returncode == 0
+    assert len(re.findall(r"^  process \d+\.\d+ \(/usr/bin/true\)", full.stdout, re.M)) == 20, full.stdout
+
+
+def test_crash_among_clean_processes_leads_and_only_it_has_context(heisen, session):
+    """Ten clean children and one that crashes: the summary names the crash
+    and the process that ended badly; the tree shows the shell and the
+    crashed child with a count of the others; only the crashed child has its
+    context (and its threads' last events)."""
+    segv = target(heisen, "segv")
+    p = heisen.preload(["/bin/sh", "-c", f"for i in 1 2 3 4 5 6 7 8 9 10; do /bin/true; done; {segv}; exit 0"],
+                       session)
+    assert p.returncode == 0, p.stderr
+    cpid = fact_int(p.stdout, "pid")
+    d = heisen.dump(session)
+    assert d.returncode == 1, d.stderr
+    head = d.stdout[:d.stdout.index("\n\n")].splitlines()
+    assert head[0].startswith("==== heisen: 1 finding in "), head
+    assert re.fullmatch(rf"  crash\s+pid {cpid} \(\S*segv\): SIGSEGV in thread {cpid} at write_through_null.*",
+                        head[1]), head
+    assert head[2] == "  ended badly:" and re.fullmatch(rf"    pid {cpid} \(\S*segv\): crashed.*SIGSEGV.*", head[3]), head
+    tree = d.stdout[d.stdout.index("---- process tree:"):]
+    tree = tree[:tree.index("\n\n")]
+    assert str(cpid) in tree and "/usr/bin/true" not in tree, tree
+    hidden = int(re.search(r"and (\d+) more that ended cleanly", tree)[1])
+    assert hidden >= 10, tree
+    sections = re.findall(r"^---- process (\d+) ", d.stdout, re.M)
+    assert sections == [str(cpid)], sections
+    assert "    last events:" in d.stdout
+    full = heisen.dump(session, "--all")
+    assert "/usr/bin/true" in full.stdout and "(and " not in full.stdout

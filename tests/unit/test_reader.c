@@ -287,7 +287,8 @@ static void expect_bad(struct synth *s, size_t n, const char *what)
 static size_t report_all(struct hs_session *s, struct hs_findings *f)
 {
 	FILE *null = fopen("/dev/null", "w");
-	hs_report_text(null, s, f);
+	hs_report_text(null, s, f, false);
+	hs_report_text(null, s, f, true);
 	hs_report_json(null, s, f);
 	hs_report_dot(null, s, f);
 	fclose(null);
@@ -719,7 +720,7 @@ static char *text_of(struct hs_session *ss, struct hs_findings *f)
 	char *buf = NULL;
 	size_t n = 0;
 	FILE *m = open_memstream(&buf, &n);
-	hs_report_text(m, ss, f);
+	hs_report_text(m, ss, f, false);
 	fclose(m);
 	return buf;
 }
