@@ -679,9 +679,9 @@ static void resolve_real_dl(void)
 /* ---- the interposed functions, for lookups through a handle ---------------------- */
 
 /*
- * Every function libheisen interposes: hooks.def's entries, and those whose
- * hooks reach glibc without a hs_real_ pointer (heap.c, memhooks.c, the
- * trampolines).  For each, `real` is what dlsym(RTLD_NEXT, name) gives
+ * Every function libheisen exports as a hook: hooks.def's HS_HOOK, HS_HOOK_V
+ * and HS_HOOK_OWN entries (the last reach glibc without a hs_real_ pointer:
+ * heap.c, memhooks.c, the dlsym wrappers).  For each, `real` is what dlsym(RTLD_NEXT, name) gives
  * libheisen — the function the hook wraps — and `hook` heisen's own
  * definition (looked up in libheisen's handle, so another preloaded
  * library's definition of the name never counts as ours).
@@ -689,11 +689,11 @@ static void resolve_real_dl(void)
 static const char *const interposed_names[] = {
 #define HS_HOOK(ret, name, params) #name,
 #define HS_HOOK_V(ret, name, params, version) #name,
+#define HS_HOOK_OWN(ret, name, params) #name,
 #include "hooks.def"
 #undef HS_HOOK
 #undef HS_HOOK_V
-	"malloc", "calloc", "realloc", "reallocarray", "free", "memalign", "aligned_alloc", "posix_memalign",
-	"valloc", "pvalloc", "malloc_usable_size", "mmap64", "dlsym", "dlvsym",
+#undef HS_HOOK_OWN
 };
 #define N_INTERPOSED (sizeof interposed_names / sizeof interposed_names[0])
 

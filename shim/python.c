@@ -139,7 +139,7 @@ static void gil_wait_end(struct hs_tls *t, unsigned which, uint64_t since)
 	hs_rec(t, now, HS_REC_GIL_ACQUIRED, 0, which, 0, now - since);
 }
 
-static int hook_ensure(void)
+static int hook_PyGILState_Ensure(void)
 {
 	uint64_t site = RET_ADDR();
 	struct hs_tls *t = hs_enter();
@@ -162,7 +162,7 @@ static int hook_ensure(void)
 	return rc;
 }
 
-static void hook_gilstate_release(int state)
+static void hook_PyGILState_Release(int state)
 {
 	struct hs_tls *t = hs_enter();
 	if (t) {
@@ -174,7 +174,7 @@ static void hook_gilstate_release(int state)
 	py.release(state);
 }
 
-static void *hook_save_thread(void)
+static void *hook_PyEval_SaveThread(void)
 {
 	struct hs_tls *t = hs_enter();
 	if (t) {
@@ -202,17 +202,17 @@ static void take_for(void (*real)(void *), void *tstate, unsigned which, uint64_
 	hs_leave(t);
 }
 
-static void hook_restore_thread(void *tstate)
+static void hook_PyEval_RestoreThread(void *tstate)
 {
 	take_for(py.restore_thread, tstate, HS_GIL_RESTORE, RET_ADDR());
 }
 
-static void hook_acquire_thread(void *tstate)
+static void hook_PyEval_AcquireThread(void *tstate)
 {
 	take_for(py.acquire_thread, tstate, HS_GIL_ACQUIRE_THREAD, RET_ADDR());
 }
 
-static void hook_release_thread(void *tstate)
+static void hook_PyEval_ReleaseThread(void *tstate)
 {
 	struct hs_tls *t = hs_enter();
 	if (t) {
@@ -287,12 +287,13 @@ static int got_patch_off(void)
 void hs_py_init(void)
 {
 	static const struct hs_got_hook hooks[] = {
-		{"PyGILState_Ensure", (void *)hook_ensure},
-		{"PyGILState_Release", (void *)hook_gilstate_release},
-		{"PyEval_SaveThread", (void *)hook_save_thread},
-		{"PyEval_RestoreThread", (void *)hook_restore_thread},
-		{"PyEval_AcquireThread", (void *)hook_acquire_thread},
-		{"PyEval_ReleaseThread", (void *)hook_release_thread},
+#define HS_HOOK(ret, name, params)
+#define HS_HOOK_V(ret, name, params, version)
+#define HS_HOOK_GOT(ret, name, params) {#name, (void *)hook_##name},
+#include "hooks.def"
+#undef HS_HOOK
+#undef HS_HOOK_V
+#undef HS_HOOK_GOT
 	};
 	int patched;
 
