@@ -859,7 +859,7 @@ void hs_got_unpatch_all(void);
  * with hs_got_on_dlsym, else hs_py_on_new_objects, python.c), then, for an
  * explicit handle (not RTLD_DEFAULT, not RTLD_NEXT), makes the lookup
  * itself and answers with heisen's hook when the result is the original
- * of a function heisen interposes (hooks.def and the heap's entry points;
+ * of a function heisen interposes (hooks.def's exported entries;
  * the address compared with what dlsym(RTLD_NEXT, name) gives libheisen):
  * a call through ctypes.CDLL("libc.so.6") is then seen like any other.
  * RTLD_NEXT and RTLD_DEFAULT lookups are never changed (a library wrapping
