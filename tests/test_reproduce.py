@@ -435,14 +435,17 @@ def test_same_chaos_seed_makes_the_same_decisions(heisen, tmp_path):
 
 
 def test_chaos_perturbs_lock_points_and_thread_start(heisen, tmp_path):
-    """bench/racy_pair's lazy initialisation: two threads, a registry mutex."""
+    """bench/racy_pair: a lazy initialisation (two threads, a registry
+    mutex that only the first request takes) and an ABBA (each thread takes
+    and releases two mutexes; it may deadlock, racy_pair then exits 3)."""
     prog = heisen.build / "bench" / "racy_pair"
     seen = set()
     for seed in range(1, 7):
-        d = tmp_path / str(seed)
-        heisen.run(["--dir", d, "--chaos", seed, "--", prog, "lazy-init"], env={"HEISEN_RING": "65536"})
-        r, ch = chaos_of(heisen, d)
-        seen |= {c[1] for c in ch}
+        for case in ("lazy-init", "abba"):
+            d = tmp_path / f"{case}-{seed}"
+            heisen.run(["--dir", d, "--chaos", seed, "--", prog, case], env={"HEISEN_RING": "65536"})
+            r, ch = chaos_of(heisen, d)
+            seen |= {c[1] for c in ch}
     assert {"lock", "unlock", "thread-start"} <= seen, seen
 
 
