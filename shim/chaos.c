@@ -40,12 +40,15 @@
  *    log-uniform (3/8), or a move to one CPU of the process's original
  *    affinity mask (1/8), ThreadFuzzer's three actions.
  *
- * A sleep budget bounds the cost: a thread sleeps at most 20 ms plus 20 µs
+ * A sleep budget bounds the cost: a thread sleeps at most 50 ms plus 20 µs
  * per chaos point in all (the budget is counted from the decisions alone,
  * so it is deterministic too); a sleep longer than what is left is cut to
- * it, and with nothing left it becomes a yield.  A lock-heavy program thus
- * runs at most about 20 µs per lock operation slower per thread.  Each
- * action is an HS_REC_CHAOS record in the thread's ring.
+ * it, and skipped — nothing is done, not even a yield — when what is left
+ * is less than its least length (1 ms for a victim, 1 µs otherwise).  So
+ * a victim whose budget is spent sleeps again only every 50 points or so,
+ * and what a lock-heavy thread loses is the slept time (20 µs per point
+ * at most) plus one wake-up per action, which a loaded machine makes long.
+ * Each action is an HS_REC_CHAOS record in the thread's ring.
  *
  * Never inside the shim's own malloc/free/close, never in a vfork child or
  * an exiting thread.  Cost when off: HS_CHAOS's one branch.
@@ -135,25 +138,29 @@ void hs_chaos_point(unsigned point)
 		     hs_mix64(seed ^ hs_mix64(((uint64_t)ct->ordinal << 40) ^ (count >> 6) ^ (1ull << 39))) % 4 == 0;
 	if (victim || h % (frequent ? 64 : 8) == 0) {
 		unsigned pick = (unsigned)(h >> 8) & 7, action;
-		uint64_t value = 0, want = 0;
-		if (victim)
+		uint64_t value = 0, want = 0, least = 1000;
+		if (victim) {
 			want = 1000000ull << ((h >> 16) % 5); /* 1 ms .. 16 ms, log-uniform */
-		else if (pick >= 4 && (pick < 7 || ncpus < 2))
+			least = 1000000;
+		} else if (pick >= 4 && (pick < 7 || ncpus < 2)) {
 			want = 1000ull << ((h >> 16) % 10); /* 1 µs .. 512 µs, log-uniform */
-		if (want) {
-			/* the budget: 50 ms + 20 µs per point reached, less what was slept */
-			uint64_t allow = 50000000ull + 20000ull * count;
-			uint64_t left = allow > ct->slept_ns ? allow - ct->slept_ns : 0;
-			if (want > left)
-				want = left < 1000 ? 0 : left;
 		}
 		if (want) {
+			/* the budget: 50 ms + 20 µs per point reached, less what was slept;
+			 * a sleep is cut to what is left, and skipped below its least length */
+			uint64_t allow = 50000000ull + 20000ull * count;
+			uint64_t left = allow > ct->slept_ns ? allow - ct->slept_ns : 0;
+			if (want > left) {
+				if (left < least)
+					goto out; /* spent: nothing at all, not even a yield */
+				want = left;
+			}
 			struct timespec ts = {(time_t)(want / 1000000000u), (long)(want % 1000000000u)};
 			action = HS_CHAOS_SLEEP;
 			value = want;
 			ct->slept_ns += want;
 			nanosleep(&ts, NULL);
-		} else if (pick < 7 || victim || ncpus < 2) {
+		} else if (pick < 7 || ncpus < 2) {
 			action = HS_CHAOS_YIELD;
 			sched_yield();
 		} else {
@@ -169,6 +176,7 @@ void hs_chaos_point(unsigned point)
 		}
 		record(point, action, value, count);
 	}
+out:
 	ct->busy = 0;
 	errno = e;
 }
