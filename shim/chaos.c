@@ -4,7 +4,8 @@
  * heisen already intercepts (a lock just taken — held longer — or just
  * released, the GIL taken or
  * dropped, a thread's start, malloc, free, close) a thread is sometimes made
- * to yield, to sleep a little, or to move to another CPU, so that the
+ * to sleep (milliseconds when it is a victim), to yield, or to move to
+ * another CPU, so that the
  * interleavings a loaded production machine makes — and an idle developer
  * machine never does — happen here.  Anchors: rr's chaos mode (random
  * priorities and pauses so that rare schedules appear) and ClickHouse's
