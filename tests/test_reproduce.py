@@ -435,15 +435,46 @@ def test_same_chaos_seed_makes_the_same_decisions(heisen, tmp_path):
 
 
 def test_chaos_perturbs_lock_points_and_thread_start(heisen, tmp_path):
-    """bench/racy_pair's lazy initialisation: two threads, a registry mutex."""
+    """bench/racy_pair: a lazy initialisation (two threads, a registry
+    mutex that only the first request takes) and an ABBA (each thread takes
+    and releases two mutexes; it may deadlock, racy_pair then exits 3)."""
     prog = heisen.build / "bench" / "racy_pair"
     seen = set()
     for seed in range(1, 7):
-        d = tmp_path / str(seed)
-        heisen.run(["--dir", d, "--chaos", seed, "--", prog, "lazy-init"], env={"HEISEN_RING": "65536"})
-        r, ch = chaos_of(heisen, d)
-        seen |= {c[1] for c in ch}
+        for case in ("lazy-init", "abba"):
+            d = tmp_path / f"{case}-{seed}"
+            heisen.run(["--dir", d, "--chaos", seed, "--", prog, case], env={"HEISEN_RING": "65536"})
+            r, ch = chaos_of(heisen, d)
+            seen |= {c[1] for c in ch}
     assert {"lock", "unlock", "thread-start"} <= seen, seen
+
+
+def test_victim_threads_sleep_milliseconds_within_the_sleep_budget(heisen, tmp_path):
+    """A connection pool's lock churn (150 connections, each locked once):
+    in some epochs a thread is a victim and sleeps 1 to 16 ms at its lock
+    points (rr's starved low-priority thread), but no thread ever sleeps
+    past its budget, 50 ms + 20 us per chaos point reached; the sleep that
+    would pass it is cut to what is left."""
+    prog = target(heisen, "lock_churn")
+    long_sleeps, cut = 0, 0
+    for seed in (1, 2, 3, 4):
+        d = tmp_path / str(seed)
+        p = heisen.run(["--dir", d, "--chaos", seed, "--", prog, "150"], env={"HEISEN_RING": "65536"}, timeout=120)
+        assert "done" in p.stdout, p.stderr[-1500:]
+        r, ch = chaos_of(heisen, d)
+        assert r["processes"][0]["chaos_total"] == len(ch)  # every decision is listed
+        slept = {}
+        for tid, point, action, value, count in ch:
+            if action != "sleep":
+                continue
+            slept[tid] = slept.get(tid, 0) + value
+            assert slept[tid] <= 50_000_000 + 20_000 * count, (seed, tid, count, slept[tid])
+            if point in ("lock", "unlock") and value >= 1_000_000:
+                long_sleeps += 1
+            # the sleeps chosen are 1 us or 1 ms times a power of two; any other length was cut
+            if not any(value == base << k for base in (1000, 1_000_000) for k in range(10)):
+                cut += 1
+    assert long_sleeps > 0 and cut > 0, (long_sleeps, cut)
 
 
 def test_options_compose_in_a_driver(heisen, tmp_path):
