@@ -408,11 +408,17 @@ def test_pid1_reaps_orphaned_grandchildren(heisen):
 
 
 def test_pid1_terminates_leftovers_when_the_command_ends(heisen, tmp_path):
-    mark = tmp_path / "got-term"
+    """As PID 1, heisen-run sends SIGTERM to what is left when the command
+    ends.  The command ends only once the leftover has its handler (a
+    leftover still starting would die of SIGTERM's default action without
+    a word: under load a fixed sleep was not always long enough)."""
+    mark, ready = tmp_path / "got-term", tmp_path / "ready"
     leftover = (f"import signal,sys,time\n"
                 f"signal.signal(signal.SIGTERM, lambda *a: (open({str(mark)!r}, 'w').write('TERM'), sys.exit(0)))\n"
+                f"open({str(ready)!r}, 'w').close()\n"
                 f"time.sleep(60)\n")
-    script = f"{SYSTEM_PYTHON} -c \"$0\" & sleep 0.5; exit 5"
+    script = (f"{SYSTEM_PYTHON} -c \"$0\" & i=0; "
+              f"while [ ! -e {ready} ] && [ $i -lt 600 ]; do sleep 0.05; i=$((i+1)); done; exit 5")
     t = time.monotonic()
     p = unshare_pid(heisen, ["--quiet", "--rm", "--", "sh", "-c", script, leftover])
     assert p.returncode == 5, p.stderr
