@@ -42,6 +42,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <internal/seg_verdict.h>
 #include <internal/snapshot_request.h>
 
 #include "launcher.h"
@@ -676,14 +677,6 @@ static const char *sig_name(int sig)
 	return s ? s : "?";
 }
 
-/*
- * The end-of-run report.  abnormal says the command was killed by a signal
- * (other than the stop signal heisen-run forwarded, hr_stopped) or a hang
- * was seen.  Runs heisen-dump when the session holds segments; if
- * the run was abnormal or heisen-dump found something (exit 1) or failed
- * (exit 2), prints its report between banners and the session path.
- * Otherwise prints nothing.  Returns 1 when the run was clean, 0 otherwise.
- */
 /* The command ended by the stop signal heisen-run forwarded to it (docker
  * stop's SIGTERM, a Ctrl-C): the end that was asked for, not a crash. */
 int hr_stopped(const struct hr_run *r)
@@ -691,6 +684,18 @@ int hr_stopped(const struct hr_run *r)
 	return r->stop_signal && WIFSIGNALED(r->main_status) && WTERMSIG(r->main_status) == r->stop_signal;
 }
 
+/*
+ * The end-of-run report.  abnormal says the command was killed by a signal
+ * (other than the stop signal heisen-run forwarded, hr_stopped) or a hang
+ * was seen.  When the session holds segments: a run that was not
+ * abnormal, with no thread still past the hang timeout and no --report-dir,
+ * whose segments all pass the quick verdict (internal/seg_verdict.h:
+ * headers, thread and fd slots; milliseconds for hundreds of processes) is
+ * clean without more.  Otherwise heisen-dump reads the session; if the run
+ * was abnormal or heisen-dump found something (exit 1) or failed (exit 2),
+ * prints its report between banners and the session path.  Otherwise
+ * prints nothing.  Returns 1 when the run was clean, 0 otherwise.
+ */
 int hr_final_report(struct hr_run *r, int abnormal)
 {
 	int st = r->main_status;
@@ -703,11 +708,9 @@ int hr_final_report(struct hr_run *r, int abnormal)
 				"removed on the way?)\n", r->session);
 		return !abnormal;
 	}
-	int fd = new_out("heisen-report");
-	if (fd < 0)
-		return 0;
 	const char *opts[5] = {NULL};
 	static char still[16384];
+	still[0] = '\0';
 	if (r->hang_seconds > 0) {
 		/* the threads as last measured: heisen-dump need not watch them again */
 		still_arg(r, hr_now_ms(), still, sizeof still);
@@ -716,6 +719,15 @@ int hr_final_report(struct hr_run *r, int abnormal)
 		opts[2] = "--still";
 		opts[3] = still;
 	}
+	/* a clean end needs no full reading: every segment's header (and its
+	   thread and fd slots) says there is nothing to report (seg_verdict.h) */
+	size_t nsegs;
+	if (!abnormal && !r->report_dir && !still[0] &&
+	    hs_session_quick(r->session_fd, &nsegs, NULL, 0) == HS_QUICK_CLEAN && nsegs > 0)
+		return 1;
+	int fd = new_out("heisen-report");
+	if (fd < 0)
+		return 0;
 	int ds = run_dump(r, opts, fd, HR_REPORT_TIMEOUT_MS);
 	int rc = ds >= 0 && WIFEXITED(ds) ? WEXITSTATUS(ds) : -1;
 	int clean = !abnormal && rc == 0;

@@ -758,3 +758,96 @@ def test_report_dir_keeps_the_text_and_json_reports(heisen, session, tmp_path):
     assert txt.read_text() in p.stderr   # the same report as in the log
     report = json.loads(js.read_text())
     assert [f["kind"] for f in report["findings"]] == ["crash"]
+
+
+# ---- the end of a run: a clean session needs no full reading -------------------------
+
+MANY_WORKERS = r'''
+import multiprocessing as mp, os, signal, socket, sys
+KIND, N = sys.argv[1], int(sys.argv[2])
+ODD = N // 2
+KEPT = []
+
+def keep(n):
+    return [socket.socket() for _ in range(n)]  # leak site
+
+def work(i):
+    if i != ODD or KIND == "clean":
+        return
+    print("odd", os.getpid(), flush=True)
+    if KIND == "crash":
+        os.abort()
+    elif KIND == "sigkill":
+        os.kill(os.getpid(), signal.SIGKILL)
+    elif KIND == "fd-leak":
+        KEPT.extend(keep(70))   # still referenced at the fork child's os._exit
+    elif KIND == "double-free":
+        import ctypes
+        libc = ctypes.CDLL(None)
+        libc.malloc.restype = ctypes.c_void_p
+        libc.free.argtypes = [ctypes.c_void_p]
+        p = libc.malloc(64)
+        libc.free(p)
+        libc.free(p)
+    elif KIND == "damaged":     # a stray write over its own segment's magic
+        with open(f"{os.environ['HEISEN_DIR']}/{os.getpid()}.0.seg", "r+b") as f:
+            f.write(b"\0" * 8)
+
+if __name__ == "__main__":
+    ctx = mp.get_context("fork")
+    procs = [ctx.Process(target=work, args=(i,)) for i in range(N)]
+    for p in procs:
+        p.start()
+    for p in procs:
+        p.join()
+        p.close()
+    print("done", flush=True)
+'''
+
+
+def run_many(heisen, session, tmp_path, kind, workers=40, env=None):
+    """MANY_WORKERS under heisen-run, heisen-dump through a wrapper that logs
+    each run's options; returns the run and the logged option lists."""
+    script = tmp_path / "many.py"
+    script.write_text(MANY_WORKERS)
+    log = tmp_path / "dump-runs"
+    wrapper = tmp_path / "heisen-dump"
+    wrapper.write_text(f'#!/bin/sh\necho "$*" >> {log}\nexec {heisen.dump_bin} "$@"\n')
+    wrapper.chmod(0o755)
+    p = heisen.run(["--dir", session, "--", SYSTEM_PYTHON, script, kind, workers],
+                   env={"HEISEN_DUMP": str(wrapper), **(env or {})}, timeout=300)
+    runs = [ln.split() for ln in log.read_text().splitlines()] if log.exists() else []
+    return p, runs
+
+
+def test_a_clean_end_of_many_processes_reads_no_more_than_headers(heisen, session, tmp_path):
+    """41 processes that end cleanly: heisen-run's quick verdict (each
+    segment's header, thread and fd slots) says so, and no full reading of
+    the session (heisen-dump) runs at the end; the session is kept, and
+    heisen-dump finds nothing in it either."""
+    p, runs = run_many(heisen, session, tmp_path, "clean")
+    assert p.returncode == 0 and "done" in p.stdout, p.stderr
+    assert p.stderr == f"heisen-run: no findings; session: {session}\n", p.stderr
+    assert [r for r in runs if "--check-hang" not in r] == [], runs
+    assert len(list(session.glob("*.seg"))) == 41
+    assert heisen.dump(session).returncode == 0
+
+
+@pytest.mark.parametrize("kind,says", [
+    ("crash", "crash (SIGABRT) in pid {odd}"),
+    ("sigkill", "killed in pid {odd}"),
+    ("fd-leak", "fd leak in pid {odd}"),
+    ("double-free", "double free in pid {odd}"),
+    ("damaged", "heisen-dump: {odd}.0.seg: zero magic"),
+])
+def test_one_process_among_many_with_something_to_report_is_reported(heisen, session, tmp_path, kind, says):
+    """One fork worker among 40 crashes, is SIGKILLed, leaks fds, frees
+    twice (and goes on), or damages its own segment; the others end
+    cleanly: the end of the run reads the whole session and reports it."""
+    p, runs = run_many(heisen, session, tmp_path, kind, env={"HEISEN_ON_HEAP_ERROR": "continue"})
+    assert p.returncode == 0 and "done" in p.stdout, p.stderr
+    odd = next(int(ln.split()[1]) for ln in p.stdout.splitlines() if ln.startswith("odd "))
+    assert BANNER + str(session) in p.stderr, p.stderr
+    assert says.format(odd=odd) in p.stderr, p.stderr
+    assert "no findings;" not in p.stderr
+    assert [r for r in runs if "--check-hang" not in r], runs
