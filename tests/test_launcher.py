@@ -12,6 +12,7 @@ and launcher/reaper.c.  Run with /usr/bin/python3 -m pytest tests/test_launcher.
 import json
 import os
 import pty
+import re
 import select
 import shutil
 import signal
@@ -715,6 +716,38 @@ def test_watchdog_leaves_idle_processes_alone(heisen, session, tmp_path):
     seg_opens = [ln for ln in trace.read_text().splitlines() if ".seg\"" in ln]
     # each segment is opened a few times (first sight, marking its end), not once per tick
     assert len(seg_opens) <= 4 * (workers + 1), len(seg_opens)
+
+
+def test_watchdog_reads_long_still_processes_from_proc_less_often(heisen, session, tmp_path):
+    """12 forked workers sleep 16 s under a 16 s hang timeout: once a
+    process has been still a while, the watchdog reads its /proc/PID/stat
+    every quarter of that stillness (at most every 2 s here, an eighth of the
+    timeout), not every tick (2 a second)."""
+    if not shutil.which("strace"):
+        pytest.skip("strace is not installed")
+    script = tmp_path / "idle.py"
+    script.write_text(IDLE_WORKERS)
+    trace = tmp_path / "trace"
+    workers, sleep_s = 12, 16.0
+    start = time.time()
+    p = subprocess.run(["strace", "-qq", "-ttt", "-e", "trace=openat", "-o", trace,
+                        heisen.run_bin, "--dir", session, "--hang-timeout", "16", "--",
+                        SYSTEM_PYTHON, script, str(workers), str(sleep_s)],
+                       env=heisen.env(), capture_output=True, text=True, timeout=120)
+    assert p.returncode == 0, p.stderr
+    assert "hang" not in p.stderr, p.stderr
+    segs = {int(f.name.split(".")[0]) for f in session.glob("*.seg")}
+    assert len(segs) == workers + 1
+    reads = {}
+    for ln in trace.read_text().splitlines():
+        m = re.match(r'(\d+\.\d+) openat\(AT_FDCWD, "/proc/(\d+)/stat"', ln)
+        if m and int(m.group(2)) in segs:
+            reads.setdefault(int(m.group(2)), []).append(float(m.group(1)) - start)
+    # from 10 s on (forking and starting, under load, take a few seconds), every
+    # process has been still for several seconds: a read every 2 s (3 in these
+    # 5 s; 5 if it has been still only 5 s), where every tick read each one (10)
+    late = [len([t for t in ts if 10.0 <= t < 15.0]) for ts in reads.values()]
+    assert len(late) == workers + 1 and sum(late) <= 5 * (workers + 1), sorted(late)
 
 
 def test_heisen_warnings_stay_out_of_the_programs_stderr(heisen, session, tmp_path):
