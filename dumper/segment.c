@@ -4,9 +4,10 @@
  *
  * The checks follow the order written in format.h (struct hs_header): size,
  * magic, endian tag, ABI version, word size, header size, segment size, then
- * every table.  A table is accepted only if it lies inside segment_size, its
- * entries are at least as large as this reader's structures, and entries
- * that hold atomic words are 8-byte aligned.  After that, hs_seg_entry and
+ * every table (internal/seg_header.h, shared with heisen-run).  A table is
+ * accepted only if it lies inside segment_size, its entries are at least as
+ * large as this reader's structures, and entries that hold atomic words are
+ * 8-byte aligned.  After that, hs_seg_entry and
  * hs_seg_string are the only ways into the mapping.  Design: docs/design.md "The
  * flight recorder" and "What it must not do".
  */
@@ -22,149 +23,13 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "internal/seg_header.h"
 #include "internal/seg_holes.h"
-
-static const char *const table_names[HS_T_COUNT] = {
-	"modules", "strings", "stacks", "stack index", "site index", "locks",
-	"lock index", "edges", "edge index", "threads", "findings", "rings",
-	"python frames", "python frame index", "fds", "fd events", "fd history", "cycle edges",
-};
-
-static const uint32_t reader_sizes[HS_T_COUNT] = {
-	sizeof(struct hs_module), 1, sizeof(struct hs_stack), sizeof(struct hs_index_slot),
-	sizeof(struct hs_index_slot), sizeof(struct hs_lock), sizeof(struct hs_index_slot),
-	sizeof(struct hs_edge), sizeof(struct hs_index_slot), sizeof(struct hs_thread),
-	sizeof(struct hs_finding), sizeof(struct hs_ring_header), sizeof(struct hs_pyframe),
-	sizeof(struct hs_index_slot), sizeof(struct hs_fd), sizeof(struct hs_fd_event), sizeof(struct hs_fd_event),
-	sizeof(uint64_t),
-};
-
-static enum hs_seg_result fail(char *err, size_t errlen, const char *fmt, ...)
-	__attribute__((format(printf, 3, 4)));
-
-static enum hs_seg_result fail(char *err, size_t errlen, const char *fmt, ...)
-{
-	va_list ap;
-	va_start(ap, fmt);
-	vsnprintf(err, errlen, fmt, ap);
-	va_end(ap);
-	return HS_SEG_BAD;
-}
-
-/* The segment size a truncated file promises, or the header size when the
- * file is too short to say. */
-static uint64_t promised_size(const unsigned char *p, uint64_t size)
-{
-	uint64_t seg_size;
-	if (size < offsetof(struct hs_header, segment_size) + sizeof(uint64_t))
-		return sizeof(struct hs_header);
-	memcpy(&seg_size, p + offsetof(struct hs_header, segment_size), sizeof seg_size);
-	return seg_size > sizeof(struct hs_header) ? seg_size : sizeof(struct hs_header);
-}
-
-static bool all_zero(const unsigned char *p, size_t n)
-{
-	for (size_t i = 0; i < n; i++)
-		if (p[i])
-			return false;
-	return true;
-}
-
-/* Checks that need only the fixed identification fields. */
-static enum hs_seg_result check_ident(const struct hs_header *h, char *err, size_t errlen)
-{
-	if (h->endian_tag != HS_ENDIAN_TAG) {
-		if (h->endian_tag == __builtin_bswap32(HS_ENDIAN_TAG))
-			return fail(err, errlen, "written with the other byte order");
-		return fail(err, errlen, "bad endian tag 0x%08x", h->endian_tag);
-	}
-	if (h->abi_version != HS_ABI_VERSION)
-		return fail(err, errlen, "ABI version %u, this heisen-dump reads %u", h->abi_version,
-			    HS_ABI_VERSION);
-	if (h->word_size != sizeof(void *))
-		return fail(err, errlen, "word size %u, this heisen-dump reads %zu", h->word_size,
-			    sizeof(void *));
-	if (h->header_size < sizeof(struct hs_header))
-		return fail(err, errlen, "header size %u is smaller than %zu", h->header_size,
-			    sizeof(struct hs_header));
-	return HS_SEG_OK;
-}
-
-static enum hs_seg_result check_table(const struct hs_header *h, int t, char *err, size_t errlen)
-{
-	const struct hs_table *tb = &h->tables[t];
-	uint64_t need = reader_sizes[t];
-	if (t == HS_T_RINGS)
-		need += (uint64_t)h->ring_records * sizeof(struct hs_record);
-	if (tb->capacity == 0)
-		return HS_SEG_OK;
-	if (tb->entry_size < need)
-		return fail(err, errlen, "table %s: entry size %u, need at least %llu", table_names[t],
-			    tb->entry_size, (unsigned long long)need);
-	if (t == HS_T_STRINGS && tb->entry_size != 1)
-		return fail(err, errlen, "table strings: entry size %u, must be 1", tb->entry_size);
-	if (t != HS_T_STRINGS && (tb->offset % 8 || tb->entry_size % 8))
-		return fail(err, errlen, "table %s: offset %llu or entry size %u not 8-byte aligned",
-			    table_names[t], (unsigned long long)tb->offset, tb->entry_size);
-	if (tb->offset < h->header_size || tb->offset > h->segment_size)
-		return fail(err, errlen, "table %s: offset %llu outside [%u, %llu]", table_names[t],
-			    (unsigned long long)tb->offset, h->header_size,
-			    (unsigned long long)h->segment_size);
-	/* uint32 * uint32 cannot overflow 64 bits; the subtraction cannot wrap. */
-	if ((uint64_t)tb->capacity * tb->entry_size > h->segment_size - tb->offset)
-		return fail(err, errlen, "table %s: %u entries of %u bytes at offset %llu overrun the segment (%llu bytes)",
-			    table_names[t], tb->capacity, tb->entry_size, (unsigned long long)tb->offset,
-			    (unsigned long long)h->segment_size);
-	return HS_SEG_OK;
-}
-
-static enum hs_seg_result check_geometry(const struct hs_header *h, uint64_t file_size, char *err,
-					 size_t errlen)
-{
-	if (h->segment_size < h->header_size)
-		return fail(err, errlen, "segment size %llu is smaller than its header (%u)",
-			    (unsigned long long)h->segment_size, h->header_size);
-	if (h->segment_size > file_size)
-		return fail(err, errlen, "truncated: %llu of %llu bytes", (unsigned long long)file_size,
-			    (unsigned long long)h->segment_size);
-	if (h->tables[HS_T_RINGS].capacity &&
-	    (h->ring_records == 0 || (h->ring_records & (h->ring_records - 1))))
-		return fail(err, errlen, "ring records %u is not a power of two", h->ring_records);
-	if (h->tables[HS_T_FD_EVENTS].capacity & (h->tables[HS_T_FD_EVENTS].capacity - 1))
-		return fail(err, errlen, "table fd events: capacity %u is not a power of two",
-			    h->tables[HS_T_FD_EVENTS].capacity);
-	for (int t = 0; t < HS_T_COUNT; t++)
-		if (check_table(h, t, err, errlen) != HS_SEG_OK)
-			return HS_SEG_BAD;
-	return HS_SEG_OK;
-}
 
 enum hs_seg_result hs_seg_validate(struct hs_seg *seg, char *err, size_t errlen)
 {
-	const unsigned char *p = seg->base;
-	uint64_t size = seg->map_size;
-	uint64_t state;
-
-	/* a segment is named only once fully formed: none of these is "being created" */
-	if (size == 0 || !p)
-		return fail(err, errlen, "empty: no header (its process died before writing one, or the file was emptied)");
-	if (size >= HS_MAGIC_LEN && all_zero(p, HS_MAGIC_LEN))
-		return fail(err, errlen, "zero magic: the header was never written or was wiped");
-	if (size < HS_MAGIC_LEN || memcmp(p, HS_MAGIC, HS_MAGIC_LEN) != 0)
-		return fail(err, errlen, "bad magic: not a heisen segment");
-	if (size < sizeof(struct hs_header))
-		return fail(err, errlen, "truncated: %llu of %llu bytes", (unsigned long long)size,
-			    (unsigned long long)promised_size(p, size));
-	memcpy(&seg->hdr, p, sizeof seg->hdr);
-	if (check_ident(&seg->hdr, err, errlen) != HS_SEG_OK)
-		return HS_SEG_BAD;
-	/* INIT: the tables were never laid out (a named segment is always past it) */
-	state = __atomic_load_n(&((const struct hs_header *)(const void *)p)->state, __ATOMIC_ACQUIRE);
-	if (HS_STATE_OF(state) == HS_STATE_INIT)
-		return fail(err, errlen, "state word INIT: the header was never finished, or was damaged");
-	if (HS_STATE_OF(state) > HS_STATE_SIGNALED)
-		return fail(err, errlen, "state word %#llx: not a known state (damaged)", (unsigned long long)state);
-	return check_geometry(&seg->hdr, size, err, errlen);
+	/* the checks heisen-run's end-of-run verdict makes too (internal/seg_header.h) */
+	return hs_header_check(seg->base, seg->map_size, &seg->hdr, err, errlen) == 0 ? HS_SEG_OK : HS_SEG_BAD;
 }
 
 static const char *base_name(const char *path)
@@ -184,16 +49,20 @@ enum hs_seg_result hs_seg_open(struct hs_seg *seg, const char *path, char *err, 
 	/* O_NONBLOCK: a FIFO (or a device) named *.seg must not block the open;
 	 * anything but a regular file is then refused on the descriptor */
 	fd = open(path, O_RDONLY | O_NOFOLLOW | O_CLOEXEC | O_NONBLOCK | O_NOCTTY);
-	if (fd < 0)
-		return fail(err, errlen, "cannot open: %s", strerror(errno));
+	if (fd < 0) {
+		hs_hdr_fail(err, errlen, "cannot open: %s", strerror(errno));
+		return HS_SEG_BAD;
+	}
 	if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
 		close(fd);
-		return fail(err, errlen, "not a regular file");
+		hs_hdr_fail(err, errlen, "not a regular file");
+		return HS_SEG_BAD;
 	}
 	if (st.st_size > 0) {
 		map = mmap(NULL, (size_t)st.st_size, PROT_READ, MAP_SHARED, fd, 0);
 		if (map == MAP_FAILED) {
-			r = fail(err, errlen, "cannot map: %s", strerror(errno));
+			hs_hdr_fail(err, errlen, "cannot map: %s", strerror(errno));
+			r = HS_SEG_BAD;
 			close(fd);
 			return r;
 		}

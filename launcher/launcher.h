@@ -114,18 +114,23 @@ struct hr_still {
 /* The watchdog's view of one live process (watchdog.c): a process whose
  * progress (ring records + CPU ticks) has not moved since since_ms is
  * stalled; a stall is reported once, and one that ends and comes back is
- * new. */
+ * new.  Its ring records are read every tick (memory); /proc only when it
+ * is due (watchdog.c "Sampling a still process less often"). */
 struct hr_stall {
 	pid_t pid;
 	uint64_t progress;
 	uint64_t since_ms;         /* when progress last moved (or was first seen) */
 	int snapsig;               /* the process's snapshot signal, 0 = none */
 	uint64_t snapval;          /* the si_value of its snapshot requests (hs_snapshot_value) */
-	uint64_t cpu, cpu_prev;    /* its CPU ticks at this tick and at the one before */
+	uint64_t cpu, cpu_prev;    /* its CPU ticks at the last /proc reading and at the one before */
 	int cpu_seen;
 	int reported;              /* this stall was reported */
 	uint64_t hung_since_ms;    /* reported by the per-thread rule: since when its longest stuck thread was still */
 	int alive;                 /* seen in the current tick */
+	uint64_t events;           /* its ring records at the last reading */
+	uint64_t sampled_ms;       /* when /proc was last read for it */
+	int sampled;               /* /proc was read for it in this tick: its threads are sampled too */
+	int rebase;                /* take what it did since as the baseline, clocks kept (a snapshot's work) */
 };
 #define HR_SNAPSHOT_WAIT_MS 300  /* how long threads get to answer a snapshot request */
 
@@ -159,12 +164,13 @@ int hr_seg_progress(int dirfd, pid_t pid, uint64_t *events, int *snapsig, uint64
 size_t hr_seg_thread_heads(int dirfd, pid_t pid, pid_t *tids, uint64_t *heads, size_t max);
 int hr_seg_note_stall(int dirfd, pid_t pid, uint64_t since_mono_ns, double seconds);
 int hr_seg_identity(int dirfd, pid_t pid, uint64_t *start_ticks, uid_t *owner, int *snapshot_installed);
+int hr_seg_confirm(pid_t pid, uint64_t start_ticks);
 
 /* procfs.c */
 int hr_proc_start_ticks(pid_t pid, uint64_t *ticks);
 size_t hr_proc_children(pid_t pid, pid_t *out, size_t max);
 pid_t hr_proc_ppid(pid_t pid);
-int hr_proc_cpu_ticks(pid_t pid, uint64_t *ticks);
+int hr_proc_cpu_ticks(pid_t pid, uint64_t *ticks, uint64_t *start_ticks);
 int hr_proc_thread_progress(pid_t pid, pid_t tid, uint64_t *cpu, uint64_t *out);
 size_t hr_snapshot_request(pid_t pid, int sig, uint64_t value);
 

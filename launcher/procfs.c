@@ -127,18 +127,22 @@ pid_t hr_proc_ppid(pid_t pid)
 }
 
 /* CPU time of pid, all its threads, in clock ticks (utime + stime, fields
- * 14 and 15 of /proc/pid/stat).  Returns 0, or -1 when pid is gone. */
-int hr_proc_cpu_ticks(pid_t pid, uint64_t *ticks)
+ * 14 and 15 of /proc/pid/stat), and its start time (field 22, as
+ * hr_proc_start_ticks) from the same reading.  Returns 0, or -1 when pid is
+ * gone. */
+int hr_proc_cpu_ticks(pid_t pid, uint64_t *ticks, uint64_t *start_ticks)
 {
 	char path[64], buf[1024];
-	unsigned long long ut, st;
+	unsigned long long ut, st, start;
 	snprintf(path, sizeof path, "/proc/%d/stat", (int)pid);
 	if (read_small(path, buf, sizeof buf) <= 0)
 		return -1;
 	char *p = strrchr(buf, ')');
-	if (!p || sscanf(p + 1, " %*c %*d %*d %*d %*d %*d %*u %*u %*u %*u %*u %llu %llu", &ut, &st) != 2)
+	if (!p || sscanf(p + 1, " %*c %*d %*d %*d %*d %*d %*u %*u %*u %*u %*u %llu %llu %*d %*d %*d %*d %*d %*d %llu",
+			 &ut, &st, &start) != 3)
 		return -1;
 	*ticks = ut + st;
+	*start_ticks = start;
 	return 0;
 }
 

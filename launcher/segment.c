@@ -416,6 +416,28 @@ size_t hr_seg_live_pids(int dirfd, pid_t *out, size_t max)
 }
 
 /*
+ * The watchdog read pid's start time (start_ticks, from /proc/PID/stat)
+ * for its own purpose: it counts as the start-time check of pid's mapped
+ * segment (hr_seg_live_pids), so that check costs no read of its own.
+ * Returns 0 when the segment is pid's, -1 when the pid now belongs to
+ * another process (the segment is let go: the pid is not listed again) or
+ * no segment of pid is mapped.
+ */
+int hr_seg_confirm(pid_t pid, uint64_t start_ticks)
+{
+	struct watched *w = watched_of(pid);
+	if (!w)
+		return -1;
+	uint64_t want = ((const struct hs_header *)w->map)->start_ticks;
+	if (want != 0 && want != start_ticks) {
+		watched_unmap(w);
+		return -1;
+	}
+	w->checked_ms = hr_now_ms();
+	return 0;
+}
+
+/*
  * Who claims pid in the session: its latest segment's start_ticks, the uid
  * that owns the file (whoever could have written it) and whether it says
  * the snapshot handler is installed (hs_header.snapshot_signal non-zero;
@@ -456,14 +478,6 @@ int hr_seg_count(int dirfd)
 
 
 /*
- * Progress of pid as its latest segment shows it: the records written to
- * all its rings (the sum of the ring heads, table HS_T_RINGS, every offset
- * checked against the file) into *events, and the snapshot signal it
- * installed (0 = none) into *snapsig, with the si_value its requests carry
- * (hs_snapshot_value) into *snapval.  Returns 0, or -1 when pid has no
- * usable segment.
- */
-/*
  * The ring head (records written so far) of every live thread slot of
  * pid's live segment: tids[i] and heads[i], at most max.  Returns how many,
  * 0 when the segment cannot be read.  A thread's own records are its
@@ -497,6 +511,15 @@ size_t hr_seg_thread_heads(int dirfd, pid_t pid, pid_t *tids, uint64_t *heads, s
 	return n;
 }
 
+/*
+ * Progress of pid as its latest segment shows it: the records written to
+ * its rings (the sum of the ring heads of the thread slots ever used,
+ * tables HS_T_RINGS and HS_T_THREADS, every offset checked against the
+ * file; memory reads only) into *events, and the snapshot signal it
+ * installed (0 = none) into *snapsig, with the si_value its requests carry
+ * (hs_snapshot_value) into *snapval.  Returns 0, or -1 when pid has no
+ * usable segment.
+ */
 int hr_seg_progress(int dirfd, pid_t pid, uint64_t *events, int *snapsig, uint64_t *snapval)
 {
 	struct watched *w;
@@ -505,14 +528,22 @@ int hr_seg_progress(int dirfd, pid_t pid, uint64_t *events, int *snapsig, uint64
 		return -1;
 	const char *a = w->map;
 	const struct hs_header *h = w->map;
-	const struct hs_table *t = &h->tables[HS_T_RINGS];
+	const struct hs_table *t = &h->tables[HS_T_RINGS], *th = &h->tables[HS_T_THREADS];
+	/* the table descriptors are shared memory: checked on every read */
 	if (h->segment_size > w->len || t->entry_size < sizeof(struct hs_ring_header) || t->offset % 8 != 0 ||
 	    t->entry_size % 8 != 0 || t->offset > h->segment_size ||
-	    (uint64_t)t->entry_size * t->capacity > h->segment_size - t->offset)
+	    (uint64_t)t->entry_size * t->capacity > h->segment_size - t->offset ||
+	    th->entry_size < sizeof(struct hs_thread) || th->offset % 8 != 0 || th->offset > h->segment_size ||
+	    (uint64_t)th->entry_size * th->capacity > h->segment_size - th->offset)
 		return -1;
 	uint64_t sum = 0;
-	for (uint32_t i = 0; i < t->capacity; i++) {
+	/* slot i owns ring i; slots are claimed in order (shim/threads.c), so the
+	   first one never used ends the rings that ever held a record */
+	for (uint32_t i = 0; i < t->capacity && i < th->capacity; i++) {
+		const struct hs_thread *ts = (const void *)(a + th->offset + (uint64_t)i * th->entry_size);
 		const struct hs_ring_header *rh = (const void *)(a + t->offset + (uint64_t)i * t->entry_size);
+		if (__atomic_load_n(&ts->state, __ATOMIC_ACQUIRE) == HS_THREAD_FREE)
+			break;
 		sum += __atomic_load_n(&rh->head, __ATOMIC_RELAXED);
 	}
 	*events = sum;

@@ -42,6 +42,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <internal/seg_verdict.h>
 #include <internal/snapshot_request.h>
 
 #include "launcher.h"
@@ -171,34 +172,56 @@ static struct hr_stall *stall_of(struct hr_run *r, pid_t pid)
 	return NULL;
 }
 
-/* Progress of pid: ring records plus CPU ticks.  -1 when it cannot be read. */
-static int progress_of(struct hr_run *r, pid_t pid, uint64_t *out, int *snapsig, uint64_t *snapval, uint64_t *cpu)
+/*
+ * Sampling a still process less often.  Ring records are memory: every
+ * tick reads them for every live process.  /proc is not (a stat, a task
+ * listing and a syscall file per thread: a few thousand small reads a
+ * second for a few hundred processes), so a process is read there only
+ * when it is due: every tick while it moves (or until it has been still for
+ * 4 ticks), then every quarter of the time it has been still, at most every
+ * eighth of the hang timeout (3.75 s for 30 s), and at once when its ring
+ * records move.  What it costs: a thread that starts moving again without a
+ * ring record is seen at most that much later, so its stillness is
+ * measured that much short and a later hang of it is reported at most an
+ * eighth of the timeout late; a stillness is never measured long.  Timeouts
+ * of 4 s or less sample every process every tick.
+ */
+static uint64_t sample_every_ms(const struct hr_run *r, const struct hr_stall *e, uint64_t now)
 {
-	uint64_t events;
-	if (hr_seg_progress(r->session_fd, pid, &events, snapsig, snapval) < 0 || hr_proc_cpu_ticks(pid, cpu) < 0)
-		return -1;
-	*out = events + *cpu;
-	return 0;
+	uint64_t every = (now - e->since_ms) / 4, cap = (uint64_t)(r->hang_seconds * 1000.0 / 8.0);
+	if (every > cap)
+		every = cap;
+	return every > HR_TICK_MS ? every : HR_TICK_MS;
 }
 
 /*
- * Sample every live process of the session: a process whose progress
- * moved starts a new (not yet reported) stall clock; processes that are
- * gone are forgotten.
+ * Sample every live process of the session: ring records every tick; its
+ * CPU time (and its start time, which stands for the segment's own check,
+ * hr_seg_confirm) from /proc when it is due (above).  A process whose
+ * progress moved starts a new (not yet reported) stall clock, unless it is
+ * being rebased after a snapshot; processes that are gone are forgotten.
  */
 static void sample_progress(struct hr_run *r, uint64_t now)
 {
 	pid_t pids[1024];
 	size_t n = hr_seg_live_pids(r->session_fd, pids, 1024), k = 0;
 	for (size_t i = 0; i < r->nstalls; i++)
-		r->stalls[i].alive = 0;
+		r->stalls[i].alive = r->stalls[i].sampled = 0;
 	for (size_t i = 0; i < n; i++) {
-		uint64_t prog, cpu, snapval;
+		uint64_t events, cpu, start, snapval;
 		int snapsig;
-		struct hr_stall *e;
-		if (progress_of(r, pids[i], &prog, &snapsig, &snapval, &cpu) < 0)
+		struct hr_stall *e = stall_of(r, pids[i]);
+		if (hr_seg_progress(r->session_fd, pids[i], &events, &snapsig, &snapval) < 0)
 			continue;
-		if (!(e = stall_of(r, pids[i]))) {
+		if (e && !e->rebase && events == e->events &&
+		    now + HR_TICK_MS / 2 < e->sampled_ms + sample_every_ms(r, e, now)) {
+			e->alive = 1; /* not due: as last read */
+			continue;
+		}
+		if (hr_proc_cpu_ticks(pids[i], &cpu, &start) < 0 || hr_seg_confirm(pids[i], start) < 0)
+			continue; /* gone, or the pid is another process now */
+		uint64_t prog = events + cpu;
+		if (!e) {
 			struct hr_stall *v = realloc(r->stalls, (r->nstalls + 1) * sizeof *v);
 			if (!v)
 				continue;
@@ -207,13 +230,18 @@ static void sample_progress(struct hr_run *r, uint64_t now)
 			*e = (struct hr_stall){.pid = pids[i], .progress = prog, .since_ms = now};
 		} else if (e->progress != prog) {
 			e->progress = prog;
-			e->since_ms = now;
+			if (!e->rebase)
+				e->since_ms = now;
 		}
 		e->snapsig = snapsig;
 		e->snapval = snapval;
-		e->cpu_prev = e->cpu_seen ? e->cpu : cpu + 1; /* first sight: "moved" */
+		/* first sight, or a snapshot's work: "moved", read every thread's CPU time */
+		e->cpu_prev = e->cpu_seen && !e->rebase ? e->cpu : cpu + 1;
 		e->cpu = cpu;
 		e->cpu_seen = 1;
+		e->events = events;
+		e->sampled_ms = now;
+		e->sampled = 1;
 		e->alive = 1;
 	}
 	for (size_t i = 0; i < r->nstalls; i++)
@@ -246,27 +274,34 @@ static int thread_progress(pid_t pid, pid_t tid, const pid_t *tids, const uint64
 }
 
 /*
- * Sample every thread of every live process of the session: a thread whose
- * progress moved starts a new still clock (unless keep_clock: the progress
- * a snapshot made is not progress); threads that are gone are forgotten.
+ * Sample every thread of the processes sample_progress read from /proc in
+ * this tick: a thread whose progress moved starts a new still clock
+ * (unless its process is being rebased: the progress a snapshot made is not
+ * progress); threads that are gone are forgotten; the threads of a process
+ * not due are kept as last read.
  */
-static void sample_threads(struct hr_run *r, uint64_t now, int keep_clock)
+static void sample_threads(struct hr_run *r, uint64_t now)
 {
-	pid_t pids[1024];
-	size_t n = hr_seg_live_pids(r->session_fd, pids, 1024), k = 0;
+	size_t k = 0;
 	static pid_t tids[4096];
 	static uint64_t heads[4096];
-	for (size_t i = 0; i < r->nstill; i++)
-		r->still[i].alive = 0;
-	for (size_t i = 0; i < n; i++) {
+	for (size_t i = 0; i < r->nstill; i++) {
+		const struct hr_stall *ps = stall_of(r, r->still[i].pid);
+		r->still[i].alive = ps && !ps->sampled;
+	}
+	for (size_t i = 0; i < r->nstalls; i++) {
 		char path[64];
 		DIR *d;
 		struct dirent *de;
-		size_t nh = hr_seg_thread_heads(r->session_fd, pids[i], tids, heads, 4096);
-		int remapped = 0;
-		struct hr_stall *ps = stall_of(r, pids[i]);
-		int cpu_still = ps && ps->cpu_seen && ps->cpu == ps->cpu_prev;
-		snprintf(path, sizeof path, "/proc/%d/task", (int)pids[i]);
+		struct hr_stall *ps = &r->stalls[i];
+		pid_t pid = ps->pid;
+		if (!ps->sampled)
+			continue;
+		size_t nh = hr_seg_thread_heads(r->session_fd, pid, tids, heads, 4096);
+		int remapped = 0, keep_clock = ps->rebase;
+		int cpu_still = ps->cpu_seen && ps->cpu == ps->cpu_prev;
+		ps->rebase = 0;
+		snprintf(path, sizeof path, "/proc/%d/task", (int)pid);
 		if (!(d = opendir(path)))
 			continue;
 		while ((de = readdir(d))) {
@@ -281,15 +316,15 @@ static void sample_threads(struct hr_run *r, uint64_t now, int keep_clock)
 					j++;
 				if (j == nh) {
 					/* a thread the mapping does not show: its slot may be newer than the mapping */
-								hr_seg_remap(r->session_fd, pids[i]);
-					nh = hr_seg_thread_heads(r->session_fd, pids[i], tids, heads, 4096);
+					hr_seg_remap(r->session_fd, pid);
+					nh = hr_seg_thread_heads(r->session_fd, pid, tids, heads, 4096);
 					remapped = 1;
 				}
 			}
 			/* the process's CPU time did not move: neither did this thread's */
-			struct hr_still *known = still_of(r, pids[i], tid);
+			struct hr_still *known = still_of(r, pid, tid);
 			uint64_t cpu = known && cpu_still ? known->cpu : UINT64_MAX;
-			if (thread_progress(pids[i], tid, tids, heads, nh, &cpu, &prog) < 0)
+			if (thread_progress(pid, tid, tids, heads, nh, &cpu, &prog) < 0)
 				continue;
 			if (!(e = known)) {
 				struct hr_still *v = realloc(r->still, (r->nstill + 1) * sizeof *v);
@@ -297,7 +332,7 @@ static void sample_threads(struct hr_run *r, uint64_t now, int keep_clock)
 					continue;
 				r->still = v;
 				e = &v[r->nstill++];
-				*e = (struct hr_still){.pid = pids[i], .tid = tid, .progress = prog, .since_ms = now};
+				*e = (struct hr_still){.pid = pid, .tid = tid, .progress = prog, .since_ms = now};
 			} else if (e->progress != prog) {
 				e->progress = prog;
 				if (!keep_clock)
@@ -418,17 +453,15 @@ static void snapshot_pids(struct hr_run *r, const pid_t *want, size_t n)
 	/* the whole wait: hr_service returns at the first signal (a helper's SIGCHLD) */
 	for (uint64_t now = hr_now_ms(), end = now + HR_SNAPSHOT_WAIT_MS; now < end; now = hr_now_ms())
 		hr_service(r, (int)(end - now));
+	/* what they did to answer is the new baseline, their clocks kept */
 	for (size_t i = 0; i < n; i++) {
 		struct hr_stall *e = stall_of(r, want[i]);
-		uint64_t prog, cpu, snapval;
-		int snapsig;
-		if (e && progress_of(r, want[i], &prog, &snapsig, &snapval, &cpu) == 0) {
-			e->progress = prog;
-			e->cpu_prev = e->cpu + 1; /* the snapshot used CPU: read every thread again */
-			e->cpu = cpu;
-		}
+		if (e)
+			e->rebase = 1;
 	}
-	sample_threads(r, hr_now_ms(), 1);
+	uint64_t now = hr_now_ms();
+	sample_progress(r, now);
+	sample_threads(r, now);
 }
 
 /*
@@ -500,7 +533,7 @@ int hr_watch_tick(struct hr_run *r)
 		return 0; /* nothing recorded yet (or a command without the shim) */
 	uint64_t now = hr_now_ms();
 	sample_progress(r, now);
-	sample_threads(r, now, 0);
+	sample_threads(r, now);
 	static char still[16384];
 	still_arg(r, now, still, sizeof still);
 	if (!check_needed(r, now, still))
@@ -676,14 +709,6 @@ static const char *sig_name(int sig)
 	return s ? s : "?";
 }
 
-/*
- * The end-of-run report.  abnormal says the command was killed by a signal
- * (other than the stop signal heisen-run forwarded, hr_stopped) or a hang
- * was seen.  Runs heisen-dump when the session holds segments; if
- * the run was abnormal or heisen-dump found something (exit 1) or failed
- * (exit 2), prints its report between banners and the session path.
- * Otherwise prints nothing.  Returns 1 when the run was clean, 0 otherwise.
- */
 /* The command ended by the stop signal heisen-run forwarded to it (docker
  * stop's SIGTERM, a Ctrl-C): the end that was asked for, not a crash. */
 int hr_stopped(const struct hr_run *r)
@@ -691,6 +716,18 @@ int hr_stopped(const struct hr_run *r)
 	return r->stop_signal && WIFSIGNALED(r->main_status) && WTERMSIG(r->main_status) == r->stop_signal;
 }
 
+/*
+ * The end-of-run report.  abnormal says the command was killed by a signal
+ * (other than the stop signal heisen-run forwarded, hr_stopped) or a hang
+ * was seen.  When the session holds segments: a run that was not
+ * abnormal, with no thread still past the hang timeout and no --report-dir,
+ * whose segments all pass the quick verdict (internal/seg_verdict.h:
+ * headers, thread and fd slots; milliseconds for hundreds of processes) is
+ * clean without more.  Otherwise heisen-dump reads the session; if the run
+ * was abnormal or heisen-dump found something (exit 1) or failed (exit 2),
+ * prints its report between banners and the session path.  Otherwise
+ * prints nothing.  Returns 1 when the run was clean, 0 otherwise.
+ */
 int hr_final_report(struct hr_run *r, int abnormal)
 {
 	int st = r->main_status;
@@ -703,11 +740,9 @@ int hr_final_report(struct hr_run *r, int abnormal)
 				"removed on the way?)\n", r->session);
 		return !abnormal;
 	}
-	int fd = new_out("heisen-report");
-	if (fd < 0)
-		return 0;
 	const char *opts[5] = {NULL};
 	static char still[16384];
+	still[0] = '\0';
 	if (r->hang_seconds > 0) {
 		/* the threads as last measured: heisen-dump need not watch them again */
 		still_arg(r, hr_now_ms(), still, sizeof still);
@@ -716,6 +751,15 @@ int hr_final_report(struct hr_run *r, int abnormal)
 		opts[2] = "--still";
 		opts[3] = still;
 	}
+	/* a clean end needs no full reading: every segment's header (and its
+	   thread and fd slots) says there is nothing to report (seg_verdict.h) */
+	size_t nsegs;
+	if (!abnormal && !r->report_dir && !still[0] &&
+	    hs_session_quick(r->session_fd, &nsegs, NULL, 0) == HS_QUICK_CLEAN && nsegs > 0)
+		return 1;
+	int fd = new_out("heisen-report");
+	if (fd < 0)
+		return 0;
 	int ds = run_dump(r, opts, fd, HR_REPORT_TIMEOUT_MS);
 	int rc = ds >= 0 && WIFEXITED(ds) ? WEXITSTATUS(ds) : -1;
 	int clean = !abnormal && rc == 0;

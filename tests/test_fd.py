@@ -451,8 +451,13 @@ def test_cpython_regrtest_under_fd_tracking(heisen, session, name):
     assert p.returncode == 0, (p.returncode, p.stdout[-3000:], p.stderr[-3000:])
     assert "SUCCESS" in p.stdout, p.stdout[-2000:]
     r = heisen.dump_json(session)
-    main = [x for x in r["processes"] if x["argv"][1:4] == ["-m", "test", "-q"]]
-    assert main and main[0]["fds"] is not None and main[0]["fds"]["created"] > 100
+    # the regrtest process itself: its fork children share its argv, and pids
+    # wrap (a child may have a lower one), so it is the one whose parent is
+    # not in the session (this test's own child)
+    pids = {x["pid"] for x in r["processes"]}
+    main = [x for x in r["processes"] if x["argv"][1:4] == ["-m", "test", "-q"] and x["ppid"] not in pids]
+    assert len(main) == 1, [(x["pid"], x["ppid"], x["argv"][:5]) for x in main]
+    assert main[0]["fds"] is not None and main[0]["fds"]["created"] > 100
     # the suites close numbers twice on purpose (they test EBADF, double-close
     # findings are right there), and children leave fds open at exit; but no
     # generation is ever closed by a stale owner

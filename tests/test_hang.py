@@ -175,6 +175,44 @@ def test_busy_correct_programs_are_not_hangs(heisen, session, name):
     assert "hang detected" not in p.stderr and "heisen: hang" not in p.stderr, p.stderr
 
 
+IDLE_THEN_DEADLOCKED = r'''
+import os, threading, time
+print("pid", os.getpid(), flush=True)
+time.sleep(12)                  # idle: the watchdog reads it from /proc less often
+a, b = threading.Lock(), threading.Lock()
+def other():
+    with b:
+        time.sleep(0.2)
+        with a:
+            pass
+t = threading.Thread(target=other)
+with a:
+    t.start()
+    time.sleep(0.2)
+    print("stuck", time.time(), flush=True)
+    with b:
+        pass
+'''
+
+
+def test_a_process_long_idle_then_deadlocked_is_found(heisen, session, tmp_path):
+    """A process sleeps 12 s (the watchdog then reads it from /proc only
+    every 1-2 s), then deadlocks its two threads under an 8 s timeout: the
+    hang is found all the same, per thread, and the tree killed, at most an
+    eighth of the timeout later than when every tick read it (and a margin
+    for a loaded machine)."""
+    script = tmp_path / "idle_then_deadlocked.py"
+    script.write_text(IDLE_THEN_DEADLOCKED)
+    p = heisen.run(["--dir", session, "--hang-timeout", "8", "--on-hang", "kill", "--",
+                    "/usr/bin/python3", script], timeout=120)
+    ended = time.time()
+    assert p.returncode == 137, (p.returncode, p.stderr[-3000:])
+    pid = fact_int(p.stdout, "pid")
+    stuck = float(p.stdout.split("stuck", 1)[1].split()[0])
+    assert "hang detected" in p.stderr and f"in pid {pid}" in p.stderr, p.stderr[-3000:]
+    assert 8.0 <= ended - stuck < 8.0 + 1.0 + 10.0, (ended - stuck, p.stderr[-2000:])
+
+
 # ---- per-thread rule: busy background threads, idle services ---------------
 
 def py_script(heisen, name):

@@ -12,6 +12,7 @@ and launcher/reaper.c.  Run with /usr/bin/python3 -m pytest tests/test_launcher.
 import json
 import os
 import pty
+import re
 import select
 import shutil
 import signal
@@ -408,11 +409,17 @@ def test_pid1_reaps_orphaned_grandchildren(heisen):
 
 
 def test_pid1_terminates_leftovers_when_the_command_ends(heisen, tmp_path):
-    mark = tmp_path / "got-term"
+    """As PID 1, heisen-run sends SIGTERM to what is left when the command
+    ends.  The command ends only once the leftover has its handler (a
+    leftover still starting would die of SIGTERM's default action without
+    a word: under load a fixed sleep was not always long enough)."""
+    mark, ready = tmp_path / "got-term", tmp_path / "ready"
     leftover = (f"import signal,sys,time\n"
                 f"signal.signal(signal.SIGTERM, lambda *a: (open({str(mark)!r}, 'w').write('TERM'), sys.exit(0)))\n"
+                f"open({str(ready)!r}, 'w').close()\n"
                 f"time.sleep(60)\n")
-    script = f"{SYSTEM_PYTHON} -c \"$0\" & sleep 0.5; exit 5"
+    script = (f"{SYSTEM_PYTHON} -c \"$0\" & i=0; "
+              f"while [ ! -e {ready} ] && [ $i -lt 600 ]; do sleep 0.05; i=$((i+1)); done; exit 5")
     t = time.monotonic()
     p = unshare_pid(heisen, ["--quiet", "--rm", "--", "sh", "-c", script, leftover])
     assert p.returncode == 5, p.stderr
@@ -711,6 +718,38 @@ def test_watchdog_leaves_idle_processes_alone(heisen, session, tmp_path):
     assert len(seg_opens) <= 4 * (workers + 1), len(seg_opens)
 
 
+def test_watchdog_reads_long_still_processes_from_proc_less_often(heisen, session, tmp_path):
+    """12 forked workers sleep 16 s under a 16 s hang timeout: once a
+    process has been still a while, the watchdog reads its /proc/PID/stat
+    every quarter of that stillness (at most every 2 s here, an eighth of the
+    timeout), not every tick (2 a second)."""
+    if not shutil.which("strace"):
+        pytest.skip("strace is not installed")
+    script = tmp_path / "idle.py"
+    script.write_text(IDLE_WORKERS)
+    trace = tmp_path / "trace"
+    workers, sleep_s = 12, 16.0
+    start = time.time()
+    p = subprocess.run(["strace", "-qq", "-ttt", "-e", "trace=openat", "-o", trace,
+                        heisen.run_bin, "--dir", session, "--hang-timeout", "16", "--",
+                        SYSTEM_PYTHON, script, str(workers), str(sleep_s)],
+                       env=heisen.env(), capture_output=True, text=True, timeout=120)
+    assert p.returncode == 0, p.stderr
+    assert "hang" not in p.stderr, p.stderr
+    segs = {int(f.name.split(".")[0]) for f in session.glob("*.seg")}
+    assert len(segs) == workers + 1
+    reads = {}
+    for ln in trace.read_text().splitlines():
+        m = re.match(r'(\d+\.\d+) openat\(AT_FDCWD, "/proc/(\d+)/stat"', ln)
+        if m and int(m.group(2)) in segs:
+            reads.setdefault(int(m.group(2)), []).append(float(m.group(1)) - start)
+    # from 10 s on (forking and starting, under load, take a few seconds), every
+    # process has been still for several seconds: a read every 2 s (3 in these
+    # 5 s; 5 if it has been still only 5 s), where every tick read each one (10)
+    late = [len([t for t in ts if 10.0 <= t < 15.0]) for ts in reads.values()]
+    assert len(late) == workers + 1 and sum(late) <= 5 * (workers + 1), sorted(late)
+
+
 def test_heisen_warnings_stay_out_of_the_programs_stderr(heisen, session, tmp_path):
     """A warning of libheisen.so (a HEISEN_* value out of range) in a process
     under heisen-run goes into the session and heisen-run prints it at the
@@ -752,3 +791,96 @@ def test_report_dir_keeps_the_text_and_json_reports(heisen, session, tmp_path):
     assert txt.read_text() in p.stderr   # the same report as in the log
     report = json.loads(js.read_text())
     assert [f["kind"] for f in report["findings"]] == ["crash"]
+
+
+# ---- the end of a run: a clean session needs no full reading -------------------------
+
+MANY_WORKERS = r'''
+import multiprocessing as mp, os, signal, socket, sys
+KIND, N = sys.argv[1], int(sys.argv[2])
+ODD = N // 2
+KEPT = []
+
+def keep(n):
+    return [socket.socket() for _ in range(n)]  # leak site
+
+def work(i):
+    if i != ODD or KIND == "clean":
+        return
+    print("odd", os.getpid(), flush=True)
+    if KIND == "crash":
+        os.abort()
+    elif KIND == "sigkill":
+        os.kill(os.getpid(), signal.SIGKILL)
+    elif KIND == "fd-leak":
+        KEPT.extend(keep(70))   # still referenced at the fork child's os._exit
+    elif KIND == "double-free":
+        import ctypes
+        libc = ctypes.CDLL(None)
+        libc.malloc.restype = ctypes.c_void_p
+        libc.free.argtypes = [ctypes.c_void_p]
+        p = libc.malloc(64)
+        libc.free(p)
+        libc.free(p)
+    elif KIND == "damaged":     # a stray write over its own segment's magic
+        with open(f"{os.environ['HEISEN_DIR']}/{os.getpid()}.0.seg", "r+b") as f:
+            f.write(b"\0" * 8)
+
+if __name__ == "__main__":
+    ctx = mp.get_context("fork")
+    procs = [ctx.Process(target=work, args=(i,)) for i in range(N)]
+    for p in procs:
+        p.start()
+    for p in procs:
+        p.join()
+        p.close()
+    print("done", flush=True)
+'''
+
+
+def run_many(heisen, session, tmp_path, kind, workers=40, env=None):
+    """MANY_WORKERS under heisen-run, heisen-dump through a wrapper that logs
+    each run's options; returns the run and the logged option lists."""
+    script = tmp_path / "many.py"
+    script.write_text(MANY_WORKERS)
+    log = tmp_path / "dump-runs"
+    wrapper = tmp_path / "heisen-dump"
+    wrapper.write_text(f'#!/bin/sh\necho "$*" >> {log}\nexec {heisen.dump_bin} "$@"\n')
+    wrapper.chmod(0o755)
+    p = heisen.run(["--dir", session, "--", SYSTEM_PYTHON, script, kind, workers],
+                   env={"HEISEN_DUMP": str(wrapper), **(env or {})}, timeout=300)
+    runs = [ln.split() for ln in log.read_text().splitlines()] if log.exists() else []
+    return p, runs
+
+
+def test_a_clean_end_of_many_processes_reads_no_more_than_headers(heisen, session, tmp_path):
+    """41 processes that end cleanly: heisen-run's quick verdict (each
+    segment's header, thread and fd slots) says so, and no full reading of
+    the session (heisen-dump) runs at the end; the session is kept, and
+    heisen-dump finds nothing in it either."""
+    p, runs = run_many(heisen, session, tmp_path, "clean")
+    assert p.returncode == 0 and "done" in p.stdout, p.stderr
+    assert p.stderr == f"heisen-run: no findings; session: {session}\n", p.stderr
+    assert [r for r in runs if "--check-hang" not in r] == [], runs
+    assert len(list(session.glob("*.seg"))) == 41
+    assert heisen.dump(session).returncode == 0
+
+
+@pytest.mark.parametrize("kind,says", [
+    ("crash", "crash (SIGABRT) in pid {odd}"),
+    ("sigkill", "killed in pid {odd}"),
+    ("fd-leak", "fd leak in pid {odd}"),
+    ("double-free", "double free in pid {odd}"),
+    ("damaged", "heisen-dump: {odd}.0.seg: zero magic"),
+])
+def test_one_process_among_many_with_something_to_report_is_reported(heisen, session, tmp_path, kind, says):
+    """One fork worker among 40 crashes, is SIGKILLed, leaks fds, frees
+    twice (and goes on), or damages its own segment; the others end
+    cleanly: the end of the run reads the whole session and reports it."""
+    p, runs = run_many(heisen, session, tmp_path, kind, env={"HEISEN_ON_HEAP_ERROR": "continue"})
+    assert p.returncode == 0 and "done" in p.stdout, p.stderr
+    odd = next(int(ln.split()[1]) for ln in p.stdout.splitlines() if ln.startswith("odd "))
+    assert BANNER + str(session) in p.stderr, p.stderr
+    assert says.format(odd=odd) in p.stderr, p.stderr
+    assert "no findings;" not in p.stderr
+    assert [r for r in runs if "--check-hang" not in r], runs

@@ -30,7 +30,9 @@
 #include "segment.h"
 #include "session.h"
 #include "snapshot.h"
+#include "stall.h"
 #include "symbolize.h"
+#include <internal/seg_verdict.h>
 
 static int failures, checks;
 
@@ -1449,6 +1451,177 @@ static void test_long_cycle_and_limits(void)
 	synth_free(&s);
 }
 
+/* ---- heisen-run's quick verdict (internal/seg_verdict.h) ------------------- */
+
+/* Write s as "<pid>.0.seg" in tmpdir, only its pages that hold something
+ * (the rest stays a hole, as in a sparse segment). */
+static void write_sparse(struct synth *s, pid_t pid)
+{
+	char path[512];
+	snprintf(path, sizeof path, "%s/%d.0.seg", tmpdir, (int)pid);
+	int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC, 0600);
+	CHECK(fd >= 0 && ftruncate(fd, (off_t)s->size) == 0);
+	for (size_t off = 0; fd >= 0 && off < s->size; off += 4096) {
+		size_t n = s->size - off < 4096 ? s->size - off : 4096;
+		bool zero = true;
+		for (size_t i = 0; i < n && zero; i++)
+			zero = s->buf[off + i] == 0;
+		if (!zero)
+			CHECK(pwrite(fd, s->buf + off, n, (off_t)off) == (ssize_t)n);
+	}
+	close(fd);
+}
+
+/* The quick verdict on tmpdir (its reason into why), and what the full
+ * reading finds there, as heisen-dump's main does it: findings and errors. */
+static enum hs_quick quick_and_full(size_t *nfindings, size_t *nerrors, char *why, size_t whylen)
+{
+	struct hs_session ss;
+	struct hs_findings f;
+	struct hs_stall *stalls = NULL;
+	size_t nstalls = 0, nsegs = 0;
+	int dfd = open(tmpdir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+	enum hs_quick v = hs_session_quick(dfd, &nsegs, why, whylen);
+	close(dfd);
+	CHECK(hs_session_load(&ss, tmpdir, false) == 0);
+	CHECK(hs_stalls_noted(&ss, &stalls, &nstalls) == 0);
+	CHECK(hs_analyze_stalled(&ss, g_timeout, true, stalls, nstalls, &f) == 0);
+	*nfindings = f.n;
+	*nerrors = report_all(&ss, &f);
+	hs_findings_free(&f);
+	hs_session_free(&ss);
+	free(stalls);
+	return v;
+}
+
+/* A process that ended by itself with nothing to report: exited 3, one
+ * exited thread, fds tracked with two left open at one site (below the
+ * fd-leak rule's 3) and one inherited. */
+static void synth_clean(struct synth *s, pid_t pid)
+{
+	synth_make(s, false);
+	as_process(s, pid, getpid(), 100, "worker\0", 7);
+	s->h->state = HS_STATE_PACK(HS_STATE_EXITED, 3);
+	s->h->end_mono_ns = mono_ago(1);
+	s->h->tables[HS_T_FINDINGS].count = 0;
+	memset(entry(s, HS_T_THREADS, 1), 0, sizeof(struct hs_thread));
+	((struct hs_thread *)entry(s, HS_T_THREADS, 0))->wait_kind = HS_WAIT_NONE;
+	((struct hs_thread *)entry(s, HS_T_THREADS, 0))->state = HS_THREAD_EXITED;
+	s->h->flags |= HS_HDR_FDS;
+	s->h->fd_max = 9;
+	add_fd(s, 0, 1, HS_FDS_OPEN, HS_FDK_FILE, HS_FDF_INHERITED, "/dev/null", 0);
+	add_fd(s, 5, 1, HS_FDS_OPEN, HS_FDK_SOCKET, 0, "peer 127.0.0.1:80", 100);
+	add_fd(s, 9, 1, HS_FDS_OPEN, HS_FDK_SOCKET, 0, "peer 127.0.0.1:81", 100);
+	add_fd(s, 7, 2, HS_FDS_CLOSED, HS_FDK_PIPE, 0, "pipe", 100);
+}
+
+/*
+ * The verdict heisen-run takes at the end of a run instead of a full
+ * reading is one-sided: clean only where heisen-dump finds nothing and
+ * reports no error.  A clean session of 200 processes is clean; one
+ * process among them with anything heisen-dump reports (a finding in its
+ * table, a crash, SIGKILL, a vanished process, a deadlock at its end, an
+ * fd leak, a full table, a privilege drop, an fd slot it complains about)
+ * or a damaged segment makes the verdict LOOK or BAD, naming that file.
+ */
+static void test_quick_verdict(void)
+{
+	struct synth s, odd;
+	size_t nf, ne;
+	char why[512], name[128];
+	pid_t gone = dead_pid();
+	const pid_t first = 3000000, odd_pid = first + 137; /* above any pid_max: never live */
+
+	clear_dir();
+	synth_clean(&s, first);
+	for (pid_t p = first; p < first + 200; p++) {
+		s.h->pid = p;
+		write_sparse(&s, p);
+	}
+	CHECK(quick_and_full(&nf, &ne, why, sizeof why) == HS_QUICK_CLEAN);
+	CHECK(nf == 0 && ne == 0);
+
+	/* each variant replaces one segment among the 200 */
+	for (int variant = 0; variant < 13; variant++) {
+		enum hs_quick want = HS_QUICK_LOOK, got;
+		synth_clean(&odd, odd_pid);
+		switch (variant) {
+		case 0: /* a finding in its table (the potential deadlock synth_make records) */
+			odd.h->tables[HS_T_FINDINGS].count = 1;
+			break;
+		case 1: /* it crashed */
+			odd.h->state = HS_STATE_PACK(HS_STATE_CRASHED, 11);
+			odd.h->tables[HS_T_FINDINGS].count = 1;
+			((struct hs_finding *)entry(&odd, HS_T_FINDINGS, 0))->kind = HS_FIND_CRASH;
+			break;
+		case 2: /* SIGKILL, said waitpid */
+			odd.h->state = HS_STATE_PACK(HS_STATE_KILLED, 9);
+			break;
+		case 3: /* still RUNNING, and its pid is gone: vanished */
+			as_process(&odd, gone, getpid(), 100, "worker\0", 7);
+			odd.h->state = HS_STATE_PACK(HS_STATE_RUNNING, 0);
+			break;
+		case 4: /* it ended with two threads waiting for each other's lock */
+			add_thread(&odd, 0, 100, LOCK_A, 1, LOCK_B, 2, mono_ago(50));
+			add_thread(&odd, 1, 101, LOCK_B, 2, LOCK_A, 1, mono_ago(50));
+			break;
+		case 5: /* an fd leak at its end: three sockets from one site, opened over the whole run */
+			add_fd(&odd, 6, 1, HS_FDS_OPEN, HS_FDK_SOCKET, 0, "peer 127.0.0.1:82", 100);
+			((struct hs_fd *)entry(&odd, HS_T_FDS, 6))->ts_ns = odd.h->start_mono_ns + 40ull * 1000000000u;
+			((struct hs_fd *)entry(&odd, HS_T_FDS, 9))->ts_ns = odd.h->start_mono_ns + 80ull * 1000000000u;
+			break;
+		case 6: /* a full lock table: a limit finding */
+			odd.h->tables[HS_T_LOCKS].dropped = 2;
+			break;
+		case 7: /* findings it could not record */
+			odd.h->findings_dropped = 1;
+			break;
+		case 8: /* it dropped privileges and could not record after that */
+			odd.h->flags |= HS_HDR_UID_CHANGED;
+			break;
+		case 9: /* an fd slot of a kind heisen-dump does not know: an error */
+			((struct hs_fd *)entry(&odd, HS_T_FDS, 7))->kind = 200;
+			break;
+		case 10: /* a damaged header: its magic wiped */
+			memset(odd.h->magic, 0, HS_MAGIC_LEN);
+			want = HS_QUICK_BAD;
+			break;
+		case 11: /* a damaged state word */
+			odd.h->state = 0x77;
+			want = HS_QUICK_BAD;
+			break;
+		case 12: /* cut short */
+			odd.size = 4096;
+			want = HS_QUICK_BAD;
+			break;
+		}
+		write_sparse(&odd, odd_pid);
+		got = quick_and_full(&nf, &ne, why, sizeof why);
+		snprintf(name, sizeof name, "%d.0.seg: ", (int)odd_pid);
+		if (got != want || strncmp(why, name, strlen(name)) != 0)
+			fprintf(stderr, "variant %d: verdict %d (%s)\n", variant, got, why);
+		CHECK(got == want);
+		CHECK(strncmp(why, name, strlen(name)) == 0);
+		/* and heisen-dump's full reading does report something there */
+		if (nf + ne == 0)
+			fprintf(stderr, "variant %d: heisen-dump finds nothing\n", variant);
+		CHECK(nf + ne > 0);
+		synth_free(&odd);
+	}
+	/* the same segment clean again: clean again */
+	synth_clean(&odd, odd_pid);
+	write_sparse(&odd, odd_pid);
+	CHECK(quick_and_full(&nf, &ne, why, sizeof why) == HS_QUICK_CLEAN && nf == 0 && ne == 0);
+	synth_free(&odd);
+	/* a FIFO named like a segment: heisen-dump names it as unreadable */
+	snprintf(name, sizeof name, "%s/1.0.seg", tmpdir);
+	CHECK(mkfifo(name, 0600) == 0);
+	CHECK(quick_and_full(&nf, &ne, why, sizeof why) == HS_QUICK_BAD && ne > 0);
+	CHECK_STR(why, "1.0.seg: not a regular file");
+	clear_dir();
+	synth_free(&s);
+}
+
 int main(void)
 {
 	snprintf(tmpdir, sizeof tmpdir, "/tmp/heisen-test-reader-XXXXXX");
@@ -1473,6 +1646,7 @@ int main(void)
 	test_processes_and_environment();
 	test_fd_findings();
 	test_long_cycle_and_limits();
+	test_quick_verdict();
 	test_string_accessor();
 	test_symbolize();
 	clear_dir();
