@@ -513,12 +513,10 @@ static __attribute__((noinline)) unsigned chain_diverged(struct hs_chain *c, uns
 	return c->depth;
 }
 
-/* The chain's Python frames into c->out, when it passes through the evaluation loop. */
+/* The chain's Python frames into c->py, when it passes through the evaluation loop. */
 static __attribute__((noinline)) void chain_python(struct hs_chain *c)
 {
-	int python;
-	c->out_n = hs_py_interleave_into(&hs_seg, c->pc, c->depth, c->out, CHAIN_MAX, &python);
-	c->python = c->out_n != 0;
+	c->python = hs_py_chain_frames(&hs_seg, c->pc, c->depth, CHAIN_MAX, &c->py) != 0;
 }
 
 unsigned hs_chain_read(struct hs_chain *c, uint64_t site, uint64_t cfa)
@@ -540,7 +538,6 @@ unsigned hs_chain_read(struct hs_chain *c, uint64_t site, uint64_t cfa)
 		/* a small thread stack: no chain rather than an overflow */
 		c->walked = 0;
 		c->depth = 0;
-		c->out_n = 0;
 		c->python = 0;
 		return 0;
 	}
@@ -552,17 +549,41 @@ unsigned hs_chain_read(struct hs_chain *c, uint64_t site, uint64_t cfa)
 		c->cfa = cfa;
 		c->depth = chain_unwind(c->pc);
 	}
-	c->out_n = 0;
 	c->python = 0;
 	if (c->depth && hs_py_frames_maybe())
 		chain_python(c);
 	return c->depth;
 }
 
+/*
+ * c's stack with its Python frames interleaved (struct hs_pychain): each
+ * native frame in c->py.consumed replaced by the Python frames standing in
+ * for it, the ones after the last native frame appended; at most
+ * CHAIN_MAX entries, the cap hs_py_chain_frames read them for.
+ */
+static unsigned chain_interleave(const struct hs_chain *c, uint64_t *out)
+{
+	const struct hs_pychain *py = &c->py;
+	unsigned o = 0, k = 0, n = c->depth < CHAIN_MAX ? c->depth : CHAIN_MAX;
+	for (unsigned i = 0; i < n && o < CHAIN_MAX; i++) {
+		if (!(py->consumed >> i & 1)) {
+			out[o++] = c->pc[i];
+			continue;
+		}
+		while (k < py->n && py->at[k] == i && o < CHAIN_MAX)
+			out[o++] = HS_PC_PYTHON | py->id[k++];
+	}
+	while (k < py->n && py->at[k] >= n && o < CHAIN_MAX)
+		out[o++] = HS_PC_PYTHON | py->id[k++];
+	return o;
+}
+
 uint32_t hs_chain_stack(const struct hs_chain *c)
 {
-	if (c->python)
-		return hs_stack_intern(&hs_seg, c->out, c->out_n, HS_STACK_PYTHON);
+	if (c->python) {
+		uint64_t out[CHAIN_MAX];
+		return hs_stack_intern(&hs_seg, out, chain_interleave(c, out), HS_STACK_PYTHON);
+	}
 	return c->depth ? hs_stack_intern(&hs_seg, c->pc, c->depth, 0) : 0;
 }
 
@@ -576,12 +597,15 @@ void hs_chain_copy(struct hs_chain *dst, const struct hs_chain *src)
 	dst->walked = src->walked;
 	dst->ended = src->ended;
 	dst->python = src->python;
-	dst->out_n = src->out_n;
 	memcpy(dst->pc, src->pc, n * sizeof dst->pc[0]);
 	if (src->walked)
 		memcpy(dst->sp, src->sp, n * sizeof dst->sp[0]);
-	if (src->python)
-		memcpy(dst->out, src->out, src->out_n * sizeof dst->out[0]);
+	if (src->python) {
+		dst->py.consumed = src->py.consumed;
+		dst->py.n = src->py.n;
+		memcpy(dst->py.id, src->py.id, src->py.n * sizeof dst->py.id[0]);
+		memcpy(dst->py.at, src->py.at, src->py.n * sizeof dst->py.at[0]);
+	}
 }
 
 uint32_t hs_stack_call(uint64_t site, uint64_t cfa)
