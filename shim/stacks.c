@@ -595,6 +595,7 @@ unsigned hs_chain_read(struct hs_chain *c, uint64_t site, uint64_t cfa)
 	}
 	if (d == 0 && HS_UNLIKELY(!room_to_unwind())) {
 		/* a small thread stack: no chain rather than an overflow */
+		chain_doubt = CHAIN_MAX;
 		c->walked = 0;
 		c->depth = 0;
 		c->python = 0;
