@@ -108,9 +108,8 @@ static inline void sem_tag_set(sem_t *sem, uint32_t id)
  */
 /*
  * Python locks are tracked only with HEISEN_PY_LOCKS=1 for now: their cost
- * (+1,800 instructions per uncontended `with lock:`, bench/README.md
- * "Python frames of a lock chain read in one loop") is about ten times the
- * lock budget of +25 ns, and CPython takes them
+ * (about +1 us per uncontended `with lock:`, bench/README.md "Python
+ * locks") is far above the lock budget of +25 ns, and CPython takes them
  * everywhere (queue.Queue, Condition, logging, imports).  Off, each sem_*
  * hook is one load and the real call.
  */
