@@ -285,10 +285,11 @@ identified:
 		if (he->lock == a->id || he->lock == 0 ||
 		    (__atomic_load_n(&hs_seg.locks[he->lock].flags, __ATOMIC_RELAXED) & HS_LOCKF_COUNTER))
 			continue;
-		/* a new edge gets the held lock's exact stack */
-		from_stack = hs_edge_find(&hs_seg, hs_edge_key(he->lock, a->id, he->mode, a->acq_mode))
-				     ? he->stack
-				     : held_stack(th, (int)i);
+		/* an edge there already: nothing to add (hs_graph_add would find it again);
+		 * a new edge gets the held lock's exact stack */
+		if (hs_edge_find(&hs_seg, hs_edge_key(he->lock, a->id, he->mode, a->acq_mode)))
+			continue;
+		from_stack = held_stack(th, (int)i);
 		e = hs_graph_add(&hs_seg, he->lock, he->mode, from_stack, a->id, a->acq_mode, 0, edge_to_stack,
 				 t->tid, a->t0, &created, &finding);
 		if (created)
@@ -451,10 +452,9 @@ void hs_release(struct hs_tls *t, uint64_t addr)
 			 * a new edge gets the held lock's exact stack (interned only then) */
 			uint32_t gil = hs_py_gil_lock();
 			unsigned mode = th->held[i].mode;
-			gil_edge(t, id, mode,
-				 hs_edge_find(&hs_seg, hs_edge_key(id, gil, mode, HS_MODE_WRITE)) ? th->held[i].stack
-												 : held_stack(th, i),
-				 gil, HS_MODE_WRITE, 0, hs_now());
+			/* an edge there already: nothing to add (one lookup, no clock read) */
+			if (gil && gil != id && !hs_edge_find(&hs_seg, hs_edge_key(id, gil, mode, HS_MODE_WRITE)))
+				gil_edge(t, id, mode, held_stack(th, i), gil, HS_MODE_WRITE, 0, hs_now());
 			th->held[i].flags |= HS_HELDF_GIL;
 		}
 		if (th->held[i].recursion) {

@@ -781,25 +781,199 @@ unsigned hs_py_interleave(struct hs_seg *s, uint64_t *pcs, unsigned n, unsigned 
 	return o;
 }
 
-unsigned hs_py_interleave_into(struct hs_seg *s, const uint64_t *pcs, unsigned n, uint64_t *out, unsigned cap,
-			       int *python)
+/*
+ * One frame of the calling thread's live chain at fp, read with direct loads
+ * (outside careful mode: the thread's own frames, alive while its hook
+ * runs), identified through the thread's (code, instruction) cache tc
+ * (NULL: none) and interned by pyframe_id on a miss: read_frame and
+ * pyframe_id in one, without their copies and re-reads.  L is a constant
+ * row of layouts[] at each use (the loop below is built once per row, its
+ * offsets become immediates).  *id is the frame's pyframe
+ * id (0: not shown), *entry set at the end of an evaluation-loop call's
+ * run.  Returns the next (outer) frame's address, 0 at the end.
+ */
+static inline __attribute__((always_inline)) uint64_t
+frame_fast(struct hs_seg *s, const struct py_layout *L, uint64_t code_type, const struct py_tc *tc, uint32_t gen,
+	   uint64_t fp, uint32_t *id, int *entry)
 {
-	uint64_t lo, hi;
-	unsigned i, o;
+	const enum py_chain kind = L->chain;
+	const unsigned char *p = (const unsigned char *)(uintptr_t)fp;
+	const unsigned char *co;
+	uint64_t next, name, file;
+	struct pyf f;
 
-	*python = 0;
+	*id = 0;
+	if (HS_UNLIKELY(fp < 4096)) {
+		*entry = 1;
+		return 0;
+	}
+	next = u64_at(p, L->f_back);
+	f.code = u64_at(p, L->f_code);
+	f.entry = 0;
+	f.skip = 0;
+	co = (const unsigned char *)(uintptr_t)f.code;
+	if (kind == CHAIN_FRAME_OBJECT) {
+		int32_t lasti = i32_at(p, L->f_instr);
+		f.instr = (uint64_t)(int64_t)lasti;
+		f.addr = lasti < 0 ? -1 : (long)lasti * L->lasti_bytes;
+		*entry = 1;
+		if (HS_UNLIKELY(f.code < 4096) || u64_at(co, OB_TYPE) != code_type)
+			return next;
+	} else {
+		unsigned char owner = p[L->f_owner];
+		uint64_t base;
+		if (kind == CHAIN_IS_ENTRY) {
+			*entry = p[L->f_is_entry] != 0;
+		} else if (owner == L->owner_cstack) {
+			*entry = 1;
+			return next; /* the evaluation loop's own entry frame: the boundary, no Python function */
+		} else {
+			*entry = 0;
+		}
+		if (HS_UNLIKELY(f.code < 4096) || u64_at(co, OB_TYPE) != code_type)
+			return next; /* (3.13's f_executable may be another object than a code object) */
+		f.instr = u64_at(p, L->f_instr);
+		base = f.code + L->co_code;
+		/* _PyFrame_IsIncomplete: still before its first RESUME */
+		if (owner != L->owner_generator && f.instr < base + (uint64_t)i32_at(co, L->co_firsttraceable) * 2)
+			return next;
+		f.addr = -1; /* set below when the cache does not know the frame */
+	}
+	name = L->co_qualname != PYL_NONE ? u64_at(co, L->co_qualname) : 0;
+	if (!name)
+		name = u64_at(co, L->co_name);
+	file = u64_at(co, L->co_filename);
+	if (HS_LIKELY(tc != NULL)) {
+		/* tc_slot's entry, checked as pyframe_id checks it */
+		const struct py_tc *e =
+			&tc[((f.code * 0x9e3779b97f4a7c15ull) ^ f.instr) * 0xff51afd7ed558ccdull >> 59];
+		if (HS_LIKELY(e->code == f.code && e->instr == f.instr && e->name_ptr == name &&
+			      e->file_ptr == file && e->id && e->gen == gen)) {
+			*id = e->id;
+			return next;
+		}
+	}
+	if (L->chain != CHAIN_FRAME_OBJECT) {
+		uint64_t base = f.code + L->co_code;
+		f.addr = f.instr >= base ? (long)(f.instr - base) : -1;
+	}
+	*id = pyframe_id(s, &f);
+	return next;
+}
+
+/*
+ * interleave()'s walk over pcs[0..n) for a lock chain, counting the entries
+ * o the interleaved stack would have (at most cap) instead of writing them,
+ * and keeping each shown Python frame's id and native frame in py.  first:
+ * the first native frame that may be an evaluation-loop call (every one
+ * before it is one entry); fp the innermost Python frame.  Returns the
+ * number of Python frames kept.  L is a constant row of layouts[] at each
+ * call.
+ */
+static inline __attribute__((always_inline)) unsigned
+chain_frames(struct hs_seg *s, const struct py_layout *L, const uint64_t *pcs, unsigned n, unsigned cap,
+	     unsigned first, uint64_t fp, struct hs_pychain *py)
+{
+	const uint64_t lo = pf.eval_lo, span = pf.eval_hi - pf.eval_lo, code_type = pf.code_type;
+	const uint32_t gen = __atomic_load_n(&hs_seg_gen, __ATOMIC_RELAXED);
+	char *a = hs_area();
+	const struct py_tc *tc = a ? (const struct py_tc *)(const void *)(a + HS_AREA_PY) : NULL;
+	const int careful = hs_py_careful;
+	unsigned i, o = first, k = 0, budget = PY_CHAIN_MAX;
+	uint32_t consumed = 0, id;
+	int entry;
+
+	for (i = first; i < n && o < cap; i++) {
+		/* pcs[i] is a return address (lo < pc <= hi): the call is before it */
+		if (pcs[i] - lo - 1 >= span || !budget) {
+			o++;
+			continue;
+		}
+		/* one evaluation-loop call: the frames up to its boundary */
+		consumed |= 1u << i;
+		while (fp && budget && o < cap) {
+			budget--;
+			if (HS_LIKELY(!careful)) {
+				fp = frame_fast(s, L, code_type, tc, gen, fp, &id, &entry);
+			} else {
+				struct pyf f;
+				fp = read_frame(fp, &f);
+				id = f.skip ? 0 : pyframe_id(s, &f);
+				entry = f.entry;
+			}
+			if (id) {
+				py->id[k] = id;
+				py->at[k++] = (uint8_t)i;
+				o++;
+			}
+			if (entry)
+				break;
+		}
+		if (!fp)
+			break; /* no Python frame left: the native frames after it stay as they are */
+	}
+	/* the native unwinding stopped before the outermost evaluation loop */
+	while (fp && budget && o < cap) {
+		budget--;
+		if (HS_LIKELY(!careful)) {
+			fp = frame_fast(s, L, code_type, tc, gen, fp, &id, &entry);
+		} else {
+			struct pyf f;
+			fp = read_frame(fp, &f);
+			id = f.skip ? 0 : pyframe_id(s, &f);
+		}
+		if (id) {
+			py->id[k] = id;
+			py->at[k++] = (uint8_t)n;
+			o++;
+		}
+	}
+	py->consumed = k ? consumed : 0;
+	py->n = k;
+	return k;
+}
+
+unsigned hs_py_chain_frames(struct hs_seg *s, const uint64_t *pcs, unsigned n, unsigned cap,
+			    struct hs_pychain *py)
+{
+	uint64_t lo, span, fp;
+	unsigned i, first;
+
+	py->n = 0;
+	py->consumed = 0;
 	if (!frames_ready() || !s || !s->hdr || !s->pyframes)
 		return 0;
 	lo = pf.eval_lo;
-	hi = pf.eval_hi;
+	span = pf.eval_hi - pf.eval_lo;
+	if (n > HS_CHAIN_MAX)
+		n = HS_CHAIN_MAX;
+	if (cap > HS_CHAIN_MAX)
+		cap = HS_CHAIN_MAX;
 	for (i = 1; i < n; i++)
-		if (pcs[i] > lo && pcs[i] <= hi)
+		if (pcs[i] - lo - 1 < span)
 			break;
-	if (i >= n)
+	if (i >= n || (fp = first_frame()) == 0)
 		return 0;
-	o = interleave(s, pcs, n, out, cap, python);
-	return *python ? o : 0;
+	first = pcs[0] - lo - 1 < span ? 0 : i;
+	/* one loop per row of layouts[], its offsets constants */
+	switch (pf.L - layouts) {
+	case 0:
+		return chain_frames(s, &layouts[0], pcs, n, cap, first, fp, py);
+	case 1:
+		return chain_frames(s, &layouts[1], pcs, n, cap, first, fp, py);
+	case 2:
+		return chain_frames(s, &layouts[2], pcs, n, cap, first, fp, py);
+	case 3:
+		return chain_frames(s, &layouts[3], pcs, n, cap, first, fp, py);
+	case 4:
+		return chain_frames(s, &layouts[4], pcs, n, cap, first, fp, py);
+	case 5:
+		return chain_frames(s, &layouts[5], pcs, n, cap, first, fp, py);
+	}
+	return 0;
 }
+
+_Static_assert(sizeof layouts / sizeof layouts[0] == 6, "hs_py_chain_frames has a case per row of layouts[]");
 
 int hs_py_eval_pc(uint64_t pc)
 {

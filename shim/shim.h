@@ -592,6 +592,25 @@ uint32_t hs_stack_call(uint64_t site, uint64_t cfa);
 #define HS_CHAIN_MAX 32 /* innermost native frames of a lock stack: the buffers are thread-local (static TLS comes out of every thread's stack) */
 
 /*
+ * The Python frames of one lock chain, read while the acquisition runs (the
+ * frames are the thread's own and alive only then) but not yet interleaved
+ * with the native frames: Python frame k (pyframe id id[k], innermost
+ * first) stands in for native frame at[k] (at[k] == the native depth: after
+ * the last native frame, when the unwinding stopped before the outermost
+ * evaluation loop), and bit i of `consumed` says that native frame i is an
+ * evaluation-loop call its Python frames replace.  hs_chain_stack builds
+ * the interleaved stack from it only when the chain is interned; the result
+ * is the one hs_py_interleave would give at the acquisition (at most
+ * HS_CHAIN_MAX entries).  Thread-local; sizes in entries.
+ */
+struct hs_pychain {
+	uint32_t consumed;           /* bit i: pc[i] is replaced by its Python frames */
+	uint32_t n;                  /* Python frames in id[] */
+	uint32_t id[HS_CHAIN_MAX];   /* pyframe ids (format.h, hs_pyframe), innermost first */
+	uint8_t at[HS_CHAIN_MAX];    /* the native frame each stands in for */
+};
+
+/*
  * One call's chain of return addresses, kept raw by a hook and interned only
  * when a finding, an edge or a wait needs it (hs_chain_stack), so a busy
  * program's thousands of call paths do not fill the stack table.  The same
@@ -606,12 +625,12 @@ struct hs_chain {
 	uint32_t gen;        /* the learnt distances' generation it was walked under */
 	uint8_t walked;      /* sp[] holds each frame's CFA: a shadow for the next read */
 	uint8_t ended;       /* the walk reached the outermost frame (not cut at HS_CHAIN_MAX) */
-	uint8_t python;      /* out[0..out_n) is the stack with this call's Python frames */
+	uint8_t python;      /* py holds this call's Python frames (at least one) */
 	uint8_t pad;
-	uint32_t out_n;
+	uint32_t pad2;
 	uint64_t pc[HS_CHAIN_MAX];
 	uint64_t sp[HS_CHAIN_MAX];
-	uint64_t out[HS_CHAIN_MAX];
+	struct hs_pychain py;
 };
 
 /*
@@ -625,7 +644,7 @@ struct hs_chain {
  * distance is a function of its return address, so the chain is the one a
  * walk from scratch reads, which is the one libunwind reads (a real unwind
  * on any doubt).  When the chain passes through CPython's evaluation loop,
- * this call's Python frames are read too (c->out).  Returns the native
+ * this call's Python frames are read too (c->py).  Returns the native
  * depth (0: none).
  */
 unsigned hs_chain_read(struct hs_chain *c, uint64_t site, uint64_t cfa);
@@ -791,15 +810,17 @@ uint32_t hs_py_gil_lock(void);
 unsigned hs_py_interleave(struct hs_seg *s, uint64_t *pcs, unsigned n, unsigned max, int *python);
 
 /*
- * The same for a lock's chain, without copying: when pcs[1..n) passes
- * through the evaluation loop, write the interleaved stack into out (cap
- * entries at most) and return its length with *python set; else return 0
- * and leave out alone (a chain without Python frames is its own stack).
- * Reads the frame chain only as far as out has room.  Not from a signal
- * handler (direct loads; hs_py_interleave is the careful one).
+ * The same for a lock's chain, read now and interleaved later: when
+ * pcs[1..n) passes through the evaluation loop, read the calling thread's
+ * Python frames that the interleaved stack of at most cap entries would
+ * hold into py (struct hs_pychain: pyframe ids and the native frame each
+ * stands in for) and return how many; else return 0 with py->n = 0.
+ * Frames are identified through the thread's (code, instruction) cache,
+ * interned on a miss.  Not from a signal handler (direct loads;
+ * hs_py_interleave is the careful one).
  */
-unsigned hs_py_interleave_into(struct hs_seg *s, const uint64_t *pcs, unsigned n, uint64_t *out, unsigned cap,
-			       int *python);
+unsigned hs_py_chain_frames(struct hs_seg *s, const uint64_t *pcs, unsigned n, unsigned cap,
+			    struct hs_pychain *py);
 
 /* 0 when Python frames cannot be read in this process (looked for, not
  * found): callers skip hs_py_interleave_into.  One load. */

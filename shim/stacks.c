@@ -312,6 +312,10 @@ static uint64_t pcoff[PCOFF_CAP];
 static uint32_t pcoff_gen;
 /* The highest CFA a real unwind of this thread reached: the fast walk never reads above it. */
 static __thread uint64_t chain_top;
+/* Where this thread's last walk stopped in doubt: the chain index of the
+ * return address whose distance is not known, CHAIN_MAX for any other
+ * doubt (a CFA above chain_top).  Read and reset by the real unwind. */
+static __thread unsigned chain_doubt __attribute__((tls_model("initial-exec"))) = CHAIN_MAX;
 
 static inline int pcoff_get(uint64_t pc, unsigned *off)
 {
@@ -366,15 +370,19 @@ static unsigned chain_extend(struct hs_chain *c, unsigned n, uint64_t top)
 	unsigned off;
 	while (n < CHAIN_MAX) {
 		uint64_t sp;
-		if (!pcoff_get(c->pc[n - 1], &off))
+		if (!pcoff_get(c->pc[n - 1], &off)) {
+			chain_doubt = n - 1;
 			return 0;
+		}
 		if (off == PCOFF_END) {
 			c->ended = 1;
 			return n;
 		}
 		sp = c->sp[n - 1] + off;
-		if (sp > top)
+		if (sp > top) {
+			chain_doubt = CHAIN_MAX;
 			return 0;
+		}
 		c->sp[n] = sp;
 		c->pc[n] = slot_at(sp);
 		n++;
@@ -406,8 +414,10 @@ static __attribute__((noinline)) unsigned chain_walk(struct hs_chain *c, uint64_
 		ipc[j] = pc;
 		isp[j] = sp;
 		j++;
-		if (j < CHAIN_MAX && !pcoff_get(pc, &off))
+		if (j < CHAIN_MAX && !pcoff_get(pc, &off)) {
+			chain_doubt = j - 1;
 			return 0;
+		}
 		if (j == CHAIN_MAX || off == PCOFF_END) {
 			/* no frame shared with the shadow: the chain is the side buffer */
 			memcpy(c->pc, ipc, j * sizeof ipc[0]);
@@ -417,8 +427,10 @@ static __attribute__((noinline)) unsigned chain_walk(struct hs_chain *c, uint64_
 			goto done;
 		}
 		sp += off;
-		if (sp > top)
+		if (sp > top) {
+			chain_doubt = CHAIN_MAX;
 			return 0;
+		}
 		pc = slot_at(sp);
 	}
 	/* frames 0..j-1 are new, the shadow's k.. follow them */
@@ -455,31 +467,57 @@ done:
 	return c->depth;
 }
 
-/* A real unwind from here that learns each frame's distance; the shim's frames
- * are dropped.  Returns the depth. */
-static __attribute__((noinline)) unsigned chain_unwind(uint64_t *pcs)
+/*
+ * A real unwind from here into c (site and cfa set), learning each frame's
+ * distance; the shim's frames are dropped.  Returns the depth.
+ *
+ * The unwind goes only as far as it must (libunwind's steps are the costly
+ * part: each takes the global cache's lock, signals blocked around it, with
+ * Debian's libunwind): when the walk stopped at return address `want - 1`
+ * whose distance was not known, the unwind stops once it has learnt that
+ * one (the next frame's CFA) and reached a return address whose distance
+ * is known, and the chain is walked on from there through learnt distances
+ * as hs_chain_read would (chain_extend).  want 0, a walk that then doubts
+ * again, or a first unwind of the thread (chain_top 0): the whole unwind.
+ * The result is a shadow (walked) only when each of its frames sits at the
+ * learnt distance from the one below.
+ */
+static __attribute__((noinline)) unsigned chain_unwind(struct hs_chain *c, unsigned want)
 {
 	unw_context_t uc;
-	unw_cursor_t c;
+	unw_cursor_t cur;
 	uint64_t ip[CHAIN_MAX + 16], sp[CHAIN_MAX + 16];
 	int sig[CHAIN_MAX + 16];
-	unsigned n = 0, skip = 0, out;
-	int r = 1;
-	if (unw_getcontext(&uc) < 0 || unw_init_local(&c, &uc) < 0)
+	unsigned n, skip, out, off, d;
+	uint32_t gen;
+	int r, partial;
+	if (!chain_top)
+		want = 0;
+again:
+	n = skip = 0;
+	r = 1;
+	partial = 0;
+	if (unw_getcontext(&uc) < 0 || unw_init_local(&cur, &uc) < 0)
 		return 0;
 	while (n < sizeof ip / sizeof ip[0]) {
 		unw_word_t i = 0, s = 0;
-		if (unw_get_reg(&c, UNW_REG_IP, &i) < 0 || i == 0 || unw_get_reg(&c, UNW_REG_SP, &s) < 0)
+		if (unw_get_reg(&cur, UNW_REG_IP, &i) < 0 || i == 0 || unw_get_reg(&cur, UNW_REG_SP, &s) < 0)
 			break;
 		ip[n] = i;
 		sp[n] = s;
-		sig[n] = unw_is_signal_frame(&c) > 0;
+		sig[n] = unw_is_signal_frame(&cur) > 0;
+		if (n == skip && i >= hs_self_lo && i < hs_self_hi)
+			skip++;
 		n++;
-		if ((r = unw_step(&c)) <= 0)
+		/* far enough: past the return address in doubt, at one whose distance is known */
+		if (want && n - skip > want && n - skip < CHAIN_MAX && !sig[n - 1] && pcoff_get(ip[n - 1], &off) &&
+		    off != PCOFF_END) {
+			partial = 1;
+			break;
+		}
+		if ((r = unw_step(&cur)) <= 0)
 			break;
 	}
-	while (skip < n && ip[skip] >= hs_self_lo && ip[skip] < hs_self_hi)
-		skip++;
 	for (unsigned k = skip; k < n; k++) {
 		if (k + 1 < n) {
 			/* the next return address must sit just below the next CFA */
@@ -493,12 +531,33 @@ static __attribute__((noinline)) unsigned chain_unwind(uint64_t *pcs)
 	if (n > skip && sp[n - 1] > chain_top)
 		chain_top = sp[n - 1];
 	out = n - skip < CHAIN_MAX ? n - skip : CHAIN_MAX;
+	for (unsigned k = 0; k < out; k++) {
+		c->pc[k] = ip[skip + k];
+		c->sp[k] = sp[skip + k];
+	}
 	for (unsigned k = 0; k < out; k++)
-		pcs[k] = ip[skip + k];
-	for (unsigned k = 0; k < out; k++)
-		if (!hs_module_known(pcs[k]))
-			hs_module_note_pc(pcs[k], 1);
-	return out;
+		if (!hs_module_known(c->pc[k]))
+			hs_module_note_pc(c->pc[k], 1);
+	c->walked = 0;
+	c->ended = 0;
+	if (!partial)
+		return out;
+	/* the rest through learnt distances, from the last frame unwound */
+	gen = __atomic_load_n(&pcoff_gen, __ATOMIC_ACQUIRE);
+	chain_doubt = CHAIN_MAX;
+	if ((d = chain_extend(c, out, chain_top)) == 0) {
+		chain_doubt = CHAIN_MAX;
+		want = 0; /* doubt further out: the whole unwind */
+		goto again;
+	}
+	/* a shadow when it is the chain a walk from (site, cfa) reads: each frame
+	 * unwound at its learnt distance from the one below */
+	c->walked = c->pc[0] == c->site && c->sp[0] == c->cfa;
+	for (unsigned k = 0; c->walked && k + 1 < out; k++)
+		if (!pcoff_get(c->pc[k], &off) || c->sp[k] + off != c->sp[k + 1])
+			c->walked = 0;
+	c->gen = gen;
+	return d;
 }
 
 /* A slot of c's shadow changed at m (frames 0..m-1 verified): read on from m. */
@@ -513,12 +572,10 @@ static __attribute__((noinline)) unsigned chain_diverged(struct hs_chain *c, uns
 	return c->depth;
 }
 
-/* The chain's Python frames into c->out, when it passes through the evaluation loop. */
+/* The chain's Python frames into c->py, when it passes through the evaluation loop. */
 static __attribute__((noinline)) void chain_python(struct hs_chain *c)
 {
-	int python;
-	c->out_n = hs_py_interleave_into(&hs_seg, c->pc, c->depth, c->out, CHAIN_MAX, &python);
-	c->python = c->out_n != 0;
+	c->python = hs_py_chain_frames(&hs_seg, c->pc, c->depth, CHAIN_MAX, &c->py) != 0;
 }
 
 unsigned hs_chain_read(struct hs_chain *c, uint64_t site, uint64_t cfa)
@@ -538,31 +595,56 @@ unsigned hs_chain_read(struct hs_chain *c, uint64_t site, uint64_t cfa)
 	}
 	if (d == 0 && HS_UNLIKELY(!room_to_unwind())) {
 		/* a small thread stack: no chain rather than an overflow */
+		chain_doubt = CHAIN_MAX;
 		c->walked = 0;
 		c->depth = 0;
-		c->out_n = 0;
 		c->python = 0;
 		return 0;
 	}
 	if (d == 0) {
-		/* doubt: a real unwind, which learns; not a shadow (its CFAs were not walked) */
-		c->walked = 0;
-		c->ended = 0;
+		/* doubt: a real unwind, which learns, from the return address in doubt
+		 * (a whole one when the walk did not start: no chain_top, another site) */
+		unsigned want = top && slot_at(cfa) == site && chain_doubt < CHAIN_MAX ? chain_doubt + 1 : 0;
+		chain_doubt = CHAIN_MAX;
 		c->site = site;
 		c->cfa = cfa;
-		c->depth = chain_unwind(c->pc);
+		c->depth = chain_unwind(c, want);
 	}
-	c->out_n = 0;
 	c->python = 0;
 	if (c->depth && hs_py_frames_maybe())
 		chain_python(c);
 	return c->depth;
 }
 
+/*
+ * c's stack with its Python frames interleaved (struct hs_pychain): each
+ * native frame in c->py.consumed replaced by the Python frames standing in
+ * for it, the ones after the last native frame appended; at most
+ * CHAIN_MAX entries, the cap hs_py_chain_frames read them for.
+ */
+static unsigned chain_interleave(const struct hs_chain *c, uint64_t *out)
+{
+	const struct hs_pychain *py = &c->py;
+	unsigned o = 0, k = 0, n = c->depth < CHAIN_MAX ? c->depth : CHAIN_MAX;
+	for (unsigned i = 0; i < n && o < CHAIN_MAX; i++) {
+		if (!(py->consumed >> i & 1)) {
+			out[o++] = c->pc[i];
+			continue;
+		}
+		while (k < py->n && py->at[k] == i && o < CHAIN_MAX)
+			out[o++] = HS_PC_PYTHON | py->id[k++];
+	}
+	while (k < py->n && py->at[k] >= n && o < CHAIN_MAX)
+		out[o++] = HS_PC_PYTHON | py->id[k++];
+	return o;
+}
+
 uint32_t hs_chain_stack(const struct hs_chain *c)
 {
-	if (c->python)
-		return hs_stack_intern(&hs_seg, c->out, c->out_n, HS_STACK_PYTHON);
+	if (c->python) {
+		uint64_t out[CHAIN_MAX];
+		return hs_stack_intern(&hs_seg, out, chain_interleave(c, out), HS_STACK_PYTHON);
+	}
 	return c->depth ? hs_stack_intern(&hs_seg, c->pc, c->depth, 0) : 0;
 }
 
@@ -576,12 +658,15 @@ void hs_chain_copy(struct hs_chain *dst, const struct hs_chain *src)
 	dst->walked = src->walked;
 	dst->ended = src->ended;
 	dst->python = src->python;
-	dst->out_n = src->out_n;
 	memcpy(dst->pc, src->pc, n * sizeof dst->pc[0]);
 	if (src->walked)
 		memcpy(dst->sp, src->sp, n * sizeof dst->sp[0]);
-	if (src->python)
-		memcpy(dst->out, src->out, src->out_n * sizeof dst->out[0]);
+	if (src->python) {
+		dst->py.consumed = src->py.consumed;
+		dst->py.n = src->py.n;
+		memcpy(dst->py.id, src->py.id, src->py.n * sizeof dst->py.id[0]);
+		memcpy(dst->py.at, src->py.at, src->py.n * sizeof dst->py.at[0]);
+	}
 }
 
 uint32_t hs_stack_call(uint64_t site, uint64_t cfa)
