@@ -3,7 +3,7 @@
  * dumper/main.c — heisen-dump: read a session directory and report.
  *
  *   heisen-dump [--json | --dot] [--all] [--hang-timeout SECONDS] [--no-symbols]
- *               [--stalled PID:SECONDS[,...]] [--still PID/TID:SECONDS[,...]]
+ *               [--stalled PID:SECONDS[,...]] [--still PID/TID:SECONDS[,...] [--snapshot-stuck]]
  *               [--snapshot] SESSION_DIR
  *   heisen-dump --check-hang SECONDS [--still PID/TID:SECONDS[,...]] SESSION_DIR
  *   heisen-dump diff [--json] [--no-symbols] SESSION_A SESSION_B   (diff.c)
@@ -51,6 +51,7 @@ struct options {
 	bool still_given;     /* --still was given (heisen-run measured; "" = nothing still) */
 	bool timeout_given;   /* --hang-timeout was given */
 	bool all;             /* --all: every process's context, every frame (text) */
+	bool snapshot_stuck;  /* --snapshot-stuck: snapshots of the processes --still judged hung, after judging */
 	const char *dir;
 };
 
@@ -61,7 +62,7 @@ struct options {
 static void usage(FILE *f)
 {
 	fprintf(f, "usage: heisen-dump [--json | --dot] [--all] [--hang-timeout SECONDS] [--no-symbols]\n"
-		   "                   [--stalled PID:SECONDS[,...]] [--still PID/TID:SECONDS[,...]]\n"
+		   "                   [--stalled PID:SECONDS[,...]] [--still PID/TID:SECONDS[,...] [--snapshot-stuck]]\n"
 		   "                   [--snapshot] SESSION_DIR\n"
 		   "       heisen-dump --check-hang SECONDS [--still PID/TID:SECONDS[,...]] SESSION_DIR\n"
 		   "       heisen-dump diff [--json] [--no-symbols] SESSION_A SESSION_B\n");
@@ -87,6 +88,7 @@ static int parse_args(int argc, char **argv, struct options *o)
 		{"check-hang", required_argument, NULL, 'c'}, {"help", no_argument, NULL, 'h'},
 		{"stalled", required_argument, NULL, 's'},   {"snapshot", no_argument, NULL, 'S'},
 		{"still", required_argument, NULL, 'T'},   {"all", no_argument, NULL, 'a'},
+		{"snapshot-stuck", no_argument, NULL, 'K'},
 		{NULL, 0, NULL, 0},
 	};
 	int c;
@@ -108,6 +110,7 @@ static int parse_args(int argc, char **argv, struct options *o)
 			break;
 		case 'S': o->snapshot = true; break;
 		case 'a': o->all = true; break;
+		case 'K': o->snapshot_stuck = true; break;
 		case 's':
 			if (hs_stalls_parse(optarg, &o->stalls, &o->nstalls) != 0) {
 				fprintf(stderr, "heisen-dump: --stalled: expected PID:SECONDS[,PID:SECONDS...]: %s\n", optarg);
@@ -205,8 +208,9 @@ int main(int argc, char **argv)
 		hs_session_error(&s, o.dir, "out of memory while watching threads");
 	if (o.nstill && hs_judge_still(&s, o.still, o.nstill, o.hang_timeout, &o.stalls, &o.nstalls) != 0)
 		hs_session_error(&s, o.dir, "out of memory while judging threads");
-	if (watch && o.nstalls > judged_from) {
-		/* a hang found here: ask its threads for their stacks, as heisen-run does */
+	if ((watch || o.snapshot_stuck) && o.nstalls > judged_from) {
+		/* a hang found here: ask its threads for their stacks — after judging, since the
+		   snapshot signal interrupts some waits (pyzmq's Context.term() returns) */
 		for (size_t i = judged_from; i < o.nstalls; i++)
 			for (size_t k = 0; k < s.nprocs; k++)
 				if (s.procs[k].seg.hdr.pid == o.stalls[i].pid && hs_proc_alive(&s.procs[k]))

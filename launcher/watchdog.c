@@ -129,14 +129,18 @@ static int run_dump(struct hr_run *r, const char *const opts[], int out_fd, int 
 }
 
 /* Print the full report of heisen-dump between banners, with --still
- * `still` unless it is NULL or "".  Returns heisen-dump's exit code (0
- * none, 1 findings, 2 errors) or -1 if it did not run. */
-static int print_report(struct hr_run *r, const char *still)
+ * `still` unless it is NULL or "", and --snapshot-stuck when snap_stuck
+ * (heisen-dump judges the still threads first, then asks the processes it
+ * judged hung for snapshots: the snapshot signal interrupts some waits —
+ * pyzmq's Context.term() — and a judgement taken after it could call the
+ * hang just found no hang).  Returns heisen-dump's exit code (0 none, 1
+ * findings, 2 errors) or -1 if it did not run. */
+static int print_report(struct hr_run *r, const char *still, int snap_stuck)
 {
 	int fd = new_out("heisen-report");
 	if (fd < 0)
 		return -1;
-	const char *opts[5] = {NULL};
+	const char *opts[6] = {NULL};
 	size_t n = 0;
 	if (r->hang_seconds > 0) {
 		opts[n++] = "--hang-timeout";
@@ -145,6 +149,8 @@ static int print_report(struct hr_run *r, const char *still)
 	if (still && *still) {
 		opts[n++] = "--still";
 		opts[n++] = still;
+		if (snap_stuck)
+			opts[n++] = "--snapshot-stuck";
 	}
 	int st = run_dump(r, opts, fd, HR_REPORT_TIMEOUT_MS);
 	fprintf(stderr, "==== heisen report: %s ====\n", r->session);
@@ -438,6 +444,8 @@ static int target_verified(struct hr_run *r, pid_t pid, const char *what, int *i
  * take the progress they made by answering as the new baseline, without
  * restarting their stall clocks: a snapshot is not progress.
  */
+static void snapshots_answered(struct hr_run *r, const pid_t *want, size_t n);
+
 static void snapshot_pids(struct hr_run *r, const pid_t *want, size_t n)
 {
 	size_t asked = 0;
@@ -453,7 +461,16 @@ static void snapshot_pids(struct hr_run *r, const pid_t *want, size_t n)
 	/* the whole wait: hr_service returns at the first signal (a helper's SIGCHLD) */
 	for (uint64_t now = hr_now_ms(), end = now + HR_SNAPSHOT_WAIT_MS; now < end; now = hr_now_ms())
 		hr_service(r, (int)(end - now));
-	/* what they did to answer is the new baseline, their clocks kept */
+	snapshots_answered(r, want, n);
+}
+
+/* The processes in want answered snapshot requests (ours, or heisen-dump's
+ * --snapshot-stuck): what they did to answer is the new baseline of their
+ * progress, their still clocks kept. */
+static void snapshots_answered(struct hr_run *r, const pid_t *want, size_t n)
+{
+	if (!n)
+		return;
 	for (size_t i = 0; i < n; i++) {
 		struct hr_stall *e = stall_of(r, want[i]);
 		if (e)
@@ -586,8 +603,8 @@ int hr_watch_tick(struct hr_run *r)
 
 	/* What is new; a process whose hang was reported and lasts is one hang. */
 	int new_line[256] = {0};
-	pid_t want[256];
-	size_t nwant = 0;
+	pid_t want[256], stuck[256];
+	size_t nwant = 0, nstuck = 0;
 	for (size_t i = 0; i < nlines; i++) {
 		struct hr_stall *s = stall_of(r, line_pid(lines[i]));
 		if (seen(r, lines[i]))
@@ -606,12 +623,17 @@ int hr_watch_tick(struct hr_run *r)
 		for (size_t i = 0; i < nlines; i++)
 			if (new_line[i]) {
 				size_t ll = strlen(lines[i]);
+				int is_stuck = ll > 6 && strcmp(lines[i] + ll - 6, " stuck") == 0;
 				fprintf(stderr, "  %s\n", lines[i]);
-				if (ll > 6 && strcmp(lines[i] + ll - 6, " stuck") == 0)
+				if (is_stuck)
 					fprintf(stderr, "  stalled %d: stuck for %.1f s (per-thread rule)\n",
 						(int)line_pid(lines[i]),
 						(double)(now - still_since(r, line_pid(lines[i]), now)) / 1000.0);
-				if (nwant < sizeof want / sizeof want[0])
+				/* a stuck thread is judged by the report's heisen-dump before its snapshot
+				   (print_report), the others' stacks are asked for here */
+				if (is_stuck && *still && nstuck < sizeof stuck / sizeof stuck[0])
+					stuck[nstuck++] = line_pid(lines[i]);
+				else if (nwant < sizeof want / sizeof want[0])
 					want[nwant++] = line_pid(lines[i]);
 			}
 		snapshot_pids(r, want, nwant);
@@ -624,7 +646,8 @@ int hr_watch_tick(struct hr_run *r)
 		}
 		r->hang_seen = 1;
 		note_stalls(r, now);
-		print_report(r, still);
+		print_report(r, still, nstuck > 0);
+		snapshots_answered(r, stuck, nstuck);
 		if (!r->on_hang_kill)
 			fprintf(stderr, HR_NAME ": still running; session: %s\n", r->session);
 	} else {
