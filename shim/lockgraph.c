@@ -32,12 +32,15 @@ static void graph_unlock(struct hs_seg *s)
 }
 
 /* The index slot for key: the one holding it, else the empty one where it would go, else NULL (full). */
-static struct hs_index_slot *index_probe(struct hs_index_slot *tab, uint32_t capacity, uint64_t key)
+static struct hs_index_slot *index_probe(struct hs_seg *s, struct hs_index_slot *tab, uint32_t capacity, uint64_t key)
 {
 	uint32_t mask = capacity - 1;
 	uint32_t i = (uint32_t)hs_mix64(key) & mask;
 	for (uint32_t probe = 0; probe <= mask; probe++, i = (i + 1) & mask) {
-		uint64_t k = __atomic_load_n(&tab[i].key, __ATOMIC_ACQUIRE);
+		uint64_t k;
+		if (!hs_seg_ready(s, &tab[i], sizeof tab[i]))
+			return NULL; /* no room for the index's next page: as if full */
+		k = __atomic_load_n(&tab[i].key, __ATOMIC_ACQUIRE);
 		if (k == key || k == 0)
 			return &tab[i];
 	}
@@ -79,13 +82,16 @@ static int page_seen(uint64_t addr)
  * full.  Graph lock held.  A dead slot taken over loses its old key's last
  * generation (the next lock there starts again at 1).
  */
-static struct hs_index_slot *index_place(struct hs_index_slot *tab, uint32_t capacity, uint64_t key)
+static struct hs_index_slot *index_place(struct hs_seg *s, struct hs_index_slot *tab, uint32_t capacity, uint64_t key)
 {
 	uint32_t mask = capacity - 1;
 	uint32_t i = (uint32_t)hs_mix64(key) & mask;
 	struct hs_index_slot *dead = NULL;
 	for (uint32_t probe = 0; probe <= mask; probe++, i = (i + 1) & mask) {
-		uint64_t k = tab[i].key;
+		uint64_t k;
+		if (!hs_seg_ready(s, &tab[i], sizeof tab[i]))
+			return dead; /* no room for the index's next page: as if full */
+		k = tab[i].key;
 		if (k == key)
 			return &tab[i];
 		if (k == 0)
@@ -119,7 +125,7 @@ uint32_t hs_lock_id(struct hs_seg *s, uint64_t addr, unsigned kind, unsigned fla
 {
 	struct hs_table *tab = &s->hdr->tables[HS_T_LOCKS];
 	uint32_t icap = s->hdr->tables[HS_T_LOCK_INDEX].capacity;
-	struct hs_index_slot *slot = index_probe(s->lock_index, icap, addr), *cslot;
+	struct hs_index_slot *slot = index_probe(s, s->lock_index, icap, addr), *cslot;
 	uint32_t id, gen = 1;
 	struct hs_lock *l;
 
@@ -130,7 +136,7 @@ uint32_t hs_lock_id(struct hs_seg *s, uint64_t addr, unsigned kind, unsigned fla
 			return id;
 	}
 	graph_lock(s);
-	slot = index_place(s->lock_index, icap, addr);
+	slot = index_place(s, s->lock_index, icap, addr);
 	if (!slot) {
 		__atomic_add_fetch(&s->hdr->tables[HS_T_LOCK_INDEX].dropped, 1, __ATOMIC_RELAXED);
 		graph_unlock(s);
@@ -146,7 +152,7 @@ uint32_t hs_lock_id(struct hs_seg *s, uint64_t addr, unsigned kind, unsigned fla
 	}
 	page_note(addr);
 	/* a destroyed (or freed) lock of the same class: its node again (lockdep's lock classes) */
-	cslot = stack ? index_probe(s->lock_index, icap, class_key(kind, stack)) : NULL;
+	cslot = stack ? index_probe(s, s->lock_index, icap, class_key(kind, stack)) : NULL;
 	if (cslot && cslot->key == class_key(kind, stack) && (id = cslot->value) != 0 && id < tab->count &&
 	    (s->locks[id].flags & HS_LOCKF_DEAD) && s->locks[id].first_stack == stack) {
 		l = &s->locks[id];
@@ -157,7 +163,7 @@ uint32_t hs_lock_id(struct hs_seg *s, uint64_t addr, unsigned kind, unsigned fla
 		__atomic_store_n(&l->flags, (uint16_t)(flags & ~(HS_LOCKF_DEAD | HS_LOCKF_SHARED)), __ATOMIC_RELAXED);
 		__atomic_store_n(&l->last_tid, 0, __ATOMIC_RELAXED); /* a new instance: not shared yet */
 		/* the slot may be cslot's neighbour: place again, the class slot is dead now */
-		slot = index_place(s->lock_index, icap, addr);
+		slot = index_place(s, s->lock_index, icap, addr);
 		if (slot)
 			index_set(slot, addr, id, gen);
 		graph_unlock(s);
@@ -191,7 +197,7 @@ uint32_t hs_lock_id(struct hs_seg *s, uint64_t addr, unsigned kind, unsigned fla
 static uint32_t forget_locked(struct hs_seg *s, uint64_t addr)
 {
 	uint32_t icap = s->hdr->tables[HS_T_LOCK_INDEX].capacity;
-	struct hs_index_slot *slot = index_probe(s->lock_index, icap, addr), *cslot;
+	struct hs_index_slot *slot = index_probe(s, s->lock_index, icap, addr), *cslot;
 	struct hs_lock *l;
 	uint32_t id;
 	if (!slot || slot->key != addr || (id = slot->value) == 0)
@@ -203,7 +209,7 @@ static uint32_t forget_locked(struct hs_seg *s, uint64_t addr)
 	__atomic_store_n(&slot->value, 0, __ATOMIC_RELEASE);
 	if (l->first_stack && l->kind) {
 		uint64_t ck = class_key(l->kind, l->first_stack);
-		cslot = index_place(s->lock_index, icap, ck);
+		cslot = index_place(s, s->lock_index, icap, ck);
 		if (cslot && (cslot->key != ck || cslot->value == 0))
 			index_set(cslot, ck, id, 0);
 	}
@@ -212,7 +218,7 @@ static uint32_t forget_locked(struct hs_seg *s, uint64_t addr)
 
 uint32_t hs_lock_find(struct hs_seg *s, uint64_t addr)
 {
-	struct hs_index_slot *slot = index_probe(s->lock_index, s->hdr->tables[HS_T_LOCK_INDEX].capacity, addr);
+	struct hs_index_slot *slot = index_probe(s, s->lock_index, s->hdr->tables[HS_T_LOCK_INDEX].capacity, addr);
 	uint32_t id;
 	if (!slot || __atomic_load_n(&slot->key, __ATOMIC_ACQUIRE) != addr)
 		return 0;
@@ -286,7 +292,7 @@ uint32_t hs_finding_add(struct hs_seg *s, const struct hs_finding *f)
 
 uint32_t hs_edge_find(struct hs_seg *s, uint64_t key)
 {
-	struct hs_index_slot *slot = index_probe(s->edge_index, s->hdr->tables[HS_T_EDGE_INDEX].capacity, key);
+	struct hs_index_slot *slot = index_probe(s, s->edge_index, s->hdr->tables[HS_T_EDGE_INDEX].capacity, key);
 	if (slot && __atomic_load_n(&slot->key, __ATOMIC_ACQUIRE) == key)
 		return __atomic_load_n(&slot->value, __ATOMIC_ACQUIRE);
 	return 0;
@@ -518,7 +524,7 @@ uint32_t hs_graph_add(struct hs_seg *s, uint32_t from, unsigned from_mode, uint3
 	if (!to_stack && capture)
 		to_stack = capture();
 	graph_lock(s);
-	slot = index_probe(s->edge_index, s->hdr->tables[HS_T_EDGE_INDEX].capacity, key);
+	slot = index_probe(s, s->edge_index, s->hdr->tables[HS_T_EDGE_INDEX].capacity, key);
 	if (slot && slot->key == key) {
 		id = slot->value;
 		graph_unlock(s);
