@@ -474,6 +474,38 @@ struct stack_cache {
  * thread's area (shim.h, hs_area): not in static TLS. */
 _Static_assert(sizeof(struct hs_chain) + STACK_CACHE * sizeof(struct stack_cache) <= HS_AREA_FDS_SIZE,
 	       "fd chain and stack cache fit the area");
+/* The second chain and, after it, which chain was used last and the stack
+ * id each chain's pc[] was last given (valid in segment generation gen[k]). */
+struct fd_chains {
+	uint32_t last;
+	uint32_t id[2];
+	uint32_t gen[2];
+};
+_Static_assert(sizeof(struct hs_chain) + sizeof(struct fd_chains) <= HS_AREA_FDS2_SIZE,
+	       "second fd chain fits the area");
+_Static_assert(HS_AREA_FORK + HS_AREA_FORK_SIZE <= HS_AREA_FDS2 && HS_AREA_FDS2 + HS_AREA_FDS2_SIZE <= HS_AREA_FD_SCRATCH,
+	       "the second fd chain's range is its own");
+
+/*
+ * The chain (shadow) for a call at site: each thread keeps two, so that a
+ * loop's open and close (two sites, the same frames above) each find the
+ * chain read at their own site last time and take hs_chain_read's fast
+ * path (compare the return-address slots) instead of a walk that meets the
+ * other site's shadow one frame up (~250 instructions per pair).  The one
+ * not used last is replaced.  Which chain is read changes only the cost:
+ * hs_chain_read checks the shadow against this call's frames either way.
+ */
+static inline unsigned fd_chain_for(char *area, uint64_t site, struct hs_chain **ch, struct fd_chains **m)
+{
+	struct hs_chain *a = (struct hs_chain *)(void *)(area + HS_AREA_FDS);
+	struct hs_chain *b = (struct hs_chain *)(void *)(area + HS_AREA_FDS2);
+	unsigned k;
+	*m = (struct fd_chains *)(void *)(area + HS_AREA_FDS2 + sizeof(struct hs_chain));
+	k = a->site == site ? 0 : b->site == site ? 1 : !(*m)->last;
+	(*m)->last = k;
+	*ch = k ? b : a;
+	return k;
+}
 
 /*
  * A finding's event buffers (a number's last CHAIN_MAX events and the story
@@ -501,27 +533,35 @@ static uint32_t fd_stack(struct hs_tls *t, uint64_t site)
 {
 	char *area = hs_area();
 	struct hs_chain *ch;
+	struct fd_chains *m;
 	struct stack_cache *c;
-	unsigned depth, i;
+	unsigned depth, i, k;
 	uint32_t id;
 
 	if (HS_UNLIKELY(full_stacks))
 		return hs_stack_here();
 	if (HS_UNLIKELY(!area))
 		return hs_stack_site(site); /* no area: the site's stack */
-	ch = (struct hs_chain *)(void *)(area + HS_AREA_FDS);
+	k = fd_chain_for(area, site, &ch, &m);
 	depth = hs_chain_read(ch, site, fd_call_cfa);
 	if (depth == 0)
 		return 0;
-	if (ch->python)
+	if (ch->python) {
+		m->id[k] = 0;
 		return hs_chain_stack(ch); /* through the evaluation loop: this call's Python frames, never cached */
+	}
+	/* the chain's frames as they were at its last read: the id given them then */
+	if (ch->unchanged && m->id[k] && m->gen[k] == t->seg_gen)
+		return m->id[k];
 	c = &((struct stack_cache *)(void *)(area + HS_AREA_FDS + sizeof(struct hs_chain)))
 		[(site ^ site >> 5) & (STACK_CACHE - 1)];
 	if (c->id && c->depth == depth && c->seg_gen == t->seg_gen) {
 		for (i = 0; i < depth && ch->pc[i] == c->pc[i]; i++)
 			;
-		if (i == depth)
-			return c->id;
+		if (i == depth) {
+			id = c->id;
+			goto keep;
+		}
 	}
 	id = hs_chain_stack(ch);
 	if (id) {
@@ -530,6 +570,9 @@ static uint32_t fd_stack(struct hs_tls *t, uint64_t site)
 		c->depth = depth;
 		memcpy(c->pc, ch->pc, depth * sizeof ch->pc[0]);
 	}
+keep:
+	m->id[k] = id;
+	m->gen[k] = t->seg_gen;
 	return id;
 }
 

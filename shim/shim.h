@@ -165,6 +165,8 @@ extern __thread struct hs_tls hs_tls __attribute__((tls_model("initial-exec")));
 #define HS_AREA_PY_SIZE      1280u
 #define HS_AREA_FORK         12288u  /* init.c: fork_held */
 #define HS_AREA_FORK_SIZE    1280u
+#define HS_AREA_FDS2         13568u  /* fds.c: the second fd chain and which chain was used last */
+#define HS_AREA_FDS2_SIZE    896u
 #define HS_AREA_FD_SCRATCH   16384u  /* fds.c: a finding's event buffers (touched only by a finding) */
 #define HS_AREA_FD_SCRATCH_SIZE 9216u
 #define HS_AREA_SIZE         28672u  /* pages never touched are never backed */
@@ -640,7 +642,8 @@ struct hs_chain {
 	uint8_t walked;      /* sp[] holds each frame's CFA: a shadow for the next read */
 	uint8_t ended;       /* the walk reached the outermost frame (not cut at HS_CHAIN_MAX) */
 	uint8_t python;      /* out[0..out_n) is the stack with this call's Python frames */
-	uint8_t pad;
+	uint8_t unchanged;   /* hs_chain_read found the chain it read last time: the same site and
+				CFA, every return-address slot as before (pc[] did not change) */
 	uint32_t out_n;
 	uint64_t pc[HS_CHAIN_MAX];
 	uint64_t sp[HS_CHAIN_MAX];

@@ -535,11 +535,13 @@ unsigned hs_chain_read(struct hs_chain *c, uint64_t site, uint64_t cfa)
 	uint32_t gen = __atomic_load_n(&pcoff_gen, __ATOMIC_ACQUIRE);
 	unsigned sn = c->walked && c->gen == gen ? c->depth : 0, m, d;
 
+	c->unchanged = 0;
 	if (HS_LIKELY(top && slot_at(cfa) == site) && sn && c->site == site && c->cfa == cfa) {
 		/* the same call as last time, most often: compare the shadow's slots */
 		for (m = 1; m < sn; m++)
 			if (slot_at(c->sp[m]) != c->pc[m])
 				break;
+		c->unchanged = m == sn;
 		d = m == sn ? sn : chain_diverged(c, m, top);
 	} else {
 		d = top && slot_at(cfa) == site ? chain_walk(c, site, cfa, top, gen, sn) : 0;
@@ -584,6 +586,7 @@ void hs_chain_copy(struct hs_chain *dst, const struct hs_chain *src)
 	dst->walked = src->walked;
 	dst->ended = src->ended;
 	dst->python = src->python;
+	dst->unchanged = src->unchanged;
 	dst->out_n = src->out_n;
 	memcpy(dst->pc, src->pc, n * sizeof dst->pc[0]);
 	if (src->walked)
