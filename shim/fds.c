@@ -143,7 +143,10 @@ static inline struct hs_fd *slot_of(int fd)
 	struct hs_table *t = &hs_seg.hdr->tables[HS_T_FDS];
 	if (fd < 0 || (uint32_t)fd >= t->capacity)
 		return NULL;
-	if (HS_UNLIKELY(!hs_fd_seen_has((uint32_t)fd)) && block_commit(t, fd) != 0)
+	/* fd < capacity <= 2^20: its bit is inside hs_fd_seen */
+	if (HS_UNLIKELY(!((__atomic_load_n(&hs_fd_seen[(uint32_t)fd >> (HS_FD_SEEN_SHIFT + 6)], __ATOMIC_ACQUIRE) >>
+			   (((uint32_t)fd >> HS_FD_SEEN_SHIFT) & 63)) & 1)) &&
+	    block_commit(t, fd) != 0)
 		return NULL;
 	return (struct hs_fd *)((char *)hs_seg.hdr + t->offset) + fd;
 }
