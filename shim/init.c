@@ -264,6 +264,8 @@ static void atfork_child(void)
 			     i < hs_seg.hdr->tables[HS_T_MODULES].capacity;
 	     i++) {
 		struct hs_module m = old.modules[i];
+		if (hs_seg_commit_entry(&hs_seg, HS_T_MODULES, i) != 0)
+			break;
 		m.path = hs_str_add(&hs_seg, old.strings + old.modules[i].path, old.modules[i].path_len);
 		hs_seg.modules[i] = m;
 		__atomic_store_n(&hs_seg.hdr->tables[HS_T_MODULES].count, i + 1, __ATOMIC_RELEASE);

@@ -813,8 +813,10 @@ int hs_seg_commit_entry(struct hs_seg *s, enum hs_table_id t, uint64_t i)
  * hs_seg_committed first.
  */
 /*
- * The hash indexes (stacks, sites, locks, edges, Python frames: 512 KiB at
- * the default geometry) and the fd table (144 KiB) are not among them: they
+ * The modules are not among them (appended in order, each entry committed
+ * before it is written, like the strings), nor are the hash indexes
+ * (stacks, sites, locks, edges, Python frames: 512 KiB at the default
+ * geometry) and the fd table (144 KiB): these
  * get their store a page at a time when a slot is first touched
  * (hs_seg_ready; the fd table a block of slots at a time, fds.c), so a
  * short process pays for the pages it uses.  Reserving them whole
@@ -822,7 +824,6 @@ int hs_seg_commit_entry(struct hs_seg *s, enum hs_table_id t, uint64_t i)
  * (bench/README.md, "Process start: lazily committed indexes").
  */
 static const enum hs_table_id eager_tables[] = {
-	HS_T_MODULES,
 	HS_T_FINDINGS,
 };
 /* Tables whose entry 0 means "none" (and the strings' offset 0): committed at creation too. */
@@ -1342,7 +1343,7 @@ static void append_module(const struct dl_phdr_info *info, const char *name, uns
 	for (i = 0; i < n; i++)
 		if (s->modules[i].base == info->dlpi_addr && s->modules[i].lo == lo)
 			return;
-	if (n >= t->capacity) {
+	if (n >= t->capacity || hs_seg_commit_entry(s, HS_T_MODULES, n) != 0) {
 		__atomic_add_fetch(&t->dropped, 1, __ATOMIC_RELAXED);
 		return;
 	}

@@ -176,7 +176,7 @@ static void test_no_space(void)
 	hs_seg_unbind(&hs_seg);
 
 	/* room for a small segment's start only: the fallback geometry, flagged */
-	budget = 50 * 1024;
+	budget = 36 * 1024;
 	CHECK(hs_segment_create(0) == 0);
 	CHECK(hs_seg.hdr && (hs_seg.hdr->flags & HS_HDR_FALLBACK_SMALL));
 	CHECK(memcmp(hs_seg.hdr->magic, HS_MAGIC, HS_MAGIC_LEN) == 0);
