@@ -31,20 +31,57 @@ static void graph_unlock(struct hs_seg *s)
 	hs_spin_unlock(&s->graph_lock);
 }
 
+/*
+ * The lock and edge indexes get their store whole, at the process's first
+ * look into either (a process that takes no hooked lock never pays for
+ * them: 256 KiB at the default geometry), so their probes, on every lock
+ * acquisition's path, ask one word instead of the commit map per slot
+ * (hs_seg_ready, ~15 instructions a probe).  graph_ready_gen is the segment
+ * generation they were committed in (a fork child's new segment has its
+ * own).  0, or -1 when the directory has no room: the indexes then count
+ * as full (hs_seg_commit's warning given).
+ */
+static uint32_t graph_ready_gen; /* [atomic] hs_seg_gen + 1 when committed; 0: not yet */
+
+static __attribute__((noinline, cold)) int graph_indexes_commit(struct hs_seg *s)
+{
+	const struct hs_table *li = &s->hdr->tables[HS_T_LOCK_INDEX], *ei = &s->hdr->tables[HS_T_EDGE_INDEX];
+	uint32_t gen = __atomic_load_n(&hs_seg_gen, __ATOMIC_ACQUIRE);
+	if (hs_seg_commit(s, li->offset, (uint64_t)li->capacity * li->entry_size) != 0 ||
+	    hs_seg_commit(s, ei->offset, (uint64_t)ei->capacity * ei->entry_size) != 0)
+		return -1;
+	__atomic_store_n(&graph_ready_gen, gen + 1, __ATOMIC_RELEASE);
+	return 0;
+}
+
+static inline int graph_indexes_ready(struct hs_seg *s)
+{
+	return HS_LIKELY(__atomic_load_n(&graph_ready_gen, __ATOMIC_ACQUIRE) ==
+			 __atomic_load_n(&hs_seg_gen, __ATOMIC_RELAXED) + 1) ||
+	       graph_indexes_commit(s) == 0;
+}
+
 /* The index slot for key: the one holding it, else the empty one where it would go, else NULL (full). */
-static struct hs_index_slot *index_probe(struct hs_seg *s, struct hs_index_slot *tab, uint32_t capacity, uint64_t key)
+static struct hs_index_slot *index_probe_in(struct hs_index_slot *tab, uint32_t capacity, uint64_t key)
 {
 	uint32_t mask = capacity - 1;
 	uint32_t i = (uint32_t)hs_mix64(key) & mask;
 	for (uint32_t probe = 0; probe <= mask; probe++, i = (i + 1) & mask) {
-		uint64_t k;
-		if (!hs_seg_ready(s, &tab[i], sizeof tab[i]))
-			return NULL; /* no room for the index's next page: as if full */
-		k = __atomic_load_n(&tab[i].key, __ATOMIC_ACQUIRE);
+		uint64_t k = __atomic_load_n(&tab[i].key, __ATOMIC_ACQUIRE);
 		if (k == key || k == 0)
 			return &tab[i];
 	}
 	return NULL;
+}
+
+/* index_probe_in once the indexes have store (the check here, in the caller,
+ * keeps the probe loop a leaf function). */
+static inline struct hs_index_slot *index_probe(struct hs_seg *s, struct hs_index_slot *tab, uint32_t capacity,
+						uint64_t key)
+{
+	if (!graph_indexes_ready(s))
+		return NULL; /* no room for the indexes: as if full */
+	return index_probe_in(tab, capacity, key);
 }
 
 /* ---- locks ---------------------------------------------------------------- */
@@ -82,16 +119,13 @@ static int page_seen(uint64_t addr)
  * full.  Graph lock held.  A dead slot taken over loses its old key's last
  * generation (the next lock there starts again at 1).
  */
-static struct hs_index_slot *index_place(struct hs_seg *s, struct hs_index_slot *tab, uint32_t capacity, uint64_t key)
+static struct hs_index_slot *index_place_in(struct hs_index_slot *tab, uint32_t capacity, uint64_t key)
 {
 	uint32_t mask = capacity - 1;
 	uint32_t i = (uint32_t)hs_mix64(key) & mask;
 	struct hs_index_slot *dead = NULL;
 	for (uint32_t probe = 0; probe <= mask; probe++, i = (i + 1) & mask) {
-		uint64_t k;
-		if (!hs_seg_ready(s, &tab[i], sizeof tab[i]))
-			return dead; /* no room for the index's next page: as if full */
-		k = tab[i].key;
+		uint64_t k = tab[i].key;
 		if (k == key)
 			return &tab[i];
 		if (k == 0)
@@ -100,6 +134,14 @@ static struct hs_index_slot *index_place(struct hs_seg *s, struct hs_index_slot 
 			dead = &tab[i];
 	}
 	return dead;
+}
+
+static inline struct hs_index_slot *index_place(struct hs_seg *s, struct hs_index_slot *tab, uint32_t capacity,
+						uint64_t key)
+{
+	if (!graph_indexes_ready(s))
+		return NULL; /* no room for the indexes: as if full */
+	return index_place_in(tab, capacity, key);
 }
 
 /* The class key of a lock: its kind and the stack of its first acquisition.
@@ -290,9 +332,19 @@ uint32_t hs_finding_add(struct hs_seg *s, const struct hs_finding *f)
 
 /* ---- edges and cycles ------------------------------------------------------ */
 
+/* hs_edge_find before the indexes have store: commit them, then look. */
+static __attribute__((noinline, cold)) uint32_t edge_find_first(struct hs_seg *s, uint64_t key)
+{
+	return graph_indexes_commit(s) == 0 ? hs_edge_find(s, key) : 0;
+}
+
 uint32_t hs_edge_find(struct hs_seg *s, uint64_t key)
 {
-	struct hs_index_slot *slot = index_probe(s, s->edge_index, s->hdr->tables[HS_T_EDGE_INDEX].capacity, key);
+	struct hs_index_slot *slot;
+	if (HS_UNLIKELY(__atomic_load_n(&graph_ready_gen, __ATOMIC_ACQUIRE) !=
+			__atomic_load_n(&hs_seg_gen, __ATOMIC_RELAXED) + 1))
+		return edge_find_first(s, key); /* a tail call: the look itself saves no registers for it */
+	slot = index_probe_in(s->edge_index, s->hdr->tables[HS_T_EDGE_INDEX].capacity, key);
 	if (slot && __atomic_load_n(&slot->key, __ATOMIC_ACQUIRE) == key)
 		return __atomic_load_n(&slot->value, __ATOMIC_ACQUIRE);
 	return 0;

@@ -590,7 +590,7 @@ static uint32_t pyframe_id(struct hs_seg *s, const struct pyf *f)
 	for (uint32_t probe = 0; probe <= mask; probe++, i = (i + 1) & mask) {
 		struct hs_index_slot *slot = &s->pyframe_index[i];
 		uint64_t k;
-		if (!hs_seg_ready(s, slot, sizeof *slot))
+		if (!hs_index_slot_ready(s, slot, i, probe))
 			break; /* no room for the index's next page: as if full */
 		k = __atomic_load_n(&slot->key, __ATOMIC_ACQUIRE);
 		if (k == 0) {

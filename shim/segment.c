@@ -785,6 +785,13 @@ int hs_seg_commit(struct hs_seg *s, uint64_t off, uint64_t len)
 	return -1;
 }
 
+/* hs_seg_ready's first touch of a chunk (shim.h): out of line and cold, so
+ * that the probes' fast path saves no registers for it. */
+int hs_seg_ready_slow(struct hs_seg *s, uint64_t off, size_t len)
+{
+	return hs_seg_commit(s, off, len) == 0; /* 0 at once when not lazy (a segment not made here) */
+}
+
 int hs_seg_committed(const struct hs_seg *s, uint64_t off, uint64_t len)
 {
 	uint64_t first, last;
@@ -848,8 +855,10 @@ static int commit_initial(struct hs_header *h, int fd, uint64_t size, const stru
 	if (commit_range(h, size, 0, sizeof *h) != 0) {
 		if (errno != EINVAL)
 			return errno = ENOSPC, -1;
-		/* no MADV_POPULATE_WRITE: allocate it all, as before sparse segments */
+		/* no MADV_POPULATE_WRITE: allocate it all, as before sparse segments;
+		   every chunk reads as committed (hs_seg_ready tests the map alone) */
 		hs_commit_lazy = 0;
+		memset(hs_commit_map, 0xff, (size_t)(((size >> hs_commit_shift) >> 6) + 1) * sizeof hs_commit_map[0]);
 		return size_file(fd, size);
 	}
 	for (size_t i = 0; i < sizeof eager_tables / sizeof eager_tables[0]; i++) {

@@ -502,8 +502,9 @@ int hs_seg_committed(const struct hs_seg *s, uint64_t off, uint64_t len);
 int hs_seg_commit_entry(struct hs_seg *s, enum hs_table_id t, uint64_t i);
 
 /* segment.c's commit map (see hs_seg_commit): bit c set when chunk c (1 <<
- * hs_commit_shift bytes) of hs_seg has backing store; hs_commit_lazy 0 when
- * the whole segment was allocated at creation. */
+ * hs_commit_shift bytes) of hs_seg has backing store (every bit of the
+ * segment's words when the whole segment was allocated at creation:
+ * hs_commit_lazy 0). */
 extern uint64_t hs_commit_map[];
 extern unsigned hs_commit_shift;
 extern int hs_commit_lazy;
@@ -520,15 +521,27 @@ extern int hs_commit_lazy;
  * reservation at every start was most of what a process start cost
  * (bench/README.md).  The committed case is a load and a bit test.
  */
+int hs_seg_ready_slow(struct hs_seg *s, uint64_t off, size_t len) __attribute__((cold, noinline));
 static inline int hs_seg_ready(struct hs_seg *s, const void *p, size_t len)
 {
-	uint64_t off = (uint64_t)((const char *)p - (const char *)s->hdr), c;
-	if (HS_LIKELY(!__atomic_load_n(&hs_commit_lazy, __ATOMIC_RELAXED)))
-		return 1;
-	c = off >> hs_commit_shift;
+	uint64_t off = (uint64_t)((const char *)p - (const char *)s->hdr), c = off >> hs_commit_shift;
 	if (HS_LIKELY((__atomic_load_n(&hs_commit_map[c >> 6], __ATOMIC_ACQUIRE) >> (c & 63)) & 1))
 		return 1;
-	return hs_seg_commit(s, off, len) == 0;
+	return hs_seg_ready_slow(s, off, len);
+}
+
+/*
+ * hs_seg_ready for slot i of an index, the probe'th of a probe sequence
+ * (i, i + 1, ... wrapping to 0): only the first slot of the sequence, slot
+ * 0 and each slot that begins a page are asked, the others lie on a page
+ * already asked in this sequence (slots are 16 bytes in 64-byte-aligned
+ * tables: none straddles a page).  A test and a branch per probe.
+ */
+static inline int hs_index_slot_ready(struct hs_seg *s, const struct hs_index_slot *slot, uint32_t i, uint32_t probe)
+{
+	if (HS_LIKELY(probe != 0 && i != 0 && ((uintptr_t)slot & 4095u) != 0))
+		return 1;
+	return hs_seg_ready(s, slot, sizeof *slot);
 }
 
 /* A byte range of a segment (hs_seg_copy_ranges).  sparse: only the parts

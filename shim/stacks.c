@@ -52,7 +52,7 @@ uint32_t hs_stack_intern(struct hs_seg *s, const uint64_t *pcs, unsigned depth, 
 	for (uint32_t probe = 0; probe <= mask; probe++, i = (i + 1) & mask) {
 		struct hs_index_slot *slot = &s->stack_index[i];
 		uint64_t key;
-		if (!hs_seg_ready(s, slot, sizeof *slot))
+		if (!hs_index_slot_ready(s, slot, i, probe))
 			break; /* no room for the index's next page: as if full */
 		key = __atomic_load_n(&slot->key, __ATOMIC_ACQUIRE);
 		if (key == 0) {
@@ -157,7 +157,7 @@ static uint32_t site_get(struct hs_seg *s, uint64_t key)
 	for (uint32_t probe = 0; probe <= mask && probe < SITE_PROBES; probe++, i = (i + 1) & mask) {
 		struct hs_index_slot *slot = &s->site_index[i];
 		uint64_t k;
-		if (!hs_seg_ready(s, slot, sizeof *slot))
+		if (!hs_index_slot_ready(s, slot, i, probe))
 			break; /* no room for the index's next page: not cached */
 		k = __atomic_load_n(&slot->key, __ATOMIC_ACQUIRE);
 		if (k == key)
@@ -178,7 +178,7 @@ static uint32_t site_put(struct hs_seg *s, uint64_t key, uint32_t id)
 	for (uint32_t probe = 0; probe <= mask && probe < SITE_PROBES; probe++, i = (i + 1) & mask) {
 		struct hs_index_slot *slot = &s->site_index[i];
 		uint64_t expect = 0;
-		if (!hs_seg_ready(s, slot, sizeof *slot))
+		if (!hs_index_slot_ready(s, slot, i, probe))
 			break; /* no room for the index's next page: not cached */
 		if (__atomic_compare_exchange_n(&slot->key, &expect, key, 0, __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE) ||
 		    expect == key) {
