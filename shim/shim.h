@@ -514,8 +514,9 @@ extern int hs_commit_lazy;
  * slot) safe to touch: 1 when they have backing store, now or already; 0
  * when the directory is full (hs_seg_commit's warning given): the caller
  * then takes the slot as not there (a lookup misses, an insert is
- * dropped).  The hash indexes (stacks, sites, locks, edges, Python frames)
- * get their store a page at a time at the first touch of a slot, readers
+ * dropped).  The hash indexes of stacks, sites and Python frames get
+ * their store a page at a time at the first touch of a slot (those of
+ * locks and edges whole, at the first lock: lockgraph.c), readers
  * included (a read of a hole through the shared mapping would allocate the
  * page anyway, and raise SIGBUS when /dev/shm is full); a 512 KiB
  * reservation at every start was most of what a process start cost
