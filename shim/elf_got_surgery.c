@@ -617,7 +617,8 @@ void hs_got_on_dlsym(void (*cb)(void))
  * libheisen exports dlsym and dlvsym itself, so any call to either, even
  * the shim's own, comes back to a trampoline; the real ones are looked up
  * once in libc's dynamic symbol table (the object that holds __libc_free),
- * read with obj_read.  The symbol table's length is the distance to the
+ * read with obj_read: through its GNU hash table (gnu_hash_find), else by
+ * a scan of the whole symbol table, whose length is the distance to the
  * string table (binutils lays .dynsym right before .dynstr); every version
  * of these two names is the same function in glibc 2.34+, so the first
  * defined match is taken.
@@ -628,12 +629,62 @@ struct libc_find {
 	void *dlsym, *dlvsym;
 };
 
+/* A defined function named name, as libc_find_cb takes it. */
+static int defined_func(const struct obj_view *v, const ElfW(Sym) *sym, const char *name)
+{
+	return sym->st_shndx != SHN_UNDEF && ELF64_ST_TYPE(sym->st_info) == STT_FUNC && sym->st_name < v->strsz &&
+	       strcmp(v->strtab + sym->st_name, name) == 0;
+}
+
+/*
+ * name's first defined function symbol in v through the object's GNU hash
+ * table (DT_GNU_HASH, at gnu_hash), as ld.so looks a name up: the bloom
+ * filter is skipped, the bucket of hash % nbuckets gives the first symbol
+ * of the chain, a chain entry whose hash (low bit cleared) matches is
+ * compared by name, the entry with the low bit set ends the chain.  The
+ * layout is the GNU toolchain's (binutils' and glibc's dl-lookup.c).  NULL
+ * when not found or the table does not lie in the object.
+ */
+static const ElfW(Sym) *gnu_hash_find(const struct dl_phdr_info *info, const struct obj_view *v, uintptr_t gnu_hash,
+				      const char *name)
+{
+	const uint32_t *w = dyn_addr(info, gnu_hash, 16);
+	uint32_t h = 5381, nbuckets, symoffset, bloom_size, sym;
+	const uint32_t *buckets, *chain;
+	if (!w)
+		return NULL;
+	for (const unsigned char *c = (const unsigned char *)name; *c; c++)
+		h = h * 33 + *c;
+	nbuckets = w[0];
+	symoffset = w[1];
+	bloom_size = w[2];
+	if (!nbuckets)
+		return NULL;
+	buckets = (const uint32_t *)(const void *)((const char *)(w + 4) + (size_t)bloom_size * sizeof(ElfW(Addr)));
+	chain = buckets + nbuckets;
+	if (!load_of(info, (uintptr_t)buckets, (size_t)nbuckets * 4))
+		return NULL;
+	sym = buckets[h % nbuckets];
+	if (sym < symoffset)
+		return NULL;
+	for (;; sym++) {
+		uint32_t ch;
+		if (!load_of(info, (uintptr_t)&chain[sym - symoffset], 4))
+			return NULL;
+		ch = chain[sym - symoffset];
+		if ((ch | 1) == (h | 1) && defined_func(v, &v->symtab[sym], name))
+			return &v->symtab[sym];
+		if (ch & 1)
+			return NULL;
+	}
+}
+
 static int libc_find_cb(struct dl_phdr_info *info, size_t size, void *arg)
 {
 	struct libc_find *out = arg;
 	struct obj_view v;
 	const ElfW(Dyn) *dyn = NULL;
-	uintptr_t probe = (uintptr_t)&__libc_free;
+	uintptr_t probe = (uintptr_t)&__libc_free, gnu_hash = 0;
 	size_t n;
 	(void)size;
 	if (!load_of(info, probe, 1))
@@ -643,6 +694,20 @@ static int libc_find_cb(struct dl_phdr_info *info, size_t size, void *arg)
 			dyn = (const ElfW(Dyn) *)(info->dlpi_addr + info->dlpi_phdr[i].p_vaddr);
 	if (!dyn || obj_read(info, dyn, &v) != 0 || (uintptr_t)v.strtab <= (uintptr_t)v.symtab)
 		return 1;
+	/* the hash table first: a scan reads all of libc's ~3,000 symbols and
+	   their names (~200,000 instructions and a dozen pages at every start) */
+	for (const ElfW(Dyn) *d = dyn; d->d_tag != DT_NULL; d++)
+		if (d->d_tag == DT_GNU_HASH)
+			gnu_hash = d->d_un.d_ptr;
+	if (gnu_hash) {
+		const ElfW(Sym) *a = gnu_hash_find(info, &v, gnu_hash, "dlsym");
+		const ElfW(Sym) *b = gnu_hash_find(info, &v, gnu_hash, "dlvsym");
+		if (a && b) {
+			out->dlsym = (void *)(info->dlpi_addr + a->st_value);
+			out->dlvsym = (void *)(info->dlpi_addr + b->st_value);
+			return 1;
+		}
+	}
 	n = ((uintptr_t)v.strtab - (uintptr_t)v.symtab) / sizeof(ElfW(Sym));
 	for (size_t i = 1; i < n; i++) {
 		const ElfW(Sym) *sym = &v.symtab[i];

@@ -124,10 +124,29 @@ static inline int fds_on(void)
 
 /* ---- the table ------------------------------------------------------------ */
 
+/* Give fd's block of slots store (its first touch) and note it (shim.h,
+ * hs_fd_seen).  0, or -1 when the directory is full. */
+static __attribute__((noinline)) int block_commit(const struct hs_table *t, int fd)
+{
+	uint64_t first = (uint64_t)fd & ~(uint64_t)(HS_FD_SEEN_BLOCK - 1);
+	uint64_t n = t->capacity - first < HS_FD_SEEN_BLOCK ? t->capacity - first : HS_FD_SEEN_BLOCK;
+	if (hs_seg_commit(&hs_seg, t->offset + first * sizeof(struct hs_fd), n * sizeof(struct hs_fd)) != 0)
+		return -1;
+	hs_fd_seen_note((uint32_t)fd);
+	return 0;
+}
+
+/* fd's slot, with store; NULL when fd is beyond the table (or, rarely, the
+ * directory has no room for its block: the same to the callers). */
 static inline struct hs_fd *slot_of(int fd)
 {
 	struct hs_table *t = &hs_seg.hdr->tables[HS_T_FDS];
 	if (fd < 0 || (uint32_t)fd >= t->capacity)
+		return NULL;
+	/* fd < capacity <= 2^20: its bit is inside hs_fd_seen */
+	if (HS_UNLIKELY(!((__atomic_load_n(&hs_fd_seen[(uint32_t)fd >> (HS_FD_SEEN_SHIFT + 6)], __ATOMIC_ACQUIRE) >>
+			   (((uint32_t)fd >> HS_FD_SEEN_SHIFT) & 63)) & 1)) &&
+	    block_commit(t, fd) != 0)
 		return NULL;
 	return (struct hs_fd *)((char *)hs_seg.hdr + t->offset) + fd;
 }
@@ -458,6 +477,38 @@ struct stack_cache {
  * thread's area (shim.h, hs_area): not in static TLS. */
 _Static_assert(sizeof(struct hs_chain) + STACK_CACHE * sizeof(struct stack_cache) <= HS_AREA_FDS_SIZE,
 	       "fd chain and stack cache fit the area");
+/* The second chain and, after it, which chain was used last and the stack
+ * id each chain's pc[] was last given (valid in segment generation gen[k]). */
+struct fd_chains {
+	uint32_t last;
+	uint32_t id[2];
+	uint32_t gen[2];
+};
+_Static_assert(sizeof(struct hs_chain) + sizeof(struct fd_chains) <= HS_AREA_FDS2_SIZE,
+	       "second fd chain fits the area");
+_Static_assert(HS_AREA_FORK + HS_AREA_FORK_SIZE <= HS_AREA_FDS2 && HS_AREA_FDS2 + HS_AREA_FDS2_SIZE <= HS_AREA_FD_SCRATCH,
+	       "the second fd chain's range is its own");
+
+/*
+ * The chain (shadow) for a call at site: each thread keeps two, so that a
+ * loop's open and close (two sites, the same frames above) each find the
+ * chain read at their own site last time and take hs_chain_read's fast
+ * path (compare the return-address slots) instead of a walk that meets the
+ * other site's shadow one frame up (~250 instructions per pair).  The one
+ * not used last is replaced.  Which chain is read changes only the cost:
+ * hs_chain_read checks the shadow against this call's frames either way.
+ */
+static inline unsigned fd_chain_for(char *area, uint64_t site, struct hs_chain **ch, struct fd_chains **m)
+{
+	struct hs_chain *a = (struct hs_chain *)(void *)(area + HS_AREA_FDS);
+	struct hs_chain *b = (struct hs_chain *)(void *)(area + HS_AREA_FDS2);
+	unsigned k;
+	*m = (struct fd_chains *)(void *)(area + HS_AREA_FDS2 + sizeof(struct hs_chain));
+	k = a->site == site ? 0 : b->site == site ? 1 : !(*m)->last;
+	(*m)->last = k;
+	*ch = k ? b : a;
+	return k;
+}
 
 /*
  * A finding's event buffers (a number's last CHAIN_MAX events and the story
@@ -485,27 +536,35 @@ static uint32_t fd_stack(struct hs_tls *t, uint64_t site)
 {
 	char *area = hs_area();
 	struct hs_chain *ch;
+	struct fd_chains *m;
 	struct stack_cache *c;
-	unsigned depth, i;
+	unsigned depth, i, k;
 	uint32_t id;
 
 	if (HS_UNLIKELY(full_stacks))
 		return hs_stack_here();
 	if (HS_UNLIKELY(!area))
 		return hs_stack_site(site); /* no area: the site's stack */
-	ch = (struct hs_chain *)(void *)(area + HS_AREA_FDS);
+	k = fd_chain_for(area, site, &ch, &m);
 	depth = hs_chain_read(ch, site, fd_call_cfa);
 	if (depth == 0)
 		return 0;
-	if (ch->python)
+	if (ch->python) {
+		m->id[k] = 0;
 		return hs_chain_stack(ch); /* through the evaluation loop: this call's Python frames, never cached */
+	}
+	/* the chain's frames as they were at its last read: the id given them then */
+	if (ch->unchanged && m->id[k] && m->gen[k] == t->seg_gen)
+		return m->id[k];
 	c = &((struct stack_cache *)(void *)(area + HS_AREA_FDS + sizeof(struct hs_chain)))
 		[(site ^ site >> 5) & (STACK_CACHE - 1)];
 	if (c->id && c->depth == depth && c->seg_gen == t->seg_gen) {
 		for (i = 0; i < depth && ch->pc[i] == c->pc[i]; i++)
 			;
-		if (i == depth)
-			return c->id;
+		if (i == depth) {
+			id = c->id;
+			goto keep;
+		}
 	}
 	id = hs_chain_stack(ch);
 	if (id) {
@@ -514,6 +573,9 @@ static uint32_t fd_stack(struct hs_tls *t, uint64_t site)
 		c->depth = depth;
 		memcpy(c->pc, ch->pc, depth * sizeof ch->pc[0]);
 	}
+keep:
+	m->id[k] = id;
+	m->gen[k] = t->seg_gen;
 	return id;
 }
 
@@ -1906,15 +1968,23 @@ static void closing_range(unsigned first, unsigned last, uint64_t site)
 	cap = hs_seg.hdr->tables[HS_T_FDS].capacity;
 	stack = fd_stack(t, site);
 	now = fd_clock();
-	for (uint64_t fd = first; fd <= last && fd < cap; fd++) {
-		struct hs_fd *s = slot_of((int)fd);
-		/* relaxed look first: most numbers of a range are not open */
-		uint8_t state = __atomic_load_n(&s->state, __ATOMIC_RELAXED);
-		if (state == HS_FDS_OPEN)
-			closing(t, (int)fd, HS_FDC_CLOSE_RANGE, stack, now, &p);
-		else if (state == HS_FDS_CLOSED)
-			close_failed(t, (int)fd, __atomic_load_n(&s->gen, __ATOMIC_RELAXED), HS_FDC_CLOSE_RANGE, stack, now,
-				     0, 0, 0);
+	/* only the blocks of slots this process wrote (shim.h): a close-everything
+	   sweep touches no page of the table where nothing was ever recorded */
+	for (uint32_t fd = first < cap ? first : cap; hs_fd_seen_next(&fd, cap);) {
+		if (fd < first)
+			fd = first;
+		for (uint64_t end = ((uint64_t)fd | (HS_FD_SEEN_BLOCK - 1)) + 1; fd < end && fd <= last && fd < cap; fd++) {
+			struct hs_fd *s = slot_of((int)fd);
+			/* relaxed look first: most numbers of a range are not open */
+			uint8_t state = __atomic_load_n(&s->state, __ATOMIC_RELAXED);
+			if (state == HS_FDS_OPEN)
+				closing(t, (int)fd, HS_FDC_CLOSE_RANGE, stack, now, &p);
+			else if (state == HS_FDS_CLOSED)
+				close_failed(t, (int)fd, __atomic_load_n(&s->gen, __ATOMIC_RELAXED), HS_FDC_CLOSE_RANGE,
+					     stack, now, 0, 0, 0);
+		}
+		if (fd > last)
+			break;
 	}
 	hs_leave(t);
 }
@@ -1931,9 +2001,17 @@ HS_EXPORT int close_range(unsigned int first, unsigned int last, int flags)
 	rc = HS_REAL(close_range)(first, last, flags);
 	if (rc == 0 && (flags & CLOSE_RANGE_CLOEXEC) && fds_on()) {
 		uint32_t cap = hs_recording ? hs_seg.hdr->tables[HS_T_FDS].capacity : 0;
-		for (uint64_t fd = first; fd <= last && fd < cap; fd++)
-			if (__atomic_load_n(&slot_of((int)fd)->state, __ATOMIC_RELAXED) == HS_FDS_OPEN)
-				set_cloexec((int)fd, 1);
+		/* only the blocks of slots this process wrote: nothing is open elsewhere */
+		for (uint32_t fd = first < cap ? first : cap; hs_fd_seen_next(&fd, cap);) {
+			if (fd < first)
+				fd = first;
+			for (uint64_t end = ((uint64_t)fd | (HS_FD_SEEN_BLOCK - 1)) + 1; fd < end && fd <= last && fd < cap;
+			     fd++)
+				if (__atomic_load_n(&slot_of((int)fd)->state, __ATOMIC_RELAXED) == HS_FDS_OPEN)
+					set_cloexec((int)fd, 1);
+			if (fd > last)
+				break;
+		}
 		errno = e;
 	}
 	return rc;
@@ -2161,28 +2239,32 @@ void hs_fds_verify_open(void)
 	t->in_hook = 1;
 	cap = hs_seg.hdr->tables[HS_T_FDS].capacity;
 	now = hs_now();
-	for (uint32_t fd = 0; fd < cap; fd++) {
-		struct hs_fd *s = slot_of((int)fd);
-		struct hs_fd_event e;
-		uint32_t q;
-		if (__atomic_load_n(&s->state, __ATOMIC_RELAXED) != HS_FDS_OPEN)
-			continue;
-		if (syscall(SYS_fcntl, (int)fd, F_GETFD) >= 0 || errno != EBADF || !claim(s, &q))
-			continue;
-		if (s->state == HS_FDS_OPEN) {
-			s->state = HS_FDS_CLOSED;
-			s->close_call = HS_FDC_GONE;
-			s->close_tid = 0;
-			s->close_stack = 0;
-			s->close_ns = now;
-			event_init(&e, NULL, (int)fd, s->gen, HS_FDE_CLOSE, HS_FDC_GONE, 0, now);
-			e.kind = s->kind;
-			e.flags = s->flags;
-			e.owner = s->owner;
-			event_add(s, &e);
-			count(&hs_seg.hdr->fd_closed);
+	/* only the blocks of slots this process wrote: the others hold nothing open
+	   (and their pages stay untouched) */
+	for (uint32_t fd = 0; hs_fd_seen_next(&fd, cap);) {
+		for (uint32_t end = fd + HS_FD_SEEN_BLOCK; fd < end && fd < cap; fd++) {
+			struct hs_fd *s = slot_of((int)fd);
+			struct hs_fd_event e;
+			uint32_t q;
+			if (__atomic_load_n(&s->state, __ATOMIC_RELAXED) != HS_FDS_OPEN)
+				continue;
+			if (syscall(SYS_fcntl, (int)fd, F_GETFD) >= 0 || errno != EBADF || !claim(s, &q))
+				continue;
+			if (s->state == HS_FDS_OPEN) {
+				s->state = HS_FDS_CLOSED;
+				s->close_call = HS_FDC_GONE;
+				s->close_tid = 0;
+				s->close_stack = 0;
+				s->close_ns = now;
+				event_init(&e, NULL, (int)fd, s->gen, HS_FDE_CLOSE, HS_FDC_GONE, 0, now);
+				e.kind = s->kind;
+				e.flags = s->flags;
+				e.owner = s->owner;
+				event_add(s, &e);
+				count(&hs_seg.hdr->fd_closed);
+			}
+			release(s, q);
 		}
-		release(s, q);
 	}
 	t->in_hook = 0;
 }
@@ -2201,14 +2283,13 @@ static void mark_header(void)
 	__atomic_or_fetch(&h->flags, HS_HDR_FDS, __ATOMIC_RELAXED);
 }
 
-/* The fork child (one thread, async-signal-safe): a new segment, a fresh
- * table; what the parent had open is inherited.  After init.c's handler. */
-static void fds_after_fork_child(void)
+void hs_fds_after_fork_child(void)
 {
 	if (__atomic_load_n(&fd_mode, __ATOMIC_ACQUIRE) != FD_ON || !__atomic_load_n(&hs_recording, __ATOMIC_ACQUIRE))
 		return;
 	hs_tls.vfork_pid = 0;
 	hs_tls.fd_last = -1;
+	hs_fd_seen_clear(); /* the new segment's table is empty */
 	mark_header();
 	scan_inherited();
 }
@@ -2233,7 +2314,6 @@ HS_HIDDEN void hs_fds_init(void)
 	t->fd_last = -1;
 	mark_header();
 	scan_inherited();
-	pthread_atfork(NULL, NULL, fds_after_fork_child);
 	/* after init.c's on_exit: runs before it (handlers run in reverse) */
 	on_exit(verify_open_at_exit, NULL);
 	/* release: the settings above are visible to every hook that sees FD_ON */

@@ -85,16 +85,22 @@ static uint32_t inherited_count(const struct hs_table *ft, enum hs_table_id k)
 /*
  * The copy itself, through the mappings: the fallback of hs_seg_copy_ranges
  * (no copy_file_range, or the parent's file cannot be opened).  Every page
- * it reads or writes takes a page fault in the child.  0, or -1 when the
- * child's segment has no room.
+ * it reads or writes takes a page fault in the child.  The sparse ranges
+ * (the hash indexes) are left out: the parent's holes cannot be told from
+ * here, and reading one through the mapping would allocate it in the
+ * parent's file (SIGBUS when /dev/shm is full).  The child then starts with
+ * empty indexes over the parent's entries: a stack met again is interned
+ * again under a new id, every id the parent handed out still means what it
+ * meant.  0, or -1 when the child's segment has no room.
  */
 static int copy_through_mappings(struct hs_seg *to, const struct hs_seg *from, const struct hs_seg_range *r, unsigned n)
 {
 	for (unsigned i = 0; i < n; i++)
-		if (hs_seg_commit(to, r[i].off, r[i].len) != 0)
+		if (!r[i].sparse && hs_seg_commit(to, r[i].off, r[i].len) != 0)
 			return -1;
 	for (unsigned i = 0; i < n; i++)
-		memcpy((char *)to->hdr + r[i].off, (const char *)from->hdr + r[i].off, (size_t)r[i].len);
+		if (!r[i].sparse)
+			memcpy((char *)to->hdr + r[i].off, (const char *)from->hdr + r[i].off, (size_t)r[i].len);
 	return 0;
 }
 
@@ -105,7 +111,8 @@ static int copy_through_mappings(struct hs_seg *to, const struct hs_seg *from, c
  * in a heap block's header, the first free's stack in a quarantined block,
  * the shim's caches of site stacks, the stacks of held locks.  Only the
  * used part of each array is copied; the index tables (whose slots depend
- * on their capacity) are copied whole.  The copy goes file to file
+ * on their capacity) are copied whole, but only their pages that hold data
+ * get store in the child (they are committed a page at a time).  The copy goes file to file
  * (hs_seg_copy_ranges): a child that execs at once never maps those pages.
  * Returns 1 when copied, 0 when the child's geometry differs from the
  * parent's (a fallback-small segment) or it has no room: then the caller
@@ -118,6 +125,7 @@ static int inherit_tables(struct hs_seg *to, const struct hs_seg *from)
 	struct hs_seg_range r[N_ARRAYS + N_INDEXES];
 	uint32_t n[N_ARRAYS];
 	unsigned nr = 0;
+	int indexes = 1;
 	for (size_t i = 0; i < N_INDEXES; i++)
 		if (tt[inherited_indexes[i]].capacity != ft[inherited_indexes[i]].capacity ||
 		    tt[inherited_indexes[i]].entry_size != ft[inherited_indexes[i]].entry_size ||
@@ -130,17 +138,20 @@ static int inherit_tables(struct hs_seg *to, const struct hs_seg *from)
 			return 0;
 	for (size_t i = 0; i < N_INDEXES; i++) {
 		enum hs_table_id k = inherited_indexes[i];
-		r[nr++] = (struct hs_seg_range){ft[k].offset, (uint64_t)ft[k].capacity * ft[k].entry_size};
+		r[nr++] = (struct hs_seg_range){ft[k].offset, (uint64_t)ft[k].capacity * ft[k].entry_size, 1};
 	}
 	for (size_t i = 0; i < N_ARRAYS; i++) {
 		enum hs_table_id k = inherited_arrays[i];
 		n[i] = inherited_count(ft, k);
 		if (n[i])
-			r[nr++] = (struct hs_seg_range){ft[k].offset, (uint64_t)n[i] * ft[k].entry_size};
+			r[nr++] = (struct hs_seg_range){ft[k].offset, (uint64_t)n[i] * ft[k].entry_size, 0};
 	}
-	if (hs_seg_copy_ranges(to, from, r, nr) != 0 && copy_through_mappings(to, from, r, nr) != 0)
-		return 0;
-	for (size_t i = 0; i < N_INDEXES; i++) {
+	if (hs_seg_copy_ranges(to, from, r, nr) != 0) {
+		if (copy_through_mappings(to, from, r, nr) != 0)
+			return 0;
+		indexes = 0; /* left empty (see copy_through_mappings) */
+	}
+	for (size_t i = 0; indexes && i < N_INDEXES; i++) {
 		enum hs_table_id k = inherited_indexes[i];
 		tt[k].count = ft[k].count;
 		tt[k].dropped = ft[k].dropped;
@@ -253,6 +264,8 @@ static void atfork_child(void)
 			     i < hs_seg.hdr->tables[HS_T_MODULES].capacity;
 	     i++) {
 		struct hs_module m = old.modules[i];
+		if (hs_seg_commit_entry(&hs_seg, HS_T_MODULES, i) != 0)
+			break;
 		m.path = hs_str_add(&hs_seg, old.strings + old.modules[i].path, old.modules[i].path_len);
 		hs_seg.modules[i] = m;
 		__atomic_store_n(&hs_seg.hdr->tables[HS_T_MODULES].count, i + 1, __ATOMIC_RELEASE);
@@ -279,6 +292,7 @@ static void atfork_child(void)
 	hs_seg_unbind(&old);
 	__atomic_store_n(&hs_recording, 1, __ATOMIC_RELEASE);
 	hs_proc_after_fork();
+	hs_fds_after_fork_child(); /* before the sample: it counts the fds from the table */
 	hs_mem_sample(t->slot ? t : NULL, hs_now(), HS_MEMW_START, 0);
 	t->in_hook = was;
 }

@@ -31,8 +31,38 @@ static void graph_unlock(struct hs_seg *s)
 	hs_spin_unlock(&s->graph_lock);
 }
 
+/*
+ * The lock and edge indexes get their store whole, at the process's first
+ * look into either (a process that takes no hooked lock never pays for
+ * them: 256 KiB at the default geometry), so their probes, on every lock
+ * acquisition's path, ask one word instead of the commit map per slot
+ * (hs_seg_ready, ~15 instructions a probe).  graph_ready_gen is the segment
+ * generation they were committed in (a fork child's new segment has its
+ * own).  0, or -1 when the directory has no room: the indexes then count
+ * as full (hs_seg_commit's warning given).
+ */
+static uint32_t graph_ready_gen; /* [atomic] hs_seg_gen + 1 when committed; 0: not yet */
+
+static __attribute__((noinline, cold)) int graph_indexes_commit(struct hs_seg *s)
+{
+	const struct hs_table *li = &s->hdr->tables[HS_T_LOCK_INDEX], *ei = &s->hdr->tables[HS_T_EDGE_INDEX];
+	uint32_t gen = __atomic_load_n(&hs_seg_gen, __ATOMIC_ACQUIRE);
+	if (hs_seg_commit(s, li->offset, (uint64_t)li->capacity * li->entry_size) != 0 ||
+	    hs_seg_commit(s, ei->offset, (uint64_t)ei->capacity * ei->entry_size) != 0)
+		return -1;
+	__atomic_store_n(&graph_ready_gen, gen + 1, __ATOMIC_RELEASE);
+	return 0;
+}
+
+static inline int graph_indexes_ready(struct hs_seg *s)
+{
+	return HS_LIKELY(__atomic_load_n(&graph_ready_gen, __ATOMIC_ACQUIRE) ==
+			 __atomic_load_n(&hs_seg_gen, __ATOMIC_RELAXED) + 1) ||
+	       graph_indexes_commit(s) == 0;
+}
+
 /* The index slot for key: the one holding it, else the empty one where it would go, else NULL (full). */
-static struct hs_index_slot *index_probe(struct hs_index_slot *tab, uint32_t capacity, uint64_t key)
+static struct hs_index_slot *index_probe_in(struct hs_index_slot *tab, uint32_t capacity, uint64_t key)
 {
 	uint32_t mask = capacity - 1;
 	uint32_t i = (uint32_t)hs_mix64(key) & mask;
@@ -42,6 +72,16 @@ static struct hs_index_slot *index_probe(struct hs_index_slot *tab, uint32_t cap
 			return &tab[i];
 	}
 	return NULL;
+}
+
+/* index_probe_in once the indexes have store (the check here, in the caller,
+ * keeps the probe loop a leaf function). */
+static inline struct hs_index_slot *index_probe(struct hs_seg *s, struct hs_index_slot *tab, uint32_t capacity,
+						uint64_t key)
+{
+	if (!graph_indexes_ready(s))
+		return NULL; /* no room for the indexes: as if full */
+	return index_probe_in(tab, capacity, key);
 }
 
 /* ---- locks ---------------------------------------------------------------- */
@@ -79,7 +119,7 @@ static int page_seen(uint64_t addr)
  * full.  Graph lock held.  A dead slot taken over loses its old key's last
  * generation (the next lock there starts again at 1).
  */
-static struct hs_index_slot *index_place(struct hs_index_slot *tab, uint32_t capacity, uint64_t key)
+static struct hs_index_slot *index_place_in(struct hs_index_slot *tab, uint32_t capacity, uint64_t key)
 {
 	uint32_t mask = capacity - 1;
 	uint32_t i = (uint32_t)hs_mix64(key) & mask;
@@ -94,6 +134,14 @@ static struct hs_index_slot *index_place(struct hs_index_slot *tab, uint32_t cap
 			dead = &tab[i];
 	}
 	return dead;
+}
+
+static inline struct hs_index_slot *index_place(struct hs_seg *s, struct hs_index_slot *tab, uint32_t capacity,
+						uint64_t key)
+{
+	if (!graph_indexes_ready(s))
+		return NULL; /* no room for the indexes: as if full */
+	return index_place_in(tab, capacity, key);
 }
 
 /* The class key of a lock: its kind and the stack of its first acquisition.
@@ -119,7 +167,7 @@ uint32_t hs_lock_id(struct hs_seg *s, uint64_t addr, unsigned kind, unsigned fla
 {
 	struct hs_table *tab = &s->hdr->tables[HS_T_LOCKS];
 	uint32_t icap = s->hdr->tables[HS_T_LOCK_INDEX].capacity;
-	struct hs_index_slot *slot = index_probe(s->lock_index, icap, addr), *cslot;
+	struct hs_index_slot *slot = index_probe(s, s->lock_index, icap, addr), *cslot;
 	uint32_t id, gen = 1;
 	struct hs_lock *l;
 
@@ -130,7 +178,7 @@ uint32_t hs_lock_id(struct hs_seg *s, uint64_t addr, unsigned kind, unsigned fla
 			return id;
 	}
 	graph_lock(s);
-	slot = index_place(s->lock_index, icap, addr);
+	slot = index_place(s, s->lock_index, icap, addr);
 	if (!slot) {
 		__atomic_add_fetch(&s->hdr->tables[HS_T_LOCK_INDEX].dropped, 1, __ATOMIC_RELAXED);
 		graph_unlock(s);
@@ -146,7 +194,7 @@ uint32_t hs_lock_id(struct hs_seg *s, uint64_t addr, unsigned kind, unsigned fla
 	}
 	page_note(addr);
 	/* a destroyed (or freed) lock of the same class: its node again (lockdep's lock classes) */
-	cslot = stack ? index_probe(s->lock_index, icap, class_key(kind, stack)) : NULL;
+	cslot = stack ? index_probe(s, s->lock_index, icap, class_key(kind, stack)) : NULL;
 	if (cslot && cslot->key == class_key(kind, stack) && (id = cslot->value) != 0 && id < tab->count &&
 	    (s->locks[id].flags & HS_LOCKF_DEAD) && s->locks[id].first_stack == stack) {
 		l = &s->locks[id];
@@ -157,7 +205,7 @@ uint32_t hs_lock_id(struct hs_seg *s, uint64_t addr, unsigned kind, unsigned fla
 		__atomic_store_n(&l->flags, (uint16_t)(flags & ~(HS_LOCKF_DEAD | HS_LOCKF_SHARED)), __ATOMIC_RELAXED);
 		__atomic_store_n(&l->last_tid, 0, __ATOMIC_RELAXED); /* a new instance: not shared yet */
 		/* the slot may be cslot's neighbour: place again, the class slot is dead now */
-		slot = index_place(s->lock_index, icap, addr);
+		slot = index_place(s, s->lock_index, icap, addr);
 		if (slot)
 			index_set(slot, addr, id, gen);
 		graph_unlock(s);
@@ -191,7 +239,7 @@ uint32_t hs_lock_id(struct hs_seg *s, uint64_t addr, unsigned kind, unsigned fla
 static uint32_t forget_locked(struct hs_seg *s, uint64_t addr)
 {
 	uint32_t icap = s->hdr->tables[HS_T_LOCK_INDEX].capacity;
-	struct hs_index_slot *slot = index_probe(s->lock_index, icap, addr), *cslot;
+	struct hs_index_slot *slot = index_probe(s, s->lock_index, icap, addr), *cslot;
 	struct hs_lock *l;
 	uint32_t id;
 	if (!slot || slot->key != addr || (id = slot->value) == 0)
@@ -203,7 +251,7 @@ static uint32_t forget_locked(struct hs_seg *s, uint64_t addr)
 	__atomic_store_n(&slot->value, 0, __ATOMIC_RELEASE);
 	if (l->first_stack && l->kind) {
 		uint64_t ck = class_key(l->kind, l->first_stack);
-		cslot = index_place(s->lock_index, icap, ck);
+		cslot = index_place(s, s->lock_index, icap, ck);
 		if (cslot && (cslot->key != ck || cslot->value == 0))
 			index_set(cslot, ck, id, 0);
 	}
@@ -212,7 +260,7 @@ static uint32_t forget_locked(struct hs_seg *s, uint64_t addr)
 
 uint32_t hs_lock_find(struct hs_seg *s, uint64_t addr)
 {
-	struct hs_index_slot *slot = index_probe(s->lock_index, s->hdr->tables[HS_T_LOCK_INDEX].capacity, addr);
+	struct hs_index_slot *slot = index_probe(s, s->lock_index, s->hdr->tables[HS_T_LOCK_INDEX].capacity, addr);
 	uint32_t id;
 	if (!slot || __atomic_load_n(&slot->key, __ATOMIC_ACQUIRE) != addr)
 		return 0;
@@ -284,9 +332,19 @@ uint32_t hs_finding_add(struct hs_seg *s, const struct hs_finding *f)
 
 /* ---- edges and cycles ------------------------------------------------------ */
 
+/* hs_edge_find before the indexes have store: commit them, then look. */
+static __attribute__((noinline, cold)) uint32_t edge_find_first(struct hs_seg *s, uint64_t key)
+{
+	return graph_indexes_commit(s) == 0 ? hs_edge_find(s, key) : 0;
+}
+
 uint32_t hs_edge_find(struct hs_seg *s, uint64_t key)
 {
-	struct hs_index_slot *slot = index_probe(s->edge_index, s->hdr->tables[HS_T_EDGE_INDEX].capacity, key);
+	struct hs_index_slot *slot;
+	if (HS_UNLIKELY(__atomic_load_n(&graph_ready_gen, __ATOMIC_ACQUIRE) !=
+			__atomic_load_n(&hs_seg_gen, __ATOMIC_RELAXED) + 1))
+		return edge_find_first(s, key); /* a tail call: the look itself saves no registers for it */
+	slot = index_probe_in(s->edge_index, s->hdr->tables[HS_T_EDGE_INDEX].capacity, key);
 	if (slot && __atomic_load_n(&slot->key, __ATOMIC_ACQUIRE) == key)
 		return __atomic_load_n(&slot->value, __ATOMIC_ACQUIRE);
 	return 0;
@@ -518,7 +576,7 @@ uint32_t hs_graph_add(struct hs_seg *s, uint32_t from, unsigned from_mode, uint3
 	if (!to_stack && capture)
 		to_stack = capture();
 	graph_lock(s);
-	slot = index_probe(s->edge_index, s->hdr->tables[HS_T_EDGE_INDEX].capacity, key);
+	slot = index_probe(s, s->edge_index, s->hdr->tables[HS_T_EDGE_INDEX].capacity, key);
 	if (slot && slot->key == key) {
 		id = slot->value;
 		graph_unlock(s);

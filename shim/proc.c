@@ -403,15 +403,21 @@ static long count_fds(void)
  * at start): spares reading the directory a second time when the process
  * starts.  -1 when fds are not tracked or some number lies beyond the table.
  */
+uint64_t hs_fd_seen[HS_FD_SEEN_WORDS];
+uint32_t hs_fd_seen_words;
+
 static long count_fds_tracked(const struct hs_header *h)
 {
 	const struct hs_table *t = &h->tables[HS_T_FDS];
 	const struct hs_fd *fds = (const void *)((const char *)h + t->offset);
+	uint32_t fd = 0;
 	long n = 0;
 	if (!(h->flags & HS_HDR_FDS) || __atomic_load_n(&h->fd_beyond, __ATOMIC_RELAXED))
 		return -1;
-	for (uint32_t i = 0; i < t->capacity; i++)
-		n += __atomic_load_n(&fds[i].state, __ATOMIC_RELAXED) == HS_FDS_OPEN;
+	/* only the blocks this process wrote: the others are empty */
+	while (hs_fd_seen_next(&fd, t->capacity))
+		for (uint32_t end = fd + HS_FD_SEEN_BLOCK; fd < end && fd < t->capacity; fd++)
+			n += __atomic_load_n(&fds[fd].state, __ATOMIC_RELAXED) == HS_FDS_OPEN;
 	return n;
 }
 

@@ -589,7 +589,10 @@ static uint32_t pyframe_id(struct hs_seg *s, const struct pyf *f)
 	i = (uint32_t)hs_mix64(key) & mask;
 	for (uint32_t probe = 0; probe <= mask; probe++, i = (i + 1) & mask) {
 		struct hs_index_slot *slot = &s->pyframe_index[i];
-		uint64_t k = __atomic_load_n(&slot->key, __ATOMIC_ACQUIRE);
+		uint64_t k;
+		if (!hs_index_slot_ready(s, slot, i, probe))
+			break; /* no room for the index's next page: as if full */
+		k = __atomic_load_n(&slot->key, __ATOMIC_ACQUIRE);
 		if (k == 0) {
 			uint64_t expect = 0;
 			if (__atomic_compare_exchange_n(&slot->key, &expect, key, 0, __ATOMIC_ACQ_REL,

@@ -377,6 +377,10 @@ static int fds_left_open(const struct hs_seg *s)
 		return 0;
 	for (uint32_t i = 3; i < t->capacity && i < end; i++) {
 		uint32_t k;
+		if (!hs_fd_seen_has(i)) { /* a block never touched: no store, nothing open */
+			i |= HS_FD_SEEN_BLOCK - 1;
+			continue;
+		}
 		if (__atomic_load_n(&fds[i].state, __ATOMIC_ACQUIRE) != HS_FDS_OPEN || (fds[i].flags & HS_FDF_INHERITED))
 			continue;
 		for (k = 0; k < n && stacks[k] != fds[i].stack; k++)
@@ -705,16 +709,16 @@ static int size_file(int fd, uint64_t size)
  * allocates the pages of a shared mapping and reports ENOSPC as an error
  * where a store would raise SIGBUS; on an older kernel the whole file is
  * allocated at creation as before and every commit is a no-op.
- * commit_map has a bit per chunk of 1 << commit_shift bytes (a 4 KiB page, more
+ * hs_commit_map has a bit per chunk of 1 << hs_commit_shift bytes (a 4 KiB page, more
  * for a segment over 256 MiB); it is reset for each new segment (fork child).
  */
 #ifndef MADV_POPULATE_WRITE
 #define MADV_POPULATE_WRITE 23
 #endif
 #define COMMIT_WORDS 1024
-static uint64_t commit_map[COMMIT_WORDS]; /* [atomic] bit c: chunk c has backing store */
-static unsigned commit_shift = 12;
-static int commit_lazy;                   /* 0: the whole segment was allocated at creation */
+uint64_t hs_commit_map[COMMIT_WORDS]; /* [atomic] bit c: chunk c has backing store */
+unsigned hs_commit_shift = 12;
+int hs_commit_lazy;                        /* 0: the whole segment was allocated at creation */
 static int commit_warned;                 /* [atomic] the out-of-space warning was given */
 
 static int populate(void *base, uint64_t off, uint64_t len)
@@ -732,23 +736,23 @@ static int populate(void *base, uint64_t off, uint64_t len)
 static int commit_range_fd(struct hs_header *h, int fd, uint64_t size, uint64_t off, uint64_t len)
 {
 	uint64_t first, last;
-	if (!commit_lazy || len == 0)
+	if (!hs_commit_lazy || len == 0)
 		return 0;
 	if (off + len > size)
 		return errno = ERANGE, -1;
-	first = off >> commit_shift;
-	last = (off + len - 1) >> commit_shift;
+	first = off >> hs_commit_shift;
+	last = (off + len - 1) >> hs_commit_shift;
 	for (uint64_t c = first; c <= last;) {
-		uint64_t end = c, lo = c << commit_shift, hi;
-		if (__atomic_load_n(&commit_map[c >> 6], __ATOMIC_ACQUIRE) & (1ull << (c & 63))) {
+		uint64_t end = c, lo = c << hs_commit_shift, hi;
+		if (__atomic_load_n(&hs_commit_map[c >> 6], __ATOMIC_ACQUIRE) & (1ull << (c & 63))) {
 			c++;
 			continue;
 		}
 		/* one system call for the run of uncommitted chunks from c */
-		while (end + 1 <= last && !(__atomic_load_n(&commit_map[(end + 1) >> 6], __ATOMIC_ACQUIRE) &
+		while (end + 1 <= last && !(__atomic_load_n(&hs_commit_map[(end + 1) >> 6], __ATOMIC_ACQUIRE) &
 					     (1ull << ((end + 1) & 63))))
 			end++;
-		hi = (end + 1) << commit_shift;
+		hi = (end + 1) << hs_commit_shift;
 		if (hi > size)
 			hi = size;
 		if (fd >= 0 ? hs_sys.fallocate(fd, (off_t)lo, (off_t)(hi - lo)) : populate(h, lo, hi - lo)) {
@@ -758,7 +762,7 @@ static int commit_range_fd(struct hs_header *h, int fd, uint64_t size, uint64_t 
 		}
 	done:
 		for (; c <= end; c++)
-			__atomic_or_fetch(&commit_map[c >> 6], 1ull << (c & 63), __ATOMIC_RELEASE);
+			__atomic_or_fetch(&hs_commit_map[c >> 6], 1ull << (c & 63), __ATOMIC_RELEASE);
 	}
 	return 0;
 }
@@ -771,7 +775,7 @@ static int commit_range(struct hs_header *h, uint64_t size, uint64_t off, uint64
 int hs_seg_commit(struct hs_seg *s, uint64_t off, uint64_t len)
 {
 	int err;
-	if (!commit_lazy || commit_range(s->hdr, s->size, off, len) == 0)
+	if (!hs_commit_lazy || commit_range(s->hdr, s->size, off, len) == 0)
 		return 0;
 	err = errno == EFAULT ? ENOSPC : errno; /* populating a page tmpfs has no room for */
 	__atomic_or_fetch(&s->hdr->flags, HS_HDR_OUT_OF_SPACE, __ATOMIC_RELAXED);
@@ -781,17 +785,24 @@ int hs_seg_commit(struct hs_seg *s, uint64_t off, uint64_t len)
 	return -1;
 }
 
+/* hs_seg_ready's first touch of a chunk (shim.h): out of line and cold, so
+ * that the probes' fast path saves no registers for it. */
+int hs_seg_ready_slow(struct hs_seg *s, uint64_t off, size_t len)
+{
+	return hs_seg_commit(s, off, len) == 0; /* 0 at once when not lazy (a segment not made here) */
+}
+
 int hs_seg_committed(const struct hs_seg *s, uint64_t off, uint64_t len)
 {
 	uint64_t first, last;
-	if (!commit_lazy || len == 0)
+	if (!hs_commit_lazy || len == 0)
 		return 1;
 	if (off + len > s->size)
 		return 0;
-	first = off >> commit_shift;
-	last = (off + len - 1) >> commit_shift;
+	first = off >> hs_commit_shift;
+	last = (off + len - 1) >> hs_commit_shift;
 	for (uint64_t c = first; c <= last; c++)
-		if (!(__atomic_load_n(&commit_map[c >> 6], __ATOMIC_ACQUIRE) & (1ull << (c & 63))))
+		if (!(__atomic_load_n(&hs_commit_map[c >> 6], __ATOMIC_ACQUIRE) & (1ull << (c & 63))))
 			return 0;
 	return 1;
 }
@@ -808,20 +819,21 @@ int hs_seg_commit_entry(struct hs_seg *s, enum hs_table_id t, uint64_t i)
  * is first read (threads.c); a reader that scans them all asks
  * hs_seg_committed first.
  */
-static const enum hs_table_id eager_tables[] = {
-	HS_T_MODULES, HS_T_STACK_INDEX, HS_T_SITE_INDEX, HS_T_LOCK_INDEX, HS_T_EDGE_INDEX,
-	HS_T_FINDINGS, HS_T_PYFRAME_INDEX,
-};
 /*
- * Eager tables that every image reads whole (the fd table: the start
- * sample counts its open slots, fds.c's exit check reads every slot):
- * their pages are populated at creation, mapped and all, by one
- * MADV_POPULATE_WRITE.  A page fault costs about five populated pages
- * (bench/README.md, "what a process start costs"); the other eager tables
- * are touched at a few random slots, so fallocate (backing store without
- * mapping, about a fifth of a populated page) is cheaper for them.
+ * The modules are not among them (appended in order, each entry committed
+ * before it is written, like the strings), nor are the hash indexes
+ * (stacks, sites, locks, edges, Python frames: 512 KiB at the default
+ * geometry) and the fd table (144 KiB): these
+ * get their store a page at a time when a slot is first touched
+ * (hs_seg_ready; the fd table a block of slots at a time, fds.c; the lock
+ * and edge indexes whole at the first lock, lockgraph.c), so a
+ * short process pays for the pages it uses.  Reserving them whole
+ * (fallocate) cost ~0.3 ms per segment here, two segments per fork + exec
+ * (bench/README.md, "Process start: lazily committed indexes").
  */
-static const enum hs_table_id populated_tables[] = {HS_T_FDS};
+static const enum hs_table_id eager_tables[] = {
+	HS_T_FINDINGS,
+};
 /* Tables whose entry 0 means "none" (and the strings' offset 0): committed at creation too. */
 static const enum hs_table_id reserved_zero[] = {HS_T_STRINGS, HS_T_STACKS, HS_T_LOCKS, HS_T_EDGES, HS_T_PYFRAMES};
 
@@ -834,28 +846,25 @@ static const enum hs_table_id reserved_zero[] = {HS_T_STRINGS, HS_T_STACKS, HS_T
 static int commit_initial(struct hs_header *h, int fd, uint64_t size, const struct hs_header *layout)
 {
 	commit_warned = 0;
-	commit_shift = 12;
-	while ((size >> commit_shift) >= (uint64_t)COMMIT_WORDS * 64)
-		commit_shift++;
+	hs_commit_shift = 12;
+	while ((size >> hs_commit_shift) >= (uint64_t)COMMIT_WORDS * 64)
+		hs_commit_shift++;
 	/* only the words this segment uses: a fork child writing the whole map takes a
 	   copy-on-write fault per page of it */
-	memset(commit_map, 0, (size_t)(((size >> commit_shift) >> 6) + 1) * sizeof commit_map[0]);
-	commit_lazy = 1;
+	memset(hs_commit_map, 0, (size_t)(((size >> hs_commit_shift) >> 6) + 1) * sizeof hs_commit_map[0]);
+	hs_commit_lazy = 1;
 	if (commit_range(h, size, 0, sizeof *h) != 0) {
 		if (errno != EINVAL)
 			return errno = ENOSPC, -1;
-		/* no MADV_POPULATE_WRITE: allocate it all, as before sparse segments */
-		commit_lazy = 0;
+		/* no MADV_POPULATE_WRITE: allocate it all, as before sparse segments;
+		   every chunk reads as committed (hs_seg_ready tests the map alone) */
+		hs_commit_lazy = 0;
+		memset(hs_commit_map, 0xff, (size_t)(((size >> hs_commit_shift) >> 6) + 1) * sizeof hs_commit_map[0]);
 		return size_file(fd, size);
 	}
 	for (size_t i = 0; i < sizeof eager_tables / sizeof eager_tables[0]; i++) {
 		const struct hs_table *tb = &layout->tables[eager_tables[i]];
 		if (commit_range_fd(h, fd, size, tb->offset, (uint64_t)tb->entry_size * tb->capacity) != 0)
-			return errno = ENOSPC, -1;
-	}
-	for (size_t i = 0; i < sizeof populated_tables / sizeof populated_tables[0]; i++) {
-		const struct hs_table *tb = &layout->tables[populated_tables[i]];
-		if (commit_range(h, size, tb->offset, (uint64_t)tb->entry_size * tb->capacity) != 0)
 			return errno = ENOSPC, -1;
 	}
 	for (size_t i = 0; i < sizeof reserved_zero / sizeof reserved_zero[0]; i++) {
@@ -1110,7 +1119,7 @@ int hs_segment_create(int forked)
 		hs_env_read(&h->env);
 		flags |= HS_HDR_ENV;
 	}
-	if (commit_lazy)
+	if (hs_commit_lazy)
 		flags |= HS_HDR_SPARSE;
 	h->flags = flags;
 	/* id / offset 0 of these tables means "none" */
@@ -1207,7 +1216,7 @@ int hs_seg_copy_ranges(struct hs_seg *to, const struct hs_seg *from, const struc
 	struct hs_header h;
 	int in, out = -1, rc = -1, err = EIO;
 
-	if (!commit_lazy || !session_dir[0])
+	if (!hs_commit_lazy || !session_dir[0])
 		return errno = ENOTSUP, -1;
 	seg_path(path, sizeof path, from->hdr->pid, from->hdr->image);
 	in = hs_sys.open(path, O_RDONLY | O_NOFOLLOW | O_CLOEXEC, 0);
@@ -1226,7 +1235,8 @@ int hs_seg_copy_ranges(struct hs_seg *to, const struct hs_seg *from, const struc
 	}
 	for (unsigned i = 0; i < n; i++) {
 		uint64_t end = r[i].off + r[i].len;
-		if (end > from->size || commit_range_fd(to->hdr, out, to->size, r[i].off, r[i].len) != 0) {
+		if (end > from->size ||
+		    (!r[i].sparse && commit_range_fd(to->hdr, out, to->size, r[i].off, r[i].len) != 0)) {
 			err = errno;
 			goto out;
 		}
@@ -1234,6 +1244,11 @@ int hs_seg_copy_ranges(struct hs_seg *to, const struct hs_seg *from, const struc
 			uint64_t lo, hi;
 			if (next_data(in, pos, end, &lo, &hi) != 0)
 				break; /* the rest reads as zeros: the child's fresh pages are zeros already */
+			/* a sparse range: store for the parent's pages with data only */
+			if (r[i].sparse && commit_range_fd(to->hdr, out, to->size, lo, hi - lo) != 0) {
+				err = errno;
+				goto out;
+			}
 			if (copy_span(in, out, lo, hi - lo) != 0) {
 				err = errno;
 				goto out;
@@ -1338,7 +1353,7 @@ static void append_module(const struct dl_phdr_info *info, const char *name, uns
 	for (i = 0; i < n; i++)
 		if (s->modules[i].base == info->dlpi_addr && s->modules[i].lo == lo)
 			return;
-	if (n >= t->capacity) {
+	if (n >= t->capacity || hs_seg_commit_entry(s, HS_T_MODULES, n) != 0) {
 		__atomic_add_fetch(&t->dropped, 1, __ATOMIC_RELAXED);
 		return;
 	}

@@ -165,6 +165,8 @@ extern __thread struct hs_tls hs_tls __attribute__((tls_model("initial-exec")));
 #define HS_AREA_PY_SIZE      1280u
 #define HS_AREA_FORK         12288u  /* init.c: fork_held */
 #define HS_AREA_FORK_SIZE    1280u
+#define HS_AREA_FDS2         13568u  /* fds.c: the second fd chain and which chain was used last */
+#define HS_AREA_FDS2_SIZE    896u
 #define HS_AREA_FD_SCRATCH   16384u  /* fds.c: a finding's event buffers (touched only by a finding) */
 #define HS_AREA_FD_SCRATCH_SIZE 9216u
 #define HS_AREA_SIZE         28672u  /* pages never touched are never backed */
@@ -499,9 +501,56 @@ int hs_seg_committed(const struct hs_seg *s, uint64_t off, uint64_t len);
 /* hs_seg_commit for entry i of table t. */
 int hs_seg_commit_entry(struct hs_seg *s, enum hs_table_id t, uint64_t i);
 
-/* A byte range of a segment (hs_seg_copy_ranges). */
+/* segment.c's commit map (see hs_seg_commit): bit c set when chunk c (1 <<
+ * hs_commit_shift bytes) of hs_seg has backing store (every bit of the
+ * segment's words when the whole segment was allocated at creation:
+ * hs_commit_lazy 0). */
+extern uint64_t hs_commit_map[];
+extern unsigned hs_commit_shift;
+extern int hs_commit_lazy;
+
+/*
+ * Make the len bytes at p (inside s = hs_seg, within one chunk: an index
+ * slot) safe to touch: 1 when they have backing store, now or already; 0
+ * when the directory is full (hs_seg_commit's warning given): the caller
+ * then takes the slot as not there (a lookup misses, an insert is
+ * dropped).  The hash indexes of stacks, sites and Python frames get
+ * their store a page at a time at the first touch of a slot (those of
+ * locks and edges whole, at the first lock: lockgraph.c), readers
+ * included (a read of a hole through the shared mapping would allocate the
+ * page anyway, and raise SIGBUS when /dev/shm is full); a 512 KiB
+ * reservation at every start was most of what a process start cost
+ * (bench/README.md).  The committed case is a load and a bit test.
+ */
+int hs_seg_ready_slow(struct hs_seg *s, uint64_t off, size_t len) __attribute__((cold, noinline));
+static inline int hs_seg_ready(struct hs_seg *s, const void *p, size_t len)
+{
+	uint64_t off = (uint64_t)((const char *)p - (const char *)s->hdr), c = off >> hs_commit_shift;
+	if (HS_LIKELY((__atomic_load_n(&hs_commit_map[c >> 6], __ATOMIC_ACQUIRE) >> (c & 63)) & 1))
+		return 1;
+	return hs_seg_ready_slow(s, off, len);
+}
+
+/*
+ * hs_seg_ready for slot i of an index, the probe'th of a probe sequence
+ * (i, i + 1, ... wrapping to 0): only the first slot of the sequence, slot
+ * 0 and each slot that begins a page are asked, the others lie on a page
+ * already asked in this sequence (slots are 16 bytes in 64-byte-aligned
+ * tables: none straddles a page).  A test and a branch per probe.
+ */
+static inline int hs_index_slot_ready(struct hs_seg *s, const struct hs_index_slot *slot, uint32_t i, uint32_t probe)
+{
+	if (HS_LIKELY(probe != 0 && i != 0 && ((uintptr_t)slot & 4095u) != 0))
+		return 1;
+	return hs_seg_ready(s, slot, sizeof *slot);
+}
+
+/* A byte range of a segment (hs_seg_copy_ranges).  sparse: only the parts
+ * holding data in the source get store in the destination (a hash index,
+ * committed a page at a time: hs_seg_ready); else the whole range does. */
 struct hs_seg_range {
 	uint64_t off, len;
+	int sparse;
 };
 
 /*
@@ -626,7 +675,8 @@ struct hs_chain {
 	uint8_t walked;      /* sp[] holds each frame's CFA: a shadow for the next read */
 	uint8_t ended;       /* the walk reached the outermost frame (not cut at HS_CHAIN_MAX) */
 	uint8_t python;      /* py holds this call's Python frames (at least one) */
-	uint8_t pad;
+	uint8_t unchanged;   /* hs_chain_read found the chain it read last time: the same site and
+				CFA, every return-address slot as before (pc[] did not change) */
 	uint32_t pad2;
 	uint64_t pc[HS_CHAIN_MAX];
 	uint64_t sp[HS_CHAIN_MAX];
@@ -1052,9 +1102,86 @@ void hs_mem_big_alloc(uint64_t n);
 /* ---- file descriptors (fds.c) ---------------------------------------------------- */
 
 /* Read HEISEN_FDS & co. and, when fd tracking is on (the default), mark the
- * header, note the fds this image inherited (/proc/self/fd) and register the
- * fork handler.  Init only; call after init.c's own pthread_atfork. */
+ * header and note the fds this image inherited (/proc/self/fd).  Init only. */
 void hs_fds_init(void);
+
+/* The fork child (one thread, async-signal-safe), called by init.c's fork
+ * handler once the child's segment exists and before its start sample,
+ * which then counts the fds from the table instead of reading
+ * /proc/self/fd a second time: a fresh table, the fds inherited from the
+ * parent noted.  Nothing when fd tracking is off.  (fds.c) */
+void hs_fds_after_fork_child(void);
+
+/*
+ * Which parts of the segment's fd table have store: one bit per block of
+ * HS_FD_SEEN_BLOCK fd numbers (a block of slots spans at most two pages),
+ * set once fds.c committed the block, at the first touch of one of its
+ * slots (the table is not reserved at creation).  The table's scans
+ * (hs_fds_verify_open, close_range, proc.c's start count, segment.c's
+ * leak count) read only those blocks: the others hold nothing, and a
+ * process with fds 0-2 and 255 gives 3 of the table's 36 pages store.  Process-private (a fork child, whose
+ * table is new, clears it: hs_fd_seen_clear); the segment's readers
+ * (heisen-dump) read the whole table from the file.  [atomic]
+ * (proc.c)
+ */
+#define HS_FD_SEEN_SHIFT 4u
+#define HS_FD_SEEN_BLOCK (1u << HS_FD_SEEN_SHIFT)
+#define HS_FD_SEEN_WORDS (((1u << 20) >> HS_FD_SEEN_SHIFT) / 64u) /* HEISEN_FD_NUMBERS' bound */
+extern uint64_t hs_fd_seen[HS_FD_SEEN_WORDS];
+extern uint32_t hs_fd_seen_words; /* 1 + the highest word with a bit set; 0: none */
+
+/* 1 when fd's block was noted. */
+static inline int hs_fd_seen_has(uint32_t fd)
+{
+	uint32_t b = fd >> HS_FD_SEEN_SHIFT;
+	return b / 64u < HS_FD_SEEN_WORDS && (__atomic_load_n(&hs_fd_seen[b / 64u], __ATOMIC_ACQUIRE) >> (b % 64u)) & 1;
+}
+
+/* Note fd's block (fd below the table's capacity): its slots have store. */
+static inline void hs_fd_seen_note(uint32_t fd)
+{
+	uint32_t b = fd >> HS_FD_SEEN_SHIFT, w = b / 64u, hi;
+	uint64_t bit = 1ull << (b % 64u);
+	if (HS_LIKELY(w >= HS_FD_SEEN_WORDS || (__atomic_load_n(&hs_fd_seen[w], __ATOMIC_RELAXED) & bit)))
+		return;
+	__atomic_or_fetch(&hs_fd_seen[w], bit, __ATOMIC_RELEASE);
+	hi = __atomic_load_n(&hs_fd_seen_words, __ATOMIC_RELAXED);
+	while (w >= hi && !__atomic_compare_exchange_n(&hs_fd_seen_words, &hi, w + 1, 1, __ATOMIC_RELAXED, __ATOMIC_RELAXED))
+		;
+}
+
+/* The next block noted at or after fd number *fd (rounded to its block),
+ * below cap: 1 with *fd its first number, 0 when none is left. */
+static inline int hs_fd_seen_next(uint32_t *fd, uint32_t cap)
+{
+	uint32_t b = *fd >> HS_FD_SEEN_SHIFT, words = __atomic_load_n(&hs_fd_seen_words, __ATOMIC_RELAXED);
+	if (words > HS_FD_SEEN_WORDS)
+		words = HS_FD_SEEN_WORDS;
+	for (uint32_t w = b / 64u; w < words; w++) {
+		uint64_t bits = __atomic_load_n(&hs_fd_seen[w], __ATOMIC_RELAXED);
+		if (w == b / 64u)
+			bits &= ~0ull << (b % 64u);
+		if (bits) {
+			uint64_t first = ((uint64_t)w * 64u + (uint64_t)__builtin_ctzll(bits)) << HS_FD_SEEN_SHIFT;
+			if (first >= cap)
+				return 0;
+			*fd = (uint32_t)first;
+			return 1;
+		}
+	}
+	return 0;
+}
+
+/* A fork child's new, empty table: nothing noted (only the words in use are
+ * written, each a copy-on-write page of the child's). */
+static inline void hs_fd_seen_clear(void)
+{
+	uint32_t words = __atomic_load_n(&hs_fd_seen_words, __ATOMIC_RELAXED);
+	for (uint32_t w = 0; w < words && w < HS_FD_SEEN_WORDS; w++)
+		if (__atomic_load_n(&hs_fd_seen[w], __ATOMIC_RELAXED))
+			__atomic_store_n(&hs_fd_seen[w], 0, __ATOMIC_RELAXED);
+	__atomic_store_n(&hs_fd_seen_words, 0, __ATOMIC_RELAXED);
+}
 
 /* At the end of the process (exit's handler, the _exit and _Exit hooks):
  * mark the numbers the table says are open and the kernel says are closed

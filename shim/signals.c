@@ -370,17 +370,33 @@ static int term_sigaction(int sig, const struct sigaction *act, struct sigaction
 
 void hs_term_signals_install(void)
 {
+	sigset_t all, prev;
+	struct sigaction sentinel;
+	sentinel_action(&sentinel);
+	/*
+	 * One call per signal, not two: the sentinel goes in and the old action
+	 * comes out; an action that was not SIG_DFL (ignored, or the program's
+	 * own) is put back at once.  With every signal blocked meanwhile, so
+	 * that none arrives at the sentinel in between: one pending for an
+	 * ignored signal is discarded when SIG_IGN is put back, as it would
+	 * have been.  (An image starts with 12 of these: 12 system calls less.)
+	 */
+	sigfillset(&all);
+	if (sigprocmask(SIG_BLOCK, &all, &prev) != 0)
+		return;
 	for (size_t i = 0; i < sizeof term_signals / sizeof term_signals[0]; i++) {
 		int sig = term_signals[i];
-		struct sigaction cur, sentinel;
-		if (HS_REAL(sigaction)(sig, NULL, &cur) != 0 || cur.sa_handler != SIG_DFL || (cur.sa_flags & SA_SIGINFO))
-			continue; /* ignored, or handled by the program already: leave it */
-		sentinel_action(&sentinel);
-		if (HS_REAL(sigaction)(sig, &sentinel, NULL) == 0) {
-			user_action[sig] = cur;
-			__atomic_store_n(&term_armed[sig], 1, __ATOMIC_RELEASE);
+		struct sigaction cur;
+		if (HS_REAL(sigaction)(sig, &sentinel, &cur) != 0)
+			continue;
+		if (cur.sa_handler != SIG_DFL || (cur.sa_flags & SA_SIGINFO)) {
+			HS_REAL(sigaction)(sig, &cur, NULL); /* ignored, or handled by the program already: leave it */
+			continue;
 		}
+		user_action[sig] = cur;
+		__atomic_store_n(&term_armed[sig], 1, __ATOMIC_RELEASE);
 	}
+	sigprocmask(SIG_SETMASK, &prev, NULL);
 }
 
 HS_EXPORT int sigaction(int sig, const struct sigaction *act, struct sigaction *old)

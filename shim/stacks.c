@@ -51,7 +51,10 @@ uint32_t hs_stack_intern(struct hs_seg *s, const uint64_t *pcs, unsigned depth, 
 	i = (uint32_t)h & mask;
 	for (uint32_t probe = 0; probe <= mask; probe++, i = (i + 1) & mask) {
 		struct hs_index_slot *slot = &s->stack_index[i];
-		uint64_t key = __atomic_load_n(&slot->key, __ATOMIC_ACQUIRE);
+		uint64_t key;
+		if (!hs_index_slot_ready(s, slot, i, probe))
+			break; /* no room for the index's next page: as if full */
+		key = __atomic_load_n(&slot->key, __ATOMIC_ACQUIRE);
 		if (key == 0) {
 			uint64_t expect = 0;
 			if (__atomic_compare_exchange_n(&slot->key, &expect, h, 0, __ATOMIC_ACQ_REL,
@@ -153,7 +156,10 @@ static uint32_t site_get(struct hs_seg *s, uint64_t key)
 
 	for (uint32_t probe = 0; probe <= mask && probe < SITE_PROBES; probe++, i = (i + 1) & mask) {
 		struct hs_index_slot *slot = &s->site_index[i];
-		uint64_t k = __atomic_load_n(&slot->key, __ATOMIC_ACQUIRE);
+		uint64_t k;
+		if (!hs_index_slot_ready(s, slot, i, probe))
+			break; /* no room for the index's next page: not cached */
+		k = __atomic_load_n(&slot->key, __ATOMIC_ACQUIRE);
 		if (k == key)
 			return __atomic_load_n(&slot->value, __ATOMIC_ACQUIRE); /* 0: being filled: capture our own */
 		if (k == 0)
@@ -172,6 +178,8 @@ static uint32_t site_put(struct hs_seg *s, uint64_t key, uint32_t id)
 	for (uint32_t probe = 0; probe <= mask && probe < SITE_PROBES; probe++, i = (i + 1) & mask) {
 		struct hs_index_slot *slot = &s->site_index[i];
 		uint64_t expect = 0;
+		if (!hs_index_slot_ready(s, slot, i, probe))
+			break; /* no room for the index's next page: not cached */
 		if (__atomic_compare_exchange_n(&slot->key, &expect, key, 0, __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE) ||
 		    expect == key) {
 			uint32_t none = 0;
@@ -584,11 +592,13 @@ unsigned hs_chain_read(struct hs_chain *c, uint64_t site, uint64_t cfa)
 	uint32_t gen = __atomic_load_n(&pcoff_gen, __ATOMIC_ACQUIRE);
 	unsigned sn = c->walked && c->gen == gen ? c->depth : 0, m, d;
 
+	c->unchanged = 0;
 	if (HS_LIKELY(top && slot_at(cfa) == site) && sn && c->site == site && c->cfa == cfa) {
 		/* the same call as last time, most often: compare the shadow's slots */
 		for (m = 1; m < sn; m++)
 			if (slot_at(c->sp[m]) != c->pc[m])
 				break;
+		c->unchanged = m == sn;
 		d = m == sn ? sn : chain_diverged(c, m, top);
 	} else {
 		d = top && slot_at(cfa) == site ? chain_walk(c, site, cfa, top, gen, sn) : 0;
@@ -658,6 +668,7 @@ void hs_chain_copy(struct hs_chain *dst, const struct hs_chain *src)
 	dst->walked = src->walked;
 	dst->ended = src->ended;
 	dst->python = src->python;
+	dst->unchanged = src->unchanged;
 	memcpy(dst->pc, src->pc, n * sizeof dst->pc[0]);
 	if (src->walked)
 		memcpy(dst->sp, src->sp, n * sizeof dst->sp[0]);

@@ -41,8 +41,10 @@ def tiny_tmpfs(tmp_path):
 
 
 def test_short_of_space_falls_back_to_a_small_segment(heisen, tiny_tmpfs):
-    # room for a small segment's start (~0.15 MiB) but not a default one's (~0.75 MiB)
-    d = tiny_tmpfs("400k") / "session"
+    # room for a small segment's start (~32 KiB with the session's files) but not
+    # a default one's (~48 KiB: the modules, the hash indexes and the fd table
+    # get their store later, a page at a time)
+    d = tiny_tmpfs("40k") / "session"
     p = heisen.preload(["/bin/sh", "-c", "echo out; exit 7"], d)
     assert p.returncode == 7
     assert p.stdout == "out\n"
@@ -56,7 +58,7 @@ def test_short_of_space_falls_back_to_a_small_segment(heisen, tiny_tmpfs):
 
 
 def test_no_space_at_all_records_nothing_and_harms_nothing(heisen, tiny_tmpfs):
-    d = tiny_tmpfs("64k") / "session"
+    d = tiny_tmpfs("24k") / "session"  # below a small segment's start (~32 KiB)
     # threads and locks, so that every hook runs while nothing is recorded
     code = ("import threading, sqlite3\n"
             "def w():\n"
