@@ -864,6 +864,23 @@ frame_fast(struct hs_seg *s, const struct py_layout *L, uint64_t code_type, cons
 	return next;
 }
 
+/* One Python frame of a lock chain: frame_fast's cached read, or with
+ * hs_py_careful the checked read_frame.  Returns the next (outer) frame;
+ * *id the frame's id (0: not shown), *entry whether it ends one call of the
+ * evaluation loop. */
+static inline __attribute__((always_inline)) uint64_t
+chain_frame(struct hs_seg *s, const struct py_layout *L, uint64_t code_type, const struct py_tc *tc, uint32_t gen,
+	    int careful, uint64_t fp, uint32_t *id, int *entry)
+{
+	struct pyf f;
+	if (HS_LIKELY(!careful))
+		return frame_fast(s, L, code_type, tc, gen, fp, id, entry);
+	fp = read_frame(fp, &f);
+	*id = f.skip ? 0 : pyframe_id(s, &f);
+	*entry = f.entry;
+	return fp;
+}
+
 /*
  * interleave()'s walk over pcs[0..n) for a lock chain, counting the entries
  * o the interleaved stack would have (at most cap) instead of writing them,
@@ -896,14 +913,7 @@ chain_frames(struct hs_seg *s, const struct py_layout *L, const uint64_t *pcs, u
 		consumed |= 1u << i;
 		while (fp && budget && o < cap) {
 			budget--;
-			if (HS_LIKELY(!careful)) {
-				fp = frame_fast(s, L, code_type, tc, gen, fp, &id, &entry);
-			} else {
-				struct pyf f;
-				fp = read_frame(fp, &f);
-				id = f.skip ? 0 : pyframe_id(s, &f);
-				entry = f.entry;
-			}
+			fp = chain_frame(s, L, code_type, tc, gen, careful, fp, &id, &entry);
 			if (id) {
 				py->id[k] = id;
 				py->at[k++] = (uint8_t)i;
@@ -918,13 +928,7 @@ chain_frames(struct hs_seg *s, const struct py_layout *L, const uint64_t *pcs, u
 	/* the native unwinding stopped before the outermost evaluation loop */
 	while (fp && budget && o < cap) {
 		budget--;
-		if (HS_LIKELY(!careful)) {
-			fp = frame_fast(s, L, code_type, tc, gen, fp, &id, &entry);
-		} else {
-			struct pyf f;
-			fp = read_frame(fp, &f);
-			id = f.skip ? 0 : pyframe_id(s, &f);
-		}
+		fp = chain_frame(s, L, code_type, tc, gen, careful, fp, &id, &entry);
 		if (id) {
 			py->id[k] = id;
 			py->at[k++] = (uint8_t)n;
