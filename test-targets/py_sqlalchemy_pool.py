@@ -1,21 +1,23 @@
 # SPDX-License-Identifier: MIT
 """py_sqlalchemy_pool — SQLAlchemy's QueuePool handing sqlite3 connections between threads.
 
-An engine over a sqlite file with a QueuePool of 3 connections (no
-overflow) and check_same_thread=False: the pool hands each connection from
-thread to thread, never to two at once.  A "connect" listener installs a
-user function and a trace callback on each new connection (the GIL held
-while sqlite3 takes the connection's mutex: GIL -> db mutex); each query
-runs the user function and the trace callback inside sqlite3_step (db mutex
--> GIL), and each check-in's rollback the trace callback again.
+An engine over a sqlite file with a QueuePool (POOL connections, default 3,
+OVER overflow, default 0: from the environment) and check_same_thread=False:
+the pool hands each connection from thread to thread under its queue's
+lock, never to two at once.  A "connect" listener creates a user function
+on each new connection (the GIL held while sqlite3 takes the connection's
+mutex: GIL -> db mutex).  WORKERS threads (default 4, more than the
+connections) each check a connection out and in ROUNDS times (default 40),
+holding it a while and working a while without one, so connections turn
+over; each request either runs the user function inside sqlite3_step (db
+mutex -> GIL), or sets a trace callback (GIL -> db mutex), runs a traced
+query (the callback under the db mutex) and clears it, or runs a plain
+query.  The orders on one connection come from different threads, but the
+pool never lets two threads use it at once: no deadlock is possible.
 
-  WORKERS threads each check a connection out and in ROUNDS times, all at
-  once (more threads than connections: checkouts wait for a check-in).
-
-Both orders on a connection, by two threads, but never at the same time:
-no deadlock is possible.  Usage: py_sqlalchemy_pool.py DB_PATH [WORKERS]
-[ROUNDS].  Prints "pid P", "connections N" (made by the pool), "handovers H"
-(checkouts of a connection last used by another thread), "done".
+Usage: py_sqlalchemy_pool.py DB_PATH [WORKERS] [ROUNDS].  Prints "pid P",
+"connections N" (made by the pool), "handovers H" (checkouts of a
+connection last used by another thread), "done".
 """
 import os
 import sys
