@@ -75,15 +75,17 @@ _Static_assert(ORDER_SEEN * sizeof(uint64_t) <= HS_AREA_ORDER_SIZE, "seen fits t
 static struct order_rec order_tab[ORDER_RECS] __attribute__((aligned(64)));
 static uint64_t order_clock[ORDER_SLOTS]; /* each slot's release count; written by the slot's thread only */
 
+/* The record's key: one multiply (Fibonacci hashing), never 0 (a zeroed record matches no object). */
 static inline uint64_t order_key(uint64_t addr)
 {
-	return hs_mix64(addr) | 1; /* never 0: a zeroed record matches no object */
+	return (addr * 0x9e3779b97f4a7c15ull) | 1;
 }
 
 static inline struct order_rec *order_rec_of(uint64_t key)
 {
-	return &order_tab[(key >> 20) & (ORDER_RECS - 1)];
+	return &order_tab[key >> (64 - 11)];
 }
+_Static_assert(ORDER_RECS == 1u << 11, "order_rec_of takes the key's top 11 bits");
 
 /* Word i of r when it belongs to key, else 0. */
 static inline uint64_t order_word(const struct order_rec *r, unsigned i, uint64_t key)
@@ -99,15 +101,20 @@ static inline void order_put(struct order_rec *r, unsigned i, uint64_t key, uint
 	__atomic_store_n(&r->chk[i], key ^ v, __ATOMIC_RELAXED);
 }
 
+/* A release by slot of the object of key, at record r; returns the value stored. */
+static inline uint64_t order_release_at(struct order_rec *r, uint32_t slot, unsigned way, uint64_t key)
+{
+	uint64_t v = (uint64_t)(slot + 1) << 48 | (++order_clock[slot] & COUNT_MASK);
+	order_put(r, way, key, v);
+	order_put(r, 0, key, v);
+	return v;
+}
+
 void hs_order_release_by(uint32_t slot, uint64_t addr)
 {
-	uint64_t key = order_key(addr), v;
-	struct order_rec *r = order_rec_of(key);
-	if (slot >= ORDER_SLOTS)
-		return;
-	v = (uint64_t)(slot + 1) << 48 | (++order_clock[slot] & COUNT_MASK);
-	order_put(r, 1 + slot % ORDER_WAYS, key, v);
-	order_put(r, 0, key, v);
+	uint64_t key = order_key(addr);
+	if (slot < ORDER_SLOTS)
+		(void)order_release_at(order_rec_of(key), slot, 1 + slot % ORDER_WAYS, key);
 }
 
 /* Learn v (a release of its slot) into seen. */
@@ -118,19 +125,31 @@ static inline void seen_learn(uint64_t *seen, uint64_t v)
 		*e = v; /* another slot in the entry: the newer one wins (the older's orderings are lost) */
 }
 
-void hs_order_acquire_by(uint32_t slot, uint64_t *seen, uint64_t addr)
+/* Learn the releases of record r (its last one: last) into seen; out of line (the rare path). */
+static __attribute__((noinline)) void order_learn(const struct order_rec *r, uint64_t *seen, uint64_t key,
+						  uint64_t last)
 {
-	uint64_t key = order_key(addr);
-	const struct order_rec *r = order_rec_of(key);
-	uint64_t last = order_word(r, 0, key);
-	if (!last || (last >> 48) == (uint64_t)slot + 1)
-		return; /* unknown, or this thread released it last: nothing new to learn */
 	seen_learn(seen, last);
 	for (unsigned i = 1; i <= ORDER_WAYS; i++) {
 		uint64_t v = order_word(r, i, key);
 		if (v)
 			seen_learn(seen, v);
 	}
+}
+
+/* An acquisition by slot of the object of key at record r: learn its releases into seen. */
+static inline void order_acquire_at(const struct order_rec *r, uint32_t slot, uint64_t *seen, uint64_t key)
+{
+	uint64_t last = order_word(r, 0, key);
+	if (!last || (last >> 48) == (uint64_t)slot + 1)
+		return; /* unknown, or this thread released it last: nothing new to learn */
+	order_learn(r, seen, key, last);
+}
+
+void hs_order_acquire_by(uint32_t slot, uint64_t *seen, uint64_t addr)
+{
+	uint64_t key = order_key(addr);
+	order_acquire_at(order_rec_of(key), slot, seen, key);
 }
 
 int hs_order_handed_over_by(uint32_t slot, const uint64_t *seen, uint64_t addr)
@@ -154,15 +173,50 @@ void hs_order_forget(uint64_t addr)
 }
 
 #ifndef HS_CORE_ONLY
-/* The calling thread's slot index and seen entries, or 0 when it has no area. */
-static inline int order_self(const struct hs_tls *t, uint32_t *slot, uint64_t **seen)
+/*
+ * The calling thread's state, in its area (HS_AREA_ORDER): its slot (the
+ * index cached for t->slot, which a fork changes), its way, its seen
+ * entries, and its last release and acquisition (address, key, record) so
+ * that a lock taken and released again and again by one thread costs a
+ * compare and two stores: a release of the object this thread released
+ * last, with no other release of its own since, keeps its count (nothing
+ * of this thread's came in between) and only says again that it was last.
+ */
+struct order_self {
+	const struct hs_thread *slot_of;   /* t->slot the index below is for */
+	uint32_t slot, way;
+	uint64_t rel_addr, rel_key, rel_v; /* the last release: rel_v as stored */
+	struct order_rec *rel_rec;
+	uint64_t acq_addr, acq_key;        /* the last acquisition looked up */
+	const struct order_rec *acq_rec;
+	uint64_t seen[ORDER_SEEN];
+};
+_Static_assert(sizeof(struct order_self) <= HS_AREA_ORDER_SIZE, "the order state fits the area");
+
+/* First use in this thread (or in a fork child): the slot index for t->slot. */
+static __attribute__((noinline)) struct order_self *order_self_bind(struct order_self *me, const struct hs_tls *t)
+{
+	uint32_t slot = (uint32_t)(t->slot - hs_seg.threads);
+	if (slot >= ORDER_SLOTS)
+		return NULL;
+	me->slot_of = t->slot;
+	me->slot = slot;
+	me->way = 1 + slot % ORDER_WAYS;
+	me->rel_addr = me->acq_addr = 0;
+	return me;
+}
+
+/* The calling thread's order state, NULL when it has no area or no slot index. */
+static inline struct order_self *order_self(const struct hs_tls *t)
 {
 	char *a = hs_area();
+	struct order_self *me;
 	if (HS_UNLIKELY(!a))
-		return 0;
-	*slot = (uint32_t)(t->slot - hs_seg.threads);
-	*seen = (uint64_t *)(void *)(a + HS_AREA_ORDER);
-	return 1;
+		return NULL;
+	me = (struct order_self *)(void *)(a + HS_AREA_ORDER);
+	if (HS_UNLIKELY(me->slot_of != t->slot))
+		return order_self_bind(me, t);
+	return me;
 }
 
 /*
@@ -213,7 +267,7 @@ static void order_shared(struct hs_tls *t, uint32_t id, uint64_t addr, int32_t t
  * (ended = 0: each was a hand-over, unless it names an earlier thread of
  * the slot, which ended unseen) or ends (ended = 1: each lock is shared).
  */
-static void pending_settle(struct hs_tls *t, uint32_t slot, int32_t tid, int ended)
+static __attribute__((noinline)) void pending_settle(struct hs_tls *t, uint32_t slot, int32_t tid, int ended)
 {
 	struct pending shared[PENDING_MAX];
 	unsigned n = 0;
@@ -233,29 +287,50 @@ static void pending_settle(struct hs_tls *t, uint32_t slot, int32_t tid, int end
 		order_shared(t, shared[i].id, shared[i].addr, shared[i].tid2, shared[i].stack, shared[i].when, 1);
 }
 
+/* A release of another object than this thread's last one. */
+static __attribute__((noinline)) void order_release_new(struct order_self *me, uint64_t addr)
+{
+	me->rel_addr = addr;
+	me->rel_key = order_key(addr);
+	me->rel_rec = order_rec_of(me->rel_key);
+	me->rel_v = order_release_at(me->rel_rec, me->slot, me->way, me->rel_key);
+}
+
 void hs_order_release(struct hs_tls *t, uint64_t addr)
 {
-	hs_order_release_by((uint32_t)(t->slot - hs_seg.threads), addr);
+	struct order_self *me = order_self(t);
+	if (HS_UNLIKELY(!me))
+		return;
+	if (HS_LIKELY(addr == me->rel_addr)) {
+		order_put(me->rel_rec, 0, me->rel_key, me->rel_v);
+		return;
+	}
+	order_release_new(me, addr);
 }
 
 void hs_order_acquire(struct hs_tls *t, uint64_t addr)
 {
-	uint32_t slot;
-	uint64_t *seen;
-	if (!order_self(t, &slot, &seen))
+	struct order_self *me = order_self(t);
+	if (HS_UNLIKELY(!me))
 		return;
-	if (HS_UNLIKELY(slot < ORDER_SLOTS && __atomic_load_n(&pending_n[slot], __ATOMIC_RELAXED)))
-		pending_settle(t, slot, t->tid, 0); /* this thread goes on: what it handed over was a hand-over */
-	hs_order_acquire_by(slot, seen, addr);
+	if (HS_UNLIKELY(__atomic_load_n(&pending_n[me->slot], __ATOMIC_RELAXED)))
+		pending_settle(t, me->slot, t->tid, 0); /* this thread goes on: what it handed over was a hand-over */
+	if (HS_UNLIKELY(addr != me->acq_addr)) {
+		me->acq_addr = addr;
+		me->acq_key = order_key(addr);
+		me->acq_rec = order_rec_of(me->acq_key);
+	}
+	order_acquire_at(me->acq_rec, me->slot, me->seen, me->acq_key);
 }
 
 void hs_order_acquirer_changed(struct hs_tls *t, uint32_t id, uint64_t addr, int32_t last, int ordered,
 			       uint32_t stack, uint64_t now)
 {
-	uint32_t slot, from;
-	uint64_t *seen, rec;
+	struct order_self *me = ordered ? order_self(t) : NULL;
+	uint32_t from;
+	uint64_t rec;
 	uint64_t ident = __atomic_load_n(&hs_seg.locks[id].addr, __ATOMIC_RELAXED); /* a class's key, else addr */
-	if (ordered && order_self(t, &slot, &seen) && hs_order_handed_over_by(slot, seen, addr)) {
+	if (me && hs_order_handed_over_by(me->slot, me->seen, addr)) {
 		rec = order_word(order_rec_of(order_key(addr)), 0, order_key(addr));
 		from = (uint32_t)(rec >> 48) - 1;
 		if (!rec || from >= ORDER_SLOTS || from >= hs_seg.hdr->tables[HS_T_THREADS].capacity ||

@@ -165,8 +165,8 @@ extern __thread struct hs_tls hs_tls __attribute__((tls_model("initial-exec")));
 #define HS_AREA_PY_SIZE      1280u
 #define HS_AREA_FORK         12288u  /* init.c: fork_held */
 #define HS_AREA_FORK_SIZE    1280u
-#define HS_AREA_ORDER        13568u  /* handover.c: seen */
-#define HS_AREA_ORDER_SIZE   512u
+#define HS_AREA_ORDER        13568u  /* handover.c: order_self */
+#define HS_AREA_ORDER_SIZE   640u
 #define HS_AREA_FD_SCRATCH   16384u  /* fds.c: a finding's event buffers (touched only by a finding) */
 #define HS_AREA_FD_SCRATCH_SIZE 9216u
 #define HS_AREA_SIZE         28672u  /* pages never touched are never backed */

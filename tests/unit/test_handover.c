@@ -24,14 +24,18 @@ static void reset(void)
 	memset(seen3, 0, sizeof seen3);
 }
 
-/* Two addresses whose records share the table entry (found by trying: the key is a hash). */
+/* Two addresses whose records share the table entry (as handover.c places them: the top
+ * 11 bits of the address times the golden ratio). */
+static uint64_t entry_of(uint64_t addr)
+{
+	return ((addr * 0x9e3779b97f4a7c15ull) | 1) >> 53;
+}
+
 static void colliding(uint64_t base, uint64_t *a, uint64_t *b)
 {
-	/* same as handover.c: entry = (hs_mix64(addr) | 1) >> 20 & (2048 - 1) */
-	uint64_t want = ((hs_mix64(base) | 1) >> 20) & 2047;
 	*a = base;
 	for (uint64_t x = base + 64;; x += 64)
-		if ((((hs_mix64(x) | 1) >> 20) & 2047) == want) {
+		if (entry_of(x) == entry_of(base)) {
 			*b = x;
 			return;
 		}
