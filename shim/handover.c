@@ -55,51 +55,11 @@
  */
 #include <string.h>
 
-#include "shim.h"
+#include "handover.h"
 
-#define ORDER_RECS 2048u         /* records in the table (a power of two) */
-#define ORDER_WAYS 7u            /* per-slot ways of a record (way 0 is the last release) */
-#define ORDER_SEEN HS_ORDER_SEEN /* a thread's seen entries (a power of two) */
-#define ORDER_SLOTS 4096u        /* thread slots (HEISEN_THREADS is at most 4096) */
-#define COUNT_MASK 0xffffffffffffull /* a value: (slot + 1) << 48 | count (48 bits) */
-
-/* One object's record: val[0] the last release, val[1 + slot % ORDER_WAYS]
- * each slot's last; chk[i] = key ^ val[i] (key: the address's hash). */
-struct order_rec {
-	uint64_t chk[ORDER_WAYS + 1];
-	uint64_t val[ORDER_WAYS + 1];
-};
-_Static_assert(sizeof(struct order_rec) == 128, "a record is two cache lines");
-_Static_assert(ORDER_SEEN * sizeof(uint64_t) <= HS_AREA_ORDER_SIZE, "seen fits the area");
-
-static struct order_rec order_tab[ORDER_RECS] __attribute__((aligned(64)));
+struct order_rec hs_order_tab[ORDER_RECS] __attribute__((aligned(64)));
+uint32_t hs_order_pending_n[ORDER_SLOTS]; /* [atomic] hand-overs pending per slot (below) */
 static uint64_t order_clock[ORDER_SLOTS]; /* each slot's release count; written by the slot's thread only */
-
-/* The record's key: one multiply (Fibonacci hashing), never 0 (a zeroed record matches no object). */
-static inline uint64_t order_key(uint64_t addr)
-{
-	return (addr * 0x9e3779b97f4a7c15ull) | 1;
-}
-
-static inline struct order_rec *order_rec_of(uint64_t key)
-{
-	return &order_tab[key >> (64 - 11)];
-}
-_Static_assert(ORDER_RECS == 1u << 11, "order_rec_of takes the key's top 11 bits");
-
-/* Word i of r when it belongs to key, else 0. */
-static inline uint64_t order_word(const struct order_rec *r, unsigned i, uint64_t key)
-{
-	uint64_t v = __atomic_load_n(&r->val[i], __ATOMIC_RELAXED);
-	uint64_t c = __atomic_load_n(&r->chk[i], __ATOMIC_RELAXED);
-	return (c ^ v) == key ? v : 0;
-}
-
-static inline void order_put(struct order_rec *r, unsigned i, uint64_t key, uint64_t v)
-{
-	__atomic_store_n(&r->val[i], v, __ATOMIC_RELAXED);
-	__atomic_store_n(&r->chk[i], key ^ v, __ATOMIC_RELAXED);
-}
 
 /* A release by slot of the object of key, at record r; returns the value stored. */
 static inline uint64_t order_release_at(struct order_rec *r, uint32_t slot, unsigned way, uint64_t key)
@@ -126,7 +86,7 @@ static inline void seen_learn(uint64_t *seen, uint64_t v)
 }
 
 /* Learn the releases of record r (its last one: last) into seen; out of line (the rare path). */
-static __attribute__((noinline)) void order_learn(const struct order_rec *r, uint64_t *seen, uint64_t key,
+void hs_order_learn(const struct order_rec *r, uint64_t *seen, uint64_t key,
 						  uint64_t last)
 {
 	seen_learn(seen, last);
@@ -143,7 +103,7 @@ static inline void order_acquire_at(const struct order_rec *r, uint32_t slot, ui
 	uint64_t last = order_word(r, 0, key);
 	if (!last || (last >> 48) == (uint64_t)slot + 1)
 		return; /* unknown, or this thread released it last: nothing new to learn */
-	order_learn(r, seen, key, last);
+	hs_order_learn(r, seen, key, last);
 }
 
 void hs_order_acquire_by(uint32_t slot, uint64_t *seen, uint64_t addr)
@@ -173,28 +133,8 @@ void hs_order_forget(uint64_t addr)
 }
 
 #ifndef HS_CORE_ONLY
-/*
- * The calling thread's state, in its area (HS_AREA_ORDER): its slot (the
- * index cached for t->slot, which a fork changes), its way, its seen
- * entries, and its last release and acquisition (address, key, record) so
- * that a lock taken and released again and again by one thread costs a
- * compare and two stores: a release of the object this thread released
- * last, with no other release of its own since, keeps its count (nothing
- * of this thread's came in between) and only says again that it was last.
- */
-struct order_self {
-	const struct hs_thread *slot_of;   /* t->slot the index below is for */
-	uint32_t slot, way;
-	uint64_t rel_addr, rel_key, rel_v; /* the last release: rel_v as stored */
-	struct order_rec *rel_rec;
-	uint64_t acq_addr, acq_key;        /* the last acquisition looked up */
-	const struct order_rec *acq_rec;
-	uint64_t seen[ORDER_SEEN];
-};
-_Static_assert(sizeof(struct order_self) <= HS_AREA_ORDER_SIZE, "the order state fits the area");
-
 /* First use in this thread (or in a fork child): the slot index for t->slot. */
-static __attribute__((noinline)) struct order_self *order_self_bind(struct order_self *me, const struct hs_tls *t)
+struct order_self *hs_order_self_bind(struct order_self *me, const struct hs_tls *t)
 {
 	uint32_t slot = (uint32_t)(t->slot - hs_seg.threads);
 	if (slot >= ORDER_SLOTS)
@@ -206,26 +146,13 @@ static __attribute__((noinline)) struct order_self *order_self_bind(struct order
 	return me;
 }
 
-/* The calling thread's order state, NULL when it has no area or no slot index. */
-static inline struct order_self *order_self(const struct hs_tls *t)
-{
-	char *a = hs_area();
-	struct order_self *me;
-	if (HS_UNLIKELY(!a))
-		return NULL;
-	me = (struct order_self *)(void *)(a + HS_AREA_ORDER);
-	if (HS_UNLIKELY(me->slot_of != t->slot))
-		return order_self_bind(me, t);
-	return me;
-}
-
 /*
  * Hand-overs waiting for the fate of the thread that handed over: a lock
  * handed from T1 to T2 is a hand-over only if T1 goes on (it acquires a
  * sync object after T2's check); if T1 ends first, the order between
  * them was the threads' lifetimes (T2 started after T1 ended: how a test
  * runs the two sides of a deadlock one after the other), and the lock is
- * shared.  PENDING_MAX entries under pending_lock; pending_n[slot] counts
+ * shared.  PENDING_MAX entries under pending_lock; hs_order_pending_n[slot] counts
  * those naming each slot, so an acquisition looks with one load.  A full
  * table makes the lock shared at once.
  */
@@ -241,7 +168,6 @@ struct pending {
 	uint32_t gen;           /* hs_seg_gen when made (a fork child ignores its parent's) */
 };
 static struct pending pending_tab[PENDING_MAX];
-static uint32_t pending_n[ORDER_SLOTS]; /* [atomic] */
 static int pending_lock;
 
 /*
@@ -267,7 +193,7 @@ static void order_shared(struct hs_tls *t, uint32_t id, uint64_t addr, int32_t t
  * (ended = 0: each was a hand-over, unless it names an earlier thread of
  * the slot, which ended unseen) or ends (ended = 1: each lock is shared).
  */
-static __attribute__((noinline)) void pending_settle(struct hs_tls *t, uint32_t slot, int32_t tid, int ended)
+void hs_order_pending_settle(struct hs_tls *t, uint32_t slot, int32_t tid, int ended)
 {
 	struct pending shared[PENDING_MAX];
 	unsigned n = 0;
@@ -280,7 +206,7 @@ static __attribute__((noinline)) void pending_settle(struct hs_tls *t, uint32_t 
 		if (p->gen == gen && (ended || p->tid != tid))
 			shared[n++] = *p;
 		p->id = 0;
-		__atomic_sub_fetch(&pending_n[slot], 1, __ATOMIC_RELAXED);
+		__atomic_sub_fetch(&hs_order_pending_n[slot], 1, __ATOMIC_RELAXED);
 	}
 	hs_spin_unlock(&pending_lock);
 	for (unsigned i = 0; i < n; i++)
@@ -288,39 +214,12 @@ static __attribute__((noinline)) void pending_settle(struct hs_tls *t, uint32_t 
 }
 
 /* A release of another object than this thread's last one. */
-static __attribute__((noinline)) void order_release_new(struct order_self *me, uint64_t addr)
+void hs_order_release_new(struct order_self *me, uint64_t addr)
 {
 	me->rel_addr = addr;
 	me->rel_key = order_key(addr);
 	me->rel_rec = order_rec_of(me->rel_key);
 	me->rel_v = order_release_at(me->rel_rec, me->slot, me->way, me->rel_key);
-}
-
-void hs_order_release(struct hs_tls *t, uint64_t addr)
-{
-	struct order_self *me = order_self(t);
-	if (HS_UNLIKELY(!me))
-		return;
-	if (HS_LIKELY(addr == me->rel_addr)) {
-		order_put(me->rel_rec, 0, me->rel_key, me->rel_v);
-		return;
-	}
-	order_release_new(me, addr);
-}
-
-void hs_order_acquire(struct hs_tls *t, uint64_t addr)
-{
-	struct order_self *me = order_self(t);
-	if (HS_UNLIKELY(!me))
-		return;
-	if (HS_UNLIKELY(__atomic_load_n(&pending_n[me->slot], __ATOMIC_RELAXED)))
-		pending_settle(t, me->slot, t->tid, 0); /* this thread goes on: what it handed over was a hand-over */
-	if (HS_UNLIKELY(addr != me->acq_addr)) {
-		me->acq_addr = addr;
-		me->acq_key = order_key(addr);
-		me->acq_rec = order_rec_of(me->acq_key);
-	}
-	order_acquire_at(me->acq_rec, me->slot, me->seen, me->acq_key);
 }
 
 void hs_order_acquirer_changed(struct hs_tls *t, uint32_t id, uint64_t addr, int32_t last, int ordered,
@@ -349,7 +248,7 @@ void hs_order_acquirer_changed(struct hs_tls *t, uint32_t id, uint64_t addr, int
 					continue;
 				*p = (struct pending){ident, id, from, last, t->tid, stack, now,
 						      __atomic_load_n(&hs_seg_gen, __ATOMIC_RELAXED)};
-				__atomic_add_fetch(&pending_n[from], 1, __ATOMIC_RELAXED);
+				__atomic_add_fetch(&hs_order_pending_n[from], 1, __ATOMIC_RELAXED);
 				hs_spin_unlock(&pending_lock);
 				return;
 			}
@@ -362,7 +261,7 @@ void hs_order_acquirer_changed(struct hs_tls *t, uint32_t id, uint64_t addr, int
 void hs_order_thread_exit(struct hs_tls *t)
 {
 	uint32_t slot = (uint32_t)(t->slot - hs_seg.threads);
-	if (slot < ORDER_SLOTS && __atomic_load_n(&pending_n[slot], __ATOMIC_RELAXED))
-		pending_settle(t, slot, t->tid, 1);
+	if (slot < ORDER_SLOTS && __atomic_load_n(&hs_order_pending_n[slot], __ATOMIC_RELAXED))
+		hs_order_pending_settle(t, slot, t->tid, 1);
 }
 #endif

@@ -18,6 +18,7 @@
 #include <pthread.h>
 #include <string.h>
 
+#include "handover.h" /* the hand-over order (GIL rule) */
 #include "hooks.h"
 #include "inject.h" /* fault injection and chaos: one line per hook */
 #include "shim.h"

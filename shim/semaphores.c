@@ -66,6 +66,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "handover.h" /* the hand-over order (GIL rule) */
 #include "hooks.h"
 #include "shim.h"
 

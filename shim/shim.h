@@ -767,10 +767,8 @@ void hs_release(struct hs_tls *t, uint64_t addr);
  * Hand-over order between threads for the GIL rule (handover.c explains
  * it; docs/design.md "A GIL cycle needs two threads").  addr is a sync
  * object's address (a mutex, a spin lock, a semaphore; never an rwlock,
- * never the GIL's own).  hs_order_release: the calling thread releases it
- * (call before the real release, so an acquirer sees the record).
- * hs_order_acquire: the calling thread acquired it (call after the real
- * acquisition): learn the releases it is ordered after.
+ * never the GIL's own).  hs_order_release and hs_order_acquire, the hooks'
+ * fast paths, are inline in handover.h.
  * hs_order_handed_over_by: 1 when the last release of the lock at addr, by
  * another thread, was followed by a release of another object by that
  * thread that this thread acquired since (a hand-over, not sharing); call
@@ -779,8 +777,6 @@ void hs_release(struct hs_tls *t, uint64_t addr);
  * the thread slot index and its seen entries (HS_ORDER_SEEN uint64_t, zeroed
  * at first) explicitly, for unit tests.  Async-signal-safe, no lock.
  */
-void hs_order_release(struct hs_tls *t, uint64_t addr);
-void hs_order_acquire(struct hs_tls *t, uint64_t addr);
 /*
  * Lock `id` at addr (HS_LOCKF_SHARED not set yet), acquired now by the
  * calling thread (stack: this acquisition's), was acquired last by thread
