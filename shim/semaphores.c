@@ -111,8 +111,9 @@ static inline void sem_tag_set(sem_t *sem, uint32_t id)
  * Python locks are tracked only with HEISEN_PY_LOCKS=1 for now: their cost
  * (about +1 us per uncontended `with lock:`, bench/README.md "Python
  * locks") is far above the lock budget of +25 ns, and CPython takes them
- * everywhere (queue.Queue, Condition, logging, imports).  Off, each sem_*
- * hook is one load and the real call.
+ * everywhere (queue.Queue, Condition, logging, imports).  Off, a sem_*
+ * hook only keeps the hand-over order (handover.h: a successful wait reads
+ * the semaphore's record, a post onto 0 stamps it) and makes the real call.
  */
 static int sem_mode; /* [atomic] 1 = on; written once by hs_sems_init before any hook records */
 
