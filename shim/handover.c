@@ -13,8 +13,8 @@
  * object at a time: the object may pass through any number of threads
  * between T1 and T2 (a pool's lock taken by T3 in between still orders T1
  * before T2, since a lock's critical sections are totally ordered), but an
- * order that crosses two objects (T1 -> X -> T3, then T3 -> Y -> T2: a
- * join followed by a start) is not a hand-over.  No vector clocks: each
+ * order that crosses two objects (T1 -> X -> T3, then T3 -> Y -> T2) is
+ * not a hand-over.  No vector clocks: each
  * object remembers, per releasing thread, that thread's release count at
  * its last release of the object; an acquirer learns those counts.
  *
@@ -36,11 +36,23 @@
  *   - each thread has "seen" (in its area, HS_AREA_ORDER): per releasing
  *     slot (direct-mapped, ORDER_SEEN entries, tagged with the slot), the
  *     highest count of a release it acquired after;
- *   - the check, when lock L's acquirer changes (hs_order_handed_over):
- *     L's last release was by slot S at count c; it was handed over iff
- *     this thread has seen a release of S with a count above c — a release
- *     made after L's (the record of L itself is learnt only after the
- *     check).
+ *   - the check, when lock L's acquirer changes (hs_order_handed_over_by,
+ *     from hs_order_acquirer_changed): L's last release was by slot S at
+ *     count c; it was handed over iff this thread has seen a release of S
+ *     with a count above c — a release made after L's (the record of L
+ *     itself is learnt only after the check);
+ *   - a hand-over by a thread that then ends before it acquires anything
+ *     again is not one: the two threads' uses were ordered by their
+ *     lifetimes (CPython's threading takes its own locks at a thread's end
+ *     and the next one's start, so start; join orders through one object),
+ *     which is how a test runs a deadlock's two sides one after the
+ *     other.  Such a lock is *outlived*: it counts as shared for the GIL
+ *     cycles its new thread makes an edge of from then on
+ *     (hs_graph_lock_outlived).  A thread's end is seen late (its exit
+ *     destructor, after a join has returned), so a hand-over from a live
+ *     thread waits in a short list (pending) for the first of: that
+ *     thread acquires a sync object again (a hand-over), or it ends
+ *     (outlived).
  *
  * rwlocks are not sync objects here (two readers do not order each other)
  * and are always judged by the old rule (shared at the first change of
@@ -48,10 +60,13 @@
  * _PyRuntime, hs_py_internal) never reaches these functions: every Python
  * thread takes and drops it all the time, so it would order everything.
  *
- * Cost: a release is a counter bump and four stores; an acquisition whose
- * object this thread released last is two loads and a compare; only an
- * acquisition from another thread reads the ways.  Async-signal-safe, no
- * lock, no allocation.
+ * Cost (handover.h, inline in the hooks): a release of the object this
+ * thread released last is a compare and two stores, another is a multiply,
+ * a count and four stores; an acquisition whose object this thread
+ * released last is two loads and a compare; only an acquisition from
+ * another thread reads the ways.  Async-signal-safe, no allocation; the
+ * pending list has a spin lock, taken only inside a hook (the guard held),
+ * never while waiting.
  */
 #include <string.h>
 
