@@ -86,6 +86,35 @@ static inline struct hs_index_slot *index_probe(struct hs_seg *s, struct hs_inde
 
 /* ---- locks ---------------------------------------------------------------- */
 
+/*
+ * Locks outlived from thread to thread (the GIL rule, gil_cycle_can_deadlock):
+ * T1 used the lock and ended, then T2 took it (handover.c).  Process-private,
+ * per lock id (modulo OUTLIVED_SLOTS, checked by id): T2's tid and when it
+ * took the lock, the latest such successor of this instance.
+ */
+#define OUTLIVED_SLOTS 4096u
+static struct {
+	uint32_t id;
+	int32_t tid;
+	uint64_t since;         /* when tid took it: its edges from then on count */
+} outlived[OUTLIVED_SLOTS];
+
+static void outlived_clear(uint32_t id)
+{
+	if (outlived[id & (OUTLIVED_SLOTS - 1)].id == id)
+		outlived[id & (OUTLIVED_SLOTS - 1)].id = 0;
+}
+
+/* The successor of lock id recorded by hs_graph_lock_outlived (0 = none) and since when. */
+static int32_t outlived_tid(uint32_t id, uint64_t *since)
+{
+	if (outlived[id & (OUTLIVED_SLOTS - 1)].id != id)
+		return 0;
+	*since = outlived[id & (OUTLIVED_SLOTS - 1)].since;
+	return outlived[id & (OUTLIVED_SLOTS - 1)].tid;
+}
+
+
 /* Pages (addr >> 12, hashed) where a lock was ever created: frees elsewhere
  * skip the lock graph at the cost of one load (process-private). */
 #define PAGE_BITS 65536u
@@ -204,6 +233,7 @@ uint32_t hs_lock_id(struct hs_seg *s, uint64_t addr, unsigned kind, unsigned fla
 		l->gen = gen;
 		__atomic_store_n(&l->flags, (uint16_t)(flags & ~(HS_LOCKF_DEAD | HS_LOCKF_SHARED)), __ATOMIC_RELAXED);
 		__atomic_store_n(&l->last_tid, 0, __ATOMIC_RELAXED); /* a new instance: not shared yet */
+		outlived_clear(id);
 		/* the slot may be cslot's neighbour: place again, the class slot is dead now */
 		slot = index_place(s, s->lock_index, icap, addr);
 		if (slot)
@@ -529,14 +559,16 @@ static struct hs_finding *same_cycle(struct hs_seg *s, const uint32_t *locks, un
  * create_function with the GIL held, then by sqlite3_step running a Python
  * callback) is no deadlock: it needs a second thread that can hold L.  So a
  * cycle through the GIL is a potential deadlock only when (1) every native
- * lock in it was acquired by two different threads (this instance: its
- * HS_LOCKF_SHARED, or its last holder is not the thread adding the edge
- * now), and (2) its edges were not all made by one thread.  Cycles without
- * the GIL keep lockdep's rule (one thread's two orders are enough).
+ * lock in it is shared (this instance's HS_LOCKF_SHARED: acquired by two
+ * threads without a hand-over between them, handover.c; a lock that
+ * becomes shared searches the cycles it closes then, hs_graph_lock_shared),
+ * and (2) its edges were not all made by one thread.  Cycles without the
+ * GIL keep lockdep's rule (one thread's two orders are enough).
  */
-static int gil_cycle_can_deadlock(struct hs_seg *s, unsigned n, int32_t tid)
+static int gil_cycle_can_deadlock(struct hs_seg *s, unsigned n)
 {
 	int gil = 0, one_thread = 1;
+	int32_t tid = s->edges[cycle_buf[0]].tid;
 	for (unsigned i = 0; i < n; i++) {
 		const struct hs_edge *e = &s->edges[cycle_buf[i]];
 		gil |= s->locks[e->from].kind == HS_LOCK_GIL;
@@ -547,13 +579,99 @@ static int gil_cycle_can_deadlock(struct hs_seg *s, unsigned n, int32_t tid)
 	if (one_thread)
 		return 0;
 	for (unsigned i = 0; i < n; i++) {
-		const struct hs_lock *l = &s->locks[s->edges[cycle_buf[i]].from];
-		int32_t last = __atomic_load_n(&l->last_tid, __ATOMIC_RELAXED);
-		if (l->kind != HS_LOCK_GIL && !(__atomic_load_n(&l->flags, __ATOMIC_RELAXED) & HS_LOCKF_SHARED) &&
-		    !(last && last != tid))
+		uint32_t id = s->edges[cycle_buf[i]].from;
+		const struct hs_lock *l = &s->locks[id];
+		int32_t next;
+		uint64_t since = 0;
+		int made = 0;
+		if (l->kind == HS_LOCK_GIL || (__atomic_load_n(&l->flags, __ATOMIC_RELAXED) & HS_LOCKF_SHARED))
+			continue;
+		/* outlived: shared for the cycles its successor made an edge of once it had taken it */
+		if ((next = outlived_tid(id, &since)) != 0)
+			for (unsigned k = 0; k < n; k++)
+				made |= s->edges[cycle_buf[k]].tid == next && s->edges[cycle_buf[k]].ts_ns >= since;
+		if (!made)
 			return 0;
 	}
 	return 1;
+}
+
+static uint32_t lock_recheck(struct hs_seg *s, uint32_t id, int32_t tid, uint64_t now, uint32_t stack);
+
+/*
+ * Report the cycle in cycle_buf[0..n) as a potential deadlock (tid: the
+ * thread whose action closed it, at now; stack: that action's), or count it
+ * on an earlier finding over the same locks.  Under the graph lock.
+ * Returns the new finding's index + 1, 0 when none was added.
+ */
+static uint32_t report_cycle(struct hs_seg *s, unsigned n, int32_t tid, uint64_t now, uint32_t stack)
+{
+	struct hs_finding *old;
+	struct hs_finding f;
+	cycle_locks(s, cycle_buf, n, locks_buf);
+	old = same_cycle(s, locks_buf, n);
+	if (old) {
+		__atomic_add_fetch(&old->count, 1, __ATOMIC_RELAXED);
+		return 0;
+	}
+	memset(&f, 0, sizeof f);
+	f.kind = HS_FIND_POTENTIAL_DEADLOCK;
+	f.n = (uint16_t)n;
+	f.tid = tid;
+	f.ts_ns = now;
+	f.stack = stack;
+	memcpy(f.edges, cycle_buf, (n < HS_CYCLE_MAX ? n : HS_CYCLE_MAX) * sizeof *cycle_buf);
+	if (n > HS_CYCLE_MAX) {
+		/* the whole cycle goes to the cycle-edge table, the finding points into it */
+		struct hs_table *ct = &s->hdr->tables[HS_T_CYCLE_EDGES];
+		if (n > 0xffff || ct->count + n > ct->capacity) {
+			__atomic_add_fetch(&ct->dropped, 1, __ATOMIC_RELAXED);
+			return 0;
+		}
+		f.offset = ct->count;
+		for (unsigned i = 0; i < n; i++)
+			cycle_edges(s)[ct->count + i] = cycle_buf[i];
+		__atomic_store_n(&ct->count, ct->count + n, __ATOMIC_RELEASE);
+	}
+	for (unsigned i = 0; i < n; i++)
+		__atomic_or_fetch(&s->edges[cycle_buf[i]].flags, HS_EDGE_IN_CYCLE, __ATOMIC_RELAXED);
+	return hs_finding_add(s, &f);
+}
+
+uint32_t hs_graph_lock_shared(struct hs_seg *s, uint32_t id, int32_t tid, uint64_t now, uint32_t stack)
+{
+	struct hs_lock *l = &s->locks[id];
+	if (__atomic_or_fetch(&l->flags, HS_LOCKF_SHARED, __ATOMIC_RELAXED) & HS_LOCKF_DEAD)
+		return 0;
+	return lock_recheck(s, id, tid, now, stack);
+}
+
+uint32_t hs_graph_lock_outlived(struct hs_seg *s, uint32_t id, int32_t tid, uint64_t now, uint32_t stack)
+{
+	if (__atomic_load_n(&s->locks[id].flags, __ATOMIC_RELAXED) & (HS_LOCKF_DEAD | HS_LOCKF_SHARED))
+		return 0;
+	graph_lock(s);
+	outlived[id & (OUTLIVED_SLOTS - 1)].id = id;
+	outlived[id & (OUTLIVED_SLOTS - 1)].tid = tid;
+	outlived[id & (OUTLIVED_SLOTS - 1)].since = now;
+	graph_unlock(s);
+	return lock_recheck(s, id, tid, now, stack);
+}
+
+/* The GIL cycles through lock id, searched again: it may count as shared now. */
+static uint32_t lock_recheck(struct hs_seg *s, uint32_t id, int32_t tid, uint64_t now, uint32_t stack)
+{
+	struct hs_lock *l = &s->locks[id];
+	uint32_t finding = 0, f;
+	graph_lock(s);
+	/* a cycle through it uses one of its out-edges; only a GIL cycle can have waited for this */
+	for (uint32_t e = l->first_out; e; e = s->edges[e].next_out) {
+		unsigned n = find_cycle(s, e);
+		if (n && gil_cycle_can_deadlock(s, n) && (f = report_cycle(s, n, tid, now, stack)) != 0 && !finding)
+			finding = f;
+	}
+	graph_unlock(s);
+	return finding;
 }
 
 uint32_t hs_graph_add(struct hs_seg *s, uint32_t from, unsigned from_mode, uint32_t from_stack, uint32_t to,
@@ -607,41 +725,10 @@ uint32_t hs_graph_add(struct hs_seg *s, uint32_t from, unsigned from_mode, uint3
 	*created = 1;
 
 	n = find_cycle(s, id);
-	if (n && !gil_cycle_can_deadlock(s, n, tid))
+	if (n && !gil_cycle_can_deadlock(s, n))
 		n = 0; /* the edges stay; the cycle is not a deadlock (yet) */
-	if (n) {
-		struct hs_finding *old;
-		cycle_locks(s, cycle_buf, n, locks_buf);
-		old = same_cycle(s, locks_buf, n);
-		if (old) {
-			__atomic_add_fetch(&old->count, 1, __ATOMIC_RELAXED);
-		} else {
-			struct hs_finding f;
-			memset(&f, 0, sizeof f);
-			f.kind = HS_FIND_POTENTIAL_DEADLOCK;
-			f.n = (uint16_t)n;
-			f.tid = tid;
-			f.ts_ns = now;
-			f.stack = to_stack;
-			memcpy(f.edges, cycle_buf, (n < HS_CYCLE_MAX ? n : HS_CYCLE_MAX) * sizeof *cycle_buf);
-			if (n > HS_CYCLE_MAX) {
-				/* the whole cycle goes to the cycle-edge table, the finding points into it */
-				struct hs_table *ct = &s->hdr->tables[HS_T_CYCLE_EDGES];
-				if (n > 0xffff || ct->count + n > ct->capacity) {
-					__atomic_add_fetch(&ct->dropped, 1, __ATOMIC_RELAXED);
-					graph_unlock(s);
-					return id;
-				}
-				f.offset = ct->count;
-				for (unsigned i = 0; i < n; i++)
-					cycle_edges(s)[ct->count + i] = cycle_buf[i];
-				__atomic_store_n(&ct->count, ct->count + n, __ATOMIC_RELEASE);
-			}
-			for (unsigned i = 0; i < n; i++)
-				__atomic_or_fetch(&s->edges[cycle_buf[i]].flags, HS_EDGE_IN_CYCLE, __ATOMIC_RELAXED);
-			*finding_out = hs_finding_add(s, &f);
-		}
-	}
+	if (n)
+		*finding_out = report_cycle(s, n, tid, now, to_stack);
 	graph_unlock(s);
 	return id;
 }

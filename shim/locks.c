@@ -18,6 +18,7 @@
 #include <pthread.h>
 #include <string.h>
 
+#include "handover.h" /* the hand-over order (GIL rule) */
 #include "hooks.h"
 #include "inject.h" /* fault injection and chaos: one line per hook */
 #include "shim.h"
@@ -405,12 +406,16 @@ void hs_acq_after(struct hs_tls *t, struct acq *a, int rc)
 		uint64_t waited = a->waited ? now - a->t0 : 0;
 		struct hs_lock *l = &hs_seg.locks[a->id];
 		int32_t last = __atomic_load_n(&l->last_tid, __ATOMIC_RELAXED);
+		int ordered = a->kind == HS_LOCK_MUTEX || a->kind == HS_LOCK_SPIN; /* a sync object of handover.c */
 		if (HS_UNLIKELY(last != t->tid)) {
-			/* a second thread: the instance is shared (the GIL rule, lockgraph.c) */
+			/* a second thread: the instance is shared unless it was handed over (the GIL rule,
+			 * lockgraph.c; handover.c) */
 			if (last && !(__atomic_load_n(&l->flags, __ATOMIC_RELAXED) & HS_LOCKF_SHARED))
-				__atomic_or_fetch(&l->flags, HS_LOCKF_SHARED, __ATOMIC_RELAXED);
+				hs_order_acquirer_changed(t, a->id, a->addr, last, ordered, a->stack, a->t0);
 			__atomic_store_n(&l->last_tid, t->tid, __ATOMIC_RELAXED);
 		}
+		if (ordered)
+			hs_order_acquire(t, a->addr);
 		if (a->reentry && (uint32_t)a->reentry <= th->held_count) {
 			hs_lockstate_begin(th);
 			th->held[a->reentry - 1].recursion++;
@@ -479,6 +484,7 @@ static void gone(struct hs_thread *th, uint64_t addr)
 	while ((i = held_index(th, addr)) >= 0)
 		held_remove(th, i);
 	hs_lock_forget(&hs_seg, addr);
+	hs_order_forget(addr);
 }
 
 static void destroyed(struct hs_tls *t, uint64_t addr)
@@ -546,12 +552,14 @@ void hs_locks_on_free(void *p, size_t size)
 		return rc;                                                                       \
 	} while (0)
 
-#define RELEASE(REAL)                                                                            \
+#define RELEASE(ordered, REAL)                                                                   \
 	do {                                                                                     \
 		struct hs_tls *t = hs_py_internal(lock) ? NULL : hs_enter();                     \
 		int rc;                                                                          \
 		if (t) {                                                                         \
 			hs_release(t, (uint64_t)(uintptr_t)lock);                                \
+			if (ordered) /* handover.c: before the real release */                   \
+				hs_order_release(t, (uint64_t)(uintptr_t)lock);                  \
 			hs_leave(t);                                                             \
 		}                                                                                \
 		rc = (REAL);                                                                     \
@@ -602,7 +610,7 @@ HS_EXPORT int pthread_mutex_clocklock(pthread_mutex_t *lock, clockid_t clock, co
 
 HS_EXPORT int pthread_mutex_unlock(pthread_mutex_t *lock)
 {
-	RELEASE(HS_REAL(pthread_mutex_unlock)(lock));
+	RELEASE(1, HS_REAL(pthread_mutex_unlock)(lock));
 }
 
 HS_EXPORT int pthread_mutex_destroy(pthread_mutex_t *lock)
@@ -699,7 +707,7 @@ HS_EXPORT int pthread_rwlock_clockwrlock(pthread_rwlock_t *lock, clockid_t clock
 
 HS_EXPORT int pthread_rwlock_unlock(pthread_rwlock_t *lock)
 {
-	RELEASE(HS_REAL(pthread_rwlock_unlock)(lock));
+	RELEASE(0, HS_REAL(pthread_rwlock_unlock)(lock));
 }
 
 HS_EXPORT int pthread_rwlock_destroy(pthread_rwlock_t *lock)
@@ -730,7 +738,7 @@ HS_EXPORT int pthread_spin_trylock(pthread_spinlock_t *lock)
 
 HS_EXPORT int pthread_spin_unlock(pthread_spinlock_t *lock)
 {
-	RELEASE(HS_REAL(pthread_spin_unlock)(lock));
+	RELEASE(1, HS_REAL(pthread_spin_unlock)(lock));
 }
 
 HS_EXPORT int pthread_spin_destroy(pthread_spinlock_t *lock)
@@ -777,6 +785,7 @@ static void cond_before(struct hs_tls *t, struct cond_wait *w, void *cond, void 
 		w->a.id = w->saved.lock;
 		held_remove(th, i);
 	}
+	hs_order_release(t, w->a.addr); /* the wait releases the mutex (handover.c) */
 	hs_rec(t, w->a.t0, HS_REC_COND_WAIT, w->a.stack, (uint64_t)(uintptr_t)cond, w->a.addr, 0);
 	hs_wait_begin(t, &w->a, HS_WAIT_COND, (uint64_t)(uintptr_t)cond);
 }
@@ -786,6 +795,7 @@ static void cond_after(struct hs_tls *t, struct cond_wait *w, void *cond, int rc
 	struct hs_thread *th = t->slot;
 	uint64_t now = hs_now();
 	hs_wait_end(t);
+	hs_order_acquire(t, w->a.addr); /* and takes it back */
 	if (w->had) {
 		uint32_t n = th->held_count < HS_HELD_MAX ? th->held_count : HS_HELD_MAX;
 		for (uint32_t i = 0; i < n; i++) {

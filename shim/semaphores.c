@@ -66,6 +66,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "handover.h" /* the hand-over order (GIL rule) */
 #include "hooks.h"
 #include "shim.h"
 
@@ -110,8 +111,9 @@ static inline void sem_tag_set(sem_t *sem, uint32_t id)
  * Python locks are tracked only with HEISEN_PY_LOCKS=1 for now: their cost
  * (about +1 us per uncontended `with lock:`, bench/README.md "Python
  * locks") is far above the lock budget of +25 ns, and CPython takes them
- * everywhere (queue.Queue, Condition, logging, imports).  Off, each sem_*
- * hook is one load and the real call.
+ * everywhere (queue.Queue, Condition, logging, imports).  Off, a sem_*
+ * hook only keeps the hand-over order (handover.h: a successful wait reads
+ * the semaphore's record, a post onto 0 stamps it) and makes the real call.
  */
 static int sem_mode; /* [atomic] 1 = on; written once by hs_sems_init before any hook records */
 
@@ -168,21 +170,53 @@ static void sem_probed(struct hs_thread *th, int h)
 }
 
 /*
+ * A blocking wait (made outside the guard) returned rc: a success acquired
+ * the semaphore, ordered after its posts (handover.c).  Returns rc, errno
+ * untouched.
+ */
+static int sem_waited(uint64_t addr, int rc)
+{
+	struct hs_tls *t;
+	if (rc == 0 && (t = hs_enter()) != NULL) {
+		hs_order_acquire(t, addr);
+		hs_leave(t);
+	}
+	return rc;
+}
+
+/*
+ * The semaphore's value (glibc's struct new_sem with 64-bit atomics: the
+ * value is the low 32 bits of its first word, little-endian).
+ */
+static inline unsigned sem_value(const sem_t *sem)
+{
+	return __atomic_load_n((const uint32_t *)(const void *)sem, __ATOMIC_RELAXED);
+}
+
+/*
  * The body of the four waits.  TRY is sem_trywait, BLOCK the blocking call
  * (both -1 + errno on failure); is_try for sem_trywait itself.
  */
 #define SEM_ACQUIRE(is_try, TRY, BLOCK)                                                          \
 	do {                                                                                     \
 		uint64_t addr = (uint64_t)(uintptr_t)sem;                                        \
-		struct hs_tls *t = !sem_on() || hs_py_internal(sem) ? NULL : hs_enter();                      \
+		struct hs_tls *t = hs_py_internal(sem) ? NULL : hs_enter();                      \
 		struct acq a;                                                                    \
 		uint32_t id;                                                                     \
 		int rc, err, h;                                                                  \
 		if (!t)                                                                          \
 			return is_try ? (TRY) : (BLOCK);                                         \
-		if (!(id = sem_lock(t, sem))) {                                                  \
+		if (!sem_on() || !(id = sem_lock(t, sem))) {                                     \
+			/* not a lock of the graph: only its hand-over order (handover.c) */    \
+			if (is_try) {                                                            \
+				rc = (TRY);                                                      \
+				if (rc == 0)                                                     \
+					hs_order_acquire(t, addr);                               \
+				hs_leave(t);                                                     \
+				return rc;                                                       \
+			}                                                                        \
 			hs_leave(t);                                                             \
-			return is_try ? (TRY) : (BLOCK);                                         \
+			return sem_waited(addr, (BLOCK));                                        \
 		}                                                                                \
 		if (HS_UNLIKELY(t->slot->held_count) && (h = sem_held(t->slot, addr)) >= 0) {    \
 			if (is_try) {                                                            \
@@ -196,7 +230,7 @@ static void sem_probed(struct hs_thread *th, int h)
 			sem_counter(id);                                                         \
 			hs_release(t, addr);                                                     \
 			hs_leave(t);                                                             \
-			return (BLOCK);                                                          \
+			return sem_waited(addr, (BLOCK));                                        \
 		}                                                                                \
 		memset(&a, 0, sizeof a);                                                         \
 		a.id = id;                                                                       \
@@ -222,6 +256,8 @@ static void sem_probed(struct hs_thread *th, int h)
 		}                                                                                \
 		if (a.id)                                                                        \
 			hs_acq_after(t, &a, rc);                                                 \
+		if (rc == 0)                                                                     \
+			hs_order_acquire(t, addr);                                               \
 		hs_leave(t);                                                                     \
 		if (rc == 0)                                                                     \
 			return 0;                                                                \
@@ -256,15 +292,20 @@ HS_EXPORT int sem_clockwait(sem_t *sem, clockid_t clock, const struct timespec *
 HS_EXPORT int sem_post(sem_t *sem)
 {
 	uint64_t addr = (uint64_t)(uintptr_t)sem;
-	struct hs_tls *t = !sem_on() || hs_py_internal(sem) ? NULL : hs_enter();
+	struct hs_tls *t = hs_py_internal(sem) ? NULL : hs_enter();
 	uint32_t id;
 	if (t) {
-		if ((id = sem_lock(t, sem)) != 0) {
+		if (sem_on() && (id = sem_lock(t, sem)) != 0) {
 			if (t->slot->held_count && sem_held(t->slot, addr) >= 0)
 				hs_release(t, addr);
 			else
 				sem_counter(id);
 		}
+		/* a post that makes it available (0 -> 1) orders every wait that then
+		 * succeeds after it; a post onto a positive count orders nothing
+		 * (a waiter may have used an earlier one): handover.c */
+		if (sem_value(sem) == 0)
+			hs_order_release(t, addr);
 		hs_leave(t);
 	}
 	return HS_REAL(sem_post)(sem);
@@ -279,6 +320,7 @@ HS_EXPORT int sem_init(sem_t *sem, int pshared, unsigned int value)
 	uint32_t id = 0, stack;
 	if (rc != 0)
 		return rc;
+	hs_order_forget((uint64_t)(uintptr_t)sem); /* a new semaphore: no order from the last one there */
 	if (value == 1 && !pshared && sem_on() && !hs_py_internal(sem) && (t = hs_enter())) {
 		stack = hs_stack_call(site, cfa);
 		if (stack && (hs_seg.stacks[stack].flags & HS_STACK_PYTHON)) {
@@ -313,5 +355,6 @@ HS_EXPORT int sem_destroy(sem_t *sem)
 		hs_leave(t);
 	}
 	sem_tag_set(sem, 0);
+	hs_order_forget(addr);
 	return HS_REAL(sem_destroy)(sem);
 }

@@ -167,6 +167,8 @@ extern __thread struct hs_tls hs_tls __attribute__((tls_model("initial-exec")));
 #define HS_AREA_FORK_SIZE    1280u
 #define HS_AREA_FDS2         13568u  /* fds.c: the second fd chain and which chain was used last */
 #define HS_AREA_FDS2_SIZE    896u
+#define HS_AREA_ORDER        14464u  /* handover.c: order_self */
+#define HS_AREA_ORDER_SIZE   640u
 #define HS_AREA_FD_SCRATCH   16384u  /* fds.c: a finding's event buffers (touched only by a finding) */
 #define HS_AREA_FD_SCRATCH_SIZE 9216u
 #define HS_AREA_SIZE         28672u  /* pages never touched are never backed */
@@ -763,6 +765,27 @@ uint32_t hs_graph_add(struct hs_seg *s, uint32_t from, unsigned from_mode, uint3
 		      int *created, uint32_t *finding_out);
 
 /*
+ * Lock `id` (a native lock instance) has just been found shared: acquired
+ * by thread tid after another thread with no hand-over between them
+ * (handover.c).  Sets its HS_LOCKF_SHARED and reports the GIL cycles
+ * through it that this makes potential deadlocks (their edges may all be
+ * older: the GIL rule, lockgraph.c gil_cycle_can_deadlock); stack is the
+ * acquisition's.  Returns the first new finding's index + 1, else 0.
+ * Takes the graph lock.
+ */
+uint32_t hs_graph_lock_shared(struct hs_seg *s, uint32_t id, int32_t tid, uint64_t now, uint32_t stack);
+/*
+ * Lock `id` was taken by thread tid after the thread that used it before
+ * had ended (outlived, handover.c): it counts as shared for the GIL
+ * cycles tid made an edge of at or after `now` (when it took the lock: a
+ * test runs the two sides of a deadlock one after the other; a thread that
+ * only closes what ended threads used, as a pool's dispose after a join,
+ * makes no such edge).  The latest such thread per lock.  Searches those
+ * cycles now; returns as above.
+ */
+uint32_t hs_graph_lock_outlived(struct hs_seg *s, uint32_t id, int32_t tid, uint64_t now, uint32_t stack);
+
+/*
  * Record a finding; returns its index + 1, 0 when the table is full.  f's
  * ready word is ignored; the entry is published with ready = 1.  Lock-free
  * and async-signal-safe.
@@ -806,6 +829,41 @@ void hs_wait_begin(struct hs_tls *t, const struct acq *a, unsigned kind, uint64_
 void hs_wait_end(struct hs_tls *t);
 void hs_acq_after(struct hs_tls *t, struct acq *a, int rc);
 void hs_release(struct hs_tls *t, uint64_t addr);
+
+/* ---- hand-over order (handover.c) ------------------------------------------ */
+
+/*
+ * Hand-over order between threads for the GIL rule (handover.c explains
+ * it; docs/design.md "A GIL cycle needs two threads").  addr is a sync
+ * object's address (a mutex, a spin lock, a semaphore; never an rwlock,
+ * never the GIL's own).  hs_order_release and hs_order_acquire, the hooks'
+ * fast paths, are inline in handover.h.
+ * hs_order_handed_over_by: 1 when the last release of the lock at addr, by
+ * another thread, was followed by a release of another object by that
+ * thread that this thread acquired since (a hand-over, not sharing); call
+ * before hs_order_acquire of that same acquisition.  hs_order_forget: the
+ * object at addr ended (destroyed, initialised again).  The _by forms take
+ * the thread slot index and its seen entries (HS_ORDER_SEEN uint64_t, zeroed
+ * at first) explicitly, for unit tests.  Async-signal-safe, no lock.
+ */
+/*
+ * Lock `id` at addr (HS_LOCKF_SHARED not set yet), acquired now by the
+ * calling thread (stack: this acquisition's), was acquired last by thread
+ * `last`; ordered: it is a sync object of handover.c (a mutex or a spin
+ * lock).  Makes it shared (hs_graph_lock_shared) unless it was handed
+ * over by a thread that is still live — then the lock waits for that
+ * thread's fate: shared if it ends before it acquires anything again.
+ * Call before hs_order_acquire of the same acquisition.
+ */
+void hs_order_acquirer_changed(struct hs_tls *t, uint32_t id, uint64_t addr, int32_t last, int ordered,
+			       uint32_t stack, uint64_t now);
+/* The calling thread ends (hs_thread_detach): what it handed over and never outlived is shared. */
+void hs_order_thread_exit(struct hs_tls *t);
+void hs_order_forget(uint64_t addr);
+void hs_order_release_by(uint32_t slot, uint64_t addr);
+void hs_order_acquire_by(uint32_t slot, uint64_t *seen, uint64_t addr);
+int hs_order_handed_over_by(uint32_t slot, const uint64_t *seen, uint64_t addr);
+#define HS_ORDER_SEEN 64u
 
 /* ---- platform (platform_glibc.c) ---------------------------------------- */
 

@@ -128,6 +128,7 @@ void hs_thread_detach(struct hs_tls *t)
 	t->dead = 1;
 	if (th && t->seg_gen == __atomic_load_n(&hs_seg_gen, __ATOMIC_ACQUIRE)) {
 		uint64_t now = hs_now();
+		hs_order_thread_exit(t); /* handover.c: before the slot can be reused */
 		hs_rec(t, now, HS_REC_THREAD_EXIT, 0, (uint64_t)t->tid, 0, 0);
 		th->end_ns = now;
 		/* end_ns is visible before the slot can be seen as reusable */

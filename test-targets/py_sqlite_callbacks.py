@@ -12,11 +12,17 @@ db mutex with the GIL held: GIL -> db mutex.
               no deadlock is possible, no finding
   perthread   the same in four threads, each with its own connection: no
               finding
-  shared      one connection shared by two threads (check_same_thread=False):
-              thread "udf" runs a query whose user function needs the GIL
-              while it holds the db mutex; after it, thread "gil" holds the
-              GIL and calls into the same connection (create_function takes
-              the db mutex).  Overlapped, they deadlock: predicted.
+  shared      one connection shared by two threads at the same time
+              (check_same_thread=False): thread "udf" runs a query whose
+              user function needs the GIL while it holds the db mutex, then
+              plain queries; thread "gil" waits (sleeps, no Python lock)
+              until that query is over, then runs plain queries at the same
+              time as "udf" and calls create_function (the GIL held, the db
+              mutex taken).  Nothing orders one thread's uses after the
+              other's, so the two orders can meet: predicted.  They never do
+              here ("gil" takes the db mutex with the GIL only after the
+              user function is done; plain queries take the GIL with no db
+              mutex held), so the run cannot hang.
 
 Prints "pid P", "tid_udf T", "tid_gil T" (shared), "done".
 """
@@ -24,6 +30,7 @@ import os
 import sqlite3
 import sys
 import threading
+import time
 
 
 def with_callbacks(con):
@@ -36,6 +43,11 @@ def with_callbacks(con):
     con.set_trace_callback(None)
     con.set_progress_handler(None, 10)
     con.close()
+
+
+def say(key, value):
+    sys.stdout.write(f"{key} {value}\n")  # one write: the threads' lines do not interleave
+    sys.stdout.flush()
 
 
 def native_tid():
@@ -56,21 +68,40 @@ def main():
             t.join()
     elif mode == "shared":
         con = sqlite3.connect(":memory:", check_same_thread=False)
-        con.create_function("twice", 1, lambda x: 2 * x)
+        con.create_function("twice", 1, lambda x: 2 * x)  # marker: main create_function
         con.execute("create table t (x)")
         con.executemany("insert into t values (?)", [(i,) for i in range(50)])
+        # the two threads meet through plain variables and sleeps only: no
+        # Python lock orders one's use of the connection after the other's
+        state = {"udf_done": False, "gil_done": False}
 
         def udf():
-            print("tid_udf", native_tid(), flush=True)
-            assert con.execute("select sum(twice(x)) from t").fetchone() == (2450,)
+            say("tid_udf", native_tid())
+            # the user function runs inside sqlite3_step with the db mutex held, needing the GIL
+            assert con.execute("select sum(twice(x)) from t").fetchone() == (2450,)  # marker: udf query
+            state["udf_done"] = True
+            deadline = time.monotonic() + 60
+            while not state["gil_done"] and time.monotonic() < deadline:  # at the same time as "gil"
+                assert con.execute("select count(*) from t").fetchone() == (50,)
 
         def gil():
-            print("tid_gil", native_tid(), flush=True)
-            con.create_function("thrice", 1, lambda x: 3 * x)
+            say("tid_gil", native_tid())
+            while not state["udf_done"]:  # never while "udf" may be in its user function
+                time.sleep(0.001)
+            try:
+                for i in range(200):
+                    assert con.execute("select max(x) from t").fetchone() == (49,)
+                    if i % 50 == 0:
+                        # the GIL held while sqlite3 takes the db mutex (a new name: sqlite3
+                        # refuses to replace a function while a statement runs)
+                        con.create_function(f"times{i}", 1, lambda x: i * x)  # marker: gil create_function
+            finally:
+                state["gil_done"] = True
 
-        for fn in (udf, gil):
-            t = threading.Thread(target=fn)
+        ts = [threading.Thread(target=fn) for fn in (udf, gil)]
+        for t in ts:
             t.start()
+        for t in ts:
             t.join()
         con.close()
     else:

@@ -55,7 +55,7 @@ def test_without_the_reverse_order_there_is_no_gil_finding(heisen, session):
 
 # ---- a GIL cycle needs two threads that can hold its locks -------------------
 
-from conftest import SYSTEM_PYTHON  # noqa: E402
+from conftest import SYSTEM_PYTHON, marker_line  # noqa: E402
 
 
 def sqlite_callbacks(heisen, session, mode):
@@ -76,12 +76,15 @@ def test_sqlite3_callbacks_on_unshared_connections_are_quiet(heisen, session, mo
 
 
 def test_sqlite3_connection_shared_by_two_threads_is_predicted(heisen, session):
-    """check_same_thread=False: one thread runs a query whose user function
-    needs the GIL while the db mutex is held, another holds the GIL and calls
-    into the same connection.  Predicted from a run that did not hang, once,
-    through the GIL once, with two different threads."""
+    """check_same_thread=False, two threads on one connection at the same
+    time with nothing ordering their uses (no Python lock between them): one
+    ran a query whose user function needs the GIL while the db mutex is
+    held, the connection's db mutex is also taken with the GIL held.  Not a
+    hand-over: predicted from a run that did not hang, once, through the GIL
+    once, with two different threads and both stacks, Python lines in."""
     p, report = sqlite_callbacks(heisen, session, "shared")
     pid, tid_udf = fact_int(p.stdout, "pid"), fact_int(p.stdout, "tid_udf")
+    src = heisen.src_targets / "py_sqlite_callbacks.py"
     pds = findings_of(report, "potential-deadlock")
     assert len(pds) == 1, report["findings"]
     f = pds[0]
@@ -91,4 +94,39 @@ def test_sqlite3_connection_shared_by_two_threads_is_predicted(heisen, session):
     tids = [e["tid"] for e in f["edges"]]
     assert tids[0] != tids[1] and tid_udf in tids, tids
     (to_gil,) = [e for e in f["edges"] if e["to"]["kind"] == "gil"]
+    (to_db,) = [e for e in f["edges"] if e["to"]["kind"] == "mutex"]
     assert to_gil["tid"] == tid_udf
+
+    def python_lines(stack):
+        return [(fr["function"], fr.get("line")) for fr in stack["frames"] if fr.get("python")]
+
+    # db mutex -> GIL: the user function's query, held and taking the GIL, in "udf"
+    udf_line = ("main.<locals>.udf", marker_line(src, "udf query"))
+    assert udf_line in python_lines(to_gil["from_stack"]), to_gil["from_stack"]
+    assert udf_line in python_lines(to_gil["to_stack"]), to_gil["to_stack"]
+    assert "sqlite3_step" in [fr.get("function") for fr in to_gil["to_stack"]["frames"]]
+    # GIL -> db mutex: create_function with the GIL held
+    creates = {("main", marker_line(src, "main create_function")),
+               ("main.<locals>.gil", marker_line(src, "gil create_function"))}
+    assert creates & set(python_lines(to_db["to_stack"])), to_db["to_stack"]
+    assert "sqlite3_create_function_v2" in [fr.get("function") for fr in to_db["to_stack"]["frames"]]
+
+
+def test_sqlalchemy_queuepool_handing_connections_between_threads_is_quiet(heisen, session, tmp_path):
+    """SQLAlchemy's QueuePool over a sqlite file hands each connection from
+    thread to thread under its queue's lock, never to two at once; each
+    connection has a user function (created with the GIL held: GIL -> db
+    mutex) run inside sqlite3_step and, in some requests, a trace callback
+    (db mutex -> GIL), the two orders by different threads.  Hand-overs, not
+    sharing: no finding (on a rule of "two threads used it", 1 to 4 false
+    potential deadlocks per run)."""
+    pytest.importorskip("sqlalchemy")
+    p = heisen.preload([SYSTEM_PYTHON, heisen.src_targets / "py_sqlalchemy_pool.py", tmp_path / "pool.db", "4", "40"],
+                       session, timeout=180)
+    assert p.returncode == 0, (p.returncode, p.stdout, p.stderr)
+    assert "done" in p.stdout.split()
+    # the connections did pass from thread to thread, many times
+    assert fact_int(p.stdout, "connections") == 3, p.stdout
+    assert fact_int(p.stdout, "handovers") >= 20, p.stdout
+    report = heisen.dump_json(session, expect_rc=0)
+    assert report["findings"] == [], report["findings"]

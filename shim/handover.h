@@ -1,0 +1,135 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * shim/handover.h — the hand-over order's records and the fast paths of
+ * its release and acquisition, inline in the lock hooks (locks.c,
+ * semaphores.c); handover.c has the rest and explains the rule
+ * (docs/design.md "A GIL cycle needs two threads").
+ *
+ * hs_order_release(t, addr): the calling thread releases the sync object
+ * at addr (a mutex, a spin lock, a semaphore posted onto 0; never an
+ * rwlock, never the GIL's own); call before the real release, so that an
+ * acquirer sees the record.  hs_order_acquire(t, addr): the calling thread
+ * acquired it (after the real acquisition): learn the releases it is
+ * ordered after.  Both: t is the hook's hs_enter() state; async-signal-
+ * safe, no lock; a thread without its area records nothing.
+ */
+#ifndef HEISEN_HANDOVER_H
+#define HEISEN_HANDOVER_H
+
+#include "shim.h"
+
+#define ORDER_RECS 2048u         /* records in the table (a power of two) */
+#define ORDER_WAYS 7u            /* per-slot ways of a record (way 0 is the last release) */
+#define ORDER_SEEN HS_ORDER_SEEN /* a thread's seen entries (a power of two) */
+#define ORDER_SLOTS 4096u        /* thread slots (HEISEN_THREADS is at most 4096) */
+#define COUNT_MASK 0xffffffffffffull /* a value: (slot + 1) << 48 | count (48 bits) */
+
+/* One object's record: val[0] the last release, val[1 + slot % ORDER_WAYS]
+ * each slot's last; chk[i] = key ^ val[i] (key: the address's hash). */
+struct order_rec {
+	uint64_t chk[ORDER_WAYS + 1];
+	uint64_t val[ORDER_WAYS + 1];
+};
+_Static_assert(sizeof(struct order_rec) == 128, "a record is two cache lines");
+_Static_assert(ORDER_SEEN * sizeof(uint64_t) <= HS_AREA_ORDER_SIZE, "seen fits the area");
+
+extern struct order_rec hs_order_tab[ORDER_RECS] HS_HIDDEN;
+extern uint32_t hs_order_pending_n[ORDER_SLOTS] HS_HIDDEN;
+
+/* The record's key: one multiply (Fibonacci hashing), never 0 (a zeroed record matches no object). */
+static inline uint64_t order_key(uint64_t addr)
+{
+	return (addr * 0x9e3779b97f4a7c15ull) | 1;
+}
+
+static inline struct order_rec *order_rec_of(uint64_t key)
+{
+	return &hs_order_tab[key >> (64 - 11)];
+}
+_Static_assert(ORDER_RECS == 1u << 11, "order_rec_of takes the key's top 11 bits");
+
+/* Word i of r when it belongs to key, else 0. */
+static inline uint64_t order_word(const struct order_rec *r, unsigned i, uint64_t key)
+{
+	uint64_t v = __atomic_load_n(&r->val[i], __ATOMIC_RELAXED);
+	uint64_t c = __atomic_load_n(&r->chk[i], __ATOMIC_RELAXED);
+	return (c ^ v) == key ? v : 0;
+}
+
+static inline void order_put(struct order_rec *r, unsigned i, uint64_t key, uint64_t v)
+{
+	__atomic_store_n(&r->val[i], v, __ATOMIC_RELAXED);
+	__atomic_store_n(&r->chk[i], key ^ v, __ATOMIC_RELAXED);
+}
+
+/*
+ * The calling thread's state, in its area (HS_AREA_ORDER): its slot (the
+ * index cached for t->slot, which a fork changes), its way, its seen
+ * entries, and its last release and acquisition (address, key, record) so
+ * that a lock taken and released again and again by one thread costs a
+ * compare and two stores: a release of the object this thread released
+ * last, with no other release of its own since, keeps its count (nothing
+ * of this thread's came in between) and only says again that it was last.
+ */
+struct order_self {
+	const struct hs_thread *slot_of;   /* t->slot the index below is for */
+	uint32_t slot, way;
+	uint64_t rel_addr, rel_key, rel_v; /* the last release: rel_v as stored */
+	struct order_rec *rel_rec;
+	uint64_t acq_addr, acq_key;        /* the last acquisition looked up */
+	const struct order_rec *acq_rec;
+	uint64_t seen[ORDER_SEEN];
+};
+_Static_assert(sizeof(struct order_self) <= HS_AREA_ORDER_SIZE, "the order state fits the area");
+
+/* Out of line (handover.c): the rare paths of the functions below. */
+struct order_self *hs_order_self_bind(struct order_self *me, const struct hs_tls *t) HS_HIDDEN;
+void hs_order_release_new(struct order_self *me, uint64_t addr) HS_HIDDEN;
+void hs_order_learn(const struct order_rec *r, uint64_t *seen, uint64_t key, uint64_t last) HS_HIDDEN;
+void hs_order_pending_settle(struct hs_tls *t, uint32_t slot, int32_t tid, int ended) HS_HIDDEN;
+
+/* The calling thread's order state, NULL when it has no area or no slot index. */
+static inline struct order_self *order_self(const struct hs_tls *t)
+{
+	char *a = hs_area();
+	struct order_self *me;
+	if (HS_UNLIKELY(!a))
+		return NULL;
+	me = (struct order_self *)(void *)(a + HS_AREA_ORDER);
+	if (HS_UNLIKELY(me->slot_of != t->slot))
+		return hs_order_self_bind(me, t);
+	return me;
+}
+
+static inline void hs_order_release(struct hs_tls *t, uint64_t addr)
+{
+	struct order_self *me = order_self(t);
+	if (HS_UNLIKELY(!me))
+		return;
+	if (HS_LIKELY(addr == me->rel_addr)) {
+		order_put(me->rel_rec, 0, me->rel_key, me->rel_v);
+		return;
+	}
+	hs_order_release_new(me, addr);
+}
+
+static inline void hs_order_acquire(struct hs_tls *t, uint64_t addr)
+{
+	struct order_self *me = order_self(t);
+	if (HS_UNLIKELY(!me))
+		return;
+	if (HS_UNLIKELY(__atomic_load_n(&hs_order_pending_n[me->slot], __ATOMIC_RELAXED)))
+		hs_order_pending_settle(t, me->slot, t->tid, 0); /* this thread goes on: what it handed over was a hand-over */
+	if (HS_UNLIKELY(addr != me->acq_addr)) {
+		me->acq_addr = addr;
+		me->acq_key = order_key(addr);
+		me->acq_rec = order_rec_of(me->acq_key);
+	}
+	{
+		uint64_t last = order_word(me->acq_rec, 0, me->acq_key);
+		if (last && (last >> 48) != (uint64_t)me->slot + 1)
+			hs_order_learn(me->acq_rec, me->seen, me->acq_key, last); /* another thread released it last */
+	}
+}
+
+#endif
