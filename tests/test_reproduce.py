@@ -186,7 +186,11 @@ def test_parallel_until_fail_finds_the_concurrent_double_free(heisen):
     s = summary_of(p.stderr)
     assert p.returncode == 128 + signal.SIGABRT, (p.returncode, s)
     assert "(4 at once)" in s
-    m = re.search(r"^  1 run \(first: run \d+\)  double-free: (.*)$", s, re.M)
+    # The second free is a double free; when the first free's block has left the
+    # quarantine meanwhile and glibc gave its memory to a larger block of ours,
+    # the same free is named an invalid free of that block's middle (README "The
+    # heap", limits) — at the same site either way (about 1 run in 20 here).
+    m = re.search(r"^  1 run \(first: run \d+\)  (?:double-free|invalid-free): (.*)$", s, re.M)
     assert m, s
     assert m.group(1).startswith("workspace_cache_evict < conv2d_kernel < "), m.group(1)
     assert m.group(1).endswith("| forward_pass (py_threads_double_free_cache.py)"), m.group(1)
