@@ -23,6 +23,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "internal/seg_dir.h"
 #include "internal/seg_header.h"
 #include "internal/seg_holes.h"
 
@@ -46,18 +47,11 @@ enum hs_seg_result hs_seg_open(struct hs_seg *seg, const char *path, char *err, 
 	int fd;
 
 	memset(seg, 0, sizeof *seg);
-	/* O_NONBLOCK: a FIFO (or a device) named *.seg must not block the open;
-	 * anything but a regular file is then refused on the descriptor */
-	fd = open(path, O_RDONLY | O_NOFOLLOW | O_CLOEXEC | O_NONBLOCK | O_NOCTTY);
-	if (fd < 0) {
-		hs_hdr_fail(err, errlen, "cannot open: %s", strerror(errno));
+	/* the one way a segment is opened (internal/seg_dir.h): a FIFO or a
+	 * device named *.seg neither blocks nor is read */
+	fd = hs_seg_openat(AT_FDCWD, path, O_RDONLY, &st, err, errlen);
+	if (fd < 0)
 		return HS_SEG_BAD;
-	}
-	if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
-		close(fd);
-		hs_hdr_fail(err, errlen, "not a regular file");
-		return HS_SEG_BAD;
-	}
 	if (st.st_size > 0) {
 		map = mmap(NULL, (size_t)st.st_size, PROT_READ, MAP_SHARED, fd, 0);
 		if (map == MAP_FAILED) {

@@ -32,6 +32,7 @@
 #include "snapshot.h"
 #include "stall.h"
 #include "symbolize.h"
+#include <internal/seg_dir.h>
 #include <internal/seg_verdict.h>
 
 static int failures, checks;
@@ -1622,6 +1623,68 @@ static void test_quick_verdict(void)
 	synth_free(&s);
 }
 
+/* The one name rule both readers use (internal/seg_dir.h). */
+static void test_segment_names(void)
+{
+	pid_t pid = 0;
+	unsigned image = 0;
+	CHECK(hs_dir_name_kind("123.4.seg", &pid, &image) == HS_NAME_SEGMENT && pid == 123 && image == 4);
+	CHECK(hs_dir_name_kind("2147483647.4294967295.seg", &pid, &image) == HS_NAME_SEGMENT &&
+	      pid == 2147483647 && image == 4294967295u);
+	CHECK(hs_dir_name_kind("2147483648.0.seg", &pid, &image) == HS_NAME_MISNAMED); /* pid too large */
+	CHECK(hs_dir_name_kind("1.4294967296.seg", &pid, &image) == HS_NAME_MISNAMED); /* image too large */
+	CHECK(hs_dir_name_kind("0.0.seg", &pid, &image) == HS_NAME_MISNAMED);
+	CHECK(hs_dir_name_kind("-1.0.seg", &pid, &image) == HS_NAME_MISNAMED);
+	CHECK(hs_dir_name_kind("12.seg", &pid, &image) == HS_NAME_MISNAMED);
+	CHECK(hs_dir_name_kind("copy.seg", &pid, &image) == HS_NAME_MISNAMED);
+	CHECK(hs_dir_name_kind("12.0.seg.bak", &pid, &image) == HS_NAME_OTHER);
+	CHECK(hs_dir_name_kind(".seg", &pid, &image) == HS_NAME_OTHER);
+	CHECK(hs_dir_name_kind(".123.new", &pid, &image) == HS_NAME_OTHER);
+	CHECK(hs_dir_name_kind("123.0.stall", &pid, &image) == HS_NAME_STALL);
+
+	/* the enumeration and the opening: a FIFO is refused, .new skipped */
+	char dir[256], path[320], err[128];
+	struct stat st;
+	snprintf(dir, sizeof dir, "%s/names", tmpdir);
+	CHECK(mkdir(dir, 0700) == 0);
+	const char *files[] = {"5.0.seg", "x.seg", ".5.new", "5.0.stall", "report.txt"};
+	for (size_t i = 0; i < sizeof files / sizeof files[0]; i++) {
+		snprintf(path, sizeof path, "%s/%s", dir, files[i]);
+		int fd = open(path, O_WRONLY | O_CREAT | O_EXCL, 0600);
+		CHECK(fd >= 0);
+		close(fd);
+	}
+	snprintf(path, sizeof path, "%s/6.0.seg", dir);
+	CHECK(mkfifo(path, 0600) == 0);
+	int dfd = open(dir, O_RDONLY | O_DIRECTORY);
+	DIR *d = hs_seg_dir_open(dfd);
+	struct hs_seg_dirent e;
+	int seen[4] = {0};
+	CHECK(d != NULL);
+	while (d && hs_seg_dir_next(d, &e))
+		seen[e.kind]++;
+	if (d)
+		closedir(d);
+	CHECK(seen[HS_NAME_OTHER] == 0 && seen[HS_NAME_SEGMENT] == 2 && seen[HS_NAME_MISNAMED] == 1 &&
+	      seen[HS_NAME_STALL] == 1);
+	CHECK(hs_seg_openat(dfd, "6.0.seg", O_RDONLY, &st, err, sizeof err) == -1 &&
+	      strcmp(err, "not a regular file") == 0);
+	CHECK(hs_seg_openat(dfd, "7.0.seg", O_RDONLY, &st, err, sizeof err) == -1 &&
+	      strncmp(err, "cannot open: ", 13) == 0);
+	int fd = hs_seg_openat(dfd, "5.0.seg", O_RDONLY, &st, err, sizeof err);
+	CHECK(fd >= 0 && S_ISREG(st.st_mode));
+	if (fd >= 0)
+		close(fd);
+	close(dfd);
+	for (size_t i = 0; i < sizeof files / sizeof files[0]; i++) {
+		snprintf(path, sizeof path, "%s/%s", dir, files[i]);
+		unlink(path);
+	}
+	snprintf(path, sizeof path, "%s/6.0.seg", dir);
+	unlink(path);
+	rmdir(dir);
+}
+
 int main(void)
 {
 	snprintf(tmpdir, sizeof tmpdir, "/tmp/heisen-test-reader-XXXXXX");
@@ -1647,6 +1710,7 @@ int main(void)
 	test_fd_findings();
 	test_long_cycle_and_limits();
 	test_quick_verdict();
+	test_segment_names();
 	test_string_accessor();
 	test_symbolize();
 	clear_dir();
