@@ -32,6 +32,7 @@
 #include <linux/unix_diag.h>
 #include <sys/socket.h>
 
+#include <internal/proc_stat.h>
 #include <internal/snapshot_request.h>
 
 /*
@@ -144,26 +145,11 @@ unsigned hs_snapshot_proc(const struct hs_proc *p)
 	return hs_snapshot_request(p->seg.hdr.pid, hs_snapshot_signal(), hs_snapshot_value(p->seg.hdr.start_real_ns));
 }
 
-/* utime + stime of pid in clock ticks, 0 when it cannot be read. */
+/* utime + stime of pid in clock ticks (internal/proc_stat.h), 0 when it cannot be read. */
 static uint64_t cpu_ticks(int32_t pid)
 {
-	char path[64], buf[1024];
-	unsigned long long ut = 0, st = 0;
-	ssize_t n;
-	int fd;
-	snprintf(path, sizeof path, "/proc/%d/stat", (int)pid);
-	if ((fd = open(path, O_RDONLY | O_CLOEXEC)) < 0)
-		return 0;
-	n = read(fd, buf, sizeof buf - 1);
-	close(fd);
-	if (n <= 0)
-		return 0;
-	buf[n] = '\0';
-	/* comm may hold spaces and parentheses: fields restart after the last ')' */
-	char *p = strrchr(buf, ')');
-	if (!p || sscanf(p + 1, " %*c %*d %*d %*d %*d %*d %*u %*u %*u %*u %*u %llu %llu", &ut, &st) != 2)
-		return 0;
-	return ut + st;
+	struct hs_proc_stat ps;
+	return hs_proc_stat_read(pid, 0, &ps) == 0 ? ps.utime + ps.stime : 0;
 }
 
 uint64_t hs_progress(const struct hs_proc *p)
@@ -791,25 +777,15 @@ static bool rule_says_hung(const struct suspect *s, const struct suspect *all, s
 	return (main_stuck && !wakers) || (stuck && !other);
 }
 
-/* utime + stime of one thread in clock ticks, and whether it is running now. */
+/* utime + stime of one thread in clock ticks, and whether it is running
+ * now (internal/proc_stat.h); 0 when it cannot be read. */
 static uint64_t task_cpu(int32_t pid, int32_t tid, bool *running)
 {
-	char path[96], buf[1024];
-	unsigned long long ut = 0, st = 0;
-	char state = '?';
-	snprintf(path, sizeof path, "/proc/%d/task/%d/stat", (int)pid, (int)tid);
-	int fd = open(path, O_RDONLY | O_CLOEXEC);
-	ssize_t n = fd >= 0 ? read(fd, buf, sizeof buf - 1) : -1;
-	if (fd >= 0)
-		close(fd);
-	if (n <= 0)
+	struct hs_proc_stat ps;
+	if (hs_proc_stat_read(pid, tid, &ps) != 0)
 		return 0;
-	buf[n] = '\0';
-	char *p = strrchr(buf, ')');
-	if (p)
-		sscanf(p + 1, " %c %*d %*d %*d %*d %*d %*u %*u %*u %*u %*u %llu %llu", &state, &ut, &st);
-	*running |= state == 'R';
-	return ut + st;
+	*running |= ps.state == 'R';
+	return ps.utime + ps.stime;
 }
 
 #define BUSY_SAMPLE_MS 200  /* how long the CPU time of a process's active threads is watched */

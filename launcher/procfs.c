@@ -22,6 +22,7 @@
 #include <sys/syscall.h>
 #include <unistd.h>
 
+#include <internal/proc_stat.h>
 #include <internal/snapshot_request.h>
 
 #include "heisen/format.h"
@@ -49,31 +50,16 @@ static ssize_t read_small(const char *path, char *buf, size_t n)
 }
 
 /*
- * Start time of pid in clock ticks since boot.  Returns 0 and sets *ticks,
- * or -1 when the pid does not exist (or /proc cannot be read).
+ * Start time of pid in clock ticks since boot (internal/proc_stat.h).
+ * Returns 0 and sets *ticks, or -1 when the pid does not exist (or /proc
+ * cannot be read).
  */
 int hr_proc_start_ticks(pid_t pid, uint64_t *ticks)
 {
-	char path[64], buf[1024];
-	snprintf(path, sizeof path, "/proc/%d/stat", (int)pid);
-	if (read_small(path, buf, sizeof buf) <= 0)
+	struct hs_proc_stat ps;
+	if (hs_proc_stat_read(pid, 0, &ps) != 0)
 		return -1;
-	/* comm may hold spaces and parentheses: fields restart after the last ')'. */
-	char *p = strrchr(buf, ')');
-	if (!p)
-		return -1;
-	p++;
-	/* After ')' come fields 3 (state) .. ; starttime is field 22. */
-	for (int field = 3; field < 22; field++) {
-		p = strchr(p + 1, ' ');
-		if (!p)
-			return -1;
-	}
-	char *end;
-	unsigned long long v = strtoull(p + 1, &end, 10);
-	if (end == p + 1)
-		return -1;
-	*ticks = v;
+	*ticks = ps.start_ticks;
 	return 0;
 }
 
@@ -115,15 +101,8 @@ size_t hr_proc_children(pid_t pid, pid_t *out, size_t max)
 /* Parent of pid (field 4 of /proc/pid/stat), or -1 when pid is gone. */
 pid_t hr_proc_ppid(pid_t pid)
 {
-	char path[64], buf[1024];
-	snprintf(path, sizeof path, "/proc/%d/stat", (int)pid);
-	if (read_small(path, buf, sizeof buf) <= 0)
-		return -1;
-	char *p = strrchr(buf, ')');
-	int ppid;
-	if (!p || sscanf(p + 1, " %*c %d", &ppid) != 1)
-		return -1;
-	return (pid_t)ppid;
+	struct hs_proc_stat ps;
+	return hs_proc_stat_read(pid, 0, &ps) == 0 ? (pid_t)ps.ppid : -1;
 }
 
 /* CPU time of pid, all its threads, in clock ticks (utime + stime, fields
@@ -132,17 +111,11 @@ pid_t hr_proc_ppid(pid_t pid)
  * gone. */
 int hr_proc_cpu_ticks(pid_t pid, uint64_t *ticks, uint64_t *start_ticks)
 {
-	char path[64], buf[1024];
-	unsigned long long ut, st, start;
-	snprintf(path, sizeof path, "/proc/%d/stat", (int)pid);
-	if (read_small(path, buf, sizeof buf) <= 0)
+	struct hs_proc_stat ps;
+	if (hs_proc_stat_read(pid, 0, &ps) != 0)
 		return -1;
-	char *p = strrchr(buf, ')');
-	if (!p || sscanf(p + 1, " %*c %*d %*d %*d %*d %*d %*u %*u %*u %*u %*u %llu %llu %*d %*d %*d %*d %*d %*d %llu",
-			 &ut, &st, &start) != 3)
-		return -1;
-	*ticks = ut + st;
-	*start_ticks = start;
+	*ticks = ps.utime + ps.stime;
+	*start_ticks = ps.start_ticks;
 	return 0;
 }
 
@@ -159,16 +132,12 @@ int hr_proc_cpu_ticks(pid_t pid, uint64_t *ticks, uint64_t *start_ticks)
 int hr_proc_thread_progress(pid_t pid, pid_t tid, uint64_t *cpu, uint64_t *out)
 {
 	char path[96], buf[1024];
-	unsigned long long ut, st;
 	uint64_t h = 1469598103934665603ull;
 	if (*cpu == UINT64_MAX) {
-		snprintf(path, sizeof path, "/proc/%d/task/%d/stat", (int)pid, (int)tid);
-		if (read_small(path, buf, sizeof buf) <= 0)
+		struct hs_proc_stat ps;
+		if (hs_proc_stat_read(pid, tid, &ps) != 0)
 			return -1;
-		char *p = strrchr(buf, ')');
-		if (!p || sscanf(p + 1, " %*c %*d %*d %*d %*d %*d %*u %*u %*u %*u %*u %llu %llu", &ut, &st) != 2)
-			return -1;
-		*cpu = ut + st;
+		*cpu = ps.utime + ps.stime;
 	}
 	snprintf(path, sizeof path, "/proc/%d/task/%d/syscall", (int)pid, (int)tid);
 	ssize_t k = read_small(path, buf, sizeof buf);

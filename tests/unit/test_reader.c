@@ -20,6 +20,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <sys/syscall.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -32,6 +33,7 @@
 #include "snapshot.h"
 #include "stall.h"
 #include "symbolize.h"
+#include <internal/proc_stat.h>
 #include <internal/seg_dir.h>
 #include <internal/seg_verdict.h>
 
@@ -1685,6 +1687,21 @@ static void test_segment_names(void)
 	rmdir(dir);
 }
 
+/* The one /proc/PID/stat reader (internal/proc_stat.h): comm with spaces
+ * and parentheses, the fields both programs use, this process itself. */
+static void test_proc_stat(void)
+{
+	struct hs_proc_stat ps;
+	const char *line = "4242 (a) b (c) R 17 4242 4242 0 -1 4194560 100 0 0 0 31 7 0 0 20 0 3 0 98765 1 2 3\n";
+	CHECK(hs_proc_stat_parse(line, &ps) == 0 && ps.state == 'R' && ps.ppid == 17 && ps.utime == 31 &&
+	      ps.stime == 7 && ps.start_ticks == 98765);
+	CHECK(hs_proc_stat_parse("4242 (a) R 17 4242", &ps) == -1); /* cut short */
+	CHECK(hs_proc_stat_parse("no parenthesis", &ps) == -1);
+	CHECK(hs_proc_stat_read(getpid(), 0, &ps) == 0 && ps.ppid == (int)getppid() && ps.start_ticks > 0);
+	CHECK(hs_proc_stat_read(getpid(), (pid_t)syscall(SYS_gettid), &ps) == 0 && ps.state == 'R');
+	CHECK(hs_proc_stat_read(0x7ffffff0, 0, &ps) == -1);
+}
+
 int main(void)
 {
 	snprintf(tmpdir, sizeof tmpdir, "/tmp/heisen-test-reader-XXXXXX");
@@ -1711,6 +1728,7 @@ int main(void)
 	test_long_cycle_and_limits();
 	test_quick_verdict();
 	test_segment_names();
+	test_proc_stat();
 	test_string_accessor();
 	test_symbolize();
 	clear_dir();
