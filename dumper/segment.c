@@ -26,6 +26,7 @@
 #include "internal/seg_dir.h"
 #include "internal/seg_header.h"
 #include "internal/seg_holes.h"
+#include "internal/seg_rings.h"
 
 enum hs_seg_result hs_seg_validate(struct hs_seg *seg, char *err, size_t errlen)
 {
@@ -176,13 +177,9 @@ uint32_t hs_seg_flags(const struct hs_seg *seg)
 
 uint64_t hs_seg_events(const struct hs_seg *seg)
 {
-	/* the format keeps no shared ring counter (format.h): each ring's head counts its records */
+	/* the one sum of ring heads (internal/seg_rings.h), heisen-run's too */
 	uint64_t sum = 0;
-	for (uint32_t i = 0; i < seg->hdr.tables[HS_T_RINGS].capacity; i++) {
-		const struct hs_ring_header *rh = hs_seg_entry(seg, HS_T_RINGS, i);
-		if (rh)
-			sum += __atomic_load_n(&rh->head, __ATOMIC_ACQUIRE);
-	}
+	hs_rings_events(seg->base, seg->map_size, &seg->hdr, &sum);
 	return sum;
 }
 

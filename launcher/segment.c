@@ -33,6 +33,7 @@
 #include "internal/seg_dir.h"
 #include "internal/seg_header.h"
 #include "internal/seg_holes.h"
+#include "internal/seg_rings.h"
 #include "internal/snapshot_request.h"
 #include "launcher.h"
 
@@ -450,32 +451,25 @@ size_t hr_seg_thread_heads(int dirfd, pid_t pid, pid_t *tids, uint64_t *heads, s
 	(void)dirfd;
 	if (!(w = watched_of(pid)))
 		return 0;
-	const char *a = w->map;
 	const struct hs_header *h = w->map;
-	const struct hs_table *t = &h->tables[HS_T_RINGS], *th = &h->tables[HS_T_THREADS];
-	/* the table descriptors are shared memory: checked on every read */
-	if (h->segment_size <= w->len && t->entry_size >= sizeof(struct hs_ring_header) && t->offset % 8 == 0 &&
-	    t->entry_size % 8 == 0 && t->offset <= h->segment_size &&
-	    (uint64_t)t->entry_size * t->capacity <= h->segment_size - t->offset &&
-	    th->entry_size >= sizeof(struct hs_thread) && th->offset % 8 == 0 && th->offset <= h->segment_size &&
-	    (uint64_t)th->entry_size * th->capacity <= h->segment_size - th->offset) {
-		for (uint32_t i = 0; i < t->capacity && i < th->capacity && n < max; i++) {
-			const struct hs_thread *ts = (const void *)(a + th->offset + (uint64_t)i * th->entry_size);
-			const struct hs_ring_header *rh = (const void *)(a + t->offset + (uint64_t)i * t->entry_size);
-			if (__atomic_load_n(&ts->state, __ATOMIC_ACQUIRE) != HS_THREAD_LIVE)
-				continue;
-			tids[n] = ts->tid;
-			heads[n++] = __atomic_load_n(&rh->head, __ATOMIC_RELAXED);
-		}
+	/* the table descriptors are shared memory: checked on every read (internal/seg_rings.h) */
+	if (!hs_rings_usable(h, w->len))
+		return 0;
+	for (uint32_t i = 0, ns = hs_rings_slots(h); i < ns && n < max; i++) {
+		const struct hs_thread *ts = hs_rings_slot(w->map, h, i);
+		if (__atomic_load_n(&ts->state, __ATOMIC_ACQUIRE) != HS_THREAD_LIVE)
+			continue;
+		tids[n] = ts->tid;
+		heads[n++] = __atomic_load_n(&hs_rings_ring(w->map, h, i)->head, __ATOMIC_RELAXED);
 	}
 	return n;
 }
 
 /*
  * Progress of pid as its latest segment shows it: the records written to
- * its rings (the sum of the ring heads of the thread slots ever used,
- * tables HS_T_RINGS and HS_T_THREADS, every offset checked against the
- * file; memory reads only) into *events, and the snapshot signal it
+ * its rings (internal/seg_rings.h hs_rings_events: the sum of the ring
+ * heads of the thread slots ever used, every offset checked against the
+ * mapping, as heisen-dump counts them) into *events, and the snapshot signal it
  * installed (0 = none) into *snapsig, with the si_value its requests carry
  * (hs_snapshot_value) into *snapval.  Returns 0, or -1 when pid has no
  * usable segment.
@@ -484,29 +478,10 @@ int hr_seg_progress(int dirfd, pid_t pid, uint64_t *events, int *snapsig, uint64
 {
 	struct watched *w;
 	(void)dirfd;
-	if (!(w = watched_of(pid)))
+	/* the sum heisen-dump makes too (internal/seg_rings.h): descriptors checked on every read */
+	if (!(w = watched_of(pid)) || hs_rings_events(w->map, w->len, w->map, events) != 0)
 		return -1;
-	const char *a = w->map;
 	const struct hs_header *h = w->map;
-	const struct hs_table *t = &h->tables[HS_T_RINGS], *th = &h->tables[HS_T_THREADS];
-	/* the table descriptors are shared memory: checked on every read */
-	if (h->segment_size > w->len || t->entry_size < sizeof(struct hs_ring_header) || t->offset % 8 != 0 ||
-	    t->entry_size % 8 != 0 || t->offset > h->segment_size ||
-	    (uint64_t)t->entry_size * t->capacity > h->segment_size - t->offset ||
-	    th->entry_size < sizeof(struct hs_thread) || th->offset % 8 != 0 || th->offset > h->segment_size ||
-	    (uint64_t)th->entry_size * th->capacity > h->segment_size - th->offset)
-		return -1;
-	uint64_t sum = 0;
-	/* slot i owns ring i; slots are claimed in order (shim/threads.c), so the
-	   first one never used ends the rings that ever held a record */
-	for (uint32_t i = 0; i < t->capacity && i < th->capacity; i++) {
-		const struct hs_thread *ts = (const void *)(a + th->offset + (uint64_t)i * th->entry_size);
-		const struct hs_ring_header *rh = (const void *)(a + t->offset + (uint64_t)i * t->entry_size);
-		if (__atomic_load_n(&ts->state, __ATOMIC_ACQUIRE) == HS_THREAD_FREE)
-			break;
-		sum += __atomic_load_n(&rh->head, __ATOMIC_RELAXED);
-	}
-	*events = sum;
 	*snapsig = h->snapshot_signal;
 	*snapval = hs_snapshot_value(h->start_real_ns);
 	return 0;

@@ -35,6 +35,7 @@
 #include "symbolize.h"
 #include <internal/proc_stat.h>
 #include <internal/seg_dir.h>
+#include <internal/seg_rings.h>
 #include <internal/seg_verdict.h>
 
 static int failures, checks;
@@ -1702,6 +1703,33 @@ static void test_proc_stat(void)
 	CHECK(hs_proc_stat_read(0x7ffffff0, 0, &ps) == -1);
 }
 
+/* The one sum of ring heads (internal/seg_rings.h): used slots only, the
+ * first FREE slot ends them, descriptors that do not fit are refused. */
+static void test_ring_heads_sum(void)
+{
+	enum { SLOTS = 4 };
+	static uint64_t mem[(sizeof(struct hs_header) + SLOTS * (sizeof(struct hs_thread) + sizeof(struct hs_ring_header))) / 8 + 8];
+	struct hs_header *h = (struct hs_header *)(void *)mem;
+	uint64_t len = sizeof mem, ev = 7;
+	memset(mem, 0, sizeof mem);
+	h->segment_size = len;
+	h->tables[HS_T_THREADS] = (struct hs_table){.offset = sizeof(struct hs_header), .entry_size = sizeof(struct hs_thread), .capacity = SLOTS};
+	h->tables[HS_T_RINGS] = (struct hs_table){.offset = sizeof(struct hs_header) + SLOTS * sizeof(struct hs_thread),
+						  .entry_size = sizeof(struct hs_ring_header), .capacity = SLOTS};
+	uint32_t states[SLOTS] = {HS_THREAD_LIVE, HS_THREAD_EXITED, HS_THREAD_FREE, HS_THREAD_LIVE};
+	uint64_t heads[SLOTS] = {10, 5, 100, 1000};
+	for (uint32_t i = 0; i < SLOTS; i++) {
+		((struct hs_thread *)(void *)hs_rings_slot(mem, h, i))->state = states[i];
+		((struct hs_ring_header *)(void *)hs_rings_ring(mem, h, i))->head = heads[i];
+	}
+	CHECK(hs_rings_events(mem, len, h, &ev) == 0 && ev == 15);
+	h->tables[HS_T_RINGS].capacity = 1u << 20; /* runs past the mapping */
+	ev = 7;
+	CHECK(hs_rings_events(mem, len, h, &ev) == -1 && ev == 7);
+	h->tables[HS_T_RINGS].capacity = SLOTS;
+	CHECK(hs_rings_events(mem, len - 8, h, &ev) == -1); /* segment_size beyond the mapping */
+}
+
 int main(void)
 {
 	snprintf(tmpdir, sizeof tmpdir, "/tmp/heisen-test-reader-XXXXXX");
@@ -1729,6 +1757,7 @@ int main(void)
 	test_quick_verdict();
 	test_segment_names();
 	test_proc_stat();
+	test_ring_heads_sum();
 	test_string_accessor();
 	test_symbolize();
 	clear_dir();
