@@ -111,26 +111,6 @@ const char *hs_no_snapshot_reason(const struct hs_proc *p, const struct hs_tsnap
 	return why;
 }
 
-unsigned hs_snapshot_request(int32_t pid, int sig, uint64_t value)
-{
-	char path[64];
-	DIR *d;
-	struct dirent *de;
-	unsigned sent = 0;
-	if (sig <= 0 || pid <= 0)
-		return 0;
-	snprintf(path, sizeof path, "/proc/%d/task", (int)pid);
-	if (!(d = opendir(path)))
-		return 0;
-	while ((de = readdir(d))) {
-		long tid = strtol(de->d_name, NULL, 10);
-		if (tid > 0 && hs_snapshot_request_tid((pid_t)pid, (pid_t)tid, sig, value) == 0)
-			sent++;
-	}
-	closedir(d);
-	return sent;
-}
-
 unsigned hs_snapshot_proc(const struct hs_proc *p)
 {
 	char why[200];
@@ -142,7 +122,7 @@ unsigned hs_snapshot_proc(const struct hs_proc *p)
 				(int)p->seg.hdr.pid, why);
 		return 0;
 	}
-	return hs_snapshot_request(p->seg.hdr.pid, hs_snapshot_signal(), hs_snapshot_value(p->seg.hdr.start_real_ns));
+	return hs_snapshot_request_all(p->seg.hdr.pid, hs_snapshot_signal(), hs_snapshot_value(p->seg.hdr.start_real_ns));
 }
 
 /* utime + stime of pid in clock ticks (internal/proc_stat.h), 0 when it cannot be read. */

@@ -9,8 +9,9 @@
  * a child belongs to the thread that forked it).  A zombie still answers
  * both until it is reaped, which is why the reaper asks before reaping.
  * And how much CPU time has it used (the watchdog's measure of progress,
- * with the ring records).  Also here: sending a snapshot request to each
- * of its threads (/proc/pid/task), the hang watchdog's way to see stacks.
+ * with the ring records).  The stat line is read by internal/proc_stat.h
+ * and a snapshot request to every thread is internal/snapshot_request.h's
+ * hs_snapshot_request_all, both heisen-dump's too.
  */
 #include <dirent.h>
 #include <errno.h>
@@ -148,31 +149,4 @@ int hr_proc_thread_progress(pid_t pid, pid_t tid, uint64_t *cpu, uint64_t *out)
 			h = (h ^ (unsigned char)*c) * 1099511628211ull;
 	*out = *cpu * 1000003ull + h;
 	return 0;
-}
-
-/*
- * Ask every thread of pid to record its own stack: rt_tgsigqueueinfo with
- * signal sig, si_code SI_QUEUE and si_value `value` (hs_snapshot_value,
- * include/internal/snapshot_request.h); never a thread that takes sig itself
- * (blocks it, or waits in sigtimedwait).  No ptrace.  Returns the threads
- * asked.
- */
-size_t hr_snapshot_request(pid_t pid, int sig, uint64_t value)
-{
-	char path[64];
-	snprintf(path, sizeof path, "/proc/%d/task", (int)pid);
-	if (sig <= 0)
-		return 0;
-	DIR *d = opendir(path);
-	if (!d)
-		return 0;
-	size_t n = 0;
-	struct dirent *de;
-	while ((de = readdir(d))) {
-		long tid = strtol(de->d_name, NULL, 10);
-		if (tid > 0 && hs_snapshot_request_tid(pid, (pid_t)tid, sig, value) == 0)
-			n++;
-	}
-	closedir(d);
-	return n;
 }
