@@ -929,20 +929,12 @@ int hs_judge_still(struct hs_session *s, const struct hs_still *still, size_t ns
 }
 
 /* Progress of one thread as the kernel shows it: CPU ticks and the system
- * call it is in (the same measure as heisen-run's, without the ring). */
+ * call it is in, heisen-run's measure (internal/proc_stat.h
+ * hs_thread_progress, without the ring); 0 when the thread is gone. */
 static uint64_t kernel_progress(int32_t pid, int32_t tid)
 {
-	char path[96], buf[512];
-	bool running = false;
-	uint64_t h = 1469598103934665603ull;
-	snprintf(path, sizeof path, "/proc/%d/task/%d/syscall", (int)pid, (int)tid);
-	int fd = open(path, O_RDONLY | O_CLOEXEC);
-	ssize_t n = fd >= 0 ? read(fd, buf, sizeof buf - 1) : -1;
-	if (fd >= 0)
-		close(fd);
-	for (ssize_t i = 0; i < n; i++)
-		h = (h ^ (unsigned char)buf[i]) * 1099511628211ull;
-	return task_cpu(pid, tid, &running) * 1000003ull + h + running;
+	uint64_t cpu = UINT64_MAX, k = 0;
+	return hs_thread_progress(pid, tid, &cpu, &k) == 0 ? k : 0;
 }
 
 #define WATCH_STEP_MS 250

@@ -121,32 +121,13 @@ int hr_proc_cpu_ticks(pid_t pid, uint64_t *ticks, uint64_t *start_ticks)
 }
 
 /*
- * Progress of thread tid of pid as the kernel sees it: its utime + stime
- * (/proc/PID/task/TID/stat) plus a hash of the system call it is in
- * (/proc/PID/task/TID/syscall, number, arguments, stack and program
- * counter; left out when it cannot be read): a thread that stays in one
- * wait keeps the same value.  *cpu: the utime + stime to use, or
- * UINT64_MAX to read it here (the caller passes the last value read when
- * the whole process's CPU time has not moved since: then no thread's has);
- * set to what was used.  -1 when the thread is gone.
+ * Progress of thread tid of pid as the kernel sees it: the measure
+ * heisen-dump uses too (internal/proc_stat.h hs_thread_progress: utime +
+ * stime and a hash of the system call it is in).  *cpu: the utime + stime
+ * to use, or UINT64_MAX to read it here; set to what was used.  -1 when the
+ * thread is gone.
  */
 int hr_proc_thread_progress(pid_t pid, pid_t tid, uint64_t *cpu, uint64_t *out)
 {
-	char path[96], buf[1024];
-	uint64_t h = 1469598103934665603ull;
-	if (*cpu == UINT64_MAX) {
-		struct hs_proc_stat ps;
-		if (hs_proc_stat_read(pid, tid, &ps) != 0)
-			return -1;
-		*cpu = ps.utime + ps.stime;
-	}
-	snprintf(path, sizeof path, "/proc/%d/task/%d/syscall", (int)pid, (int)tid);
-	ssize_t k = read_small(path, buf, sizeof buf);
-	if (k < 0 && errno == ENOENT)
-		return -1; /* gone */
-	if (k > 0)
-		for (const char *c = buf; *c; c++)
-			h = (h ^ (unsigned char)*c) * 1099511628211ull;
-	*out = *cpu * 1000003ull + h;
-	return 0;
+	return hs_thread_progress(pid, tid, cpu, out);
 }

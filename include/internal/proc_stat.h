@@ -83,4 +83,44 @@ static inline int hs_proc_stat_read(pid_t pid, pid_t tid, struct hs_proc_stat *o
 	return len ? hs_proc_stat_parse(buf, out) : -1;
 }
 
+/*
+ * Progress of thread tid of pid as the kernel shows it, the one measure
+ * heisen-run's watchdog (launcher/procfs.c hr_proc_thread_progress, which
+ * adds the thread's ring head) and heisen-dump's still-thread watch
+ * (dumper/stall.c) compare between two samples: its utime + stime
+ * (/proc/PID/task/TID/stat) and an FNV-1a hash of the system call it is in
+ * (/proc/PID/task/TID/syscall: number, arguments, stack and program
+ * counter; left out when it cannot be read), so a thread that stays in one
+ * wait keeps the same value.  *cpu: the utime + stime to use, or
+ * UINT64_MAX to read it here (the watchdog passes the last value when the
+ * whole process's CPU time has not moved: then no thread's has); set to
+ * what was used.  Returns 0 with *out set, or -1 when the thread is gone.
+ */
+static inline int hs_thread_progress(pid_t pid, pid_t tid, uint64_t *cpu, uint64_t *out)
+{
+	char path[96], buf[512];
+	uint64_t h = 1469598103934665603ull;
+	ssize_t n = 0;
+	int fd;
+	if (*cpu == UINT64_MAX) {
+		struct hs_proc_stat ps;
+		if (hs_proc_stat_read(pid, tid, &ps) != 0)
+			return -1;
+		*cpu = ps.utime + ps.stime;
+	}
+	snprintf(path, sizeof path, "/proc/%d/task/%d/syscall", (int)pid, (int)tid);
+	if ((fd = open(path, O_RDONLY | O_CLOEXEC)) < 0) {
+		if (errno == ENOENT)
+			return -1; /* gone */
+	} else {
+		while ((n = read(fd, buf, sizeof buf)) < 0 && errno == EINTR)
+			;
+		close(fd);
+	}
+	for (ssize_t i = 0; i < n; i++)
+		h = (h ^ (unsigned char)buf[i]) * 1099511628211ull;
+	*out = *cpu * 1000003ull + h;
+	return 0;
+}
+
 #endif

@@ -1730,6 +1730,41 @@ static void test_ring_heads_sum(void)
 	CHECK(hs_rings_events(mem, len - 8, h, &ev) == -1); /* segment_size beyond the mapping */
 }
 
+static int g_blocked_tid;
+static void *blocked_in_read(void *arg)
+{
+	char c;
+	__atomic_store_n(&g_blocked_tid, (int)syscall(SYS_gettid), __ATOMIC_RELEASE);
+	return read(*(int *)arg, &c, 1) == 1 ? NULL : arg;
+}
+
+/* The one measure of a thread's progress (internal/proc_stat.h): a thread
+ * that stays in one wait keeps its value; one that left it does not. */
+static void test_thread_progress(void)
+{
+	int fds[2];
+	pthread_t th;
+	uint64_t cpu = UINT64_MAX, a = 0, b = 0;
+	CHECK(pipe(fds) == 0);
+	CHECK(pthread_create(&th, NULL, blocked_in_read, &fds[0]) == 0);
+	while (!__atomic_load_n(&g_blocked_tid, __ATOMIC_ACQUIRE))
+		usleep(1000);
+	usleep(100000); /* in read(2) by now */
+	pid_t tid = (pid_t)g_blocked_tid;
+	CHECK(hs_thread_progress(getpid(), tid, &cpu, &a) == 0 && cpu != UINT64_MAX);
+	usleep(50000);
+	cpu = UINT64_MAX;
+	CHECK(hs_thread_progress(getpid(), tid, &cpu, &b) == 0 && a == b);
+	CHECK(write(fds[1], "x", 1) == 1);
+	CHECK(pthread_join(th, NULL) == 0);
+	cpu = UINT64_MAX;
+	CHECK(hs_thread_progress(getpid(), tid, &cpu, &b) == -1); /* gone */
+	cpu = UINT64_MAX;
+	CHECK(hs_thread_progress(getpid(), (pid_t)syscall(SYS_gettid), &cpu, &b) == 0 && b != a);
+	close(fds[0]);
+	close(fds[1]);
+}
+
 int main(void)
 {
 	snprintf(tmpdir, sizeof tmpdir, "/tmp/heisen-test-reader-XXXXXX");
@@ -1758,6 +1793,7 @@ int main(void)
 	test_segment_names();
 	test_proc_stat();
 	test_ring_heads_sum();
+	test_thread_progress();
 	test_string_accessor();
 	test_symbolize();
 	clear_dir();
