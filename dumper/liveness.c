@@ -14,64 +14,30 @@
 #include <string.h>
 
 #include <heisen/format.h>
-
-/* Fields 3 (state) and 22 (start time) of /proc/<pid>/stat. */
-static int proc_stat(pid_t pid, char *state, uint64_t *ticks)
-{
-	char path[64], buf[1024];
-	const char *p;
-	size_t n;
-	FILE *f;
-
-	snprintf(path, sizeof path, "/proc/%d/stat", (int)pid);
-	if (!(f = fopen(path, "re")))
-		return -1;
-	n = fread(buf, 1, sizeof buf - 1, f);
-	fclose(f);
-	buf[n] = '\0';
-	/* comm may hold spaces and parentheses: fields restart after the last ')'. */
-	if (!(p = strrchr(buf, ')')))
-		return -1;
-	p++;
-	for (int field = 3; field <= 22; field++) {
-		while (*p == ' ')
-			p++;
-		if (!*p)
-			return -1;
-		if (field == 3)
-			*state = *p;
-		if (field == 22) {
-			char *end;
-			errno = 0;
-			*ticks = strtoull(p, &end, 10);
-			return (errno || end == p) ? -1 : 0;
-		}
-		while (*p && *p != ' ')
-			p++;
-	}
-	return -1;
-}
+#include <internal/proc_stat.h>
 
 int hs_proc_start_ticks(pid_t pid, uint64_t *ticks)
 {
-	char state;
-	return proc_stat(pid, &state, ticks);
+	struct hs_proc_stat ps;
+	if (hs_proc_stat_read(pid, 0, &ps) != 0)
+		return -1;
+	*ticks = ps.start_ticks;
+	return 0;
 }
 
 /* A zombie has run its last instruction: it counts as gone. */
 static bool pid_is_ours(pid_t pid, uint64_t start_ticks)
 {
-	uint64_t now_ticks;
-	char state;
+	struct hs_proc_stat ps;
 	if (pid <= 0)
 		return false;
 	if (kill(pid, 0) != 0 && errno != EPERM)
 		return false;
-	if (proc_stat(pid, &state, &now_ticks) != 0)
+	if (hs_proc_stat_read(pid, 0, &ps) != 0)
 		return true;
-	if (state == 'Z' || state == 'X')
+	if (ps.state == 'Z' || ps.state == 'X')
 		return false;
-	return start_ticks == 0 || now_ticks == start_ticks;
+	return start_ticks == 0 || ps.start_ticks == start_ticks;
 }
 
 enum hs_pstate hs_liveness(uint64_t state_word, pid_t pid, uint64_t start_ticks, int64_t *value)

@@ -23,8 +23,10 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "internal/seg_dir.h"
 #include "internal/seg_header.h"
 #include "internal/seg_holes.h"
+#include "internal/seg_rings.h"
 
 enum hs_seg_result hs_seg_validate(struct hs_seg *seg, char *err, size_t errlen)
 {
@@ -46,18 +48,11 @@ enum hs_seg_result hs_seg_open(struct hs_seg *seg, const char *path, char *err, 
 	int fd;
 
 	memset(seg, 0, sizeof *seg);
-	/* O_NONBLOCK: a FIFO (or a device) named *.seg must not block the open;
-	 * anything but a regular file is then refused on the descriptor */
-	fd = open(path, O_RDONLY | O_NOFOLLOW | O_CLOEXEC | O_NONBLOCK | O_NOCTTY);
-	if (fd < 0) {
-		hs_hdr_fail(err, errlen, "cannot open: %s", strerror(errno));
+	/* the one way a segment is opened (internal/seg_dir.h): a FIFO or a
+	 * device named *.seg neither blocks nor is read */
+	fd = hs_seg_openat(AT_FDCWD, path, O_RDONLY, &st, err, errlen);
+	if (fd < 0)
 		return HS_SEG_BAD;
-	}
-	if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
-		close(fd);
-		hs_hdr_fail(err, errlen, "not a regular file");
-		return HS_SEG_BAD;
-	}
 	if (st.st_size > 0) {
 		map = mmap(NULL, (size_t)st.st_size, PROT_READ, MAP_SHARED, fd, 0);
 		if (map == MAP_FAILED) {
@@ -182,13 +177,9 @@ uint32_t hs_seg_flags(const struct hs_seg *seg)
 
 uint64_t hs_seg_events(const struct hs_seg *seg)
 {
-	/* the format keeps no shared ring counter (format.h): each ring's head counts its records */
+	/* the one sum of ring heads (internal/seg_rings.h), heisen-run's too */
 	uint64_t sum = 0;
-	for (uint32_t i = 0; i < seg->hdr.tables[HS_T_RINGS].capacity; i++) {
-		const struct hs_ring_header *rh = hs_seg_entry(seg, HS_T_RINGS, i);
-		if (rh)
-			sum += __atomic_load_n(&rh->head, __ATOMIC_ACQUIRE);
-	}
+	hs_rings_events(seg->base, seg->map_size, &seg->hdr, &sum);
 	return sum;
 }
 

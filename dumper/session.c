@@ -2,7 +2,8 @@
 /*
  * dumper/session.c — open every segment of a session directory once.
  *
- * Files are found by name ("*.seg", anything else is ignored), opened with
+ * Files are found by name (internal/seg_dir.h: "<pid>.<image>.seg"; any other
+ * "*.seg" is an error naming it; anything else is ignored), opened with
  * O_NOFOLLOW and validated by segment.c; one that cannot be read (empty,
  * zero magic, never finished, damaged) becomes an error naming the file and
  * the reason — never skipped silently — and the rest go on.  The
@@ -21,6 +22,7 @@
 #include <time.h>
 
 #include "symbolize.h"
+#include "internal/seg_dir.h"
 
 void hs_session_error(struct hs_session *s, const char *file, const char *fmt, ...)
 {
@@ -34,12 +36,6 @@ void hs_session_error(struct hs_session *s, const char *file, const char *fmt, .
 	va_start(ap, fmt);
 	vsnprintf(e->msg, sizeof e->msg, fmt, ap);
 	va_end(ap);
-}
-
-static bool is_seg_name(const char *name)
-{
-	size_t n = strlen(name);
-	return n > 4 && strcmp(name + n - 4, ".seg") == 0;
 }
 
 /* Far above any real HEISEN_THREADS; bounds the analysis (its recursion
@@ -125,16 +121,20 @@ static int by_name(const void *a, const void *b)
 	return strcmp(*(char *const *)a, *(char *const *)b);
 }
 
-/* The "*.seg" names of dir, sorted; NULL with *n == 0 on an empty dir. */
-static char **list_segments(DIR *d, size_t *n)
+/* The segment names of d (internal/seg_dir.h: "<pid>.<image>.seg"),
+ * sorted; a misnamed "*.seg" becomes an error naming it.  NULL with
+ * *n == 0 on a directory without segments. */
+static char **list_segments(struct hs_session *s, DIR *d, size_t *n)
 {
 	char **names = NULL, **tmp;
-	struct dirent *de;
+	struct hs_seg_dirent e;
 	size_t cap = 0;
 
 	*n = 0;
-	while ((de = readdir(d))) {
-		if (!is_seg_name(de->d_name))
+	while (hs_seg_dir_next(d, &e)) {
+		if (e.kind == HS_NAME_MISNAMED)
+			hs_session_error(s, e.name, "%s", HS_SEG_MISNAMED_MSG);
+		if (e.kind != HS_NAME_SEGMENT)
 			continue;
 		if (*n == cap) {
 			cap = cap ? 2 * cap : 16;
@@ -142,7 +142,7 @@ static char **list_segments(DIR *d, size_t *n)
 				break;
 			names = tmp;
 		}
-		if ((names[*n] = strdup(de->d_name)))
+		if ((names[*n] = strdup(e.name)))
 			(*n)++;
 	}
 	if (*n)
@@ -165,7 +165,7 @@ int hs_session_load(struct hs_session *s, const char *dir, bool symbols)
 		hs_session_error(s, dir, "cannot read session directory: %s", strerror(errno));
 		return -1;
 	}
-	names = list_segments(d, &n);
+	names = list_segments(s, d, &n);
 	closedir(d);
 	s->procs = calloc(n ? n : 1, sizeof *s->procs);
 	for (size_t i = 0; i < n; i++) {

@@ -32,6 +32,7 @@
 #include <linux/unix_diag.h>
 #include <sys/socket.h>
 
+#include <internal/proc_stat.h>
 #include <internal/snapshot_request.h>
 
 /*
@@ -110,26 +111,6 @@ const char *hs_no_snapshot_reason(const struct hs_proc *p, const struct hs_tsnap
 	return why;
 }
 
-unsigned hs_snapshot_request(int32_t pid, int sig, uint64_t value)
-{
-	char path[64];
-	DIR *d;
-	struct dirent *de;
-	unsigned sent = 0;
-	if (sig <= 0 || pid <= 0)
-		return 0;
-	snprintf(path, sizeof path, "/proc/%d/task", (int)pid);
-	if (!(d = opendir(path)))
-		return 0;
-	while ((de = readdir(d))) {
-		long tid = strtol(de->d_name, NULL, 10);
-		if (tid > 0 && hs_snapshot_request_tid((pid_t)pid, (pid_t)tid, sig, value) == 0)
-			sent++;
-	}
-	closedir(d);
-	return sent;
-}
-
 unsigned hs_snapshot_proc(const struct hs_proc *p)
 {
 	char why[200];
@@ -141,29 +122,14 @@ unsigned hs_snapshot_proc(const struct hs_proc *p)
 				(int)p->seg.hdr.pid, why);
 		return 0;
 	}
-	return hs_snapshot_request(p->seg.hdr.pid, hs_snapshot_signal(), hs_snapshot_value(p->seg.hdr.start_real_ns));
+	return hs_snapshot_request_all(p->seg.hdr.pid, hs_snapshot_signal(), hs_snapshot_value(p->seg.hdr.start_real_ns));
 }
 
-/* utime + stime of pid in clock ticks, 0 when it cannot be read. */
+/* utime + stime of pid in clock ticks (internal/proc_stat.h), 0 when it cannot be read. */
 static uint64_t cpu_ticks(int32_t pid)
 {
-	char path[64], buf[1024];
-	unsigned long long ut = 0, st = 0;
-	ssize_t n;
-	int fd;
-	snprintf(path, sizeof path, "/proc/%d/stat", (int)pid);
-	if ((fd = open(path, O_RDONLY | O_CLOEXEC)) < 0)
-		return 0;
-	n = read(fd, buf, sizeof buf - 1);
-	close(fd);
-	if (n <= 0)
-		return 0;
-	buf[n] = '\0';
-	/* comm may hold spaces and parentheses: fields restart after the last ')' */
-	char *p = strrchr(buf, ')');
-	if (!p || sscanf(p + 1, " %*c %*d %*d %*d %*d %*d %*u %*u %*u %*u %*u %llu %llu", &ut, &st) != 2)
-		return 0;
-	return ut + st;
+	struct hs_proc_stat ps;
+	return hs_proc_stat_read(pid, 0, &ps) == 0 ? ps.utime + ps.stime : 0;
 }
 
 uint64_t hs_progress(const struct hs_proc *p)
@@ -791,25 +757,15 @@ static bool rule_says_hung(const struct suspect *s, const struct suspect *all, s
 	return (main_stuck && !wakers) || (stuck && !other);
 }
 
-/* utime + stime of one thread in clock ticks, and whether it is running now. */
+/* utime + stime of one thread in clock ticks, and whether it is running
+ * now (internal/proc_stat.h); 0 when it cannot be read. */
 static uint64_t task_cpu(int32_t pid, int32_t tid, bool *running)
 {
-	char path[96], buf[1024];
-	unsigned long long ut = 0, st = 0;
-	char state = '?';
-	snprintf(path, sizeof path, "/proc/%d/task/%d/stat", (int)pid, (int)tid);
-	int fd = open(path, O_RDONLY | O_CLOEXEC);
-	ssize_t n = fd >= 0 ? read(fd, buf, sizeof buf - 1) : -1;
-	if (fd >= 0)
-		close(fd);
-	if (n <= 0)
+	struct hs_proc_stat ps;
+	if (hs_proc_stat_read(pid, tid, &ps) != 0)
 		return 0;
-	buf[n] = '\0';
-	char *p = strrchr(buf, ')');
-	if (p)
-		sscanf(p + 1, " %c %*d %*d %*d %*d %*d %*u %*u %*u %*u %*u %llu %llu", &state, &ut, &st);
-	*running |= state == 'R';
-	return ut + st;
+	*running |= ps.state == 'R';
+	return ps.utime + ps.stime;
 }
 
 #define BUSY_SAMPLE_MS 200  /* how long the CPU time of a process's active threads is watched */
@@ -973,20 +929,12 @@ int hs_judge_still(struct hs_session *s, const struct hs_still *still, size_t ns
 }
 
 /* Progress of one thread as the kernel shows it: CPU ticks and the system
- * call it is in (the same measure as heisen-run's, without the ring). */
+ * call it is in, heisen-run's measure (internal/proc_stat.h
+ * hs_thread_progress, without the ring); 0 when the thread is gone. */
 static uint64_t kernel_progress(int32_t pid, int32_t tid)
 {
-	char path[96], buf[512];
-	bool running = false;
-	uint64_t h = 1469598103934665603ull;
-	snprintf(path, sizeof path, "/proc/%d/task/%d/syscall", (int)pid, (int)tid);
-	int fd = open(path, O_RDONLY | O_CLOEXEC);
-	ssize_t n = fd >= 0 ? read(fd, buf, sizeof buf - 1) : -1;
-	if (fd >= 0)
-		close(fd);
-	for (ssize_t i = 0; i < n; i++)
-		h = (h ^ (unsigned char)buf[i]) * 1099511628211ull;
-	return task_cpu(pid, tid, &running) * 1000003ull + h + running;
+	uint64_t cpu = UINT64_MAX, k = 0;
+	return hs_thread_progress(pid, tid, &cpu, &k) == 0 ? k : 0;
 }
 
 #define WATCH_STEP_MS 250

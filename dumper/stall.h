@@ -18,14 +18,6 @@
 int hs_stalls_parse(const char *arg, struct hs_stall **v, size_t *n);
 
 /*
- * Send a snapshot request to every thread of pid (rt_tgsigqueueinfo with
- * si_code SI_QUEUE and si_value `value`, hs_snapshot_value of its header),
- * except threads that take the signal themselves.  Returns the number of threads
- * asked, 0 when sig is 0 or the process is gone.
- */
-unsigned hs_snapshot_request(int32_t pid, int sig, uint64_t value);
-
-/*
  * Why thread t of p has no snapshot, when that can be told: for a thread
  * of a live process that takes the snapshot signal itself (blocks it, or
  * waits in sigtimedwait; read now from /proc; such a thread is never sent

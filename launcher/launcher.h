@@ -172,7 +172,6 @@ size_t hr_proc_children(pid_t pid, pid_t *out, size_t max);
 pid_t hr_proc_ppid(pid_t pid);
 int hr_proc_cpu_ticks(pid_t pid, uint64_t *ticks, uint64_t *start_ticks);
 int hr_proc_thread_progress(pid_t pid, pid_t tid, uint64_t *cpu, uint64_t *out);
-size_t hr_snapshot_request(pid_t pid, int sig, uint64_t value);
 
 /* reaper.c */
 int hr_signals_init(void);

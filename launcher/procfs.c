@@ -9,8 +9,9 @@
  * a child belongs to the thread that forked it).  A zombie still answers
  * both until it is reaped, which is why the reaper asks before reaping.
  * And how much CPU time has it used (the watchdog's measure of progress,
- * with the ring records).  Also here: sending a snapshot request to each
- * of its threads (/proc/pid/task), the hang watchdog's way to see stacks.
+ * with the ring records).  The stat line is read by internal/proc_stat.h
+ * and a snapshot request to every thread is internal/snapshot_request.h's
+ * hs_snapshot_request_all, both heisen-dump's too.
  */
 #include <dirent.h>
 #include <errno.h>
@@ -22,6 +23,7 @@
 #include <sys/syscall.h>
 #include <unistd.h>
 
+#include <internal/proc_stat.h>
 #include <internal/snapshot_request.h>
 
 #include "heisen/format.h"
@@ -49,31 +51,16 @@ static ssize_t read_small(const char *path, char *buf, size_t n)
 }
 
 /*
- * Start time of pid in clock ticks since boot.  Returns 0 and sets *ticks,
- * or -1 when the pid does not exist (or /proc cannot be read).
+ * Start time of pid in clock ticks since boot (internal/proc_stat.h).
+ * Returns 0 and sets *ticks, or -1 when the pid does not exist (or /proc
+ * cannot be read).
  */
 int hr_proc_start_ticks(pid_t pid, uint64_t *ticks)
 {
-	char path[64], buf[1024];
-	snprintf(path, sizeof path, "/proc/%d/stat", (int)pid);
-	if (read_small(path, buf, sizeof buf) <= 0)
+	struct hs_proc_stat ps;
+	if (hs_proc_stat_read(pid, 0, &ps) != 0)
 		return -1;
-	/* comm may hold spaces and parentheses: fields restart after the last ')'. */
-	char *p = strrchr(buf, ')');
-	if (!p)
-		return -1;
-	p++;
-	/* After ')' come fields 3 (state) .. ; starttime is field 22. */
-	for (int field = 3; field < 22; field++) {
-		p = strchr(p + 1, ' ');
-		if (!p)
-			return -1;
-	}
-	char *end;
-	unsigned long long v = strtoull(p + 1, &end, 10);
-	if (end == p + 1)
-		return -1;
-	*ticks = v;
+	*ticks = ps.start_ticks;
 	return 0;
 }
 
@@ -115,15 +102,8 @@ size_t hr_proc_children(pid_t pid, pid_t *out, size_t max)
 /* Parent of pid (field 4 of /proc/pid/stat), or -1 when pid is gone. */
 pid_t hr_proc_ppid(pid_t pid)
 {
-	char path[64], buf[1024];
-	snprintf(path, sizeof path, "/proc/%d/stat", (int)pid);
-	if (read_small(path, buf, sizeof buf) <= 0)
-		return -1;
-	char *p = strrchr(buf, ')');
-	int ppid;
-	if (!p || sscanf(p + 1, " %*c %d", &ppid) != 1)
-		return -1;
-	return (pid_t)ppid;
+	struct hs_proc_stat ps;
+	return hs_proc_stat_read(pid, 0, &ps) == 0 ? (pid_t)ps.ppid : -1;
 }
 
 /* CPU time of pid, all its threads, in clock ticks (utime + stime, fields
@@ -132,78 +112,22 @@ pid_t hr_proc_ppid(pid_t pid)
  * gone. */
 int hr_proc_cpu_ticks(pid_t pid, uint64_t *ticks, uint64_t *start_ticks)
 {
-	char path[64], buf[1024];
-	unsigned long long ut, st, start;
-	snprintf(path, sizeof path, "/proc/%d/stat", (int)pid);
-	if (read_small(path, buf, sizeof buf) <= 0)
+	struct hs_proc_stat ps;
+	if (hs_proc_stat_read(pid, 0, &ps) != 0)
 		return -1;
-	char *p = strrchr(buf, ')');
-	if (!p || sscanf(p + 1, " %*c %*d %*d %*d %*d %*d %*u %*u %*u %*u %*u %llu %llu %*d %*d %*d %*d %*d %*d %llu",
-			 &ut, &st, &start) != 3)
-		return -1;
-	*ticks = ut + st;
-	*start_ticks = start;
+	*ticks = ps.utime + ps.stime;
+	*start_ticks = ps.start_ticks;
 	return 0;
 }
 
 /*
- * Progress of thread tid of pid as the kernel sees it: its utime + stime
- * (/proc/PID/task/TID/stat) plus a hash of the system call it is in
- * (/proc/PID/task/TID/syscall, number, arguments, stack and program
- * counter; left out when it cannot be read): a thread that stays in one
- * wait keeps the same value.  *cpu: the utime + stime to use, or
- * UINT64_MAX to read it here (the caller passes the last value read when
- * the whole process's CPU time has not moved since: then no thread's has);
- * set to what was used.  -1 when the thread is gone.
+ * Progress of thread tid of pid as the kernel sees it: the measure
+ * heisen-dump uses too (internal/proc_stat.h hs_thread_progress: utime +
+ * stime and a hash of the system call it is in).  *cpu: the utime + stime
+ * to use, or UINT64_MAX to read it here; set to what was used.  -1 when the
+ * thread is gone.
  */
 int hr_proc_thread_progress(pid_t pid, pid_t tid, uint64_t *cpu, uint64_t *out)
 {
-	char path[96], buf[1024];
-	unsigned long long ut, st;
-	uint64_t h = 1469598103934665603ull;
-	if (*cpu == UINT64_MAX) {
-		snprintf(path, sizeof path, "/proc/%d/task/%d/stat", (int)pid, (int)tid);
-		if (read_small(path, buf, sizeof buf) <= 0)
-			return -1;
-		char *p = strrchr(buf, ')');
-		if (!p || sscanf(p + 1, " %*c %*d %*d %*d %*d %*d %*u %*u %*u %*u %*u %llu %llu", &ut, &st) != 2)
-			return -1;
-		*cpu = ut + st;
-	}
-	snprintf(path, sizeof path, "/proc/%d/task/%d/syscall", (int)pid, (int)tid);
-	ssize_t k = read_small(path, buf, sizeof buf);
-	if (k < 0 && errno == ENOENT)
-		return -1; /* gone */
-	if (k > 0)
-		for (const char *c = buf; *c; c++)
-			h = (h ^ (unsigned char)*c) * 1099511628211ull;
-	*out = *cpu * 1000003ull + h;
-	return 0;
-}
-
-/*
- * Ask every thread of pid to record its own stack: rt_tgsigqueueinfo with
- * signal sig, si_code SI_QUEUE and si_value `value` (hs_snapshot_value,
- * include/internal/snapshot_request.h); never a thread that takes sig itself
- * (blocks it, or waits in sigtimedwait).  No ptrace.  Returns the threads
- * asked.
- */
-size_t hr_snapshot_request(pid_t pid, int sig, uint64_t value)
-{
-	char path[64];
-	snprintf(path, sizeof path, "/proc/%d/task", (int)pid);
-	if (sig <= 0)
-		return 0;
-	DIR *d = opendir(path);
-	if (!d)
-		return 0;
-	size_t n = 0;
-	struct dirent *de;
-	while ((de = readdir(d))) {
-		long tid = strtol(de->d_name, NULL, 10);
-		if (tid > 0 && hs_snapshot_request_tid(pid, (pid_t)tid, sig, value) == 0)
-			n++;
-	}
-	closedir(d);
-	return n;
+	return hs_thread_progress(pid, tid, cpu, out);
 }

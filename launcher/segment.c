@@ -9,8 +9,9 @@
  * say so itself (SIGKILL, the OOM killer, a raw exit_group) — the contract
  * in docs/interfaces.md "Ending states".  The shared memory is not trusted:
  * a header is mapped only after the file is known to be a regular file big
- * enough for it, and used only after magic, endianness, ABI version, word
- * size, header size and segment size all check out.  The writer may still
+ * enough for it, and used only after heisen-dump's own checks of it
+ * (internal/seg_header.h) pass; which names are segments and how one is
+ * opened is internal/seg_dir.h's rule, heisen-dump's too.  The writer may still
  * run, so the state word changes only by compare-and-swap from the RUNNING
  * value just read: if the process wrote its own ending first, it wins.
  */
@@ -29,7 +30,10 @@
 #include <unistd.h>
 
 #include "heisen/format.h"
+#include "internal/seg_dir.h"
+#include "internal/seg_header.h"
 #include "internal/seg_holes.h"
+#include "internal/seg_rings.h"
 #include "internal/snapshot_request.h"
 #include "launcher.h"
 
@@ -44,56 +48,20 @@ struct seg_map {
 };
 
 /*
- * Parse "<pid>.<image>.seg".  Returns 1 and fills *pid, *image on a match,
- * 0 for any other name (readers ignore other files: interfaces.md).
- */
-static int parse_name(const char *s, pid_t *pid, unsigned *image)
-{
-	unsigned long p = 0, im = 0;
-	const char *c = s;
-	if (*c < '0' || *c > '9')
-		return 0;
-	for (; *c >= '0' && *c <= '9'; c++)
-		if ((p = p * 10 + (unsigned long)(*c - '0')) > 0x7fffffffUL)
-			return 0;
-	if (*c++ != '.' || *c < '0' || *c > '9')
-		return 0;
-	for (; *c >= '0' && *c <= '9'; c++)
-		if ((im = im * 10 + (unsigned long)(*c - '0')) > 0xffffffffUL)
-			return 0;
-	if (strcmp(c, ".seg") != 0 || p == 0)
-		return 0;
-	*pid = (pid_t)p;
-	*image = (unsigned)im;
-	return 1;
-}
-
-/* A fresh DIR stream over dirfd (its own position), or NULL. */
-static DIR *open_dir(int dirfd)
-{
-	int fd = openat(dirfd, ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-	if (fd < 0)
-		return NULL;
-	DIR *d = fdopendir(fd);
-	if (!d)
-		close(fd);
-	return d;
-}
-
-/*
  * Map and validate the header of segment `name` in dirfd, writable when
- * `rw`.  Returns 0, or -1 when the file is missing, not a regular file, too
- * small or not a valid segment header for this word size; nothing stays mapped
- * on failure.  A header still in HS_STATE_INIT is valid here: callers look
- * at the state.
+ * `rw`.  Returns 0, or -1 when the file is missing, not a regular file
+ * (internal/seg_dir.h), too small or not a header heisen-dump accepts
+ * (internal/seg_header.h, the same code); nothing stays mapped on failure.
  */
 static int seg_map(int dirfd, const char *name, int rw, struct seg_map *m)
 {
 	struct stat st;
-	int fd = openat(dirfd, name, (rw ? O_RDWR : O_RDONLY) | O_NOFOLLOW | O_CLOEXEC | O_NOCTTY | O_NONBLOCK);
+	struct hs_header hdr;
+	char err[200];
+	int fd = hs_seg_openat(dirfd, name, rw ? O_RDWR : O_RDONLY, &st, NULL, 0);
 	if (fd < 0)
 		return -1;
-	if (fstat(fd, &st) < 0 || !S_ISREG(st.st_mode) || (uint64_t)st.st_size < sizeof(struct hs_header)) {
+	if ((uint64_t)st.st_size < sizeof(struct hs_header)) {
 		close(fd);
 		return -1;
 	}
@@ -103,15 +71,12 @@ static int seg_map(int dirfd, const char *name, int rw, struct seg_map *m)
 	close(fd);
 	if (a == MAP_FAILED)
 		return -1;
-	struct hs_header *h = a;
-	if (memcmp(h->magic, HS_MAGIC, HS_MAGIC_LEN) != 0 || h->endian_tag != HS_ENDIAN_TAG ||
-	    h->abi_version != HS_ABI_VERSION || h->word_size != sizeof(void *) ||
-	    h->header_size != sizeof(struct hs_header) || h->segment_size < sizeof(struct hs_header) ||
-	    h->segment_size > (uint64_t)st.st_size) {
+	/* heisen-dump's checks (internal/seg_header.h): only the header's bytes are read */
+	if (hs_header_check(a, (uint64_t)st.st_size, &hdr, err, sizeof err) != 0) {
 		munmap(a, len);
 		return -1;
 	}
-	m->h = h;
+	m->h = a;
 	m->len = len;
 	m->owner = st.st_uid;
 	return 0;
@@ -165,11 +130,13 @@ static void watched_unmap(struct watched *w)
 static void watched_map(int dirfd, struct watched *w)
 {
 	struct stat st;
-	int fd = openat(dirfd, w->name, O_RDONLY | O_NOFOLLOW | O_CLOEXEC | O_NOCTTY | O_NONBLOCK);
+	struct hs_header hdr;
+	char err[200];
+	int fd = hs_seg_openat(dirfd, w->name, O_RDONLY, &st, NULL, 0);
 	w->map = NULL;
 	if (fd < 0)
 		return;
-	if (fstat(fd, &st) < 0 || !S_ISREG(st.st_mode) || (uint64_t)st.st_size < sizeof(struct hs_header)) {
+	if ((uint64_t)st.st_size < sizeof(struct hs_header)) {
 		close(fd);
 		return;
 	}
@@ -179,11 +146,9 @@ static void watched_map(int dirfd, struct watched *w)
 	close(fd);
 	if (a == MAP_FAILED)
 		return;
-	const struct hs_header *h = a;
-	if (memcmp(h->magic, HS_MAGIC, HS_MAGIC_LEN) != 0 || h->endian_tag != HS_ENDIAN_TAG ||
-	    h->abi_version != HS_ABI_VERSION || h->word_size != sizeof(void *) ||
-	    h->header_size != sizeof(struct hs_header) || h->segment_size > (uint64_t)st.st_size ||
-	    h->pid != w->pid || HS_STATE_OF(__atomic_load_n(&h->state, __ATOMIC_ACQUIRE)) != HS_STATE_RUNNING) {
+	/* heisen-dump's checks (internal/seg_header.h), then the watchdog's own: pid and RUNNING */
+	if (hs_header_check(a, (uint64_t)st.st_size, &hdr, err, sizeof err) != 0 || hdr.pid != w->pid ||
+	    HS_STATE_OF(hdr.state) != HS_STATE_RUNNING) {
 		munmap(a, (size_t)st.st_size);
 		return;
 	}
@@ -209,19 +174,20 @@ static size_t watch_refresh(int dirfd)
 	if (fstat(dirfd, &st) == 0 &&
 	    (st.st_mtim.tv_sec != watch_mtime.tv_sec || st.st_mtim.tv_nsec != watch_mtime.tv_nsec ||
 	     nwatch == 0)) {
-		DIR *d = open_dir(dirfd);
+		DIR *d = hs_seg_dir_open(dirfd);
 		if (d) {
 			watch_mtime = st.st_mtim;
 			for (size_t i = 0; i < nwatch; i++)
 				watch[i].listed = 0;
-			struct dirent *de;
-			while ((de = readdir(d))) {
-				pid_t p;
-				unsigned im;
+			struct hs_seg_dirent de;
+			while (hs_seg_dir_next(d, &de)) {
+				pid_t p = de.pid;
+				unsigned im = de.image;
 				size_t i = 0;
-				if (!parse_name(de->d_name, &p, &im) || strlen(de->d_name) >= sizeof watch->name)
+				/* a misnamed *.seg names no process: nothing to watch */
+				if (de.kind != HS_NAME_SEGMENT || strlen(de.name) >= sizeof watch->name)
 					continue;
-				while (i < nwatch && strcmp(watch[i].name, de->d_name) != 0)
+				while (i < nwatch && strcmp(watch[i].name, de.name) != 0)
 					i++;
 				if (i == nwatch) {
 					struct watched *v = realloc(watch, (nwatch + 1) * sizeof *v);
@@ -229,9 +195,9 @@ static size_t watch_refresh(int dirfd)
 						continue;
 					watch = v;
 					watch[nwatch] = (struct watched){.pid = p, .image = im};
-					strcpy(watch[nwatch].name, de->d_name);
+					strcpy(watch[nwatch].name, de.name);
 					watched_map(dirfd, &watch[nwatch++]);
-				} else if (watch[i].map && de->d_ino != watch[i].ino) {
+				} else if (watch[i].map && de.ino != watch[i].ino) {
 					watched_unmap(&watch[i]); /* replaced under the same name */
 					watched_map(dirfd, &watch[i]);
 				}
@@ -286,18 +252,15 @@ void hr_seg_remap(int dirfd, pid_t pid)
  */
 static int latest_segment(int dirfd, pid_t pid, char *out, size_t n)
 {
-	DIR *d = open_dir(dirfd);
+	DIR *d = hs_seg_dir_open(dirfd);
 	if (!d)
 		return 0;
-	struct dirent *de;
+	struct hs_seg_dirent de;
 	long best = -1;
-	while ((de = readdir(d))) {
-		pid_t p;
-		unsigned im;
-		if (parse_name(de->d_name, &p, &im) && p == pid && (long)im > best &&
-		    strlen(de->d_name) < n) {
-			best = im;
-			strcpy(out, de->d_name);
+	while (hs_seg_dir_next(d, &de)) {
+		if (de.kind == HS_NAME_SEGMENT && de.pid == pid && (long)de.image > best && strlen(de.name) < n) {
+			best = de.image;
+			strcpy(out, de.name);
 		}
 	}
 	closedir(d);
@@ -459,19 +422,17 @@ int hr_seg_identity(int dirfd, pid_t pid, uint64_t *start_ticks, uid_t *owner, i
 	return ok ? 0 : -1;
 }
 
-/* Number of "<pid>.<image>.seg" names in dirfd (0 if it cannot be read). */
+/* Number of segment files in dirfd, misnamed ones included (heisen-dump
+ * names those: internal/seg_dir.h); 0 if it cannot be read. */
 int hr_seg_count(int dirfd)
 {
-	DIR *d = open_dir(dirfd);
+	DIR *d = hs_seg_dir_open(dirfd);
 	if (!d)
 		return 0;
 	int n = 0;
-	struct dirent *de;
-	while ((de = readdir(d))) {
-		pid_t p;
-		unsigned im;
-		n += parse_name(de->d_name, &p, &im);
-	}
+	struct hs_seg_dirent de;
+	while (hs_seg_dir_next(d, &de))
+		n += de.kind == HS_NAME_SEGMENT || de.kind == HS_NAME_MISNAMED;
 	closedir(d);
 	return n;
 }
@@ -490,32 +451,25 @@ size_t hr_seg_thread_heads(int dirfd, pid_t pid, pid_t *tids, uint64_t *heads, s
 	(void)dirfd;
 	if (!(w = watched_of(pid)))
 		return 0;
-	const char *a = w->map;
 	const struct hs_header *h = w->map;
-	const struct hs_table *t = &h->tables[HS_T_RINGS], *th = &h->tables[HS_T_THREADS];
-	/* the table descriptors are shared memory: checked on every read */
-	if (h->segment_size <= w->len && t->entry_size >= sizeof(struct hs_ring_header) && t->offset % 8 == 0 &&
-	    t->entry_size % 8 == 0 && t->offset <= h->segment_size &&
-	    (uint64_t)t->entry_size * t->capacity <= h->segment_size - t->offset &&
-	    th->entry_size >= sizeof(struct hs_thread) && th->offset % 8 == 0 && th->offset <= h->segment_size &&
-	    (uint64_t)th->entry_size * th->capacity <= h->segment_size - th->offset) {
-		for (uint32_t i = 0; i < t->capacity && i < th->capacity && n < max; i++) {
-			const struct hs_thread *ts = (const void *)(a + th->offset + (uint64_t)i * th->entry_size);
-			const struct hs_ring_header *rh = (const void *)(a + t->offset + (uint64_t)i * t->entry_size);
-			if (__atomic_load_n(&ts->state, __ATOMIC_ACQUIRE) != HS_THREAD_LIVE)
-				continue;
-			tids[n] = ts->tid;
-			heads[n++] = __atomic_load_n(&rh->head, __ATOMIC_RELAXED);
-		}
+	/* the table descriptors are shared memory: checked on every read (internal/seg_rings.h) */
+	if (!hs_rings_usable(h, w->len))
+		return 0;
+	for (uint32_t i = 0, ns = hs_rings_slots(h); i < ns && n < max; i++) {
+		const struct hs_thread *ts = hs_rings_slot(w->map, h, i);
+		if (__atomic_load_n(&ts->state, __ATOMIC_ACQUIRE) != HS_THREAD_LIVE)
+			continue;
+		tids[n] = ts->tid;
+		heads[n++] = __atomic_load_n(&hs_rings_ring(w->map, h, i)->head, __ATOMIC_RELAXED);
 	}
 	return n;
 }
 
 /*
  * Progress of pid as its latest segment shows it: the records written to
- * its rings (the sum of the ring heads of the thread slots ever used,
- * tables HS_T_RINGS and HS_T_THREADS, every offset checked against the
- * file; memory reads only) into *events, and the snapshot signal it
+ * its rings (internal/seg_rings.h hs_rings_events: the sum of the ring
+ * heads of the thread slots ever used, every offset checked against the
+ * mapping, as heisen-dump counts them) into *events, and the snapshot signal it
  * installed (0 = none) into *snapsig, with the si_value its requests carry
  * (hs_snapshot_value) into *snapval.  Returns 0, or -1 when pid has no
  * usable segment.
@@ -524,29 +478,10 @@ int hr_seg_progress(int dirfd, pid_t pid, uint64_t *events, int *snapsig, uint64
 {
 	struct watched *w;
 	(void)dirfd;
-	if (!(w = watched_of(pid)))
+	/* the sum heisen-dump makes too (internal/seg_rings.h): descriptors checked on every read */
+	if (!(w = watched_of(pid)) || hs_rings_events(w->map, w->len, w->map, events) != 0)
 		return -1;
-	const char *a = w->map;
 	const struct hs_header *h = w->map;
-	const struct hs_table *t = &h->tables[HS_T_RINGS], *th = &h->tables[HS_T_THREADS];
-	/* the table descriptors are shared memory: checked on every read */
-	if (h->segment_size > w->len || t->entry_size < sizeof(struct hs_ring_header) || t->offset % 8 != 0 ||
-	    t->entry_size % 8 != 0 || t->offset > h->segment_size ||
-	    (uint64_t)t->entry_size * t->capacity > h->segment_size - t->offset ||
-	    th->entry_size < sizeof(struct hs_thread) || th->offset % 8 != 0 || th->offset > h->segment_size ||
-	    (uint64_t)th->entry_size * th->capacity > h->segment_size - th->offset)
-		return -1;
-	uint64_t sum = 0;
-	/* slot i owns ring i; slots are claimed in order (shim/threads.c), so the
-	   first one never used ends the rings that ever held a record */
-	for (uint32_t i = 0; i < t->capacity && i < th->capacity; i++) {
-		const struct hs_thread *ts = (const void *)(a + th->offset + (uint64_t)i * th->entry_size);
-		const struct hs_ring_header *rh = (const void *)(a + t->offset + (uint64_t)i * t->entry_size);
-		if (__atomic_load_n(&ts->state, __ATOMIC_ACQUIRE) == HS_THREAD_FREE)
-			break;
-		sum += __atomic_load_n(&rh->head, __ATOMIC_RELAXED);
-	}
-	*events = sum;
 	*snapsig = h->snapshot_signal;
 	*snapval = hs_snapshot_value(h->start_real_ns);
 	return 0;

@@ -34,6 +34,7 @@
 #include <unistd.h>
 
 #include <internal/dir_walk.h>
+#include <internal/seg_dir.h>
 
 #include "launcher.h"
 
@@ -359,18 +360,13 @@ void hr_session_remove_if_clean(struct hr_run *r, int only_if_empty)
 		return;
 	if (!only_if_empty) {
 		/* A new open file description: its own readdir position. */
-		int fd = openat(r->session_fd, ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-		DIR *d = fd >= 0 ? fdopendir(fd) : NULL;
+		DIR *d = hs_seg_dir_open(r->session_fd);
 		if (d) {
-			struct dirent *de;
-			while ((de = readdir(d))) {
-				size_t l = strlen(de->d_name);
-				if (l > 4 && strcmp(de->d_name + l - 4, ".seg") == 0)
-					(void)unlinkat(r->session_fd, de->d_name, 0);
-			}
+			struct hs_seg_dirent de;
+			while (hs_seg_dir_next(d, &de))
+				if (de.kind == HS_NAME_SEGMENT || de.kind == HS_NAME_MISNAMED)
+					(void)unlinkat(r->session_fd, de.name, 0);
 			closedir(d);
-		} else if (fd >= 0) {
-			close(fd);
 		}
 	}
 	if (r->session_created && (r->session_auto || !only_if_empty))

@@ -454,7 +454,7 @@ static void snapshot_pids(struct hr_run *r, const pid_t *want, size_t n)
 		int installed = 0;
 		/* heisen's own signal number, never the one the segment names */
 		if (e && e->snapsig && target_verified(r, want[i], "a snapshot request", &installed) && installed)
-			asked += hr_snapshot_request(want[i], hs_snapshot_signal(), e->snapval);
+			asked += hs_snapshot_request_all(want[i], hs_snapshot_signal(), e->snapval);
 	}
 	if (!asked)
 		return;

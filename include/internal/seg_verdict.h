@@ -29,8 +29,10 @@
  *     HS_FD_LEAK_MIN fds open that it created at one site (the fd-leak
  *     rule's first test; analyze.c decides the rest), and no fd slot holds
  *     a state, kind or call the reader does not know;
- * and the session is clean when every "*.seg" file in it is, and no stall
- * note ("*.stall", left by a watchdog that saw a hang) is there.
+ * and the session is clean when every segment in it is, no misnamed "*.seg"
+ * is there (heisen-dump names it as an error) and no stall note ("*.stall",
+ * left by a watchdog that saw a hang) is: the names and the opening are
+ * internal/seg_dir.h's, as heisen-dump's.
  *
  * Costs: per segment one open, one fstat, one pread of the header, one
  * pread per used thread slot (slots are claimed in order: the first FREE
@@ -57,6 +59,7 @@
 #include <unistd.h>
 
 #include <heisen/format.h>
+#include <internal/seg_dir.h>
 #include <internal/seg_header.h>
 
 /* fd-leak: a site with this many fds still open at the end (README "File
@@ -222,16 +225,9 @@ static inline enum hs_quick hs_seg_quick(int fd, char *why, size_t whylen)
 	return HS_QUICK_CLEAN;
 }
 
-/* Does name end in suffix, with something before it? */
-static inline int hs_quick_has_suffix(const char *name, const char *suffix)
-{
-	size_t n = strlen(name), k = strlen(suffix);
-	return n > k && strcmp(name + n - k, suffix) == 0;
-}
-
 /*
  * The verdict on the session directory dirfd: CLEAN when each of its
- * "*.seg" files (the names heisen-dump reads: dumper/session.c) is, else
+ * segments (internal/seg_dir.h, the names heisen-dump reads) is, else
  * the verdict on the first one that is not, with its reason in
  * why[whylen] as "NAME: reason"; LOOK when a stall note is there or the
  * directory cannot be listed.  *nsegs: the segments judged (all of them
@@ -241,35 +237,34 @@ static inline enum hs_quick hs_session_quick(int dirfd, size_t *nsegs, char *why
 {
 	enum hs_quick v = HS_QUICK_CLEAN;
 	char one[256];
-	struct dirent *de;
-	int fd = openat(dirfd, ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-	DIR *d = fd >= 0 ? fdopendir(fd) : NULL;
+	struct hs_seg_dirent e;
+	struct stat st;
+	DIR *d = hs_seg_dir_open(dirfd);
 	*nsegs = 0;
 	if (why && whylen)
 		why[0] = '\0';
-	if (!d) {
-		if (fd >= 0)
-			close(fd);
+	if (!d)
 		return hs_quick_say(HS_QUICK_LOOK, why, whylen, "cannot list the session: %s", strerror(errno));
-	}
-	while (v == HS_QUICK_CLEAN && (de = readdir(d))) {
-		if (hs_quick_has_suffix(de->d_name, ".stall")) {
-			v = hs_quick_say(HS_QUICK_LOOK, why, whylen, "%s: a stall note", de->d_name);
+	while (v == HS_QUICK_CLEAN && hs_seg_dir_next(d, &e)) {
+		if (e.kind == HS_NAME_STALL) {
+			v = hs_quick_say(HS_QUICK_LOOK, why, whylen, "%s: a stall note", e.name);
 			continue;
 		}
-		if (!hs_quick_has_suffix(de->d_name, ".seg"))
-			continue;
-		/* O_NONBLOCK: a FIFO named *.seg must not block the open */
-		int sfd = openat(dirfd, de->d_name, O_RDONLY | O_NOFOLLOW | O_CLOEXEC | O_NONBLOCK | O_NOCTTY);
-		if (sfd < 0) {
-			v = hs_quick_say(HS_QUICK_BAD, one, sizeof one, "cannot open: %s", strerror(errno));
+		if (e.kind == HS_NAME_MISNAMED) {
+			v = hs_quick_say(HS_QUICK_BAD, one, sizeof one, "%s", HS_SEG_MISNAMED_MSG);
 		} else {
-			v = hs_seg_quick(sfd, one, sizeof one);
-			close(sfd);
+			/* the one way a segment is opened (seg_dir.h): a FIFO does not block */
+			int sfd = hs_seg_openat(dirfd, e.name, O_RDONLY, &st, one, sizeof one);
+			if (sfd >= 0) {
+				v = hs_seg_quick(sfd, one, sizeof one);
+				close(sfd);
+			} else {
+				v = HS_QUICK_BAD;
+			}
 		}
 		(*nsegs)++;
 		if (v != HS_QUICK_CLEAN)
-			hs_quick_say(v, why, whylen, "%s: %s", de->d_name, one);
+			hs_quick_say(v, why, whylen, "%s: %s", e.name, one);
 	}
 	closedir(d);
 	return v;

@@ -8,6 +8,7 @@
 #ifndef HEISEN_SNAPSHOT_REQUEST_H
 #define HEISEN_SNAPSHOT_REQUEST_H
 
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <signal.h>
@@ -110,6 +111,34 @@ static inline int hs_snapshot_request_tid(pid_t pid, pid_t tid, int sig, uint64_
 	si.si_uid = getuid();
 	si.si_value.sival_ptr = (void *)(uintptr_t)value;
 	return (int)syscall(SYS_rt_tgsigqueueinfo, pid, tid, sig, &si);
+}
+
+/*
+ * Send a snapshot request (hs_snapshot_request_tid) to every thread of pid
+ * listed in /proc/PID/task, except threads that take sig themselves.  The
+ * one way heisen-run's watchdog (launcher/watchdog.c) and heisen-dump
+ * --snapshot (dumper/stall.c hs_snapshot_proc) ask a whole process.
+ * Returns the number of threads asked; 0 when sig or pid is not positive
+ * or the process is gone.
+ */
+static inline unsigned hs_snapshot_request_all(pid_t pid, int sig, uint64_t value)
+{
+	char path[64];
+	struct dirent *de;
+	unsigned sent = 0;
+	DIR *d;
+	if (sig <= 0 || pid <= 0)
+		return 0;
+	snprintf(path, sizeof path, "/proc/%d/task", (int)pid);
+	if (!(d = opendir(path)))
+		return 0;
+	while ((de = readdir(d))) {
+		long tid = strtol(de->d_name, NULL, 10);
+		if (tid > 0 && hs_snapshot_request_tid(pid, (pid_t)tid, sig, value) == 0)
+			sent++;
+	}
+	closedir(d);
+	return sent;
 }
 
 /*

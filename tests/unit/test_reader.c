@@ -20,6 +20,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <sys/syscall.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -32,6 +33,9 @@
 #include "snapshot.h"
 #include "stall.h"
 #include "symbolize.h"
+#include <internal/proc_stat.h>
+#include <internal/seg_dir.h>
+#include <internal/seg_rings.h>
 #include <internal/seg_verdict.h>
 
 static int failures, checks;
@@ -1622,6 +1626,145 @@ static void test_quick_verdict(void)
 	synth_free(&s);
 }
 
+/* The one name rule both readers use (internal/seg_dir.h). */
+static void test_segment_names(void)
+{
+	pid_t pid = 0;
+	unsigned image = 0;
+	CHECK(hs_dir_name_kind("123.4.seg", &pid, &image) == HS_NAME_SEGMENT && pid == 123 && image == 4);
+	CHECK(hs_dir_name_kind("2147483647.4294967295.seg", &pid, &image) == HS_NAME_SEGMENT &&
+	      pid == 2147483647 && image == 4294967295u);
+	CHECK(hs_dir_name_kind("2147483648.0.seg", &pid, &image) == HS_NAME_MISNAMED); /* pid too large */
+	CHECK(hs_dir_name_kind("1.4294967296.seg", &pid, &image) == HS_NAME_MISNAMED); /* image too large */
+	CHECK(hs_dir_name_kind("0.0.seg", &pid, &image) == HS_NAME_MISNAMED);
+	CHECK(hs_dir_name_kind("-1.0.seg", &pid, &image) == HS_NAME_MISNAMED);
+	CHECK(hs_dir_name_kind("12.seg", &pid, &image) == HS_NAME_MISNAMED);
+	CHECK(hs_dir_name_kind("copy.seg", &pid, &image) == HS_NAME_MISNAMED);
+	CHECK(hs_dir_name_kind("12.0.seg.bak", &pid, &image) == HS_NAME_OTHER);
+	CHECK(hs_dir_name_kind(".seg", &pid, &image) == HS_NAME_OTHER);
+	CHECK(hs_dir_name_kind(".123.new", &pid, &image) == HS_NAME_OTHER);
+	CHECK(hs_dir_name_kind("123.0.stall", &pid, &image) == HS_NAME_STALL);
+
+	/* the enumeration and the opening: a FIFO is refused, .new skipped */
+	char dir[256], path[320], err[128];
+	struct stat st;
+	snprintf(dir, sizeof dir, "%s/names", tmpdir);
+	CHECK(mkdir(dir, 0700) == 0);
+	const char *files[] = {"5.0.seg", "x.seg", ".5.new", "5.0.stall", "report.txt"};
+	for (size_t i = 0; i < sizeof files / sizeof files[0]; i++) {
+		snprintf(path, sizeof path, "%s/%s", dir, files[i]);
+		int fd = open(path, O_WRONLY | O_CREAT | O_EXCL, 0600);
+		CHECK(fd >= 0);
+		close(fd);
+	}
+	snprintf(path, sizeof path, "%s/6.0.seg", dir);
+	CHECK(mkfifo(path, 0600) == 0);
+	int dfd = open(dir, O_RDONLY | O_DIRECTORY);
+	DIR *d = hs_seg_dir_open(dfd);
+	struct hs_seg_dirent e;
+	int seen[4] = {0};
+	CHECK(d != NULL);
+	while (d && hs_seg_dir_next(d, &e))
+		seen[e.kind]++;
+	if (d)
+		closedir(d);
+	CHECK(seen[HS_NAME_OTHER] == 0 && seen[HS_NAME_SEGMENT] == 2 && seen[HS_NAME_MISNAMED] == 1 &&
+	      seen[HS_NAME_STALL] == 1);
+	CHECK(hs_seg_openat(dfd, "6.0.seg", O_RDONLY, &st, err, sizeof err) == -1 &&
+	      strcmp(err, "not a regular file") == 0);
+	CHECK(hs_seg_openat(dfd, "7.0.seg", O_RDONLY, &st, err, sizeof err) == -1 &&
+	      strncmp(err, "cannot open: ", 13) == 0);
+	int fd = hs_seg_openat(dfd, "5.0.seg", O_RDONLY, &st, err, sizeof err);
+	CHECK(fd >= 0 && S_ISREG(st.st_mode));
+	if (fd >= 0)
+		close(fd);
+	close(dfd);
+	for (size_t i = 0; i < sizeof files / sizeof files[0]; i++) {
+		snprintf(path, sizeof path, "%s/%s", dir, files[i]);
+		unlink(path);
+	}
+	snprintf(path, sizeof path, "%s/6.0.seg", dir);
+	unlink(path);
+	rmdir(dir);
+}
+
+/* The one /proc/PID/stat reader (internal/proc_stat.h): comm with spaces
+ * and parentheses, the fields both programs use, this process itself. */
+static void test_proc_stat(void)
+{
+	struct hs_proc_stat ps;
+	const char *line = "4242 (a) b (c) R 17 4242 4242 0 -1 4194560 100 0 0 0 31 7 0 0 20 0 3 0 98765 1 2 3\n";
+	CHECK(hs_proc_stat_parse(line, &ps) == 0 && ps.state == 'R' && ps.ppid == 17 && ps.utime == 31 &&
+	      ps.stime == 7 && ps.start_ticks == 98765);
+	CHECK(hs_proc_stat_parse("4242 (a) R 17 4242", &ps) == -1); /* cut short */
+	CHECK(hs_proc_stat_parse("no parenthesis", &ps) == -1);
+	CHECK(hs_proc_stat_read(getpid(), 0, &ps) == 0 && ps.ppid == (int)getppid() && ps.start_ticks > 0);
+	CHECK(hs_proc_stat_read(getpid(), (pid_t)syscall(SYS_gettid), &ps) == 0 && ps.state == 'R');
+	CHECK(hs_proc_stat_read(0x7ffffff0, 0, &ps) == -1);
+}
+
+/* The one sum of ring heads (internal/seg_rings.h): used slots only, the
+ * first FREE slot ends them, descriptors that do not fit are refused. */
+static void test_ring_heads_sum(void)
+{
+	enum { SLOTS = 4 };
+	static uint64_t mem[(sizeof(struct hs_header) + SLOTS * (sizeof(struct hs_thread) + sizeof(struct hs_ring_header))) / 8 + 8];
+	struct hs_header *h = (struct hs_header *)(void *)mem;
+	uint64_t len = sizeof mem, ev = 7;
+	memset(mem, 0, sizeof mem);
+	h->segment_size = len;
+	h->tables[HS_T_THREADS] = (struct hs_table){.offset = sizeof(struct hs_header), .entry_size = sizeof(struct hs_thread), .capacity = SLOTS};
+	h->tables[HS_T_RINGS] = (struct hs_table){.offset = sizeof(struct hs_header) + SLOTS * sizeof(struct hs_thread),
+						  .entry_size = sizeof(struct hs_ring_header), .capacity = SLOTS};
+	uint32_t states[SLOTS] = {HS_THREAD_LIVE, HS_THREAD_EXITED, HS_THREAD_FREE, HS_THREAD_LIVE};
+	uint64_t heads[SLOTS] = {10, 5, 100, 1000};
+	for (uint32_t i = 0; i < SLOTS; i++) {
+		((struct hs_thread *)(void *)hs_rings_slot(mem, h, i))->state = states[i];
+		((struct hs_ring_header *)(void *)hs_rings_ring(mem, h, i))->head = heads[i];
+	}
+	CHECK(hs_rings_events(mem, len, h, &ev) == 0 && ev == 15);
+	h->tables[HS_T_RINGS].capacity = 1u << 20; /* runs past the mapping */
+	ev = 7;
+	CHECK(hs_rings_events(mem, len, h, &ev) == -1 && ev == 7);
+	h->tables[HS_T_RINGS].capacity = SLOTS;
+	CHECK(hs_rings_events(mem, len - 8, h, &ev) == -1); /* segment_size beyond the mapping */
+}
+
+static int g_blocked_tid;
+static void *blocked_in_read(void *arg)
+{
+	char c;
+	__atomic_store_n(&g_blocked_tid, (int)syscall(SYS_gettid), __ATOMIC_RELEASE);
+	return read(*(int *)arg, &c, 1) == 1 ? NULL : arg;
+}
+
+/* The one measure of a thread's progress (internal/proc_stat.h): a thread
+ * that stays in one wait keeps its value; one that left it does not. */
+static void test_thread_progress(void)
+{
+	int fds[2];
+	pthread_t th;
+	uint64_t cpu = UINT64_MAX, a = 0, b = 0;
+	CHECK(pipe(fds) == 0);
+	CHECK(pthread_create(&th, NULL, blocked_in_read, &fds[0]) == 0);
+	while (!__atomic_load_n(&g_blocked_tid, __ATOMIC_ACQUIRE))
+		usleep(1000);
+	usleep(100000); /* in read(2) by now */
+	pid_t tid = (pid_t)g_blocked_tid;
+	CHECK(hs_thread_progress(getpid(), tid, &cpu, &a) == 0 && cpu != UINT64_MAX);
+	usleep(50000);
+	cpu = UINT64_MAX;
+	CHECK(hs_thread_progress(getpid(), tid, &cpu, &b) == 0 && a == b);
+	CHECK(write(fds[1], "x", 1) == 1);
+	CHECK(pthread_join(th, NULL) == 0);
+	cpu = UINT64_MAX;
+	CHECK(hs_thread_progress(getpid(), tid, &cpu, &b) == -1); /* gone */
+	cpu = UINT64_MAX;
+	CHECK(hs_thread_progress(getpid(), (pid_t)syscall(SYS_gettid), &cpu, &b) == 0 && b != a);
+	close(fds[0]);
+	close(fds[1]);
+}
+
 int main(void)
 {
 	snprintf(tmpdir, sizeof tmpdir, "/tmp/heisen-test-reader-XXXXXX");
@@ -1647,6 +1790,10 @@ int main(void)
 	test_fd_findings();
 	test_long_cycle_and_limits();
 	test_quick_verdict();
+	test_segment_names();
+	test_proc_stat();
+	test_ring_heads_sum();
+	test_thread_progress();
 	test_string_accessor();
 	test_symbolize();
 	clear_dir();
