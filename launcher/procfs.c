@@ -29,27 +29,6 @@
 #include "heisen/format.h"
 #include "launcher.h"
 
-/* Read up to n-1 bytes of path into buf, NUL-terminated.  Returns the length
- * or -1 with errno. */
-static ssize_t read_small(const char *path, char *buf, size_t n)
-{
-	int fd = open(path, O_RDONLY | O_CLOEXEC);
-	if (fd < 0)
-		return -1;
-	size_t len = 0;
-	while (len + 1 < n) {
-		ssize_t k = read(fd, buf + len, n - 1 - len);
-		if (k < 0 && errno == EINTR)
-			continue;
-		if (k <= 0)
-			break;
-		len += (size_t)k;
-	}
-	close(fd);
-	buf[len] = '\0';
-	return (ssize_t)len;
-}
-
 /*
  * Start time of pid in clock ticks since boot (internal/proc_stat.h).
  * Returns 0 and sets *ticks, or -1 when the pid does not exist (or /proc
@@ -83,7 +62,7 @@ size_t hr_proc_children(pid_t pid, pid_t *out, size_t max)
 			continue;
 		char cpath[sizeof path + sizeof de->d_name + 16];
 		snprintf(cpath, sizeof cpath, "%s/%s/children", path, de->d_name);
-		if (read_small(cpath, buf, sizeof buf) <= 0)
+		if (hs_read_small(cpath, buf, sizeof buf) <= 0)
 			continue;
 		for (char *s = buf; n < max;) {
 			char *end;

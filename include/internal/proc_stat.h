@@ -59,19 +59,17 @@ static inline int hs_proc_stat_parse(const char *line, struct hs_proc_stat *out)
  * Returns 0, or -1 when the pid or thread does not exist (errno from open)
  * or the line cannot be parsed.  A zombie still answers (state 'Z').
  */
-static inline int hs_proc_stat_read(pid_t pid, pid_t tid, struct hs_proc_stat *out)
+/* Read up to n-1 bytes of a small file (a /proc file) into buf,
+ * NUL-terminated, retrying EINTR.  Returns the length, or -1 with errno
+ * when it cannot be opened. */
+static inline ssize_t hs_read_small(const char *path, char *buf, size_t n)
 {
-	char path[96], buf[1024];
 	size_t len = 0;
-	int fd;
-	if (tid > 0)
-		snprintf(path, sizeof path, "/proc/%d/task/%d/stat", (int)pid, (int)tid);
-	else
-		snprintf(path, sizeof path, "/proc/%d/stat", (int)pid);
-	if ((fd = open(path, O_RDONLY | O_CLOEXEC)) < 0)
+	int fd = open(path, O_RDONLY | O_CLOEXEC);
+	if (fd < 0)
 		return -1;
-	while (len + 1 < sizeof buf) {
-		ssize_t k = read(fd, buf + len, sizeof buf - 1 - len);
+	while (len + 1 < n) {
+		ssize_t k = read(fd, buf + len, n - 1 - len);
 		if (k < 0 && errno == EINTR)
 			continue;
 		if (k <= 0)
@@ -80,7 +78,17 @@ static inline int hs_proc_stat_read(pid_t pid, pid_t tid, struct hs_proc_stat *o
 	}
 	close(fd);
 	buf[len] = '\0';
-	return len ? hs_proc_stat_parse(buf, out) : -1;
+	return (ssize_t)len;
+}
+
+static inline int hs_proc_stat_read(pid_t pid, pid_t tid, struct hs_proc_stat *out)
+{
+	char path[96], buf[1024];
+	if (tid > 0)
+		snprintf(path, sizeof path, "/proc/%d/task/%d/stat", (int)pid, (int)tid);
+	else
+		snprintf(path, sizeof path, "/proc/%d/stat", (int)pid);
+	return hs_read_small(path, buf, sizeof buf) > 0 ? hs_proc_stat_parse(buf, out) : -1;
 }
 
 /*
