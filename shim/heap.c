@@ -611,13 +611,12 @@ static inline uint32_t site_stack(uint64_t site)
 	struct site_memo *m = &site_memo;
 	uint64_t h, v;
 	uint32_t id;
+	/* no reordering on a hit: a loop's malloc and free sites alternate,
+	   and swapping them at every call cost more than the second compare */
 	if (HS_LIKELY(m->site[0] == site)) {
 		id = m->id[0];
-	} else if (m->site[1] == site) {
-		/* most recent first */
+	} else if (HS_LIKELY(m->site[1] == site)) {
 		id = m->id[1];
-		m->site[1] = m->site[0], m->id[1] = m->id[0];
-		m->site[0] = site, m->id[0] = id;
 	} else {
 		h = hs_mix64(site);
 		v = __atomic_load_n(&site_cache[h & (SITE_CACHE - 1)], __ATOMIC_RELAXED);
@@ -1401,8 +1400,11 @@ static void hook_free(void *p, uint64_t site)
 	ring = heap_enter(t);
 	o = owner_of(p);
 	if (HS_LIKELY(o == OWN_OURS)) {
-		/* ---- lock graph (locks.c): locks in the freed block are gone ---- */
-		hs_locks_on_free(p, blk_of(p)->size);
+		/* ---- lock graph (locks.c): locks in the freed block are gone (the
+		   page filter first: most blocks never held a lock) ---- */
+		size_t n = blk_of(p)->size;
+		if (HS_UNLIKELY(hs_lock_pages_seen((uintptr_t)p, (uintptr_t)p + n)))
+			hs_locks_on_free(p, n);
 		/* ---- */
 		blk_free(t, ring, p, site);
 	} else if (!foreign_is_invalid(t, ring, p, o))

@@ -115,14 +115,15 @@ static int32_t outlived_tid(uint32_t id, uint64_t *since)
 }
 
 
-/* Pages (addr >> 12, hashed) where a lock was ever created: frees elsewhere
- * skip the lock graph at the cost of one load (process-private). */
-#define PAGE_BITS 65536u
-static uint64_t lock_pages[PAGE_BITS / 64];
+/* Pages (addr >> 12, modulo HS_LOCK_PAGE_BITS) where a lock was ever created: frees elsewhere
+ * skip the lock graph at the cost of one load (process-private; shim.h
+ * hs_lock_pages_seen). */
+HS_HIDDEN uint64_t hs_lock_pages[HS_LOCK_PAGE_BITS / 64];
+#define lock_pages hs_lock_pages
 
 static inline uint32_t page_bit(uint64_t addr)
 {
-	return (uint32_t)hs_mix64(addr >> 12) & (PAGE_BITS - 1);
+	return hs_lock_page_bit(addr);
 }
 
 static void page_note(uint64_t addr)

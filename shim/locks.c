@@ -70,9 +70,7 @@ static __thread struct held_chain *pending __attribute__((tls_model("initial-exe
  */
 static inline uint64_t lock_now(void)
 {
-	struct timespec ts;
-	clock_gettime(CLOCK_MONOTONIC_COARSE, &ts);
-	return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+	return hs_now_coarse();
 }
 
 

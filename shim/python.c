@@ -129,10 +129,36 @@ static void gil_wait_begin(struct hs_tls *t, unsigned which, uint64_t site, uint
 	hs_lockstate_end(th);
 }
 
+/*
+ * The clocks of a GIL cycle (release, wait, take): one precise read, where
+ * the wait begins (the wait word's since, the GIL_WAIT record and its new
+ * edges).  The take's end reads the coarse clock; only when a tick passed
+ * since the wait began (the wait may have been long: a contended GIL waits
+ * the interpreter's switch interval, 5 ms) does it read the precise clock
+ * for the waited time.  A take with no tick in between is recorded at the
+ * wait's start with waited 0 (it waited less than a tick), as a lock
+ * acquisition that did not wait is (locks.c).  A release is the coarse
+ * clock, never before this thread's last GIL record (gil_last_ns), so a
+ * thread's timeline never runs backwards.  Readers judge GIL waits in
+ * seconds (analyze.c, stall.c); a precise read costs 20-60 ns under a
+ * paravirtual clock, and a threaded Python program makes ~10^5 GIL cycles
+ * a second through extension modules.
+ */
+static __thread uint64_t gil_last_ns __attribute__((tls_model("initial-exec")));
+
+static inline uint64_t gil_release_now(void)
+{
+	uint64_t now = hs_now_coarse();
+	return now > gil_last_ns ? now : gil_last_ns;
+}
+
 static void gil_wait_end(struct hs_tls *t, unsigned which, uint64_t since)
 {
 	struct hs_thread *th = t->slot;
-	uint64_t now = hs_now();
+	uint64_t now = hs_now_coarse();
+	/* coarse <= precise: a coarse time past since means a tick passed */
+	now = now > since ? hs_now() : since;
+	gil_last_ns = now;
 	hs_lockstate_begin(th);
 	th->wait_kind = HS_WAIT_NONE;
 	hs_lockstate_end(th);
@@ -168,7 +194,7 @@ static void hook_PyGILState_Release(int state)
 	if (t) {
 		/* PyGILState_UNLOCKED (1): Ensure took the GIL, Release gives it back */
 		if (state == 1)
-			hs_rec(t, hs_now(), HS_REC_GIL_RELEASED, 0, HS_GIL_RELEASE, 0, 0);
+			hs_rec(t, gil_release_now(), HS_REC_GIL_RELEASED, 0, HS_GIL_RELEASE, 0, 0);
 		hs_leave(t);
 	}
 	py.release(state);
@@ -178,7 +204,7 @@ static void *hook_PyEval_SaveThread(void)
 {
 	struct hs_tls *t = hs_enter();
 	if (t) {
-		hs_rec(t, hs_now(), HS_REC_GIL_RELEASED, 0, HS_GIL_SAVE, 0, 0);
+		hs_rec(t, gil_release_now(), HS_REC_GIL_RELEASED, 0, HS_GIL_SAVE, 0, 0);
 		HS_CHAOS(HS_CHAOS_GIL_DROP); /* chaos.c: --chaos (before the release: the holder keeps it longer) */
 		hs_leave(t);
 	}
@@ -216,7 +242,7 @@ static void hook_PyEval_ReleaseThread(void *tstate)
 {
 	struct hs_tls *t = hs_enter();
 	if (t) {
-		hs_rec(t, hs_now(), HS_REC_GIL_RELEASED, 0, HS_GIL_RELEASE_THREAD, 0, 0);
+		hs_rec(t, gil_release_now(), HS_REC_GIL_RELEASED, 0, HS_GIL_RELEASE_THREAD, 0, 0);
 		hs_leave(t);
 	}
 	py.release_thread(tstate);

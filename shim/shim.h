@@ -264,10 +264,26 @@ static inline void hs_seq_write_end(uint32_t *seq, uint32_t q)
 
 /* ---- time ---------------------------------------------------------------- */
 
+/* CLOCK_MONOTONIC in ns: the precise clock (20-60 ns a read under a
+ * paravirtual clock source). */
 static inline uint64_t hs_now(void)
 {
 	struct timespec ts;
 	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
+/*
+ * CLOCK_MONOTONIC_COARSE in ns: the last tick, read from the vDSO without
+ * the clock source (a few ns; 4 ms resolution at HZ=250).  Never ahead of
+ * hs_now() read at the same moment, at most one tick behind it: enough for
+ * a time judged in seconds (hang timeouts) or an event that did not wait
+ * (docs/design.md "Cost").
+ */
+static inline uint64_t hs_now_coarse(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_MONOTONIC_COARSE, &ts);
 	return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
 }
 
@@ -748,6 +764,39 @@ void hs_lock_forget_range(struct hs_seg *s, uint64_t lo, uint64_t hi);
  * inside a hook (it takes no guard); never allocates.
  */
 void hs_locks_on_free(void *p, size_t size);
+
+/*
+ * The filter in front of hs_locks_on_free: a bitmap of pages (addr >> 12,
+ * modulo HS_LOCK_PAGE_BITS) where a lock node was ever made (lockgraph.c
+ * notes the page of the lock's first and last byte when it makes the node;
+ * process-private, a fork child inherits it).  0 when no page of [lo, hi)
+ * was ever noted: no lock lives there and the thread holds none there (a
+ * held entry always has a node), so a free may skip hs_locks_on_free; 1 may
+ * be an alias (pages 256 MiB apart share a bit).  Ranges over 256 pages
+ * answer 1 without looking.  One load per page, no call: the heap hook asks
+ * it at every free.
+ */
+#define HS_LOCK_PAGE_BITS 65536u
+extern HS_HIDDEN uint64_t hs_lock_pages[HS_LOCK_PAGE_BITS / 64];
+
+static inline uint32_t hs_lock_page_bit(uint64_t addr)
+{
+	/* the page number itself, not a hash: the heap's pages are contiguous,
+	   so any 256 MiB of them fall on distinct bits */
+	return (uint32_t)(addr >> 12) & (HS_LOCK_PAGE_BITS - 1);
+}
+
+static inline int hs_lock_pages_seen(uint64_t lo, uint64_t hi)
+{
+	if (hi - lo > 256ull << 12)
+		return 1;
+	for (uint64_t pg = lo & ~4095ull; pg < hi; pg += 4096) {
+		uint32_t b = hs_lock_page_bit(pg);
+		if ((__atomic_load_n(&hs_lock_pages[b / 64], __ATOMIC_RELAXED) >> (b % 64)) & 1)
+			return 1;
+	}
+	return 0;
+}
 
 /*
  * Note that the thread `tid` acquires lock `to` in mode to_mode (blocking)
