@@ -399,7 +399,7 @@ static long count_fds(void)
 }
 
 /*
- * Open descriptors as the fd table says (fds.c filled it from /proc/self/fd
+ * Open descriptors as the fd table says (fd_core.c filled it from /proc/self/fd
  * at start): spares reading the directory a second time when the process
  * starts.  -1 when fds are not tracked or some number lies beyond the table.
  */

@@ -825,7 +825,7 @@ int hs_seg_commit_entry(struct hs_seg *s, enum hs_table_id t, uint64_t i)
  * (stacks, sites, locks, edges, Python frames: 512 KiB at the default
  * geometry) and the fd table (144 KiB): these
  * get their store a page at a time when a slot is first touched
- * (hs_seg_ready; the fd table a block of slots at a time, fds.c; the lock
+ * (hs_seg_ready; the fd table a block of slots at a time, fd_core.c; the lock
  * and edge indexes whole at the first lock, lockgraph.c), so a
  * short process pays for the pages it uses.  Reserving them whole
  * (fallocate) cost ~0.3 ms per segment here, two segments per fork + exec
