@@ -1768,42 +1768,47 @@ static void inherited(int fd, const char *link, int cloexec, uint64_t now)
 	release(s, q);
 }
 
-/* The fds open at the start of this image (or in a fork child), from
- * /proc/self/fd, with raw system calls only: async-signal-safe. */
+/* One entry of /proc/self/fd for scan_inherited. */
+struct inherited_scan {
+	int dfd;               /* the directory's own descriptor: not the program's */
+	uint64_t now;
+};
+
+static int inherited_entry(void *arg, const char *name, unsigned type)
+{
+	const struct inherited_scan *sc = arg;
+	char link[HS_FD_PATH_MAX * 4];
+	long fd = 0, m;
+	const char *c = name;
+	(void)type;
+	if (!*c)
+		return 0;
+	for (; *c >= '0' && *c <= '9' && fd < (1l << 30); c++)
+		fd = fd * 10 + (*c - '0');
+	if (*c || fd == sc->dfd)
+		return 0; /* ".", "..", the scan's own descriptor */
+	m = syscall(SYS_readlinkat, sc->dfd, name, link, sizeof link - 1);
+	link[m > 0 ? m : 0] = '\0';
+	inherited((int)fd, link, (int)(syscall(SYS_fcntl, (int)fd, F_GETFD) & FD_CLOEXEC), sc->now);
+	return 0;
+}
+
+/*
+ * The fds open at the start of this image (or in a fork child), from
+ * /proc/self/fd, with the shim's own system calls only (hs_sys, hs_dir_each):
+ * async-signal-safe.  When /proc/self/fd cannot be opened or read (no
+ * /proc, a failed getdents64), the numbers not seen are not marked
+ * inherited: a later close of one is an unseen generation's (after_close),
+ * never a finding; the numbers seen before a failure are marked.
+ */
 static void scan_inherited(void)
 {
-	struct dirent64_raw {
-		uint64_t ino;
-		int64_t off;
-		unsigned short reclen;
-		unsigned char type;
-		char name[];
-	};
-	char buf[4096] __attribute__((aligned(8)));
-	uint64_t now = hs_now();
-	int dfd = (int)syscall(SYS_openat, AT_FDCWD, "/proc/self/fd", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-	long n;
-	if (dfd < 0)
+	struct inherited_scan sc = {.now = hs_now()};
+	sc.dfd = hs_sys.open("/proc/self/fd", O_RDONLY | O_DIRECTORY | O_CLOEXEC, 0);
+	if (sc.dfd < 0)
 		return;
-	while ((n = syscall(SYS_getdents64, dfd, buf, sizeof buf)) > 0) {
-		for (long off = 0; off < n;) {
-			struct dirent64_raw *d = (struct dirent64_raw *)(void *)(buf + off);
-			char link[HS_FD_PATH_MAX * 4];
-			long fd = 0, m;
-			const char *c = d->name;
-			off += d->reclen;
-			if (!*c)
-				continue;
-			for (; *c >= '0' && *c <= '9' && fd < (1l << 30); c++)
-				fd = fd * 10 + (*c - '0');
-			if (*c || fd == dfd)
-				continue;
-			m = syscall(SYS_readlinkat, dfd, d->name, link, sizeof link - 1);
-			link[m > 0 ? m : 0] = '\0';
-			inherited((int)fd, link, (int)(syscall(SYS_fcntl, (int)fd, F_GETFD) & FD_CLOEXEC), now);
-		}
-	}
-	syscall(SYS_close, dfd);
+	hs_dir_each(sc.dfd, inherited_entry, &sc);
+	hs_sys.close(sc.dfd);
 }
 
 /*

@@ -11,7 +11,8 @@
  *     env.c              the one parser of every HEISEN_* setting
  *     hooks.def          every interposed function, listed once (X-macro)
  *     hooks.h            the real functions' pointers and HS_REAL
- *     sysops.c           the shim's own raw system calls, behind a table
+ *     sysops.c           the shim's own raw system calls, behind a table;
+ *                        the one directory walker (hs_dir_each)
  *     dl_trampoline.S    exported dlsym/dlvsym: calls through a library handle
  *     elf_got_surgery.c  GOT patching (the GIL entry points of a static python)
  *   the flight recorder
@@ -445,6 +446,24 @@ struct hs_sysops {
 	ssize_t (*copy_file_range)(int in, off_t *in_off, int out, off_t *out_off, size_t n);
 };
 extern struct hs_sysops hs_sys;
+
+/*
+ * The shim's one directory walker (sysops.c): every entry of the directory
+ * open on dfd, from its current offset, read with hs_sys.getdents64 into a
+ * HS_DIR_BUF-byte buffer on the walker's stack — no opendir, no malloc, no
+ * stdio, no lock: async-signal-safe, usable in a crash handler and between
+ * fork and exec (glibc's readdir over getdents64, without its malloc'd DIR).
+ * fn(arg, name, type) is called for each entry, "." and ".." included
+ * (type is the entry's d_type, DT_UNKNOWN when the file system does not
+ * say); a nonzero return from fn ends the walk.  Returns 0 at the end of
+ * the directory, 1 when fn ended it, -1 with errno when getdents64 failed
+ * or returned a malformed record (EIO): the entries before the failure
+ * were delivered, the rest are not, and each caller says what it makes of
+ * a partial walk.  dfd stays open and its offset where the walk left it.
+ */
+#define HS_DIR_BUF 1024
+typedef int (*hs_dir_fn)(void *arg, const char *name, unsigned type);
+int hs_dir_each(int dfd, hs_dir_fn fn, void *arg);
 
 /* Read up to cap-1 bytes of a small file (procfs, sysfs, cgroupfs) into buf,
  * NUL-terminated, through hs_sys.  Returns the bytes read, or -1 when it
