@@ -1483,7 +1483,8 @@ void hs_fd_dir_close_begin(struct hs_fd_closing *c, DIR *d, uint64_t site)
 	c->object = 1;
 }
 
-void hs_fd_close_begin(struct hs_fd_closing *c, int fd, unsigned call, uint64_t site)
+static inline __attribute__((always_inline)) void close_begin(struct hs_fd_closing *c, int fd, unsigned call,
+								 uint64_t site)
 {
 	struct hs_tls *t;
 	int e;
@@ -1510,7 +1511,7 @@ void hs_fd_close_begin(struct hs_fd_closing *c, int fd, unsigned call, uint64_t 
 	}
 }
 
-int hs_fd_close_end(struct hs_fd_closing *c, int rc)
+static inline __attribute__((always_inline)) int close_end(struct hs_fd_closing *c, int rc)
 {
 	struct hs_tls *t;
 	int e;
@@ -1541,13 +1542,23 @@ int hs_fd_close_end(struct hs_fd_closing *c, int rc)
 	return rc;
 }
 
-/* close() as the core makes it (heisen_fd_close_owned): record, close once,
- * look at the result. */
-static int close_number(int fd, unsigned call, uint64_t site)
+void hs_fd_close_begin(struct hs_fd_closing *c, int fd, unsigned call, uint64_t site)
+{
+	close_begin(c, fd, call, site);
+}
+
+int hs_fd_close_end(struct hs_fd_closing *c, int rc)
+{
+	return close_end(c, rc);
+}
+
+/* close(): record, close once (never retried on EINTR: the number may
+ * already be someone else's), look at the result. */
+int hs_fd_close(int fd, unsigned call, uint64_t site)
 {
 	struct hs_fd_closing c;
-	hs_fd_close_begin(&c, fd, call, site);
-	return hs_fd_close_end(&c, HS_REAL(close)(fd));
+	close_begin(&c, fd, call, site);
+	return close_end(&c, HS_REAL(close)(fd));
 }
 
 /*
@@ -1678,7 +1689,7 @@ HS_EXPORT int heisen_fd_close_owned(int fd, uint64_t owner)
 	}
 	if (!claim(s, &q)) {
 		hs_leave(t);
-		return close_number(fd, HS_FDC_CLOSE_OWNED, site);
+		return hs_fd_close(fd, HS_FDC_CLOSE_OWNED, site);
 	}
 	state = s->state;
 	gen = s->gen;
@@ -1687,7 +1698,7 @@ HS_EXPORT int heisen_fd_close_owned(int fd, uint64_t owner)
 		/* its owner's close, or an unowned number closed as unowned (tag 0, fdsan) */
 		release(s, q);
 		hs_leave(t);
-		return close_number(fd, HS_FDC_CLOSE_OWNED, site);
+		return hs_fd_close(fd, HS_FDC_CLOSE_OWNED, site);
 	}
 	/* not this owner's number (any more): record the attempt, do not close */
 	stack = fd_stack(t, site);

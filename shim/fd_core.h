@@ -138,6 +138,9 @@ struct hs_fd_closing {
  * close).  _end returns rc. */
 void hs_fd_close_begin(struct hs_fd_closing *c, int fd, unsigned call, uint64_t site);
 int hs_fd_close_end(struct hs_fd_closing *c, int rc);
+/* _begin, the real close, _end in one frame: close()'s hot path, and
+ * heisen_fd_close_owned's.  Returns close's result, errno close's. */
+int hs_fd_close(int fd, unsigned call, uint64_t site);
 /* fclose/freopen of fp, closedir of d: the ownership check (a stale close
  * proven before the call) and the record; then hs_fd_close_end (fclose,
  * closedir; freopen's new FILE is hs_fd_fopened's). */

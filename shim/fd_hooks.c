@@ -5,7 +5,8 @@
  * descriptors" block), each as thin as its shape allows: take the call
  * site, call the real function, hand the result to one entry of the core
  * (fd_core.h, fd_core.c), as ThreadSanitizer's fd interceptors call its fd
- * tracker.  The families of one shape (the open family with its 64 and
+ * tracker.  close() alone hands the real call to the core (hs_fd_close),
+ * for its cost: see there.  The families of one shape (the open family with its 64 and
  * _FORTIFY_SOURCE variants, the fixed-text creations, fopen) are generated
  * from the X-macro lists below; a hook whose real prototype differs from
  * libc's declaration, or from hooks.def's, does not compile.
@@ -358,17 +359,17 @@ HS_EXPORT int closedir(DIR *d)
 
 /* ---- closing ------------------------------------------------------------------------ */
 
+/* close is the one interceptor whose real call the core makes (hs_fd_close):
+ * the record before it, the call and the look at its result share one
+ * frame; as _begin/_end across the interface it cost ~70 instructions more
+ * per close (bench/README.md "Stack use of the fd hooks"). */
 HS_EXPORT int close(int fd)
 {
-	struct hs_fd_closing c;
-	uint64_t site;
 	if (HS_UNLIKELY(fd == VALIDATE_FD))
 		return 0; /* libunwind closing the pipe it never had (see VALIDATE_FD) */
-	site = HS_FD_SITE();
 	/* faults.c, chaos.c: --fail close, --chaos (an injected failure still closes) */
-	HS_FAULT_CLOSE(fd, (hs_fd_close_begin(&c, fd, HS_FDC_CLOSE, site), hs_fd_close_end(&c, HS_REAL(close)(fd))));
-	hs_fd_close_begin(&c, fd, HS_FDC_CLOSE, site);
-	return hs_fd_close_end(&c, HS_REAL(close)(fd));
+	HS_FAULT_CLOSE(fd, hs_fd_close(fd, HS_FDC_CLOSE, HS_FD_SITE()));
+	return hs_fd_close(fd, HS_FDC_CLOSE, HS_FD_SITE());
 }
 
 HS_EXPORT int close_range(unsigned int first, unsigned int last, int flags)
