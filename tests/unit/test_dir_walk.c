@@ -8,7 +8,9 @@
  * its error paths driven through the swappable system-call table — a
  * getdents64 that fails at once, one that fails after a first batch
  * (the entries read before are delivered, the walk says -1), and a
- * malformed record (EIO instead of reading past it).
+ * malformed record (EIO instead of reading past it).  And one caller's
+ * documented degradation: a memory sample whose /proc/self/fd walk fails
+ * takes no fd count (the header keeps its last one) instead of a partial one.
  */
 #include <dirent.h>
 #include <errno.h>
@@ -73,6 +75,38 @@ static int open_dir(const char *path)
 		exit(2);
 	}
 	return fd;
+}
+
+static const struct hs_geometry geo = {16, 4096, 64, 32, 64, 4, 16, 16, 16, 16, 16};
+
+/* hs_mem_sample's fd count (proc.c count_fds over hs_dir_each). */
+static void test_fd_count_sample(void)
+{
+	uint64_t now = 1000000000ull;
+	int extra[3];
+	unit_segment(&hs_seg, &geo);
+	hs_seg.hdr->pid = (int32_t)getpid();
+	__atomic_store_n(&hs_recording, 1, __ATOMIC_RELEASE);
+	for (int i = 0; i < 3; i++)
+		extra[i] = open("/dev/null", O_RDONLY | O_CLOEXEC);
+
+	/* the walk succeeds: the count is taken, at least stdin..stderr and ours */
+	hs_mem_sample(NULL, now, HS_MEMW_EXIT, 0);
+	CHECK(hs_seg.hdr->fds_sample_ns == now);
+	CHECK(hs_seg.hdr->fds_open >= 6);
+
+	/* it fails after a first batch: no sample, the last one stays */
+	hs_seg.hdr->fds_open = 12345;
+	calls = 1; /* getdents_fails_second: already past its one good batch */
+	hs_sys.getdents64 = getdents_fails_second;
+	hs_mem_sample(NULL, now + 1, HS_MEMW_EXIT, 0);
+	CHECK(hs_seg.hdr->fds_sample_ns == now);
+	CHECK(hs_seg.hdr->fds_open == 12345);
+	hs_sys.getdents64 = real_getdents64;
+
+	for (int i = 0; i < 3; i++)
+		close(extra[i]);
+	__atomic_store_n(&hs_recording, 0, __ATOMIC_RELEASE);
 }
 
 int main(void)
@@ -147,5 +181,6 @@ int main(void)
 		unlink(path);
 	}
 	rmdir(dir);
+	test_fd_count_sample();
 	return unit_done("test_dir_walk");
 }
