@@ -1542,11 +1542,6 @@ static inline __attribute__((always_inline)) int close_end(struct hs_fd_closing 
 	return rc;
 }
 
-void hs_fd_close_begin(struct hs_fd_closing *c, int fd, unsigned call, uint64_t site)
-{
-	close_begin(c, fd, call, site);
-}
-
 int hs_fd_close_end(struct hs_fd_closing *c, int rc)
 {
 	return close_end(c, rc);
