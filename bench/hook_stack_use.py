@@ -21,15 +21,20 @@ import re
 import sys
 
 NODE = re.compile(r'node: \{ title: "([^"]+)" label: "[^\\]*\\n[^\\]*(?:\\n(\d+) bytes \(([^)]*)\))?')
-EDGE = re.compile(r'edge: \{ sourcename: "([^"]+)" targetname: "([^"]+)"')
+EDGE = re.compile(r'edge: \{ sourcename: "([^"]+)" targetname: "([^"]+)"(?: label: "([^":]+):(\d+))?')
 UNWIND = {"chain_unwind", "stack_here_unwind", "stack_site_slow"}
+# Functions that call back through a function pointer, which gcc's graph
+# shows only as __indirect_call: each call of one is followed into the
+# callback named at that call (its second argument, read from the source
+# line the graph gives), e.g. hs_dir_each(fd, count_entry, &n).
+WALKERS = {"hs_dir_each"}
 DEFAULT = ["pthread_mutex_lock", "pthread_mutex_unlock", "pthread_mutex_trylock", "pthread_cond_wait",
            "pthread_rwlock_wrlock", "malloc", "free", "calloc", "realloc", "open", "openat", "close",
            "socket", "dup2", "read"]
 
 
 def load(tree):
-    size, edges = {}, {}
+    size, edges, walked = {}, {}, []
     for ci in glob.glob(os.path.join(tree, "shim", "**", "*.ci"), recursive=True):
         with open(ci) as f:
             for line in f:
@@ -37,8 +42,19 @@ def load(tree):
                 if m and m.group(2):
                     size[m.group(1)] = int(m.group(2))
                 m = EDGE.match(line)
-                if m:
+                if m and short(m.group(2)) in WALKERS and m.group(3):
+                    walked.append((m.group(1), m.group(2), os.path.join(tree, m.group(3)), int(m.group(4))))
+                elif m:
                     edges.setdefault(m.group(1), []).append(m.group(2))
+    for caller, walker, src, lineno in walked:
+        with open(src) as f:
+            text = f.readlines()[lineno - 1]
+        cb = re.search(short(walker) + r"\([^,]+,\s*(\w+)", text)
+        node = f"{walker}<{cb.group(1) if cb else '?'}>"
+        size[node] = size.get(walker, 0)
+        edges[node] = [t for t in edges.get(walker, []) if t != "__indirect_call"]
+        edges[node] += [n for n in size if cb and short(n) == cb.group(1)]
+        edges.setdefault(caller, []).append(node)
     return size, edges
 
 

@@ -5,7 +5,7 @@
  * thread-local state, until it calls exec or _exit: whatever the shim's
  * hooks record in it would land in the parent's segment (CPython's
  * subprocess vforks, then closes and dup2s in the child).  So before glibc's
- * vfork runs, hs_vfork_prepare() (fds.c) notes the parent's pid in the
+ * vfork runs, hs_vfork_prepare() (fd_hooks.c) notes the parent's pid in the
  * thread's state, and hs_enter() records nothing where getpid() differs
  * from it.  The real vfork must be reached by a jump, never a call: a C
  * wrapper's frame would be reused by the child and the parent would return

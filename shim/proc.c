@@ -376,30 +376,31 @@ void hs_env_inherit(struct hs_env *e, const struct hs_env *parent)
 
 /* ---- memory and descriptors --------------------------------------------------- */
 
-/* Open descriptors of this process (the one reading them not counted); -1 on error. */
+static int count_entry(void *arg, const char *name, unsigned type)
+{
+	(void)type;
+	*(long *)arg += name[0] != '.';
+	return 0;
+}
+
+/* Open descriptors of this process (the one reading them not counted); -1
+ * when /proc/self/fd cannot be opened or read to its end (no sample then:
+ * the header keeps its last one). */
 static long count_fds(void)
 {
-	char buf[2048];
-	long n = 0, r;
-	int fd = hs_sys.open("/proc/self/fd", O_RDONLY | O_DIRECTORY | O_CLOEXEC, 0);
+	long n = 0;
+	int fd = hs_sys.open("/proc/self/fd", O_RDONLY | O_DIRECTORY | O_CLOEXEC, 0), rc;
 	if (fd < 0)
 		return -1;
-	while ((r = hs_sys.getdents64(fd, buf, sizeof buf)) > 0)
-		for (long off = 0; off < r;) {
-			/* struct linux_dirent64: d_ino, d_off, d_reclen (u16), d_type, d_name */
-			unsigned short reclen;
-			memcpy(&reclen, buf + off + 16, sizeof reclen);
-			if (reclen == 0)
-				break;
-			n += buf[off + 19] != '.';
-			off += reclen;
-		}
+	rc = hs_dir_each(fd, count_entry, &n);
 	hs_sys.close(fd);
+	if (rc < 0)
+		return -1;
 	return n > 0 ? n - 1 : 0;
 }
 
 /*
- * Open descriptors as the fd table says (fds.c filled it from /proc/self/fd
+ * Open descriptors as the fd table says (fd_core.c filled it from /proc/self/fd
  * at start): spares reading the directory a second time when the process
  * starts.  -1 when fds are not tracked or some number lies beyond the table.
  */

@@ -251,36 +251,47 @@ static void path2(char *out, size_t cap, const char *dir, const char *name)
 	cat(out, n, cap, name);
 }
 
+/* One pass of remove_files: what it freed, whether it removed anything. */
+struct remove_pass {
+	int dfd;
+	int progress;
+	uint64_t freed;
+};
+
+static int remove_entry(void *arg, const char *name, unsigned type)
+{
+	struct remove_pass *r = arg;
+	struct stat st;
+	(void)type;
+	if (name[0] == '.' && (!name[1] || (name[1] == '.' && !name[2])))
+		return 0;
+	if (syscall(SYS_newfstatat, r->dfd, name, &st, AT_SYMLINK_NOFOLLOW) != 0)
+		return 0;
+	if (syscall(SYS_unlinkat, r->dfd, name, S_ISDIR(st.st_mode) ? AT_REMOVEDIR : 0) == 0) {
+		r->freed += (uint64_t)st.st_blocks * 512;
+		r->progress = 1;
+	}
+	return 0;
+}
+
 /*
  * Remove the files (and empty subdirectories) of the directory dfd is open
- * on; stops when a pass removes nothing.  Raw system calls only: it runs at
- * exit, possibly in a fork child.  Returns the bytes freed.
+ * on, a pass at a time from its start (entries are removed under the
+ * cursor), until a pass removes nothing or the directory cannot be read
+ * (hs_dir_each fails: what was removed stays removed, the rest is left).
+ * Raw system calls only: it runs at exit, possibly in a fork child.
+ * Returns the bytes freed.
  */
 static uint64_t remove_files(int dfd)
 {
-	char buf[4096];
-	uint64_t freed = 0;
-	long n;
-	int progress = 1;
-	while (progress && (n = hs_sys.getdents64(dfd, buf, sizeof buf)) > 0) {
-		progress = 0;
-		for (long off = 0; off < n;) {
-			struct dirent64 *de = (void *)(buf + off);
-			struct stat st;
-			off += de->d_reclen;
-			if (de->d_name[0] == '.' && (!de->d_name[1] || (de->d_name[1] == '.' && !de->d_name[2])))
-				continue;
-			if (syscall(SYS_newfstatat, dfd, de->d_name, &st, AT_SYMLINK_NOFOLLOW) != 0)
-				continue;
-			if (syscall(SYS_unlinkat, dfd, de->d_name, S_ISDIR(st.st_mode) ? AT_REMOVEDIR : 0) == 0) {
-				freed += (uint64_t)st.st_blocks * 512;
-				progress = 1;
-			}
-		}
-		/* entries were removed under the cursor: read again from the start */
+	struct remove_pass r = {.dfd = dfd, .progress = 1};
+	while (r.progress) {
+		r.progress = 0;
 		syscall(SYS_lseek, dfd, 0, SEEK_SET);
+		if (hs_dir_each(dfd, remove_entry, &r) < 0)
+			break;
 	}
-	return freed;
+	return r.freed;
 }
 
 static uint64_t remove_dir(const char *path)
@@ -484,29 +495,39 @@ static void judge_segment(int dfd, const char *name, struct cap_entry *e)
 	hs_sys.close(fd);
 }
 
+/* One session of sessions_cap being judged: its directory and its entry. */
+struct judge_walk {
+	int dfd;
+	struct cap_entry *e;
+};
+
+static int judge_entry(void *arg, const char *name, unsigned type)
+{
+	struct judge_walk *j = arg;
+	struct stat st;
+	size_t l = strlen(name);
+	(void)type;
+	if (name[0] == '.' || syscall(SYS_newfstatat, j->dfd, name, &st, AT_SYMLINK_NOFOLLOW) != 0)
+		return 0;
+	j->e->bytes += (uint64_t)st.st_blocks * 512;
+	if (l > 4 && strcmp(name + l - 4, ".seg") == 0)
+		judge_segment(j->dfd, name, j->e);
+	return 0;
+}
+
+/* A session's bytes, age and findings.  A directory that cannot be read to
+ * its end counts only the files seen (it is judged smaller than it is). */
 static void judge_session(int bfd, struct cap_entry *e)
 {
-	char buf[4096];
 	struct stat st;
-	long n;
-	int dfd = (int)syscall(SYS_openat, bfd, e->name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
-	if (dfd < 0)
+	struct judge_walk j = {.e = e};
+	j.dfd = (int)syscall(SYS_openat, bfd, e->name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+	if (j.dfd < 0)
 		return;
-	if (syscall(SYS_newfstatat, dfd, "", &st, AT_EMPTY_PATH) == 0)
+	if (syscall(SYS_newfstatat, j.dfd, "", &st, AT_EMPTY_PATH) == 0)
 		e->mtime = st.st_mtime;
-	while ((n = hs_sys.getdents64(dfd, buf, sizeof buf)) > 0)
-		for (long off = 0; off < n;) {
-			struct dirent64 *de = (void *)(buf + off);
-			size_t l = strlen(de->d_name);
-			off += de->d_reclen;
-			if (de->d_name[0] == '.' ||
-			    syscall(SYS_newfstatat, dfd, de->d_name, &st, AT_SYMLINK_NOFOLLOW) != 0)
-				continue;
-			e->bytes += (uint64_t)st.st_blocks * 512;
-			if (l > 4 && strcmp(de->d_name + l - 4, ".seg") == 0)
-				judge_segment(dfd, de->d_name, e);
-		}
-	hs_sys.close(dfd);
+	hs_dir_each(j.dfd, judge_entry, &j);
+	hs_sys.close(j.dfd);
 }
 
 static void say_mib(const char *a, uint64_t bytes, const char *b)
@@ -514,6 +535,25 @@ static void say_mib(const char *a, uint64_t bytes, const char *b)
 	char num[24];
 	hs_fmt_u64(num, (bytes + (1 << 19)) >> 20);
 	warn3(a, num, b, 0);
+}
+
+/* The sessions of base listed by sessions_cap, up to CAP_SESSIONS. */
+struct cap_walk {
+	int bfd;
+	unsigned n;
+	uint64_t total;
+};
+
+static int cap_entry_add(void *arg, const char *name, unsigned type)
+{
+	struct cap_walk *w = arg;
+	if (name[0] == '.' || type != DT_DIR)
+		return 0;
+	memset(&cap_list[w->n], 0, sizeof cap_list[w->n]);
+	cat(cap_list[w->n].name, 0, sizeof cap_list[w->n].name, name);
+	judge_session(w->bfd, &cap_list[w->n]);
+	w->total += cap_list[w->n].bytes;
+	return ++w->n >= CAP_SESSIONS;
 }
 
 /*
@@ -526,12 +566,12 @@ static void say_mib(const char *a, uint64_t bytes, const char *b)
  */
 static void sessions_cap(const char *base)
 {
-	char buf[4096], path[PATH_MAX];
+	struct cap_walk w = {0};
+	char path[PATH_MAX];
 	struct statfs sf;
 	uint64_t cap = 256ull << 20, total = 0, freed = 0;
 	unsigned n = 0, removed = 0;
 	const char *v = getenv("HEISEN_SESSIONS_MAX_MB");
-	long got;
 	int bfd;
 
 	if (hs_sys.statfs(base, &sf) == 0 && (uint64_t)sf.f_blocks * (uint64_t)sf.f_bsize / 10 < cap)
@@ -542,18 +582,11 @@ static void sessions_cap(const char *base)
 	bfd = hs_sys.open(base, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC, 0);
 	if (bfd < 0)
 		return;
-	while ((got = hs_sys.getdents64(bfd, buf, sizeof buf)) > 0)
-		for (long off = 0; off < got && n < CAP_SESSIONS;) {
-			struct dirent64 *de = (void *)(buf + off);
-			off += de->d_reclen;
-			if (de->d_name[0] == '.' || de->d_type != DT_DIR)
-				continue;
-			memset(&cap_list[n], 0, sizeof cap_list[n]);
-			cat(cap_list[n].name, 0, sizeof cap_list[n].name, de->d_name);
-			judge_session(bfd, &cap_list[n]);
-			total += cap_list[n].bytes;
-			n++;
-		}
+	w.bfd = bfd;
+	/* a base that cannot be read to its end: the cap is judged on the sessions seen */
+	hs_dir_each(bfd, cap_entry_add, &w);
+	n = w.n;
+	total = w.total;
 	if (total <= cap) {
 		hs_sys.close(bfd);
 		return;
@@ -825,7 +858,7 @@ int hs_seg_commit_entry(struct hs_seg *s, enum hs_table_id t, uint64_t i)
  * (stacks, sites, locks, edges, Python frames: 512 KiB at the default
  * geometry) and the fd table (144 KiB): these
  * get their store a page at a time when a slot is first touched
- * (hs_seg_ready; the fd table a block of slots at a time, fds.c; the lock
+ * (hs_seg_ready; the fd table a block of slots at a time, fd_core.c; the lock
  * and edge indexes whole at the first lock, lockgraph.c), so a
  * short process pays for the pages it uses.  Reserving them whole
  * (fallocate) cost ~0.3 ms per segment here, two segments per fork + exec

@@ -11,7 +11,8 @@
  *     env.c              the one parser of every HEISEN_* setting
  *     hooks.def          every interposed function, listed once (X-macro)
  *     hooks.h            the real functions' pointers and HS_REAL
- *     sysops.c           the shim's own raw system calls, behind a table
+ *     sysops.c           the shim's own raw system calls, behind a table;
+ *                        the one directory walker (hs_dir_each)
  *     dl_trampoline.S    exported dlsym/dlvsym: calls through a library handle
  *     elf_got_surgery.c  GOT patching (the GIL entry points of a static python)
  *   the flight recorder
@@ -33,7 +34,11 @@
  *     guarded.c          sampled guard-page allocations (GWP-ASan)
  *     memhooks.c         large allocations and mmap make a memory sample due
  *   file descriptors
- *     fds.c              every fd creation and close, generations, findings
+ *     fd_hooks.c         the fd interceptors: every call that creates or
+ *                        closes an fd, each the real call and one core entry
+ *     fd_core.h          the interface between the fd interceptors and core
+ *     fd_core.c          fd table, generations, event ring, findings,
+ *                        inherited fds, the exit check
  *     fd_vfork.S         exported vfork: nothing recorded in a vfork child
  *   crashes and signals
  *     signals.c          crash handler, terminating signals, hang snapshots
@@ -125,7 +130,7 @@ struct hs_tls {
 	int pending_code;
 	uint64_t pending_addr;
 	uint32_t pending_stack;
-	/* file descriptors (fds.c) */
+	/* file descriptors (fd_core.c) */
 	int32_t vfork_pid;            /* set by the vfork trampoline to the parent's pid: a vfork child shares this memory */
 	int32_t fd_last;              /* the number of this thread's last close, -1 = none (close-all sweeps) */
 	uint64_t fd_last_site;        /* and its call site */
@@ -159,17 +164,17 @@ extern __thread struct hs_tls hs_tls __attribute__((tls_model("initial-exec")));
 #define HS_AREA_LOCKS_SIZE   7680u
 #define HS_AREA_STACKS       7680u   /* stacks.c: call_chain, site_tc */
 #define HS_AREA_STACKS_SIZE  1408u
-#define HS_AREA_FDS          9088u   /* fds.c: stack_cache, fd_chain */
+#define HS_AREA_FDS          9088u   /* fd_core.c: stack_cache, fd_chain */
 #define HS_AREA_FDS_SIZE     1920u
 #define HS_AREA_PY           11008u  /* python_frames.c: py_tc */
 #define HS_AREA_PY_SIZE      1280u
 #define HS_AREA_FORK         12288u  /* init.c: fork_held */
 #define HS_AREA_FORK_SIZE    1280u
-#define HS_AREA_FDS2         13568u  /* fds.c: the second fd chain and which chain was used last */
+#define HS_AREA_FDS2         13568u  /* fd_core.c: the second fd chain and which chain was used last */
 #define HS_AREA_FDS2_SIZE    896u
 #define HS_AREA_ORDER        14464u  /* handover.c: order_self */
 #define HS_AREA_ORDER_SIZE   640u
-#define HS_AREA_FD_SCRATCH   16384u  /* fds.c: a finding's event buffers (touched only by a finding) */
+#define HS_AREA_FD_SCRATCH   16384u  /* fd_core.c: a finding's event buffers (touched only by a finding) */
 #define HS_AREA_FD_SCRATCH_SIZE 9216u
 #define HS_AREA_SIZE         28672u  /* pages never touched are never backed */
 char *hs_area_map(void);
@@ -304,7 +309,7 @@ void hs_thread_detach(struct hs_tls *t);
 int hs_threads_init(void);
 
 /*
- * 1 when the calling thread is the child of a vfork() (fds.c's trampoline
+ * 1 when the calling thread is the child of a vfork() (fd_vfork.S's trampoline
  * noted the parent's pid in t->vfork_pid) that has not exec'd yet: it runs
  * in its parent's memory, on its parent's thread-local state, so it must
  * record nothing.  In the parent, once the child has gone, it clears the
@@ -457,6 +462,24 @@ struct hs_sysops {
 	ssize_t (*copy_file_range)(int in, off_t *in_off, int out, off_t *out_off, size_t n);
 };
 extern struct hs_sysops hs_sys;
+
+/*
+ * The shim's one directory walker (sysops.c): every entry of the directory
+ * open on dfd, from its current offset, read with hs_sys.getdents64 into a
+ * HS_DIR_BUF-byte buffer on the walker's stack — no opendir, no malloc, no
+ * stdio, no lock: async-signal-safe, usable in a crash handler and between
+ * fork and exec (glibc's readdir over getdents64, without its malloc'd DIR).
+ * fn(arg, name, type) is called for each entry, "." and ".." included
+ * (type is the entry's d_type, DT_UNKNOWN when the file system does not
+ * say); a nonzero return from fn ends the walk.  Returns 0 at the end of
+ * the directory, 1 when fn ended it, -1 with errno when getdents64 failed
+ * or returned a malformed record (EIO): the entries before the failure
+ * were delivered, the rest are not, and each caller says what it makes of
+ * a partial walk.  dfd stays open and its offset where the walk left it.
+ */
+#define HS_DIR_BUF 1024
+typedef int (*hs_dir_fn)(void *arg, const char *name, unsigned type);
+int hs_dir_each(int dfd, hs_dir_fn fn, void *arg);
 
 /* Read up to cap-1 bytes of a small file (procfs, sysfs, cgroupfs) into buf,
  * NUL-terminated, through hs_sys.  Returns the bytes read, or -1 when it
@@ -1206,7 +1229,7 @@ void hs_proc_end(struct hs_tls *t, unsigned why);
  * program: sample memory when due.  Takes the guard itself; returns at once
  * inside the shim or before recording starts.  (memhooks.c) */
 void hs_mem_big_alloc(uint64_t n);
-/* ---- file descriptors (fds.c) ---------------------------------------------------- */
+/* ---- file descriptors (fd_core.c; the interceptors are fd_hooks.c) ---------------------------------------------------- */
 
 /* Read HEISEN_FDS & co. and, when fd tracking is on (the default), mark the
  * header and note the fds this image inherited (/proc/self/fd).  Init only. */
@@ -1216,13 +1239,13 @@ void hs_fds_init(void);
  * handler once the child's segment exists and before its start sample,
  * which then counts the fds from the table instead of reading
  * /proc/self/fd a second time: a fresh table, the fds inherited from the
- * parent noted.  Nothing when fd tracking is off.  (fds.c) */
+ * parent noted.  Nothing when fd tracking is off.  (fd_core.c) */
 void hs_fds_after_fork_child(void);
 
 /*
  * Which parts of the segment's fd table have store: one bit per block of
  * HS_FD_SEEN_BLOCK fd numbers (a block of slots spans at most two pages),
- * set once fds.c committed the block, at the first touch of one of its
+ * set once fd_core.c committed the block, at the first touch of one of its
  * slots (the table is not reserved at creation).  The table's scans
  * (hs_fds_verify_open, close_range, proc.c's start count, segment.c's
  * leak count) read only those blocks: the others hold nothing, and a
@@ -1293,7 +1316,7 @@ static inline void hs_fd_seen_clear(void)
 /* At the end of the process (exit's handler, the _exit and _Exit hooks):
  * mark the numbers the table says are open and the kernel says are closed
  * as closed behind heisen's back (HS_FDC_GONE).  Async-signal-safe; does
- * nothing in a vfork child or inside a hook.  (fds.c) */
+ * nothing in a vfork child or inside a hook.  (fd_core.c) */
 void hs_fds_verify_open(void);
 
 /*

@@ -537,14 +537,6 @@ void hs_snapshot_install(void)
 	pthread_atfork(NULL, NULL, snapshot_atfork_child);
 }
 
-struct linux_dirent64 {
-	uint64_t d_ino;
-	int64_t d_off;
-	unsigned short d_reclen;
-	unsigned char d_type;
-	char d_name[];
-};
-
 /* Parse a decimal tid; 0 when s is not one. */
 static pid_t parse_tid(const char *s)
 {
@@ -610,52 +602,59 @@ static int takes_signal_itself(pid_t tid, int sig)
 	return sig > 0 && sig <= 64 && (mask >> (sig - 1) & 1);
 }
 
+/* The other threads asked for a snapshot by snapshot_others. */
+struct snap_ask {
+	pid_t pid, self;
+	int sig;
+	unsigned sent;
+};
+
+static int snap_ask_entry(void *arg, const char *name, unsigned type)
+{
+	struct snap_ask *a = arg;
+	pid_t tid = parse_tid(name);
+	(void)type;
+	if (tid > 0 && tid != a->self && !takes_signal_itself(tid, a->sig)) {
+		siginfo_t si;
+		memset(&si, 0, sizeof si);
+		si.si_signo = a->sig;
+		si.si_code = SI_QUEUE;
+		si.si_pid = a->pid;
+		si.si_uid = getuid();
+		si.si_value.sival_ptr = (void *)(uintptr_t)(hs_snapshot_value(hs_seg.hdr->start_real_ns) | SNAP_CRASH_BIT);
+		if (syscall(SYS_rt_tgsigqueueinfo, a->pid, tid, a->sig, &si) == 0)
+			a->sent++;
+	}
+	return a->sent >= CRASH_SNAP_MAX_TIDS;
+}
+
 /*
  * The crash path: ask every other thread of the process for a snapshot and
- * wait up to CRASH_SNAP_WAIT_NS for them.  /proc/self/task is read with raw
- * system calls (no opendir, no malloc: we are in a signal handler).  A
- * thread that blocks the signal, or is stuck in the kernel, just costs the
- * wait.
+ * wait up to CRASH_SNAP_WAIT_NS for them.  /proc/self/task is read with the
+ * shim's own directory walker (hs_dir_each: no opendir, no malloc: we are
+ * in a signal handler).  A thread that blocks the signal, or is stuck in
+ * the kernel, just costs the wait.  When /proc/self/task cannot be opened
+ * or read, the threads not reached are not asked: the crash report has
+ * the crashing thread's stack and the others' last recorded state only.
  */
 static void snapshot_others(void)
 {
-	int sig = __atomic_load_n(&snap_sig, __ATOMIC_ACQUIRE);
-	pid_t pid = (pid_t)syscall(SYS_getpid), self = (pid_t)syscall(SYS_gettid);
-	char buf[4096];
-	unsigned sent = 0;
+	struct snap_ask a = {.pid = (pid_t)syscall(SYS_getpid), .self = (pid_t)syscall(SYS_gettid)};
+	unsigned sent;
 	uint64_t since;
 	int fd;
-	long n;
 
-	if (!sig)
+	a.sig = __atomic_load_n(&snap_sig, __ATOMIC_ACQUIRE);
+	if (!a.sig)
 		return;
 	fd = hs_sys.open("/proc/self/task", O_RDONLY | O_DIRECTORY | O_CLOEXEC, 0);
 	if (fd < 0)
 		return;
 	since = hs_now();
-	while (sent < CRASH_SNAP_MAX_TIDS && (n = syscall(SYS_getdents64, fd, buf, sizeof buf)) > 0) {
-		for (long off = 0; off < n;) {
-			struct linux_dirent64 *d = (struct linux_dirent64 *)(void *)(buf + off);
-			pid_t tid = parse_tid(d->d_name);
-			off += d->d_reclen;
-			if (tid > 0 && tid != self) {
-				siginfo_t si;
-				memset(&si, 0, sizeof si);
-				si.si_signo = sig;
-				si.si_code = SI_QUEUE;
-				si.si_pid = pid;
-				si.si_uid = getuid();
-				if (takes_signal_itself(tid, sig))
-					continue;
-				si.si_value.sival_ptr = (void *)(uintptr_t)(hs_snapshot_value(hs_seg.hdr->start_real_ns) |
-									    SNAP_CRASH_BIT);
-				if (syscall(SYS_rt_tgsigqueueinfo, pid, tid, sig, &si) == 0)
-					sent++;
-			}
-		}
-	}
+	hs_dir_each(fd, snap_ask_entry, &a);
+	sent = a.sent;
 	hs_sys.close(fd);
-	while (sent && crash_snapshots_since(since, self) < sent && hs_now() - since < CRASH_SNAP_WAIT_NS) {
+	while (sent && crash_snapshots_since(since, a.self) < sent && hs_now() - since < CRASH_SNAP_WAIT_NS) {
 		struct timespec ts = {0, 1000000};
 		syscall(SYS_nanosleep, &ts, NULL);
 	}

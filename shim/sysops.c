@@ -148,3 +148,31 @@ struct hs_sysops hs_sys = {
 	.madvise = sys_madvise,
 	.copy_file_range = sys_copy_file_range,
 };
+
+/* struct linux_dirent64 (getdents64(2)): the record the kernel writes. */
+struct hs_dirent64 {
+	uint64_t ino;
+	int64_t off;
+	unsigned short reclen;
+	unsigned char type;
+	char name[];
+};
+
+int hs_dir_each(int dfd, hs_dir_fn fn, void *arg)
+{
+	char buf[HS_DIR_BUF] __attribute__((aligned(8)));
+	ssize_t n;
+	while ((n = hs_sys.getdents64(dfd, buf, sizeof buf)) > 0) {
+		for (ssize_t off = 0; off < n;) {
+			const struct hs_dirent64 *d = (const void *)(buf + off);
+			if (d->reclen < offsetof(struct hs_dirent64, name) + 1 || d->reclen > n - off) {
+				errno = EIO; /* the kernel never writes this: stop rather than read past */
+				return -1;
+			}
+			off += d->reclen;
+			if (fn(arg, d->name, d->type))
+				return 1;
+		}
+	}
+	return n < 0 ? -1 : 0;
+}

@@ -1,7 +1,8 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * shim/fds.c — file descriptors: every call that creates one and
- * every way one dies, interposed, so that each fd number carries a
+ * shim/fd_core.c — the fd tracker's core.  Its interceptors (fd_hooks.c)
+ * hand it every call that creates a file descriptor and every way one
+ * dies, through the entries of fd_core.h, so that each fd number carries a
  * generation and each generation its creation (call, kind, path or peer,
  * stack with Python frames, thread) and its close (stack, thread), in the
  * segment's fd table (format.h struct hs_fd), which survives SIGKILL.  An
@@ -39,18 +40,20 @@
  * bounded spin.  A vfork child shares its parent's memory: the trampoline
  * in fd_vfork.S notes the parent's pid, and hs_enter() records nothing in
  * the child.  Between fork and exec only async-signal-safe work is done.
+ *
+ * The annotation API's fd calls (heisen_fd_set_owner, heisen_fd_close_owned)
+ * are the core's own front end and live here; the interposed functions are
+ * all in fd_hooks.c.
  */
-/* The hooks define open and open64, fcntl and fcntl64, fopen and fopen64 ...
- * each under its own name: no redirection of one to the other. */
+/* As in fd_hooks.c: the libc declarations the interface names (FILE, DIR,
+ * struct msghdr) seen the same way on both sides. */
 #undef _FORTIFY_SOURCE
 #undef _FILE_OFFSET_BITS
 #include <arpa/inet.h>
-#include <dlfcn.h>
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <netinet/in.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -58,48 +61,27 @@
 #include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/syscall.h>
-#include <sys/uio.h>
 #include <time.h>
 #include <sys/un.h>
 #include <unistd.h>
 
 #include "heisen/heisen.h"
 #include "hooks.h"
-#include "inject.h" /* fault injection and chaos: one line per hook */
+#include "fd_core.h"
 #include "shim.h"
 
-/*
- * Every hook starts with `site = RET_ADDR()`: its caller's return address,
- * and, as a side effect, the hook's CFA (its caller's stack pointer at that
- * return address; the shim keeps frame pointers) in this thread's
- * fd_call_cfa, so that fd_stack() can read this call's own chain of return
- * addresses (hs_stack_call) instead of a stack cached for the site, whose
- * callers were another call's.  A nested hook overwrites it; hs_stack_call
- * checks that the return address sits at CFA - 8 and unwinds when not.
- */
-static __thread uint64_t fd_call_cfa __attribute__((tls_model("initial-exec")));
-#define RET_ADDR()                                                                     \
-	(fd_call_cfa = (uint64_t)(uintptr_t)__builtin_frame_address(0) + 16,            \
-	 (uint64_t)(uintptr_t)__builtin_extract_return_addr(__builtin_return_address(0)))
+/* Every hook's CFA (fd_core.h, HS_FD_SITE): fd_stack() reads the call's own
+ * chain of return addresses from it. */
+__thread uint64_t hs_fd_call_cfa __attribute__((tls_model("initial-exec")));
 
 #define CLAIM_SPINS 100000u     /* pauses before a slot update is given up (fd_torn) */
 #define CHAIN_MAX 32            /* events of one number looked at, newest first */
 
-enum { FD_UNKNOWN = 0, FD_INIT = 1, FD_OFF = 2, FD_ON = 3 };
-static int fd_mode;             /* [atomic] FD_* */
 static int full_stacks;         /* HEISEN_FD_STACKS=full */
 
 /* ---- the vfork child ---------------------------------------------------- */
 
-/* Called by the vfork trampoline (fd_vfork.S) before it jumps to glibc's
- * vfork: note the parent's pid in the thread's state, which the child will
- * share.  Returns the real vfork. */
-HS_HIDDEN void *hs_vfork_prepare(void)
-{
-	hs_tls.vfork_pid = (int32_t)syscall(SYS_getpid);
-	return (void *)HS_REAL(vfork);
-}
-
+/* 1 in the child of a vfork (shim.h): fd_hooks.c's hs_vfork_prepare noted the parent's pid. */
 int hs_vfork_child(struct hs_tls *t)
 {
 	if ((int32_t)syscall(SYS_getpid) != t->vfork_pid)
@@ -110,17 +92,7 @@ int hs_vfork_child(struct hs_tls *t)
 
 /* ---- on or off ----------------------------------------------------------- */
 
-static inline int fds_on(void)
-{
-	int m = __atomic_load_n(&fd_mode, __ATOMIC_ACQUIRE);
-	if (HS_LIKELY(m >= FD_OFF))
-		return m == FD_ON;
-	if (m == FD_UNKNOWN && !hs_tls.in_hook) {
-		hs_fds_init();
-		return __atomic_load_n(&fd_mode, __ATOMIC_ACQUIRE) == FD_ON;
-	}
-	return 0;
-}
+int hs_fd_mode; /* [atomic] HS_FD_MODE_* (fd_core.h, hs_fd_on) */
 
 /* ---- the table ------------------------------------------------------------ */
 
@@ -530,7 +502,7 @@ static inline struct fd_scratch *fd_scratch(void)
 /*
  * This call's stack id (hs_stack_call's, or hs_stack_here's with
  * HEISEN_FD_STACKS=full), 0 when none could be read or kept.  site and
- * fd_call_cfa are the hook's (RET_ADDR); t is hs_enter()'s.
+ * hs_fd_call_cfa are the hook's (HS_FD_SITE); t is hs_enter()'s.
  */
 static uint32_t fd_stack(struct hs_tls *t, uint64_t site)
 {
@@ -546,7 +518,7 @@ static uint32_t fd_stack(struct hs_tls *t, uint64_t site)
 	if (HS_UNLIKELY(!area))
 		return hs_stack_site(site); /* no area: the site's stack */
 	k = fd_chain_for(area, site, &ch, &m);
-	depth = hs_chain_read(ch, site, fd_call_cfa);
+	depth = hs_chain_read(ch, site, hs_fd_call_cfa);
 	if (depth == 0)
 		return 0;
 	if (ch->python) {
@@ -667,23 +639,13 @@ static void created(struct hs_tls *t, int fd, const struct birth *b, uint32_t st
 	hs_rec(t, now, HS_REC_FD_CREATED, stack, (uint64_t)fd, gen, (uint64_t)b->kind | (uint64_t)b->call << 8);
 }
 
-/* What a close found in the slot before the call. */
-struct pre {
-	int tracked;           /* the number has a slot */
-	uint8_t state;         /* enum hs_fd_state before */
-	uint32_t gen;
-	uint32_t flags;
-	uint64_t owner;
-	int32_t tid;           /* the generation's creator */
-	uint32_t stack;        /* its creation stack */
-};
 
 
 /*
  * Before fd is closed (or after dup2 replaced it): mark its open generation
  * closed by this call.  *p says what the slot held.  With the guard held.
  */
-static void closing(struct hs_tls *t, int fd, unsigned call, uint32_t stack, uint64_t now, struct pre *p)
+static void closing(struct hs_tls *t, int fd, unsigned call, uint32_t stack, uint64_t now, struct hs_fd_pre *p)
 {
 	struct hs_fd *s = slot_of(fd);
 	struct hs_fd_event *e;
@@ -1024,7 +986,7 @@ static void close_failed(struct hs_tls *t, int fd, uint32_t gen, unsigned call, 
  * the number all the same on Linux: recorded before.
  */
 static void after_close(struct hs_tls *t, int fd, unsigned call, uint32_t stack, uint64_t now, uint64_t site,
-			const struct pre *p, int rc, int err)
+			const struct hs_fd_pre *p, int rc, int err)
 {
 	int sweep = t->fd_last == fd - 1 && t->fd_last_site == site;
 	struct hs_fd *s = slot_of(fd);
@@ -1087,7 +1049,7 @@ static void after_close(struct hs_tls *t, int fd, unsigned call, uint32_t stack,
  * tests).  libc's own fclose and closedir close without the PLT: never
  * seen here.  With the guard held, after closing() recorded the close.
  */
-static void owned_by_tag_closed(struct hs_tls *t, int fd, const struct pre *p, uint32_t stack, unsigned rule)
+static void owned_by_tag_closed(struct hs_tls *t, int fd, const struct hs_fd_pre *p, uint32_t stack, unsigned rule)
 {
 	struct fd_scratch *scratch = fd_scratch();
 	struct hs_fd_event *ev = scratch ? scratch->ev : NULL, *hist = scratch ? scratch->hist : NULL;
@@ -1118,7 +1080,7 @@ static void owned_by_tag_closed(struct hs_tls *t, int fd, const struct pre *p, u
  * Records the close like closing().  With the guard held.
  */
 static void object_closing(struct hs_tls *t, int fd, uint64_t owner, uint32_t owner_flag, unsigned rule,
-			   unsigned call, uint32_t stack, uint64_t now, struct pre *p)
+			   unsigned call, uint32_t stack, uint64_t now, struct hs_fd_pre *p)
 {
 	struct fd_scratch *scratch = fd_scratch();
 	struct hs_fd_event *ev = scratch ? scratch->ev : NULL, *hist = scratch ? scratch->hist : NULL;
@@ -1147,14 +1109,14 @@ static void object_closing(struct hs_tls *t, int fd, uint64_t owner, uint32_t ow
 	fd_finding(t, &f, hist, story(ev, n, mine->gen, hist));
 }
 
-/* ---- the hooks: creation ------------------------------------------------------ */
+/* ---- the interceptors' entries (fd_core.h): creation ------------------------------- */
 
 /*
  * Record a creation from a hook (the call returned fd).  Takes the guard;
  * keeps errno.  The description is cut into the slot by created(): b->path
  * relative to b->dirfd when b->at (at_path), else its tail (put_text).
  */
-static void note_created(int fd, const struct birth *b, uint64_t site)
+static inline __attribute__((always_inline)) void note_created(int fd, const struct birth *b, uint64_t site)
 {
 	int e = errno;
 	struct hs_tls *t = hs_enter();
@@ -1165,9 +1127,9 @@ static void note_created(int fd, const struct birth *b, uint64_t site)
 	errno = e;
 }
 
-static int after_open(int fd, int dirfd, const char *path, int flags, unsigned call, uint64_t site)
+int hs_fd_opened(int fd, int dirfd, const char *path, int flags, unsigned call, uint64_t site)
 {
-	if (fd >= 0 && fds_on()) {
+	if (fd >= 0 && hs_fd_on()) {
 		struct birth b = {.kind = (flags & O_DIRECTORY) && (flags & O_TMPFILE) != O_TMPFILE ? HS_FDK_DIR : HS_FDK_FILE,
 				  .call = (uint8_t)call,
 				  .flags = (flags & O_CLOEXEC) ? HS_FDF_CLOEXEC : 0,
@@ -1179,96 +1141,9 @@ static int after_open(int fd, int dirfd, const char *path, int flags, unsigned c
 	return fd;
 }
 
-/* The mode argument of open/openat: there only with O_CREAT or O_TMPFILE. */
-#define OPEN_MODE(flags)                                                                   \
-	({                                                                                 \
-		mode_t m_ = 0;                                                             \
-		if (((flags) & O_CREAT) || ((flags) & O_TMPFILE) == O_TMPFILE) {           \
-			va_list ap_;                                                       \
-			va_start(ap_, flags);                                              \
-			m_ = (mode_t)va_arg(ap_, unsigned int);                            \
-			va_end(ap_);                                                       \
-		}                                                                          \
-		m_;                                                                        \
-	})
-
-HS_EXPORT int open(const char *path, int flags, ...)
+int hs_fd_made(int fd, unsigned kind, unsigned call, int cloexec, const char *text, uint64_t site)
 {
-	HS_FAULT_OPEN(); /* faults.c: --fail open */
-	uint64_t site = RET_ADDR();
-	return after_open(HS_REAL(open)(path, flags, OPEN_MODE(flags)), AT_FDCWD, path, flags, HS_FDC_OPEN, site);
-}
-
-HS_EXPORT int open64(const char *path, int flags, ...)
-{
-	HS_FAULT_OPEN(); /* faults.c: --fail open */
-	uint64_t site = RET_ADDR();
-	return after_open(HS_REAL(open64)(path, flags, OPEN_MODE(flags)), AT_FDCWD, path, flags, HS_FDC_OPEN, site);
-}
-
-HS_EXPORT int openat(int dirfd, const char *path, int flags, ...)
-{
-	HS_FAULT_OPEN(); /* faults.c: --fail open */
-	uint64_t site = RET_ADDR();
-	return after_open(HS_REAL(openat)(dirfd, path, flags, OPEN_MODE(flags)), dirfd, path, flags, HS_FDC_OPENAT,
-			  site);
-}
-
-HS_EXPORT int openat64(int dirfd, const char *path, int flags, ...)
-{
-	HS_FAULT_OPEN(); /* faults.c: --fail open */
-	uint64_t site = RET_ADDR();
-	return after_open(HS_REAL(openat64)(dirfd, path, flags, OPEN_MODE(flags)), dirfd, path, flags, HS_FDC_OPENAT,
-			  site);
-}
-
-/* _FORTIFY_SOURCE's checked variants, which fortified programs call instead. */
-HS_EXPORT int __open_2(const char *path, int flags)
-{
-	HS_FAULT_OPEN(); /* faults.c: --fail open */
-	uint64_t site = RET_ADDR();
-	return after_open(HS_REAL(__open_2)(path, flags), AT_FDCWD, path, flags, HS_FDC_OPEN, site);
-}
-
-HS_EXPORT int __open64_2(const char *path, int flags)
-{
-	HS_FAULT_OPEN(); /* faults.c: --fail open */
-	uint64_t site = RET_ADDR();
-	return after_open(HS_REAL(__open64_2)(path, flags), AT_FDCWD, path, flags, HS_FDC_OPEN, site);
-}
-
-HS_EXPORT int __openat_2(int dirfd, const char *path, int flags)
-{
-	HS_FAULT_OPEN(); /* faults.c: --fail open */
-	uint64_t site = RET_ADDR();
-	return after_open(HS_REAL(__openat_2)(dirfd, path, flags), dirfd, path, flags, HS_FDC_OPENAT, site);
-}
-
-HS_EXPORT int __openat64_2(int dirfd, const char *path, int flags)
-{
-	HS_FAULT_OPEN(); /* faults.c: --fail open */
-	uint64_t site = RET_ADDR();
-	return after_open(HS_REAL(__openat64_2)(dirfd, path, flags), dirfd, path, flags, HS_FDC_OPENAT, site);
-}
-
-HS_EXPORT int creat(const char *path, mode_t mode)
-{
-	HS_FAULT_OPEN(); /* faults.c: --fail open */
-	uint64_t site = RET_ADDR();
-	return after_open(HS_REAL(creat)(path, mode), AT_FDCWD, path, O_WRONLY, HS_FDC_CREAT, site);
-}
-
-HS_EXPORT int creat64(const char *path, mode_t mode)
-{
-	HS_FAULT_OPEN(); /* faults.c: --fail open */
-	uint64_t site = RET_ADDR();
-	return after_open(HS_REAL(creat64)(path, mode), AT_FDCWD, path, O_WRONLY, HS_FDC_CREAT, site);
-}
-
-/* A creation described by a fixed text. */
-static int made(int fd, unsigned kind, unsigned call, int cloexec, const char *text, uint64_t site)
-{
-	if (fd >= 0 && fds_on()) {
+	if (fd >= 0 && hs_fd_on()) {
 		struct birth b = {
 			.kind = (uint8_t)kind, .call = (uint8_t)call, .flags = cloexec ? HS_FDF_CLOEXEC : 0, .path = text};
 		note_created(fd, &b, site);
@@ -1276,14 +1151,12 @@ static int made(int fd, unsigned kind, unsigned call, int cloexec, const char *t
 	return fd;
 }
 
-HS_EXPORT int socket(int domain, int type, int proto)
+int hs_fd_socket_made(int fd, int domain, int type, uint64_t site)
 {
-	uint64_t site = RET_ADDR();
 	char text[HS_FD_PATH_MAX];
-	int fd = HS_REAL(socket)(domain, type, proto);
 	if (fd >= 0)
 		socket_text(text, "socket", domain, type);
-	return made(fd, HS_FDK_SOCKET, HS_FDC_SOCKET, type & SOCK_CLOEXEC, text, site);
+	return hs_fd_made(fd, HS_FDK_SOCKET, HS_FDC_SOCKET, type & SOCK_CLOEXEC, text, site);
 }
 
 /* Two numbers from one call: sv[0], sv[1]. */
@@ -1292,21 +1165,19 @@ static void made_pair(int rc, const int *sv, unsigned kind, unsigned call, int c
 {
 	char text[HS_FD_PATH_MAX];
 	size_t n;
-	if (rc != 0 || !fds_on())
+	if (rc != 0 || !hs_fd_on())
 		return;
 	for (int i = 0; i < 2; i++) {
 		n = cat(text, 0, what);
 		n = cat(text, n, i == 0 ? " (first end, other is fd " : " (second end, other is fd ");
 		n = cat_num(text, n, (uint64_t)sv[1 - i]);
 		cat(text, n, ")");
-		made(sv[i], kind, call, cloexec, text, site);
+		hs_fd_made(sv[i], kind, call, cloexec, text, site);
 	}
 }
 
-HS_EXPORT int socketpair(int domain, int type, int proto, int sv[2])
+int hs_fd_socketpair_made(int rc, const int *sv, int domain, int type, uint64_t site)
 {
-	uint64_t site = RET_ADDR();
-	int rc = HS_REAL(socketpair)(domain, type, proto, sv);
 	char what[HS_FD_PATH_MAX];
 	if (rc == 0)
 		socket_text(what, "socketpair", domain, type);
@@ -1314,7 +1185,16 @@ HS_EXPORT int socketpair(int domain, int type, int proto, int sv[2])
 	return rc;
 }
 
-static int accepted(int fd, int lfd, const struct sockaddr *addr, const socklen_t *len, int cloexec, uint64_t site)
+int hs_fd_pipe_made(int rc, const int *fds, int cloexec, uint64_t site)
+{
+	if (rc == 0) {
+		hs_fd_made(fds[0], HS_FDK_PIPE, HS_FDC_PIPE, cloexec, "pipe read end", site);
+		hs_fd_made(fds[1], HS_FDK_PIPE, HS_FDC_PIPE, cloexec, "pipe write end", site);
+	}
+	return rc;
+}
+
+int hs_fd_accepted(int fd, int lfd, const struct sockaddr *addr, const socklen_t *len, int cloexec, uint64_t site)
 {
 	char text[HS_FD_PATH_MAX];
 	size_t n;
@@ -1326,27 +1206,47 @@ static int accepted(int fd, int lfd, const struct sockaddr *addr, const socklen_
 		n = cat(text, 0, "accepted on fd ");
 		cat_num(text, n, (uint64_t)lfd);
 	}
-	return made(fd, HS_FDK_SOCKET, HS_FDC_ACCEPT, cloexec, text, site);
+	return hs_fd_made(fd, HS_FDK_SOCKET, HS_FDC_ACCEPT, cloexec, text, site);
 }
 
-HS_EXPORT int accept(int lfd, struct sockaddr *addr, socklen_t *len)
+int hs_fd_memfd_made(int fd, const char *name, int cloexec, uint64_t site)
 {
-	uint64_t site = RET_ADDR();
-	return accepted(HS_REAL(accept)(lfd, addr, len), lfd, addr, len, 0, site);
+	char text[HS_FD_PATH_MAX];
+	size_t n;
+	if (fd >= 0) {
+		n = cat(text, 0, "memfd:");
+		cat(text, n, name ? name : "");
+	}
+	return hs_fd_made(fd, HS_FDK_MEMFD, HS_FDC_MEMFD, cloexec, text, site);
 }
 
-HS_EXPORT int accept4(int lfd, struct sockaddr *addr, socklen_t *len, int flags)
+ssize_t hs_fd_received(ssize_t rc, int fd, const struct msghdr *msg, int flags, uint64_t site)
 {
-	uint64_t site = RET_ADDR();
-	return accepted(HS_REAL(accept4)(lfd, addr, len, flags), lfd, addr, len, flags & SOCK_CLOEXEC, site);
+	if (rc >= 0 && msg && msg->msg_control && msg->msg_controllen >= sizeof(struct cmsghdr) && hs_fd_on()) {
+		char text[HS_FD_PATH_MAX];
+		size_t n = cat(text, 0, "received on fd ");
+		cat_num(text, n, (uint64_t)fd);
+		for (struct cmsghdr *c = CMSG_FIRSTHDR(msg); c; c = CMSG_NXTHDR((struct msghdr *)msg, c)) {
+			if (c->cmsg_level != SOL_SOCKET || c->cmsg_type != SCM_RIGHTS || c->cmsg_len < CMSG_LEN(0))
+				continue;
+			size_t k = (c->cmsg_len - CMSG_LEN(0)) / sizeof(int);
+			for (size_t i = 0; i < k; i++) {
+				int nfd;
+				memcpy(&nfd, CMSG_DATA(c) + i * sizeof(int), sizeof nfd);
+				hs_fd_made(nfd, HS_FDK_RECEIVED, HS_FDC_RECVMSG, flags & MSG_CMSG_CLOEXEC, text, site);
+			}
+		}
+	}
+	return rc;
 }
 
-/* connect and bind say who a socket talks to: its description, no event. */
-static void describe(int fd, const char *what, const struct sockaddr *addr, socklen_t len)
+void hs_fd_describe(int fd, const char *what, const struct sockaddr *addr, socklen_t len)
 {
 	int e = errno;
-	struct hs_tls *t = hs_enter();
-	if (t) {
+	struct hs_tls *t;
+	if (!hs_fd_on())
+		return;
+	if ((t = hs_enter()) != NULL) {
 		struct hs_fd *s = slot_of(fd);
 		char text[HS_FD_PATH_MAX];
 		uint32_t q;
@@ -1362,121 +1262,13 @@ static void describe(int fd, const char *what, const struct sockaddr *addr, sock
 	errno = e;
 }
 
-HS_EXPORT int connect(int fd, const struct sockaddr *addr, socklen_t len)
-{
-	int rc = HS_REAL(connect)(fd, addr, len);
-	if ((rc == 0 || errno == EINPROGRESS) && fds_on())
-		describe(fd, "peer ", addr, len);
-	return rc;
-}
-
-HS_EXPORT int bind(int fd, const struct sockaddr *addr, socklen_t len)
-{
-	int rc = HS_REAL(bind)(fd, addr, len);
-	if (rc == 0 && fds_on())
-		describe(fd, "bound ", addr, len);
-	return rc;
-}
-
-HS_EXPORT int pipe(int fds[2])
-{
-	uint64_t site = RET_ADDR();
-	int rc = HS_REAL(pipe)(fds);
-	if (rc == 0) {
-		made(fds[0], HS_FDK_PIPE, HS_FDC_PIPE, 0, "pipe read end", site);
-		made(fds[1], HS_FDK_PIPE, HS_FDC_PIPE, 0, "pipe write end", site);
-	}
-	return rc;
-}
-
-/*
- * libunwind's memory validation (libunwind 1.6, src/x86_64/Ginit.c:
- * tdep_init_mem_validate, write_validate) checks that an address is
- * readable by write(2)-ing one byte from it into a pipe of its own: the
- * kernel fails the write with EFAULT instead of faulting.  mincore, which
- * it tries first, is followed by the same write (mincore says mapped, not
- * readable), and there is no setting to do without it.  The pipe is opened
- * at libunwind's first unwind, inside a hook, and kept: two descriptors in
- * the program that the program did not open (test_subprocess counts them
- * in a child; a high open-files limit numbers them beyond the fd table).
- *
- * So heisen gives libunwind no pipe at all: its pipe2 gets two numbers no
- * descriptor can have (VALIDATE_FD, negative), its read of them fails with
- * EBADF and its close of them is a no-op (it reopens, and gets the same
- * numbers again), and its syscall(SYS_write, VALIDATE_FD, addr, 1) comes
- * here (the syscall hook below), where the same question — can addr be
- * read? — is asked of process_vm_readv on this process, which fails with
- * EFAULT instead of faulting and needs no descriptor.  Where seccomp
- * refuses process_vm_readv (ENOSYS, EPERM), the answer is mincore's or
- * msync's, which libunwind asked just before.  heisen holds no
- * descriptor of the program's between its own calls.
- */
-#define VALIDATE_FD (-0x4853)
-
-static int from_libunwind(uint64_t site)
-{
-	Dl_info info;
-	return dladdr((void *)(uintptr_t)site, &info) && info.dli_fname && strstr(info.dli_fname, "libunwind");
-}
-
-/* Can one byte at addr be read?  1 (as write(2) would return) or -1 with errno EFAULT. */
-static long validate_byte(uint64_t addr)
-{
-	char byte;
-	struct iovec local = {&byte, 1}, remote = {(void *)(uintptr_t)addr, 1};
-	long rc = syscall(SYS_process_vm_readv, (long)syscall(SYS_getpid), &local, 1L, &remote, 1L, 0L);
-	if (rc == 1)
-		return 1;
-	if (rc < 0 && (errno == ENOSYS || errno == EPERM))
-		return 1; /* refused: mincore's or msync's word, asked just before, stands */
-	errno = EFAULT;
-	return -1;
-}
-
-/*
- * syscall(2) is passed through untouched (six arguments, as glibc's own
- * wrapper reads them), except libunwind's validation write to VALIDATE_FD
- * from inside a hook: see above.
- */
-HS_EXPORT long syscall(long nr, ...)
-{
-	va_list ap;
-	long a1, a2, a3, a4, a5, a6;
-	va_start(ap, nr);
-	a1 = va_arg(ap, long);
-	a2 = va_arg(ap, long);
-	a3 = va_arg(ap, long);
-	a4 = va_arg(ap, long);
-	a5 = va_arg(ap, long);
-	a6 = va_arg(ap, long);
-	va_end(ap);
-	if (HS_UNLIKELY(nr == SYS_write && (int)a1 == VALIDATE_FD))
-		return validate_byte((uint64_t)a2);
-	return HS_REAL(syscall)(nr, a1, a2, a3, a4, a5, a6);
-}
-
-HS_EXPORT int pipe2(int fds[2], int flags)
-{
-	uint64_t site = RET_ADDR();
-	int rc;
-	if (hs_tls.in_hook && (flags & O_CLOEXEC) && from_libunwind(site)) {
-		fds[0] = fds[1] = VALIDATE_FD;
-		return 0;
-	}
-	rc = HS_REAL(pipe2)(fds, flags);
-	if (rc == 0) {
-		made(fds[0], HS_FDK_PIPE, HS_FDC_PIPE, flags & O_CLOEXEC, "pipe read end", site);
-		made(fds[1], HS_FDK_PIPE, HS_FDC_PIPE, flags & O_CLOEXEC, "pipe write end", site);
-	}
-	return rc;
-}
-
 /*
  * fd is a copy of old (dup, dup2, dup3, F_DUPFD): the kind and description
  * are old's.  replaces: dup2/dup3 closed what fd held first (recorded now:
  * the number was never free in between).
  */
-static void duplicated(int old, int fd, int cloexec, unsigned call, int replaces, uint64_t site)
+static inline __attribute__((always_inline)) void duplicated(int old, int fd, int cloexec, unsigned call, int replaces,
+								 uint64_t site)
 {
 	int e = errno;
 	struct hs_tls *t = hs_enter();
@@ -1487,7 +1279,7 @@ static void duplicated(int old, int fd, int cloexec, unsigned call, int replaces
 		uint32_t stack = fd_stack(t, site);
 		uint64_t now = fd_clock();
 		size_t n;
-		struct pre p;
+		struct hs_fd_pre p;
 		if (replaces)
 			closing(t, fd, call, stack, now, &p);
 		/* relaxed copy of old's description: a torn one only spoils it */
@@ -1509,30 +1301,10 @@ static void duplicated(int old, int fd, int cloexec, unsigned call, int replaces
 	errno = e;
 }
 
-HS_EXPORT int dup(int old)
+int hs_fd_duplicated(int fd, int old, int cloexec, unsigned call, int replaces, uint64_t site)
 {
-	uint64_t site = RET_ADDR();
-	int fd = HS_REAL(dup)(old);
-	if (fd >= 0 && fds_on())
-		duplicated(old, fd, 0, HS_FDC_DUP, 0, site);
-	return fd;
-}
-
-HS_EXPORT int dup2(int old, int nw)
-{
-	uint64_t site = RET_ADDR();
-	int fd = HS_REAL(dup2)(old, nw);
-	if (fd >= 0 && old != nw && fds_on())
-		duplicated(old, fd, 0, HS_FDC_DUP2, 1, site);
-	return fd;
-}
-
-HS_EXPORT int dup3(int old, int nw, int flags)
-{
-	uint64_t site = RET_ADDR();
-	int fd = HS_REAL(dup3)(old, nw, flags);
-	if (fd >= 0 && fds_on())
-		duplicated(old, fd, flags & O_CLOEXEC, HS_FDC_DUP3, 1, site);
+	if (fd >= 0 && hs_fd_on())
+		duplicated(old, fd, cloexec, call, replaces, site);
 	return fd;
 }
 
@@ -1552,11 +1324,9 @@ static void set_cloexec(int fd, int on)
 	}
 }
 
-/* fcntl is variadic: the third argument is read as a pointer, as glibc's own
- * wrapper does, and passed through unchanged for every command. */
-static int after_fcntl(int fd, int cmd, void *arg, int rc, uint64_t site)
+int hs_fd_after_fcntl(int rc, int fd, int cmd, void *arg, uint64_t site)
 {
-	if (rc < 0 || !fds_on())
+	if (rc < 0 || !hs_fd_on())
 		return rc;
 	if (cmd == F_DUPFD || cmd == F_DUPFD_CLOEXEC) {
 		duplicated(fd, rc, cmd == F_DUPFD_CLOEXEC, HS_FDC_FCNTL_DUPFD, 0, site);
@@ -1568,110 +1338,7 @@ static int after_fcntl(int fd, int cmd, void *arg, int rc, uint64_t site)
 	return rc;
 }
 
-HS_EXPORT int fcntl(int fd, int cmd, ...)
-{
-	uint64_t site = RET_ADDR();
-	va_list ap;
-	void *arg;
-	va_start(ap, cmd);
-	arg = va_arg(ap, void *);
-	va_end(ap);
-	return after_fcntl(fd, cmd, arg, HS_REAL(fcntl)(fd, cmd, arg), site);
-}
-
-HS_EXPORT int fcntl64(int fd, int cmd, ...)
-{
-	uint64_t site = RET_ADDR();
-	va_list ap;
-	void *arg;
-	va_start(ap, cmd);
-	arg = va_arg(ap, void *);
-	va_end(ap);
-	return after_fcntl(fd, cmd, arg, HS_REAL(fcntl64)(fd, cmd, arg), site);
-}
-
-HS_EXPORT int eventfd(unsigned int initval, int flags)
-{
-	uint64_t site = RET_ADDR();
-	return made(HS_REAL(eventfd)(initval, flags), HS_FDK_EVENTFD, HS_FDC_EVENTFD, flags & O_CLOEXEC, "eventfd", site);
-}
-
-HS_EXPORT int timerfd_create(int clock, int flags)
-{
-	uint64_t site = RET_ADDR();
-	return made(HS_REAL(timerfd_create)(clock, flags), HS_FDK_TIMERFD, HS_FDC_TIMERFD, flags & O_CLOEXEC, "timerfd",
-		    site);
-}
-
-HS_EXPORT int signalfd(int fd, const sigset_t *mask, int flags)
-{
-	uint64_t site = RET_ADDR();
-	int rc = HS_REAL(signalfd)(fd, mask, flags);
-	/* with fd != -1 it changes an existing signalfd's mask: no creation */
-	return fd == -1 ? made(rc, HS_FDK_SIGNALFD, HS_FDC_SIGNALFD, flags & O_CLOEXEC, "signalfd", site) : rc;
-}
-
-HS_EXPORT int epoll_create(int size)
-{
-	uint64_t site = RET_ADDR();
-	return made(HS_REAL(epoll_create)(size), HS_FDK_EPOLL, HS_FDC_EPOLL, 0, "epoll", site);
-}
-
-HS_EXPORT int epoll_create1(int flags)
-{
-	uint64_t site = RET_ADDR();
-	return made(HS_REAL(epoll_create1)(flags), HS_FDK_EPOLL, HS_FDC_EPOLL, flags & O_CLOEXEC, "epoll", site);
-}
-
-HS_EXPORT int inotify_init(void)
-{
-	uint64_t site = RET_ADDR();
-	return made(HS_REAL(inotify_init)(), HS_FDK_INOTIFY, HS_FDC_INOTIFY, 0, "inotify", site);
-}
-
-HS_EXPORT int inotify_init1(int flags)
-{
-	uint64_t site = RET_ADDR();
-	return made(HS_REAL(inotify_init1)(flags), HS_FDK_INOTIFY, HS_FDC_INOTIFY, flags & O_CLOEXEC, "inotify", site);
-}
-
-HS_EXPORT int memfd_create(const char *name, unsigned int flags)
-{
-	uint64_t site = RET_ADDR();
-	int fd = HS_REAL(memfd_create)(name, flags);
-	char text[HS_FD_PATH_MAX];
-	size_t n;
-	if (fd >= 0) {
-		n = cat(text, 0, "memfd:");
-		cat(text, n, name ? name : "");
-	}
-	return made(fd, HS_FDK_MEMFD, HS_FDC_MEMFD, flags & MFD_CLOEXEC, text, site);
-}
-
-/* SCM_RIGHTS: every number the message carried is a new generation here. */
-HS_EXPORT ssize_t recvmsg(int fd, struct msghdr *msg, int flags)
-{
-	uint64_t site = RET_ADDR();
-	ssize_t rc = HS_REAL(recvmsg)(fd, msg, flags);
-	if (rc >= 0 && msg && msg->msg_control && msg->msg_controllen >= sizeof(struct cmsghdr) && fds_on()) {
-		char text[HS_FD_PATH_MAX];
-		size_t n = cat(text, 0, "received on fd ");
-		cat_num(text, n, (uint64_t)fd);
-		for (struct cmsghdr *c = CMSG_FIRSTHDR(msg); c; c = CMSG_NXTHDR(msg, c)) {
-			if (c->cmsg_level != SOL_SOCKET || c->cmsg_type != SCM_RIGHTS || c->cmsg_len < CMSG_LEN(0))
-				continue;
-			size_t k = (c->cmsg_len - CMSG_LEN(0)) / sizeof(int);
-			for (size_t i = 0; i < k; i++) {
-				int nfd;
-				memcpy(&nfd, CMSG_DATA(c) + i * sizeof(int), sizeof nfd);
-				made(nfd, HS_FDK_RECEIVED, HS_FDC_RECVMSG, flags & MSG_CMSG_CLOEXEC, text, site);
-			}
-		}
-	}
-	return rc;
-}
-
-/* ---- the hooks: objects that carry their generation ------------------------------- */
+/* ---- the interceptors' entries: objects that carry their generation ---------------- */
 
 /*
  * An object (a FILE, a DIR, an owner tag) takes over fd's open generation:
@@ -1716,13 +1383,13 @@ static int take_over(struct hs_tls *t, int fd, uint64_t owner, uint32_t owner_fl
 	return 0;
 }
 
-static void after_fopen(FILE *fp, const char *path, const char *mode, unsigned call, uint64_t site)
+FILE *hs_fd_fopened(FILE *fp, const char *path, const char *mode, unsigned call, uint64_t site)
 {
 	int e = errno, fd;
 	struct hs_tls *t;
-	if (!fp || !fds_on() || (fd = fileno_unlocked(fp)) < 0 || !(t = hs_enter())) {
+	if (!fp || !hs_fd_on() || (fd = fileno_unlocked(fp)) < 0 || !(t = hs_enter())) {
 		errno = e;
-		return;
+		return fp;
 	}
 	{
 		struct birth b = {.kind = HS_FDK_FILE, .call = (uint8_t)call, .owner = (uint64_t)(uintptr_t)fp,
@@ -1732,125 +1399,13 @@ static void after_fopen(FILE *fp, const char *path, const char *mode, unsigned c
 	}
 	hs_leave(t);
 	errno = e;
-}
-
-HS_EXPORT FILE *fopen(const char *path, const char *mode)
-{
-	uint64_t site = RET_ADDR();
-	FILE *fp = HS_REAL(fopen)(path, mode);
-	after_fopen(fp, path, mode, HS_FDC_FOPEN, site);
 	return fp;
 }
 
-HS_EXPORT FILE *fopen64(const char *path, const char *mode)
+DIR *hs_fd_dir_opened(DIR *d, const char *path, uint64_t site)
 {
-	uint64_t site = RET_ADDR();
-	FILE *fp = HS_REAL(fopen64)(path, mode);
-	after_fopen(fp, path, mode, HS_FDC_FOPEN, site);
-	return fp;
-}
-
-HS_EXPORT FILE *fdopen(int fd, const char *mode)
-{
-	uint64_t site = RET_ADDR();
-	FILE *fp = HS_REAL(fdopen)(fd, mode);
-	struct hs_tls *t;
-	if (fp && fds_on()) {
-		int e = errno;
-		if ((t = hs_enter()) != NULL) {
-			take_over(t, fd, (uint64_t)(uintptr_t)fp, HS_FDF_OWNER_FILE, HS_FDC_FDOPEN, site);
-			hs_leave(t);
-		}
-		errno = e;
-	}
-	return fp;
-}
-
-/*
- * Before an object's number is closed by its close call (fclose, closedir,
- * freopen): the ownership check and the record.  Returns the number, or -1
- * when nothing was recorded.
- */
-static int before_object_close(int fd, uint64_t owner, uint32_t owner_flag, unsigned rule, unsigned call,
-			       uint64_t site, uint32_t *stack, uint64_t *now, struct pre *p)
-{
-	struct hs_tls *t;
-	memset(p, 0, sizeof *p);
-	if (fd < 0 || !(t = hs_enter()))
-		return -1;
-	*stack = fd_stack(t, site);
-	*now = fd_clock();
-	object_closing(t, fd, owner, owner_flag, rule, call, *stack, *now, p);
-	hs_leave(t);
-	return fd;
-}
-
-static void after_object_close(int fd, unsigned call, uint32_t stack, uint64_t now, uint64_t site, const struct pre *p,
-			       int failed, int err)
-{
-	struct hs_tls *t;
-	if (fd < 0 || !(t = hs_enter()))
-		return;
-	after_close(t, fd, call, stack, now, site, p, failed ? -1 : 0, err);
-	hs_leave(t);
-}
-
-static FILE *reopened(FILE *(*real)(const char *, const char *, FILE *), const char *path, const char *mode, FILE *fp,
-		      uint64_t site)
-{
-	struct pre p;
-	uint32_t stack = 0;
-	uint64_t now = 0;
-	FILE *nfp;
-	if (fp && fds_on()) {
-		int e = errno;
-		before_object_close(fileno_unlocked(fp), (uint64_t)(uintptr_t)fp, HS_FDF_OWNER_FILE, HS_FD_RULE_FILE,
-				    HS_FDC_FREOPEN, site, &stack, &now, &p);
-		errno = e;
-	}
-	nfp = real(path, mode, fp);
-	after_fopen(nfp, path, mode, HS_FDC_FREOPEN, site);
-	return nfp;
-}
-
-HS_EXPORT FILE *freopen(const char *path, const char *mode, FILE *fp)
-{
-	return reopened(HS_REAL(freopen), path, mode, fp, RET_ADDR());
-}
-
-HS_EXPORT FILE *freopen64(const char *path, const char *mode, FILE *fp)
-{
-	return reopened(HS_REAL(freopen64), path, mode, fp, RET_ADDR());
-}
-
-HS_EXPORT int fclose(FILE *fp)
-{
-	uint64_t site = RET_ADDR();
-	struct pre p;
-	uint32_t stack = 0;
-	uint64_t now = 0;
-	int fd = -1, rc, e;
-	if (fp && fds_on()) {
-		e = errno;
-		fd = before_object_close(fileno_unlocked(fp), (uint64_t)(uintptr_t)fp, HS_FDF_OWNER_FILE, HS_FD_RULE_FILE,
-					 HS_FDC_FCLOSE, site, &stack, &now, &p);
-		errno = e;
-	}
-	rc = HS_REAL(fclose)(fp);
-	if (fd >= 0) {
-		e = errno;
-		after_object_close(fd, HS_FDC_FCLOSE, stack, now, site, &p, rc != 0, e);
-		errno = e;
-	}
-	return rc;
-}
-
-HS_EXPORT DIR *opendir(const char *path)
-{
-	uint64_t site = RET_ADDR();
-	DIR *d = HS_REAL(opendir)(path);
 	int fd;
-	if (d && fds_on() && (fd = dirfd(d)) >= 0) {
+	if (d && hs_fd_on() && (fd = dirfd(d)) >= 0) {
 		struct birth b = {.kind = HS_FDK_DIR, .call = HS_FDC_OPENDIR, .owner = (uint64_t)(uintptr_t)d,
 				  .flags = HS_FDF_OWNER_DIR | HS_FDF_CLOEXEC};
 		b.at = 1;
@@ -1861,79 +1416,125 @@ HS_EXPORT DIR *opendir(const char *path)
 	return d;
 }
 
-HS_EXPORT DIR *fdopendir(int fd)
+void *hs_fd_taken_over(void *obj, int fd, uint32_t owner_flag, unsigned call, uint64_t site)
 {
-	uint64_t site = RET_ADDR();
-	DIR *d = HS_REAL(fdopendir)(fd);
 	struct hs_tls *t;
-	if (d && fds_on()) {
+	if (obj && hs_fd_on()) {
 		int e = errno;
 		if ((t = hs_enter()) != NULL) {
-			take_over(t, fd, (uint64_t)(uintptr_t)d, HS_FDF_OWNER_DIR, HS_FDC_FDOPENDIR, site);
+			take_over(t, fd, (uint64_t)(uintptr_t)obj, owner_flag, call, site);
 			hs_leave(t);
 		}
 		errno = e;
 	}
-	return d;
+	return obj;
 }
 
-HS_EXPORT int closedir(DIR *d)
+/* ---- the interceptors' entries: closing ------------------------------------------------ */
+
+/*
+ * Before an object's number is closed by its close call (fclose, closedir,
+ * freopen): the ownership check and the record.  c->fd is the number, or
+ * -1 when nothing was recorded.  Keeps errno.
+ */
+static void object_close_begin(struct hs_fd_closing *c, int fd, uint64_t owner, uint32_t owner_flag, unsigned rule,
+			       unsigned call, uint64_t site)
 {
-	uint64_t site = RET_ADDR();
-	struct pre p;
-	uint32_t stack = 0;
-	uint64_t now = 0;
-	int fd = -1, rc, e;
-	if (fds_on()) {
-		e = errno;
-		fd = before_object_close(dirfd(d), (uint64_t)(uintptr_t)d, HS_FDF_OWNER_DIR, HS_FD_RULE_DIR, HS_FDC_CLOSEDIR,
-					 site, &stack, &now, &p);
+	int e = errno;
+	struct hs_tls *t;
+	memset(c, 0, sizeof *c);
+	c->fd = -1;
+	c->site = site;
+	c->call = call;
+	c->object = 1;
+	if (fd < 0 || !(t = hs_enter())) {
 		errno = e;
+		return;
 	}
-	rc = HS_REAL(closedir)(d);
-	if (fd >= 0) {
-		e = errno;
-		after_object_close(fd, HS_FDC_CLOSEDIR, stack, now, site, &p, rc != 0, e);
-		errno = e;
-	}
-	return rc;
+	c->fd = fd;
+	c->stack = fd_stack(t, site);
+	c->now = fd_clock();
+	object_closing(t, fd, owner, owner_flag, rule, call, c->stack, c->now, &c->p);
+	hs_leave(t);
+	errno = e;
 }
 
-/* ---- the hooks: closing ---------------------------------------------------------- */
+void hs_fd_file_close_begin(struct hs_fd_closing *c, FILE *fp, unsigned call, uint64_t site)
+{
+	if (fp && hs_fd_on()) {
+		object_close_begin(c, fileno_unlocked(fp), (uint64_t)(uintptr_t)fp, HS_FDF_OWNER_FILE, HS_FD_RULE_FILE,
+				   call, site);
+		return;
+	}
+	c->fd = -1;
+	c->now = 0;
+	c->object = 1;
+}
 
-/* close() and heisen_fd_close_owned()'s matching case: record, close once, look at the result. */
-static int close_number(int fd, unsigned call, uint64_t site)
+void hs_fd_dir_close_begin(struct hs_fd_closing *c, DIR *d, uint64_t site)
+{
+	if (hs_fd_on()) {
+		object_close_begin(c, dirfd(d), (uint64_t)(uintptr_t)d, HS_FDF_OWNER_DIR, HS_FD_RULE_DIR,
+				   HS_FDC_CLOSEDIR, site);
+		return;
+	}
+	c->fd = -1;
+	c->now = 0;
+	c->object = 1;
+}
+
+static inline __attribute__((always_inline)) void close_begin(struct hs_fd_closing *c, int fd, unsigned call,
+								 uint64_t site)
 {
 	struct hs_tls *t;
-	struct pre p;
-	uint32_t stack = 0;
-	uint64_t now = 0;
-	int rc, e;
-	memset(&p, 0, sizeof p);
-	if (fds_on() && (t = hs_enter()) != NULL) {
+	int e;
+	memset(&c->p, 0, sizeof c->p);
+	c->fd = fd;
+	c->site = site;
+	c->call = call;
+	c->stack = 0;
+	c->now = 0;
+	c->object = 0;
+	if (hs_fd_on() && (t = hs_enter()) != NULL) {
+		struct hs_fd_pre *p = &c->p;
 		e = errno;
-		stack = fd_stack(t, site);
-		now = fd_clock();
-		closing(t, fd, call, stack, now, &p);
-		if (call == HS_FDC_CLOSE && p.state == HS_FDS_OPEN && (p.flags & HS_FDF_OWNERS))
-			owned_by_tag_closed(t, fd, &p, stack,
-					    (p.flags & HS_FDF_OWNER_TAG)    ? HS_FD_RULE_OWNER
-					    : (p.flags & HS_FDF_OWNER_FILE) ? HS_FD_RULE_FILENO
-									    : HS_FD_RULE_DIRFD);
+		c->stack = fd_stack(t, site);
+		c->now = fd_clock();
+		closing(t, fd, call, c->stack, c->now, p);
+		if (call == HS_FDC_CLOSE && p->state == HS_FDS_OPEN && (p->flags & HS_FDF_OWNERS))
+			owned_by_tag_closed(t, fd, p, c->stack,
+					    (p->flags & HS_FDF_OWNER_TAG)    ? HS_FD_RULE_OWNER
+					    : (p->flags & HS_FDF_OWNER_FILE) ? HS_FD_RULE_FILENO
+									     : HS_FD_RULE_DIRFD);
 		hs_leave(t);
 		errno = e;
 	}
-	/* never retried on EINTR: the number may already be someone else's */
-	rc = HS_REAL(close)(fd);
-	if (now && rc == 0 && p.state == HS_FDS_OPEN) {
-		/* the common case: it closed what the table said was open; only the
-		 * sweep detector's note (this thread's own state) changes */
-		hs_tls.fd_last = fd;
-		hs_tls.fd_last_site = site;
-	} else if (now) {
+}
+
+static inline __attribute__((always_inline)) int close_end(struct hs_fd_closing *c, int rc)
+{
+	struct hs_tls *t;
+	int e;
+	if (c->object) {
+		if (c->fd < 0)
+			return rc;
 		e = errno;
 		if ((t = hs_enter()) != NULL) {
-			after_close(t, fd, call, stack, now, site, &p, rc, rc ? e : 0);
+			after_close(t, c->fd, c->call, c->stack, c->now, c->site, &c->p, rc != 0 ? -1 : 0, e);
+			hs_leave(t);
+		}
+		errno = e;
+		return rc;
+	}
+	if (c->now && rc == 0 && c->p.state == HS_FDS_OPEN) {
+		/* the common case: it closed what the table said was open; only the
+		 * sweep detector's note (this thread's own state) changes */
+		hs_tls.fd_last = c->fd;
+		hs_tls.fd_last_site = c->site;
+	} else if (c->now) {
+		e = errno;
+		if ((t = hs_enter()) != NULL) {
+			after_close(t, c->fd, c->call, c->stack, c->now, c->site, &c->p, rc, rc ? e : 0);
 			hs_leave(t);
 		}
 		errno = e;
@@ -1941,12 +1542,18 @@ static int close_number(int fd, unsigned call, uint64_t site)
 	return rc;
 }
 
-HS_EXPORT int close(int fd)
+int hs_fd_close_end(struct hs_fd_closing *c, int rc)
 {
-	if (HS_UNLIKELY(fd == VALIDATE_FD))
-		return 0; /* libunwind closing the pipe it never had (see VALIDATE_FD) */
-	HS_FAULT_CLOSE(fd, close_number(fd, HS_FDC_CLOSE, RET_ADDR())); /* faults.c, chaos.c: --fail close, --chaos */
-	return close_number(fd, HS_FDC_CLOSE, RET_ADDR());
+	return close_end(c, rc);
+}
+
+/* close(): record, close once (never retried on EINTR: the number may
+ * already be someone else's), look at the result. */
+int hs_fd_close(int fd, unsigned call, uint64_t site)
+{
+	struct hs_fd_closing c;
+	close_begin(&c, fd, call, site);
+	return close_end(&c, HS_REAL(close)(fd));
 }
 
 /*
@@ -1962,7 +1569,7 @@ static void closing_range(unsigned first, unsigned last, uint64_t site)
 	struct hs_tls *t = hs_enter();
 	uint32_t cap, stack;
 	uint64_t now;
-	struct pre p;
+	struct hs_fd_pre p;
 	if (!t)
 		return;
 	cap = hs_seg.hdr->tables[HS_T_FDS].capacity;
@@ -1989,17 +1596,19 @@ static void closing_range(unsigned first, unsigned last, uint64_t site)
 	hs_leave(t);
 }
 
-HS_EXPORT int close_range(unsigned int first, unsigned int last, int flags)
+void hs_fd_range_closing(unsigned first, unsigned last, uint64_t site)
 {
-	uint64_t site = RET_ADDR();
-	int rc, e = errno;
-	if (first <= last && fds_on()) {
-		if (!(flags & CLOSE_RANGE_CLOEXEC))
-			closing_range(first, last, site);
+	int e = errno;
+	if (hs_fd_on()) {
+		closing_range(first, last, site);
 		errno = e;
 	}
-	rc = HS_REAL(close_range)(first, last, flags);
-	if (rc == 0 && (flags & CLOSE_RANGE_CLOEXEC) && fds_on()) {
+}
+
+int hs_fd_range_cloexec(int rc, unsigned first, unsigned last)
+{
+	int e = errno;
+	if (rc == 0 && hs_fd_on()) {
 		uint32_t cap = hs_recording ? hs_seg.hdr->tables[HS_T_FDS].capacity : 0;
 		/* only the blocks of slots this process wrote: nothing is open elsewhere */
 		for (uint32_t fd = first < cap ? first : cap; hs_fd_seen_next(&fd, cap);) {
@@ -2015,17 +1624,6 @@ HS_EXPORT int close_range(unsigned int first, unsigned int last, int flags)
 		errno = e;
 	}
 	return rc;
-}
-
-HS_EXPORT void closefrom(int low)
-{
-	uint64_t site = RET_ADDR();
-	if (low >= 0 && fds_on()) {
-		int e = errno;
-		closing_range((unsigned)low, ~0u, site);
-		errno = e;
-	}
-	HS_REAL(closefrom)(low);
 }
 
 /* ---- the annotation API (heisen/heisen.h) ---------------------------------------- */
@@ -2049,10 +1647,10 @@ static int untag(int fd)
 
 HS_EXPORT int heisen_fd_set_owner(int fd, uint64_t owner)
 {
-	uint64_t site = RET_ADDR();
+	uint64_t site = HS_FD_SITE();
 	struct hs_tls *t;
 	int rc = -1, e = errno;
-	if (!fds_on() || !(t = hs_enter()))
+	if (!hs_fd_on() || !(t = hs_enter()))
 		return -1;
 	/* the kernel's word on whether fd is open, without the fcntl hook */
 	if (syscall(SYS_fcntl, fd, F_GETFD) < 0)
@@ -2068,7 +1666,7 @@ HS_EXPORT int heisen_fd_set_owner(int fd, uint64_t owner)
 
 HS_EXPORT int heisen_fd_close_owned(int fd, uint64_t owner)
 {
-	uint64_t site = RET_ADDR();
+	uint64_t site = HS_FD_SITE();
 	struct hs_fd_event ev[CHAIN_MAX], hist[CHAIN_MAX], fail;
 	const struct hs_fd_event *mine = NULL, *cur;
 	struct hs_finding f;
@@ -2079,14 +1677,14 @@ HS_EXPORT int heisen_fd_close_owned(int fd, uint64_t owner)
 	unsigned n, m;
 	int state;
 
-	if (!fds_on() || !(t = hs_enter()) || !(s = slot_of(fd))) {
+	if (!hs_fd_on() || !(t = hs_enter()) || !(s = slot_of(fd))) {
 		if (t)
 			hs_leave(t);
 		return HS_REAL(close)(fd);
 	}
 	if (!claim(s, &q)) {
 		hs_leave(t);
-		return close_number(fd, HS_FDC_CLOSE_OWNED, site);
+		return hs_fd_close(fd, HS_FDC_CLOSE_OWNED, site);
 	}
 	state = s->state;
 	gen = s->gen;
@@ -2095,7 +1693,7 @@ HS_EXPORT int heisen_fd_close_owned(int fd, uint64_t owner)
 		/* its owner's close, or an unowned number closed as unowned (tag 0, fdsan) */
 		release(s, q);
 		hs_leave(t);
-		return close_number(fd, HS_FDC_CLOSE_OWNED, site);
+		return hs_fd_close(fd, HS_FDC_CLOSE_OWNED, site);
 	}
 	/* not this owner's number (any more): record the attempt, do not close */
 	stack = fd_stack(t, site);
@@ -2176,42 +1774,47 @@ static void inherited(int fd, const char *link, int cloexec, uint64_t now)
 	release(s, q);
 }
 
-/* The fds open at the start of this image (or in a fork child), from
- * /proc/self/fd, with raw system calls only: async-signal-safe. */
+/* One entry of /proc/self/fd for scan_inherited. */
+struct inherited_scan {
+	int dfd;               /* the directory's own descriptor: not the program's */
+	uint64_t now;
+};
+
+static int inherited_entry(void *arg, const char *name, unsigned type)
+{
+	const struct inherited_scan *sc = arg;
+	char link[HS_FD_PATH_MAX * 4];
+	long fd = 0, m;
+	const char *c = name;
+	(void)type;
+	if (!*c)
+		return 0;
+	for (; *c >= '0' && *c <= '9' && fd < (1l << 30); c++)
+		fd = fd * 10 + (*c - '0');
+	if (*c || fd == sc->dfd)
+		return 0; /* ".", "..", the scan's own descriptor */
+	m = syscall(SYS_readlinkat, sc->dfd, name, link, sizeof link - 1);
+	link[m > 0 ? m : 0] = '\0';
+	inherited((int)fd, link, (int)(syscall(SYS_fcntl, (int)fd, F_GETFD) & FD_CLOEXEC), sc->now);
+	return 0;
+}
+
+/*
+ * The fds open at the start of this image (or in a fork child), from
+ * /proc/self/fd, with the shim's own system calls only (hs_sys, hs_dir_each):
+ * async-signal-safe.  When /proc/self/fd cannot be opened or read (no
+ * /proc, a failed getdents64), the numbers not seen are not marked
+ * inherited: a later close of one is an unseen generation's (after_close),
+ * never a finding; the numbers seen before a failure are marked.
+ */
 static void scan_inherited(void)
 {
-	struct dirent64_raw {
-		uint64_t ino;
-		int64_t off;
-		unsigned short reclen;
-		unsigned char type;
-		char name[];
-	};
-	char buf[4096] __attribute__((aligned(8)));
-	uint64_t now = hs_now();
-	int dfd = (int)syscall(SYS_openat, AT_FDCWD, "/proc/self/fd", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-	long n;
-	if (dfd < 0)
+	struct inherited_scan sc = {.now = hs_now()};
+	sc.dfd = hs_sys.open("/proc/self/fd", O_RDONLY | O_DIRECTORY | O_CLOEXEC, 0);
+	if (sc.dfd < 0)
 		return;
-	while ((n = syscall(SYS_getdents64, dfd, buf, sizeof buf)) > 0) {
-		for (long off = 0; off < n;) {
-			struct dirent64_raw *d = (struct dirent64_raw *)(void *)(buf + off);
-			char link[HS_FD_PATH_MAX * 4];
-			long fd = 0, m;
-			const char *c = d->name;
-			off += d->reclen;
-			if (!*c)
-				continue;
-			for (; *c >= '0' && *c <= '9' && fd < (1l << 30); c++)
-				fd = fd * 10 + (*c - '0');
-			if (*c || fd == dfd)
-				continue;
-			m = syscall(SYS_readlinkat, dfd, d->name, link, sizeof link - 1);
-			link[m > 0 ? m : 0] = '\0';
-			inherited((int)fd, link, (int)(syscall(SYS_fcntl, (int)fd, F_GETFD) & FD_CLOEXEC), now);
-		}
-	}
-	syscall(SYS_close, dfd);
+	hs_dir_each(sc.dfd, inherited_entry, &sc);
+	hs_sys.close(sc.dfd);
 }
 
 /*
@@ -2233,7 +1836,7 @@ void hs_fds_verify_open(void)
 	struct hs_tls *t = &hs_tls;
 	uint32_t cap;
 	uint64_t now;
-	if (__atomic_load_n(&fd_mode, __ATOMIC_ACQUIRE) != FD_ON || !hs_seg.hdr ||
+	if (__atomic_load_n(&hs_fd_mode, __ATOMIC_ACQUIRE) != HS_FD_MODE_ON || !hs_seg.hdr ||
 	    hs_seg.hdr->pid != (int32_t)syscall(SYS_getpid) || t->in_hook)
 		return;
 	t->in_hook = 1;
@@ -2285,7 +1888,7 @@ static void mark_header(void)
 
 void hs_fds_after_fork_child(void)
 {
-	if (__atomic_load_n(&fd_mode, __ATOMIC_ACQUIRE) != FD_ON || !__atomic_load_n(&hs_recording, __ATOMIC_ACQUIRE))
+	if (__atomic_load_n(&hs_fd_mode, __ATOMIC_ACQUIRE) != HS_FD_MODE_ON || !__atomic_load_n(&hs_recording, __ATOMIC_ACQUIRE))
 		return;
 	hs_tls.vfork_pid = 0;
 	hs_tls.fd_last = -1;
@@ -2296,16 +1899,16 @@ void hs_fds_after_fork_child(void)
 
 HS_HIDDEN void hs_fds_init(void)
 {
-	int expect = FD_UNKNOWN;
+	int expect = HS_FD_MODE_UNKNOWN;
 	struct hs_tls *t = &hs_tls;
 	int was = t->in_hook;
 	if (!__atomic_load_n(&hs_recording, __ATOMIC_ACQUIRE))
 		return;
-	if (!__atomic_compare_exchange_n(&fd_mode, &expect, FD_INIT, 0, __ATOMIC_ACQ_REL, __ATOMIC_RELAXED))
+	if (!__atomic_compare_exchange_n(&hs_fd_mode, &expect, HS_FD_MODE_INIT, 0, __ATOMIC_ACQ_REL, __ATOMIC_RELAXED))
 		return;
 	t->in_hook = 1;
 	if (!hs_getenv_bool("HEISEN_FDS", 1)) { /* on unless HEISEN_FDS=0 */
-		__atomic_store_n(&fd_mode, FD_OFF, __ATOMIC_RELEASE);
+		__atomic_store_n(&hs_fd_mode, HS_FD_MODE_OFF, __ATOMIC_RELEASE);
 		t->in_hook = was;
 		return;
 	}
@@ -2316,7 +1919,7 @@ HS_HIDDEN void hs_fds_init(void)
 	scan_inherited();
 	/* after init.c's on_exit: runs before it (handlers run in reverse) */
 	on_exit(verify_open_at_exit, NULL);
-	/* release: the settings above are visible to every hook that sees FD_ON */
-	__atomic_store_n(&fd_mode, FD_ON, __ATOMIC_RELEASE);
+	/* release: the settings above are visible to every hook that sees HS_FD_MODE_ON */
+	__atomic_store_n(&hs_fd_mode, HS_FD_MODE_ON, __ATOMIC_RELEASE);
 	t->in_hook = was;
 }
