@@ -124,6 +124,16 @@ static int sys_getrlimit(int resource, struct rlimit *rl)
 	return (int)syscall(SYS_prlimit64, 0, resource, NULL, rl);
 }
 
+static pid_t sys_getpid(void)
+{
+	return (pid_t)syscall(SYS_getpid);
+}
+
+static pid_t sys_gettid(void)
+{
+	return (pid_t)syscall(SYS_gettid);
+}
+
 struct hs_sysops hs_sys = {
 	.open = sys_open,
 	.close = sys_close,
@@ -147,6 +157,8 @@ struct hs_sysops hs_sys = {
 	.getrlimit = sys_getrlimit,
 	.madvise = sys_madvise,
 	.copy_file_range = sys_copy_file_range,
+	.getpid = sys_getpid,
+	.gettid = sys_gettid,
 };
 
 /* struct linux_dirent64 (getdents64(2)): the record the kernel writes. */
