@@ -13,7 +13,7 @@
  * once on stderr (under heisen-run, its warnings file).  What was recorded
  * before stays; the process's end is still written (hs_segment_end).
  * Never aborts: SQLite's ALWAYS/NEVER, not assert(3).
- * Design: docs/design.md "Promises kept in code".
+ * Design: docs/design.md "Promises kept in code" (under "Rules of the code").
  */
 #include <string.h>
 
@@ -26,7 +26,7 @@ int hs_go_quiet(struct hs_seg *s, const char *what)
 	if (s && s->hdr)
 		__atomic_or_fetch(&s->hdr->flags, HS_HDR_SUSPECT, __ATOMIC_RELEASE);
 	__atomic_store_n(&hs_recording, 0, __ATOMIC_RELEASE);
-	if (__atomic_exchange_n(&said, 1, __ATOMIC_ACQ_REL) == 0) {
+	if (__atomic_exchange_n(&said, 1, __ATOMIC_ACQ_REL) == 0 && !hs_quiet) {
 		hs_write_err("heisen: the recorder found its own state inconsistent (");
 		hs_write_err(what);
 		hs_write_err(") and went quiet: nothing more is recorded in this process\n");

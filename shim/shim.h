@@ -20,6 +20,8 @@
  *                        end states
  *     threads.c          thread slots and their rings
  *     stacks.c           unwinding, lock-acquisition chains, the stack table
+ *     quiet.c            going quiet on a state the shim cannot be in
+ *                        (HS_HDR_SUSPECT; HS_ASSERT and its predicates below)
  *   locks
  *     locks.c            pthread mutex, rwlock, spin lock and cond-wait hooks
  *     lockgraph.c        lock ids and classes, the lock-order graph, cycles
@@ -477,6 +479,7 @@ static inline void hs_lockstate_end(struct hs_thread *th)
 
 /* ---- system calls (sysops.c) --------------------------------------------- */
 
+#include <signal.h>
 #include <sys/types.h>
 #include <sys/resource.h>
 #include <sys/stat.h>
@@ -520,6 +523,22 @@ struct hs_sysops {
 	/* who we are: raw, so a vfork child or a fork child before glibc's cache is reset answers true */
 	pid_t (*getpid)(void);
 	pid_t (*gettid)(void);
+	pid_t (*getppid)(void);
+	uid_t (*getuid)(void);
+	uid_t (*geteuid)(void);
+	/* signals to one thread: the crash re-raise and the snapshot of other threads (signals.c) */
+	int (*tgkill)(pid_t pid, pid_t tid, int sig);
+	int (*tgsigqueueinfo)(pid_t pid, pid_t tid, int sig, siginfo_t *si);
+	int (*nanosleep)(const struct timespec *ts);
+	/* guard pages (guarded.c) and GOT patching (elf_got_surgery.c) */
+	int (*mprotect)(void *addr, size_t len, int prot);
+	/* reading this process's own memory without faulting (fd_hooks.c, python_frames.c) */
+	ssize_t (*read_self)(void *dst, const void *src, size_t n);
+	/* the session directory's access check (proc.c): faccessat2 with AT_EACCESS, else faccessat */
+	int (*access_dir)(const char *path, int mode);
+	/* the inherited-fd scan (fd_core.c) */
+	int (*fcntl)(int fd, int cmd, long arg);
+	ssize_t (*readlinkat)(int dfd, const char *path, char *buf, size_t n);
 };
 extern struct hs_sysops hs_sys;
 
