@@ -122,7 +122,8 @@ static inline int hs_header_intact(const struct hs_header *h)
  * held_overflow and never pushed). */
 static inline int hs_held_index_ok(uint32_t count, int i)
 {
-	return count <= HS_HELD_MAX && i >= 0 && (uint32_t)i < count;
+	/* a negative i is a large unsigned one: two compares in all */
+	return (uint32_t)i < count && count <= HS_HELD_MAX;
 }
 
 /* A ring's head only grows: the record about to be overwritten at head pos
@@ -441,8 +442,10 @@ static inline void hs_rec(struct hs_tls *t, uint64_t now, uint32_t type, uint32_
 	struct hs_ring_header *rh = t->ring;
 	uint64_t pos = __atomic_load_n(&rh->head, __ATOMIC_RELAXED);
 	struct hs_record *r = &t->recs[pos & t->ring_mask];
-	/* the line written below anyway: one load and a branch never taken */
-	if (!HS_ASSERT(hs_ring_head_ok(__atomic_load_n(&r->seq, __ATOMIC_RELAXED), pos)))
+	/* once a lap (slot 0, whose line is written below anyway): a head that went back
+	   finds a newer record there; the other records pay one test of the index */
+	if (HS_UNLIKELY((pos & t->ring_mask) == 0) &&
+	    !HS_ASSERT(hs_ring_head_ok(__atomic_load_n(&r->seq, __ATOMIC_RELAXED), pos)))
 		return;
 	__atomic_store_n(&r->seq, 0, __ATOMIC_RELAXED);
 	/* orders the invalidation above before the payload stores below */
