@@ -706,6 +706,10 @@ uint32_t hs_graph_add(struct hs_seg *s, uint32_t from, unsigned from_mode, uint3
 		graph_unlock(s);
 		return id;
 	}
+	if (!slot && (__atomic_load_n(&s->hdr->flags, __ATOMIC_ACQUIRE) & HS_HDR_SUSPECT)) {
+		graph_unlock(s); /* the index was written over (hs_edge_find went quiet): no table was full */
+		return 0;
+	}
 	id = tab->count;
 	if (!slot || id >= tab->capacity || hs_seg_commit_entry(s, HS_T_EDGES, id) != 0) {
 		__atomic_add_fetch(&tab->dropped, 1, __ATOMIC_RELAXED);

@@ -12,6 +12,7 @@
   marks the segment suspect, says so once on stderr, and the program ends
   as it would have; both reports say the recorder went quiet.
 """
+import json
 import os
 import stat
 import subprocess
@@ -135,8 +136,9 @@ def test_a_stray_write_over_the_edge_index_makes_the_recorder_go_quiet(heisen, s
     p = heisen.preload(args, session)
     assert p.returncode == 0 and "done" in p.stdout.split(), (p.returncode, p.stdout, p.stderr)
     pid = int(p.stdout.split()[1])
-    report = heisen.dump_json(session)
+    report = heisen.dump_json(session, expect_rc=0 if mode == "clean" else 1)
     proc = [x for x in report["processes"] if x["pid"] == pid]
+    limits = [f for f in report["findings"] if f["kind"] == "limit" and f["pid"] == pid]
     assert len(proc) == 1, report["processes"]
     # the end is still written by a recorder that went quiet
     assert proc[0]["state"] == "exited" and proc[0]["exit_status"] == 0, proc[0]
@@ -145,12 +147,16 @@ def test_a_stray_write_over_the_edge_index_makes_the_recorder_go_quiet(heisen, s
         assert QUIET_LINE not in p.stderr, p.stderr
         assert proc[0]["suspect"] is False
         assert "went quiet" not in text
+        assert report["findings"] == [], report["findings"]
         return
     assert int(p.stdout.split()[3]) > 0  # "wrote N"
     lines = [l for l in p.stderr.splitlines() if QUIET_LINE in l]
     assert len(lines) == 1, p.stderr  # said once
     assert "went quiet" in lines[0] and "lockgraph.c" in lines[0], lines
     assert proc[0]["suspect"] is True, proc[0]
+    # a limit of its own (loud, exit status 1), not a full table: no table was full
+    assert len(limits) == 1 and "went quiet" in json.dumps(limits[0]), report["findings"]
+    assert "full" not in json.dumps(limits[0]), limits
     assert "the recorder found its own state inconsistent and went quiet" in text, text
 
 
