@@ -607,7 +607,8 @@ void hs_session_leave(void);
 void hs_seg_unbind(struct hs_seg *s);
 
 /* Record the end of this image: state word and end time.  Idempotent: the
- * first call wins.  Async-signal-safe. */
+ * first call wins.  Also after the recorder went quiet (quiet.c), for the
+ * process's own segment only.  Async-signal-safe. */
 void hs_segment_end(unsigned state, int64_t value);
 
 /*

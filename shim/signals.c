@@ -271,6 +271,8 @@ static void crash_handler(int sig, siginfo_t *si, void *uc)
 	/* the default action: terminate, and dump core where enabled */
 	if (__atomic_load_n(&hs_recording, __ATOMIC_ACQUIRE))
 		commit_crash(t, sig, t->pending_code, t->pending_addr, t->pending_stack);
+	else
+		hs_segment_end(HS_STATE_CRASHED, sig); /* a recorder gone quiet still says how it ended */
 	/* pending until we return, then fatal with the original signal */
 	reraise_default(sig);
 	errno = saved_errno;
@@ -320,6 +322,9 @@ static void term_handler(int sig, siginfo_t *si, void *uc)
 			hs_rec(ring, hs_now(), HS_REC_TERM_SIGNAL, 0, (uint64_t)sig, (uint64_t)(int64_t)h->term_pid,
 			       (uint64_t)(int64_t)si->si_code);
 		/* the term_* fields above are published by hs_segment_end's release CAS */
+		hs_segment_end(HS_STATE_SIGNALED, sig);
+	} else if (!__atomic_load_n(&hs_recording, __ATOMIC_ACQUIRE)) {
+		/* a recorder gone quiet still says how its own process ended (hs_segment_end checks) */
 		hs_segment_end(HS_STATE_SIGNALED, sig);
 	}
 	/* pending until we return, then the default action: the same death */
