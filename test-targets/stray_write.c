@@ -10,6 +10,8 @@
  *                        index, take lock_c then lock_d (a new edge: its
  *                        probe runs out), then exit 0.
  *   stray_write clean    the same without the stray write: nothing to say.
+ *   stray_write term     as the first, then ends by SIGTERM (docker stop's
+ *                        signal) instead of exit: the end is still written.
  *
  * The segment is found the way a stray pointer would find it: it is mapped
  * in this process (/proc/self/maps: a shared writable mapping that starts
@@ -17,6 +19,8 @@
  * "pid P", "wrote N" (bytes written over) and "done".
  */
 #include "tt.h"
+
+#include <signal.h>
 
 #include <heisen/format.h>
 
@@ -64,7 +68,7 @@ __attribute__((noinline)) static size_t stray_memset(void)
 
 int main(int argc, char **argv)
 {
-	int clean = argc > 1 && strcmp(argv[1], "clean") == 0;
+	int clean = argc > 1 && strcmp(argv[1], "clean") == 0, term = argc > 1 && strcmp(argv[1], "term") == 0;
 	printf("pid %d\n", (int)getpid());
 	take_in_order(&lock_a, &lock_b);
 	if (!clean) {
@@ -77,5 +81,8 @@ int main(int argc, char **argv)
 	take_in_order(&lock_c, &lock_d);
 	take_in_order(&lock_a, &lock_b);
 	printf("done\n");
+	fflush(stdout);
+	if (term)
+		raise(SIGTERM);
 	return 0;
 }

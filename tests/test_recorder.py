@@ -14,6 +14,7 @@
 """
 import json
 import os
+import signal
 import stat
 import subprocess
 import uuid
@@ -130,18 +131,22 @@ def test_thread_table_overflow_is_counted_not_fatal(heisen, session):
 QUIET_LINE = "the recorder found its own state inconsistent"
 
 
-@pytest.mark.parametrize("mode", ["stray", "clean"])
+@pytest.mark.parametrize("mode", ["stray", "clean", "term"])
 def test_a_stray_write_over_the_edge_index_makes_the_recorder_go_quiet(heisen, session, mode):
-    args = [target(heisen, "stray_write")] + (["clean"] if mode == "clean" else [])
+    args = [target(heisen, "stray_write")] + ([mode] if mode != "stray" else [])
     p = heisen.preload(args, session)
-    assert p.returncode == 0 and "done" in p.stdout.split(), (p.returncode, p.stdout, p.stderr)
+    want_rc = -signal.SIGTERM if mode == "term" else 0
+    assert p.returncode == want_rc and "done" in p.stdout.split(), (p.returncode, p.stdout, p.stderr)
     pid = int(p.stdout.split()[1])
     report = heisen.dump_json(session, expect_rc=0 if mode == "clean" else 1)
     proc = [x for x in report["processes"] if x["pid"] == pid]
     limits = [f for f in report["findings"] if f["kind"] == "limit" and f["pid"] == pid]
     assert len(proc) == 1, report["processes"]
     # the end is still written by a recorder that went quiet
-    assert proc[0]["state"] == "exited" and proc[0]["exit_status"] == 0, proc[0]
+    if mode == "term":
+        assert proc[0]["state"] == "killed" and proc[0]["signal"] == signal.SIGTERM, proc[0]
+    else:
+        assert proc[0]["state"] == "exited" and proc[0]["exit_status"] == 0, proc[0]
     text = heisen.dump(session, "--all").stdout
     if mode == "clean":
         assert QUIET_LINE not in p.stderr, p.stderr
