@@ -3,7 +3,7 @@
  * event_queue — an event loop fed by a producer thread, the shape of a
  * service whose main thread waits in epoll for work another thread queues.
  *
- *   event_queue feed MS   the producer queues one item every 200 ms for MS
+ *   event_queue feed MS   the producer queues one item every 400 ms for MS
  *                         milliseconds, then a last item that ends the
  *                         loop; the program exits 0.  A correct program:
  *                         no hang.
@@ -18,7 +18,8 @@
  * (epoll_wait with no timeout; nanosleep) and use next to no CPU: what the
  * kernel shows of them does not move, only their ring records do — a
  * judge that looked at /proc alone would call the working loop hung.
- * Prints "pid P", "tid_producer T", "fed N" per item and "done".
+ * Prints "pid P", "tid_producer T", "fed 2" once two items were taken,
+ * "fed N" (all of them) at the end and "done".
  */
 #include "tt.h"
 
@@ -52,7 +53,7 @@ struct plan {
 static void *producer(void *arg)
 {
 	const struct plan *p = arg;
-	struct timespec gap = {0, 200 * 1000000L};
+	struct timespec gap = {0, 400 * 1000000L};
 	tt_say_tid("tid_producer");
 	for (long i = 0; i < p->items; i++) {
 		nanosleep(&gap, NULL);
@@ -67,6 +68,7 @@ static void *producer(void *arg)
 __attribute__((noinline)) void event_loop(void)
 {
 	static struct epoll_event ev[4];
+	long popped = 0;
 	int ep = epoll_create1(EPOLL_CLOEXEC);
 	struct epoll_event want = {.events = EPOLLIN, .data.fd = efd};
 	if (ep < 0 || epoll_ctl(ep, EPOLL_CTL_ADD, efd, &want) != 0)
@@ -86,11 +88,14 @@ __attribute__((noinline)) void event_loop(void)
 		for (int i = 0; i < k; i++) {
 			if (items[i] == ITEM_QUIT) {
 				close(ep);
+				printf("fed %ld\n", popped);
 				return;
 			}
-			printf("fed %d\n", items[i]);
+			if (++popped == 2) {
+				printf("fed 2\n"); /* once: the loop itself stays quiet on the CPU */
+				fflush(stdout);
+			}
 		}
-		fflush(stdout);
 	}
 }
 
@@ -103,7 +108,7 @@ int main(int argc, char **argv)
 		return 2;
 	}
 	if (strcmp(argv[1], "feed") == 0)
-		p = (struct plan){.items = atol(argv[2]) / 200, .quit = 1};
+		p = (struct plan){.items = atol(argv[2]) / 400, .quit = 1};
 	else
 		p = (struct plan){.items = atol(argv[2]), .quit = 0};
 	if ((efd = eventfd(0, EFD_CLOEXEC)) < 0)
