@@ -855,7 +855,8 @@ static int unrecorded_after_uid_change(struct hs_session *s, struct hs_findings 
 /*
  * limit findings: a table of the lock-order graph (locks, their index,
  * edges, their index, long cycles) or of stacks that was full in a process,
- * or findings that could not be recorded.  A full table hides lock orders
+ * findings that could not be recorded, or a recorder that went quiet
+ * (HS_HDR_SUSPECT).  A full table hides lock orders
  * (a cycle through a lock or an edge never stored is never found), so it is
  * a finding of its own and changes the exit status: never "no findings".
  */
@@ -871,6 +872,10 @@ static int limits(struct hs_session *s, struct hs_findings *out)
 		size_t used = 0;
 		uint64_t lost = hs_seg_findings_dropped(&p->seg);
 		struct hs_fnd *f;
+		/* the recorder stopped in a state it cannot be in (shim/quiet.c): all after is missing */
+		if (hs_seg_flags(&p->seg) & HS_HDR_SUSPECT)
+			hs_appendf(buf, sizeof buf, &used, "the recorder found its own state inconsistent and went "
+				   "quiet: what the process did after that is not recorded");
 		for (size_t k = 0; k < sizeof t / sizeof t[0]; k++) {
 			uint32_t d = hs_seg_dropped(&p->seg, t[k]);
 			if (d)

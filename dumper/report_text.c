@@ -667,7 +667,7 @@ static void banner(FILE *out, const struct hs_fnd *f)
 		[HS_F_HANG] = "hang",
 		[HS_F_POTENTIAL] = "potential deadlock (lock-order cycle)",
 		[HS_F_FD_LEAK] = "fd leak",
-		[HS_F_LIMIT] = "limit reached (a table was full: findings may be missing)",
+		[HS_F_LIMIT] = "limit reached (findings may be missing)",
 	};
 	fprintf(out, "==== heisen: %s",
 		f->kind == HS_F_LIMIT && f->unrecorded ? "limit reached (not recorded after a privilege drop)" : what[f->kind]);

@@ -4,8 +4,9 @@
  * snapshot request is a queued signal to one thread, so it reaches threads
  * blocked anywhere — a lock, read(), poll(), a futex in a library — and
  * the thread records its own stack in its slot (shim/signals.c).  Progress
- * is what heisen-run's watchdog measures too: ring records and CPU time;
- * a process blocked everywhere moves neither.  The per-thread hang rule
+ * is what heisen-run's watchdog measures too, the same code
+ * (internal/still.h): ring records, CPU time and, for a thread, the
+ * system call it is in; a process blocked everywhere moves none.  The per-thread hang rule
  * (hs_judge_still) judges, from /proc and without ptrace-stopping anyone,
  * what each thread that stopped moving waits for: a busy thread does not
  * hide a stuck one, and a wait for the outside world or another live
@@ -33,7 +34,9 @@
 #include <sys/socket.h>
 
 #include <internal/proc_stat.h>
+#include <internal/seg_rings.h>
 #include <internal/snapshot_request.h>
+#include <internal/still.h>
 
 /*
  * One item of a --stall or --still list at c: "PID:SECONDS", or with tid
@@ -134,7 +137,7 @@ static uint64_t cpu_ticks(int32_t pid)
 
 uint64_t hs_progress(const struct hs_proc *p)
 {
-	return hs_seg_events(&p->seg) + cpu_ticks(p->seg.hdr.pid);
+	return hs_still_proc_progress(hs_seg_events(&p->seg), cpu_ticks(p->seg.hdr.pid));
 }
 
 static void sleep_ms(long ms)
@@ -835,7 +838,7 @@ int hs_judge_still(struct hs_session *s, const struct hs_still *still, size_t ns
 		if (!hs_proc_alive(p))
 			continue;
 		for (size_t k = 0; k < nstill && !any; k++)
-			any = still[k].pid == pid && still[k].seconds >= timeout;
+			any = still[k].pid == pid && hs_still_past(still[k].seconds, timeout);
 		if (!any)
 			continue;
 		snprintf(path, sizeof path, "/proc/%d/task", (int)pid);
@@ -861,7 +864,7 @@ int hs_judge_still(struct hs_session *s, const struct hs_still *still, size_t ns
 			t = &x->t[x->nt++];
 			*t = (struct hs_tjudge){.tid = (int32_t)tid};
 			st = still_of(still, nstill, pid, (int32_t)tid);
-			if (!st || st->seconds < timeout) {
+			if (!st || !hs_still_past(st->seconds, timeout)) {
 				t->verdict = HS_TV_ACTIVE;
 				snprintf(t->what, sizeof t->what, "made progress within the last %.1f s", timeout);
 				continue;
@@ -928,13 +931,18 @@ int hs_judge_still(struct hs_session *s, const struct hs_still *still, size_t ns
 	return rc;
 }
 
-/* Progress of one thread as the kernel shows it: CPU ticks and the system
- * call it is in, heisen-run's measure (internal/proc_stat.h
- * hs_thread_progress, without the ring); 0 when the thread is gone. */
-static uint64_t kernel_progress(int32_t pid, int32_t tid)
+/* Progress of thread tid of p's process now: its ring records (read from
+ * the live mapping), CPU ticks and the system call it is in — heisen-run's
+ * measure, the same code (internal/still.h); 0 when the thread is gone. */
+static uint64_t thread_progress(const struct hs_proc *p, int32_t tid)
 {
-	uint64_t cpu = UINT64_MAX, k = 0;
-	return hs_thread_progress(pid, tid, &cpu, &k) == 0 ? k : 0;
+	pid_t tids[1024];
+	uint64_t heads[1024], head = 0, cpu = UINT64_MAX, k = 0;
+	size_t n = hs_rings_thread_heads(p->seg.base, p->seg.map_size, &p->seg.hdr, tids, heads, 1024);
+	for (size_t i = 0; i < n; i++)
+		if (tids[i] == tid)
+			head = heads[i];
+	return hs_still_thread_progress(p->seg.hdr.pid, tid, head, &cpu, &k) == 0 ? k : 0;
 }
 
 #define WATCH_STEP_MS 250
@@ -943,7 +951,8 @@ int hs_measure_still(struct hs_session *s, double timeout, double cap, struct hs
 {
 	struct judge j = {0};
 	struct hs_still *v = NULL;
-	uint64_t *prog = NULL;
+	uint64_t *prog = NULL, *since = NULL;
+	const struct hs_proc **who = NULL;
 	size_t n = 0, suspects = 0;
 	int rc = 0;
 	for (size_t i = 0; i < s->nprocs && rc == 0; i++) {
@@ -962,17 +971,24 @@ int hs_measure_still(struct hs_session *s, double timeout, double cap, struct hs
 			if (tid <= 0)
 				continue;
 			struct hs_still *nv = realloc(v, (n + 1) * sizeof *nv);
-			uint64_t *np = realloc(prog, (n + 1) * sizeof *np);
+			uint64_t *np = realloc(prog, (n + 1) * sizeof *np), *ns = realloc(since, (n + 1) * sizeof *ns);
+			const struct hs_proc **nw = realloc(who, (n + 1) * sizeof *nw);
 			if (nv)
 				v = nv;
 			if (np)
 				prog = np;
-			if (!nv || !np) {
+			if (ns)
+				since = ns;
+			if (nw)
+				who = nw;
+			if (!nv || !np || !ns || !nw) {
 				rc = -1;
 				break;
 			}
 			v[n] = (struct hs_still){.pid = p->seg.hdr.pid, .tid = (int32_t)tid};
-			prog[n++] = kernel_progress(p->seg.hdr.pid, (int32_t)tid);
+			who[n] = p;
+			since[n] = 0;
+			prog[n++] = thread_progress(p, (int32_t)tid);
 			/* worth watching: a wait only this process, or another one, can end */
 			const struct hs_tsnap *ts = hs_proc_thread(p, (int32_t)tid);
 			if (ts && (ts->t.wait_kind == HS_WAIT_LOCK || ts->t.wait_kind == HS_WAIT_GIL)) {
@@ -989,15 +1005,15 @@ int hs_measure_still(struct hs_session *s, double timeout, double cap, struct hs
 	if (rc == 0 && suspects) {
 		double watch = timeout < cap ? timeout : cap;
 		long steps = (long)(watch * 1000 / WATCH_STEP_MS) + 1;
-		for (long k = 0; k < steps; k++) {
+		/* the still clock of each thread (internal/still.h), in ms since the first sample */
+		for (long k = 1; k <= steps; k++) {
 			sleep_ms(WATCH_STEP_MS);
 			for (size_t i = 0; i < n; i++)
-				if (v[i].seconds >= 0 && kernel_progress(v[i].pid, v[i].tid) != prog[i])
-					v[i].seconds = -1; /* it moved */
+				hs_still_note(&prog[i], &since[i], thread_progress(who[i], v[i].tid),
+					      (uint64_t)k * WATCH_STEP_MS, 0);
 		}
 		for (size_t i = 0; i < n; i++)
-			if (v[i].seconds >= 0)
-				v[i].seconds = (double)steps * WATCH_STEP_MS / 1000.0;
+			v[i].seconds = (double)((uint64_t)steps * WATCH_STEP_MS - since[i]) / 1000.0;
 		size_t k = 0;
 		for (size_t i = 0; i < n; i++)
 			if (v[i].seconds > 0)
@@ -1014,5 +1030,7 @@ int hs_measure_still(struct hs_session *s, double timeout, double cap, struct hs
 	}
 	free(v);
 	free(prog);
+	free(since);
+	free(who);
 	return rc;
 }

@@ -92,9 +92,10 @@ int hs_judge_still(struct hs_session *s, const struct hs_still *still, size_t ns
  * measure: when a thread of a live process of s is in a wait the rule
  * could call stuck (a lock or GIL wait word; a futex, poll, read... that
  * only this process or another one can end), watch every thread of every
- * live process for min(timeout, cap) seconds (CPU ticks and the system
- * call it is in), and append those that did not move to *still with the
- * seconds watched.  Returns at once when nothing is worth watching.
+ * live process for min(timeout, cap) seconds with heisen-run's measure
+ * (internal/still.h: its ring records, CPU ticks and the system call it
+ * is in), and append each with how long it was still at the end (the
+ * seconds watched for one that never moved).  Returns at once when nothing is worth watching.
  * Returns 0, or -1 out of memory.
  */
 int hs_measure_still(struct hs_session *s, double timeout, double cap, struct hs_still **still, size_t *nstill);

@@ -100,7 +100,8 @@ struct hr_run {
 };
 
 /* The watchdog's view of one thread (watchdog.c): progress = its own ring
- * records + its CPU ticks + the system call it is in; a thread whose
+ * records + its CPU ticks + the system call it is in, heisen-dump's
+ * measure (internal/still.h); a thread whose
  * progress has not moved since since_ms is still, and heisen-dump judges
  * whether still threads make a hang (--still, dumper/stall.c). */
 struct hr_still {
@@ -171,7 +172,6 @@ int hr_proc_start_ticks(pid_t pid, uint64_t *ticks);
 size_t hr_proc_children(pid_t pid, pid_t *out, size_t max);
 pid_t hr_proc_ppid(pid_t pid);
 int hr_proc_cpu_ticks(pid_t pid, uint64_t *ticks, uint64_t *start_ticks);
-int hr_proc_thread_progress(pid_t pid, pid_t tid, uint64_t *cpu, uint64_t *out);
 
 /* reaper.c */
 int hr_signals_init(void);

@@ -8,8 +8,8 @@
  * are its children (/proc/pid/task/<tid>/children, one file per thread, since
  * a child belongs to the thread that forked it).  A zombie still answers
  * both until it is reaped, which is why the reaper asks before reaping.
- * And how much CPU time has it used (the watchdog's measure of progress,
- * with the ring records).  The stat line is read by internal/proc_stat.h
+ * And how much CPU time has it used (a part of the watchdog's measure of
+ * progress, internal/still.h, heisen-dump's too).  The stat line is read by internal/proc_stat.h
  * and a snapshot request to every thread is internal/snapshot_request.h's
  * hs_snapshot_request_all, both heisen-dump's too.
  */
@@ -97,16 +97,4 @@ int hr_proc_cpu_ticks(pid_t pid, uint64_t *ticks, uint64_t *start_ticks)
 	*ticks = ps.utime + ps.stime;
 	*start_ticks = ps.start_ticks;
 	return 0;
-}
-
-/*
- * Progress of thread tid of pid as the kernel sees it: the measure
- * heisen-dump uses too (internal/proc_stat.h hs_thread_progress: utime +
- * stime and a hash of the system call it is in).  *cpu: the utime + stime
- * to use, or UINT64_MAX to read it here; set to what was used.  -1 when the
- * thread is gone.
- */
-int hr_proc_thread_progress(pid_t pid, pid_t tid, uint64_t *cpu, uint64_t *out)
-{
-	return hs_thread_progress(pid, tid, cpu, out);
 }

@@ -446,23 +446,13 @@ int hr_seg_count(int dirfd)
  */
 size_t hr_seg_thread_heads(int dirfd, pid_t pid, pid_t *tids, uint64_t *heads, size_t max)
 {
-	size_t n = 0;
 	struct watched *w;
 	(void)dirfd;
 	if (!(w = watched_of(pid)))
 		return 0;
-	const struct hs_header *h = w->map;
-	/* the table descriptors are shared memory: checked on every read (internal/seg_rings.h) */
-	if (!hs_rings_usable(h, w->len))
-		return 0;
-	for (uint32_t i = 0, ns = hs_rings_slots(h); i < ns && n < max; i++) {
-		const struct hs_thread *ts = hs_rings_slot(w->map, h, i);
-		if (__atomic_load_n(&ts->state, __ATOMIC_ACQUIRE) != HS_THREAD_LIVE)
-			continue;
-		tids[n] = ts->tid;
-		heads[n++] = __atomic_load_n(&hs_rings_ring(w->map, h, i)->head, __ATOMIC_RELAXED);
-	}
-	return n;
+	/* the table descriptors are shared memory: checked on every read; the reading is
+	   heisen-dump's too (internal/seg_rings.h) */
+	return hs_rings_thread_heads(w->map, w->len, w->map, tids, heads, max);
 }
 
 /*

@@ -17,14 +17,17 @@
  * prints the full report once; the same signatures are not reported again.
  *
  * Hangs per thread: every tick also samples the progress of each thread of
- * each live process of the session — its own ring records, its CPU time
- * and the system call it is in — so busy background threads (a library's
- * I/O thread retrying a connection) do not hide a thread that stays in one
- * wait.  Threads still for the hang timeout go to heisen-dump as --still
- * PID/TID:SECONDS; heisen-dump judges (dumper/stall.c hs_judge_still):
- * the main thread stuck in a wait only its own process can end, or every
- * thread that is not idle stuck, is a hang.  Waiting for the outside world
- * or for another live process is not.  heisen-run is only the policy.
+ * each live process of the session — heisen-dump's measure, the same code
+ * (internal/still.h: its own ring records, its CPU time and the system
+ * call it is in) — so busy background threads (a library's I/O thread
+ * retrying a connection) do not hide a thread that stays in one wait.
+ * Threads still past the hang timeout (hs_still_past, the threshold
+ * heisen-dump applies too) go to heisen-dump as --still PID/TID:SECONDS;
+ * heisen-dump judges (dumper/stall.c hs_judge_still): the main thread
+ * stuck in a wait only its own process can end, or every thread that is
+ * not idle stuck, is a hang.  Waiting for the outside world or for another
+ * live process is not.  heisen-run is only the policy: when to sample,
+ * when to ask, which hangs it reported, the kill.
  * Before the report, every thread of the processes concerned is asked for
  * a snapshot of its own stack (the snapshot signal, format.h; no ptrace).
  * Design: docs/design.md "Hangs".
@@ -44,6 +47,7 @@
 
 #include <internal/seg_verdict.h>
 #include <internal/snapshot_request.h>
+#include <internal/still.h>
 
 #include "launcher.h"
 
@@ -226,7 +230,7 @@ static void sample_progress(struct hr_run *r, uint64_t now)
 		}
 		if (hr_proc_cpu_ticks(pids[i], &cpu, &start) < 0 || hr_seg_confirm(pids[i], start) < 0)
 			continue; /* gone, or the pid is another process now */
-		uint64_t prog = events + cpu;
+		uint64_t prog = hs_still_proc_progress(events, cpu);
 		if (!e) {
 			struct hr_stall *v = realloc(r->stalls, (r->nstalls + 1) * sizeof *v);
 			if (!v)
@@ -234,10 +238,8 @@ static void sample_progress(struct hr_run *r, uint64_t now)
 			r->stalls = v;
 			e = &v[r->nstalls++];
 			*e = (struct hr_stall){.pid = pids[i], .progress = prog, .since_ms = now};
-		} else if (e->progress != prog) {
-			e->progress = prog;
-			if (!e->rebase)
-				e->since_ms = now;
+		} else {
+			hs_still_note(&e->progress, &e->since_ms, prog, now, e->rebase);
 		}
 		e->snapsig = snapsig;
 		e->snapval = snapval;
@@ -264,19 +266,17 @@ static struct hr_still *still_of(struct hr_run *r, pid_t pid, pid_t tid)
 	return NULL;
 }
 
-/* Progress of one thread: its ring records (heads[] of its slot, if it has
- * one) plus what the kernel says (procfs.c); *cpu as hr_proc_thread_progress. */
+/* Progress of one thread, heisen-dump's measure (internal/still.h): its
+ * ring records (heads[] of its slot, if it has one) and what the kernel
+ * says; *cpu as hs_thread_progress. */
 static int thread_progress(pid_t pid, pid_t tid, const pid_t *tids, const uint64_t *heads, size_t nh,
 			   uint64_t *cpu, uint64_t *out)
 {
-	uint64_t k;
-	if (hr_proc_thread_progress(pid, tid, cpu, &k) < 0)
-		return -1;
+	uint64_t head = 0;
 	for (size_t i = 0; i < nh; i++)
 		if (tids[i] == tid)
-			k += heads[i] * 0x9e3779b97f4a7c15ull;
-	*out = k;
-	return 0;
+			head = heads[i];
+	return hs_still_thread_progress(pid, tid, head, cpu, out);
 }
 
 /*
@@ -339,10 +339,8 @@ static void sample_threads(struct hr_run *r, uint64_t now)
 				r->still = v;
 				e = &v[r->nstill++];
 				*e = (struct hr_still){.pid = pid, .tid = tid, .progress = prog, .since_ms = now};
-			} else if (e->progress != prog) {
-				e->progress = prog;
-				if (!keep_clock)
-					e->since_ms = now;
+			} else {
+				hs_still_note(&e->progress, &e->since_ms, prog, now, keep_clock);
 			}
 			e->cpu = cpu;
 			e->alive = 1;
@@ -363,7 +361,7 @@ static void still_arg(struct hr_run *r, uint64_t now, char *buf, size_t len)
 	buf[0] = '\0';
 	for (size_t i = 0; i < r->nstill; i++) {
 		double sec = (double)(now - r->still[i].since_ms) / 1000.0;
-		if (sec < r->hang_seconds)
+		if (!hs_still_past(sec, r->hang_seconds))
 			continue;
 		if (used + 40 >= len) {
 			left++;
@@ -397,7 +395,7 @@ static void note_stalls(struct hr_run *r, uint64_t now)
 		if (!s->reported)
 			continue;
 		uint64_t since = still_since(r, s->pid, now);
-		if ((double)(now - since) < r->hang_seconds * 1000.0) {
+		if (!hs_still_past((double)(now - since) / 1000.0, r->hang_seconds)) {
 			s->reported = 0; /* it moved again: a later hang is new */
 			continue;
 		}

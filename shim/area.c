@@ -104,7 +104,7 @@ static void read_stack_bounds(struct hs_tls *t)
 	if (mapping_of(sp, &lo, &hi, &below) != 0)
 		return;
 	if (t->tid == 0)
-		t->tid = (int32_t)syscall(SYS_gettid);
+		t->tid = (int32_t)hs_sys.gettid();
 	if (t->tid == getpid()) {
 		struct rlimit rl;
 		uintptr_t floor = below; /* it cannot grow into the mapping under it */

@@ -133,7 +133,7 @@ static void *real_dlsym;            /* [atomic] glibc's dlsym */
 
 static int sys_mprotect(void *addr, size_t len, int prot)
 {
-	return (int)syscall(SYS_mprotect, addr, len, prot);
+	return hs_sys.mprotect(addr, len, prot);
 }
 
 int (*hs_got_mprotect)(void *addr, size_t len, int prot) = sys_mprotect;

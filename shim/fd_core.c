@@ -1793,9 +1793,9 @@ static int inherited_entry(void *arg, const char *name, unsigned type)
 		fd = fd * 10 + (*c - '0');
 	if (*c || fd == sc->dfd)
 		return 0; /* ".", "..", the scan's own descriptor */
-	m = syscall(SYS_readlinkat, sc->dfd, name, link, sizeof link - 1);
+	m = hs_sys.readlinkat(sc->dfd, name, link, sizeof link - 1);
 	link[m > 0 ? m : 0] = '\0';
-	inherited((int)fd, link, (int)(syscall(SYS_fcntl, (int)fd, F_GETFD) & FD_CLOEXEC), sc->now);
+	inherited((int)fd, link, hs_sys.fcntl((int)fd, F_GETFD, 0) & FD_CLOEXEC, sc->now);
 	return 0;
 }
 

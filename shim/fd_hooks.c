@@ -51,7 +51,7 @@
  * share (hs_vfork_child, fd_core.c, reads it).  Returns the real vfork. */
 HS_HIDDEN void *hs_vfork_prepare(void)
 {
-	hs_tls.vfork_pid = (int32_t)syscall(SYS_getpid);
+	hs_tls.vfork_pid = (int32_t)hs_sys.getpid();
 	return (void *)HS_REAL(vfork);
 }
 
@@ -214,8 +214,7 @@ static int from_libunwind(uint64_t site)
 static long validate_byte(uint64_t addr)
 {
 	char byte;
-	struct iovec local = {&byte, 1}, remote = {(void *)(uintptr_t)addr, 1};
-	long rc = syscall(SYS_process_vm_readv, (long)syscall(SYS_getpid), &local, 1L, &remote, 1L, 0L);
+	long rc = hs_sys.read_self(&byte, (const void *)(uintptr_t)addr, 1);
 	if (rc == 1)
 		return 1;
 	if (rc < 0 && (errno == ENOSYS || errno == EPERM))

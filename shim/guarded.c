@@ -115,7 +115,7 @@ static inline uintptr_t slot_page(uint32_t i)
 
 static int sys_mprotect(uintptr_t addr, size_t len, int prot)
 {
-	return (int)syscall(SYS_mprotect, (void *)addr, len, prot);
+	return hs_sys.mprotect((void *)addr, len, prot);
 }
 
 /* ---- configuration ------------------------------------------------------------ */
@@ -418,7 +418,7 @@ static void bad_free(struct hs_tls *t, struct gslot *s, void *p, uint32_t state)
 	struct hs_finding f;
 	memset(&f, 0, sizeof f);
 	f.kind = (s && p == (void *)s->user && state == SLOT_FREED) ? HS_FIND_DOUBLE_FREE : HS_FIND_INVALID_FREE;
-	f.tid = t ? t->tid : (int32_t)syscall(SYS_gettid);
+	f.tid = t ? t->tid : (int32_t)hs_sys.gettid();
 	f.ts_ns = hs_now();
 	f.addr = (uint64_t)(uintptr_t)p;
 	f.stack = t ? hs_stack_here() : 0;
@@ -460,7 +460,7 @@ HS_HIDDEN void hs_guard_free(void *p)
 			capture(&s->free);
 		else
 			s->free.depth = 0;
-		s->free_tid = (!quiet && t) ? t->tid : (int32_t)syscall(SYS_gettid);
+		s->free_tid = (!quiet && t) ? t->tid : (int32_t)hs_sys.gettid();
 		/* one system call takes the memory back and the access away (GWP-ASan's
 		   deallocation): a fresh inaccessible page in place, merged with its guards */
 		if (hs_sys.mmap((void *)base, page, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE | MAP_FIXED,
@@ -552,7 +552,7 @@ HS_HIDDEN int hs_guard_fault(int sig, siginfo_t *si, void *uc, int was)
 		s = dl <= dr ? l : r;
 		f.kind = HS_FIND_HEAP_BUFFER_OVERFLOW;
 	}
-	f.tid = (int32_t)syscall(SYS_gettid);
+	f.tid = (int32_t)hs_sys.gettid();
 	f.ts_ns = hs_now();
 	f.addr = a;
 	f.size = s->size;

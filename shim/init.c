@@ -325,7 +325,7 @@ HS_EXPORT pid_t fork(void)
 static void record_exit(int status)
 {
 	struct hs_tls *t;
-	if (!hs_seg.hdr || hs_seg.hdr->pid != (int32_t)syscall(SYS_getpid))
+	if (!hs_seg.hdr || hs_seg.hdr->pid != (int32_t)hs_sys.getpid())
 		return;
 	t = hs_enter();
 	if (t) {

@@ -376,8 +376,13 @@ uint32_t hs_edge_find(struct hs_seg *s, uint64_t key)
 			__atomic_load_n(&hs_seg_gen, __ATOMIC_RELAXED) + 1))
 		return edge_find_first(s, key); /* a tail call: the look itself saves no registers for it */
 	slot = index_probe_in(s->edge_index, s->hdr->tables[HS_T_EDGE_INDEX].capacity, key);
-	if (slot && __atomic_load_n(&slot->key, __ATOMIC_ACQUIRE) == key)
+	if (HS_LIKELY(slot) && __atomic_load_n(&slot->key, __ATOMIC_ACQUIRE) == key)
 		return __atomic_load_n(&slot->value, __ATOMIC_ACQUIRE);
+	/* keys go in only with their edge (hs_graph_add, graph lock held): the index,
+	   twice the table, cannot run out unless someone wrote over it */
+	if (!slot)
+		HS_ASSERT_IN(s, hs_index_may_fill(s->hdr->tables[HS_T_EDGE_INDEX].capacity,
+					    s->hdr->tables[HS_T_EDGES].capacity));
 	return 0;
 }
 
@@ -700,6 +705,10 @@ uint32_t hs_graph_add(struct hs_seg *s, uint32_t from, unsigned from_mode, uint3
 		id = slot->value;
 		graph_unlock(s);
 		return id;
+	}
+	if (!slot && (__atomic_load_n(&s->hdr->flags, __ATOMIC_ACQUIRE) & HS_HDR_SUSPECT)) {
+		graph_unlock(s); /* the index was written over (hs_edge_find went quiet): no table was full */
+		return 0;
 	}
 	id = tab->count;
 	if (!slot || id >= tab->capacity || hs_seg_commit_entry(s, HS_T_EDGES, id) != 0) {

@@ -383,6 +383,8 @@ void hs_locks_adopt_held(struct hs_thread *th, const struct hs_held *h)
 /* Remove held entry i (whole, recursion included). */
 static void held_remove(struct hs_thread *th, int i)
 {
+	if (!HS_ASSERT(hs_held_index_ok(th->held_count, i)))
+		return;
 	hs_lockstate_begin(th);
 	if ((uint32_t)i + 1 < th->held_count)
 		memmove(&th->held[i], &th->held[i + 1], (th->held_count - (uint32_t)i - 1) * sizeof th->held[0]);

@@ -457,7 +457,7 @@ void hs_mem_sample(struct hs_tls *t, uint64_t now, unsigned why, uint64_t size)
 		return;
 	/* a vfork child (it shares our memory until it execs) must not write its numbers into
 	   its parent's segment */
-	if (h->pid != (int32_t)syscall(SYS_getpid)) {
+	if (h->pid != (int32_t)hs_sys.getpid()) {
 		__atomic_store_n(&mem_sampling, 0, __ATOMIC_RELEASE);
 		return;
 	}
@@ -568,18 +568,16 @@ static void note_uid_change(void)
 	struct hs_tls *t;
 	long r;
 	int err;
-	if (!h || !dir || !__atomic_load_n(&hs_recording, __ATOMIC_ACQUIRE) || h->pid != (int32_t)syscall(SYS_getpid))
+	if (!h || !dir || !__atomic_load_n(&hs_recording, __ATOMIC_ACQUIRE) || h->pid != (int32_t)hs_sys.getpid())
 		return;
 	/* the effective ids decide what a new file may be created under: faccessat2's AT_EACCESS */
-	r = syscall(SYS_faccessat2, AT_FDCWD, dir, W_OK | X_OK, AT_EACCESS);
-	if (r != 0 && errno == ENOSYS)
-		r = syscall(SYS_faccessat, AT_FDCWD, dir, W_OK | X_OK);
+	r = hs_sys.access_dir(dir, W_OK | X_OK);
 	if (r == 0)
 		return;
 	err = errno;
 	__atomic_or_fetch(&h->flags, HS_HDR_UID_CHANGED, __ATOMIC_RELEASE);
 	if ((t = hs_enter()) != NULL) {
-		hs_rec(t, hs_now(), HS_REC_UID_CHANGED, 0, (uint64_t)syscall(SYS_getuid), (uint64_t)syscall(SYS_geteuid),
+		hs_rec(t, hs_now(), HS_REC_UID_CHANGED, 0, (uint64_t)hs_sys.getuid(), (uint64_t)hs_sys.geteuid(),
 		       (uint64_t)err);
 		hs_leave(t);
 	}

@@ -93,8 +93,7 @@ static inline int rd(void *dst, uint64_t src, size_t n)
 		memcpy(dst, (const void *)(uintptr_t)src, n);
 		return 0;
 	}
-	struct iovec l = {dst, n}, r = {(void *)(uintptr_t)src, n};
-	return syscall(SYS_process_vm_readv, (long)syscall(SYS_getpid), &l, 1L, &r, 1L, 0L) == (long)n ? 0 : -1;
+	return hs_sys.read_self(dst, (const void *)(uintptr_t)src, n) == (ssize_t)n ? 0 : -1;
 }
 
 /*

@@ -120,20 +120,6 @@ static void warn3(const char *a, const char *b, const char *c, int err)
 	hs_write_err(buf);
 }
 
-void hs_assert_fail(const char *expr, const char *file, int line)
-{
-	char num[24];
-	hs_fmt_u64(num, (uint64_t)line);
-	hs_write_err("heisen: internal assertion failed: ");
-	hs_write_err(expr);
-	hs_write_err(" at ");
-	hs_write_err(file);
-	hs_write_err(":");
-	hs_write_err(num);
-	hs_write_err("\n");
-	abort();
-}
-
 ssize_t hs_read_small(const char *path, char *buf, size_t cap)
 {
 	int fd = hs_sys.open(path, O_RDONLY | O_CLOEXEC, 0);
@@ -1303,7 +1289,13 @@ void hs_segment_end(unsigned state, int64_t value)
 {
 	struct hs_header *h = hs_seg.hdr;
 	uint64_t expect = HS_STATE_PACK(HS_STATE_RUNNING, 0);
-	if (!h || !__atomic_load_n(&hs_recording, __ATOMIC_ACQUIRE))
+	if (!h)
+		return;
+	/* a recorder that went quiet (quiet.c) still says how its own process ended */
+	if (!__atomic_load_n(&hs_recording, __ATOMIC_ACQUIRE) &&
+	    (!(__atomic_load_n(&h->flags, __ATOMIC_ACQUIRE) & HS_HDR_SUSPECT) || h->pid != hs_sys.getpid()))
+		return;
+	if (!HS_ASSERT(hs_header_intact(h)))
 		return;
 	if (__atomic_compare_exchange_n(&h->state, &expect, HS_STATE_PACK(state, value), 0, __ATOMIC_ACQ_REL,
 					__ATOMIC_RELAXED))

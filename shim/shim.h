@@ -20,6 +20,8 @@
  *                        end states
  *     threads.c          thread slots and their rings
  *     stacks.c           unwinding, lock-acquisition chains, the stack table
+ *     quiet.c            going quiet on a state the shim cannot be in
+ *                        (HS_HDR_SUSPECT; HS_ASSERT and its predicates below)
  *   locks
  *     locks.c            pthread mutex, rwlock, spin lock and cond-wait hooks
  *     lockgraph.c        lock ids and classes, the lock-order graph, cycles
@@ -78,13 +80,68 @@
 #define HS_LIKELY(x) __builtin_expect(!!(x), 1)
 #define HS_UNLIKELY(x) __builtin_expect(!!(x), 0)
 
-/* An assert that works in hooks and signal handlers: no stdio, no malloc. */
-void hs_assert_fail(const char *expr, const char *file, int line) __attribute__((noreturn));
-#ifdef NDEBUG
-#define HS_ASSERT(e) ((void)0)
-#else
-#define HS_ASSERT(e) ((e) ? (void)0 : hs_assert_fail(#e, __FILE__, __LINE__))
-#endif
+struct hs_seg;
+
+/*
+ * The recorder goes quiet (quiet.c): s's header gets HS_HDR_SUSPECT,
+ * hs_recording turns 0 (every hook calls straight through from then on)
+ * and one line "heisen: the recorder found its own state inconsistent
+ * (WHAT) and went quiet ..." goes to stderr, once per process.  For states
+ * that cannot happen when the shim is right and nobody wrote into its
+ * memory.  Async-signal-safe: atomics and write(2), no malloc, no locks.
+ * s may be NULL (no segment to mark).  Returns 0.
+ */
+int hs_go_quiet(struct hs_seg *s, const char *what);
+
+/*
+ * An invariant of the recorder, checked in every build (the predicates
+ * below are written to be cheap, as SQLite's ALWAYS/NEVER): the value of
+ * e as 0 or 1; when e is false the recorder goes quiet (hs_go_quiet, with
+ * "EXPR at FILE:LINE") and the caller leaves without touching the state
+ * the invariant guards.  Never aborts the user's program.  Usable in hooks
+ * and signal handlers.
+ */
+int hs_assert_fail(struct hs_seg *s, const char *expr, const char *file, int line) __attribute__((cold));
+#define HS_ASSERT(e) HS_ASSERT_IN(&hs_seg, e)
+/* The same for code that works on a segment s it was given (the lock-order
+ * graph, the stack table: unit tests give them private ones). */
+#define HS_ASSERT_IN(s, e) (HS_LIKELY(e) ? 1 : hs_assert_fail((s), #e, __FILE__, __LINE__))
+
+/* ---- predicates written to be asserted ------------------------------------ */
+
+/* The segment header still says what it is: nobody wrote over its magic or
+ * its ABI version (checked where a thread attaches and where the process
+ * ends: cold paths). */
+static inline int hs_header_intact(const struct hs_header *h)
+{
+	return h && __builtin_memcmp(h->magic, HS_MAGIC, HS_MAGIC_LEN) == 0 && h->abi_version == HS_ABI_VERSION;
+}
+
+/* A held-lock stack of count entries, entry i of it about to be removed:
+ * within bounds (HS_HELD_MAX; locks held beyond it are counted in
+ * held_overflow and never pushed). */
+static inline int hs_held_index_ok(uint32_t count, int i)
+{
+	/* a negative i is a large unsigned one: two compares in all */
+	return (uint32_t)i < count && count <= HS_HELD_MAX;
+}
+
+/* A ring's head only grows: the record about to be overwritten at head pos
+ * was written one lap before (its seq is at most pos; 0 when never
+ * written or invalidated).  A larger seq means the head went back. */
+static inline int hs_ring_head_ok(uint64_t old_seq, uint64_t pos)
+{
+	return old_seq <= pos;
+}
+
+/* Can an open-addressed index of capacity idx_cap that holds at most
+ * keys_bound keys be full?  Indexes get twice the capacity of their table
+ * (format.h hs_index_capacity), so one whose keys are bounded by the table
+ * never fills: a probe that ran out there means the index was overwritten. */
+static inline int hs_index_may_fill(uint32_t idx_cap, uint64_t keys_bound)
+{
+	return keys_bound >= idx_cap;
+}
 
 /*
  * A mapped segment and the typed bases of its tables.  One per process
@@ -385,6 +442,11 @@ static inline void hs_rec(struct hs_tls *t, uint64_t now, uint32_t type, uint32_
 	struct hs_ring_header *rh = t->ring;
 	uint64_t pos = __atomic_load_n(&rh->head, __ATOMIC_RELAXED);
 	struct hs_record *r = &t->recs[pos & t->ring_mask];
+	/* once a lap (slot 0, whose line is written below anyway): a head that went back
+	   finds a newer record there; the other records pay one test of the index */
+	if (HS_UNLIKELY((pos & t->ring_mask) == 0) &&
+	    !HS_ASSERT(hs_ring_head_ok(__atomic_load_n(&r->seq, __ATOMIC_RELAXED), pos)))
+		return;
 	__atomic_store_n(&r->seq, 0, __ATOMIC_RELAXED);
 	/* orders the invalidation above before the payload stores below */
 	__atomic_thread_fence(__ATOMIC_RELEASE);
@@ -420,6 +482,7 @@ static inline void hs_lockstate_end(struct hs_thread *th)
 
 /* ---- system calls (sysops.c) --------------------------------------------- */
 
+#include <signal.h>
 #include <sys/types.h>
 #include <sys/resource.h>
 #include <sys/stat.h>
@@ -460,6 +523,25 @@ struct hs_sysops {
 	int (*madvise)(void *addr, size_t len, int advice);
 	/* a fork child's inherited tables: file to file, no page faults (segment.c hs_seg_copy_ranges) */
 	ssize_t (*copy_file_range)(int in, off_t *in_off, int out, off_t *out_off, size_t n);
+	/* who we are: raw, so a vfork child or a fork child before glibc's cache is reset answers true */
+	pid_t (*getpid)(void);
+	pid_t (*gettid)(void);
+	pid_t (*getppid)(void);
+	uid_t (*getuid)(void);
+	uid_t (*geteuid)(void);
+	/* signals to one thread: the crash re-raise and the snapshot of other threads (signals.c) */
+	int (*tgkill)(pid_t pid, pid_t tid, int sig);
+	int (*tgsigqueueinfo)(pid_t pid, pid_t tid, int sig, siginfo_t *si);
+	int (*nanosleep)(const struct timespec *ts);
+	/* guard pages (guarded.c) and GOT patching (elf_got_surgery.c) */
+	int (*mprotect)(void *addr, size_t len, int prot);
+	/* reading this process's own memory without faulting (fd_hooks.c, python_frames.c) */
+	ssize_t (*read_self)(void *dst, const void *src, size_t n);
+	/* the session directory's access check (proc.c): faccessat2 with AT_EACCESS, else faccessat */
+	int (*access_dir)(const char *path, int mode);
+	/* the inherited-fd scan (fd_core.c) */
+	int (*fcntl)(int fd, int cmd, long arg);
+	ssize_t (*readlinkat)(int dfd, const char *path, char *buf, size_t n);
 };
 extern struct hs_sysops hs_sys;
 
@@ -525,7 +607,8 @@ void hs_session_leave(void);
 void hs_seg_unbind(struct hs_seg *s);
 
 /* Record the end of this image: state word and end time.  Idempotent: the
- * first call wins.  Async-signal-safe. */
+ * first call wins.  Also after the recorder went quiet (quiet.c), for the
+ * process's own segment only.  Async-signal-safe. */
 void hs_segment_end(unsigned state, int64_t value);
 
 /*

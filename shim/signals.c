@@ -110,7 +110,7 @@ static int is_term_signal(int sig)
 /* A vfork child shares our memory with its parent (see the top comment). */
 static int in_vfork_child(void)
 {
-	return hs_seg.hdr && hs_seg.hdr->pid != (int32_t)syscall(SYS_getpid);
+	return hs_seg.hdr && hs_seg.hdr->pid != (int32_t)hs_sys.getpid();
 }
 
 /* Signals whose action heisen keeps for itself while the program sees its own. */
@@ -166,7 +166,7 @@ static void reraise_default(int sig)
 	memset(&dfl, 0, sizeof dfl);
 	dfl.sa_handler = SIG_DFL;
 	HS_REAL(sigaction)(sig, &dfl, NULL);
-	syscall(SYS_tgkill, (pid_t)syscall(SYS_getpid), (pid_t)syscall(SYS_gettid), sig);
+	hs_sys.tgkill(hs_sys.getpid(), hs_sys.gettid(), sig);
 }
 
 /* Record the crash: finding, ring record, state word. Once per process. */
@@ -179,7 +179,7 @@ static void commit_crash(struct hs_tls *t, int sig, int code, uint64_t addr, uin
 		return;
 	memset(&f, 0, sizeof f);
 	f.kind = HS_FIND_CRASH;
-	f.tid = (int32_t)syscall(SYS_gettid);
+	f.tid = (int32_t)hs_sys.gettid();
 	f.ts_ns = hs_now();
 	f.stack = stack;
 	f.signo = sig;
@@ -271,6 +271,8 @@ static void crash_handler(int sig, siginfo_t *si, void *uc)
 	/* the default action: terminate, and dump core where enabled */
 	if (__atomic_load_n(&hs_recording, __ATOMIC_ACQUIRE))
 		commit_crash(t, sig, t->pending_code, t->pending_addr, t->pending_stack);
+	else
+		hs_segment_end(HS_STATE_CRASHED, sig); /* a recorder gone quiet still says how it ended */
 	/* pending until we return, then fatal with the original signal */
 	reraise_default(sig);
 	errno = saved_errno;
@@ -306,7 +308,7 @@ static void term_handler(int sig, siginfo_t *si, void *uc)
 	int was = t->in_hook;
 	(void)uc;
 	t->in_hook = 1;
-	if (__atomic_load_n(&hs_recording, __ATOMIC_ACQUIRE) && h && h->pid == (int32_t)syscall(SYS_getpid) &&
+	if (__atomic_load_n(&hs_recording, __ATOMIC_ACQUIRE) && h && h->pid == (int32_t)hs_sys.getpid() &&
 	    HS_STATE_OF(__atomic_load_n(&h->state, __ATOMIC_ACQUIRE)) == HS_STATE_RUNNING) {
 		struct hs_tls *ring = !was && t->slot && t->seg_gen == __atomic_load_n(&hs_seg_gen, __ATOMIC_ACQUIRE)
 					      ? t : NULL;
@@ -320,6 +322,9 @@ static void term_handler(int sig, siginfo_t *si, void *uc)
 			hs_rec(ring, hs_now(), HS_REC_TERM_SIGNAL, 0, (uint64_t)sig, (uint64_t)(int64_t)h->term_pid,
 			       (uint64_t)(int64_t)si->si_code);
 		/* the term_* fields above are published by hs_segment_end's release CAS */
+		hs_segment_end(HS_STATE_SIGNALED, sig);
+	} else if (!__atomic_load_n(&hs_recording, __ATOMIC_ACQUIRE)) {
+		/* a recorder gone quiet still says how its own process ended (hs_segment_end checks) */
 		hs_segment_end(HS_STATE_SIGNALED, sig);
 	}
 	/* pending until we return, then the default action: the same death */
@@ -622,7 +627,7 @@ static int snap_ask_entry(void *arg, const char *name, unsigned type)
 		si.si_pid = a->pid;
 		si.si_uid = getuid();
 		si.si_value.sival_ptr = (void *)(uintptr_t)(hs_snapshot_value(hs_seg.hdr->start_real_ns) | SNAP_CRASH_BIT);
-		if (syscall(SYS_rt_tgsigqueueinfo, a->pid, tid, a->sig, &si) == 0)
+		if (hs_sys.tgsigqueueinfo(a->pid, tid, a->sig, &si) == 0)
 			a->sent++;
 	}
 	return a->sent >= CRASH_SNAP_MAX_TIDS;
@@ -639,7 +644,7 @@ static int snap_ask_entry(void *arg, const char *name, unsigned type)
  */
 static void snapshot_others(void)
 {
-	struct snap_ask a = {.pid = (pid_t)syscall(SYS_getpid), .self = (pid_t)syscall(SYS_gettid)};
+	struct snap_ask a = {.pid = hs_sys.getpid(), .self = hs_sys.gettid()};
 	unsigned sent;
 	uint64_t since;
 	int fd;
@@ -656,6 +661,6 @@ static void snapshot_others(void)
 	hs_sys.close(fd);
 	while (sent && crash_snapshots_since(since, a.self) < sent && hs_now() - since < CRASH_SNAP_WAIT_NS) {
 		struct timespec ts = {0, 1000000};
-		syscall(SYS_nanosleep, &ts, NULL);
+		hs_sys.nanosleep(&ts);
 	}
 }

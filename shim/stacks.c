@@ -41,7 +41,7 @@ uint32_t hs_stack_intern(struct hs_seg *s, const uint64_t *pcs, unsigned depth, 
 	struct hs_table *idx = &s->hdr->tables[HS_T_STACK_INDEX];
 	uint32_t mask = idx->capacity - 1;
 	uint64_t h;
-	uint32_t i;
+	uint32_t i, probe;
 
 	if (depth > HS_STACK_DEPTH) {
 		depth = HS_STACK_DEPTH;
@@ -49,7 +49,7 @@ uint32_t hs_stack_intern(struct hs_seg *s, const uint64_t *pcs, unsigned depth, 
 	}
 	h = stack_hash(pcs, depth, flags);
 	i = (uint32_t)h & mask;
-	for (uint32_t probe = 0; probe <= mask; probe++, i = (i + 1) & mask) {
+	for (probe = 0; probe <= mask; probe++, i = (i + 1) & mask) {
 		struct hs_index_slot *slot = &s->stack_index[i];
 		uint64_t key;
 		if (!hs_index_slot_ready(s, slot, i, probe))
@@ -84,6 +84,11 @@ uint32_t hs_stack_intern(struct hs_seg *s, const uint64_t *pcs, unsigned depth, 
 				return id;
 		}
 	}
+	/* every key claimed an entry (tab->count, the table's capacity of slack for the
+	   claims in flight): an index that ran out before its table did was written over */
+	if (probe > mask)
+		HS_ASSERT_IN(s, hs_index_may_fill(idx->capacity, (uint64_t)__atomic_load_n(&tab->count, __ATOMIC_RELAXED) +
+								 tab->capacity));
 	__atomic_add_fetch(&tab->dropped, 1, __ATOMIC_RELAXED);
 	return 0;
 }

@@ -10,6 +10,7 @@
 #include <fcntl.h>
 #include <sys/mman.h>
 #include <sys/syscall.h>
+#include <sys/uio.h>
 #include <unistd.h>
 
 #include "shim.h"
@@ -124,6 +125,77 @@ static int sys_getrlimit(int resource, struct rlimit *rl)
 	return (int)syscall(SYS_prlimit64, 0, resource, NULL, rl);
 }
 
+static pid_t sys_getpid(void)
+{
+	return (pid_t)syscall(SYS_getpid);
+}
+
+static pid_t sys_gettid(void)
+{
+	return (pid_t)syscall(SYS_gettid);
+}
+
+static pid_t sys_getppid(void)
+{
+	return (pid_t)syscall(SYS_getppid);
+}
+
+static uid_t sys_getuid(void)
+{
+	return (uid_t)syscall(SYS_getuid);
+}
+
+static uid_t sys_geteuid(void)
+{
+	return (uid_t)syscall(SYS_geteuid);
+}
+
+static int sys_tgkill(pid_t pid, pid_t tid, int sig)
+{
+	return (int)syscall(SYS_tgkill, pid, tid, sig);
+}
+
+static int sys_tgsigqueueinfo(pid_t pid, pid_t tid, int sig, siginfo_t *si)
+{
+	return (int)syscall(SYS_rt_tgsigqueueinfo, pid, tid, sig, si);
+}
+
+static int sys_nanosleep(const struct timespec *ts)
+{
+	return (int)syscall(SYS_nanosleep, ts, NULL);
+}
+
+static int sys_mprotect(void *addr, size_t len, int prot)
+{
+	return (int)syscall(SYS_mprotect, addr, len, prot);
+}
+
+/* n bytes of this process's memory at src into dst, or -1 with errno
+ * (EFAULT: not mapped or not readable) and never a fault. */
+static ssize_t sys_read_self(void *dst, const void *src, size_t n)
+{
+	struct iovec l = {dst, n}, r = {(void *)(uintptr_t)src, n};
+	return syscall(SYS_process_vm_readv, (long)syscall(SYS_getpid), &l, 1L, &r, 1L, 0L);
+}
+
+static int sys_access_dir(const char *path, int mode)
+{
+	long r = syscall(SYS_faccessat2, AT_FDCWD, path, mode, AT_EACCESS);
+	if (r != 0 && errno == ENOSYS)
+		r = syscall(SYS_faccessat, AT_FDCWD, path, mode); /* before Linux 5.8: the real uid */
+	return (int)r;
+}
+
+static int sys_fcntl(int fd, int cmd, long arg)
+{
+	return (int)syscall(SYS_fcntl, fd, cmd, arg);
+}
+
+static ssize_t sys_readlinkat(int dfd, const char *path, char *buf, size_t n)
+{
+	return syscall(SYS_readlinkat, dfd, path, buf, n);
+}
+
 struct hs_sysops hs_sys = {
 	.open = sys_open,
 	.close = sys_close,
@@ -147,6 +219,19 @@ struct hs_sysops hs_sys = {
 	.getrlimit = sys_getrlimit,
 	.madvise = sys_madvise,
 	.copy_file_range = sys_copy_file_range,
+	.getpid = sys_getpid,
+	.gettid = sys_gettid,
+	.getppid = sys_getppid,
+	.getuid = sys_getuid,
+	.geteuid = sys_geteuid,
+	.tgkill = sys_tgkill,
+	.tgsigqueueinfo = sys_tgsigqueueinfo,
+	.nanosleep = sys_nanosleep,
+	.mprotect = sys_mprotect,
+	.read_self = sys_read_self,
+	.access_dir = sys_access_dir,
+	.fcntl = sys_fcntl,
+	.readlinkat = sys_readlinkat,
 };
 
 /* struct linux_dirent64 (getdents64(2)): the record the kernel writes. */

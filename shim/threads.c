@@ -80,7 +80,12 @@ int hs_thread_attach(struct hs_tls *t)
 	int i;
 
 	t->slot = NULL;
-	t->tid = (int32_t)syscall(SYS_gettid);
+	t->tid = (int32_t)hs_sys.gettid();
+	/* a header written over (its magic, its ABI version): nothing more goes into it */
+	if (!HS_ASSERT(hs_header_intact(s->hdr))) {
+		t->no_slot_gen = gen;
+		return -1;
+	}
 	i = claim_slot(s);
 	if (i < 0) {
 		__atomic_add_fetch(&s->hdr->tables[HS_T_THREADS].dropped, 1, __ATOMIC_RELAXED);

@@ -320,3 +320,56 @@ def test_heisen_dump_on_its_own_judges_the_zmq_client_stuck_in_term(heisen, sess
     assert "Context.term" in all_frame_functions(hangs[0]), all_frame_functions(hangs[0])
     leaks = [f for f in findings_of(report, "fd-leak") if f["pid"] == pid]
     assert len(leaks) == 1 and leaks[0]["at"] == "hang", leaks
+
+
+# One judge of progress: heisen-run's watchdog and heisen-dump on its own
+# (--hang-timeout without --still) measure a thread's progress the same way
+# (internal/still.h: its ring records, its CPU time, the system call it is
+# in) and heisen-dump alone judges.  event_queue's two threads sit in the
+# same system call between items with next to no CPU: only their ring
+# records move.  Both programs must call the working loop no hang and the
+# loop whose producer left a hang.
+
+def test_event_loop_fed_by_a_sleeping_producer_is_no_hang_to_either_program(heisen, session, tmp_path):
+    p = heisen.run(["--dir", session, "--hang-timeout", "2", "--on-hang", "kill", "--",
+                    target(heisen, "event_queue"), "feed", "5000"], timeout=60)
+    assert p.returncode == 0, (p.returncode, p.stderr)
+    assert "hang detected" not in p.stderr and "heisen: hang" not in p.stderr, p.stderr
+    assert "done" in p.stdout.split()
+    alone = tmp_path / "alone"
+    alone.mkdir()
+    proc = start_preloaded(heisen, alone, [target(heisen, "event_queue"), "feed", "8000"])
+    try:
+        out = read_until(proc, "fed 2")
+        pid = fact_int(out, "pid")
+        report = heisen.dump_json(alone, "--hang-timeout", "2", expect_rc=0)
+        assert proc.poll() is None, "the loop ended before heisen-dump judged it"
+    finally:
+        rest, _ = proc.communicate(timeout=30)
+    assert proc.returncode == 0 and "done" in rest.split(), rest
+    assert [f for f in findings_of(report, "hang") if f["pid"] == pid] == [], report["findings"]
+
+
+def test_event_loop_whose_producer_left_is_a_hang_to_both_programs(heisen, session, tmp_path):
+    p = heisen.run(["--dir", session, "--hang-timeout", "2", "--on-hang", "kill", "--",
+                    target(heisen, "event_queue"), "stop", "3"], timeout=60)
+    assert p.returncode == 137, (p.returncode, p.stderr)
+    pid = fact_int(p.stdout, "pid")
+    assert "hang detected" in p.stderr and f"hang {pid} " in p.stderr, p.stderr
+    assert "event_loop" in p.stderr, p.stderr
+    alone = tmp_path / "alone"
+    alone.mkdir()
+    proc = start_preloaded(heisen, alone, [target(heisen, "event_queue"), "stop", "3"])
+    try:
+        out = read_until(proc, "fed 2")
+        pid = fact_int(out, "pid")
+        time.sleep(0.5)
+        report = heisen.dump_json(alone, "--hang-timeout", "2", expect_rc=1)
+    finally:
+        proc.kill()
+        proc.wait(timeout=10)
+    hangs = [f for f in findings_of(report, "hang") if f["pid"] == pid]
+    assert len(hangs) == 1, report["findings"]
+    judged = {t["tid"]: t for t in hangs[0]["judged_threads"]}
+    assert judged[pid]["main"] and judged[pid]["verdict"] == "stuck", judged
+    assert "eventfd" in judged[pid]["wait"] and judged[pid]["still_seconds"] >= 2, judged[pid]

@@ -7,14 +7,22 @@
 - Without HEISEN_DIR the session goes under /dev/shm/heisen-$UID/, private,
   and the whole process tree shares it.
 - Segments are private files (0600) and say how each image ended.
+- A state the recorder cannot be in (its own edge index written over by a
+  stray memset of the program) makes it go quiet: it stops recording,
+  marks the segment suspect, says so once on stderr, and the program ends
+  as it would have; both reports say the recorder went quiet.
 """
+import json
 import os
+import signal
 import stat
 import subprocess
 import uuid
 from pathlib import Path
 
 import pytest
+
+from conftest import target
 
 
 def _mount_tmpfs(path: Path, size: str):
@@ -118,3 +126,47 @@ def test_thread_table_overflow_is_counted_not_fatal(heisen, session):
     report = heisen.dump_json(session)
     [proc] = report["processes"]
     assert len(proc["threads"]) <= 4
+
+
+QUIET_LINE = "the recorder found its own state inconsistent"
+
+
+@pytest.mark.parametrize("mode", ["stray", "clean", "term"])
+def test_a_stray_write_over_the_edge_index_makes_the_recorder_go_quiet(heisen, session, mode):
+    args = [target(heisen, "stray_write")] + ([mode] if mode != "stray" else [])
+    p = heisen.preload(args, session)
+    want_rc = -signal.SIGTERM if mode == "term" else 0
+    assert p.returncode == want_rc and "done" in p.stdout.split(), (p.returncode, p.stdout, p.stderr)
+    pid = int(p.stdout.split()[1])
+    report = heisen.dump_json(session, expect_rc=0 if mode == "clean" else 1)
+    proc = [x for x in report["processes"] if x["pid"] == pid]
+    limits = [f for f in report["findings"] if f["kind"] == "limit" and f["pid"] == pid]
+    assert len(proc) == 1, report["processes"]
+    # the end is still written by a recorder that went quiet
+    if mode == "term":
+        assert proc[0]["state"] == "killed" and proc[0]["signal"] == signal.SIGTERM, proc[0]
+    else:
+        assert proc[0]["state"] == "exited" and proc[0]["exit_status"] == 0, proc[0]
+    text = heisen.dump(session, "--all").stdout
+    if mode == "clean":
+        assert QUIET_LINE not in p.stderr, p.stderr
+        assert proc[0]["suspect"] is False
+        assert "went quiet" not in text
+        assert report["findings"] == [], report["findings"]
+        return
+    assert int(p.stdout.split()[3]) > 0  # "wrote N"
+    lines = [l for l in p.stderr.splitlines() if QUIET_LINE in l]
+    assert len(lines) == 1, p.stderr  # said once
+    assert "went quiet" in lines[0] and "lockgraph.c" in lines[0], lines
+    assert proc[0]["suspect"] is True, proc[0]
+    # a limit of its own (loud, exit status 1), not a full table: no table was full
+    assert len(limits) == 1 and "went quiet" in json.dumps(limits[0]), report["findings"]
+    assert "full" not in json.dumps(limits[0]), limits
+    assert "the recorder found its own state inconsistent and went quiet" in text, text
+
+
+def test_heisen_run_says_the_recorder_went_quiet(heisen, session):
+    p = heisen.run(["--dir", session, "--", target(heisen, "stray_write")], timeout=60)
+    assert p.returncode == 0 and "done" in p.stdout.split(), (p.returncode, p.stderr)
+    # a suspect segment is never a clean end (internal/seg_verdict.h): the report is printed
+    assert "went quiet" in p.stderr, p.stderr

@@ -92,10 +92,10 @@ static inline int hs_proc_stat_read(pid_t pid, pid_t tid, struct hs_proc_stat *o
 }
 
 /*
- * Progress of thread tid of pid as the kernel shows it, the one measure
- * heisen-run's watchdog (launcher/procfs.c hr_proc_thread_progress, which
- * adds the thread's ring head) and heisen-dump's still-thread watch
- * (dumper/stall.c) compare between two samples: its utime + stime
+ * Progress of thread tid of pid as the kernel shows it, the kernel's part
+ * of the one measure heisen-run's watchdog and heisen-dump's still-thread
+ * watch compare between two samples (internal/still.h
+ * hs_still_thread_progress adds the thread's ring head): its utime + stime
  * (/proc/PID/task/TID/stat) and an FNV-1a hash of the system call it is in
  * (/proc/PID/task/TID/syscall: number, arguments, stack and program
  * counter; left out when it cannot be read), so a thread that stays in one

@@ -3,8 +3,10 @@
  * internal/seg_rings.h — the records a process has written, as its rings'
  * heads say: one sum for heisen-dump (dumper/segment.c hs_seg_events, the
  * "events recorded" of a report and a part of stall.c's progress) and
- * heisen-run's watchdog (launcher/segment.c hr_seg_progress and
- * hr_seg_thread_heads).  Not part of the installed API.
+ * heisen-run's watchdog (launcher/segment.c hr_seg_progress), and the head
+ * of each live thread's ring, a part of a thread's progress for both
+ * (internal/still.h; launcher/segment.c hr_seg_thread_heads, dumper/stall.c
+ * hs_measure_still).  Not part of the installed API.
  *
  * The format keeps no shared counter (include/heisen/format.h): thread
  * slot i owns ring i, and a ring's head counts the records ever written to
@@ -18,7 +20,9 @@
 #ifndef HEISEN_INTERNAL_SEG_RINGS_H
 #define HEISEN_INTERNAL_SEG_RINGS_H
 
+#include <stddef.h>
 #include <stdint.h>
+#include <sys/types.h>
 
 #include <heisen/format.h>
 
@@ -81,6 +85,31 @@ static inline int hs_rings_events(const void *base, uint64_t len, const struct h
 	}
 	*events = sum;
 	return 0;
+}
+
+/*
+ * The head of the ring of every live thread slot (HS_THREAD_LIVE) of the
+ * segment mapped at base (len bytes; h: its header, the live one or a
+ * checked copy): tids[i] and heads[i], at most max.  Returns how many, 0
+ * when the tables do not fit the mapping.
+ */
+static inline size_t hs_rings_thread_heads(const void *base, uint64_t len, const struct hs_header *h, pid_t *tids,
+					   uint64_t *heads, size_t max)
+{
+	size_t n = 0;
+	if (!base || !hs_rings_usable(h, len))
+		return 0;
+	for (uint32_t i = 0, ns = hs_rings_slots(h); i < ns && n < max; i++) {
+		const struct hs_thread *ts = hs_rings_slot(base, h, i);
+		uint32_t state = __atomic_load_n(&ts->state, __ATOMIC_ACQUIRE);
+		if (state == HS_THREAD_FREE)
+			break; /* slots are claimed in order: none after */
+		if (state != HS_THREAD_LIVE)
+			continue;
+		tids[n] = ts->tid;
+		heads[n++] = __atomic_load_n(&hs_rings_ring(base, h, i)->head, __ATOMIC_RELAXED);
+	}
+	return n;
 }
 
 #endif

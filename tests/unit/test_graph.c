@@ -4,8 +4,11 @@
  * private segment: cycles of two and three locks are found once, edges are
  * stored once, lockdep's recursive-read rule drops cycles that cannot
  * deadlock and keeps those that can, generations change on destroy, and a
- * full table is counted, not overrun.
+ * full table is counted, not overrun.  An edge index that runs out — it
+ * cannot, unless written over — makes the recorder go quiet (shim/quiet.c),
+ * and the invariants' predicates (shim.h) say what they promise.
  */
+#include <fcntl.h>
 #include "unit.h"
 
 static const struct hs_geometry geo = {16, 4096, 64, 32, 64, 4, 16, 16, 16, 16, 16};
@@ -201,6 +204,69 @@ static void test_cycle_visits_each_lock_once(void)
 		CHECK(s.edges[f->edges[i]].from != x && s.edges[f->edges[i]].to != x);
 }
 
+/* The edge index written over (a stray memset of the program): a probe for a
+ * new edge runs out, the recorder goes quiet — the header says suspect,
+ * hs_recording is 0, one line on stderr however often it happens — and
+ * nothing is overrun. */
+static void test_overwritten_edge_index_goes_quiet(void)
+{
+	struct hs_seg s;
+	uint32_t a, b, c, d;
+	int pipefd[2], saved;
+	char buf[1024];
+	ssize_t n;
+	unit_segment(&s, &geo);
+	hs_recording = 1;
+	a = lock(&s, 0x1000, HS_LOCK_MUTEX);
+	b = lock(&s, 0x2000, HS_LOCK_MUTEX);
+	c = lock(&s, 0x3000, HS_LOCK_MUTEX);
+	d = lock(&s, 0x4000, HS_LOCK_MUTEX);
+	CHECK(edge(&s, a, 0, b, 0) == 0);
+	CHECK(!(s.hdr->flags & HS_HDR_SUSPECT));
+	memset(s.edge_index, 0xa5,
+	       (size_t)s.hdr->tables[HS_T_EDGE_INDEX].capacity * s.hdr->tables[HS_T_EDGE_INDEX].entry_size);
+	CHECK(pipe2(pipefd, O_NONBLOCK) == 0);
+	saved = dup(2);
+	dup2(pipefd[1], 2);
+	CHECK(hs_edge_find(&s, hs_edge_key(c, d, 0, 0)) == 0);
+	CHECK(hs_edge_find(&s, hs_edge_key(d, c, 0, 0)) == 0);
+	dup2(saved, 2);
+	close(saved);
+	close(pipefd[1]);
+	n = read(pipefd[0], buf, sizeof buf - 1);
+	close(pipefd[0]);
+	buf[n > 0 ? n : 0] = '\0';
+	CHECK(s.hdr->flags & HS_HDR_SUSPECT);
+	CHECK(__atomic_load_n(&hs_recording, __ATOMIC_ACQUIRE) == 0);
+	CHECK(strstr(buf, "went quiet") && strstr(buf, "lockgraph.c"));
+	CHECK(strchr(buf, '\n') == buf + n - 1); /* one line: said once */
+}
+
+/* The predicates the recorder asserts: true of every state a correct shim
+ * makes, false of the ones it cannot. */
+static void test_invariant_predicates(void)
+{
+	struct hs_seg s;
+	unit_segment(&s, &geo);
+	memcpy(s.hdr->magic, HS_MAGIC, HS_MAGIC_LEN); /* as segment.c publishes it */
+	s.hdr->abi_version = HS_ABI_VERSION;
+	CHECK(hs_header_intact(s.hdr));
+	s.hdr->magic[0] ^= 1;
+	CHECK(!hs_header_intact(s.hdr));
+	s.hdr->magic[0] ^= 1;
+	s.hdr->abi_version++;
+	CHECK(!hs_header_intact(s.hdr));
+	CHECK(!hs_header_intact(NULL));
+	CHECK(hs_held_index_ok(1, 0) && hs_held_index_ok(HS_HELD_MAX, HS_HELD_MAX - 1));
+	CHECK(!hs_held_index_ok(0, 0) && !hs_held_index_ok(3, 3) && !hs_held_index_ok(3, -1));
+	CHECK(!hs_held_index_ok(HS_HELD_MAX + 1, 0));
+	/* ring of 16: position 40's slot last held record 24 (seq 25) or was never written */
+	CHECK(hs_ring_head_ok(0, 0) && hs_ring_head_ok(25, 40) && hs_ring_head_ok(0, 40));
+	CHECK(!hs_ring_head_ok(41, 40)); /* the head went back */
+	CHECK(!hs_index_may_fill(hs_index_capacity(100), 100)); /* twice the table */
+	CHECK(hs_index_may_fill(hs_index_capacity(100), hs_index_capacity(100)));
+}
+
 int main(void)
 {
 	test_cycle_visits_each_lock_once();
@@ -211,5 +277,7 @@ int main(void)
 	test_recursive_read_rule();
 	test_generations_and_full_tables();
 	test_stack_interning();
+	test_invariant_predicates();
+	test_overwritten_edge_index_goes_quiet(); /* last: the recorder stays quiet */
 	return unit_done("test_graph");
 }
