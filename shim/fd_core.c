@@ -123,17 +123,24 @@ static inline struct hs_fd *slot_of(int fd)
 	return (struct hs_fd *)((char *)hs_seg.hdr + t->offset) + fd;
 }
 
-/* Claim slot s for writing (its seqlock odd).  The slots' writers are short
- * and never call out, so the spin is bounded; on give-up, count it. */
-static int claim(struct hs_fd *s, uint32_t *q)
+/* claim()'s wait, out of line: another thread holds the slot. */
+static __attribute__((noinline, cold)) int claim_spin(struct hs_fd *s, uint32_t *q)
 {
 	for (unsigned i = 0; i < CLAIM_SPINS; i++) {
+		__builtin_ia32_pause();
 		if (hs_seq_write_try(&s->seq, q))
 			return 1;
-		__builtin_ia32_pause();
 	}
 	__atomic_add_fetch(&hs_seg.hdr->fd_torn, 1, __ATOMIC_RELAXED);
 	return 0;
+}
+
+/* Claim slot s for writing (its seqlock odd).  The slots' writers are short
+ * and never call out, so the spin is bounded; on give-up, count it.  The
+ * first try is inline: a slot is almost never contended. */
+static inline int claim(struct hs_fd *s, uint32_t *q)
+{
+	return HS_LIKELY(hs_seq_write_try(&s->seq, q)) || claim_spin(s, q);
 }
 
 static inline void release(struct hs_fd *s, uint32_t q)
@@ -500,25 +507,27 @@ static inline struct fd_scratch *fd_scratch(void)
 }
 
 /*
- * This call's stack id (hs_stack_call's, or hs_stack_here's with
- * HEISEN_FD_STACKS=full), 0 when none could be read or kept.  site and
- * hs_fd_call_cfa are the hook's (HS_FD_SITE); t is hs_enter()'s.
+ * fd_stack's other cases, out of line: full stacks, no area, a chain through
+ * the evaluation loop (this call's Python frames, never cached), a chain
+ * read changed since its last read (the cache of chains by site, then the
+ * stack table), or none read.  ch, m, k and depth are fd_stack's.
  */
-static uint32_t fd_stack(struct hs_tls *t, uint64_t site)
+static __attribute__((noinline)) uint32_t fd_stack_slow(struct hs_tls *t, uint64_t site, struct hs_chain *ch,
+							struct fd_chains *m, unsigned k, unsigned depth)
 {
-	char *area = hs_area();
-	struct hs_chain *ch;
-	struct fd_chains *m;
+	char *area;
 	struct stack_cache *c;
-	unsigned depth, i, k;
+	unsigned i;
 	uint32_t id;
 
-	if (HS_UNLIKELY(full_stacks))
+	if (full_stacks)
 		return hs_stack_here();
-	if (HS_UNLIKELY(!area))
-		return hs_stack_site(site); /* no area: the site's stack */
-	k = fd_chain_for(area, site, &ch, &m);
-	depth = hs_chain_read(ch, site, hs_fd_call_cfa);
+	if (!ch) {
+		if (!(area = hs_area()))
+			return hs_stack_site(site); /* no area: the site's stack */
+		k = fd_chain_for(area, site, &ch, &m);
+		depth = hs_chain_read(ch, site, hs_fd_call_cfa);
+	}
 	if (depth == 0)
 		return 0;
 	if (ch->python) {
@@ -528,6 +537,7 @@ static uint32_t fd_stack(struct hs_tls *t, uint64_t site)
 	/* the chain's frames as they were at its last read: the id given them then */
 	if (ch->unchanged && m->id[k] && m->gen[k] == t->seg_gen)
 		return m->id[k];
+	area = (char *)ch - (k ? HS_AREA_FDS2 : HS_AREA_FDS);
 	c = &((struct stack_cache *)(void *)(area + HS_AREA_FDS + sizeof(struct hs_chain)))
 		[(site ^ site >> 5) & (STACK_CACHE - 1)];
 	if (c->id && c->depth == depth && c->seg_gen == t->seg_gen) {
@@ -549,6 +559,31 @@ keep:
 	m->id[k] = id;
 	m->gen[k] = t->seg_gen;
 	return id;
+}
+
+/*
+ * This call's stack id (hs_stack_call's, or hs_stack_here's with
+ * HEISEN_FD_STACKS=full), 0 when none could be read or kept.  site and
+ * hs_fd_call_cfa are the hook's (HS_FD_SITE); t is hs_enter()'s.  Inline
+ * for its common case, a loop's call: the chain read (hs_chain_read checks
+ * every return-address slot of the thread's chain for this site) found the
+ * chain it read last time, through no evaluation loop, in the same
+ * segment: the stack id given it then, exactly this call's.
+ */
+static inline __attribute__((always_inline)) uint32_t fd_stack(struct hs_tls *t, uint64_t site)
+{
+	char *area = t->area;
+	struct hs_chain *ch;
+	struct fd_chains *m;
+	unsigned depth, k;
+
+	if (HS_UNLIKELY(full_stacks || !area))
+		return fd_stack_slow(t, site, NULL, NULL, 0, 0);
+	k = fd_chain_for(area, site, &ch, &m);
+	depth = hs_chain_read(ch, site, hs_fd_call_cfa);
+	if (HS_LIKELY(depth && ch->unchanged && !ch->python && m->id[k] && m->gen[k] == t->seg_gen))
+		return m->id[k];
+	return fd_stack_slow(t, site, ch, m, k, depth);
 }
 
 static inline void count(uint64_t *c)
@@ -593,21 +628,45 @@ struct birth {
  * the guard held.  A slot that still said "open" lost a close heisen did
  * not see (a library's internal close): the new generation replaces it.
  */
-static void created(struct hs_tls *t, int fd, const struct birth *b, uint32_t stack, uint64_t now)
+static void fd_max_raise(struct hs_header *h, uint32_t fd)
+{
+	uint32_t max = __atomic_load_n(&h->fd_max, __ATOMIC_RELAXED);
+	while (fd > max && !__atomic_compare_exchange_n(&h->fd_max, &max, fd, 1, __ATOMIC_RELAXED, __ATOMIC_RELAXED))
+		;
+}
+
+/*
+ * The description of a birth into a slot's path: b->path's tail (put_text),
+ * relative to b->dirfd when b->at (at_path).  Inline for the common case,
+ * an absolute path or one relative to the working directory that fits: its
+ * length looked for in the slot's size only, then one copy.  (The bytes
+ * after the NUL are what the slot held before, this process's own.)
+ */
+static inline void describe(char *dst, const struct birth *b)
+{
+	const char *p = b->path ? b->path : "";
+	size_t n;
+	if (b->at && p[0] != '/' && b->dirfd != AT_FDCWD)
+		at_path(dst, b->dirfd, p);
+	else if (HS_LIKELY((n = strnlen(p, HS_FD_PATH_MAX)) < HS_FD_PATH_MAX))
+		memcpy(dst, p, n + 1);
+	else
+		put_text(dst, p); /* longer: its tail */
+}
+
+static inline __attribute__((always_inline)) void created(struct hs_tls *t, int fd, const struct birth *b,
+							  uint32_t stack, uint64_t now)
 {
 	struct hs_header *h = hs_seg.hdr;
 	struct hs_fd *s = slot_of(fd);
 	struct hs_fd_event *e;
-	uint32_t q, gen = 0, max;
+	uint32_t q, gen = 0;
 	uint64_t pos;
-	size_t n;
 
 	count(&h->fd_created);
-	max = __atomic_load_n(&h->fd_max, __ATOMIC_RELAXED);
-	while ((uint32_t)fd > max &&
-	       !__atomic_compare_exchange_n(&h->fd_max, &max, (uint32_t)fd, 1, __ATOMIC_RELAXED, __ATOMIC_RELAXED))
-		;
-	if (!s) {
+	if (HS_UNLIKELY((uint32_t)fd > __atomic_load_n(&h->fd_max, __ATOMIC_RELAXED)))
+		fd_max_raise(h, (uint32_t)fd);
+	if (HS_UNLIKELY(!s)) {
 		__atomic_add_fetch(&h->fd_beyond, 1, __ATOMIC_RELAXED);
 	} else if (claim(s, &q)) {
 		gen = s->gen + 1;
@@ -624,14 +683,21 @@ static void created(struct hs_tls *t, int fd, const struct birth *b, uint32_t st
 		s->close_tid = 0;
 		s->close_stack = 0;
 		s->close_ns = 0;
-		n = b->at ? at_path(s->path, b->dirfd, b->path) : put_text(s->path, b->path);
+		describe(s->path, b);
 		if ((e = event_begin(&pos)) != NULL) {
-			/* in place in the ring, the path's n + 1 bytes only */
-			event_init(e, t, fd, gen, HS_FDE_CREATE, b->call, stack, now);
+			/* in place in the ring; the slot's path whole (a fixed-size copy) */
+			e->ts_ns = now;
 			e->owner = b->owner;
+			e->fd = fd;
+			e->gen = gen;
+			e->tid = t->tid;
+			e->stack = stack;
+			e->op = HS_FDE_CREATE;
+			e->call = b->call;
 			e->kind = b->kind;
+			e->err = 0;
 			e->flags = b->flags;
-			memcpy(e->path, s->path, n + 1);
+			memcpy(e->path, s->path, sizeof e->path);
 			event_publish(s, e, pos);
 		}
 		release(s, q);
@@ -645,7 +711,8 @@ static void created(struct hs_tls *t, int fd, const struct birth *b, uint32_t st
  * Before fd is closed (or after dup2 replaced it): mark its open generation
  * closed by this call.  *p says what the slot held.  With the guard held.
  */
-static void closing(struct hs_tls *t, int fd, unsigned call, uint32_t stack, uint64_t now, struct hs_fd_pre *p)
+static inline __attribute__((always_inline)) void closing(struct hs_tls *t, int fd, unsigned call, uint32_t stack,
+								uint64_t now, struct hs_fd_pre *p)
 {
 	struct hs_fd *s = slot_of(fd);
 	struct hs_fd_event *e;
@@ -668,10 +735,19 @@ static void closing(struct hs_tls *t, int fd, unsigned call, uint32_t stack, uin
 		s->close_stack = stack;
 		s->close_ns = now;
 		if ((e = event_begin(&pos)) != NULL) {
-			event_init(e, t, fd, s->gen, HS_FDE_CLOSE, call, stack, now);
+			/* in place in the ring; a close carries no path */
+			e->ts_ns = now;
+			e->owner = p->owner;
+			e->fd = fd;
+			e->gen = p->gen;
+			e->tid = t->tid;
+			e->stack = stack;
+			e->op = HS_FDE_CLOSE;
+			e->call = (uint8_t)call;
 			e->kind = s->kind;
-			e->flags = s->flags;
-			e->owner = s->owner;
+			e->err = 0;
+			e->flags = p->flags;
+			e->path[0] = '\0';
 			event_publish(s, e, pos);
 		}
 	}
@@ -1548,12 +1624,46 @@ int hs_fd_close_end(struct hs_fd_closing *c, int rc)
 }
 
 /* close(): record, close once (never retried on EINTR: the number may
- * already be someone else's), look at the result. */
+ * already be someone else's), look at the result.  close_begin and
+ * close_end written out for close() alone: its common case, a number the
+ * table says open closed with success, touches only this thread's state
+ * after the call. */
 int hs_fd_close(int fd, unsigned call, uint64_t site)
 {
-	struct hs_fd_closing c;
-	close_begin(&c, fd, call, site);
-	return close_end(&c, HS_REAL(close)(fd));
+	struct hs_tls *t;
+	struct hs_fd_pre p;
+	uint32_t stack;
+	uint64_t now;
+	int e, rc;
+
+	if (!hs_fd_on() || !(t = hs_enter()))
+		return HS_REAL(close)(fd);
+	e = errno;
+	stack = fd_stack(t, site);
+	now = fd_clock();
+	closing(t, fd, call, stack, now, &p);
+	if (HS_UNLIKELY(call == HS_FDC_CLOSE && p.state == HS_FDS_OPEN && (p.flags & HS_FDF_OWNERS)))
+		owned_by_tag_closed(t, fd, &p, stack,
+				    (p.flags & HS_FDF_OWNER_TAG)    ? HS_FD_RULE_OWNER
+				    : (p.flags & HS_FDF_OWNER_FILE) ? HS_FD_RULE_FILENO
+								    : HS_FD_RULE_DIRFD);
+	hs_leave(t);
+	errno = e;
+	rc = HS_REAL(close)(fd);
+	if (HS_LIKELY(rc == 0 && p.state == HS_FDS_OPEN)) {
+		/* it closed what the table said was open: only the sweep detector's
+		 * note (this thread's own state) changes */
+		t->fd_last = fd;
+		t->fd_last_site = site;
+		return rc;
+	}
+	e = errno;
+	if ((t = hs_enter()) != NULL) {
+		after_close(t, fd, call, stack, now, site, &p, rc, rc ? e : 0);
+		hs_leave(t);
+	}
+	errno = e;
+	return rc;
 }
 
 /*
