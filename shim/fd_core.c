@@ -59,6 +59,7 @@
 #include <string.h>
 #include <sys/mman.h>
 #include <sys/resource.h>
+#include <sys/single_threaded.h>
 #include <sys/socket.h>
 #include <sys/syscall.h>
 #include <time.h>
@@ -123,6 +124,25 @@ static inline struct hs_fd *slot_of(int fd)
 	return (struct hs_fd *)((char *)hs_seg.hdr + t->offset) + fd;
 }
 
+/*
+ * One thread in the process (glibc's __libc_single_threaded, set until the
+ * first pthread_create and never again after it): the fd table's and the
+ * ring's read-modify-writes need no lock prefix, as glibc's own malloc and
+ * libstdc++'s reference counts skip theirs.  Nothing else can write them
+ * at the same time: the segment is this process's (a fork child gets its
+ * own, a vfork child records nothing), a signal handler's hooks find the
+ * guard taken, and the thread that would start a second thread is this
+ * one, outside the hook.  A thread made with a raw clone() that calls libc
+ * breaks glibc's malloc the same way.  Same stores, same order for a
+ * reader: a locked instruction was ~5 ns of an open/close pair each
+ * (bench/README.md "File descriptors: where an open/close pair's
+ * nanoseconds go, measured").
+ */
+static inline int one_thread(void)
+{
+	return __libc_single_threaded != 0;
+}
+
 /* claim()'s wait, out of line: another thread holds the slot. */
 static __attribute__((noinline, cold)) int claim_spin(struct hs_fd *s, uint32_t *q)
 {
@@ -140,6 +160,16 @@ static __attribute__((noinline, cold)) int claim_spin(struct hs_fd *s, uint32_t 
  * first try is inline: a slot is almost never contended. */
 static inline int claim(struct hs_fd *s, uint32_t *q)
 {
+	if (one_thread()) {
+		uint32_t v = __atomic_load_n(&s->seq, __ATOMIC_RELAXED);
+		if (HS_LIKELY(!(v & 1))) {
+			/* as hs_seq_write_try, without the compare-and-swap: no other writer */
+			__atomic_store_n(&s->seq, v + 1, __ATOMIC_RELAXED);
+			__atomic_thread_fence(__ATOMIC_RELEASE);
+			*q = v + 1;
+			return 1;
+		}
+	}
 	return HS_LIKELY(hs_seq_write_try(&s->seq, q)) || claim_spin(s, q);
 }
 
@@ -211,7 +241,12 @@ static inline struct hs_fd_event *event_begin(uint64_t *pos)
 	if (t->capacity == 0)
 		return NULL;
 	/* relaxed: the position only has to be unique; the entry's seq publishes it */
-	*pos = __atomic_fetch_add(&hs_seg.hdr->fd_event_head, 1, __ATOMIC_RELAXED);
+	if (one_thread()) {
+		*pos = __atomic_load_n(&hs_seg.hdr->fd_event_head, __ATOMIC_RELAXED);
+		__atomic_store_n(&hs_seg.hdr->fd_event_head, *pos + 1, __ATOMIC_RELAXED);
+	} else {
+		*pos = __atomic_fetch_add(&hs_seg.hdr->fd_event_head, 1, __ATOMIC_RELAXED);
+	}
 	/* relaxed: store is the kernel's fact once the commit returned, ordered with nothing here */
 	if (__atomic_load_n(&ring_backed, __ATOMIC_RELAXED) != gen && ring_commit(t, *pos & (t->capacity - 1), gen) != 0)
 		return NULL;
@@ -589,7 +624,10 @@ static inline __attribute__((always_inline)) uint32_t fd_stack(struct hs_tls *t,
 static inline void count(uint64_t *c)
 {
 	/* relaxed: counters, ordered with nothing else */
-	__atomic_add_fetch(c, 1, __ATOMIC_RELAXED);
+	if (one_thread())
+		__atomic_store_n(c, __atomic_load_n(c, __ATOMIC_RELAXED) + 1, __ATOMIC_RELAXED);
+	else
+		__atomic_add_fetch(c, 1, __ATOMIC_RELAXED);
 }
 
 /* An event of this thread about fd's generation gen. */
@@ -756,6 +794,38 @@ static inline __attribute__((always_inline)) void closing(struct hs_tls *t, int 
 		count(&hs_seg.hdr->fd_closed);
 		hs_rec(t, now, HS_REC_FD_CLOSED, stack, (uint64_t)fd, p->gen, call);
 	}
+}
+
+/*
+ * A generation heisen did not see created, proven by a call that found the
+ * number open — a close that succeeded (after_close), fdopen, fdopendir or
+ * heisen_fd_set_owner (take_over) — when the slot says it is not: a
+ * library's internal open, or one made with a raw system call.  The
+ * claimed slot s gets it, open, of unknown kind and creator, flagged
+ * HS_FDF_UNSEEN (never a party to a stale-close finding), and its creation
+ * event (no thread, no stack) at time now; born: the slot's creation time
+ * (0: unknown).
+ */
+static void unseen_generation(struct hs_fd *s, int fd, uint64_t born, uint64_t now)
+{
+	struct hs_fd_event e;
+	s->gen++;
+	s->state = HS_FDS_OPEN;
+	s->kind = HS_FDK_UNKNOWN;
+	s->call = HS_FDC_UNSEEN;
+	s->close_call = HS_FDC_NONE;
+	s->flags = HS_FDF_UNSEEN;
+	s->owner = 0;
+	s->tid = 0;
+	s->stack = 0;
+	s->ts_ns = born;
+	s->close_tid = 0;
+	s->close_stack = 0;
+	s->close_ns = 0;
+	s->path[0] = '\0';
+	event_init(&e, NULL, fd, s->gen, HS_FDE_CREATE, HS_FDC_UNSEEN, 0, now);
+	e.flags = HS_FDF_UNSEEN;
+	event_add(s, &e);
 }
 
 /* ---- findings ---------------------------------------------------------------- */
@@ -1086,23 +1156,12 @@ static void after_close(struct hs_tls *t, int fd, unsigned call, uint32_t stack,
 			e.flags = s->flags;
 			event_add(s, &e);
 		} else if (s->gen == p->gen && s->state != HS_FDS_OPEN) {
-			s->gen++;
+			unseen_generation(s, fd, 0, now);
 			s->state = HS_FDS_CLOSED;
-			s->kind = HS_FDK_UNKNOWN;
-			s->call = HS_FDC_UNSEEN;
-			s->flags = HS_FDF_UNSEEN;
-			s->owner = 0;
-			s->tid = 0;
-			s->stack = 0;
-			s->ts_ns = 0;
-			s->path[0] = '\0';
 			s->close_call = (uint8_t)call;
 			s->close_tid = t->tid;
 			s->close_stack = stack;
 			s->close_ns = now;
-			event_init(&e, NULL, fd, s->gen, HS_FDE_CREATE, HS_FDC_UNSEEN, 0, now);
-			e.flags = HS_FDF_UNSEEN;
-			event_add(s, &e);
 			event_init(&e, t, fd, s->gen, HS_FDE_CLOSE, call, stack, now);
 			e.flags = HS_FDF_UNSEEN;
 			event_add(s, &e);
@@ -1434,20 +1493,8 @@ static int take_over(struct hs_tls *t, int fd, uint64_t owner, uint32_t owner_fl
 	now = fd_clock();
 	if (!claim(s, &q))
 		return -1;
-	if (s->state != HS_FDS_OPEN) {
-		s->gen++;
-		s->state = HS_FDS_OPEN;
-		s->kind = HS_FDK_UNKNOWN;
-		s->call = HS_FDC_UNSEEN;
-		s->flags = HS_FDF_UNSEEN;
-		s->tid = 0;
-		s->stack = 0;
-		s->ts_ns = now;
-		s->path[0] = '\0';
-		event_init(&e, NULL, fd, s->gen, HS_FDE_CREATE, HS_FDC_UNSEEN, 0, now);
-		e.flags = HS_FDF_UNSEEN;
-		event_add(s, &e);
-	}
+	if (s->state != HS_FDS_OPEN)
+		unseen_generation(s, fd, now, now);
 	s->owner = owner;
 	s->flags = (s->flags & ~HS_FDF_OWNERS) | owner_flag;
 	event_init(&e, t, fd, s->gen, HS_FDE_OWNER, call, stack, now);
