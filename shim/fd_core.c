@@ -78,7 +78,7 @@ __thread uint64_t hs_fd_call_cfa __attribute__((tls_model("initial-exec")));
 #define CLAIM_SPINS 100000u     /* pauses before a slot update is given up (fd_torn) */
 #define CHAIN_MAX 32            /* events of one number looked at, newest first */
 
-static int full_stacks;         /* HEISEN_FD_STACKS=full */
+#define full_stacks hs_fd_hot.full_stacks
 
 /* ---- the vfork child ---------------------------------------------------- */
 
@@ -93,7 +93,39 @@ int hs_vfork_child(struct hs_tls *t)
 
 /* ---- on or off ----------------------------------------------------------- */
 
-int hs_fd_mode; /* [atomic] HS_FD_MODE_* (fd_core.h, hs_fd_on) */
+struct hs_fd_hot hs_fd_hot; /* fd_core.h */
+#define hs_fd_mode hs_fd_hot.mode
+
+/* Take this segment's table and ring into hs_fd_hot (generation g). */
+static __attribute__((noinline, cold)) void hot_load(uint32_t g)
+{
+	struct hs_header *h = hs_seg.hdr;
+	const struct hs_table *tf, *te;
+	if (!h) {
+		hs_fd_hot.slots_cap = 0;
+		hs_fd_hot.ring = NULL;
+		return; /* not recording: nothing kept, asked again next time */
+	}
+	tf = &h->tables[HS_T_FDS];
+	te = &h->tables[HS_T_FD_EVENTS];
+	hs_fd_hot.slots = (struct hs_fd *)((char *)h + tf->offset);
+	hs_fd_hot.slots_cap = tf->capacity;
+	hs_fd_hot.ring = te->capacity ? (struct hs_fd_event *)((char *)h + te->offset) : NULL;
+	hs_fd_hot.ring_mask = te->capacity ? (uint64_t)te->capacity - 1 : 0;
+	hs_fd_hot.hdr = h;
+	/* release: the fields above are visible to whoever sees gen */
+	__atomic_store_n(&hs_fd_hot.gen, g, __ATOMIC_RELEASE);
+}
+
+/* hs_fd_hot, its table fields this segment's.  The generation's line is
+ * hs_enter's (already read). */
+static inline struct hs_fd_hot *hot(void)
+{
+	uint32_t g = __atomic_load_n(&hs_seg_gen, __ATOMIC_ACQUIRE) + 1;
+	if (HS_UNLIKELY(__atomic_load_n(&hs_fd_hot.gen, __ATOMIC_ACQUIRE) != g))
+		hot_load(g);
+	return &hs_fd_hot;
+}
 
 /* ---- the table ------------------------------------------------------------ */
 
@@ -113,15 +145,16 @@ static __attribute__((noinline)) int block_commit(const struct hs_table *t, int 
  * directory has no room for its block: the same to the callers). */
 static inline struct hs_fd *slot_of(int fd)
 {
-	struct hs_table *t = &hs_seg.hdr->tables[HS_T_FDS];
-	if (fd < 0 || (uint32_t)fd >= t->capacity)
+	struct hs_fd_hot *h = hot();
+	/* unsigned: a negative fd is beyond the table */
+	if ((uint32_t)fd >= h->slots_cap)
 		return NULL;
 	/* fd < capacity <= 2^20: its bit is inside hs_fd_seen */
 	if (HS_UNLIKELY(!((__atomic_load_n(&hs_fd_seen[(uint32_t)fd >> (HS_FD_SEEN_SHIFT + 6)], __ATOMIC_ACQUIRE) >>
 			   (((uint32_t)fd >> HS_FD_SEEN_SHIFT) & 63)) & 1)) &&
-	    block_commit(t, fd) != 0)
+	    block_commit(&hs_seg.hdr->tables[HS_T_FDS], fd) != 0)
 		return NULL;
-	return (struct hs_fd *)((char *)hs_seg.hdr + t->offset) + fd;
+	return h->slots + fd;
 }
 
 /*
@@ -178,11 +211,11 @@ static inline void release(struct hs_fd *s, uint32_t q)
 	hs_seq_write_end(&s->seq, q);
 }
 
-static struct hs_fd_event *ring_entry(uint64_t pos)
+/* The ring's entry for position pos (the ring exists). */
+static inline struct hs_fd_event *ring_entry(uint64_t pos)
 {
-	struct hs_table *t = &hs_seg.hdr->tables[HS_T_FD_EVENTS];
-	struct hs_fd_event *base = (struct hs_fd_event *)((char *)hs_seg.hdr + t->offset);
-	return &base[pos & (t->capacity - 1)];
+	struct hs_fd_hot *h = hot();
+	return &h->ring[pos & h->ring_mask];
 }
 
 /* Copy an event's payload (not its seq). */
@@ -208,13 +241,13 @@ static void event_copy(struct hs_fd_event *d, const struct hs_fd_event *e)
 }
 
 /*
- * The segment generation (hs_seg_gen, + 1) whose event ring is known to be
- * backed by store from end to end (every entry committed once, checked when
- * the ring first wraps): from then on an event skips hs_seg_commit_entry,
- * which was a tenth of an open/close pair's instructions.  0 = not known;
- * a fork child's new segment has another generation.  [atomic]
+ * hs_fd_hot.ring_backed: the segment generation (hs_seg_gen + 1) whose
+ * event ring is known to be backed by store from end to end (every entry
+ * committed once, checked when the ring first wraps): from then on an
+ * event skips hs_seg_commit_entry, which was a tenth of an open/close
+ * pair's instructions.  0 = not known; a fork child's new segment has
+ * another generation.
  */
-static uint64_t ring_backed;
 
 /*
  * Take the next entry of the event ring, invalidated (seq 0): the caller
@@ -229,28 +262,30 @@ static __attribute__((noinline, cold)) int ring_commit(const struct hs_table *t,
 	if (hs_seg_commit_entry(&hs_seg, HS_T_FD_EVENTS, idx) != 0)
 		return -1;
 	if (idx == t->capacity - 1 && hs_seg_committed(&hs_seg, t->offset, (uint64_t)t->capacity * t->entry_size))
-		__atomic_store_n(&ring_backed, gen, __ATOMIC_RELAXED);
+		__atomic_store_n(&hs_fd_hot.ring_backed, (uint32_t)gen, __ATOMIC_RELAXED);
 	return 0;
 }
 
 static inline struct hs_fd_event *event_begin(uint64_t *pos)
 {
-	struct hs_table *t = &hs_seg.hdr->tables[HS_T_FD_EVENTS];
-	uint64_t gen = (uint64_t)__atomic_load_n(&hs_seg_gen, __ATOMIC_RELAXED) + 1;
+	struct hs_fd_hot *h = hot();
+	uint64_t *head;
 	struct hs_fd_event *d;
-	if (t->capacity == 0)
+	if (!h->ring)
 		return NULL;
+	head = &h->hdr->fd_event_head;
 	/* relaxed: the position only has to be unique; the entry's seq publishes it */
 	if (one_thread()) {
-		*pos = __atomic_load_n(&hs_seg.hdr->fd_event_head, __ATOMIC_RELAXED);
-		__atomic_store_n(&hs_seg.hdr->fd_event_head, *pos + 1, __ATOMIC_RELAXED);
+		*pos = __atomic_load_n(head, __ATOMIC_RELAXED);
+		__atomic_store_n(head, *pos + 1, __ATOMIC_RELAXED);
 	} else {
-		*pos = __atomic_fetch_add(&hs_seg.hdr->fd_event_head, 1, __ATOMIC_RELAXED);
+		*pos = __atomic_fetch_add(head, 1, __ATOMIC_RELAXED);
 	}
 	/* relaxed: store is the kernel's fact once the commit returned, ordered with nothing here */
-	if (__atomic_load_n(&ring_backed, __ATOMIC_RELAXED) != gen && ring_commit(t, *pos & (t->capacity - 1), gen) != 0)
+	if (__atomic_load_n(&h->ring_backed, __ATOMIC_RELAXED) != h->gen &&
+	    ring_commit(&h->hdr->tables[HS_T_FD_EVENTS], *pos & h->ring_mask, h->gen) != 0)
 		return NULL;
-	d = ring_entry(*pos);
+	d = &h->ring[*pos & h->ring_mask];
 	__atomic_store_n(&d->seq, 0, __ATOMIC_RELAXED);
 	/* orders the invalidation above before the caller's payload stores */
 	__atomic_thread_fence(__ATOMIC_RELEASE);
@@ -491,12 +526,16 @@ struct stack_cache {
  * thread's area (shim.h, hs_area): not in static TLS. */
 _Static_assert(sizeof(struct hs_chain) + STACK_CACHE * sizeof(struct stack_cache) <= HS_AREA_FDS_SIZE,
 	       "fd chain and stack cache fit the area");
-/* The second chain and, after it, which chain was used last and the stack
- * id each chain's pc[] was last given (valid in segment generation gen[k]). */
+/* The second chain and, after it, which chain was used last, the stack id
+ * each chain's pc[] was last given (valid in segment generation gen[k]) and
+ * the site each was last read for (a copy of its site: the choice between
+ * the two reads this line only). */
 struct fd_chains {
 	uint32_t last;
 	uint32_t id[2];
 	uint32_t gen[2];
+	uint32_t pad;
+	uint64_t site[2];
 };
 _Static_assert(sizeof(struct hs_chain) + sizeof(struct fd_chains) <= HS_AREA_FDS2_SIZE,
 	       "second fd chain fits the area");
@@ -514,13 +553,12 @@ _Static_assert(HS_AREA_FORK + HS_AREA_FORK_SIZE <= HS_AREA_FDS2 && HS_AREA_FDS2 
  */
 static inline unsigned fd_chain_for(char *area, uint64_t site, struct hs_chain **ch, struct fd_chains **m)
 {
-	struct hs_chain *a = (struct hs_chain *)(void *)(area + HS_AREA_FDS);
-	struct hs_chain *b = (struct hs_chain *)(void *)(area + HS_AREA_FDS2);
-	unsigned k;
-	*m = (struct fd_chains *)(void *)(area + HS_AREA_FDS2 + sizeof(struct hs_chain));
-	k = a->site == site ? 0 : b->site == site ? 1 : !(*m)->last;
-	(*m)->last = k;
-	*ch = k ? b : a;
+	struct fd_chains *c = (struct fd_chains *)(void *)(area + HS_AREA_FDS2 + sizeof(struct hs_chain));
+	unsigned k = c->site[0] == site ? 0 : c->site[1] == site ? 1 : !c->last;
+	c->last = k;
+	c->site[k] = site;
+	*m = c;
+	*ch = (struct hs_chain *)(void *)(area + (k ? HS_AREA_FDS2 : HS_AREA_FDS));
 	return k;
 }
 
@@ -695,8 +733,8 @@ static inline void describe(char *dst, const struct birth *b)
 static inline __attribute__((always_inline)) void created(struct hs_tls *t, int fd, const struct birth *b,
 							  uint32_t stack, uint64_t now)
 {
-	struct hs_header *h = hs_seg.hdr;
 	struct hs_fd *s = slot_of(fd);
+	struct hs_header *h = hs_fd_hot.hdr; /* slot_of took it (hot) */
 	struct hs_fd_event *e;
 	uint32_t q, gen = 0;
 	uint64_t pos;
@@ -791,7 +829,7 @@ static inline __attribute__((always_inline)) void closing(struct hs_tls *t, int 
 	}
 	release(s, q);
 	if (p->state == HS_FDS_OPEN) {
-		count(&hs_seg.hdr->fd_closed);
+		count(&hs_fd_hot.hdr->fd_closed); /* slot_of took it (hot) */
 		hs_rec(t, now, HS_REC_FD_CLOSED, stack, (uint64_t)fd, p->gen, call);
 	}
 }
@@ -1740,7 +1778,7 @@ static void closing_range(unsigned first, unsigned last, uint64_t site)
 		for (uint64_t end = ((uint64_t)fd | (HS_FD_SEEN_BLOCK - 1)) + 1; fd < end && fd <= last && fd < cap; fd++) {
 			struct hs_fd *s = slot_of((int)fd);
 			/* relaxed look first: most numbers of a range are not open */
-			uint8_t state = __atomic_load_n(&s->state, __ATOMIC_RELAXED);
+			uint8_t state = s ? __atomic_load_n(&s->state, __ATOMIC_RELAXED) : HS_FDS_NONE;
 			if (state == HS_FDS_OPEN)
 				closing(t, (int)fd, HS_FDC_CLOSE_RANGE, stack, now, &p);
 			else if (state == HS_FDS_CLOSED)
