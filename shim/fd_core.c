@@ -718,16 +718,17 @@ static void fd_max_raise(struct hs_header *h, uint32_t fd)
  * length looked for in the slot's size only, then one copy.  (The bytes
  * after the NUL are what the slot held before, this process's own.)
  */
-static inline void describe(char *dst, const struct birth *b)
+static inline void describe(char *restrict dst, const struct birth *b)
 {
-	const char *p = b->path ? b->path : "";
-	size_t n;
-	if (b->at && p[0] != '/' && b->dirfd != AT_FDCWD)
+	const char *restrict p = b->path ? b->path : "";
+	if (b->at && p[0] != '/' && b->dirfd != AT_FDCWD) {
 		at_path(dst, b->dirfd, p);
-	else if (HS_LIKELY((n = strnlen(p, HS_FD_PATH_MAX)) < HS_FD_PATH_MAX))
-		memcpy(dst, p, n + 1);
-	else
-		put_text(dst, p); /* longer: its tail */
+		return;
+	}
+	for (unsigned i = 0; i < HS_FD_PATH_MAX; i++)
+		if ((dst[i] = p[i]) == '\0')
+			return;
+	put_text(dst, p); /* longer: its tail */
 }
 
 static inline __attribute__((always_inline)) void created(struct hs_tls *t, int fd, const struct birth *b,
