@@ -51,6 +51,7 @@
 #undef _FILE_OFFSET_BITS
 #include <arpa/inet.h>
 #include <dirent.h>
+#include <dlfcn.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <netinet/in.h>
@@ -59,6 +60,7 @@
 #include <string.h>
 #include <sys/mman.h>
 #include <sys/resource.h>
+#include <sys/single_threaded.h>
 #include <sys/socket.h>
 #include <sys/syscall.h>
 #include <time.h>
@@ -77,7 +79,7 @@ __thread uint64_t hs_fd_call_cfa __attribute__((tls_model("initial-exec")));
 #define CLAIM_SPINS 100000u     /* pauses before a slot update is given up (fd_torn) */
 #define CHAIN_MAX 32            /* events of one number looked at, newest first */
 
-static int full_stacks;         /* HEISEN_FD_STACKS=full */
+#define full_stacks hs_fd_hot.full_stacks
 
 /* ---- the vfork child ---------------------------------------------------- */
 
@@ -92,7 +94,39 @@ int hs_vfork_child(struct hs_tls *t)
 
 /* ---- on or off ----------------------------------------------------------- */
 
-int hs_fd_mode; /* [atomic] HS_FD_MODE_* (fd_core.h, hs_fd_on) */
+struct hs_fd_hot hs_fd_hot; /* fd_core.h */
+#define hs_fd_mode hs_fd_hot.mode
+
+/* Take this segment's table and ring into hs_fd_hot (generation g). */
+static __attribute__((noinline, cold)) void hot_load(uint32_t g)
+{
+	struct hs_header *h = hs_seg.hdr;
+	const struct hs_table *tf, *te;
+	if (!h) {
+		hs_fd_hot.slots_cap = 0;
+		hs_fd_hot.ring = NULL;
+		return; /* not recording: nothing kept, asked again next time */
+	}
+	tf = &h->tables[HS_T_FDS];
+	te = &h->tables[HS_T_FD_EVENTS];
+	hs_fd_hot.slots = (struct hs_fd *)((char *)h + tf->offset);
+	hs_fd_hot.slots_cap = tf->capacity;
+	hs_fd_hot.ring = te->capacity ? (struct hs_fd_event *)((char *)h + te->offset) : NULL;
+	hs_fd_hot.ring_mask = te->capacity ? (uint64_t)te->capacity - 1 : 0;
+	hs_fd_hot.hdr = h;
+	/* release: the fields above are visible to whoever sees gen */
+	__atomic_store_n(&hs_fd_hot.gen, g, __ATOMIC_RELEASE);
+}
+
+/* hs_fd_hot, its table fields this segment's.  The generation's line is
+ * hs_enter's (already read). */
+static inline struct hs_fd_hot *hot(void)
+{
+	uint32_t g = __atomic_load_n(&hs_seg_gen, __ATOMIC_ACQUIRE) + 1;
+	if (HS_UNLIKELY(__atomic_load_n(&hs_fd_hot.gen, __ATOMIC_ACQUIRE) != g))
+		hot_load(g);
+	return &hs_fd_hot;
+}
 
 /* ---- the table ------------------------------------------------------------ */
 
@@ -112,28 +146,65 @@ static __attribute__((noinline)) int block_commit(const struct hs_table *t, int 
  * directory has no room for its block: the same to the callers). */
 static inline struct hs_fd *slot_of(int fd)
 {
-	struct hs_table *t = &hs_seg.hdr->tables[HS_T_FDS];
-	if (fd < 0 || (uint32_t)fd >= t->capacity)
+	struct hs_fd_hot *h = hot();
+	/* unsigned: a negative fd is beyond the table */
+	if ((uint32_t)fd >= h->slots_cap)
 		return NULL;
 	/* fd < capacity <= 2^20: its bit is inside hs_fd_seen */
 	if (HS_UNLIKELY(!((__atomic_load_n(&hs_fd_seen[(uint32_t)fd >> (HS_FD_SEEN_SHIFT + 6)], __ATOMIC_ACQUIRE) >>
 			   (((uint32_t)fd >> HS_FD_SEEN_SHIFT) & 63)) & 1)) &&
-	    block_commit(t, fd) != 0)
+	    block_commit(&hs_seg.hdr->tables[HS_T_FDS], fd) != 0)
 		return NULL;
-	return (struct hs_fd *)((char *)hs_seg.hdr + t->offset) + fd;
+	return h->slots + fd;
 }
 
-/* Claim slot s for writing (its seqlock odd).  The slots' writers are short
- * and never call out, so the spin is bounded; on give-up, count it. */
-static int claim(struct hs_fd *s, uint32_t *q)
+/*
+ * One thread in the process (glibc's __libc_single_threaded, set until the
+ * first pthread_create and never again after it): the fd table's and the
+ * ring's read-modify-writes need no lock prefix, as glibc's own malloc and
+ * libstdc++'s reference counts skip theirs.  Nothing else can write them
+ * at the same time: the segment is this process's (a fork child gets its
+ * own, a vfork child records nothing), a signal handler's hooks find the
+ * guard taken, and the thread that would start a second thread is this
+ * one, outside the hook.  A thread made with a raw clone() that calls libc
+ * breaks glibc's malloc the same way.  Same stores, same order for a
+ * reader: a locked instruction was ~5 ns of an open/close pair each
+ * (bench/README.md "File descriptors: where an open/close pair's
+ * nanoseconds go, measured").
+ */
+static inline int one_thread(void)
+{
+	return __libc_single_threaded != 0;
+}
+
+/* claim()'s wait, out of line: another thread holds the slot. */
+static __attribute__((noinline, cold)) int claim_spin(struct hs_fd *s, uint32_t *q)
 {
 	for (unsigned i = 0; i < CLAIM_SPINS; i++) {
+		__builtin_ia32_pause();
 		if (hs_seq_write_try(&s->seq, q))
 			return 1;
-		__builtin_ia32_pause();
 	}
 	__atomic_add_fetch(&hs_seg.hdr->fd_torn, 1, __ATOMIC_RELAXED);
 	return 0;
+}
+
+/* Claim slot s for writing (its seqlock odd).  The slots' writers are short
+ * and never call out, so the spin is bounded; on give-up, count it.  The
+ * first try is inline: a slot is almost never contended. */
+static inline int claim(struct hs_fd *s, uint32_t *q)
+{
+	if (one_thread()) {
+		uint32_t v = __atomic_load_n(&s->seq, __ATOMIC_RELAXED);
+		if (HS_LIKELY(!(v & 1))) {
+			/* as hs_seq_write_try, without the compare-and-swap: no other writer */
+			__atomic_store_n(&s->seq, v + 1, __ATOMIC_RELAXED);
+			__atomic_thread_fence(__ATOMIC_RELEASE);
+			*q = v + 1;
+			return 1;
+		}
+	}
+	return HS_LIKELY(hs_seq_write_try(&s->seq, q)) || claim_spin(s, q);
 }
 
 static inline void release(struct hs_fd *s, uint32_t q)
@@ -141,11 +212,11 @@ static inline void release(struct hs_fd *s, uint32_t q)
 	hs_seq_write_end(&s->seq, q);
 }
 
-static struct hs_fd_event *ring_entry(uint64_t pos)
+/* The ring's entry for position pos (the ring exists). */
+static inline struct hs_fd_event *ring_entry(uint64_t pos)
 {
-	struct hs_table *t = &hs_seg.hdr->tables[HS_T_FD_EVENTS];
-	struct hs_fd_event *base = (struct hs_fd_event *)((char *)hs_seg.hdr + t->offset);
-	return &base[pos & (t->capacity - 1)];
+	struct hs_fd_hot *h = hot();
+	return &h->ring[pos & h->ring_mask];
 }
 
 /* Copy an event's payload (not its seq). */
@@ -171,13 +242,13 @@ static void event_copy(struct hs_fd_event *d, const struct hs_fd_event *e)
 }
 
 /*
- * The segment generation (hs_seg_gen, + 1) whose event ring is known to be
- * backed by store from end to end (every entry committed once, checked when
- * the ring first wraps): from then on an event skips hs_seg_commit_entry,
- * which was a tenth of an open/close pair's instructions.  0 = not known;
- * a fork child's new segment has another generation.  [atomic]
+ * hs_fd_hot.ring_backed: the segment generation (hs_seg_gen + 1) whose
+ * event ring is known to be backed by store from end to end (every entry
+ * committed once, checked when the ring first wraps): from then on an
+ * event skips hs_seg_commit_entry, which was a tenth of an open/close
+ * pair's instructions.  0 = not known; a fork child's new segment has
+ * another generation.
  */
-static uint64_t ring_backed;
 
 /*
  * Take the next entry of the event ring, invalidated (seq 0): the caller
@@ -192,23 +263,30 @@ static __attribute__((noinline, cold)) int ring_commit(const struct hs_table *t,
 	if (hs_seg_commit_entry(&hs_seg, HS_T_FD_EVENTS, idx) != 0)
 		return -1;
 	if (idx == t->capacity - 1 && hs_seg_committed(&hs_seg, t->offset, (uint64_t)t->capacity * t->entry_size))
-		__atomic_store_n(&ring_backed, gen, __ATOMIC_RELAXED);
+		__atomic_store_n(&hs_fd_hot.ring_backed, (uint32_t)gen, __ATOMIC_RELAXED);
 	return 0;
 }
 
 static inline struct hs_fd_event *event_begin(uint64_t *pos)
 {
-	struct hs_table *t = &hs_seg.hdr->tables[HS_T_FD_EVENTS];
-	uint64_t gen = (uint64_t)__atomic_load_n(&hs_seg_gen, __ATOMIC_RELAXED) + 1;
+	struct hs_fd_hot *h = hot();
+	uint64_t *head;
 	struct hs_fd_event *d;
-	if (t->capacity == 0)
+	if (!h->ring)
 		return NULL;
+	head = &h->hdr->fd_event_head;
 	/* relaxed: the position only has to be unique; the entry's seq publishes it */
-	*pos = __atomic_fetch_add(&hs_seg.hdr->fd_event_head, 1, __ATOMIC_RELAXED);
+	if (one_thread()) {
+		*pos = __atomic_load_n(head, __ATOMIC_RELAXED);
+		__atomic_store_n(head, *pos + 1, __ATOMIC_RELAXED);
+	} else {
+		*pos = __atomic_fetch_add(head, 1, __ATOMIC_RELAXED);
+	}
 	/* relaxed: store is the kernel's fact once the commit returned, ordered with nothing here */
-	if (__atomic_load_n(&ring_backed, __ATOMIC_RELAXED) != gen && ring_commit(t, *pos & (t->capacity - 1), gen) != 0)
+	if (__atomic_load_n(&h->ring_backed, __ATOMIC_RELAXED) != h->gen &&
+	    ring_commit(&h->hdr->tables[HS_T_FD_EVENTS], *pos & h->ring_mask, h->gen) != 0)
 		return NULL;
-	d = ring_entry(*pos);
+	d = &h->ring[*pos & h->ring_mask];
 	__atomic_store_n(&d->seq, 0, __ATOMIC_RELAXED);
 	/* orders the invalidation above before the caller's payload stores */
 	__atomic_thread_fence(__ATOMIC_RELEASE);
@@ -419,10 +497,20 @@ static size_t at_path(char *dst, int dirfd, const char *path)
  * without a stable TSC): two reads were a third of a pair's cost
  * (bench/README.md "File descriptors").  An fd's history needs the order
  * of its events, which the ring's positions give, not their nanoseconds.
+ * The vDSO's clock_gettime is called directly (found at start by
+ * hs_fds_init): libc's wrapper around it, its code and the loader's data
+ * it reads, cold right after a system call, were ~20 ns of an open/close
+ * pair (bench/README.md "File descriptors: where an open/close pair's
+ * nanoseconds go, measured").  Without a vDSO (valgrind hides it), libc's.
  */
+static int (*vdso_clock)(clockid_t, struct timespec *); /* the vDSO's own, or NULL: libc's */
+
 static inline uint64_t fd_clock(void)
 {
 	struct timespec ts;
+	int (*f)(clockid_t, struct timespec *) = vdso_clock;
+	if (HS_LIKELY(f != NULL) && f(CLOCK_MONOTONIC_COARSE, &ts) == 0)
+		return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
 	clock_gettime(CLOCK_MONOTONIC_COARSE, &ts);
 	return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
 }
@@ -449,12 +537,16 @@ struct stack_cache {
  * thread's area (shim.h, hs_area): not in static TLS. */
 _Static_assert(sizeof(struct hs_chain) + STACK_CACHE * sizeof(struct stack_cache) <= HS_AREA_FDS_SIZE,
 	       "fd chain and stack cache fit the area");
-/* The second chain and, after it, which chain was used last and the stack
- * id each chain's pc[] was last given (valid in segment generation gen[k]). */
+/* The second chain and, after it, which chain was used last, the stack id
+ * each chain's pc[] was last given (valid in segment generation gen[k]) and
+ * the site each was last read for (a copy of its site: the choice between
+ * the two reads this line only). */
 struct fd_chains {
 	uint32_t last;
 	uint32_t id[2];
 	uint32_t gen[2];
+	uint32_t pad;
+	uint64_t site[2];
 };
 _Static_assert(sizeof(struct hs_chain) + sizeof(struct fd_chains) <= HS_AREA_FDS2_SIZE,
 	       "second fd chain fits the area");
@@ -472,13 +564,12 @@ _Static_assert(HS_AREA_FORK + HS_AREA_FORK_SIZE <= HS_AREA_FDS2 && HS_AREA_FDS2 
  */
 static inline unsigned fd_chain_for(char *area, uint64_t site, struct hs_chain **ch, struct fd_chains **m)
 {
-	struct hs_chain *a = (struct hs_chain *)(void *)(area + HS_AREA_FDS);
-	struct hs_chain *b = (struct hs_chain *)(void *)(area + HS_AREA_FDS2);
-	unsigned k;
-	*m = (struct fd_chains *)(void *)(area + HS_AREA_FDS2 + sizeof(struct hs_chain));
-	k = a->site == site ? 0 : b->site == site ? 1 : !(*m)->last;
-	(*m)->last = k;
-	*ch = k ? b : a;
+	struct fd_chains *c = (struct fd_chains *)(void *)(area + HS_AREA_FDS2 + sizeof(struct hs_chain));
+	unsigned k = c->site[0] == site ? 0 : c->site[1] == site ? 1 : !c->last;
+	c->last = k;
+	c->site[k] = site;
+	*m = c;
+	*ch = (struct hs_chain *)(void *)(area + (k ? HS_AREA_FDS2 : HS_AREA_FDS));
 	return k;
 }
 
@@ -500,25 +591,27 @@ static inline struct fd_scratch *fd_scratch(void)
 }
 
 /*
- * This call's stack id (hs_stack_call's, or hs_stack_here's with
- * HEISEN_FD_STACKS=full), 0 when none could be read or kept.  site and
- * hs_fd_call_cfa are the hook's (HS_FD_SITE); t is hs_enter()'s.
+ * fd_stack's other cases, out of line: full stacks, no area, a chain through
+ * the evaluation loop (this call's Python frames, never cached), a chain
+ * read changed since its last read (the cache of chains by site, then the
+ * stack table), or none read.  ch, m, k and depth are fd_stack's.
  */
-static uint32_t fd_stack(struct hs_tls *t, uint64_t site)
+static __attribute__((noinline)) uint32_t fd_stack_slow(struct hs_tls *t, uint64_t site, struct hs_chain *ch,
+							struct fd_chains *m, unsigned k, unsigned depth)
 {
-	char *area = hs_area();
-	struct hs_chain *ch;
-	struct fd_chains *m;
+	char *area;
 	struct stack_cache *c;
-	unsigned depth, i, k;
+	unsigned i;
 	uint32_t id;
 
-	if (HS_UNLIKELY(full_stacks))
+	if (full_stacks)
 		return hs_stack_here();
-	if (HS_UNLIKELY(!area))
-		return hs_stack_site(site); /* no area: the site's stack */
-	k = fd_chain_for(area, site, &ch, &m);
-	depth = hs_chain_read(ch, site, hs_fd_call_cfa);
+	if (!ch) {
+		if (!(area = hs_area()))
+			return hs_stack_site(site); /* no area: the site's stack */
+		k = fd_chain_for(area, site, &ch, &m);
+		depth = hs_chain_read(ch, site, hs_fd_call_cfa);
+	}
 	if (depth == 0)
 		return 0;
 	if (ch->python) {
@@ -528,6 +621,7 @@ static uint32_t fd_stack(struct hs_tls *t, uint64_t site)
 	/* the chain's frames as they were at its last read: the id given them then */
 	if (ch->unchanged && m->id[k] && m->gen[k] == t->seg_gen)
 		return m->id[k];
+	area = (char *)ch - (k ? HS_AREA_FDS2 : HS_AREA_FDS);
 	c = &((struct stack_cache *)(void *)(area + HS_AREA_FDS + sizeof(struct hs_chain)))
 		[(site ^ site >> 5) & (STACK_CACHE - 1)];
 	if (c->id && c->depth == depth && c->seg_gen == t->seg_gen) {
@@ -551,10 +645,38 @@ keep:
 	return id;
 }
 
+/*
+ * This call's stack id (hs_stack_call's, or hs_stack_here's with
+ * HEISEN_FD_STACKS=full), 0 when none could be read or kept.  site and
+ * hs_fd_call_cfa are the hook's (HS_FD_SITE); t is hs_enter()'s.  Inline
+ * for its common case, a loop's call: the chain read (hs_chain_read checks
+ * every return-address slot of the thread's chain for this site) found the
+ * chain it read last time, through no evaluation loop, in the same
+ * segment: the stack id given it then, exactly this call's.
+ */
+static inline __attribute__((always_inline)) uint32_t fd_stack(struct hs_tls *t, uint64_t site)
+{
+	char *area = t->area;
+	struct hs_chain *ch;
+	struct fd_chains *m;
+	unsigned depth, k;
+
+	if (HS_UNLIKELY(full_stacks || !area))
+		return fd_stack_slow(t, site, NULL, NULL, 0, 0);
+	k = fd_chain_for(area, site, &ch, &m);
+	depth = hs_chain_read(ch, site, hs_fd_call_cfa);
+	if (HS_LIKELY(depth && ch->unchanged && !ch->python && m->id[k] && m->gen[k] == t->seg_gen))
+		return m->id[k];
+	return fd_stack_slow(t, site, ch, m, k, depth);
+}
+
 static inline void count(uint64_t *c)
 {
 	/* relaxed: counters, ordered with nothing else */
-	__atomic_add_fetch(c, 1, __ATOMIC_RELAXED);
+	if (one_thread())
+		__atomic_store_n(c, __atomic_load_n(c, __ATOMIC_RELAXED) + 1, __ATOMIC_RELAXED);
+	else
+		__atomic_add_fetch(c, 1, __ATOMIC_RELAXED);
 }
 
 /* An event of this thread about fd's generation gen. */
@@ -593,21 +715,46 @@ struct birth {
  * the guard held.  A slot that still said "open" lost a close heisen did
  * not see (a library's internal close): the new generation replaces it.
  */
-static void created(struct hs_tls *t, int fd, const struct birth *b, uint32_t stack, uint64_t now)
+static void fd_max_raise(struct hs_header *h, uint32_t fd)
 {
-	struct hs_header *h = hs_seg.hdr;
+	uint32_t max = __atomic_load_n(&h->fd_max, __ATOMIC_RELAXED);
+	while (fd > max && !__atomic_compare_exchange_n(&h->fd_max, &max, fd, 1, __ATOMIC_RELAXED, __ATOMIC_RELAXED))
+		;
+}
+
+/*
+ * The description of a birth into a slot's path: b->path's tail (put_text),
+ * relative to b->dirfd when b->at (at_path).  Inline for the common case,
+ * an absolute path or one relative to the working directory that fits: its
+ * length looked for in the slot's size only, then one copy.  (The bytes
+ * after the NUL are what the slot held before, this process's own.)
+ */
+static inline void describe(char *restrict dst, const struct birth *b)
+{
+	const char *restrict p = b->path ? b->path : "";
+	if (b->at && p[0] != '/' && b->dirfd != AT_FDCWD) {
+		at_path(dst, b->dirfd, p);
+		return;
+	}
+	for (unsigned i = 0; i < HS_FD_PATH_MAX; i++)
+		if ((dst[i] = p[i]) == '\0')
+			return;
+	put_text(dst, p); /* longer: its tail */
+}
+
+static inline __attribute__((always_inline)) void created(struct hs_tls *t, int fd, const struct birth *b,
+							  uint32_t stack, uint64_t now)
+{
 	struct hs_fd *s = slot_of(fd);
+	struct hs_header *h = hs_fd_hot.hdr; /* slot_of took it (hot) */
 	struct hs_fd_event *e;
-	uint32_t q, gen = 0, max;
+	uint32_t q, gen = 0;
 	uint64_t pos;
-	size_t n;
 
 	count(&h->fd_created);
-	max = __atomic_load_n(&h->fd_max, __ATOMIC_RELAXED);
-	while ((uint32_t)fd > max &&
-	       !__atomic_compare_exchange_n(&h->fd_max, &max, (uint32_t)fd, 1, __ATOMIC_RELAXED, __ATOMIC_RELAXED))
-		;
-	if (!s) {
+	if (HS_UNLIKELY((uint32_t)fd > __atomic_load_n(&h->fd_max, __ATOMIC_RELAXED)))
+		fd_max_raise(h, (uint32_t)fd);
+	if (HS_UNLIKELY(!s)) {
 		__atomic_add_fetch(&h->fd_beyond, 1, __ATOMIC_RELAXED);
 	} else if (claim(s, &q)) {
 		gen = s->gen + 1;
@@ -624,14 +771,21 @@ static void created(struct hs_tls *t, int fd, const struct birth *b, uint32_t st
 		s->close_tid = 0;
 		s->close_stack = 0;
 		s->close_ns = 0;
-		n = b->at ? at_path(s->path, b->dirfd, b->path) : put_text(s->path, b->path);
+		describe(s->path, b);
 		if ((e = event_begin(&pos)) != NULL) {
-			/* in place in the ring, the path's n + 1 bytes only */
-			event_init(e, t, fd, gen, HS_FDE_CREATE, b->call, stack, now);
+			/* in place in the ring; the slot's path whole (a fixed-size copy) */
+			e->ts_ns = now;
 			e->owner = b->owner;
+			e->fd = fd;
+			e->gen = gen;
+			e->tid = t->tid;
+			e->stack = stack;
+			e->op = HS_FDE_CREATE;
+			e->call = b->call;
 			e->kind = b->kind;
+			e->err = 0;
 			e->flags = b->flags;
-			memcpy(e->path, s->path, n + 1);
+			memcpy(e->path, s->path, sizeof e->path);
 			event_publish(s, e, pos);
 		}
 		release(s, q);
@@ -645,7 +799,8 @@ static void created(struct hs_tls *t, int fd, const struct birth *b, uint32_t st
  * Before fd is closed (or after dup2 replaced it): mark its open generation
  * closed by this call.  *p says what the slot held.  With the guard held.
  */
-static void closing(struct hs_tls *t, int fd, unsigned call, uint32_t stack, uint64_t now, struct hs_fd_pre *p)
+static inline __attribute__((always_inline)) void closing(struct hs_tls *t, int fd, unsigned call, uint32_t stack,
+								uint64_t now, struct hs_fd_pre *p)
 {
 	struct hs_fd *s = slot_of(fd);
 	struct hs_fd_event *e;
@@ -668,18 +823,59 @@ static void closing(struct hs_tls *t, int fd, unsigned call, uint32_t stack, uin
 		s->close_stack = stack;
 		s->close_ns = now;
 		if ((e = event_begin(&pos)) != NULL) {
-			event_init(e, t, fd, s->gen, HS_FDE_CLOSE, call, stack, now);
+			/* in place in the ring; a close carries no path */
+			e->ts_ns = now;
+			e->owner = p->owner;
+			e->fd = fd;
+			e->gen = p->gen;
+			e->tid = t->tid;
+			e->stack = stack;
+			e->op = HS_FDE_CLOSE;
+			e->call = (uint8_t)call;
 			e->kind = s->kind;
-			e->flags = s->flags;
-			e->owner = s->owner;
+			e->err = 0;
+			e->flags = p->flags;
+			e->path[0] = '\0';
 			event_publish(s, e, pos);
 		}
 	}
 	release(s, q);
 	if (p->state == HS_FDS_OPEN) {
-		count(&hs_seg.hdr->fd_closed);
+		count(&hs_fd_hot.hdr->fd_closed); /* slot_of took it (hot) */
 		hs_rec(t, now, HS_REC_FD_CLOSED, stack, (uint64_t)fd, p->gen, call);
 	}
+}
+
+/*
+ * A generation heisen did not see created, proven by a call that found the
+ * number open — a close that succeeded (after_close), fdopen, fdopendir or
+ * heisen_fd_set_owner (take_over) — when the slot says it is not: a
+ * library's internal open, or one made with a raw system call.  The
+ * claimed slot s gets it, open, of unknown kind and creator, flagged
+ * HS_FDF_UNSEEN (never a party to a stale-close finding), and its creation
+ * event (no thread, no stack) at time now; born: the slot's creation time
+ * (0: unknown).
+ */
+static void unseen_generation(struct hs_fd *s, int fd, uint64_t born, uint64_t now)
+{
+	struct hs_fd_event e;
+	s->gen++;
+	s->state = HS_FDS_OPEN;
+	s->kind = HS_FDK_UNKNOWN;
+	s->call = HS_FDC_UNSEEN;
+	s->close_call = HS_FDC_NONE;
+	s->flags = HS_FDF_UNSEEN;
+	s->owner = 0;
+	s->tid = 0;
+	s->stack = 0;
+	s->ts_ns = born;
+	s->close_tid = 0;
+	s->close_stack = 0;
+	s->close_ns = 0;
+	s->path[0] = '\0';
+	event_init(&e, NULL, fd, s->gen, HS_FDE_CREATE, HS_FDC_UNSEEN, 0, now);
+	e.flags = HS_FDF_UNSEEN;
+	event_add(s, &e);
 }
 
 /* ---- findings ---------------------------------------------------------------- */
@@ -1010,23 +1206,12 @@ static void after_close(struct hs_tls *t, int fd, unsigned call, uint32_t stack,
 			e.flags = s->flags;
 			event_add(s, &e);
 		} else if (s->gen == p->gen && s->state != HS_FDS_OPEN) {
-			s->gen++;
+			unseen_generation(s, fd, 0, now);
 			s->state = HS_FDS_CLOSED;
-			s->kind = HS_FDK_UNKNOWN;
-			s->call = HS_FDC_UNSEEN;
-			s->flags = HS_FDF_UNSEEN;
-			s->owner = 0;
-			s->tid = 0;
-			s->stack = 0;
-			s->ts_ns = 0;
-			s->path[0] = '\0';
 			s->close_call = (uint8_t)call;
 			s->close_tid = t->tid;
 			s->close_stack = stack;
 			s->close_ns = now;
-			event_init(&e, NULL, fd, s->gen, HS_FDE_CREATE, HS_FDC_UNSEEN, 0, now);
-			e.flags = HS_FDF_UNSEEN;
-			event_add(s, &e);
 			event_init(&e, t, fd, s->gen, HS_FDE_CLOSE, call, stack, now);
 			e.flags = HS_FDF_UNSEEN;
 			event_add(s, &e);
@@ -1358,20 +1543,8 @@ static int take_over(struct hs_tls *t, int fd, uint64_t owner, uint32_t owner_fl
 	now = fd_clock();
 	if (!claim(s, &q))
 		return -1;
-	if (s->state != HS_FDS_OPEN) {
-		s->gen++;
-		s->state = HS_FDS_OPEN;
-		s->kind = HS_FDK_UNKNOWN;
-		s->call = HS_FDC_UNSEEN;
-		s->flags = HS_FDF_UNSEEN;
-		s->tid = 0;
-		s->stack = 0;
-		s->ts_ns = now;
-		s->path[0] = '\0';
-		event_init(&e, NULL, fd, s->gen, HS_FDE_CREATE, HS_FDC_UNSEEN, 0, now);
-		e.flags = HS_FDF_UNSEEN;
-		event_add(s, &e);
-	}
+	if (s->state != HS_FDS_OPEN)
+		unseen_generation(s, fd, now, now);
 	s->owner = owner;
 	s->flags = (s->flags & ~HS_FDF_OWNERS) | owner_flag;
 	event_init(&e, t, fd, s->gen, HS_FDE_OWNER, call, stack, now);
@@ -1548,12 +1721,46 @@ int hs_fd_close_end(struct hs_fd_closing *c, int rc)
 }
 
 /* close(): record, close once (never retried on EINTR: the number may
- * already be someone else's), look at the result. */
+ * already be someone else's), look at the result.  close_begin and
+ * close_end written out for close() alone: its common case, a number the
+ * table says open closed with success, touches only this thread's state
+ * after the call. */
 int hs_fd_close(int fd, unsigned call, uint64_t site)
 {
-	struct hs_fd_closing c;
-	close_begin(&c, fd, call, site);
-	return close_end(&c, HS_REAL(close)(fd));
+	struct hs_tls *t;
+	struct hs_fd_pre p;
+	uint32_t stack;
+	uint64_t now;
+	int e, rc;
+
+	if (!hs_fd_on() || !(t = hs_enter()))
+		return HS_REAL(close)(fd);
+	e = errno;
+	stack = fd_stack(t, site);
+	now = fd_clock();
+	closing(t, fd, call, stack, now, &p);
+	if (HS_UNLIKELY(call == HS_FDC_CLOSE && p.state == HS_FDS_OPEN && (p.flags & HS_FDF_OWNERS)))
+		owned_by_tag_closed(t, fd, &p, stack,
+				    (p.flags & HS_FDF_OWNER_TAG)    ? HS_FD_RULE_OWNER
+				    : (p.flags & HS_FDF_OWNER_FILE) ? HS_FD_RULE_FILENO
+								    : HS_FD_RULE_DIRFD);
+	hs_leave(t);
+	errno = e;
+	rc = HS_REAL(close)(fd);
+	if (HS_LIKELY(rc == 0 && p.state == HS_FDS_OPEN)) {
+		/* it closed what the table said was open: only the sweep detector's
+		 * note (this thread's own state) changes */
+		t->fd_last = fd;
+		t->fd_last_site = site;
+		return rc;
+	}
+	e = errno;
+	if ((t = hs_enter()) != NULL) {
+		after_close(t, fd, call, stack, now, site, &p, rc, rc ? e : 0);
+		hs_leave(t);
+	}
+	errno = e;
+	return rc;
 }
 
 /*
@@ -1583,7 +1790,7 @@ static void closing_range(unsigned first, unsigned last, uint64_t site)
 		for (uint64_t end = ((uint64_t)fd | (HS_FD_SEEN_BLOCK - 1)) + 1; fd < end && fd <= last && fd < cap; fd++) {
 			struct hs_fd *s = slot_of((int)fd);
 			/* relaxed look first: most numbers of a range are not open */
-			uint8_t state = __atomic_load_n(&s->state, __ATOMIC_RELAXED);
+			uint8_t state = s ? __atomic_load_n(&s->state, __ATOMIC_RELAXED) : HS_FDS_NONE;
 			if (state == HS_FDS_OPEN)
 				closing(t, (int)fd, HS_FDC_CLOSE_RANGE, stack, now, &p);
 			else if (state == HS_FDS_CLOSED)
@@ -1914,6 +2121,12 @@ HS_HIDDEN void hs_fds_init(void)
 	}
 	static const char *const fd_stacks[] = {"site", "full"};
 	full_stacks = hs_getenv_enum("HEISEN_FD_STACKS", fd_stacks, 2, 0) == 1;
+	{
+		/* the vDSO is loaded already: RTLD_NOLOAD only finds it (fd_clock) */
+		void *v = dlopen("linux-vdso.so.1", RTLD_NOW | RTLD_NOLOAD);
+		if (v)
+			vdso_clock = (int (*)(clockid_t, struct timespec *))dlsym(v, "__vdso_clock_gettime");
+	}
 	t->fd_last = -1;
 	mark_header();
 	scan_inherited();

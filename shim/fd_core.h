@@ -53,15 +53,39 @@ extern HS_HIDDEN __thread uint64_t hs_fd_call_cfa __attribute__((tls_model("init
 /* fd tracking on (HEISEN_FDS, default on)?  The first hook call starts it
  * (hs_fds_init) when the constructor has not yet. */
 enum { HS_FD_MODE_UNKNOWN = 0, HS_FD_MODE_INIT = 1, HS_FD_MODE_OFF = 2, HS_FD_MODE_ON = 3 };
-extern HS_HIDDEN int hs_fd_mode; /* [atomic] HS_FD_MODE_* */
+
+/*
+ * What every fd hook reads, in one cache line: the mode, the settings, and
+ * where this segment's fd table and event ring are (taken from the header
+ * once per segment generation: the layout of a segment never changes).
+ * Right after a system call a hook finds little of its state in the
+ * first-level cache, so each separate line it reads costs a few ns
+ * (bench/README.md "File descriptors: where an open/close pair's
+ * nanoseconds go, measured"); here the header's table descriptors, the
+ * segment's base and four scattered globals were one line each.
+ */
+struct hs_fd_hot {
+	int mode;                  /* [atomic] HS_FD_MODE_* */
+	int full_stacks;           /* HEISEN_FD_STACKS=full */
+	uint32_t gen;              /* [atomic] hs_seg_gen + 1 the fields below were taken for; 0 = none */
+	uint32_t slots_cap;        /* the fd table's capacity (HS_T_FDS), 0 = no table */
+	struct hs_fd *slots;       /* the fd table */
+	struct hs_fd_event *ring;  /* the event ring (HS_T_FD_EVENTS), NULL = none */
+	uint64_t ring_mask;        /* its capacity - 1 (a power of two) */
+	struct hs_header *hdr;     /* the segment's header (its fd counters and the ring's head) */
+	uint32_t ring_backed;      /* [atomic] gen, once the ring is known committed end to end; else 0 */
+	uint32_t pad;
+} __attribute__((aligned(64)));
+extern HS_HIDDEN struct hs_fd_hot hs_fd_hot;
+
 static inline int hs_fd_on(void)
 {
-	int m = __atomic_load_n(&hs_fd_mode, __ATOMIC_ACQUIRE);
+	int m = __atomic_load_n(&hs_fd_hot.mode, __ATOMIC_ACQUIRE);
 	if (HS_LIKELY(m >= HS_FD_MODE_OFF))
 		return m == HS_FD_MODE_ON;
 	if (m == HS_FD_MODE_UNKNOWN && !hs_tls.in_hook) {
 		hs_fds_init();
-		return __atomic_load_n(&hs_fd_mode, __ATOMIC_ACQUIRE) == HS_FD_MODE_ON;
+		return __atomic_load_n(&hs_fd_hot.mode, __ATOMIC_ACQUIRE) == HS_FD_MODE_ON;
 	}
 	return 0;
 }
