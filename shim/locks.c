@@ -356,6 +356,7 @@ static void held_push(struct hs_thread *th, const struct hs_held *h, const struc
 			c->c.depth = 0;
 			c->c.walked = 0;
 			c->c.python = 0;
+			c->c.lazy = 0;
 		}
 	}
 }
@@ -438,6 +439,93 @@ void hs_acq_after(struct hs_tls *t, struct acq *a, int rc)
 	} else {
 		hs_rec(t, now, HS_REC_LOCK_ERROR, a->stack, a->addr, a->id, (uint64_t)rc);
 	}
+}
+
+/*
+ * Lock-order edges known to be in the graph: a process-private
+ * direct-mapped memo of edge keys (hs_edge_key) and the segment generation
+ * they were found in, so that an acquisition under locks already ordered
+ * before it checks each held entry with a load and a compare instead of an
+ * index lookup.  Edges are never removed from a segment; an entry of an
+ * older segment (a fork child's new one) does not match.  Two threads may
+ * write one slot at once: each field is written whole, and both write the
+ * current generation, so a mixed read is still an edge that exists.
+ */
+#define EDGE_MEMO 4096u
+static struct {
+	uint64_t key;   /* [atomic] */
+	uint32_t gen;   /* [atomic] */
+} edge_memo[EDGE_MEMO];
+
+static inline int edge_known(uint64_t key)
+{
+	uint32_t gen = __atomic_load_n(&hs_seg_gen, __ATOMIC_RELAXED);
+	unsigned i = (unsigned)((key * 0x9e3779b97f4a7c15ull) >> 52) & (EDGE_MEMO - 1);
+	if (__atomic_load_n(&edge_memo[i].key, __ATOMIC_RELAXED) == key &&
+	    __atomic_load_n(&edge_memo[i].gen, __ATOMIC_RELAXED) == gen)
+		return 1;
+	if (!hs_edge_find(&hs_seg, key))
+		return 0;
+	__atomic_store_n(&edge_memo[i].gen, gen, __ATOMIC_RELAXED);
+	__atomic_store_n(&edge_memo[i].key, key, __ATOMIC_RELAXED);
+	return 1;
+}
+
+int hs_acq_ordered(struct hs_tls *t, const struct acq *a)
+{
+	struct hs_thread *th = t->slot;
+	uint32_t n;
+	held_purge(th);
+	n = th->held_count;
+	if (HS_UNLIKELY(n > HELD_CHAINS))
+		return 0;
+	for (uint32_t i = 0; i < n; i++) {
+		const struct hs_held *he = &th->held[i];
+		if (he->addr == a->addr)
+			return 0; /* a relock or a re-entry: hs_acq_before's to judge */
+		if (he->lock == a->id || he->lock == 0 ||
+		    (__atomic_load_n(&hs_seg.locks[he->lock].flags, __ATOMIC_RELAXED) & HS_LOCKF_COUNTER))
+			continue;
+		if (!edge_known(hs_edge_key(he->lock, a->id, he->mode, a->acq_mode)))
+			return 0;
+	}
+	return 1;
+}
+
+/*
+ * An uncontended acquisition that adds no edge (hs_acq_ordered said so),
+ * recorded after the real call succeeded (semaphores.c's fast path, the
+ * common `with lock:`).  a->gil_safe leaves no GIL question: of
+ * hs_acq_before only the chain read stays (this call's exact stack, kept
+ * raw in the slot of the entry it pushes and interned only when an edge, a
+ * finding or a snapshot needs it, as for every lock), then hs_acq_after
+ * records it.  a: id, addr, site, cfa, kind and modes set.
+ */
+void hs_acq_uncontended(struct hs_tls *t, struct acq *a)
+{
+	struct held_chain *held_chains = held_chains_of();
+	a->t0 = lock_now();
+	if (HS_UNLIKELY(!held_chains)) {
+		pending = NULL;
+		if (!a->stack)
+			a->stack = hs_stack_site(a->site);
+	} else {
+		uint32_t gen = __atomic_load_n(&hs_seg_gen, __ATOMIC_RELAXED);
+		uint32_t n = t->slot->held_count;
+		pending = &held_chains[n < HELD_CHAINS ? n : HELD_CHAINS];
+		pending->addr = a->addr;
+		pending->exact = 0;
+		/* the stack is needed only if an edge is made from it later: read lazily */
+		hs_chain_read_lazy(&pending->c, a->site, a->cfa);
+		if (pending->stack_site != a->site || !pending->site_stack || pending->site_gen != gen) {
+			pending->site_stack = hs_stack_site(a->site);
+			pending->stack_site = a->site;
+			pending->site_gen = gen;
+		}
+		if (!a->stack)
+			a->stack = pending->site_stack;
+	}
+	hs_acq_after(t, a, 0);
 }
 
 void hs_release(struct hs_tls *t, uint64_t addr)

@@ -982,6 +982,163 @@ unsigned hs_py_chain_frames(struct hs_seg *s, const uint64_t *pcs, unsigned n, u
 
 _Static_assert(sizeof layouts / sizeof layouts[0] == 6, "hs_py_chain_frames has a case per row of layouts[]");
 
+/*
+ * The token of the innermost Python frame fp (hs_py_token), L a constant
+ * row of layouts[] at each call.  Direct loads: the thread's own live
+ * frames.  The frame must be one interleave() shows: a code object, not
+ * the evaluation loop's shim, started.
+ */
+static inline __attribute__((always_inline)) int token_read(const struct py_layout *L, uint64_t fp,
+							   struct hs_pytoken *tk)
+{
+	const unsigned char *p = (const unsigned char *)(uintptr_t)fp, *co;
+	uint64_t code = u64_at(p, L->f_code), prev = u64_at(p, L->f_back);
+	if (HS_UNLIKELY(code < 4096))
+		return 0;
+	co = (const unsigned char *)(uintptr_t)code;
+	if (u64_at(co, OB_TYPE) != pf.code_type)
+		return 0;
+	tk->fp = fp;
+	tk->code = code;
+	tk->prev = prev < 4096 ? 0 : prev;
+	if (L->chain == CHAIN_FRAME_OBJECT) {
+		tk->instr = (uint64_t)(int64_t)i32_at(p, L->f_instr);
+		tk->prev_instr = tk->prev ? (uint64_t)(int64_t)i32_at((const unsigned char *)(uintptr_t)prev, L->f_instr)
+					  : 0;
+	} else {
+		unsigned char owner = p[L->f_owner];
+		if (L->chain == CHAIN_CSTACK && owner == L->owner_cstack)
+			return 0;
+		tk->instr = u64_at(p, L->f_instr);
+		if (owner != L->owner_generator &&
+		    tk->instr < code + L->co_code + (uint64_t)i32_at(co, L->co_firsttraceable) * 2)
+			return 0;
+		tk->prev_instr = tk->prev ? u64_at((const unsigned char *)(uintptr_t)prev, L->f_instr) : 0;
+	}
+	return 1;
+}
+
+int hs_py_token(struct hs_pytoken *tk)
+{
+	uint64_t fp;
+	if (!frames_ready() || hs_py_careful || (fp = first_frame()) == 0)
+		return 0;
+	switch (pf.L - layouts) {
+	case 0:
+		return token_read(&layouts[0], fp, tk);
+	case 1:
+		return token_read(&layouts[1], fp, tk);
+	case 2:
+		return token_read(&layouts[2], fp, tk);
+	case 3:
+		return token_read(&layouts[3], fp, tk);
+	case 4:
+		return token_read(&layouts[4], fp, tk);
+	case 5:
+		return token_read(&layouts[5], fp, tk);
+	}
+	return 0;
+}
+
+_Static_assert(sizeof layouts / sizeof layouts[0] == 6, "hs_py_token has a case per row of layouts[]");
+
+unsigned hs_py_held_frames(struct hs_seg *s, const uint64_t *inner, unsigned ni, const struct hs_pytoken *tk,
+			   const uint64_t *cur, unsigned n, uint64_t *out, unsigned cap, int *whole)
+{
+	const struct py_layout *L;
+	uint64_t fp, next = 0, lo, hi;
+	unsigned o = 0, b = 0, i, k, budget = PY_CHAIN_MAX;
+	int found = 0, was = hs_py_careful;
+	struct pyf f, g;
+	uint32_t id;
+
+	*whole = 0;
+	for (i = 0; i < ni && o < cap; i++)
+		out[o++] = inner[i];
+	if (!frames_ready() || !s || !s->hdr || !s->pyframes || o >= cap)
+		return o;
+	L = pf.L;
+	lo = pf.eval_lo;
+	hi = pf.eval_hi;
+	/* the token's frame in the thread's chain now, b evaluation-loop calls in */
+	for (fp = first_frame(); fp && budget; budget--) {
+		if (fp == tk->fp)
+			break;
+		fp = read_frame(fp, &f);
+		if (f.entry)
+			b++;
+	}
+	if (fp && fp == tk->fp) {
+		next = read_frame(fp, &f);
+		/* the same call: its code, and its caller where it was */
+		found = f.code == tk->code && (next < 4096 ? 0 : next) == tk->prev;
+		if (found && tk->prev) {
+			read_frame(tk->prev, &g);
+			found = g.instr == tk->prev_instr;
+		}
+	}
+	/* the frame at the instruction it acquired at (its code object may be gone when the call is:
+	 * read carefully then) */
+	memset(&g, 0, sizeof g);
+	g.code = tk->code;
+	g.instr = tk->instr;
+	if (L->chain == CHAIN_FRAME_OBJECT)
+		g.addr = (int64_t)tk->instr < 0 ? -1 : (long)tk->instr * L->lasti_bytes;
+	else
+		g.addr = tk->instr >= tk->code + L->co_code ? (long)(tk->instr - tk->code - L->co_code) : -1;
+	hs_py_careful = was || !found;
+	id = pyframe_id(s, &g);
+	hs_py_careful = was;
+	if (id)
+		out[o++] = HS_PC_PYTHON | id;
+	if (!found)
+		return o;
+	/* its callers in the same evaluation-loop call */
+	fp = next;
+	if (!f.entry) {
+		while (fp && budget && o < cap) {
+			budget--;
+			fp = read_frame(fp, &f);
+			id = f.skip ? 0 : pyframe_id(s, &f);
+			if (id)
+				out[o++] = HS_PC_PYTHON | id;
+			if (f.entry)
+				break;
+		}
+	}
+	/* that call among the native frames now: the (b + 1)-th evaluation-loop frame */
+	for (i = 0, k = 0; i < n; i++)
+		if (cur[i] > lo && cur[i] <= hi && k++ == b)
+			break;
+	if (i >= n)
+		return o;
+	/* further out, as interleave() does */
+	for (i++; i < n && o < cap; i++) {
+		if (!(cur[i] > lo && cur[i] <= hi) || !fp || !budget) {
+			out[o++] = cur[i];
+			continue;
+		}
+		while (fp && budget && o < cap) {
+			budget--;
+			fp = read_frame(fp, &f);
+			id = f.skip ? 0 : pyframe_id(s, &f);
+			if (id)
+				out[o++] = HS_PC_PYTHON | id;
+			if (f.entry)
+				break;
+		}
+	}
+	while (fp && budget && o < cap) {
+		budget--;
+		fp = read_frame(fp, &f);
+		id = f.skip ? 0 : pyframe_id(s, &f);
+		if (id)
+			out[o++] = HS_PC_PYTHON | id;
+	}
+	*whole = 1;
+	return o;
+}
+
 int hs_py_eval_pc(uint64_t pc)
 {
 	/* acquire: pairs with the release of ready in hs_py_frames_init */

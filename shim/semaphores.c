@@ -125,7 +125,7 @@ static inline int sem_on(void)
 
 void hs_sems_init(void)
 {
-	__atomic_store_n(&sem_mode, hs_getenv_bool("HEISEN_PY_LOCKS", 0), __ATOMIC_RELAXED);
+	__atomic_store_n(&sem_mode, hs_getenv_bool("HEISEN_PY_LOCKS", 1), __ATOMIC_RELAXED);
 }
 
 static uint32_t sem_lock(struct hs_tls *t, sem_t *sem)
@@ -241,6 +241,13 @@ static inline unsigned sem_value(const sem_t *sem)
 		a.acq_mode = HS_MODE_WRITE;                                                      \
 		a.hold_mode = HS_MODE_WRITE;                                                     \
 		a.gil_safe = 1;                                                                  \
+		if (HS_LIKELY(hs_acq_ordered(t, &a)) && (TRY) == 0) {                            \
+			/* the fast path: every held lock is ordered before it already */       \
+			hs_acq_uncontended(t, &a);                                               \
+			hs_order_acquire(t, addr);                                               \
+			hs_leave(t);                                                             \
+			return 0;                                                                \
+		}                                                                                \
 		hs_acq_before(t, &a, 0);                                                         \
 		rc = (TRY) == 0 ? 0 : errno;                                                     \
 		if (rc == EAGAIN)                                                                \
@@ -288,6 +295,36 @@ HS_EXPORT int sem_clockwait(sem_t *sem, clockid_t clock, const struct timespec *
 	SEM_ACQUIRE(0, SEM_TRY, HS_REAL(sem_clockwait)(sem, clock, abstime));
 }
 
+/*
+ * Which lock classes have their edge to the GIL (class -> GIL, added by
+ * hs_release the first time one is released with the GIL held): a
+ * process-private direct-mapped memo of lock id and segment generation,
+ * so that a release of a class whose edge exists neither asks whether the
+ * GIL is held nor looks the edge up.  Edges are never removed from a
+ * segment; a class lives as long as its segment.  Instance nodes (keyed by
+ * address, their ids reused) are never memoised.
+ */
+#define SEM_GIL_MEMO 4096u
+static uint64_t sem_gil_memo[SEM_GIL_MEMO]; /* [atomic] id | generation << 32 */
+
+static inline uint64_t sem_gil_key(uint32_t id)
+{
+	return (uint64_t)id | (uint64_t)__atomic_load_n(&hs_seg_gen, __ATOMIC_RELAXED) << 32;
+}
+
+static inline int sem_gil_edge_known(uint32_t id)
+{
+	return __atomic_load_n(&sem_gil_memo[id & (SEM_GIL_MEMO - 1)], __ATOMIC_RELAXED) == sem_gil_key(id);
+}
+
+static void sem_gil_edge_learn(uint32_t id)
+{
+	uint32_t gil = hs_py_gil_lock();
+	if (gil && gil != id && (hs_seg.locks[id].addr >> 48) == (HS_SEM_CLASS >> 48) &&
+	    hs_edge_find(&hs_seg, hs_edge_key(id, gil, HS_MODE_WRITE, HS_MODE_WRITE)))
+		__atomic_store_n(&sem_gil_memo[id & (SEM_GIL_MEMO - 1)], sem_gil_key(id), __ATOMIC_RELAXED);
+}
+
 /* A post by the holder releases the lock; by anyone else, makes it a counter. */
 HS_EXPORT int sem_post(sem_t *sem)
 {
@@ -296,10 +333,19 @@ HS_EXPORT int sem_post(sem_t *sem)
 	uint32_t id;
 	if (t) {
 		if (sem_on() && (id = sem_lock(t, sem)) != 0) {
-			if (t->slot->held_count && sem_held(t->slot, addr) >= 0)
+			int h = t->slot->held_count ? sem_held(t->slot, addr) : -1;
+			if (h >= 0) {
+				int known = sem_gil_edge_known(id);
+				/* its edge to the GIL is there already: hs_release need not ask
+				 * whether the GIL is held nor look the edge up */
+				if (known)
+					t->slot->held[h].flags |= HS_HELDF_GIL;
 				hs_release(t, addr);
-			else
+				if (!known)
+					sem_gil_edge_learn(id);
+			} else {
 				sem_counter(id);
+			}
 		}
 		/* a post that makes it available (0 -> 1) orders every wait that then
 		 * succeeds after it; a post onto a positive count orders nothing

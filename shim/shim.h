@@ -701,6 +701,19 @@ struct hs_pychain {
 };
 
 /*
+ * The innermost Python frame of a call, kept instead of its whole chain
+ * (hs_chain_read_lazy): the frame's address, its code object and
+ * instruction (a pointer on 3.11+, f_lasti before), and its caller's
+ * address and instruction, which say later whether the frame is still the
+ * same call (hs_py_held_frames).  Thread-local; addresses in the thread's
+ * own Python frame chain.
+ */
+struct hs_pytoken {
+	uint64_t fp, code, instr;
+	uint64_t prev, prev_instr;  /* the caller (0: none) */
+};
+
+/*
  * One call's chain of return addresses, kept raw by a hook and interned only
  * when a finding, an edge or a wait needs it (hs_chain_stack), so a busy
  * program's thousands of call paths do not fill the stack table.  The same
@@ -718,10 +731,16 @@ struct hs_chain {
 	uint8_t python;      /* py holds this call's Python frames (at least one) */
 	uint8_t unchanged;   /* hs_chain_read found the chain it read last time: the same site and
 				CFA, every return-address slot as before (pc[] did not change) */
-	uint32_t pad2;
+	uint8_t lazy;        /* hs_chain_read_lazy's: pc[0..depth - 1) the native frames before the
+				evaluation loop at pc[depth - 1], tok its innermost Python frame; the
+				rest is read from the thread's stack when the chain is interned */
+	uint8_t pad2[3];
 	uint64_t pc[HS_CHAIN_MAX];
 	uint64_t sp[HS_CHAIN_MAX];
-	struct hs_pychain py;
+	union {
+		struct hs_pychain py;   /* !lazy */
+		struct hs_pytoken tok;  /* lazy */
+	};
 };
 
 /*
@@ -741,8 +760,24 @@ struct hs_chain {
 unsigned hs_chain_read(struct hs_chain *c, uint64_t site, uint64_t cfa);
 
 /* Intern c's stack (Python frames interleaved when it has them); a stack
- * id, 0 when c is empty or the table is full. */
+ * id, 0 when c is empty or the table is full.  A lazy chain
+ * (hs_chain_read_lazy) is completed from the calling thread's stack:
+ * only by the thread that read it. */
 uint32_t hs_chain_stack(const struct hs_chain *c);
+
+/*
+ * hs_chain_read for a call whose stack is seldom needed (an uncontended
+ * lock acquisition that adds no edge): when the chain passes through
+ * CPython's evaluation loop, only the native frames up to the innermost
+ * evaluation-loop call are read (checked against c's last ones as
+ * hs_chain_read does) and that call's innermost Python frame is kept as a
+ * token (struct hs_pytoken), c->lazy set.  The frames further out are the
+ * caller's, still on the thread's stack while that Python frame runs:
+ * hs_chain_stack reads them then (docs/design.md "Lock order").  Without
+ * Python frames, or when the token cannot be read, the whole chain
+ * (hs_chain_read).  Returns the native depth read.
+ */
+unsigned hs_chain_read_lazy(struct hs_chain *c, uint64_t site, uint64_t cfa);
 
 /* Copy the valid part of chain src into dst (no shadow use is lost: dst
  * becomes src's). */
@@ -901,6 +936,15 @@ void hs_wait_begin(struct hs_tls *t, const struct acq *a, unsigned kind, uint64_
 void hs_wait_end(struct hs_tls *t);
 void hs_acq_after(struct hs_tls *t, struct acq *a, int rc);
 void hs_release(struct hs_tls *t, uint64_t addr);
+/* 1 when acquiring a->id (id, addr, acq_mode set) would add no lock-order
+ * edge and catch no relock: every lock the thread holds (at most the
+ * innermost chains' count) is ordered before it in the graph already.
+ * Drops entries released by other threads first.  0: take hs_acq_before. */
+int hs_acq_ordered(struct hs_tls *t, const struct acq *a);
+/* The uncontended acquisition hs_acq_ordered cleared, after the real call
+ * succeeded: the chain read and hs_acq_after (locks.c; semaphores.c's fast
+ * path). */
+void hs_acq_uncontended(struct hs_tls *t, struct acq *a);
 
 /* ---- hand-over order (handover.c) ------------------------------------------ */
 
@@ -1001,6 +1045,26 @@ unsigned hs_py_interleave(struct hs_seg *s, uint64_t *pcs, unsigned n, unsigned 
  */
 unsigned hs_py_chain_frames(struct hs_seg *s, const uint64_t *pcs, unsigned n, unsigned cap,
 			    struct hs_pychain *py);
+
+/* Read the calling thread's innermost Python frame into tk (struct
+ * hs_pytoken); 0 when there is none, or it is not a shown frame (a shim,
+ * incomplete, not a code object), or frames are not read.  Direct loads:
+ * not from a signal handler. */
+int hs_py_token(struct hs_pytoken *tk);
+
+/*
+ * The interleaved stack of a lazy chain (hs_chain_read_lazy) into
+ * out[0..cap): inner[0..ni), the native frames before the evaluation loop,
+ * then the token's frame at its kept instruction, then, when that frame is
+ * still on the calling thread's Python stack as the same call (its code and
+ * its caller's address and instruction unchanged), its callers interleaved
+ * with cur[0..n) (the thread's native stack now) from the evaluation-loop
+ * call that runs it outward, *whole = 1.  Otherwise the stack ends at the
+ * token's frame, *whole = 0.  Reads frames with rd() (careful in a signal
+ * handler).  Returns the number of entries.
+ */
+unsigned hs_py_held_frames(struct hs_seg *s, const uint64_t *inner, unsigned ni, const struct hs_pytoken *tk,
+			   const uint64_t *cur, unsigned n, uint64_t *out, unsigned cap, int *whole);
 
 /* 0 when Python frames cannot be read in this process (looked for, not
  * found): callers skip hs_py_interleave_into.  One load. */

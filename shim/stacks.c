@@ -586,12 +586,15 @@ static __attribute__((noinline)) void chain_python(struct hs_chain *c)
 	c->python = hs_py_chain_frames(&hs_seg, c->pc, c->depth, CHAIN_MAX, &c->py) != 0;
 }
 
-unsigned hs_chain_read(struct hs_chain *c, uint64_t site, uint64_t cfa)
+/* hs_chain_read's native frames (c->python left as it was). */
+static unsigned chain_read_native(struct hs_chain *c, uint64_t site, uint64_t cfa)
 {
 	uint64_t top = chain_top;
 	uint32_t gen = __atomic_load_n(&pcoff_gen, __ATOMIC_ACQUIRE);
-	unsigned sn = c->walked && c->gen == gen ? c->depth : 0, m, d;
+	/* a lazy chain stops at its first evaluation loop: no shadow of the whole */
+	unsigned sn = c->walked && c->gen == gen && !c->lazy ? c->depth : 0, m, d;
 
+	c->lazy = 0;
 	c->unchanged = 0;
 	if (HS_LIKELY(top && slot_at(cfa) == site) && sn && c->site == site && c->cfa == cfa) {
 		/* the same call as last time, most often: compare the shadow's slots */
@@ -620,9 +623,54 @@ unsigned hs_chain_read(struct hs_chain *c, uint64_t site, uint64_t cfa)
 		c->cfa = cfa;
 		c->depth = chain_unwind(c, want);
 	}
+	return c->depth;
+}
+
+unsigned hs_chain_read(struct hs_chain *c, uint64_t site, uint64_t cfa)
+{
+	chain_read_native(c, site, cfa);
 	c->python = 0;
 	if (c->depth && hs_py_frames_maybe())
 		chain_python(c);
+	return c->depth;
+}
+
+unsigned hs_chain_read_lazy(struct hs_chain *c, uint64_t site, uint64_t cfa)
+{
+	unsigned m, e;
+	if (HS_LIKELY(c->lazy && c->site == site && c->cfa == cfa && c->walked &&
+		      c->gen == __atomic_load_n(&pcoff_gen, __ATOMIC_ACQUIRE) && chain_top && slot_at(cfa) == site)) {
+		/* the same native frames as last time up to the evaluation loop: compare their slots */
+		e = c->depth - 1;
+		for (m = 1; m <= e; m++)
+			if (slot_at(c->sp[m]) != c->pc[m])
+				break;
+		if (m > e) {
+			c->unchanged = 1;
+			if (HS_LIKELY(hs_py_token(&c->tok)))
+				return c->depth;
+			c->lazy = 0; /* no token: the whole chain */
+			c->walked = 0;
+			return hs_chain_read(c, site, cfa);
+		}
+	}
+	if (!hs_py_frames_maybe())
+		return hs_chain_read(c, site, cfa);
+	chain_read_native(c, site, cfa);
+	c->python = 0;
+	/* the innermost evaluation-loop call after the hook's caller (hs_py_chain_frames' first) */
+	for (e = 1; e < c->depth && e < CHAIN_MAX; e++)
+		if (hs_py_eval_pc(c->pc[e]))
+			break;
+	if (e >= c->depth || e >= CHAIN_MAX || !c->walked || hs_py_eval_pc(c->pc[0]) || !hs_py_token(&c->tok)) {
+		/* no Python frame on the way, or none to keep: the whole chain */
+		if (c->depth && hs_py_frames_maybe())
+			chain_python(c);
+		return c->depth;
+	}
+	c->depth = e + 1;
+	c->ended = 0;
+	c->lazy = 1;
 	return c->depth;
 }
 
@@ -649,8 +697,31 @@ static unsigned chain_interleave(const struct hs_chain *c, uint64_t *out)
 	return o;
 }
 
+/*
+ * A lazy chain's stack (hs_chain_read_lazy): its native frames, its Python
+ * frame, and what is further out read from the thread's stack now
+ * (hs_py_held_frames); HS_STACK_TRUNCATED when the Python frame is no
+ * longer the same call there (the stack then ends with it).
+ */
+static uint32_t chain_stack_lazy(const struct hs_chain *c)
+{
+	void *buf[HS_STACK_DEPTH + 12];
+	uint64_t cur[HS_STACK_DEPTH + 12], out[CHAIN_MAX];
+	unsigned n = 0, o;
+	int got = 0, whole = 0;
+	if (room_to_unwind() && (got = unw_backtrace(buf, (int)(sizeof buf / sizeof buf[0]))) > 0) {
+		for (int i = 0; i < got; i++)
+			cur[i] = (uint64_t)(uintptr_t)buf[i];
+		n = (unsigned)got;
+	}
+	o = hs_py_held_frames(&hs_seg, c->pc, c->depth - 1, &c->tok, cur, n, out, CHAIN_MAX, &whole);
+	return hs_stack_intern(&hs_seg, out, o, HS_STACK_PYTHON | (whole ? 0u : HS_STACK_TRUNCATED));
+}
+
 uint32_t hs_chain_stack(const struct hs_chain *c)
 {
+	if (c->lazy)
+		return c->depth ? chain_stack_lazy(c) : 0;
 	if (c->python) {
 		uint64_t out[CHAIN_MAX];
 		return hs_stack_intern(&hs_seg, out, chain_interleave(c, out), HS_STACK_PYTHON);
@@ -669,6 +740,9 @@ void hs_chain_copy(struct hs_chain *dst, const struct hs_chain *src)
 	dst->ended = src->ended;
 	dst->python = src->python;
 	dst->unchanged = src->unchanged;
+	dst->lazy = src->lazy;
+	if (src->lazy)
+		dst->tok = src->tok;
 	memcpy(dst->pc, src->pc, n * sizeof dst->pc[0]);
 	if (src->walked)
 		memcpy(dst->sp, src->sp, n * sizeof dst->sp[0]);
