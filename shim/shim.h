@@ -701,16 +701,21 @@ struct hs_pychain {
 };
 
 /*
- * The innermost Python frame of a call, kept instead of its whole chain
- * (hs_chain_read_lazy): the frame's address, its code object and
- * instruction (a pointer on 3.11+, f_lasti before), and its caller's
- * address and instruction, which say later whether the frame is still the
- * same call (hs_py_held_frames).  Thread-local; addresses in the thread's
- * own Python frame chain.
+ * The innermost Python frame of a call and its caller, kept instead of the
+ * call's whole chain (hs_chain_read_lazy): each frame's address, code
+ * object and instruction (a pointer on 3.11+, f_lasti before).  They say
+ * later whether the frame is still the same call, and name the two frames
+ * when it is not (hs_py_held_frames).  Thread-local; addresses in the
+ * thread's own Python frame chain.
  */
 struct hs_pytoken {
 	uint64_t fp, code, instr;
-	uint64_t prev, prev_instr;  /* the caller (0: none) */
+	uint64_t prev, prev_instr;          /* the next frame out (0: none), whatever it is */
+	uint64_t caller, caller_code, caller_instr; /* the calling Python frame (past 3.12's shim of the
+					       evaluation loop; caller_code 0: none to name) */
+	uint32_t entry;                     /* the frame ends its evaluation-loop call: its caller runs in
+					       another, called from C (a `with` statement's __enter__) */
+	uint32_t pad;
 };
 
 /*
@@ -731,9 +736,10 @@ struct hs_chain {
 	uint8_t python;      /* py holds this call's Python frames (at least one) */
 	uint8_t unchanged;   /* hs_chain_read found the chain it read last time: the same site and
 				CFA, every return-address slot as before (pc[] did not change) */
-	uint8_t lazy;        /* hs_chain_read_lazy's: pc[0..depth - 1) the native frames before the
-				evaluation loop at pc[depth - 1], tok its innermost Python frame; the
-				rest is read from the thread's stack when the chain is interned */
+	uint8_t lazy;        /* hs_chain_read_lazy's, 1 or 2: pc[0..depth) the native frames up to the
+				lazy-th evaluation-loop call (1: the one running tok's frame; 2: also its
+				caller's, tok.entry), tok the Python frames; the rest is read from the
+				thread's stack when the chain is interned */
 	uint8_t pad2[3];
 	uint64_t pc[HS_CHAIN_MAX];
 	uint64_t sp[HS_CHAIN_MAX];
@@ -1057,14 +1063,20 @@ int hs_py_token(struct hs_pytoken *tk);
  * out[0..cap): inner[0..ni), the native frames before the evaluation loop,
  * then the token's frame at its kept instruction, then, when that frame is
  * still on the calling thread's Python stack as the same call (its code and
- * its caller's address and instruction unchanged), its callers interleaved
- * with cur[0..n) (the thread's native stack now) from the evaluation-loop
- * call that runs it outward, *whole = 1.  Otherwise the stack ends at the
- * token's frame, *whole = 0.  Reads frames with rd() (careful in a signal
- * handler).  Returns the number of entries.
+ * the next frame out, address and instruction, unchanged), its callers
+ * interleaved with cur[0..n) (the thread's native stack now) from the
+ * evaluation-loop call that runs it outward.  When it returned since (a
+ * context manager's __enter__ took the lock), its caller at its kept
+ * instruction follows instead, after mid[0..nm) (the native frames between
+ * the two evaluation-loop calls when tok.entry; NULL: not kept), then what
+ * is further out of the caller when the caller is still there (its address
+ * and code).  *whole = 1 when the stack reaches the outermost frame, 0
+ * when it ends early (the frames were gone).  Reads frames with rd()
+ * (careful in a signal handler).  Returns the number of entries.
  */
-unsigned hs_py_held_frames(struct hs_seg *s, const uint64_t *inner, unsigned ni, const struct hs_pytoken *tk,
-			   const uint64_t *cur, unsigned n, uint64_t *out, unsigned cap, int *whole);
+unsigned hs_py_held_frames(struct hs_seg *s, const uint64_t *inner, unsigned ni, const uint64_t *mid, unsigned nm,
+			   const struct hs_pytoken *tk, const uint64_t *cur, unsigned n, uint64_t *out, unsigned cap,
+			   int *whole);
 
 /* 0 when Python frames cannot be read in this process (looked for, not
  * found): callers skip hs_py_interleave_into.  One load. */

@@ -637,40 +637,39 @@ unsigned hs_chain_read(struct hs_chain *c, uint64_t site, uint64_t cfa)
 
 unsigned hs_chain_read_lazy(struct hs_chain *c, uint64_t site, uint64_t cfa)
 {
-	unsigned m, e;
+	unsigned m, e, k, want;
 	if (HS_LIKELY(c->lazy && c->site == site && c->cfa == cfa && c->walked &&
 		      c->gen == __atomic_load_n(&pcoff_gen, __ATOMIC_ACQUIRE) && chain_top && slot_at(cfa) == site)) {
-		/* the same native frames as last time up to the evaluation loop: compare their slots */
-		e = c->depth - 1;
-		for (m = 1; m <= e; m++)
+		/* the same native frames as last time up to the evaluation loop(s): compare their slots */
+		for (m = 1; m < c->depth; m++)
 			if (slot_at(c->sp[m]) != c->pc[m])
 				break;
-		if (m > e) {
+		if (m == c->depth && HS_LIKELY(hs_py_token(&c->tok) && (c->tok.entry ? 2u : 1u) == c->lazy)) {
 			c->unchanged = 1;
-			if (HS_LIKELY(hs_py_token(&c->tok)))
-				return c->depth;
-			c->lazy = 0; /* no token: the whole chain */
-			c->walked = 0;
-			return hs_chain_read(c, site, cfa);
+			return c->depth;
 		}
 	}
 	if (!hs_py_frames_maybe())
 		return hs_chain_read(c, site, cfa);
 	chain_read_native(c, site, cfa);
 	c->python = 0;
-	/* the innermost evaluation-loop call after the hook's caller (hs_py_chain_frames' first) */
-	for (e = 1; e < c->depth && e < CHAIN_MAX; e++)
-		if (hs_py_eval_pc(c->pc[e]))
+	if (!c->walked || c->depth == 0 || hs_py_eval_pc(c->pc[0]) || !hs_py_token(&c->tok))
+		goto whole;
+	/* up to the evaluation-loop call running the frame, and its caller's when called from C */
+	want = c->tok.entry ? 2 : 1;
+	for (e = 1, k = 0; e < c->depth && e < CHAIN_MAX; e++)
+		if (hs_py_eval_pc(c->pc[e]) && ++k == want)
 			break;
-	if (e >= c->depth || e >= CHAIN_MAX || !c->walked || hs_py_eval_pc(c->pc[0]) || !hs_py_token(&c->tok)) {
-		/* no Python frame on the way, or none to keep: the whole chain */
-		if (c->depth && hs_py_frames_maybe())
-			chain_python(c);
-		return c->depth;
-	}
+	if (e >= c->depth || e >= CHAIN_MAX)
+		goto whole;
 	c->depth = e + 1;
 	c->ended = 0;
-	c->lazy = 1;
+	c->lazy = (uint8_t)want;
+	return c->depth;
+whole:
+	/* no Python frame on the way, or none to keep: the whole chain */
+	if (c->depth && hs_py_frames_maybe())
+		chain_python(c);
 	return c->depth;
 }
 
@@ -714,7 +713,13 @@ static uint32_t chain_stack_lazy(const struct hs_chain *c)
 			cur[i] = (uint64_t)(uintptr_t)buf[i];
 		n = (unsigned)got;
 	}
-	o = hs_py_held_frames(&hs_seg, c->pc, c->depth - 1, &c->tok, cur, n, out, CHAIN_MAX, &whole);
+	unsigned e1 = c->depth - 1;
+	if (c->lazy == 2)
+		for (e1 = 1; e1 < c->depth - 1 && !hs_py_eval_pc(c->pc[e1]); e1++)
+			;
+	o = hs_py_held_frames(&hs_seg, c->pc, e1, c->lazy == 2 ? c->pc + e1 + 1 : NULL,
+			      c->lazy == 2 && e1 + 1 < c->depth ? c->depth - 2 - e1 : 0, &c->tok, cur, n, out, CHAIN_MAX,
+			      &whole);
 	return hs_stack_intern(&hs_seg, out, o, HS_STACK_PYTHON | (whole ? 0u : HS_STACK_TRUNCATED));
 }
 

@@ -9,8 +9,14 @@ order alone.  With "together" both take their first lock, meet at a
 barrier, and deadlock for real.  With "churn N" the program first makes
 CPython create and drop N short-lived locks the way a busy service does
 (queue.Queue get with a timeout, Condition.wait(0): a lock per wait).
+With "warm" each thread first takes each of its locks alone a few times
+elsewhere (warm_up), as a service does long before two locks nest: the
+acquisitions that then nest are each a lock's hundredth, not its first.
+With "cond" (after "warm") the cache's lock is taken through a
+threading.Condition around it: Condition.__enter__ takes it and returns,
+so the lock is held past the frame that took it.
 
-Usage: py_lock_abba.py [together | churn N]
+Usage: py_lock_abba.py [together | churn N | warm [cond]]
 Prints "pid P", "tid_reader T", "tid_writer T", "done" (never with together).
 """
 import os
@@ -20,6 +26,8 @@ import threading
 
 together = sys.argv[1:] == ["together"]
 churn = int(sys.argv[2]) if sys.argv[1:2] == ["churn"] else 0
+warm = sys.argv[1:2] == ["warm"]
+cond = warm and "cond" in sys.argv[2:]
 meet = threading.Barrier(2)
 
 
@@ -31,6 +39,7 @@ def say(key, value):
 class Cache:
     def __init__(self):
         self.lock = threading.Lock()  # marker: cache lock created
+        self.cond = threading.Condition(self.lock)
         self.entries = {}
 
 
@@ -43,9 +52,18 @@ class Store:
 cache, store = Cache(), Store()
 
 
+def warm_up(*locks):
+    for lock in locks:
+        for _ in range(100):
+            with lock:
+                pass
+
+
 def reader():
     say("tid_reader", threading.get_native_id())
-    with cache.lock:  # marker: reader takes the cache lock
+    if warm:
+        warm_up(cache.lock, store.lock)
+    with cache.cond if cond else cache.lock:  # marker: reader takes the cache lock
         if together:
             meet.wait()
         with store.lock:  # marker: reader takes the store lock
@@ -54,6 +72,8 @@ def reader():
 
 def writer():
     say("tid_writer", threading.get_native_id())
+    if warm:
+        warm_up(store.lock, cache.lock)
     with store.lock:  # marker: writer takes the store lock
         if together:
             meet.wait()
