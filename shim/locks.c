@@ -503,7 +503,11 @@ int hs_acq_ordered(struct hs_tls *t, const struct acq *a)
  */
 void hs_acq_uncontended(struct hs_tls *t, struct acq *a)
 {
+	struct hs_thread *th = t->slot;
 	struct held_chain *held_chains = held_chains_of();
+	struct hs_lock *l = &hs_seg.locks[a->id];
+	uint32_t n = th->held_count; /* at most HELD_CHAINS: hs_acq_ordered */
+	int32_t last = __atomic_load_n(&l->last_tid, __ATOMIC_RELAXED);
 	a->t0 = lock_now();
 	if (HS_UNLIKELY(!held_chains)) {
 		pending = NULL;
@@ -511,21 +515,70 @@ void hs_acq_uncontended(struct hs_tls *t, struct acq *a)
 			a->stack = hs_stack_site(a->site);
 	} else {
 		uint32_t gen = __atomic_load_n(&hs_seg_gen, __ATOMIC_RELAXED);
-		uint32_t n = t->slot->held_count;
-		pending = &held_chains[n < HELD_CHAINS ? n : HELD_CHAINS];
-		pending->addr = a->addr;
-		pending->exact = 0;
+		struct held_chain *c = &held_chains[n];
+		pending = c;
+		c->addr = a->addr;
+		c->exact = 0;
 		/* the stack is needed only if an edge is made from it later: read lazily */
-		hs_chain_read_lazy(&pending->c, a->site, a->cfa);
-		if (pending->stack_site != a->site || !pending->site_stack || pending->site_gen != gen) {
-			pending->site_stack = hs_stack_site(a->site);
-			pending->stack_site = a->site;
-			pending->site_gen = gen;
+		hs_chain_read_lazy(&c->c, a->site, a->cfa);
+		if (HS_UNLIKELY(c->stack_site != a->site || !c->site_stack || c->site_gen != gen)) {
+			c->site_stack = hs_stack_site(a->site);
+			c->stack_site = a->site;
+			c->site_gen = gen;
 		}
 		if (!a->stack)
-			a->stack = pending->site_stack;
+			a->stack = c->site_stack;
 	}
-	hs_acq_after(t, a, 0);
+	if (HS_UNLIKELY(last != t->tid)) {
+		/* a second thread (hs_acq_after) */
+		if (last && !(__atomic_load_n(&l->flags, __ATOMIC_RELAXED) & HS_LOCKF_SHARED))
+			hs_order_acquirer_changed(t, a->id, a->addr, last, 0, a->stack, a->t0);
+		__atomic_store_n(&l->last_tid, t->tid, __ATOMIC_RELAXED);
+	}
+	/* held_push, its chain in place already */
+	hs_lockstate_begin(th);
+	if (HS_LIKELY(n < HS_HELD_MAX)) {
+		struct hs_held *h = &th->held[n];
+		h->addr = a->addr;
+		h->lock = a->id;
+		h->mode = a->hold_mode;
+		h->trylock = a->trylock;
+		h->recursion = 0;
+		h->stack = a->stack;
+		h->flags = relgen_of(a->id) << HS_HELDF_RELGEN_SHIFT;
+		h->since_ns = a->t0;
+		th->held_count = n + 1;
+	} else {
+		th->held_overflow++;
+	}
+	hs_lockstate_end(th);
+	hs_rec(t, a->t0, HS_REC_LOCK_ACQUIRED, a->stack, a->addr, a->id,
+	       (uint64_t)a->hold_mode | (uint64_t)a->trylock << 8);
+}
+
+/*
+ * The release of the thread's innermost held entry when it is addr's, taken
+ * once, and needs no edge to the GIL (held[].flags has HS_HELDF_GIL: taken
+ * with it, or the caller knows the edge is there): hs_release without its
+ * searches.  Returns 0, doing nothing, in any other case: hs_release then.
+ */
+int hs_release_top(struct hs_tls *t, uint64_t addr)
+{
+	struct hs_thread *th = t->slot;
+	uint32_t n = th->held_count;
+	const struct hs_held *h;
+	if (HS_UNLIKELY(n == 0 || n > HS_HELD_MAX))
+		return 0;
+	h = &th->held[n - 1];
+	if (h->addr != addr || h->recursion || !(h->flags & HS_HELDF_GIL) ||
+	    HS_UNLIKELY((h->flags >> HS_HELDF_RELGEN_SHIFT) != relgen_of(h->lock)))
+		return 0;
+	uint32_t id = h->lock;
+	hs_lockstate_begin(th);
+	th->held_count = n - 1;
+	hs_lockstate_end(th);
+	hs_rec(t, lock_now(), HS_REC_LOCK_RELEASED, 0, addr, id, 0);
+	return 1;
 }
 
 void hs_release(struct hs_tls *t, uint64_t addr)

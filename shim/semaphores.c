@@ -340,7 +340,8 @@ HS_EXPORT int sem_post(sem_t *sem)
 				 * whether the GIL is held nor look the edge up */
 				if (known)
 					t->slot->held[h].flags |= HS_HELDF_GIL;
-				hs_release(t, addr);
+				if (!known || !hs_release_top(t, addr))
+					hs_release(t, addr);
 				if (!known)
 					sem_gil_edge_learn(id);
 			} else {
