@@ -271,8 +271,8 @@ identified:
 		return;
 	}
 	a->holds_gil = !a->gil_safe && __atomic_load_n(&hs_py_present, __ATOMIC_RELAXED) && hs_py_holds_gil();
-	if (a->trylock)
-		return; /* a trylock cannot block: no edge into it */
+	if (a->trylock || a->fresh)
+		return; /* a trylock cannot block, nor can a fresh lock's first taking: no edge into it */
 	if (a->holds_gil)
 		gil_edge(t, hs_py_gil_lock(), HS_MODE_WRITE, 0, a->id, a->acq_mode, 0, a->t0);
 	edge_site = a->site;
@@ -457,13 +457,18 @@ static struct {
 	uint32_t gen;   /* [atomic] */
 } edge_memo[EDGE_MEMO];
 
-static inline int edge_known(uint64_t key)
+/* 1 when the edge with this key is in the memo (a load and a compare). */
+static inline int edge_memoised(uint64_t key, uint32_t gen)
 {
-	uint32_t gen = __atomic_load_n(&hs_seg_gen, __ATOMIC_RELAXED);
 	unsigned i = (unsigned)((key * 0x9e3779b97f4a7c15ull) >> 52) & (EDGE_MEMO - 1);
-	if (__atomic_load_n(&edge_memo[i].key, __ATOMIC_RELAXED) == key &&
-	    __atomic_load_n(&edge_memo[i].gen, __ATOMIC_RELAXED) == gen)
-		return 1;
+	return __atomic_load_n(&edge_memo[i].key, __ATOMIC_RELAXED) == key &&
+	       __atomic_load_n(&edge_memo[i].gen, __ATOMIC_RELAXED) == gen;
+}
+
+/* 1 when the edge with this key is in the graph, memoised then. */
+static int edge_found(uint64_t key, uint32_t gen)
+{
+	unsigned i = (unsigned)((key * 0x9e3779b97f4a7c15ull) >> 52) & (EDGE_MEMO - 1);
 	if (!hs_edge_find(&hs_seg, key))
 		return 0;
 	__atomic_store_n(&edge_memo[i].gen, gen, __ATOMIC_RELAXED);
@@ -473,20 +478,26 @@ static inline int edge_known(uint64_t key)
 
 int hs_acq_ordered(struct hs_tls *t, const struct acq *a)
 {
-	struct hs_thread *th = t->slot;
-	uint32_t n;
-	held_purge(th);
-	n = th->held_count;
+	const struct hs_thread *th = t->slot;
+	uint32_t n = th->held_count, gen = __atomic_load_n(&hs_seg_gen, __ATOMIC_RELAXED);
 	if (HS_UNLIKELY(n > HELD_CHAINS))
 		return 0;
 	for (uint32_t i = 0; i < n; i++) {
 		const struct hs_held *he = &th->held[i];
+		uint64_t key;
+		/* released by another thread since (relgen): hs_acq_before drops it */
+		if (HS_UNLIKELY((he->flags >> HS_HELDF_RELGEN_SHIFT) != relgen_of(he->lock)))
+			return 0;
 		if (he->addr == a->addr)
 			return 0; /* a relock or a re-entry: hs_acq_before's to judge */
-		if (he->lock == a->id || he->lock == 0 ||
-		    (__atomic_load_n(&hs_seg.locks[he->lock].flags, __ATOMIC_RELAXED) & HS_LOCKF_COUNTER))
+		if (he->lock == a->id || he->lock == 0 || a->fresh)
 			continue;
-		if (!edge_known(hs_edge_key(he->lock, a->id, he->mode, a->acq_mode)))
+		key = hs_edge_key(he->lock, a->id, he->mode, a->acq_mode);
+		if (HS_LIKELY(edge_memoised(key, gen)))
+			continue;
+		if (__atomic_load_n(&hs_seg.locks[he->lock].flags, __ATOMIC_RELAXED) & HS_LOCKF_COUNTER)
+			continue; /* no edge from a counter */
+		if (!edge_found(key, gen))
 			return 0;
 	}
 	return 1;

@@ -988,11 +988,21 @@ _Static_assert(sizeof layouts / sizeof layouts[0] == 6, "hs_py_chain_frames has 
  * frames.  The frame must be one interleave() shows: a code object, not
  * the evaluation loop's shim, started.
  */
-static inline __attribute__((always_inline)) int token_read(const struct py_layout *L, uint64_t fp,
-							   struct hs_pytoken *tk)
+static inline __attribute__((always_inline)) int token_read(const struct py_layout *L, struct hs_pytoken *tk)
 {
-	const unsigned char *p = (const unsigned char *)(uintptr_t)fp, *co;
-	uint64_t code = u64_at(p, L->f_code), prev = u64_at(p, L->f_back);
+	/* first_frame() with direct loads and this row's offsets */
+	uint64_t ts = (uint64_t)(uintptr_t)pf.this_tstate(), at = ts, fp;
+	const unsigned char *p, *co;
+	uint64_t code, prev;
+	if (HS_UNLIKELY(!ts))
+		return 0;
+	if (L->ts_cframe != PYL_NONE && (at = u64_at((const unsigned char *)(uintptr_t)ts, L->ts_cframe)) < 4096)
+		return 0;
+	if ((fp = u64_at((const unsigned char *)(uintptr_t)at, L->ts_frame)) < 4096)
+		return 0;
+	p = (const unsigned char *)(uintptr_t)fp;
+	code = u64_at(p, L->f_code);
+	prev = u64_at(p, L->f_back);
 	if (HS_UNLIKELY(code < 4096))
 		return 0;
 	co = (const unsigned char *)(uintptr_t)code;
@@ -1047,22 +1057,21 @@ static inline __attribute__((always_inline)) int token_read(const struct py_layo
 
 int hs_py_token(struct hs_pytoken *tk)
 {
-	uint64_t fp;
-	if (!frames_ready() || hs_py_careful || (fp = first_frame()) == 0)
+	if (!frames_ready() || hs_py_careful)
 		return 0;
 	switch (pf.L - layouts) {
 	case 0:
-		return token_read(&layouts[0], fp, tk);
+		return token_read(&layouts[0], tk);
 	case 1:
-		return token_read(&layouts[1], fp, tk);
+		return token_read(&layouts[1], tk);
 	case 2:
-		return token_read(&layouts[2], fp, tk);
+		return token_read(&layouts[2], tk);
 	case 3:
-		return token_read(&layouts[3], fp, tk);
+		return token_read(&layouts[3], tk);
 	case 4:
-		return token_read(&layouts[4], fp, tk);
+		return token_read(&layouts[4], tk);
 	case 5:
-		return token_read(&layouts[5], fp, tk);
+		return token_read(&layouts[5], tk);
 	}
 	return 0;
 }

@@ -679,6 +679,12 @@ uint32_t hs_stack_site(uint64_t site);
  * Returns a stack id, 0 when the table is full. */
 uint32_t hs_stack_call(uint64_t site, uint64_t cfa);
 
+/* hs_stack_call's chain, read but not interned (hs_chain_stack interns
+ * it): the thread's call chain, valid until its next hs_stack_call or
+ * hs_chain_call; NULL when the thread has no area. */
+struct hs_chain;
+const struct hs_chain *hs_chain_call(uint64_t site, uint64_t cfa);
+
 #define HS_CHAIN_MAX 32 /* innermost native frames of a lock stack: the buffers are thread-local (static TLS comes out of every thread's stack) */
 
 /*
@@ -923,6 +929,8 @@ struct acq {
 	uint8_t hold_mode;      /* enum hs_mode it will be held in */
 	uint8_t trylock;        /* cannot block */
 	uint8_t gil_safe;       /* never blocks with the GIL held (a Python lock drops it first): no GIL edges */
+	uint8_t fresh;          /* the instance's first acquisition since it was made by this thread: no
+				   other thread has waited for it, it adds no edge into it (semaphores.c) */
 	int reentry;            /* index + 1 of the held entry it re-enters (recursive) */
 	int holds_gil;          /* the thread holds CPython's GIL */
 	int waited;             /* it had to block */
@@ -1419,7 +1427,7 @@ void hs_locks_adopt_held(struct hs_thread *th, const struct hs_held *h);
  * kept.  0 when the stack table is full. */
 uint32_t hs_locks_held_stack(struct hs_thread *th, int i);
 
-/* Read HEISEN_PY_LOCKS (semaphores.c: Python's locks as lock nodes, opt-in).  Init only. */
+/* Read HEISEN_PY_LOCKS (semaphores.c: Python's locks as lock nodes, on unless 0).  Init only. */
 void hs_sems_init(void);
 
 

@@ -759,6 +759,15 @@ void hs_chain_copy(struct hs_chain *dst, const struct hs_chain *src)
 	}
 }
 
+const struct hs_chain *hs_chain_call(uint64_t site, uint64_t cfa)
+{
+	struct hs_chain *call_chain = call_chain_of();
+	if (HS_UNLIKELY(!call_chain))
+		return NULL;
+	hs_chain_read(call_chain, site, cfa);
+	return call_chain;
+}
+
 uint32_t hs_stack_call(uint64_t site, uint64_t cfa)
 {
 	struct hs_chain *call_chain = call_chain_of();
