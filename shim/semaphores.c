@@ -35,26 +35,31 @@
  * taken without it), and every Python lock is held across GIL switches, so
  * it is taken as held without the GIL.
  *
- * Lock classes, as lockdep has them: every semaphore lock created by the
- * same sem_init stack (Python frames included, hs_stack_call) is one
- * node of the graph, one hs_lock entry whose addr is a class key
- * (HS_SEM_CLASS | stack id, not an address) and whose first_stack is that
- * stack; heisen-dump names it by the innermost Python frame.  (A lock
- * created by C with no Python frame on the stack, the interpreter's own,
- * is a node of its own, keyed by its address, as a mutex is.)  CPython
- * creates a lock per Condition.wait, per queue.Queue, per Thread: a node per
- * instance would fill the lock table within seconds, a node per creation
- * site never grows with the run.  The instance is what a thread holds and
- * waits for (held entries and the wait word carry its address), so hang
- * and deadlock reports name the instance's holder; the order is the
- * class's.  Consequences: two locks of one class nested in opposite orders
- * are not seen (an edge from a class to itself is not an order); a class
- * becomes a counter as a whole when one instance does.
+ * Lock classes, as lockdep has them: every semaphore lock created at the
+ * same place - the same two innermost Python frames of its sem_init stack
+ * (sem_class_key) - is one node of the graph, one hs_lock entry whose
+ * addr is a class key (HS_SEM_CLASS | the two frames' pyframe ids, not an
+ * address) and whose first_stack is its first lock's whole creation stack;
+ * heisen-dump names it by the innermost Python frame.  (A lock created by
+ * C with no Python frame on the stack, the interpreter's own, is a node of
+ * its own, keyed by its address, as a mutex is.)  CPython creates a lock
+ * per Condition.wait, per queue.Queue, per Thread, per import: a node per
+ * instance, or per whole creation stack (an import's module lock is made
+ * at one line reached through countless import chains), would fill the
+ * lock and stack tables within seconds; a node per creation site never
+ * grows with the run.  The instance is what a thread holds and waits for
+ * (held entries and the wait word carry its address), so hang and
+ * deadlock reports name the instance's holder; the order is the class's.
+ * Consequences: two locks of one class nested in opposite orders are not
+ * seen (an edge from a class to itself is not an order); a class becomes
+ * a counter as a whole when one instance does.
  *
  * The instance -> class link is kept in the semaphore itself: glibc's
  * sem_t is 32 bytes and its semaphore uses the first 16 (struct new_sem on
- * 64-bit), so sem_init writes a tag {magic, class id} into the last 8 and
- * sem_destroy clears it.  A semaphore without the tag (initialised to
+ * 64-bit), so sem_init writes a tag {magic, class id} into the last 8
+ * (the magic says the segment generation and whether the lock is fresh,
+ * sem_tag_magic, SEM_TAG_FRESH) and the Python frame that made it into the
+ * 8 before, and sem_destroy clears the tag.  A semaphore without the tag (initialised to
  * another value, process-shared, opened by sem_open, initialised before the
  * shim) is never looked at: no lookup, no table entry.
  *
