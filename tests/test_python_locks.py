@@ -146,6 +146,24 @@ def test_correct_use_of_the_threading_primitives_has_no_finding(heisen, session,
     check_process(report, pid, py)
 
 
+def test_imports_in_two_threads_stay_within_the_tables(heisen, session, py):
+    """Two threads importing a few dozen modules (the start-up of a real
+    service): every import makes a module lock at one line of importlib,
+    reached through a different chain each time, and nested imports take
+    them inside each other.  One lock class per creation place, not per
+    creation stack: no table fills (with a class per stack the 2,048-entry
+    stack table overflowed: "limit reached"), and no finding."""
+    src = heisen.src_targets / "py_many_imports.py"
+    p = heisen.preload([py.exe, src], session, timeout=120)
+    assert p.returncode == 0 and facts(p.stdout)["done"] == ["1"], (p.returncode, p.stdout, p.stderr)
+    assert fact_int(p.stdout, "modules") > 150, p.stdout
+    pid = fact_int(p.stdout, "pid")
+    report = heisen.dump_json(session, expect_rc=0)
+    assert report["findings"] == [], [f.get("message") for f in report["findings"]]
+    assert not any(v for v in process_of(report, pid)["dropped"].values()), process_of(report, pid)["dropped"]
+    check_process(report, pid, py)
+
+
 def test_python_locks_off_records_nothing_of_them(heisen, session):
     """With HEISEN_PY_LOCKS=0 the semaphore hooks only pass the call on:
     the same ABBA of two threading.Locks gives no lock node and no finding."""
