@@ -1057,7 +1057,9 @@ static inline __attribute__((always_inline)) int token_read(const struct py_layo
 
 int hs_py_token(struct hs_pytoken *tk)
 {
-	if (!frames_ready() || hs_py_careful)
+	if (HS_UNLIKELY(!__atomic_load_n(&pf.ready, __ATOMIC_ACQUIRE)) && !frames_ready())
+		return 0;
+	if (hs_py_careful)
 		return 0;
 	switch (pf.L - layouts) {
 	case 0:
