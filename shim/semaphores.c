@@ -460,15 +460,15 @@ HS_EXPORT int sem_init(sem_t *sem, int pshared, unsigned int value)
 			id = hs_lock_id(&hs_seg, (uint64_t)(uintptr_t)sem, HS_LOCK_SEMAPHORE, 0, stack, t->tid,
 					hs_now());
 		}
+		if (id) {
+			/* the frame that made it (sem_made_here) */
+			struct hs_pytoken tk;
+			uint64_t maker = hs_py_token(&tk) ? tk.fp : 0;
+			memcpy((char *)sem + SEM_MAKER_OFF, &maker, sizeof maker);
+		}
 		hs_leave(t);
 	}
 	sem_tag_set(sem, id);
-	if (id) {
-		/* the frame that made it (sem_made_here) */
-		struct hs_pytoken tk;
-		uint64_t maker = hs_py_token(&tk) ? tk.fp : 0;
-		memcpy((char *)sem + SEM_MAKER_OFF, &maker, sizeof maker);
-	}
 	return rc;
 }
 
