@@ -14,9 +14,11 @@ elsewhere (warm_up), as a service does long before two locks nest: the
 acquisitions that then nest are each a lock's hundredth, not its first.
 With "cond" (after "warm") the cache's lock is taken through a
 threading.Condition around it: Condition.__enter__ takes it and returns,
-so the lock is held past the frame that took it.
+so the lock is held past the frame that took it.  "together warm": each
+thread first also nests its two locks once in its own order, so when they
+deadlock for real no acquisition makes a new edge.
 
-Usage: py_lock_abba.py [together | churn N | warm [cond]]
+Usage: py_lock_abba.py [together [warm] | churn N | warm [cond]]
 Prints "pid P", "tid_reader T", "tid_writer T", "done" (never with together).
 """
 import os
@@ -24,10 +26,10 @@ import queue
 import sys
 import threading
 
-together = sys.argv[1:] == ["together"]
+together = sys.argv[1:2] == ["together"]
 churn = int(sys.argv[2]) if sys.argv[1:2] == ["churn"] else 0
-warm = sys.argv[1:2] == ["warm"]
-cond = warm and "cond" in sys.argv[2:]
+warm = sys.argv[1:2] == ["warm"] or (together and "warm" in sys.argv[2:])
+cond = sys.argv[1:2] == ["warm"] and "cond" in sys.argv[2:]
 meet = threading.Barrier(2)
 
 
@@ -52,17 +54,30 @@ class Store:
 cache, store = Cache(), Store()
 
 
-def warm_up(*locks):
-    for lock in locks:
+reader_nested, warmed = threading.Event(), threading.Barrier(2)
+
+
+def warm_up(first, second, who):
+    for lock in (first, second):
         for _ in range(100):
             with lock:
                 pass
+    if together:
+        # one thread nests after the other (at once they would deadlock here), then both go on
+        if who == "writer":
+            reader_nested.wait()
+        with first:
+            with second:
+                pass
+        if who == "reader":
+            reader_nested.set()
+        warmed.wait()
 
 
 def reader():
     say("tid_reader", threading.get_native_id())
     if warm:
-        warm_up(cache.lock, store.lock)
+        warm_up(cache.lock, store.lock, "reader")
     with cache.cond if cond else cache.lock:  # marker: reader takes the cache lock
         if together:
             meet.wait()
@@ -73,7 +88,7 @@ def reader():
 def writer():
     say("tid_writer", threading.get_native_id())
     if warm:
-        warm_up(store.lock, cache.lock)
+        warm_up(store.lock, cache.lock, "writer")
     with store.lock:  # marker: writer takes the store lock
         if together:
             meet.wait()

@@ -73,9 +73,15 @@ def test_two_python_locks_in_opposite_orders_are_predicted(heisen, session, py, 
     check_process(report, pid, py)
 
 
-def test_two_python_locks_deadlock_names_the_locks_and_their_holders(heisen, session, py):
+@pytest.mark.parametrize("mode", [["together"], ["together", "warm"]],
+                         ids=["first-nesting", "after-each-thread-nested-its-locks-once"])
+def test_two_python_locks_deadlock_names_the_locks_and_their_holders(heisen, session, py, mode):
+    """Deadlocked for real: both holders named, each held lock with the
+    line that took it.  "warm": every edge was made before, so the held
+    locks' stacks were kept lazily and read when the hang's snapshot was
+    taken (in the signal handler)."""
     src = heisen.src_targets / "py_lock_abba.py"
-    rc, out, err = run_watched(heisen, session, [py.exe, src, "together"])
+    rc, out, err = run_watched(heisen, session, [py.exe, src] + mode)
     assert rc == 137 and "done" not in out, (rc, out, err)
     pid, reader, writer = (fact_int(out, k) for k in ("pid", "tid_reader", "tid_writer"))
     report = heisen.dump_json(session, expect_rc=1)
