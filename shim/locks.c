@@ -508,9 +508,11 @@ int hs_acq_ordered(struct hs_tls *t, const struct acq *a)
  * recorded after the real call succeeded (semaphores.c's fast path, the
  * common `with lock:`).  a->gil_safe leaves no GIL question: of
  * hs_acq_before only the chain read stays (this call's exact stack, kept
- * raw in the slot of the entry it pushes and interned only when an edge, a
- * finding or a snapshot needs it, as for every lock), then hs_acq_after
- * records it.  a: id, addr, site, cfa, kind and modes set.
+ * lazily in the slot of the entry it pushes, hs_chain_read_lazy, and
+ * interned only when an edge, a finding or a snapshot needs it), then what
+ * hs_acq_after does for an acquisition that did not wait: the shared-
+ * instance check, the held entry, the ring record.  a: id, addr, site,
+ * cfa, kind and modes set.
  */
 void hs_acq_uncontended(struct hs_tls *t, struct acq *a)
 {
