@@ -392,6 +392,17 @@ static void holder_stacks(FILE *out, struct hs_proc *p, const struct hs_tsnap *t
 		hs_lockref(p, he->lock, he->addr, &l);
 		fprintf(out, "  thread %d (%s) acquired %s at:\n", h[i]->t.tid, h[i]->name, l.label);
 		print_frames(out, p, he->stack, "    ");
+		if (h[i]->t.wait_kind != HS_WAIT_NONE)
+			continue;
+		/* a holder that waits for nothing heisen sees: where it is, or why that is unknown */
+		if (h[i]->t.snap_ns && h[i]->t.snap_stack) {
+			fprintf(out, "  thread %d (%s) is at (its latest snapshot):\n", h[i]->t.tid, h[i]->name);
+			print_frames(out, p, h[i]->t.snap_stack, "    ");
+		} else {
+			const char *why = hs_no_snapshot_reason(p, h[i]);
+			fprintf(out, "  thread %d (%s): no snapshot: %s\n", h[i]->t.tid, h[i]->name,
+				why ? why : "the thread did not answer the snapshot signal");
+		}
 	}
 }
 

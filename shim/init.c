@@ -278,6 +278,10 @@ static void atfork_child(void)
 		uint64_t now = hs_now();
 		for (uint32_t i = 0; i < fh->count; i++) {
 			struct hs_held h = fh->held[i];
+			/* a Python lock created in the parent is not looked at in the child
+			 * (semaphores.c, sem_tag_magic): its release would never be seen */
+			if (fh->kind[i] == HS_LOCK_SEMAPHORE)
+				continue;
 			if (!inherited)
 				h.stack = h.stack && h.stack < old.hdr->tables[HS_T_STACKS].capacity
 						  ? reintern_native(&old.stacks[h.stack])

@@ -271,8 +271,8 @@ identified:
 		return;
 	}
 	a->holds_gil = !a->gil_safe && __atomic_load_n(&hs_py_present, __ATOMIC_RELAXED) && hs_py_holds_gil();
-	if (a->trylock)
-		return; /* a trylock cannot block: no edge into it */
+	if (a->trylock || a->fresh)
+		return; /* a trylock cannot block, nor can a fresh lock's first taking: no edge into it */
 	if (a->holds_gil)
 		gil_edge(t, hs_py_gil_lock(), HS_MODE_WRITE, 0, a->id, a->acq_mode, 0, a->t0);
 	edge_site = a->site;
@@ -356,6 +356,7 @@ static void held_push(struct hs_thread *th, const struct hs_held *h, const struc
 			c->c.depth = 0;
 			c->c.walked = 0;
 			c->c.python = 0;
+			c->c.lazy = 0;
 		}
 	}
 }
@@ -440,6 +441,159 @@ void hs_acq_after(struct hs_tls *t, struct acq *a, int rc)
 	} else {
 		hs_rec(t, now, HS_REC_LOCK_ERROR, a->stack, a->addr, a->id, (uint64_t)rc);
 	}
+}
+
+/*
+ * Lock-order edges known to be in the graph: a process-private
+ * direct-mapped memo of edge keys (hs_edge_key) and the segment generation
+ * they were found in, so that an acquisition under locks already ordered
+ * before it checks each held entry with a load and a compare instead of an
+ * index lookup.  Edges are never removed from a segment; an entry of an
+ * older segment (a fork child's new one) does not match.  Two threads may
+ * write one slot at once: each field is written whole, and both write the
+ * current generation, so a mixed read is still an edge that exists.
+ */
+#define EDGE_MEMO 4096u
+static struct {
+	uint64_t key;   /* [atomic] */
+	uint32_t gen;   /* [atomic] */
+} edge_memo[EDGE_MEMO];
+
+/* 1 when the edge with this key is in the memo (a load and a compare). */
+static inline int edge_memoised(uint64_t key, uint32_t gen)
+{
+	unsigned i = (unsigned)((key * 0x9e3779b97f4a7c15ull) >> 52) & (EDGE_MEMO - 1);
+	return __atomic_load_n(&edge_memo[i].key, __ATOMIC_RELAXED) == key &&
+	       __atomic_load_n(&edge_memo[i].gen, __ATOMIC_RELAXED) == gen;
+}
+
+/* 1 when the edge with this key is in the graph, memoised then. */
+static int edge_found(uint64_t key, uint32_t gen)
+{
+	unsigned i = (unsigned)((key * 0x9e3779b97f4a7c15ull) >> 52) & (EDGE_MEMO - 1);
+	if (!hs_edge_find(&hs_seg, key))
+		return 0;
+	__atomic_store_n(&edge_memo[i].gen, gen, __ATOMIC_RELAXED);
+	__atomic_store_n(&edge_memo[i].key, key, __ATOMIC_RELAXED);
+	return 1;
+}
+
+int hs_acq_ordered(struct hs_tls *t, const struct acq *a)
+{
+	const struct hs_thread *th = t->slot;
+	uint32_t n = th->held_count, gen = __atomic_load_n(&hs_seg_gen, __ATOMIC_RELAXED);
+	if (HS_UNLIKELY(n > HELD_CHAINS))
+		return 0;
+	for (uint32_t i = 0; i < n; i++) {
+		const struct hs_held *he = &th->held[i];
+		uint64_t key;
+		/* released by another thread since (relgen): hs_acq_before drops it */
+		if (HS_UNLIKELY((he->flags >> HS_HELDF_RELGEN_SHIFT) != relgen_of(he->lock)))
+			return 0;
+		if (he->addr == a->addr)
+			return 0; /* a relock or a re-entry: hs_acq_before's to judge */
+		if (he->lock == a->id || he->lock == 0 || a->fresh)
+			continue;
+		key = hs_edge_key(he->lock, a->id, he->mode, a->acq_mode);
+		if (HS_LIKELY(edge_memoised(key, gen)))
+			continue;
+		if (__atomic_load_n(&hs_seg.locks[he->lock].flags, __ATOMIC_RELAXED) & HS_LOCKF_COUNTER)
+			continue; /* no edge from a counter */
+		if (!edge_found(key, gen))
+			return 0;
+	}
+	return 1;
+}
+
+/*
+ * An uncontended acquisition that adds no edge (hs_acq_ordered said so),
+ * recorded after the real call succeeded (semaphores.c's fast path, the
+ * common `with lock:`).  a->gil_safe leaves no GIL question: of
+ * hs_acq_before only the chain read stays (this call's exact stack, kept
+ * lazily in the slot of the entry it pushes, hs_chain_read_lazy, and
+ * interned only when an edge, a finding or a snapshot needs it), then what
+ * hs_acq_after does for an acquisition that did not wait: the shared-
+ * instance check, the held entry, the ring record.  a: id, addr, site,
+ * cfa, kind and modes set.
+ */
+void hs_acq_uncontended(struct hs_tls *t, struct acq *a)
+{
+	struct hs_thread *th = t->slot;
+	struct held_chain *held_chains = held_chains_of();
+	struct hs_lock *l = &hs_seg.locks[a->id];
+	uint32_t n = th->held_count; /* at most HELD_CHAINS: hs_acq_ordered */
+	int32_t last = __atomic_load_n(&l->last_tid, __ATOMIC_RELAXED);
+	a->t0 = lock_now();
+	if (HS_UNLIKELY(!held_chains)) {
+		pending = NULL;
+		if (!a->stack)
+			a->stack = hs_stack_site(a->site);
+	} else {
+		uint32_t gen = __atomic_load_n(&hs_seg_gen, __ATOMIC_RELAXED);
+		struct held_chain *c = &held_chains[n];
+		pending = c;
+		c->addr = a->addr;
+		c->exact = 0;
+		/* the stack is needed only if an edge is made from it later: read lazily */
+		hs_chain_read_lazy(&c->c, a->site, a->cfa);
+		if (HS_UNLIKELY(c->stack_site != a->site || !c->site_stack || c->site_gen != gen)) {
+			c->site_stack = hs_stack_site(a->site);
+			c->stack_site = a->site;
+			c->site_gen = gen;
+		}
+		if (!a->stack)
+			a->stack = c->site_stack;
+	}
+	if (HS_UNLIKELY(last != t->tid)) {
+		/* a second thread (hs_acq_after) */
+		if (last && !(__atomic_load_n(&l->flags, __ATOMIC_RELAXED) & HS_LOCKF_SHARED))
+			hs_order_acquirer_changed(t, a->id, a->addr, last, 0, a->stack, a->t0);
+		__atomic_store_n(&l->last_tid, t->tid, __ATOMIC_RELAXED);
+	}
+	/* held_push, its chain in place already */
+	hs_lockstate_begin(th);
+	if (HS_LIKELY(n < HS_HELD_MAX)) {
+		struct hs_held *h = &th->held[n];
+		h->addr = a->addr;
+		h->lock = a->id;
+		h->mode = a->hold_mode;
+		h->trylock = a->trylock;
+		h->recursion = 0;
+		h->stack = a->stack;
+		h->flags = relgen_of(a->id) << HS_HELDF_RELGEN_SHIFT;
+		h->since_ns = a->t0;
+		th->held_count = n + 1;
+	} else {
+		th->held_overflow++;
+	}
+	hs_lockstate_end(th);
+	hs_rec(t, a->t0, HS_REC_LOCK_ACQUIRED, a->stack, a->addr, a->id,
+	       (uint64_t)a->hold_mode | (uint64_t)a->trylock << 8);
+}
+
+/*
+ * The release of the thread's innermost held entry when it is addr's, taken
+ * once, and needs no edge to the GIL (held[].flags has HS_HELDF_GIL: taken
+ * with it, or the caller knows the edge is there): hs_release without its
+ * searches.  Returns 0, doing nothing, in any other case: hs_release then.
+ */
+int hs_release_top(struct hs_tls *t, uint64_t addr)
+{
+	struct hs_thread *th = t->slot;
+	uint32_t n = th->held_count;
+	const struct hs_held *h;
+	if (HS_UNLIKELY(n == 0 || n > HS_HELD_MAX))
+		return 0;
+	h = &th->held[n - 1];
+	if (h->addr != addr || h->recursion || !(h->flags & HS_HELDF_GIL) ||
+	    HS_UNLIKELY((h->flags >> HS_HELDF_RELGEN_SHIFT) != relgen_of(h->lock)))
+		return 0;
+	uint32_t id = h->lock;
+	hs_lockstate_begin(th);
+	th->held_count = n - 1;
+	hs_lockstate_end(th);
+	hs_rec(t, lock_now(), HS_REC_LOCK_RELEASED, 0, addr, id, 0);
+	return 1;
 }
 
 void hs_release(struct hs_tls *t, uint64_t addr)

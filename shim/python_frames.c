@@ -981,6 +981,240 @@ unsigned hs_py_chain_frames(struct hs_seg *s, const uint64_t *pcs, unsigned n, u
 
 _Static_assert(sizeof layouts / sizeof layouts[0] == 6, "hs_py_chain_frames has a case per row of layouts[]");
 
+/*
+ * The token of the innermost Python frame fp (hs_py_token), L a constant
+ * row of layouts[] at each call.  Direct loads: the thread's own live
+ * frames.  The frame must be one interleave() shows: a code object, not
+ * the evaluation loop's shim, started.
+ */
+static inline __attribute__((always_inline)) int token_read(const struct py_layout *L, struct hs_pytoken *tk)
+{
+	/* first_frame() with direct loads and this row's offsets */
+	uint64_t ts = (uint64_t)(uintptr_t)pf.this_tstate(), at = ts, fp;
+	const unsigned char *p, *co;
+	uint64_t code, prev;
+	if (HS_UNLIKELY(!ts))
+		return 0;
+	if (L->ts_cframe != PYL_NONE && (at = u64_at((const unsigned char *)(uintptr_t)ts, L->ts_cframe)) < 4096)
+		return 0;
+	if ((fp = u64_at((const unsigned char *)(uintptr_t)at, L->ts_frame)) < 4096)
+		return 0;
+	p = (const unsigned char *)(uintptr_t)fp;
+	code = u64_at(p, L->f_code);
+	prev = u64_at(p, L->f_back);
+	if (HS_UNLIKELY(code < 4096))
+		return 0;
+	co = (const unsigned char *)(uintptr_t)code;
+	if (u64_at(co, OB_TYPE) != pf.code_type)
+		return 0;
+	const unsigned char *q = (const unsigned char *)(uintptr_t)prev;
+	tk->fp = fp;
+	tk->code = code;
+	tk->prev = prev < 4096 ? 0 : prev;
+	tk->caller = tk->prev;
+	if (L->chain == CHAIN_FRAME_OBJECT) {
+		tk->instr = (uint64_t)(int64_t)i32_at(p, L->f_instr);
+		tk->prev_instr = tk->prev ? (uint64_t)(int64_t)i32_at(q, L->f_instr) : 0;
+		tk->entry = 1;
+	} else {
+		unsigned char owner = p[L->f_owner];
+		if (L->chain == CHAIN_CSTACK && owner == L->owner_cstack)
+			return 0;
+		tk->instr = u64_at(p, L->f_instr);
+		if (owner != L->owner_generator &&
+		    tk->instr < code + L->co_code + (uint64_t)i32_at(co, L->co_firsttraceable) * 2)
+			return 0;
+		tk->prev_instr = tk->prev ? u64_at(q, L->f_instr) : 0;
+		if (L->chain == CHAIN_IS_ENTRY) {
+			tk->entry = p[L->f_is_entry] != 0;
+		} else {
+			/* 3.12+: a call from C has the evaluation loop's shim as the next frame out */
+			tk->entry = tk->prev && q[L->f_owner] == L->owner_cstack;
+			if (tk->entry) {
+				uint64_t c = u64_at(q, L->f_back);
+				tk->caller = c < 4096 ? 0 : c;
+			}
+		}
+	}
+	tk->caller_code = tk->caller_instr = 0;
+	if (tk->caller) {
+		const unsigned char *r = (const unsigned char *)(uintptr_t)tk->caller;
+		uint64_t cc = u64_at(r, L->f_code);
+		if (L->chain == CHAIN_FRAME_OBJECT) {
+			tk->caller_instr = (uint64_t)(int64_t)i32_at(r, L->f_instr);
+		} else {
+			tk->caller_instr = u64_at(r, L->f_instr);
+			if (L->chain == CHAIN_CSTACK && r[L->f_owner] == L->owner_cstack)
+				cc = 0; /* a shim: no Python caller to name */
+		}
+		tk->caller_code = cc >= 4096 && u64_at((const unsigned char *)(uintptr_t)cc, OB_TYPE) == pf.code_type
+					  ? cc
+					  : 0;
+	}
+	return 1;
+}
+
+int hs_py_token(struct hs_pytoken *tk)
+{
+	if (HS_UNLIKELY(!__atomic_load_n(&pf.ready, __ATOMIC_ACQUIRE)) && !frames_ready())
+		return 0;
+	if (hs_py_careful)
+		return 0;
+	switch (pf.L - layouts) {
+	case 0:
+		return token_read(&layouts[0], tk);
+	case 1:
+		return token_read(&layouts[1], tk);
+	case 2:
+		return token_read(&layouts[2], tk);
+	case 3:
+		return token_read(&layouts[3], tk);
+	case 4:
+		return token_read(&layouts[4], tk);
+	case 5:
+		return token_read(&layouts[5], tk);
+	}
+	return 0;
+}
+
+_Static_assert(sizeof layouts / sizeof layouts[0] == 6, "hs_py_token has a case per row of layouts[]");
+
+/* The pyframe id of (code, instr) kept in a token, read with care when the
+ * frame is gone (its code object may be too). */
+static uint32_t token_frame_id(struct hs_seg *s, uint64_t code, uint64_t instr, int careful)
+{
+	const struct py_layout *L = pf.L;
+	int was = hs_py_careful;
+	struct pyf g;
+	uint32_t id;
+	memset(&g, 0, sizeof g);
+	g.code = code;
+	g.instr = instr;
+	if (L->chain == CHAIN_FRAME_OBJECT)
+		g.addr = (int64_t)instr < 0 ? -1 : (long)instr * L->lasti_bytes;
+	else
+		g.addr = instr >= code + L->co_code ? (long)(instr - code - L->co_code) : -1;
+	hs_py_careful = was || careful;
+	id = pyframe_id(s, &g);
+	hs_py_careful = was;
+	return id;
+}
+
+/* Frame want in the thread's chain now: its address, 0 when not there;
+ * *b the evaluation-loop calls ended before it (inner to it). */
+static uint64_t chain_find(uint64_t want, unsigned *b, unsigned *budget)
+{
+	struct pyf f;
+	uint64_t fp;
+	*b = 0;
+	for (fp = first_frame(); fp && *budget; (*budget)--) {
+		if (fp == want)
+			return fp;
+		fp = read_frame(fp, &f);
+		if (f.entry)
+			(*b)++;
+	}
+	return 0;
+}
+
+unsigned hs_py_held_frames(struct hs_seg *s, const uint64_t *inner, unsigned ni, const uint64_t *mid, unsigned nm,
+			   const struct hs_pytoken *tk, const uint64_t *cur, unsigned n, uint64_t *out, unsigned cap,
+			   int *whole)
+{
+	uint64_t fp, next = 0, lo, hi;
+	unsigned o = 0, b = 0, i, k, budget = PY_CHAIN_MAX;
+	int same = 0, entry;
+	struct pyf f;
+	uint32_t id;
+
+	*whole = 0;
+	for (i = 0; i < ni && o < cap; i++)
+		out[o++] = inner[i];
+	if (!frames_ready() || !s || !s->hdr || !s->pyframes || o >= cap)
+		return o;
+	lo = pf.eval_lo;
+	hi = pf.eval_hi;
+	/* the token's frame in the thread's chain now, b evaluation-loop calls in: the same call
+	 * when its code and its caller (address and instruction) are unchanged */
+	if ((fp = chain_find(tk->fp, &b, &budget)) != 0) {
+		next = read_frame(fp, &f);
+		same = f.code == tk->code && (next < 4096 ? 0 : next) == tk->prev;
+		if (same && tk->prev) {
+			struct pyf g;
+			read_frame(tk->prev, &g);
+			same = g.instr == tk->prev_instr;
+		}
+	}
+	/* the frame at the instruction it acquired at */
+	if ((id = token_frame_id(s, tk->code, tk->instr, !same)) != 0 && o < cap)
+		out[o++] = HS_PC_PYTHON | id;
+	if (same) {
+		fp = next;
+		entry = f.entry;
+	} else {
+		/* it returned (a helper such as Condition.__enter__ took the lock): the native
+		 * frames between it and its caller when it was called from C (kept: mid), its
+		 * caller at the instruction of that call, then, when the caller is still there,
+		 * what is further out of it */
+		if (!tk->caller_code || (tk->entry && !mid) || o >= cap)
+			return o;
+		for (i = 0; tk->entry && i < nm && o < cap; i++)
+			out[o++] = mid[i];
+		if (o < cap && (id = token_frame_id(s, tk->caller_code, tk->caller_instr, 1)) != 0)
+			out[o++] = HS_PC_PYTHON | id;
+		budget = PY_CHAIN_MAX;
+		if ((fp = chain_find(tk->caller, &b, &budget)) == 0 || o >= cap)
+			return o;
+		fp = read_frame(fp, &f);
+		if (f.code != tk->caller_code)
+			return o;
+		entry = f.entry;
+	}
+	/* the callers in the same evaluation-loop call */
+	if (!entry) {
+		while (fp && budget && o < cap) {
+			budget--;
+			fp = read_frame(fp, &f);
+			id = f.skip ? 0 : pyframe_id(s, &f);
+			if (id)
+				out[o++] = HS_PC_PYTHON | id;
+			if (f.entry)
+				break;
+		}
+	}
+	/* that call among the native frames now: the (b + 1)-th evaluation-loop frame */
+	for (i = 0, k = 0; i < n; i++)
+		if (cur[i] > lo && cur[i] <= hi && k++ == b)
+			break;
+	if (i >= n)
+		return o;
+	/* further out, as interleave() does */
+	for (i++; i < n && o < cap; i++) {
+		if (!(cur[i] > lo && cur[i] <= hi) || !fp || !budget) {
+			out[o++] = cur[i];
+			continue;
+		}
+		while (fp && budget && o < cap) {
+			budget--;
+			fp = read_frame(fp, &f);
+			id = f.skip ? 0 : pyframe_id(s, &f);
+			if (id)
+				out[o++] = HS_PC_PYTHON | id;
+			if (f.entry)
+				break;
+		}
+	}
+	while (fp && budget && o < cap) {
+		budget--;
+		fp = read_frame(fp, &f);
+		id = f.skip ? 0 : pyframe_id(s, &f);
+		if (id)
+			out[o++] = HS_PC_PYTHON | id;
+	}
+	*whole = 1;
+	return o;
+}
+
 int hs_py_eval_pc(uint64_t pc)
 {
 	/* acquire: pairs with the release of ready in hs_py_frames_init */

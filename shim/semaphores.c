@@ -35,26 +35,31 @@
  * taken without it), and every Python lock is held across GIL switches, so
  * it is taken as held without the GIL.
  *
- * Lock classes, as lockdep has them: every semaphore lock created by the
- * same sem_init stack (Python frames included, hs_stack_call) is one
- * node of the graph, one hs_lock entry whose addr is a class key
- * (HS_SEM_CLASS | stack id, not an address) and whose first_stack is that
- * stack; heisen-dump names it by the innermost Python frame.  (A lock
- * created by C with no Python frame on the stack, the interpreter's own,
- * is a node of its own, keyed by its address, as a mutex is.)  CPython
- * creates a lock per Condition.wait, per queue.Queue, per Thread: a node per
- * instance would fill the lock table within seconds, a node per creation
- * site never grows with the run.  The instance is what a thread holds and
- * waits for (held entries and the wait word carry its address), so hang
- * and deadlock reports name the instance's holder; the order is the
- * class's.  Consequences: two locks of one class nested in opposite orders
- * are not seen (an edge from a class to itself is not an order); a class
- * becomes a counter as a whole when one instance does.
+ * Lock classes, as lockdep has them: every semaphore lock created at the
+ * same place - the same two innermost Python frames of its sem_init stack
+ * (sem_class_key) - is one node of the graph, one hs_lock entry whose
+ * addr is a class key (HS_SEM_CLASS | the two frames' pyframe ids, not an
+ * address) and whose first_stack is its first lock's whole creation stack;
+ * heisen-dump names it by the innermost Python frame.  (A lock created by
+ * C with no Python frame on the stack, the interpreter's own, is a node of
+ * its own, keyed by its address, as a mutex is.)  CPython creates a lock
+ * per Condition.wait, per queue.Queue, per Thread, per import: a node per
+ * instance, or per whole creation stack (an import's module lock is made
+ * at one line reached through countless import chains), would fill the
+ * lock and stack tables within seconds; a node per creation site never
+ * grows with the run.  The instance is what a thread holds and waits for
+ * (held entries and the wait word carry its address), so hang and
+ * deadlock reports name the instance's holder; the order is the class's.
+ * Consequences: two locks of one class nested in opposite orders are not
+ * seen (an edge from a class to itself is not an order); a class becomes
+ * a counter as a whole when one instance does.
  *
  * The instance -> class link is kept in the semaphore itself: glibc's
  * sem_t is 32 bytes and its semaphore uses the first 16 (struct new_sem on
- * 64-bit), so sem_init writes a tag {magic, class id} into the last 8 and
- * sem_destroy clears it.  A semaphore without the tag (initialised to
+ * 64-bit), so sem_init writes a tag {magic, class id} into the last 8
+ * (the magic says the segment generation and whether the lock is fresh,
+ * sem_tag_magic, SEM_TAG_FRESH) and the Python frame that made it into the
+ * 8 before, and sem_destroy clears the tag.  A semaphore without the tag (initialised to
  * another value, process-shared, opened by sem_open, initialised before the
  * shim) is never looked at: no lookup, no table entry.
  *
@@ -95,9 +100,54 @@ struct sem_tag {
 #define HS_SEM_CLASS (0xfffeull << 48) /* class key: never a user-space address */
 _Static_assert(sizeof(sem_t) >= 16 + sizeof(struct sem_tag), "glibc's semaphore fills sem_t");
 
+/*
+ * The magic of this segment's tags: a fork child has a segment of its own
+ * (new lock ids), so a tag written in the parent does not match there and
+ * the parent's Python locks are not looked at in the child (their ids
+ * would name the child's locks).  The locks CPython re-creates after a fork
+ * (_at_fork_reinit) and the child's own get tags of the child's segment.
+ */
+static inline uint32_t sem_tag_magic(void)
+{
+	/* the low bit stays SEM_TAG_MAGIC's: SEM_TAG_FRESH flips it */
+	return SEM_TAG_MAGIC ^ (__atomic_load_n(&hs_seg_gen, __ATOMIC_RELAXED) * 0x9e3779b1u & ~1u);
+}
+
+/*
+ * A lock semaphore not yet acquired since sem_init has the magic's low bit
+ * flipped: fresh, and the Python frame that made it is kept beside the tag
+ * (SEM_MAKER_OFF).  Its first acquisition by that same frame, still
+ * running, cannot wait for a holder (the lock has had none, and no other
+ * code has had it yet), so it adds no edge into it: a thread that makes
+ * and takes its own thread-state lock while holding another (threading's
+ * _after_fork in a fork child: `with _active_limbo_lock:` around
+ * _reset_internal_locks) does not order that lock before the lock every
+ * later join of the thread waits for.  A lock made in one function and
+ * taken in another is ordered from its first acquisition on.
+ */
+#define SEM_TAG_FRESH 1u
+#define SEM_MAKER_OFF (SEM_TAG_OFF - sizeof(uint64_t))
+_Static_assert(sizeof(sem_t) >= 16 + sizeof(uint64_t) + sizeof(struct sem_tag), "glibc's semaphore fills sem_t");
+
+/* 1 when the calling thread's innermost Python frame made the fresh semaphore sem. */
+static int sem_made_here(const sem_t *sem)
+{
+	struct hs_pytoken tk;
+	uint64_t maker;
+	memcpy(&maker, (const char *)sem + SEM_MAKER_OFF, sizeof maker);
+	return maker && hs_py_token(&tk) && tk.fp == maker;
+}
+
+/* The semaphore was acquired: no longer fresh. */
+static inline void sem_tag_used(sem_t *sem)
+{
+	uint32_t magic = sem_tag_magic();
+	memcpy((char *)sem + SEM_TAG_OFF, &magic, sizeof magic);
+}
+
 static inline void sem_tag_set(sem_t *sem, uint32_t id)
 {
-	struct sem_tag tag = {id ? SEM_TAG_MAGIC : 0, id};
+	struct sem_tag tag = {id ? sem_tag_magic() ^ SEM_TAG_FRESH : 0, id};
 	memcpy((char *)sem + SEM_TAG_OFF, &tag, sizeof tag);
 }
 
@@ -108,12 +158,15 @@ static inline void sem_tag_set(sem_t *sem, uint32_t id)
  * it) is dropped from it.
  */
 /*
- * Python locks are tracked only with HEISEN_PY_LOCKS=1 for now: their cost
- * (about +1 us per uncontended `with lock:`, bench/README.md "Python
- * locks") is far above the lock budget of +25 ns, and CPython takes them
- * everywhere (queue.Queue, Condition, logging, imports).  Off, a sem_*
- * hook only keeps the hand-over order (handover.h: a successful wait reads
- * the semaphore's record, a post onto 0 stamps it) and makes the real call.
+ * Python locks are tracked by default; HEISEN_PY_LOCKS=0 turns them off.
+ * Off, a sem_* hook only keeps the hand-over order (handover.h: a
+ * successful wait reads the semaphore's record, a post onto 0 stamps it)
+ * and makes the real call.  On, the common case (an uncontended
+ * acquisition under locks already ordered before it, a release of the
+ * innermost held entry whose class has its edge to the GIL) takes the
+ * fast path: no edge search, the stack kept lazily (docs/design.md "Lock
+ * order", "Lazy lock stacks"; cost in bench/README.md "Python locks on
+ * by default").
  */
 static int sem_mode; /* [atomic] 1 = on; written once by hs_sems_init before any hook records */
 
@@ -125,21 +178,22 @@ static inline int sem_on(void)
 
 void hs_sems_init(void)
 {
-	__atomic_store_n(&sem_mode, hs_getenv_bool("HEISEN_PY_LOCKS", 0), __ATOMIC_RELAXED);
+	__atomic_store_n(&sem_mode, hs_getenv_bool("HEISEN_PY_LOCKS", 1), __ATOMIC_RELAXED);
 }
 
-static uint32_t sem_lock(struct hs_tls *t, sem_t *sem)
+static uint32_t sem_lock(struct hs_tls *t, sem_t *sem, int *fresh)
 {
 	struct sem_tag tag;
 	const struct hs_lock *l;
 	memcpy(&tag, (const char *)sem + SEM_TAG_OFF, sizeof tag);
-	if (tag.magic != SEM_TAG_MAGIC || tag.id == 0 ||
+	*fresh = (tag.magic & SEM_TAG_FRESH) != (SEM_TAG_MAGIC & SEM_TAG_FRESH);
+	if ((tag.magic | SEM_TAG_FRESH) != (sem_tag_magic() | SEM_TAG_FRESH) || tag.id == 0 ||
 	    tag.id >= __atomic_load_n(&hs_seg.hdr->tables[HS_T_LOCKS].count, __ATOMIC_ACQUIRE))
 		return 0;
 	l = &hs_seg.locks[tag.id];
 	if (l->kind != HS_LOCK_SEMAPHORE ||
-	    (l->addr != (HS_SEM_CLASS | l->first_stack) && l->addr != (uint64_t)(uintptr_t)sem))
-		return 0; /* a tag from another segment (a fork child's) */
+	    ((l->addr >> 48) != (HS_SEM_CLASS >> 48) && l->addr != (uint64_t)(uintptr_t)sem))
+		return 0; /* not a lock of this segment (a stale tag) */
 	if (__atomic_load_n(&l->flags, __ATOMIC_ACQUIRE) & HS_LOCKF_COUNTER) {
 		uint64_t addr = (uint64_t)(uintptr_t)sem;
 		if (HS_UNLIKELY(t->slot->held_count) && sem_held(t->slot, addr) >= 0)
@@ -203,10 +257,10 @@ static inline unsigned sem_value(const sem_t *sem)
 		struct hs_tls *t = hs_py_internal(sem) ? NULL : hs_enter();                      \
 		struct acq a;                                                                    \
 		uint32_t id;                                                                     \
-		int rc, err, h;                                                                  \
+		int rc, err, h, fresh;                                                           \
 		if (!t)                                                                          \
 			return is_try ? (TRY) : (BLOCK);                                         \
-		if (!sem_on() || !(id = sem_lock(t, sem))) {                                     \
+		if (!sem_on() || !(id = sem_lock(t, sem, &fresh))) {                                     \
 			/* not a lock of the graph: only its hand-over order (handover.c) */    \
 			if (is_try) {                                                            \
 				rc = (TRY);                                                      \
@@ -241,6 +295,16 @@ static inline unsigned sem_value(const sem_t *sem)
 		a.acq_mode = HS_MODE_WRITE;                                                      \
 		a.hold_mode = HS_MODE_WRITE;                                                     \
 		a.gil_safe = 1;                                                                  \
+		a.fresh = fresh && sem_made_here(sem);                                           \
+		if (HS_LIKELY(hs_acq_ordered(t, &a)) && (TRY) == 0) {                            \
+			/* the fast path: every held lock is ordered before it already */       \
+			if (HS_UNLIKELY(fresh))                                                  \
+				sem_tag_used(sem);                                               \
+			hs_acq_uncontended(t, &a);                                               \
+			hs_order_acquire(t, addr);                                               \
+			hs_leave(t);                                                             \
+			return 0;                                                                \
+		}                                                                                \
 		hs_acq_before(t, &a, 0);                                                         \
 		rc = (TRY) == 0 ? 0 : errno;                                                     \
 		if (rc == EAGAIN)                                                                \
@@ -256,6 +320,8 @@ static inline unsigned sem_value(const sem_t *sem)
 		}                                                                                \
 		if (a.id)                                                                        \
 			hs_acq_after(t, &a, rc);                                                 \
+		if (rc == 0 && fresh)                                                            \
+			sem_tag_used(sem);                                                       \
 		if (rc == 0)                                                                     \
 			hs_order_acquire(t, addr);                                               \
 		hs_leave(t);                                                                     \
@@ -288,18 +354,59 @@ HS_EXPORT int sem_clockwait(sem_t *sem, clockid_t clock, const struct timespec *
 	SEM_ACQUIRE(0, SEM_TRY, HS_REAL(sem_clockwait)(sem, clock, abstime));
 }
 
+/*
+ * Which lock classes have their edge to the GIL (class -> GIL, added by
+ * hs_release the first time one is released with the GIL held): a
+ * process-private direct-mapped memo of lock id and segment generation,
+ * so that a release of a class whose edge exists neither asks whether the
+ * GIL is held nor looks the edge up.  Edges are never removed from a
+ * segment; a class lives as long as its segment.  Instance nodes (keyed by
+ * address, their ids reused) are never memoised.
+ */
+#define SEM_GIL_MEMO 4096u
+static uint64_t sem_gil_memo[SEM_GIL_MEMO]; /* [atomic] id | generation << 32 */
+
+static inline uint64_t sem_gil_key(uint32_t id)
+{
+	return (uint64_t)id | (uint64_t)__atomic_load_n(&hs_seg_gen, __ATOMIC_RELAXED) << 32;
+}
+
+static inline int sem_gil_edge_known(uint32_t id)
+{
+	return __atomic_load_n(&sem_gil_memo[id & (SEM_GIL_MEMO - 1)], __ATOMIC_RELAXED) == sem_gil_key(id);
+}
+
+static void sem_gil_edge_learn(uint32_t id)
+{
+	uint32_t gil = hs_py_gil_lock();
+	if (gil && gil != id && (hs_seg.locks[id].addr >> 48) == (HS_SEM_CLASS >> 48) &&
+	    hs_edge_find(&hs_seg, hs_edge_key(id, gil, HS_MODE_WRITE, HS_MODE_WRITE)))
+		__atomic_store_n(&sem_gil_memo[id & (SEM_GIL_MEMO - 1)], sem_gil_key(id), __ATOMIC_RELAXED);
+}
+
 /* A post by the holder releases the lock; by anyone else, makes it a counter. */
 HS_EXPORT int sem_post(sem_t *sem)
 {
 	uint64_t addr = (uint64_t)(uintptr_t)sem;
 	struct hs_tls *t = hs_py_internal(sem) ? NULL : hs_enter();
 	uint32_t id;
+	int fresh;
 	if (t) {
-		if (sem_on() && (id = sem_lock(t, sem)) != 0) {
-			if (t->slot->held_count && sem_held(t->slot, addr) >= 0)
-				hs_release(t, addr);
-			else
+		if (sem_on() && (id = sem_lock(t, sem, &fresh)) != 0) {
+			int h = t->slot->held_count ? sem_held(t->slot, addr) : -1;
+			if (h >= 0) {
+				int known = sem_gil_edge_known(id);
+				/* its edge to the GIL is there already: hs_release need not ask
+				 * whether the GIL is held nor look the edge up */
+				if (known)
+					t->slot->held[h].flags |= HS_HELDF_GIL;
+				if (!known || !hs_release_top(t, addr))
+					hs_release(t, addr);
+				if (!known)
+					sem_gil_edge_learn(id);
+			} else {
 				sem_counter(id);
+			}
 		}
 		/* a post that makes it available (0 -> 1) orders every wait that then
 		 * succeeds after it; a post onto a positive count orders nothing
@@ -311,7 +418,22 @@ HS_EXPORT int sem_post(sem_t *sem)
 	return HS_REAL(sem_post)(sem);
 }
 
-/* A new semaphore: an instance of its creation stack's class with value 1, untracked otherwise. */
+/*
+ * The class key of a lock created with Python frames py on the stack: its
+ * innermost two Python frames (pyframe ids, each below 2^24: the pyframe
+ * table is far smaller), so a lock made by a helper (Condition.__init__,
+ * Queue.__init__) is of its caller's class, and the many import-time
+ * module locks made at one place are one class, not one per import chain.
+ */
+static inline uint64_t sem_class_key(const struct hs_pychain *py)
+{
+	uint64_t inner = py->id[0], outer = py->n > 1 ? py->id[1] : 0;
+	if (inner >= (1u << 24) || outer >= (1u << 24))
+		outer = 0;
+	return HS_SEM_CLASS | outer << 24 | inner;
+}
+
+/* A new semaphore: an instance of its creation site's class with value 1, untracked otherwise. */
 HS_EXPORT int sem_init(sem_t *sem, int pshared, unsigned int value)
 {
 	uint64_t site = RET_ADDR(), cfa = CALLER_SP();
@@ -322,15 +444,27 @@ HS_EXPORT int sem_init(sem_t *sem, int pshared, unsigned int value)
 		return rc;
 	hs_order_forget((uint64_t)(uintptr_t)sem); /* a new semaphore: no order from the last one there */
 	if (value == 1 && !pshared && sem_on() && !hs_py_internal(sem) && (t = hs_enter())) {
-		stack = hs_stack_call(site, cfa);
-		if (stack && (hs_seg.stacks[stack].flags & HS_STACK_PYTHON)) {
-			id = hs_lock_id(&hs_seg, HS_SEM_CLASS | stack, HS_LOCK_SEMAPHORE, 0, stack, t->tid, hs_now());
+		const struct hs_chain *c = hs_chain_call(site, cfa);
+		uint64_t key = c && c->python && c->py.n ? sem_class_key(&c->py) : 0;
+		if (key && (id = hs_lock_find(&hs_seg, key)) != 0) {
+			/* another lock of a known class: nothing to intern */
+		} else if (key) {
+			/* a new class: its first lock's whole stack names it */
+			stack = hs_chain_stack(c);
+			id = hs_lock_id(&hs_seg, key, HS_LOCK_SEMAPHORE, 0, stack, t->tid, hs_now());
 		} else {
+			stack = c ? hs_chain_stack(c) : hs_stack_call(site, cfa);
 			/* created by C with no Python caller (the interpreter's own locks, few):
 			 * a node of its own, as a mutex is */
 			hs_lock_forget(&hs_seg, (uint64_t)(uintptr_t)sem);
 			id = hs_lock_id(&hs_seg, (uint64_t)(uintptr_t)sem, HS_LOCK_SEMAPHORE, 0, stack, t->tid,
 					hs_now());
+		}
+		if (id) {
+			/* the frame that made it (sem_made_here) */
+			struct hs_pytoken tk;
+			uint64_t maker = hs_py_token(&tk) ? tk.fp : 0;
+			memcpy((char *)sem + SEM_MAKER_OFF, &maker, sizeof maker);
 		}
 		hs_leave(t);
 	}
@@ -348,7 +482,7 @@ HS_EXPORT int sem_destroy(sem_t *sem)
 		struct sem_tag tag;
 		memcpy(&tag, (const char *)sem + SEM_TAG_OFF, sizeof tag);
 		/* an instance node ends with it; a class lives on */
-		if (tag.magic == SEM_TAG_MAGIC && tag.id &&
+		if ((tag.magic | SEM_TAG_FRESH) == (sem_tag_magic() | SEM_TAG_FRESH) && tag.id &&
 		    tag.id < __atomic_load_n(&hs_seg.hdr->tables[HS_T_LOCKS].count, __ATOMIC_ACQUIRE) &&
 		    hs_seg.locks[tag.id].addr == addr)
 			hs_lock_forget(&hs_seg, addr);

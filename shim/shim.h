@@ -762,6 +762,12 @@ uint32_t hs_stack_site(uint64_t site);
  * Returns a stack id, 0 when the table is full. */
 uint32_t hs_stack_call(uint64_t site, uint64_t cfa);
 
+/* hs_stack_call's chain, read but not interned (hs_chain_stack interns
+ * it): the thread's call chain, valid until its next hs_stack_call or
+ * hs_chain_call; NULL when the thread has no area. */
+struct hs_chain;
+const struct hs_chain *hs_chain_call(uint64_t site, uint64_t cfa);
+
 #define HS_CHAIN_MAX 32 /* innermost native frames of a lock stack: the buffers are thread-local (static TLS comes out of every thread's stack) */
 
 /*
@@ -784,6 +790,24 @@ struct hs_pychain {
 };
 
 /*
+ * The innermost Python frame of a call and its caller, kept instead of the
+ * call's whole chain (hs_chain_read_lazy): each frame's address, code
+ * object and instruction (a pointer on 3.11+, f_lasti before).  They say
+ * later whether the frame is still the same call, and name the two frames
+ * when it is not (hs_py_held_frames).  Thread-local; addresses in the
+ * thread's own Python frame chain.
+ */
+struct hs_pytoken {
+	uint64_t fp, code, instr;
+	uint64_t prev, prev_instr;          /* the next frame out (0: none), whatever it is */
+	uint64_t caller, caller_code, caller_instr; /* the calling Python frame (past 3.12's shim of the
+					       evaluation loop; caller_code 0: none to name) */
+	uint32_t entry;                     /* the frame ends its evaluation-loop call: its caller runs in
+					       another, called from C (a `with` statement's __enter__) */
+	uint32_t pad;
+};
+
+/*
  * One call's chain of return addresses, kept raw by a hook and interned only
  * when a finding, an edge or a wait needs it (hs_chain_stack), so a busy
  * program's thousands of call paths do not fill the stack table.  The same
@@ -801,10 +825,17 @@ struct hs_chain {
 	uint8_t python;      /* py holds this call's Python frames (at least one) */
 	uint8_t unchanged;   /* hs_chain_read found the chain it read last time: the same site and
 				CFA, every return-address slot as before (pc[] did not change) */
-	uint32_t pad2;
+	uint8_t lazy;        /* hs_chain_read_lazy's, 1 or 2: pc[0..depth) the native frames up to the
+				lazy-th evaluation-loop call (1: the one running tok's frame; 2: also its
+				caller's, tok.entry), tok the Python frames; the rest is read from the
+				thread's stack when the chain is interned */
+	uint8_t pad2[3];
 	uint64_t pc[HS_CHAIN_MAX];
 	uint64_t sp[HS_CHAIN_MAX];
-	struct hs_pychain py;
+	union {
+		struct hs_pychain py;   /* !lazy */
+		struct hs_pytoken tok;  /* lazy */
+	};
 };
 
 /*
@@ -824,8 +855,24 @@ struct hs_chain {
 unsigned hs_chain_read(struct hs_chain *c, uint64_t site, uint64_t cfa);
 
 /* Intern c's stack (Python frames interleaved when it has them); a stack
- * id, 0 when c is empty or the table is full. */
+ * id, 0 when c is empty or the table is full.  A lazy chain
+ * (hs_chain_read_lazy) is completed from the calling thread's stack:
+ * only by the thread that read it. */
 uint32_t hs_chain_stack(const struct hs_chain *c);
+
+/*
+ * hs_chain_read for a call whose stack is seldom needed (an uncontended
+ * lock acquisition that adds no edge): when the chain passes through
+ * CPython's evaluation loop, only the native frames up to the innermost
+ * evaluation-loop call are read (checked against c's last ones as
+ * hs_chain_read does) and that call's innermost Python frame is kept as a
+ * token (struct hs_pytoken), c->lazy set.  The frames further out are the
+ * caller's, still on the thread's stack while that Python frame runs:
+ * hs_chain_stack reads them then (docs/design.md "Lock order").  Without
+ * Python frames, or when the token cannot be read, the whole chain
+ * (hs_chain_read).  Returns the native depth read.
+ */
+unsigned hs_chain_read_lazy(struct hs_chain *c, uint64_t site, uint64_t cfa);
 
 /* Copy the valid part of chain src into dst (no shadow use is lost: dst
  * becomes src's). */
@@ -965,6 +1012,8 @@ struct acq {
 	uint8_t hold_mode;      /* enum hs_mode it will be held in */
 	uint8_t trylock;        /* cannot block */
 	uint8_t gil_safe;       /* never blocks with the GIL held (a Python lock drops it first): no GIL edges */
+	uint8_t fresh;          /* the instance's first acquisition since it was made by this thread: no
+				   other thread has waited for it, it adds no edge into it (semaphores.c) */
 	int reentry;            /* index + 1 of the held entry it re-enters (recursive) */
 	int holds_gil;          /* the thread holds CPython's GIL */
 	int waited;             /* it had to block */
@@ -984,6 +1033,19 @@ void hs_wait_begin(struct hs_tls *t, const struct acq *a, unsigned kind, uint64_
 void hs_wait_end(struct hs_tls *t);
 void hs_acq_after(struct hs_tls *t, struct acq *a, int rc);
 void hs_release(struct hs_tls *t, uint64_t addr);
+/* 1 when acquiring a->id (id, addr, acq_mode set) would add no lock-order
+ * edge and catch no relock: every lock the thread holds (at most the
+ * innermost chains' count) is ordered before it in the graph already.
+ * Drops entries released by other threads first.  0: take hs_acq_before. */
+int hs_acq_ordered(struct hs_tls *t, const struct acq *a);
+/* The uncontended acquisition hs_acq_ordered cleared, after the real call
+ * succeeded: the chain read and hs_acq_after (locks.c; semaphores.c's fast
+ * path). */
+void hs_acq_uncontended(struct hs_tls *t, struct acq *a);
+/* hs_release of the innermost held entry when it is addr's, taken once, and
+ * needs no edge to the GIL (its HS_HELDF_GIL set); 0, nothing done, when
+ * not: call hs_release. */
+int hs_release_top(struct hs_tls *t, uint64_t addr);
 
 /* ---- hand-over order (handover.c) ------------------------------------------ */
 
@@ -1084,6 +1146,32 @@ unsigned hs_py_interleave(struct hs_seg *s, uint64_t *pcs, unsigned n, unsigned 
  */
 unsigned hs_py_chain_frames(struct hs_seg *s, const uint64_t *pcs, unsigned n, unsigned cap,
 			    struct hs_pychain *py);
+
+/* Read the calling thread's innermost Python frame into tk (struct
+ * hs_pytoken); 0 when there is none, or it is not a shown frame (a shim,
+ * incomplete, not a code object), or frames are not read.  Direct loads:
+ * not from a signal handler. */
+int hs_py_token(struct hs_pytoken *tk);
+
+/*
+ * The interleaved stack of a lazy chain (hs_chain_read_lazy) into
+ * out[0..cap): inner[0..ni), the native frames before the evaluation loop,
+ * then the token's frame at its kept instruction, then, when that frame is
+ * still on the calling thread's Python stack as the same call (its code and
+ * the next frame out, address and instruction, unchanged), its callers
+ * interleaved with cur[0..n) (the thread's native stack now) from the
+ * evaluation-loop call that runs it outward.  When it returned since (a
+ * context manager's __enter__ took the lock), its caller at its kept
+ * instruction follows instead, after mid[0..nm) (the native frames between
+ * the two evaluation-loop calls when tok.entry; NULL: not kept), then what
+ * is further out of the caller when the caller is still there (its address
+ * and code).  *whole = 1 when the stack reaches the outermost frame, 0
+ * when it ends early (the frames were gone).  Reads frames with rd()
+ * (careful in a signal handler).  Returns the number of entries.
+ */
+unsigned hs_py_held_frames(struct hs_seg *s, const uint64_t *inner, unsigned ni, const uint64_t *mid, unsigned nm,
+			   const struct hs_pytoken *tk, const uint64_t *cur, unsigned n, uint64_t *out, unsigned cap,
+			   int *whole);
 
 /* 0 when Python frames cannot be read in this process (looked for, not
  * found): callers skip hs_py_interleave_into.  One load. */
@@ -1422,7 +1510,7 @@ void hs_locks_adopt_held(struct hs_thread *th, const struct hs_held *h);
  * kept.  0 when the stack table is full. */
 uint32_t hs_locks_held_stack(struct hs_thread *th, int i);
 
-/* Read HEISEN_PY_LOCKS (semaphores.c: Python's locks as lock nodes, opt-in).  Init only. */
+/* Read HEISEN_PY_LOCKS (semaphores.c: Python's locks as lock nodes, on unless 0).  Init only. */
 void hs_sems_init(void);
 
 

@@ -480,8 +480,14 @@ static void take_snapshot(void *uc, unsigned why)
 	flags = why | (hs_py_holds_gil() ? HS_SNAPF_HOLDS_GIL : 0u);
 	th->snap_stack = stack;
 	th->snap_flags = flags;
-	if (!was)
-		hs_locks_snapshot_held(th); /* the held locks' own stacks, not their sites' */
+	if (!was) {
+		/* the held locks' own stacks, not their sites'; a lazily read one reads the
+		 * interrupted thread's Python frames: with care */
+		int careful = hs_py_careful;
+		hs_py_careful = 1;
+		hs_locks_snapshot_held(th);
+		hs_py_careful = careful;
+	}
 	now = hs_now();
 	/* release: a reader that sees this time sees the stack and flags above */
 	__atomic_store_n(&th->snap_ns, now, __ATOMIC_RELEASE);

@@ -591,12 +591,15 @@ static __attribute__((noinline)) void chain_python(struct hs_chain *c)
 	c->python = hs_py_chain_frames(&hs_seg, c->pc, c->depth, CHAIN_MAX, &c->py) != 0;
 }
 
-unsigned hs_chain_read(struct hs_chain *c, uint64_t site, uint64_t cfa)
+/* hs_chain_read's native frames (c->python left as it was). */
+static unsigned chain_read_native(struct hs_chain *c, uint64_t site, uint64_t cfa)
 {
 	uint64_t top = chain_top;
 	uint32_t gen = __atomic_load_n(&pcoff_gen, __ATOMIC_ACQUIRE);
-	unsigned sn = c->walked && c->gen == gen ? c->depth : 0, m, d;
+	/* a lazy chain stops at its first evaluation loop: no shadow of the whole */
+	unsigned sn = c->walked && c->gen == gen && !c->lazy ? c->depth : 0, m, d;
 
+	c->lazy = 0;
 	c->unchanged = 0;
 	if (HS_LIKELY(top && slot_at(cfa) == site) && sn && c->site == site && c->cfa == cfa) {
 		/* the same call as last time, most often: compare the shadow's slots */
@@ -625,7 +628,51 @@ unsigned hs_chain_read(struct hs_chain *c, uint64_t site, uint64_t cfa)
 		c->cfa = cfa;
 		c->depth = chain_unwind(c, want);
 	}
+	return c->depth;
+}
+
+unsigned hs_chain_read(struct hs_chain *c, uint64_t site, uint64_t cfa)
+{
+	chain_read_native(c, site, cfa);
 	c->python = 0;
+	if (c->depth && hs_py_frames_maybe())
+		chain_python(c);
+	return c->depth;
+}
+
+unsigned hs_chain_read_lazy(struct hs_chain *c, uint64_t site, uint64_t cfa)
+{
+	unsigned m, e, k, want;
+	if (HS_LIKELY(c->lazy && c->site == site && c->cfa == cfa && c->walked &&
+		      c->gen == __atomic_load_n(&pcoff_gen, __ATOMIC_ACQUIRE) && chain_top && slot_at(cfa) == site)) {
+		/* the same native frames as last time up to the evaluation loop(s): compare their slots */
+		for (m = 1; m < c->depth; m++)
+			if (slot_at(c->sp[m]) != c->pc[m])
+				break;
+		if (m == c->depth && HS_LIKELY(hs_py_token(&c->tok) && (c->tok.entry ? 2u : 1u) == c->lazy)) {
+			c->unchanged = 1;
+			return c->depth;
+		}
+	}
+	if (!hs_py_frames_maybe())
+		return hs_chain_read(c, site, cfa);
+	chain_read_native(c, site, cfa);
+	c->python = 0;
+	if (!c->walked || c->depth == 0 || hs_py_eval_pc(c->pc[0]) || !hs_py_token(&c->tok))
+		goto whole;
+	/* up to the evaluation-loop call running the frame, and its caller's when called from C */
+	want = c->tok.entry ? 2 : 1;
+	for (e = 1, k = 0; e < c->depth && e < CHAIN_MAX; e++)
+		if (hs_py_eval_pc(c->pc[e]) && ++k == want)
+			break;
+	if (e >= c->depth || e >= CHAIN_MAX)
+		goto whole;
+	c->depth = e + 1;
+	c->ended = 0;
+	c->lazy = (uint8_t)want;
+	return c->depth;
+whole:
+	/* no Python frame on the way, or none to keep: the whole chain */
 	if (c->depth && hs_py_frames_maybe())
 		chain_python(c);
 	return c->depth;
@@ -654,8 +701,37 @@ static unsigned chain_interleave(const struct hs_chain *c, uint64_t *out)
 	return o;
 }
 
+/*
+ * A lazy chain's stack (hs_chain_read_lazy): its native frames, its Python
+ * frame, and what is further out read from the thread's stack now
+ * (hs_py_held_frames); HS_STACK_TRUNCATED when the Python frame is no
+ * longer the same call there (the stack then ends with it).
+ */
+static uint32_t chain_stack_lazy(const struct hs_chain *c)
+{
+	void *buf[HS_STACK_DEPTH + 12];
+	uint64_t cur[HS_STACK_DEPTH + 12], out[CHAIN_MAX];
+	unsigned n = 0, o;
+	int got = 0, whole = 0;
+	if (room_to_unwind() && (got = unw_backtrace(buf, (int)(sizeof buf / sizeof buf[0]))) > 0) {
+		for (int i = 0; i < got; i++)
+			cur[i] = (uint64_t)(uintptr_t)buf[i];
+		n = (unsigned)got;
+	}
+	unsigned e1 = c->depth - 1;
+	if (c->lazy == 2)
+		for (e1 = 1; e1 < c->depth - 1 && !hs_py_eval_pc(c->pc[e1]); e1++)
+			;
+	o = hs_py_held_frames(&hs_seg, c->pc, e1, c->lazy == 2 ? c->pc + e1 + 1 : NULL,
+			      c->lazy == 2 && e1 + 1 < c->depth ? c->depth - 2 - e1 : 0, &c->tok, cur, n, out, CHAIN_MAX,
+			      &whole);
+	return hs_stack_intern(&hs_seg, out, o, HS_STACK_PYTHON | (whole ? 0u : HS_STACK_TRUNCATED));
+}
+
 uint32_t hs_chain_stack(const struct hs_chain *c)
 {
+	if (c->lazy)
+		return c->depth ? chain_stack_lazy(c) : 0;
 	if (c->python) {
 		uint64_t out[CHAIN_MAX];
 		return hs_stack_intern(&hs_seg, out, chain_interleave(c, out), HS_STACK_PYTHON);
@@ -674,6 +750,9 @@ void hs_chain_copy(struct hs_chain *dst, const struct hs_chain *src)
 	dst->ended = src->ended;
 	dst->python = src->python;
 	dst->unchanged = src->unchanged;
+	dst->lazy = src->lazy;
+	if (src->lazy)
+		dst->tok = src->tok;
 	memcpy(dst->pc, src->pc, n * sizeof dst->pc[0]);
 	if (src->walked)
 		memcpy(dst->sp, src->sp, n * sizeof dst->sp[0]);
@@ -683,6 +762,15 @@ void hs_chain_copy(struct hs_chain *dst, const struct hs_chain *src)
 		memcpy(dst->py.id, src->py.id, src->py.n * sizeof dst->py.id[0]);
 		memcpy(dst->py.at, src->py.at, src->py.n * sizeof dst->py.at[0]);
 	}
+}
+
+const struct hs_chain *hs_chain_call(uint64_t site, uint64_t cfa)
+{
+	struct hs_chain *call_chain = call_chain_of();
+	if (HS_UNLIKELY(!call_chain))
+		return NULL;
+	hs_chain_read(call_chain, site, cfa);
+	return call_chain;
 }
 
 uint32_t hs_stack_call(uint64_t site, uint64_t cfa)

@@ -9,8 +9,16 @@ order alone.  With "together" both take their first lock, meet at a
 barrier, and deadlock for real.  With "churn N" the program first makes
 CPython create and drop N short-lived locks the way a busy service does
 (queue.Queue get with a timeout, Condition.wait(0): a lock per wait).
+With "warm" each thread first takes each of its locks alone a few times
+elsewhere (warm_up), as a service does long before two locks nest: the
+acquisitions that then nest are each a lock's hundredth, not its first.
+With "cond" (after "warm") the cache's lock is taken through a
+threading.Condition around it: Condition.__enter__ takes it and returns,
+so the lock is held past the frame that took it.  "together warm": each
+thread first also nests its two locks once in its own order, so when they
+deadlock for real no acquisition makes a new edge.
 
-Usage: py_lock_abba.py [together | churn N]
+Usage: py_lock_abba.py [together [warm] | churn N | warm [cond]]
 Prints "pid P", "tid_reader T", "tid_writer T", "done" (never with together).
 """
 import os
@@ -18,8 +26,10 @@ import queue
 import sys
 import threading
 
-together = sys.argv[1:] == ["together"]
+together = sys.argv[1:2] == ["together"]
 churn = int(sys.argv[2]) if sys.argv[1:2] == ["churn"] else 0
+warm = sys.argv[1:2] == ["warm"] or (together and "warm" in sys.argv[2:])
+cond = sys.argv[1:2] == ["warm"] and "cond" in sys.argv[2:]
 meet = threading.Barrier(2)
 
 
@@ -31,6 +41,7 @@ def say(key, value):
 class Cache:
     def __init__(self):
         self.lock = threading.Lock()  # marker: cache lock created
+        self.cond = threading.Condition(self.lock)
         self.entries = {}
 
 
@@ -43,9 +54,31 @@ class Store:
 cache, store = Cache(), Store()
 
 
+reader_nested, warmed = threading.Event(), threading.Barrier(2)
+
+
+def warm_up(first, second, who):
+    for lock in (first, second):
+        for _ in range(100):
+            with lock:
+                pass
+    if together:
+        # one thread nests after the other (at once they would deadlock here), then both go on
+        if who == "writer":
+            reader_nested.wait()
+        with first:
+            with second:
+                pass
+        if who == "reader":
+            reader_nested.set()
+        warmed.wait()
+
+
 def reader():
     say("tid_reader", threading.get_native_id())
-    with cache.lock:  # marker: reader takes the cache lock
+    if warm:
+        warm_up(cache.lock, store.lock, "reader")
+    with cache.cond if cond else cache.lock:  # marker: reader takes the cache lock
         if together:
             meet.wait()
         with store.lock:  # marker: reader takes the store lock
@@ -54,6 +87,8 @@ def reader():
 
 def writer():
     say("tid_writer", threading.get_native_id())
+    if warm:
+        warm_up(store.lock, cache.lock, "writer")
     with store.lock:  # marker: writer takes the store lock
         if together:
             meet.wait()

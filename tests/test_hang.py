@@ -271,15 +271,20 @@ def test_forkserver_pool_with_its_resource_tracker_is_not_killed(heisen, session
     assert set(Path("/dev/shm").glob("sem.mp-*")) <= sems_before  # the pool cleaned up: nothing was killed
 
 
-def test_forkserver_worker_deadlocked_on_locks_is_reported_and_killed(heisen, session):
+@pytest.mark.parametrize("py_locks", ["0", "1"], ids=["python-locks-off", "python-locks-on"])
+def test_forkserver_worker_deadlocked_on_locks_is_reported_and_killed(heisen, session, py_locks):
     """The same pool, but one task deadlocks two threads of its worker on
     two locks taken in opposite orders: the worker's main thread waits in
     join() forever.  That hang is sure — a report naming the worker, its
     stuck main thread at the join line, then --on-hang kill (exit 137) —
-    while the forkserver and the resource tracker stay mere waiters."""
+    while the forkserver and the resource tracker stay mere waiters.  With
+    Python locks tracked (the default) the two threads are a deadlock named
+    with both holders, and the main thread's join a wait for the thread's
+    thread-state lock; without, the stall judgment finds the main thread
+    stuck."""
     script = py_script(heisen, "py_forkserver_pool.py")
     p = heisen.run(["--dir", session, "--hang-timeout", "2", "--on-hang", "kill", "--",
-                    "/usr/bin/python3", script, "30", "deadlock"], timeout=120)
+                    "/usr/bin/python3", script, "30", "deadlock"], timeout=120, env={"HEISEN_PY_LOCKS": py_locks})
     assert p.returncode == 137, (p.returncode, p.stderr[-3000:])
     worker, parent = fact_int(p.stdout, "worker"), fact_int(p.stdout, "pid")
     err = p.stderr
@@ -289,10 +294,21 @@ def test_forkserver_worker_deadlocked_on_locks_is_reported_and_killed(heisen, se
     # resource tracker never are
     hung = {int(x) for x in re.findall(r"==== heisen: hang in pid (\d+) ", err)}
     assert hung <= {worker, parent}, (hung, err[-3000:])
-    assert f"  thread {worker} (main): STUCK" in err, err[-3000:]
     hang = err[err.index(f"heisen: hang in pid {worker}"):]
     assert f"deadlock ({script}:{marker_line(script, 'the worker waits forever')})" in hang, hang[:3000]
-    assert f"take_both ({script}:{marker_line(script, 'the worker' + chr(39) + 's threads deadlock')})" in hang
+    take_both = f"take_both ({script}:{marker_line(script, 'the worker' + chr(39) + 's threads deadlock')})"
+    if py_locks == "0":
+        assert f"  thread {worker} (main): STUCK" in err, err[-3000:]
+        assert take_both in hang
+    else:
+        # the two threads: a deadlock of the worker, each at its inner `with`, no false cycle
+        dl = err[err.index(f"==== heisen: deadlock (wait-for cycle) in pid {worker} "):]
+        dl = dl[:dl.index("==== heisen:", 10)]
+        assert dl.count(take_both) >= 2, dl[:3000]
+        assert "potential deadlock" not in err, err[-3000:]
+        # the main thread waits in join() for a thread of that deadlock
+        main = hang[:hang.index("it waits at:")]
+        assert f" thread {worker} (" in main and "in Thread._set_tstate_lock" in main, main[:3000]
     assert "--on-hang kill: killed" in err
 
 

@@ -8,9 +8,8 @@ give no finding.  Every case runs on each interpreter of the machine
 A Python lock is named where it was created ("py_lock_abba.py:29 in
 Cache.__init__"; before 3.11 the function is its bare name).
 
-Python locks are tracked with HEISEN_PY_LOCKS=1 (opt-in while their cost is
-far above the lock budget); every test here sets it, but the last one, which
-shows that without it nothing about them is recorded.
+Python locks are tracked by default; HEISEN_PY_LOCKS=0 turns them off (the
+last test shows that nothing about them is recorded then).
 """
 import os
 
@@ -21,9 +20,8 @@ from test_python_versions import check_process, expect_python_run, py, run_watch
 
 
 @pytest.fixture(autouse=True)
-def python_locks_on(request, monkeypatch):
-    if "python_locks_off" not in request.node.name:
-        monkeypatch.setenv("HEISEN_PY_LOCKS", "1")
+def python_locks_default(monkeypatch):
+    monkeypatch.delenv("HEISEN_PY_LOCKS", raising=False)
 
 
 def lock_label(py, src, marker, qualname):
@@ -34,10 +32,17 @@ def edge_names(finding):
     return {(e["from"].get("name"), e["to"].get("name")) for e in finding["edges"]}
 
 
-@pytest.mark.parametrize("churn", [0, 40000], ids=["fresh", "after-40000-short-lived-locks"])
-def test_two_python_locks_in_opposite_orders_are_predicted(heisen, session, py, churn):
+@pytest.mark.parametrize("mode", [[], ["churn", "40000"], ["warm"], ["warm", "cond"]],
+                         ids=["fresh", "after-40000-short-lived-locks", "each-lock-taken-before-alone",
+                              "outer-lock-through-a-condition"])
+def test_two_python_locks_in_opposite_orders_are_predicted(heisen, session, py, mode):
+    """The cycle's edges carry both acquisitions' Python lines.  "warm": each
+    lock was taken alone before, so the outer acquisition of each nesting is
+    one that added no edge (its stack was kept lazily and read when the
+    inner one made the edge); "cond": the outer lock was taken through
+    Condition.__enter__, which returned before the edge was made."""
     src = heisen.src_targets / "py_lock_abba.py"
-    p = heisen.preload([py.exe, src] + (["churn", str(churn)] if churn else []), session, timeout=120)
+    p = heisen.preload([py.exe, src] + mode, session, timeout=120)
     assert p.returncode == 0 and facts(p.stdout)["done"] == ["1"], (p.returncode, p.stdout, p.stderr)
     pid = fact_int(p.stdout, "pid")
     report = heisen.dump_json(session, expect_rc=1)
@@ -52,15 +57,31 @@ def test_two_python_locks_in_opposite_orders_are_predicted(heisen, session, py, 
         first, then = ("cache", "store") if who == "reader" else ("store", "cache")
         for k, lock in (("from_stack", first), ("to_stack", then)):
             line = marker_line(src, f"{who} takes the {lock} lock")
-            expect_python_run(py, e[k], [(who, line)], "py_lock_abba.py")
+            at = expect_python_run(py, e[k], [(who, line)], "py_lock_abba.py")
+            frames = e[k]["frames"]
+            # the whole stack: the thread's start in threading.py further out
+            assert not e[k].get("truncated"), e[k]
+            assert any(f.get("python") and f["function"] == py.qualname("Thread.run")
+                       for f in frames[at + 1:]), [(f["function"], f.get("line")) for f in frames]
+            if "cond" in mode and who == "reader" and k == "from_stack":
+                # taken inside Condition.__enter__: that frame first, then the reader's line
+                pys = [f for f in frames if f.get("python")]
+                assert pys[0]["function"] == py.qualname("Condition.__enter__"), pys
+                assert pys[0]["file"].endswith("threading.py"), pys[0]
     # a lock per Condition.wait / Queue.get: classes by creation site, the tables never fill
     assert not any(v for v in process_of(report, pid)["dropped"].values()), process_of(report, pid)["dropped"]
     check_process(report, pid, py)
 
 
-def test_two_python_locks_deadlock_names_the_locks_and_their_holders(heisen, session, py):
+@pytest.mark.parametrize("mode", [["together"], ["together", "warm"]],
+                         ids=["first-nesting", "after-each-thread-nested-its-locks-once"])
+def test_two_python_locks_deadlock_names_the_locks_and_their_holders(heisen, session, py, mode):
+    """Deadlocked for real: both holders named, each held lock with the
+    line that took it.  "warm": every edge was made before, so the held
+    locks' stacks were kept lazily and read when the hang's snapshot was
+    taken (in the signal handler)."""
     src = heisen.src_targets / "py_lock_abba.py"
-    rc, out, err = run_watched(heisen, session, [py.exe, src, "together"])
+    rc, out, err = run_watched(heisen, session, [py.exe, src] + mode)
     assert rc == 137 and "done" not in out, (rc, out, err)
     pid, reader, writer = (fact_int(out, k) for k in ("pid", "tid_reader", "tid_writer"))
     report = heisen.dump_json(session, expect_rc=1)
@@ -131,12 +152,30 @@ def test_correct_use_of_the_threading_primitives_has_no_finding(heisen, session,
     check_process(report, pid, py)
 
 
-def test_python_locks_off_by_default_records_nothing_of_them(heisen, session):
-    """Without HEISEN_PY_LOCKS=1 the semaphore hooks only pass the call on:
+def test_imports_in_two_threads_stay_within_the_tables(heisen, session, py):
+    """Two threads importing a few dozen modules (the start-up of a real
+    service): every import makes a module lock at one line of importlib,
+    reached through a different chain each time, and nested imports take
+    them inside each other.  One lock class per creation place, not per
+    creation stack: no table fills (with a class per stack the 2,048-entry
+    stack table overflowed: "limit reached"), and no finding."""
+    src = heisen.src_targets / "py_many_imports.py"
+    p = heisen.preload([py.exe, src], session, timeout=120)
+    assert p.returncode == 0 and facts(p.stdout)["done"] == ["1"], (p.returncode, p.stdout, p.stderr)
+    assert fact_int(p.stdout, "modules") > 150, p.stdout
+    pid = fact_int(p.stdout, "pid")
+    report = heisen.dump_json(session, expect_rc=0)
+    assert report["findings"] == [], [f.get("message") for f in report["findings"]]
+    assert not any(v for v in process_of(report, pid)["dropped"].values()), process_of(report, pid)["dropped"]
+    check_process(report, pid, py)
+
+
+def test_python_locks_off_records_nothing_of_them(heisen, session):
+    """With HEISEN_PY_LOCKS=0 the semaphore hooks only pass the call on:
     the same ABBA of two threading.Locks gives no lock node and no finding."""
     assert "HEISEN_PY_LOCKS" not in os.environ
     src = heisen.src_targets / "py_lock_abba.py"
-    p = heisen.preload(["/usr/bin/python3", src], session, timeout=120)
+    p = heisen.preload(["/usr/bin/python3", src], session, timeout=120, env={"HEISEN_PY_LOCKS": "0"})
     assert p.returncode == 0 and facts(p.stdout)["done"] == ["1"], (p.returncode, p.stdout, p.stderr)
     r = heisen.dump_json(session, expect_rc=0)
     assert r["findings"] == [], [f["message"] for f in r["findings"]]

@@ -383,7 +383,7 @@ BAD_VALUES = [
     ("HEISEN_DISABLE", "10", "not 0 or 1; using 0"),
     ("HEISEN_HEAP", "2", "not 0 or 1; using 1"),
     ("HEISEN_FDS", "off!", "not 0 or 1; using 1"),
-    ("HEISEN_PY_LOCKS", "11", "not 0 or 1; using 0"),
+    ("HEISEN_PY_LOCKS", "11", "not 0 or 1; using 1"),
     ("HEISEN_GOT_PATCH", "00", "not 0 or 1; using 1"),
     ("HEISEN_HEAP_STACKS", "fulll", "not one of site, full, none; using site"),
     ("HEISEN_FD_STACKS", "all", "not one of site, full; using site"),
