@@ -561,6 +561,36 @@ static struct hs_proc *stalled_proc(struct hs_session *s, int32_t pid)
 	return best;
 }
 
+/* The live threads of p that a lock-wait hang f does not name (neither
+ * blocked nor, through them, holders): the report still shows each of them
+ * and where it is, or why that is unknown — a hang report loses no thread. */
+static int lock_wait_others(struct hs_proc *p, struct hs_fnd *f)
+{
+	for (uint32_t i = 0; i < p->nthreads; i++) {
+		const struct hs_tsnap *t = &p->threads[i];
+		bool named = false;
+		if (t->t.state != HS_THREAD_LIVE)
+			continue;
+		for (uint32_t k = 0; k < f->nthreads && !named; k++) {
+			const struct hs_tsnap *h[4];
+			size_t nh = hs_holders(p, f->threads[k], h, 4);
+			named = f->threads[k] == t;
+			for (size_t j = 0; j < nh && j < 4 && !named; j++)
+				named = h[j] == t; /* shown as a holder already */
+		}
+		for (uint32_t k = 0; k < f->nothers && !named; k++)
+			named = f->others[k] == t;
+		if (named)
+			continue;
+		if (!f->others && !(f->others = calloc(p->nthreads, sizeof *f->others)))
+			return -1;
+		f->others[f->nothers++] = t;
+	}
+	if (f->nothers)
+		qsort(f->others, f->nothers, sizeof *f->others, by_tid);
+	return 0;
+}
+
 /* The stall of p: a hang of every live thread, instead of its lock-wait
  * hang; nothing when a deadlock already explains it. */
 static int add_stall(struct hs_session *s, struct hs_proc *p, const struct hs_stall *st, struct hs_findings *out)
@@ -578,7 +608,7 @@ static int add_stall(struct hs_session *s, struct hs_proc *p, const struct hs_st
 	 * the lock-wait hang says more (who holds the lock, where) */
 	for (size_t i = 0; st->threads && i < out->n; i++)
 		if (out->v[i].proc == p && out->v[i].kind == HS_F_HANG && out->v[i].stalled_seconds <= 0)
-			return 0;
+			return lock_wait_others(p, &out->v[i]);
 	for (size_t i = 0; i < out->n; i++)
 		if (out->v[i].proc == p && out->v[i].kind == HS_F_HANG) {
 			free(out->v[i].threads);

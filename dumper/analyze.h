@@ -72,7 +72,9 @@ struct hs_fnd {
 	double stalled_seconds;              /* hang: > 0 when the process made no progress (--stalled) */
 	uint64_t since_ns;                   /* stalled hang: when the stall began; crash: rec.ts_ns
 						(the writer's CLOCK_MONOTONIC): older snapshots are stale */
-	const struct hs_tsnap **others;      /* crash: the other threads that took a crash snapshot */
+	const struct hs_tsnap **others;      /* crash: the other threads that took a crash snapshot;
+					      * lock-wait hang: the live threads it names neither
+					      * blocked nor holding */
 	uint32_t nothers;
 	bool heap_abort;                     /* crash: a SIGABRT raised by the process itself after
 						a heap finding of its own (HEISEN_ON_HEAP_ERROR=abort) */

@@ -1119,6 +1119,14 @@ static void blocked_stacks(struct hs_json *j, struct hs_fnd *f)
 		if (f->kind == HS_F_HANG)
 			holder_stacks(j, f->proc, t);
 	}
+	/* a lock-wait hang: the process's other live threads, where they are */
+	for (uint32_t i = 0; f->kind == HS_F_HANG && i < f->nothers; i++) {
+		const struct hs_tsnap *t = f->others[i];
+		if (!t->t.snap_ns || !t->t.snap_stack)
+			continue;
+		snprintf(role, sizeof role, "thread %d, another thread of the process", t->t.tid);
+		stack(j, NULL, f->proc, t->t.snap_stack, role, t->t.tid);
+	}
 	hs_json_end_array(j);
 }
 

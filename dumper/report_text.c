@@ -529,6 +529,10 @@ static void blocked(FILE *out, struct hs_session *s, struct hs_fnd *f)
 			f->nthreads == 1 ? "" : "s");
 	for (uint32_t i = 0; i < f->nthreads; i++)
 		blocked_thread(out, s, f, f->threads[i]);
+	if (f->kind == HS_F_HANG && f->nothers)
+		fprintf(out, "\nThe process's other thread%s:\n", f->nothers == 1 ? "" : "s");
+	for (uint32_t i = 0; f->kind == HS_F_HANG && i < f->nothers; i++)
+		stalled_thread(out, s, f, f->others[i]);
 }
 
 /* The last events of every thread of f's process (killed, oom-kill). */
