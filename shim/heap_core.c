@@ -1332,7 +1332,27 @@ static void *blk_alloc(struct hs_tls *t, size_t n, size_t align, int zero, uint6
 	char *r, *u;
 	uint32_t stack, alloc;
 
-	if (HS_UNLIKELY(!small)) {
+	if (HS_LIKELY(small)) {
+		/* the common case, straight: a small block, malloc's alignment */
+		after = canary_len_s(n);
+		r = zero ? __libc_calloc(1, HDR + n + after) : __libc_malloc(HDR + n + after);
+		stack = heap_stack(site);
+		if (HS_UNLIKELY(r == NULL)) {
+			int e = errno;
+			count_failure(n, stack);
+			errno = e;
+			return NULL;
+		}
+		u = r + HDR;
+		alloc = (stack < (1u << 24) ? stack : 0) | (__atomic_load_n(&stack_epoch, __ATOMIC_RELAXED) & 0xffu) << 24;
+		canary_put(u, n, after);
+		/* relaxed: the program's own hand-over of the pointer orders these stores for other threads */
+		__atomic_store_n(&hw(u)[1], ST_LIVE_S | (uint64_t)n << 8 | (uint64_t)alloc << 32, __ATOMIC_RELAXED);
+		__atomic_store_n(&hw(u)[0], tag_of(u, 1, t->tid), __ATOMIC_RELAXED);
+		count_alloc(n);
+		return u;
+	}
+	{
 		off = align <= 16 ? HDR : align; /* align: a power of two, 32 or more */
 		if (HS_UNLIKELY(n >= SIZE56 || off > OFF_MAX) && n <= SIZE_MAX / 2) {
 			/* no header can describe it: glibc's own, but a refusal is counted */
