@@ -311,6 +311,22 @@ static inline uint64_t view_real_bytes(const struct bview *v)
 }
 
 /*
+ * The tail word of the large block p of size bytes, 1 when it reads back
+ * with p's check byte.  It lies 8 past a 16-byte boundary (canary_len);
+ * read through the probe: a live word copied from freed memory the
+ * program wrote into may name a size that leads off the heap.  Out of
+ * line: the free of a small block never needs it.
+ */
+static __attribute__((noinline, cold)) int tail_word(const void *p, uint64_t size, uint64_t *t)
+{
+	uint64_t two[2];
+	if (!hs_safe_read16((const char *)p + size + canary_len(size) - 8, two) || (two[1] & 0xffu) != check8(p))
+		return 0;
+	*t = two[1];
+	return 1;
+}
+
+/*
  * The view of p (ours) from its live word (the state word of a live
  * block, the copy of a freed one).  A large block's tail word is read for
  * its allocation and offset only when `tail` is set (a miss on a large
@@ -338,8 +354,7 @@ static inline int view_of_live(const void *p, uint64_t live, int tail, struct bv
 	v->size = ST_LSIZE(live);
 	if (tail || k == ST_LIVE_LA) {
 		uint64_t t;
-		memcpy(&t, (const char *)p + v->size + canary_len(v->size), sizeof t);
-		if ((t & 0xffu) != check8(p))
+		if (!tail_word(p, v->size, &t))
 			return k == ST_LIVE_L;
 		v->alloc = (uint32_t)(t >> 32);
 		if (k == ST_LIVE_LA)
@@ -1111,6 +1126,15 @@ static void release(void *p, uint64_t live)
 	struct bview v;
 	size_t chunk;
 	char *r;
+	if (HS_LIKELY(ST_KIND(live) == ST_LIVE_S)) {
+		/* the record (its live word is the block's own), then glibc's free */
+		u[0] = __atomic_load_n(&w[1], __ATOMIC_RELAXED);
+		u[1] = live;
+		u[2] = w[0];
+		__atomic_store_n((uint8_t *)&w[1], (uint8_t)ST_RELEASED, __ATOMIC_RELAXED);
+		__libc_free(w);
+		return;
+	}
 	if (!view_of_live(p, live, 1, &v) && ST_KIND(live) == ST_LIVE_LA)
 		return;
 	r = (char *)p - v.offset;
@@ -1327,12 +1351,12 @@ static void tquar_exit(void *arg)
  */
 static void *blk_alloc(struct hs_tls *t, size_t n, size_t align, int zero, uint64_t site)
 {
-	int small = align <= 16 && n < SMALL_MAX;
-	size_t off = HDR, after, total;
+	size_t off, after, total;
 	char *r, *u;
 	uint32_t stack, alloc;
+	uint64_t tw;
 
-	if (HS_LIKELY(small)) {
+	if (HS_LIKELY(align <= 16 && n < SMALL_MAX)) {
 		/* the common case, straight: a small block, malloc's alignment */
 		after = canary_len_s(n);
 		r = zero ? __libc_calloc(1, HDR + n + after) : __libc_malloc(HDR + n + after);
@@ -1352,20 +1376,19 @@ static void *blk_alloc(struct hs_tls *t, size_t n, size_t align, int zero, uint6
 		count_alloc(n);
 		return u;
 	}
-	{
-		off = align <= 16 ? HDR : align; /* align: a power of two, 32 or more */
-		if (HS_UNLIKELY(n >= SIZE56 || off > OFF_MAX) && n <= SIZE_MAX / 2) {
-			/* no header can describe it: glibc's own, but a refusal is counted */
-			r = align <= 16 ? (zero ? __libc_calloc(1, n) : __libc_malloc(n)) : __libc_memalign(align, n);
-			if (!r) {
-				int e = errno;
-				count_failure(n, heap_stack(site));
-				errno = e;
-			}
-			return r;
+	/* a large block, or an aligned one */
+	off = align <= 16 ? HDR : align; /* align: a power of two, 32 or more */
+	if (HS_UNLIKELY(n >= SIZE56 || off > OFF_MAX) && n <= SIZE_MAX / 2) {
+		/* no header can describe it: glibc's own, but a refusal is counted */
+		r = align <= 16 ? (zero ? __libc_calloc(1, n) : __libc_malloc(n)) : __libc_memalign(align, n);
+		if (!r) {
+			int e = errno;
+			count_failure(n, heap_stack(site));
+			errno = e;
 		}
+		return r;
 	}
-	after = n <= SIZE_MAX / 2 ? after_len(n, small) : 0;
+	after = n <= SIZE_MAX / 2 ? after_len(n, 0) : 0;
 	if (n > SIZE_MAX / 2 || __builtin_add_overflow(off + after, n, &total)) {
 		r = NULL;
 		errno = ENOMEM;
@@ -1385,17 +1408,12 @@ static void *blk_alloc(struct hs_tls *t, size_t n, size_t align, int zero, uint6
 	alloc = (stack < (1u << 24) ? stack : 0) | (__atomic_load_n(&stack_epoch, __ATOMIC_RELAXED) & 0xffu) << 24;
 	if (zero && align > 16)
 		memset(u, 0, n);
+	tw = (uint64_t)alloc << 32 | (uint64_t)(off >> 4) << 8 | check8(u);
+	canary_put(u, n, after - 8);
+	memcpy(u + n + after - 8, &tw, sizeof tw);
 	/* relaxed: the program's own hand-over of the pointer orders these stores for other threads */
-	if (HS_LIKELY(small)) {
-		canary_put(u, n, after);
-		__atomic_store_n(&hw(u)[1], ST_LIVE_S | (uint64_t)n << 8 | (uint64_t)alloc << 32, __ATOMIC_RELAXED);
-	} else {
-		uint64_t tw = (uint64_t)alloc << 32 | (uint64_t)(off >> 4) << 8 | check8(u);
-		canary_put(u, n, after - 8);
-		memcpy(u + n + after - 8, &tw, sizeof tw);
-		__atomic_store_n(&hw(u)[1], (off == HDR ? ST_LIVE_L : ST_LIVE_LA) | (uint64_t)n << 8, __ATOMIC_RELAXED);
-	}
-	__atomic_store_n(&hw(u)[0], tag_of(u, small, t->tid), __ATOMIC_RELAXED);
+	__atomic_store_n(&hw(u)[1], (off == HDR ? ST_LIVE_L : ST_LIVE_LA) | (uint64_t)n << 8, __ATOMIC_RELAXED);
+	__atomic_store_n(&hw(u)[0], tag_of(u, 0, t->tid), __ATOMIC_RELAXED);
 	count_alloc(n);
 	return u;
 }
