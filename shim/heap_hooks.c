@@ -14,11 +14,26 @@
  */
 #include <dlfcn.h>
 #include <errno.h>
+#include <malloc.h>
 #include <stdlib.h>
+#include <sys/mman.h>
 
 #include "heap_core.h"
 #include "inject.h" /* fault injection and chaos: one line per hook */
 #include "shim.h"
+
+/* Every function hooks.def lists as HS_HOOK_OWN (the heap's, mmap64, dlsym
+ * and dlvsym) has the prototype written there, as libc declares it: a
+ * list that says otherwise does not compile. */
+#define HS_HOOK(ret, name, params)
+#define HS_HOOK_V(ret, name, params, version)
+#define HS_HOOK_OWN(ret, name, params)                                                      \
+	_Static_assert(__builtin_types_compatible_p(__typeof__(&name), ret(*) params),       \
+		       "hooks.def's prototype of " #name " is not libc's");
+#include "hooks.def"
+#undef HS_HOOK
+#undef HS_HOOK_V
+#undef HS_HOOK_OWN
 
 /* A large allocation is about to be made, heap checked or not: memory
  * samples are due after enough of them (memhooks.c, proc.c). */
