@@ -242,12 +242,13 @@ static const unsigned char canary_pat[48] = {
  * bytes) is what glibc serves with no slack: its chunk is the request plus
  * its 8-byte size word, rounded to 16, and the last 8 bytes of an in-use
  * chunk's memory are the next chunk's prev_size field, which glibc lets
- * the program use (malloc_usable_size counts them).  8 to 23 bytes; 24 for
- * n = 0.
+ * the program use (malloc_usable_size counts them).  8 to 23 bytes; 16
+ * more under 16 bytes (an aligned large block), so that the user bytes
+ * and canary hold a released block's 24-byte record.
  */
 static inline size_t canary_len(size_t n)
 {
-	return ((((n | 1) + 8 + 8 + 15) & ~(size_t)15) - 8 - n);
+	return (((n + 8 + 8 + 15) & ~(size_t)15) - 8 - n) + (n < 16 ? 16 : 0);
 }
 
 /* A small block's canary: 16 bytes more for n <= 16, so that its chunk is
