@@ -1121,7 +1121,7 @@ static int foreign_is_invalid(struct hs_tls *t, int ring, void *p, enum owner o)
  * (its offset unknown) is kept: never handed to glibc at a wrong address.
  */
 #define TOMBSTONE_MIN 1024u
-static void release(void *p, uint64_t live)
+static inline __attribute__((always_inline)) void release(void *p, uint64_t live)
 {
 	uint64_t *w = hw(p), *u = p;
 	struct bview v;
@@ -1250,7 +1250,7 @@ static int quar_ring(struct tquar *q)
  * a thread that stops freeing keeps its blocks, within the global budget,
  * until it exits (tquar_exit).
  */
-static void quarantine_put(void *p, uint64_t live, const struct bview *v, uint64_t bytes)
+static inline __attribute__((always_inline)) void quarantine_put(void *p, uint64_t live, const struct bview *v, uint64_t bytes)
 {
 	struct tquar *q = &tquar;
 	uintptr_t lo, hi;
@@ -1350,7 +1350,7 @@ static void tquar_exit(void *arg)
  * large one; a request of 2^56 bytes or more, or aligned beyond what the
  * tail word's offset field holds, is glibc's own (foreign).
  */
-static void *blk_alloc(struct hs_tls *t, size_t n, size_t align, int zero, uint64_t site)
+static inline __attribute__((always_inline)) void *blk_alloc(struct hs_tls *t, size_t n, size_t align, int zero, uint64_t site)
 {
 	size_t off, after, total;
 	char *r, *u;
@@ -1425,7 +1425,7 @@ static void *blk_alloc(struct hs_tls *t, size_t n, size_t align, int zero, uint6
  * (double or invalid free: nothing freed; overflow: marked freed but kept
  * out of glibc's hands, since glibc's own next chunk may be damaged).
  */
-static int blk_free(struct hs_tls *t, int ring, void *p, uint64_t site)
+static inline __attribute__((always_inline)) int blk_free(struct hs_tls *t, int ring, void *p, uint64_t site)
 {
 	uint64_t *sw = &hw(p)[1];
 	/* acquire: the first free's stores to the block happen before we read them */
