@@ -98,9 +98,9 @@ HS_HIDDEN __thread uint64_t hs_heap_cfa __attribute__((tls_model("initial-exec")
 #define ST_LSIZE(w) ((w) >> 8)
 
 /*
- * Two formats.  A block of ours: glibc's chunk, then (aligned blocks only) padding, then
- * the 16-byte chunk header right before the user pointer p, the user bytes,
- * and the tail canary:
+ * Two formats.  A block of ours: glibc's chunk, then (aligned blocks only)
+ * padding, then the 16-byte chunk header right before the user pointer p,
+ * the user bytes, and the tail canary:
  *
  *   [ padding ][ tag | state ][ user bytes ][ canary ][ tail word (large blocks) ]
  *                              ^ p
@@ -108,10 +108,10 @@ HS_HIDDEN __thread uint64_t hs_heap_cfa __attribute__((tls_model("initial-exec")
  * The tag (p-16) is a 32-bit magic of p in its high half (magic32; xor
  * SMALL_TAG for a small block) and the allocating thread in its low half;
  * the state word (p-8) goes live -> freed -> released.  One offset for
- * every block (16 from glibc's pointer), so when glibc hands a chunk out
- * again from the same start, the new block's pointer is the old one: a
- * second free then frees the new block, as under Scudo, and is never
- * mistaken for a free into the middle of it.
+ * every block with malloc's alignment (16 from glibc's pointer), so when
+ * glibc hands a chunk out again from the same start, the new block's
+ * pointer is the old one: a second free then frees the new block, as
+ * under Scudo, and is never mistaken for a free into the middle of it.
  *
  * Small blocks (requests under SMALL_MAX bytes, malloc's alignment): the
  * live state word holds the size and the allocation stack — the whole
