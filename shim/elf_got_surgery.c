@@ -746,7 +746,7 @@ static void resolve_real_dl(void)
 /*
  * Every function libheisen exports as a hook: hooks.def's HS_HOOK, HS_HOOK_V
  * and HS_HOOK_OWN entries (the last reach glibc without a hs_real_ pointer:
- * heap.c, memhooks.c, the dlsym wrappers).  For each, `real` is what dlsym(RTLD_NEXT, name) gives
+ * heap_hooks.c, memhooks.c, the dlsym wrappers).  For each, `real` is what dlsym(RTLD_NEXT, name) gives
  * libheisen — the function the hook wraps — and `hook` heisen's own
  * definition (looked up in libheisen's handle, so another preloaded
  * library's definition of the name never counts as ours).

@@ -31,7 +31,7 @@
  * single-threaded program, "about the Nth" otherwise.
  *
  * --heap-limit reads the heap checker's live byte count (the header's
- * heap_live_bytes, exact within 1 MiB per thread, heap.c count_flush):
+ * heap_live_bytes, exact within 1 MiB per thread, heap_core.c count_flush):
  * without the heap checker (HEISEN_HEAP=0) it cannot, and says so once on
  * stderr.  Memory that does not come from malloc (CPython's small-object
  * arenas, which are mmap'd; numpy's huge pages) is not counted: the limit

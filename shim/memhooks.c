@@ -3,7 +3,7 @@
  * shim/memhooks.c — where memory grows: the program's large allocations
  * make a memory sample due (proc.c), so a process eating its way to the
  * OOM killer leaves its last resident set in its segment.  malloc and
- * friends call hs_mem_big_alloc() from heap.c; mmap is interposed here
+ * friends call hs_mem_big_alloc() from heap_hooks.c; mmap is interposed here
  * (CPython's small-object arenas are 1 MiB anonymous mappings that never
  * pass through malloc).  Nothing is recorded for small allocations: the
  * check is one compare of the size.  docs/design.md "Processes"; the sample's

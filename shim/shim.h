@@ -32,7 +32,9 @@
  *     python_frames.c    Python frames inside native stacks, 3.8 to 3.13
  *     python_layouts.h   CPython's struct offsets, one row per minor version
  *   heap
- *     heap.c             malloc and friends: headers, quarantine, double frees
+ *     heap_hooks.c       malloc and friends, interposed (thin: one core entry each)
+ *     heap_core.h        the interface between the heap's hooks and its core
+ *     heap_core.c        chunk headers, quarantine, call-site stacks, findings
  *     guarded.c          sampled guard-page allocations (GWP-ASan)
  *     memhooks.c         large allocations and mmap make a memory sample due
  *   file descriptors
@@ -912,7 +914,7 @@ void hs_lock_forget_range(struct hs_seg *s, uint64_t lo, uint64_t hi);
  * p, read only when needed): locks in it are gone.  Ends the calling
  * thread's held state of those locks and forgets their identity, so that a
  * new lock in the same memory is a new lock (Helgrind's tc04_free_lock).
- * Called by the heap hook (heap.c) before the memory goes back; cheap when
+ * Called by the heap hook (heap_core.c) before the memory goes back; cheap when
  * the thread holds no lock and no lock was ever in those pages.  Callable
  * inside a hook (it takes no guard); never allocates.
  */
@@ -1260,7 +1262,7 @@ void hs_got_counts(struct hs_got_counts *c);
 /* The mprotect GOT patching uses (a raw syscall); tests swap it to fail. */
 extern int (*hs_got_mprotect)(void *addr, size_t len, int prot);
 
-/* ---- the heap (heap.c) ----------------------------------------------------------- */
+/* ---- the heap (heap_core.c; heap_core.h has the hooks' entries) ------------------ */
 
 /* Read HEISEN_HEAP & co. and, when heap checking is on, set it up (header
  * flags, stacks mode, quarantine) and register its fork handlers.  Init only;

@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * tests/unit/test_heap.c — the heap checker (shim/heap.c) from inside a
+ * tests/unit/test_heap.c — the heap checker (shim/heap_core.c) from inside a
  * process that runs under libheisen.so with HEISEN_HEAP=1: every allocation
  * entry point's alignment, realloc and malloc_usable_size, calloc's zeroing
  * and overflow, errno across free, and the findings as they land in the

@@ -1,52 +1,57 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * shim/heap.c — the heap checker: malloc and friends, interposed, put a small
- * header in front of every block they hand out, so that a double free, an
+ * shim/heap_core.c — the heap checker's core: the blocks that malloc and
+ * friends (interposed in heap_hooks.c, over the interface heap_core.h) hand
+ * out get a small header in front, so that a double free, an
  * invalid free or a broken tail canary is caught at the free that finds it,
  * with the allocation's, the first free's and the second free's stacks
  * (AddressSanitizer's report, without recompiling).  docs/design.md "Heap";
  * the contract and environment variables are docs/interfaces.md "The heap".
  *
- * A block of ours, from the real allocation's start:
+ * A block of ours (its two formats: the comment above SMALL_MAX):
  *
- *   [ padding (aligned blocks) ][ struct blk: link, offset, size, allocation, magic, state ][ user bytes ][ canary ]
- *                                                                               user pointer ^
+ *   [ padding (aligned blocks) ][ tag | state ][ user bytes ][ canary ][ tail word (large) ]
+ *                                              ^ user pointer
  *
- * The last 16 bytes of struct blk are the word pair right before the user
- * pointer: magic (HEAP_MAGIC ^ the user pointer) and the state word.  Only
- * those 16 bytes are read before the magic matches, and through
- * hs_safe_read16 (safe_read.S): a pointer from malloc always has them
- * mapped (glibc's own chunk header), and a wild pointer with nothing mapped
- * in front of it is an invalid-free instead of a SIGSEGV inside free.  A
- * pointer without our magic (or with our magic but a word behind it that
- * is no state of ours: glibc's chunk size over a stale header) is foreign
- * — allocated before checking started, by the shim itself, or by
- * __libc_malloc directly — and goes to glibc untouched.
+ * The 16 bytes right before the user pointer are the chunk header: the
+ * tag (a 32-bit magic of the user pointer, and the allocating thread) and
+ * the state word.  Only those 16 bytes are read before the magic matches,
+ * and through hs_safe_read16 (safe_read.S): a pointer from malloc always
+ * has them mapped (glibc's own chunk header), and a wild pointer with
+ * nothing mapped in front of it is an invalid-free instead of a SIGSEGV
+ * inside free.  A pointer without our magic (or with our magic but a word
+ * behind it that is no state of ours) is foreign — allocated before
+ * checking started, by the shim itself, or by __libc_malloc directly — and
+ * goes to glibc untouched, unless it is provably bad or holds the record
+ * of one of our blocks given back (below).
  *
  * The state word goes live -> freed by compare-and-swap, and the freed word
  * carries the first free's stack id and thread, so two racing frees of one
  * block publish and see the first free atomically: exactly one wins, the
  * other is the double free.  Freed blocks wait in a FIFO quarantine, one
- * per thread and without a lock, whose budget for all threads together is
+ * per thread and without a lock (a ring of its own, never a link inside
+ * the freed block), whose budget for all threads together is
  * HEISEN_QUARANTINE_MB when set, else a 32nd of the live heap between
  * 256 KiB and 64 MiB (quar_budget), at most 512 blocks in one thread's FIFO.
- * Then they go back to glibc "released":
- * the header stays, out of reach of glibc's own links, and blocks of 1 KiB
- * and more leave a 64-byte tombstone chunk in front of the pointer
- * (release()), so a second free long after the quarantine still finds its
- * block's state with both stacks, as long as glibc has not handed the same
- * address out again — the rule of Scudo's header check, with the stacks.
+ * Then they go back to glibc "released", leaving the record of the free in
+ * their first user bytes (release(), small_record), where glibc's own
+ * links do not reach, and blocks of 1 KiB and more leave a 48-byte
+ * tombstone chunk that holds header and record, so a second free long
+ * after the quarantine still finds both stacks, as long as glibc has not
+ * handed the same memory out again — the rule of Scudo's header check,
+ * with the stacks.
  *
  * What is detected:
  *   - double-free: a free (or realloc) of one of our blocks in state freed
- *     (in the quarantine) or released (given back, header still there);
+ *     (in the quarantine) or released (given back, its record still there);
  *   - invalid-free: a pointer not 16-byte aligned (glibc never returns one),
  *     a 16-aligned pointer with no readable memory in front of it, a
  *     pointer into the middle of one of our blocks whose header lies
  *     at most 8 KiB before the pointer's page (a bounded backward scan),
  *     and a pointer whose chunk header glibc's free would refuse;
- *   - heap-overflow: the tail canary (8 to 23 bytes after the requested size)
- *     changed, checked at free and realloc.
+ *   - heap-overflow: the tail canary (8 to 23 bytes after the requested
+ *     size; 24 to 40 for blocks of 16 bytes or less) changed, checked at
+ *     free and realloc.
  * Out of scope: use after free, reads past the end, overflows that skip the
  * canary, a double free after glibc reused the address for a new block
  * (the second free then frees that block), and anything glibc hands out
@@ -71,60 +76,100 @@
 #define UNW_LOCAL_ONLY
 #include <libunwind.h>
 
-#include "inject.h" /* fault injection and chaos: one line per hook */
+#include "heap_core.h"
 #include "shim.h"
 
-/* glibc's allocator under its exported internal names (no dlsym needed). */
-extern void *__libc_malloc(size_t);
-extern void __libc_free(void *);
-extern void *__libc_calloc(size_t, size_t);
-extern void *__libc_realloc(void *, size_t);
-extern void *__libc_memalign(size_t, size_t);
-extern void *__libc_valloc(size_t);
-extern void *__libc_pvalloc(size_t);
 
-#define RET_ADDR() ((uint64_t)(uintptr_t)__builtin_extract_return_addr(__builtin_return_address(0)))
+/* The hook's CFA, for wrapper_stack() (heap_core.h, HS_HEAP_SITE). */
+HS_HIDDEN __thread uint64_t hs_heap_cfa __attribute__((tls_model("initial-exec")));
 
-/*
- * The caller's stack pointer at its call into the hook (the hook's CFA on
- * x86-64: above the saved frame pointer and the return address; the shim is
- * built with frame pointers), kept per thread for wrapper_stack().  SITE()
- * records it and yields the return address: every allocating hook passes
- * SITE() as its call site.
- */
-static __thread uint64_t heap_cfa __attribute__((tls_model("initial-exec")));
-#define SITE() (heap_cfa = (uint64_t)(uintptr_t)__builtin_frame_address(0) + 16, RET_ADDR())
-
-#define HEAP_MAGIC 0x9e3c5a48454150f1ull /* mixed with the user pointer */
-#define ST_LIVE 0xa7u                  /* the whole word: no other bits */
+#define HEAP_MAGIC 0x9e3c5a48454150f1ull /* mixed with the user pointer (magic32) */
+#define SMALL_TAG 0x5a17c3e9u          /* a small block's magic is magic32 ^ SMALL_TAG */
+#define ST_LIVE_S 0xa9u                /* a small block, live: | size << 8 (24 bits) | allocation << 32 */
+#define ST_LIVE_L 0xa7u                /* a large block, live: | size << 8 (56 bits) */
+#define ST_LIVE_LA 0xabu               /* the same, aligned beyond 16 (the offset is in the tail word) */
 #define ST_FREED 0xf3u                 /* | first-free stack << 8 (24 bits) | tid << 32: in the quarantine */
 #define ST_RELEASED 0xf5u              /* the same, given back to glibc since */
 #define ST_KIND(w) ((unsigned)((w)&0xffu))
 #define ST_STACK(w) ((uint32_t)(((w) >> 8) & 0xffffffu))
 #define ST_TID(w) ((int32_t)(uint32_t)((w) >> 32))
+#define ST_SSIZE(w) (((w) >> 8) & 0xffffffu)
+#define ST_SALLOC(w) ((uint32_t)((w) >> 32))
+#define ST_LSIZE(w) ((w) >> 8)
 
 /*
- * The metadata in front of a block: 48 bytes, so user = blk + 1 stays
- * 16-aligned.  The order is chosen for after the block went back to glibc
- * ("released"): glibc's free writes its own links into the first bytes of
- * the chunk it gets back — tcache next and key, or fd and bk (bytes 0-15),
- * and in its large bins also fd_nextsize and bk_nextsize (16-31).  So the
- * fields that tell a later free what happened lie behind them: magic and
- * state (32-47) always survive until glibc hands the memory out again, size
- * and the allocation (16-31) survive in the small bins, and blocks bound
- * for the large bins are cut to a tombstone first (release()).
+ * Two formats.  A block of ours: glibc's chunk, then (aligned blocks only)
+ * padding, then the 16-byte chunk header right before the user pointer p,
+ * the user bytes, and the tail canary:
+ *
+ *   [ padding ][ tag | state ][ user bytes ][ canary ][ tail word (large blocks) ]
+ *                              ^ p
+ *
+ * The tag (p-16) is a 32-bit magic of p in its high half (magic32; xor
+ * SMALL_TAG for a small block) and the allocating thread in its low half;
+ * the state word (p-8) goes live -> freed -> released.  One offset for
+ * every block with malloc's alignment (16 from glibc's pointer), so when
+ * glibc hands a chunk out again from the same start, the new block's
+ * pointer is the old one: a second free then frees the new block, as
+ * under Scudo, and is never mistaken for a free into the middle of it.
+ *
+ * Small blocks (requests under SMALL_MAX bytes, malloc's alignment): the
+ * live state word holds the size and the allocation stack — the whole
+ * metadata is the 16-byte header, as Scudo's packed chunk header is (a
+ * churning C++ program's blocks are mostly 24 to 96 bytes; a 48-byte
+ * header doubled them).  Large blocks (the rest): the live state word
+ * holds the size, and the tail word after the canary the allocation stack
+ * and, for an aligned block, the offset from glibc's pointer.
+ *
+ * A free saves the live word in the block's user bytes (p+8; every block
+ * has at least 24 bytes of user bytes and canary) before its
+ * compare-and-swap, so whoever finds the block freed can name its size and
+ * allocation; the quarantine keeps its own copy (struct qent), so writes
+ * into freed memory never derail the shim.  When the block goes back to
+ * glibc its header lies where glibc writes its links (tcache next and key,
+ * fastbin and small-bin fd and bk: the chunk's first 16 bytes), so
+ * release() first leaves a record of the free in the user bytes at p+0,
+ * p+8, p+16 (small_record), which those links do not reach.  Blocks of
+ * 1 KiB and more are cut to a 48-byte tombstone chunk that keeps header
+ * and record (release()); no block of ours asks glibc for a 48-byte chunk
+ * (canary_len_s), so a tombstone stays until glibc merges it.
  */
-struct blk {
-	struct blk *qnext;     /* quarantine FIFO link (while freed) */
-	uint32_t offset;       /* user pointer - start of the real allocation */
-	uint32_t pad;
-	uint64_t size;         /* as requested */
-	uint32_t alloc;        /* stack id of the allocation (24 bits) | stack_epoch (low 8 bits) << 24 */
-	int32_t alloc_tid;
-	uint64_t magic;        /* HEAP_MAGIC ^ user pointer */
-	uint64_t state;        /* [atomic] ST_LIVE, or ST_FREED / ST_RELEASED | first free */
-};
-_Static_assert(sizeof(struct blk) == 48, "struct blk is 48 bytes");
+#define SMALL_MAX 960u                 /* small: 16 + n + canary stays under TOMBSTONE_MIN */
+#define HDR 16u
+#define SIZE56 ((uint64_t)1 << 56)     /* a large block's size field; larger requests are glibc's own */
+#define OFF_MAX ((size_t)0xffffff << 4) /* the tail word's offset field */
+
+/* The 32-bit magic of the user pointer p (one multiply). */
+static inline uint32_t magic32(const void *p)
+{
+	return (uint32_t)((((uint64_t)(uintptr_t)p ^ HEAP_MAGIC) * 0x9e3779b97f4a7c15ull) >> 32);
+}
+
+enum fmt { FMT_NONE, FMT_LARGE, FMT_SMALL };
+
+/* The format the tag word w0 in front of p names, FMT_NONE when no tag of ours. */
+static inline enum fmt fmt_of(const void *p, uint64_t w0)
+{
+	uint32_t x = (uint32_t)(w0 >> 32) ^ magic32(p);
+	return x == SMALL_TAG ? FMT_SMALL : x == 0 ? FMT_LARGE : FMT_NONE;
+}
+
+static inline uint64_t tag_of(const void *p, int small, int32_t tid)
+{
+	return (uint64_t)(magic32(p) ^ (small ? SMALL_TAG : 0u)) << 32 | (uint32_t)tid;
+}
+
+/* The header words of p: [0] the tag, [1] the state. */
+static inline uint64_t *hw(const void *p)
+{
+	return (uint64_t *)(uintptr_t)p - 2;
+}
+
+/* A check byte of p (tail and released words). */
+static inline uint64_t check8(const void *p)
+{
+	return (magic32(p) >> 11 ^ 0x5c) & 0xffu;
+}
 
 /*
  * Stack ids are ids into this process's segment.  A fork child's segment
@@ -136,10 +181,10 @@ _Static_assert(sizeof(struct blk) == 48, "struct blk is 48 bytes");
  */
 static uint32_t stack_epoch;           /* [atomic] */
 
-static inline uint32_t alloc_stack_of(const struct blk *b)
+static inline uint32_t alloc_stack_of(uint32_t alloc)
 {
 	uint32_t e = __atomic_load_n(&stack_epoch, __ATOMIC_RELAXED) & 0xffu;
-	return (b->alloc >> 24) == e ? b->alloc & 0xffffffu : 0;
+	return (alloc >> 24) == e ? alloc & 0xffffffu : 0;
 }
 
 /* 1 when the state word is one a free finds on a block it already freed. */
@@ -148,19 +193,35 @@ static inline int st_is_freed(uint64_t w)
 	return ST_KIND(w) == ST_FREED || ST_KIND(w) == ST_RELEASED;
 }
 
-enum { HEAP_UNKNOWN = 0, HEAP_INIT = 1, HEAP_OFF = 2, HEAP_ON = 3 };
-static int heap_mode;                  /* [atomic] HEAP_* */
+/* 1 when the state word is a live block's (either format). */
+static inline int st_is_live(uint64_t w)
+{
+	unsigned k = ST_KIND(w);
+	return k == ST_LIVE_S || k == ST_LIVE_L || k == ST_LIVE_LA;
+}
+
+HS_HIDDEN int hs_heap_mode;            /* [atomic] HS_HEAP_MODE_* (heap_core.h) */
 static unsigned heap_stacks = HS_HEAP_STACKS_SITE;
 static int heap_continue;              /* HEISEN_ON_HEAP_ERROR=continue */
-static size_t page_size = 4096;
+HS_HIDDEN size_t hs_heap_page_size = 4096;
 
-/* The quarantine: one FIFO per thread, no lock; one budget for all. */
+/*
+ * The quarantine: one FIFO per thread, no lock; one budget for all.  The
+ * FIFO is a ring of entries (pointer and live word) in memory of its own,
+ * mapped at the thread's first free: never a link inside the freed
+ * blocks, which the program may still write into.
+ */
+struct qent {
+	void *p;
+	uint64_t live;         /* the block's live word */
+	uint64_t bytes;        /* what it holds resident (quar_bytes) */
+};
 struct tquar {
-	struct blk *head, *tail;
+	struct qent *ring;     /* cap entries, mmapped; NULL until the first free */
+	uint32_t head, count, cap;
 	uint64_t bytes;        /* resident bytes of the blocks queued (quar_bytes) */
 	int64_t unsynced;      /* bytes queued - bytes taken out, not yet added to quar_total */
 	int keyed;             /* the thread-exit destructor is armed */
-	uint32_t count;        /* blocks queued */
 };
 #define QUAR_SYNC ((int64_t)64 << 10)
 static __thread struct tquar tquar __attribute__((tls_model("initial-exec")));
@@ -169,31 +230,40 @@ static uint64_t quar_limit;            /* the cap on all threads' FIFOs together
 static uint64_t quar_total;            /* [atomic] bytes queued in all FIFOs, as synced */
 
 /* Canary bytes: position-dependent, so a run of one repeated byte is caught. */
-static const unsigned char canary_pat[32] = {
+static const unsigned char canary_pat[48] = {
 	0xa1, 0xb2, 0xc3, 0xd4, 0xe5, 0xf6, 0x07, 0x18, 0x29, 0x3a, 0x4b, 0x5c, 0x6d, 0x7e, 0x8f, 0x90,
 	0xa9, 0xba, 0xcb, 0xdc, 0xed, 0xfe, 0x0f, 0x10, 0x21, 0x32, 0x43, 0x54, 0x65, 0x76, 0x87, 0x98,
+	0xb1, 0xc2, 0xd3, 0xe4, 0xf5, 0x06, 0x17, 0x28, 0x39, 0x4a, 0x5b, 0x6c, 0x7d, 0x8e, 0x9f, 0xa0,
 };
 
 /*
  * Bytes of canary after a block of size n: at least 8, and ending 8 bytes
- * past a 16-byte boundary.  A request of that length (the header is a
- * multiple of 16) is what glibc serves with no slack: its chunk is the
- * request plus its 8-byte size word, rounded to 16, and the last 8 bytes of
- * an in-use chunk's memory are the next chunk's prev_size field, which glibc
- * lets the program use (malloc_usable_size counts them).  Ending on a 16-byte
- * boundary instead wasted those 8 bytes and made every chunk 16 bytes
- * larger half of the time.  8 to 23 bytes.
+ * past a 16-byte boundary.  A request of that length (the header is 16
+ * bytes) is what glibc serves with no slack: its chunk is the request plus
+ * its 8-byte size word, rounded to 16, and the last 8 bytes of an in-use
+ * chunk's memory are the next chunk's prev_size field, which glibc lets
+ * the program use (malloc_usable_size counts them).  8 to 23 bytes; 16
+ * more under 16 bytes (an aligned large block), so that the user bytes
+ * and canary hold a released block's 24-byte record.
  */
 static inline size_t canary_len(size_t n)
 {
-	return (((n + 8 + 8 + 15) & ~(size_t)15) - 8 - n);
+	return (((n + 8 + 8 + 15) & ~(size_t)15) - 8 - n) + (n < 16 ? 16 : 0);
 }
 
-/* Write the canary after the n bytes at u: two or three overlapping 8-byte
- * stores (the pattern is by position, so overlapping stores agree), no loop. */
-static inline void canary_put(char *u, size_t n)
+/* A small block's canary: 16 bytes more for n <= 16, so that its chunk is
+ * 64 bytes, never the tombstones' 48 (and n plus canary is 40 or more). */
+static inline size_t canary_len_s(size_t n)
 {
-	size_t len = canary_len(n);
+	return (((n > 16 ? n : 17) + 8 + 8 + 15) & ~(size_t)15) - 8 - n;
+}
+
+/* Write the len-byte canary after the n bytes at u: two or three
+ * overlapping 8-byte stores (the pattern is by position, so overlapping
+ * stores agree), no loop.  Bytes 16 to len-9 of a canary over 32 bytes are
+ * padding, neither written nor checked. */
+static inline void canary_put(char *u, size_t n, size_t len)
+{
 	memcpy(u + n, canary_pat, 8);
 	if (len > 16)
 		memcpy(u + n + 8, canary_pat + 8, 8);
@@ -201,9 +271,8 @@ static inline void canary_put(char *u, size_t n)
 }
 
 /* 1 when the canary after the n bytes at u is intact (the same words). */
-static inline int canary_ok(const char *u, size_t n)
+static inline int canary_ok(const char *u, size_t n, size_t len)
 {
-	size_t len = canary_len(n);
 	uint64_t a, b, c, x, y, z;
 	memcpy(&a, u + n, 8);
 	memcpy(&x, canary_pat, 8);
@@ -218,19 +287,91 @@ static inline int canary_ok(const char *u, size_t n)
 	return ((a ^ x) | (b ^ y) | (c ^ z)) == 0;
 }
 
-static inline struct blk *blk_of(void *p)
+/*
+ * What a block of ours is: size as requested, allocation (stack | epoch
+ * << 24), allocating thread, offset of p from glibc's pointer, format.
+ */
+struct bview {
+	uint64_t size;
+	uint32_t alloc;
+	int32_t alloc_tid;
+	uint32_t offset;
+	int small;
+};
+
+/* Bytes of canary (and tail word) after the n user bytes of a block. */
+static inline size_t after_len(size_t n, int small)
 {
-	return (struct blk *)p - 1;
+	return small ? canary_len_s(n) : canary_len(n) + 8;
 }
 
-static inline void *real_start(struct blk *b)
+/* Bytes glibc was asked for: offset, user bytes, canary, tail word. */
+static inline uint64_t view_real_bytes(const struct bview *v)
 {
-	return (char *)(b + 1) - b->offset;
+	return v->offset + v->size + after_len(v->size, v->small);
 }
 
-static inline uint64_t real_bytes(struct blk *b)
+/*
+ * The tail word of the large block p of size bytes, 1 when it reads back
+ * with p's check byte.  It lies 8 past a 16-byte boundary (canary_len);
+ * read through the probe: a live word copied from freed memory the
+ * program wrote into may name a size that leads off the heap.  Out of
+ * line: the free of a small block never needs it.
+ */
+static __attribute__((noinline, cold)) int tail_word(const void *p, uint64_t size, uint64_t *t)
 {
-	return b->offset + b->size + canary_len(b->size);
+	uint64_t two[2];
+	if (!hs_safe_read16((const char *)p + size + canary_len(size) - 8, two) || (two[1] & 0xffu) != check8(p))
+		return 0;
+	*t = two[1];
+	return 1;
+}
+
+/*
+ * The view of p (ours) from its live word (the state word of a live
+ * block, the copy of a freed one).  A large block's tail word is read for
+ * its allocation and offset only when `tail` is set (a miss on a large
+ * block's last line; the free path does not need them).  Returns 0 when
+ * live is no live word, or an aligned block's tail word is damaged (size,
+ * allocation and offset are then 0 or guesses).
+ */
+static inline int view_of_live(const void *p, uint64_t live, int tail, struct bview *v)
+{
+	unsigned k = ST_KIND(live);
+	v->alloc_tid = (int32_t)(uint32_t)hw(p)[0];
+	v->offset = HDR;
+	v->alloc = 0;
+	if (HS_LIKELY(k == ST_LIVE_S)) {
+		v->small = 1;
+		v->size = ST_SSIZE(live);
+		v->alloc = ST_SALLOC(live);
+		return 1;
+	}
+	v->small = 0;
+	if (k != ST_LIVE_L && k != ST_LIVE_LA) {
+		v->size = 0;
+		return 0;
+	}
+	v->size = ST_LSIZE(live);
+	if (tail || k == ST_LIVE_LA) {
+		uint64_t t;
+		if (!tail_word(p, v->size, &t))
+			return k == ST_LIVE_L;
+		v->alloc = (uint32_t)(t >> 32);
+		if (k == ST_LIVE_LA)
+			v->offset = (uint32_t)((t >> 8) & 0xffffffu) << 4;
+	}
+	return 1;
+}
+
+/* The view of p, a live or quarantined block of ours (the live word from
+ * the state word, or from the copy at p+8 of a freed one). */
+static inline int blk_view(const void *p, struct bview *v)
+{
+	uint64_t st = __atomic_load_n(&hw(p)[1], __ATOMIC_RELAXED);
+	if (!st_is_live(st))
+		st = ((const uint64_t *)p)[1];
+	return view_of_live(p, st, 1, v);
 }
 
 /*
@@ -248,16 +389,17 @@ enum owner {
 static inline enum owner owner_of(const void *p)
 {
 	uint64_t w[2];
+	enum fmt f;
 	if (HS_UNLIKELY(((uintptr_t)p & 15) != 0))
 		return OWN_MISALIGNED;
 	if (HS_UNLIKELY(!hs_safe_read16((const char *)p - 16, w)))
 		return OWN_UNMAPPED;
-	if (w[0] != (HEAP_MAGIC ^ (uint64_t)(uintptr_t)p))
-		return OWN_FOREIGN;
-	/* our magic with another word behind it: a stale header of ours in
-	   memory glibc has given out since (its chunk size is at p-8 now) */
-	if (HS_LIKELY(w[1] == ST_LIVE) || st_is_freed(w[1]))
-		return OWN_OURS;
+	f = fmt_of(p, w[0]);
+	if (HS_LIKELY(f == FMT_SMALL))
+		return ST_KIND(w[1]) == ST_LIVE_S || st_is_freed(w[1]) ? OWN_OURS : OWN_FOREIGN;
+	if (f == FMT_LARGE)
+		return ST_KIND(w[1]) == ST_LIVE_L || ST_KIND(w[1]) == ST_LIVE_LA || st_is_freed(w[1]) ? OWN_OURS
+														      : OWN_FOREIGN;
 	return OWN_FOREIGN;
 }
 
@@ -432,7 +574,7 @@ static uint32_t site_stack_key(uint64_t key, uint64_t site, int first_sight);
  * function's own return address.  That distance is fixed for a given R: R
  * names one call instruction of one function, whose frame at that call has
  * one size (no alloca in libstdc++'s allocation paths).  So later calls walk
- * from the hook's own return address slot (heap_cfa - 8, which holds the
+ * from the hook's own return address slot (hs_heap_cfa - 8, which holds the
  * site) up the chain of wrapper frames, a cache lookup and a load per frame
  * — operator new called directly from inlined allocator code, or through
  * std::string's _M_create, _M_mutate or _M_construct, each path its own
@@ -520,7 +662,7 @@ static uint32_t wrapper_stack(uint64_t site)
 {
 	uint64_t lo = __atomic_load_n(&wrapper_lo, __ATOMIC_RELAXED);
 	uint64_t hi = __atomic_load_n(&wrapper_hi, __ATOMIC_RELAXED);
-	uint64_t cfa = heap_cfa, slot, pc, w;
+	uint64_t cfa = hs_heap_cfa, slot, pc, w;
 	int i;
 	if (!lo || !cfa)
 		return hs_stack_here();
@@ -758,45 +900,88 @@ static void finding_init(struct hs_finding *f, struct hs_tls *t, unsigned kind, 
 }
 
 /*
+ * A small or large block given back to glibc loses its header to glibc's
+ * links, so release() leaves the record of its free in its first 24 user
+ * bytes, which glibc's tcache, fastbins and small bins do not write:
+ * [0] the freed state word (first free's stack and thread), [1] a live
+ * word in the small format (size, 24 bits, all ones when larger;
+ * allocation), [2] the tag (magic of p, allocating thread).  1 and rec
+ * filled when p holds one (read through hs_safe_read16).
+ */
+static int small_record(const void *p, uint64_t rec[3])
+{
+	uint64_t x[2], y[2];
+	if (((uintptr_t)p & 15) != 0 || !hs_safe_read16(p, x) || ST_KIND(x[0]) != ST_FREED ||
+	    ST_KIND(x[1]) != ST_LIVE_S || !hs_safe_read16((const char *)p + 16, y) || fmt_of(p, y[0]) == FMT_NONE)
+		return 0;
+	rec[0] = x[0];
+	rec[1] = x[1];
+	rec[2] = y[0];
+	return 1;
+}
+
+/* The double free of a block given back to glibc, from its record. */
+static void record_double_free(struct hs_tls *t, int ring, void *p, const uint64_t rec[3])
+{
+	struct hs_finding f;
+	finding_init(&f, t, HS_FIND_DOUBLE_FREE, p);
+	f.stack2 = ST_STACK(rec[0]);
+	f.tid2 = ST_TID(rec[0]);
+	if (ST_SSIZE(rec[1]) != 0xffffffu)
+		f.size = ST_SSIZE(rec[1]);
+	f.stack3 = alloc_stack_of(ST_SALLOC(rec[1]));
+	f.tid3 = (int32_t)(uint32_t)rec[2];
+	heap_finding(t, ring, &f);
+}
+
+static int foreign_is_invalid(struct hs_tls *t, int ring, void *p, enum owner o);
+static void *containing(const void *p, int *unmapped);
+
+/*
  * A free or realloc of p (ours) whose state word is `state`: freed (in the
  * quarantine) or released (given back to glibc since, the header still
- * there).  A released block's size and allocation are believed only when
- * readable and plausible: glibc's large bins write two pointers over them
- * (bytes 16-31, see struct blk), and a size of 2^40 or more is such a
- * pointer — the report then has the two frees without the allocation.
+ * there: glibc merged the chunk into a free neighbour before it).  A
+ * freed block's size and allocation come from the live word its free
+ * saved at p+8; a released one's from its record (small_record), when it
+ * is still there.
  */
-static int foreign_is_invalid(struct hs_tls *t, int ring, void *p, enum owner o);
-static struct blk *containing(const void *p, int *unmapped);
-
 static void bad_state(struct hs_tls *t, int ring, void *p, uint64_t state)
 {
-	struct blk *b = blk_of(p), *y;
 	struct hs_finding f;
-	uint64_t w[2];
+	struct bview v;
+	uint64_t rec[3], tag;
+	void *y;
 	int unmapped;
 	/* a released header may be stale: glibc gave its memory out again, and
-	   a live block of ours now covers p (the old magic and state are in its
+	   a live block of ours now covers p (the old tag and state are in its
 	   user bytes, which it has not written yet): p is the middle of that
 	   block, an invalid free, as it is for the program now */
 	if (ST_KIND(state) == ST_RELEASED && (y = containing(p, &unmapped)) != NULL &&
-	    ST_KIND(__atomic_load_n(&y->state, __ATOMIC_RELAXED)) == ST_LIVE) {
+	    st_is_live(__atomic_load_n(&hw(y)[1], __ATOMIC_RELAXED))) {
 		foreign_is_invalid(t, ring, p, OWN_FOREIGN);
+		return;
+	}
+	if (ST_KIND(state) == ST_RELEASED && small_record(p, rec)) {
+		record_double_free(t, ring, p, rec);
+		return;
+	}
+	tag = __atomic_load_n(&hw(p)[0], __ATOMIC_RELAXED);
+	if (fmt_of(p, tag) == FMT_NONE && small_record(p, rec)) {
+		/* given back to glibc since the state was read (the first free's
+		   thread ended and emptied its quarantine): glibc's links are over
+		   the header now, the record has it all */
+		record_double_free(t, ring, p, rec);
 		return;
 	}
 	finding_init(&f, t, HS_FIND_DOUBLE_FREE, p);
 	f.stack2 = ST_STACK(state);
 	f.tid2 = ST_TID(state);
-	if (ST_KIND(state) == ST_RELEASED) {
-		/* bytes 16-31 may lie in the page before p-16's */
-		if (hs_safe_read16(&b->size, w) && w[0] < (1ull << 40)) {
-			f.size = w[0];
-			f.stack3 = alloc_stack_of(b);
-			f.tid3 = b->alloc_tid;
-		}
-	} else {
-		f.stack3 = alloc_stack_of(b);
-		f.tid3 = b->alloc_tid;
-		f.size = b->size;
+	f.tid3 = fmt_of(p, tag) != FMT_NONE ? (int32_t)(uint32_t)tag : 0;
+	if (ST_KIND(state) == ST_FREED && blk_view(p, &v)) {
+		/* a racing first free saves the live word before its
+		   compare-and-swap, so it is there */
+		f.stack3 = alloc_stack_of(v.alloc);
+		f.size = v.size;
 	}
 	heap_finding(t, ring, &f);
 }
@@ -804,39 +989,41 @@ static void bad_state(struct hs_tls *t, int ring, void *p, uint64_t state)
 /*
  * The block of ours (live or in the quarantine) whose user bytes (or
  * canary) contain p, found by scanning back for a header from p through
- * the page that holds p - 16 and CONTAIN_BACK bytes before it.  The
- * nearest live or quarantined header decides; a released one on the way
- * is passed over (a stale header inside memory glibc has handed out again,
- * maybe to the very block that contains p: the second free of a small
- * block a million allocations later lands there, and glibc, handed such a
- * pointer, aborts or faults reading a chunk header that is user data).
- * NULL when there is none, or the page of p - 16 is not mapped (*unmapped
- * set then; an unmapped page before it only ends the scan).  Every read
- * goes through hs_safe_read16.  Runs only for pointers without our magic.
+ * the page that holds p - 16 and CONTAIN_BACK bytes before it; its user
+ * pointer.  The nearest live or quarantined header decides; a released
+ * one on the way is passed over (a stale header inside memory glibc has
+ * handed out again, maybe to the very block that contains p).  NULL when
+ * there is none, or the page of p - 16 is not mapped (*unmapped set then;
+ * an unmapped page before it only ends the scan).  Every read goes through
+ * hs_safe_read16.  Runs only for pointers without our magic.
  */
 #define CONTAIN_BACK ((uintptr_t)8 << 10)
-static struct blk *containing(const void *p, int *unmapped)
+static void *containing(const void *p, int *unmapped)
 {
 	uintptr_t u = ((uintptr_t)p - 1) & ~(uintptr_t)15;
-	uintptr_t own = ((uintptr_t)p - 16) & ~(uintptr_t)(page_size - 1);
+	uintptr_t own = ((uintptr_t)p - 16) & ~(uintptr_t)(hs_heap_page_size - 1);
 	uintptr_t lim = own > CONTAIN_BACK ? own - CONTAIN_BACK : 0;
 	*unmapped = 0;
 	for (; u >= lim + 16 && u > 16; u -= 16) {
-		uint64_t w[2];
+		uint64_t w[2], x[2], live;
+		struct bview v;
+		enum fmt f;
 		if (!hs_safe_read16((const void *)(u - 16), w)) {
 			*unmapped = u - 16 >= own;
 			return NULL;
 		}
-		if (w[0] == (HEAP_MAGIC ^ (uint64_t)u)) {
-			struct blk *b = blk_of((void *)u);
-			uint64_t st = w[1], sz[2];
-			if (ST_KIND(st) == ST_RELEASED)
-				continue;
-			if ((ST_KIND(st) == ST_LIVE || ST_KIND(st) == ST_FREED) && hs_safe_read16(&b->size, sz) &&
-			    (uintptr_t)p < u + sz[0] + canary_len(sz[0]))
-				return b;
-			return NULL;
+		f = fmt_of((const void *)u, w[0]);
+		if (f == FMT_NONE || ST_KIND(w[1]) == ST_RELEASED)
+			continue;
+		live = w[1];
+		if (ST_KIND(live) == ST_FREED) {
+			if (!hs_safe_read16((const void *)u, x))
+				return NULL;
+			live = x[1];
 		}
+		if (!view_of_live((const void *)u, live, 0, &v) || (v.small != (f == FMT_SMALL)))
+			return NULL;
+		return (uintptr_t)p < u + v.size + after_len(v.size, v.small) ? (void *)u : NULL;
 	}
 	return NULL;
 }
@@ -861,7 +1048,7 @@ static int glibc_would_refuse(const void *p, const uint64_t w[2])
 {
 	uint64_t size = w[1] & ~(uint64_t)7, c = (uint64_t)(uintptr_t)p - 16;
 	if (w[1] & 2) /* IS_MMAPPED: prev_size is the offset into the mapping */
-		return ((c - w[0]) | (w[0] + size)) & (page_size - 1) ? 1 : 0;
+		return ((c - w[0]) | (w[0] + size)) & (hs_heap_page_size - 1) ? 1 : 0;
 	return size < 32 || (size & 15) != 0 || c > (uint64_t)0 - size;
 }
 
@@ -878,20 +1065,28 @@ static int glibc_would_refuse(const void *p, const uint64_t w[2])
 static int foreign_is_invalid(struct hs_tls *t, int ring, void *p, enum owner o)
 {
 	int unmapped = o == OWN_UNMAPPED;
-	struct blk *b = unmapped ? NULL : containing(p, &unmapped);
+	void *b = unmapped ? NULL : containing(p, &unmapped);
 	struct hs_finding f;
+	struct bview v;
 	uint64_t w[2];
+	uint64_t rec[3];
+	if (!b && !unmapped && small_record(p, rec)) {
+		/* a small block of ours given back to glibc, and not handed out since */
+		record_double_free(t, ring, p, rec);
+		return 1;
+	}
 	if (!b && !unmapped && ((uintptr_t)p & 15) == 0 && !on_own_stack(p) &&
 	    !(hs_safe_read16((const char *)p - 16, w) && glibc_would_refuse(p, w)))
 		return 0;
 	finding_init(&f, t, HS_FIND_INVALID_FREE, p);
 	if (b) {
-		uint64_t st = __atomic_load_n(&b->state, __ATOMIC_RELAXED);
-		f.size = b->size;
-		f.stack3 = alloc_stack_of(b);
-		f.tid3 = b->alloc_tid;
+		uint64_t st = __atomic_load_n(&hw(b)[1], __ATOMIC_RELAXED);
+		blk_view(b, &v);
+		f.size = v.size;
+		f.stack3 = alloc_stack_of(v.alloc);
+		f.tid3 = v.alloc_tid;
 		/* the offset of p into the block (it starts at addr - offset) */
-		f.offset = (uint32_t)((uintptr_t)p - (uintptr_t)(b + 1));
+		f.offset = (uint32_t)((uintptr_t)p - (uintptr_t)b);
 		if (ST_KIND(st) == ST_FREED) {
 			f.stack2 = ST_STACK(st);
 			f.tid2 = ST_TID(st);
@@ -904,40 +1099,56 @@ static int foreign_is_invalid(struct hs_tls *t, int ring, void *p, enum owner o)
 /* ---- allocation and release ----------------------------------------------------- */
 
 /*
- * Give b (freed) back to glibc, keeping its header: the state becomes
- * released with the first free's stack and thread, the magic stays.  A
- * later free of the same pointer still finds both (struct blk: glibc's own
- * links do not reach them) as long as glibc has not handed that memory out
- * again: then it is a double free with its three stacks, detected without
- * any memory held back.  When glibc hands out the memory again at the same
- * user pointer (its splitting puts a new chunk's start where the old one
- * began), the new block's header replaces ours and the pointer is live —
- * the same limit as Scudo's header check.
+ * Give p (freed; live: its live word) back to glibc.  The state becomes
+ * released (a byte store; the first free's stack and thread stay in it)
+ * and the record of the free is left at p+0..p+23 (small_record), so a
+ * later free of the same pointer is a double free with its three stacks
+ * as long as glibc has not handed that memory out again, without memory
+ * held back.  When glibc hands the memory out again from the same chunk
+ * start, the new block's pointer is p and it is live — the same limit as
+ * Scudo's header check.
  *
- * Tombstones: a block whose chunk is 1 KiB or more (glibc's large bins and
- * the unsorted bin, whose chunks glibc splits from their start for any
- * smaller request) is first cut down in place with __libc_realloc to the
- * 64-byte chunk that holds its header (the rest goes back to glibc at
- * once), and that small chunk is then freed.  glibc gives a 64-byte chunk
- * only to requests of 40 bytes or less made around heisen (ours are 64
- * bytes and more with the header and canary), so the header stays for long,
- * and the old pointer cannot become a chunk's start while the tombstone
- * stands (its chunk covers the bytes right before the pointer).  Blocks
- * glibc mmapped are unmapped: a later free of one finds no memory and is
- * an invalid-free.
+ * Tombstones: a block of 1 KiB or more (glibc's large bins and the
+ * unsorted bin, whose chunks glibc splits from their start for any
+ * smaller request) is cut down in place with __libc_realloc to the 48-byte
+ * chunk that holds its header and record (the rest goes back to glibc at
+ * once), and that small chunk is then freed.  glibc gives a 48-byte chunk
+ * only to requests of 25 to 40 bytes made around heisen (no block of ours
+ * asks for one: canary_len_s), so the record stays for long, and the old
+ * pointer cannot become a chunk's start while the tombstone stands.
+ * Blocks glibc mmapped are unmapped: a later free of one finds no memory
+ * and is an invalid-free.  An aligned block whose tail word was damaged
+ * (its offset unknown) is kept: never handed to glibc at a wrong address.
  */
 #define TOMBSTONE_MIN 1024u
-static void release(struct blk *b)
+static inline __attribute__((always_inline)) void release(void *p, uint64_t live)
 {
-	char *r = real_start(b);
+	uint64_t *w = hw(p), *u = p;
+	struct bview v;
 	size_t chunk;
+	char *r;
+	if (HS_LIKELY(ST_KIND(live) == ST_LIVE_S)) {
+		/* the record (its live word is the block's own), then glibc's free */
+		u[0] = __atomic_load_n(&w[1], __ATOMIC_RELAXED);
+		u[1] = live;
+		u[2] = w[0];
+		__atomic_store_n((uint8_t *)&w[1], (uint8_t)ST_RELEASED, __ATOMIC_RELAXED);
+		__libc_free(w);
+		return;
+	}
+	if (!view_of_live(p, live, 1, &v) && ST_KIND(live) == ST_LIVE_LA)
+		return;
+	r = (char *)p - v.offset;
+	u[0] = __atomic_load_n(&w[1], __ATOMIC_RELAXED);
+	u[1] = ST_LIVE_S | (v.size < 0xffffffu ? v.size : 0xffffffu) << 8 | (uint64_t)v.alloc << 32;
+	u[2] = w[0];
 	/* freed -> released: the kind is the state word's low byte (x86-64 is
-	   little-endian); a byte store, no read of the cold word.  No CAS: a
-	   racing free of a freed block only reads the word */
-	__atomic_store_n((uint8_t *)&b->state, (uint8_t)ST_RELEASED, __ATOMIC_RELAXED);
+	   little-endian); a byte store.  No CAS: a racing free of a freed
+	   block only reads the word */
+	__atomic_store_n((uint8_t *)&w[1], (uint8_t)ST_RELEASED, __ATOMIC_RELAXED);
 	memcpy(&chunk, r - 8, sizeof chunk); /* glibc's chunk size word: size | flags (2: mmapped) */
-	if (real_bytes(b) >= TOMBSTONE_MIN && !(chunk & 2)) {
-		char *k = __libc_realloc(r, b->offset);
+	if ((chunk & ~(size_t)7) >= TOMBSTONE_MIN && !(chunk & 2)) {
+		char *k = __libc_realloc(r, v.offset + 24);
 		if (k)
 			r = k;
 	}
@@ -998,97 +1209,110 @@ static inline uint64_t quar_budget(void)
  */
 #define QUAR_DONTNEED_MIN ((uint64_t)1 << 20)
 
-static inline int interior(const struct blk *b, uintptr_t *lo, uintptr_t *hi)
+/* The interior pages of a quarantined block p of size bytes: past its
+ * first 16 user bytes and before its canary. */
+static inline int interior(const void *p, uint64_t size, uintptr_t *lo, uintptr_t *hi)
 {
-	uintptr_t u = (uintptr_t)(b + 1);
-	if (b->size < QUAR_DONTNEED_MIN)
+	uintptr_t u = (uintptr_t)p;
+	if (HS_LIKELY(size < QUAR_DONTNEED_MIN))
 		return 0;
-	*lo = (u + page_size - 1) & ~(uintptr_t)(page_size - 1);
-	*hi = (u + b->size) & ~(uintptr_t)(page_size - 1);
+	*lo = (u + 16 + hs_heap_page_size - 1) & ~(uintptr_t)(hs_heap_page_size - 1);
+	*hi = (u + size) & ~(uintptr_t)(hs_heap_page_size - 1);
 	return *hi > *lo;
 }
 
-static inline uint64_t quar_bytes(const struct blk *b)
-{
-	uintptr_t lo, hi;
-	return real_bytes((struct blk *)b) - (interior(b, &lo, &hi) ? hi - lo : 0);
-}
+/* The ring's entries, a power of two: QUAR_THREAD_BLOCKS, or 65,536 with
+ * HEISEN_QUARANTINE_MB (then the per-thread bound). */
+#define QUAR_RING_EXPLICIT 65536u
 
-static void drop_interior(const struct blk *b)
+/* Map the calling thread's ring; 0 when it cannot (the block is released at once). */
+static int quar_ring(struct tquar *q)
 {
-	uintptr_t lo, hi;
-	if (interior(b, &lo, &hi))
-		madvise((void *)lo, hi - lo, MADV_DONTNEED);
+	uint32_t cap = quar_thread_max < QUAR_RING_EXPLICIT ? quar_thread_max : QUAR_RING_EXPLICIT;
+	void *m = mmap(NULL, cap * sizeof(struct qent), PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+	if (m == MAP_FAILED)
+		return 0;
+	q->ring = m;
+	q->cap = cap;
+	q->head = 0;
+	q->count = 0;
+	return 1;
 }
 
 /*
- * Queue b (freed) in the calling thread's FIFO; while the quarantine as a
- * whole is over budget, give back that FIFO's oldest blocks.  Each thread
- * adds its bytes to the shared total only once they differ by QUAR_SYNC
- * from what it added last (so the total is exact within QUAR_SYNC per
- * thread), so a free takes no lock and writes no shared line in the common
- * case.  The real frees happen in the thread (and glibc arena and tcache)
- * that freed; a thread that stops freeing keeps its blocks, within the
- * global budget, until it exits (tquar_exit).
+ * Queue p (freed, with its live word and view v) in the calling thread's
+ * FIFO; while the quarantine as a whole is over budget, or the FIFO over
+ * its count, give back that FIFO's oldest blocks.  Each thread adds its
+ * bytes to the shared total only once they differ by QUAR_SYNC from what
+ * it added last (so the total is exact within QUAR_SYNC per thread), so a
+ * free takes no lock and writes no shared line in the common case.  The
+ * real frees happen in the thread (and glibc arena and tcache) that freed;
+ * a thread that stops freeing keeps its blocks, within the global budget,
+ * until it exits (tquar_exit).
  */
-static void quarantine_put(struct blk *b)
+static inline __attribute__((always_inline)) void quarantine_put(void *p, uint64_t live, const struct bview *v, uint64_t bytes)
 {
 	struct tquar *q = &tquar;
-	struct blk *victims = NULL;
-	uint64_t bytes = quar_bytes(b), budget;
+	uintptr_t lo, hi;
+	uint64_t budget;
 	int64_t total;
-	if (quar_limit == 0) { /* quar_budget() is 0 exactly then */
-		release(b);
+	if (quar_limit == 0 || (HS_UNLIKELY(!q->ring) && !quar_ring(q))) { /* quar_budget() is 0 exactly then */
+		release(p, live);
 		return;
 	}
 	if (HS_UNLIKELY(!q->keyed)) {
 		q->keyed = 1;
 		pthread_setspecific(tquar_key, q);
 	}
-	drop_interior(b);
-	b->qnext = NULL;
-	if (q->tail)
-		q->tail->qnext = b;
-	else
-		q->head = b;
-	q->tail = b;
-	q->bytes += bytes;
+	if (HS_UNLIKELY(interior(p, v->size, &lo, &hi))) {
+		bytes -= hi - lo;
+		madvise((void *)lo, hi - lo, MADV_DONTNEED);
+	}
+	if (q->count == q->cap) { /* full: the oldest goes now (the per-thread bound) */
+		struct qent *o = &q->ring[q->head];
+		void *op = o->p;
+		uint64_t olive = o->live, ob = o->bytes;
+		q->head = (q->head + 1) & (q->cap - 1);
+		q->count--;
+		q->bytes -= ob;
+		q->unsynced -= (int64_t)ob;
+		release(op, olive);
+	}
+	{
+		struct qent *e = &q->ring[(q->head + q->count) & (q->cap - 1)];
+		e->p = p;
+		e->live = live;
+		e->bytes = bytes;
+	}
 	q->count++;
+	q->bytes += bytes;
 	q->unsynced += (int64_t)bytes;
 	/* relaxed: a budget, ordered with nothing else */
 	total = (int64_t)__atomic_load_n(&quar_total, __ATOMIC_RELAXED) + q->unsynced;
 	/* below the least budget there can be (quar_floor), the live heap
 	   (a line every thread's counters write) is not read */
-	budget = total > (int64_t)quar_floor ? quar_budget() : quar_floor;
-	if (total > (int64_t)budget || q->count > quar_thread_max) {
-		while (q->head && (total > (int64_t)budget || q->count > quar_thread_max)) {
-			struct blk *v = q->head;
-			uint64_t vb = quar_bytes(v);
-			q->head = v->qnext;
-			if (!q->head)
-				q->tail = NULL;
-			q->bytes -= vb;
+	if (HS_UNLIKELY(total > (int64_t)quar_floor)) {
+		budget = quar_budget();
+		while (q->count && total > (int64_t)budget) {
+			struct qent *o = &q->ring[q->head];
+			void *op = o->p;
+			uint64_t olive = o->live, ob = o->bytes;
+			q->head = (q->head + 1) & (q->cap - 1);
 			q->count--;
-			q->unsynced -= (int64_t)vb;
-			total -= (int64_t)vb;
-			v->qnext = victims;
-			victims = v;
-		}
-		/* the next victim was freed long ago and is cold: fetch its header
-		   and glibc's chunk header now, so the next free finds them near */
-		if (q->head) {
-			__builtin_prefetch(q->head);
-			__builtin_prefetch((char *)q->head - 64);
+			q->bytes -= ob;
+			q->unsynced -= (int64_t)ob;
+			total -= (int64_t)ob;
+			release(op, olive);
 		}
 	}
+	/* the next victim was freed long ago and is cold: fetch its header
+	   (glibc's chunk header is on the same line) now, so the next free
+	   finds it near */
+	if (q->count)
+		__builtin_prefetch((char *)q->ring[q->head].p - 16);
 	if (q->unsynced >= QUAR_SYNC || q->unsynced <= -QUAR_SYNC) {
 		__atomic_add_fetch(&quar_total, (uint64_t)q->unsynced, __ATOMIC_RELAXED);
 		q->unsynced = 0;
-	}
-	while (victims) {
-		struct blk *n = victims->qnext;
-		release(victims);
-		victims = n;
 	}
 }
 
@@ -1100,16 +1324,20 @@ static void tquar_exit(void *arg)
 	int was = t->in_hook;
 	t->in_hook = 1;
 	q->keyed = 0; /* a free by a later destructor arms it again (glibc runs it once more) */
-	while (q->head) {
-		struct blk *v = q->head;
-		q->head = v->qnext;
-		release(v);
+	while (q->count) {
+		struct qent o = q->ring[q->head];
+		q->head = (q->head + 1) & (q->cap - 1);
+		q->count--;
+		release(o.p, o.live);
 	}
 	__atomic_sub_fetch(&quar_total, q->bytes - (uint64_t)q->unsynced, __ATOMIC_RELAXED);
-	q->tail = NULL;
+	q->head = 0;
 	q->bytes = 0;
-	q->count = 0;
 	q->unsynced = 0;
+	if (q->ring) {
+		munmap(q->ring, q->cap * sizeof(struct qent));
+		q->ring = NULL;
+	}
 	count_flush();
 	t->in_hook = was;
 }
@@ -1117,25 +1345,58 @@ static void tquar_exit(void *arg)
 /*
  * A checked allocation of n bytes aligned to align (0: malloc's 16),
  * zeroed when zero.  With the guard held.  NULL with errno ENOMEM (or what
- * glibc set) on failure, counted as a heap failure.
+ * glibc set) on failure, counted as a heap failure.  A small block (see
+ * the formats above) under SMALL_MAX bytes with malloc's alignment, else a
+ * large one; a request of 2^56 bytes or more, or aligned beyond what the
+ * tail word's offset field holds, is glibc's own (foreign).
  */
-static void *blk_alloc(struct hs_tls *t, size_t n, size_t align, int zero, uint64_t site)
+static inline __attribute__((always_inline)) void *blk_alloc(struct hs_tls *t, size_t n, size_t align, int zero, uint64_t site)
 {
-	size_t off = align <= 16 ? sizeof(struct blk) : ((sizeof(struct blk) + align - 1) & ~(align - 1));
-	size_t total;
+	size_t off, after, total;
 	char *r, *u;
-	struct blk *b;
-	uint32_t stack;
+	uint32_t stack, alloc;
+	uint64_t tw;
 
-	if (n > SIZE_MAX / 2 || __builtin_add_overflow(off + 32, n, &total)) {
+	if (HS_LIKELY(align <= 16 && n < SMALL_MAX)) {
+		/* the common case, straight: a small block, malloc's alignment */
+		after = canary_len_s(n);
+		r = zero ? __libc_calloc(1, HDR + n + after) : __libc_malloc(HDR + n + after);
+		stack = heap_stack(site);
+		if (HS_UNLIKELY(r == NULL)) {
+			int e = errno;
+			count_failure(n, stack);
+			errno = e;
+			return NULL;
+		}
+		u = r + HDR;
+		alloc = (stack < (1u << 24) ? stack : 0) | (__atomic_load_n(&stack_epoch, __ATOMIC_RELAXED) & 0xffu) << 24;
+		canary_put(u, n, after);
+		/* relaxed: the program's own hand-over of the pointer orders these stores for other threads */
+		__atomic_store_n(&hw(u)[1], ST_LIVE_S | (uint64_t)n << 8 | (uint64_t)alloc << 32, __ATOMIC_RELAXED);
+		__atomic_store_n(&hw(u)[0], tag_of(u, 1, t->tid), __ATOMIC_RELAXED);
+		count_alloc(n);
+		return u;
+	}
+	/* a large block, or an aligned one */
+	off = align <= 16 ? HDR : align; /* align: a power of two, 32 or more */
+	if (HS_UNLIKELY(n >= SIZE56 || off > OFF_MAX) && n <= SIZE_MAX / 2) {
+		/* no header can describe it: glibc's own, but a refusal is counted */
+		r = align <= 16 ? (zero ? __libc_calloc(1, n) : __libc_malloc(n)) : __libc_memalign(align, n);
+		if (!r) {
+			int e = errno;
+			count_failure(n, heap_stack(site));
+			errno = e;
+		}
+		return r;
+	}
+	after = n <= SIZE_MAX / 2 ? after_len(n, 0) : 0;
+	if (n > SIZE_MAX / 2 || __builtin_add_overflow(off + after, n, &total)) {
 		r = NULL;
 		errno = ENOMEM;
+	} else if (align <= 16) {
+		r = zero ? __libc_calloc(1, total) : __libc_malloc(total);
 	} else {
-		total = off + n + canary_len(n);
-		if (align <= 16)
-			r = zero ? __libc_calloc(1, total) : __libc_malloc(total);
-		else
-			r = __libc_memalign(align, total);
+		r = __libc_memalign(align, total);
 	}
 	stack = heap_stack(site);
 	if (HS_UNLIKELY(r == NULL)) {
@@ -1145,18 +1406,15 @@ static void *blk_alloc(struct hs_tls *t, size_t n, size_t align, int zero, uint6
 		return NULL;
 	}
 	u = r + off;
-	b = blk_of(u);
-	b->size = n;
-	b->qnext = NULL;
-	b->alloc = (stack < (1u << 24) ? stack : 0) | (__atomic_load_n(&stack_epoch, __ATOMIC_RELAXED) & 0xffu) << 24;
-	b->alloc_tid = t->tid;
-	b->offset = (uint32_t)off;
+	alloc = (stack < (1u << 24) ? stack : 0) | (__atomic_load_n(&stack_epoch, __ATOMIC_RELAXED) & 0xffu) << 24;
 	if (zero && align > 16)
 		memset(u, 0, n);
-	canary_put(u, n);
+	tw = (uint64_t)alloc << 32 | (uint64_t)(off >> 4) << 8 | check8(u);
+	canary_put(u, n, after - 8);
+	memcpy(u + n + after - 8, &tw, sizeof tw);
 	/* relaxed: the program's own hand-over of the pointer orders these stores for other threads */
-	__atomic_store_n(&b->state, ST_LIVE, __ATOMIC_RELAXED);
-	__atomic_store_n(&b->magic, HEAP_MAGIC ^ (uint64_t)(uintptr_t)u, __ATOMIC_RELAXED);
+	__atomic_store_n(&hw(u)[1], (off == HDR ? ST_LIVE_L : ST_LIVE_LA) | (uint64_t)n << 8, __ATOMIC_RELAXED);
+	__atomic_store_n(&hw(u)[0], tag_of(u, 0, t->tid), __ATOMIC_RELAXED);
 	count_alloc(n);
 	return u;
 }
@@ -1167,32 +1425,53 @@ static void *blk_alloc(struct hs_tls *t, size_t n, size_t align, int zero, uint6
  * (double or invalid free: nothing freed; overflow: marked freed but kept
  * out of glibc's hands, since glibc's own next chunk may be damaged).
  */
-static int blk_free(struct hs_tls *t, int ring, void *p, uint64_t site)
+static inline __attribute__((always_inline)) int blk_free(struct hs_tls *t, int ring, void *p, uint64_t site)
 {
-	struct blk *b = blk_of(p);
+	uint64_t *sw = &hw(p)[1];
 	/* acquire: the first free's stores to the block happen before we read them */
-	uint64_t old = __atomic_load_n(&b->state, __ATOMIC_ACQUIRE);
-	if (HS_LIKELY(old == ST_LIVE)) {
-		uint32_t st = heap_stack(site);
-		uint64_t nw = ST_FREED | (uint64_t)(st < (1u << 24) ? st : 0) << 8 | (uint64_t)(uint32_t)t->tid << 32;
+	uint64_t old = __atomic_load_n(sw, __ATOMIC_ACQUIRE);
+	if (HS_LIKELY(st_is_live(old))) {
+		struct bview v;
+		uint32_t st;
+		uint64_t nw, live = old;
+		int intact;
+		size_t clen;
+		view_of_live(p, old, 0, &v);
+		/* the canary first: the saved live word may lie over it */
+		clen = v.small ? canary_len_s(v.size) : canary_len(v.size);
+		intact = canary_ok(p, v.size, clen);
+		/* the live word, for whoever finds the block freed (blk_view);
+		   before the compare-and-swap, so that a racing second free that
+		   loses finds it there (both store the same value) */
+		((uint64_t *)p)[1] = old;
+		st = heap_stack(site);
+		nw = ST_FREED | (uint64_t)(st < (1u << 24) ? st : 0) << 8 | (uint64_t)(uint32_t)t->tid << 32;
 		/* acq_rel: the winner's free is published whole; a loser sees the winner's word */
-		if (__atomic_compare_exchange_n(&b->state, &old, nw, 0, __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE)) {
-			if (HS_UNLIKELY(!canary_ok(p, b->size))) {
+		if (__atomic_compare_exchange_n(sw, &old, nw, 0, __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE)) {
+			if (HS_UNLIKELY(!intact)) {
 				struct hs_finding f;
+				view_of_live(p, live, 1, &v);
 				finding_init(&f, t, HS_FIND_HEAP_OVERFLOW, p);
-				f.stack3 = alloc_stack_of(b);
-				f.tid3 = b->alloc_tid;
-				f.size = b->size;
-				count_free(b->size);
+				f.stack3 = alloc_stack_of(v.alloc);
+				f.tid3 = v.alloc_tid;
+				f.size = v.size;
+				count_free(v.size);
 				heap_finding(t, ring, &f);
 				return 0;
 			}
-			count_free(b->size);
-			quarantine_put(b);
+			count_free(v.size);
+			quarantine_put(p, live, &v, v.offset + v.size + clen + (v.small ? 0 : 8));
 			return 1;
 		}
 	}
 	if (HS_UNLIKELY(!st_is_freed(old))) {
+		uint64_t rec[3];
+		/* a block freed by a racing free and given back to glibc since we
+		   looked (glibc's links over its header) */
+		if (small_record(p, rec)) {
+			record_double_free(t, ring, p, rec);
+			return 0;
+		}
 		/* not a state of ours after all (owner_of saw one): glibc's block */
 		__libc_free(p);
 		return 1;
@@ -1201,14 +1480,19 @@ static int blk_free(struct hs_tls *t, int ring, void *p, uint64_t site)
 	return 0;
 }
 
-/* A free of our block inside the shim: no findings, no quarantine lock. */
+/* A free of our block inside the shim: no findings, no quarantine. */
 static void blk_free_quiet(void *p)
 {
-	struct blk *b = blk_of(p);
-	uint64_t old = ST_LIVE;
-	if (__atomic_compare_exchange_n(&b->state, &old, ST_FREED, 0, __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE)) {
-		count_free(b->size);
-		release(b);
+	uint64_t *sw = &hw(p)[1];
+	uint64_t old = __atomic_load_n(sw, __ATOMIC_ACQUIRE), live = old;
+	struct bview v;
+	if (!st_is_live(old))
+		return;
+	view_of_live(p, old, 0, &v);
+	((uint64_t *)p)[1] = old;
+	if (__atomic_compare_exchange_n(sw, &old, ST_FREED, 0, __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE)) {
+		count_free(v.size);
+		release(p, live);
 	}
 }
 
@@ -1244,7 +1528,7 @@ static void heap_mark_header(void)
 HS_HIDDEN void hs_heap_after_fork_child(void)
 {
 	struct hs_header *h;
-	if (__atomic_load_n(&heap_mode, __ATOMIC_ACQUIRE) != HEAP_ON)
+	if (__atomic_load_n(&hs_heap_mode, __ATOMIC_ACQUIRE) != HS_HEAP_MODE_ON)
 		return;
 	/* the site cache holds stack ids: valid here only when the tables were inherited */
 	if (!hs_seg_inherited) {
@@ -1272,20 +1556,20 @@ HS_HIDDEN void hs_heap_after_fork_child(void)
 HS_HIDDEN void hs_heap_init(void)
 {
 	static const char *const on_heap_error_words[] = {"abort", "continue"};
-	int expect = HEAP_UNKNOWN;
+	int expect = HS_HEAP_MODE_UNKNOWN;
 	struct hs_tls *t = &hs_tls;
 	int was = t->in_hook;
 	if (!__atomic_load_n(&hs_recording, __ATOMIC_ACQUIRE))
 		return;
-	if (!__atomic_compare_exchange_n(&heap_mode, &expect, HEAP_INIT, 0, __ATOMIC_ACQ_REL, __ATOMIC_RELAXED))
+	if (!__atomic_compare_exchange_n(&hs_heap_mode, &expect, HS_HEAP_MODE_INIT, 0, __ATOMIC_ACQ_REL, __ATOMIC_RELAXED))
 		return;
 	t->in_hook = 1;
 	if (!hs_getenv_bool("HEISEN_HEAP", 1)) { /* on unless HEISEN_HEAP=0 */
-		__atomic_store_n(&heap_mode, HEAP_OFF, __ATOMIC_RELEASE);
+		__atomic_store_n(&hs_heap_mode, HS_HEAP_MODE_OFF, __ATOMIC_RELEASE);
 		t->in_hook = was;
 		return;
 	}
-	page_size = (size_t)sysconf(_SC_PAGESIZE);
+	hs_heap_page_size = (size_t)sysconf(_SC_PAGESIZE);
 	quar_limit = hs_getenv_num("HEISEN_QUARANTINE_MB", 64, 0, QUARANTINE_MB_MAX, &quar_explicit) << 20;
 	if (!quar_explicit)
 		quar_thread_max = QUAR_THREAD_BLOCKS;
@@ -1314,36 +1598,14 @@ HS_HIDDEN void hs_heap_init(void)
 	if (pthread_key_create(&tquar_key, tquar_exit) != 0)
 		quar_limit = 0; /* no way to empty an exiting thread's FIFO: no quarantine */
 	atexit(count_flush); /* the exiting thread's counts; runs before init.c's on_exit handler */
-	/* release: the settings above are visible to every hook that sees HEAP_ON */
-	__atomic_store_n(&heap_mode, HEAP_ON, __ATOMIC_RELEASE);
+	/* release: the settings above are visible to every hook that sees HS_HEAP_MODE_ON */
+	__atomic_store_n(&hs_heap_mode, HS_HEAP_MODE_ON, __ATOMIC_RELEASE);
 	t->in_hook = was;
 }
 
-/* 1 when checking is on; runs the lazy initialisation. */
-static inline int heap_on(void)
-{
-	int m = __atomic_load_n(&heap_mode, __ATOMIC_ACQUIRE);
-	if (HS_LIKELY(m >= HEAP_OFF))
-		return m == HEAP_ON;
-	if (m == HEAP_UNKNOWN && !hs_tls.in_hook) {
-		hs_heap_init();
-		return __atomic_load_n(&heap_mode, __ATOMIC_ACQUIRE) == HEAP_ON;
-	}
-	return 0;
-}
+/* ---- the core's entries (heap_core.h) ---------------------------------------------- */
 
-/* A large allocation is about to be made, heap checked or not: memory
- * samples are due after enough of them (proc.c). */
-static inline void note_size(size_t n)
-{
-	if (HS_UNLIKELY(n >= HS_MEM_BIG))
-		hs_mem_big_alloc(n);
-}
-
-/* ---- the hooks ------------------------------------------------------------------------ */
-
-/* A checked allocation from a hook; the caller has checked heap_on(). */
-static void *hook_alloc(size_t n, size_t align, int zero, uint64_t site)
+HS_HIDDEN void *hs_heap_alloc(size_t n, size_t align, int zero, uint64_t site)
 {
 	struct hs_tls *t = &hs_tls;
 	int e = errno;
@@ -1356,34 +1618,7 @@ static void *hook_alloc(size_t n, size_t align, int zero, uint64_t site)
 	return p;
 }
 
-HS_EXPORT void *malloc(size_t n)
-{
-	HS_FAULT_ALLOC(n); /* faults.c, chaos.c: --fail malloc, --heap-limit, --chaos */
-	note_size(n);
-	HS_GUARD_ALLOC(n, 0, 0); /* guarded.c: sampled guard pages */
-	if (!heap_on() || hs_tls.in_hook)
-		return __libc_malloc(n);
-	return hook_alloc(n, 0, 0, SITE());
-}
-
-HS_EXPORT void *calloc(size_t n, size_t m)
-{
-	size_t total;
-	HS_FAULT_ALLOC(n * m); /* faults.c, chaos.c: --fail malloc, --heap-limit, --chaos */
-	if (!__builtin_mul_overflow(n, m, &total)) {
-		note_size(total);
-		HS_GUARD_ALLOC(total, 0, 1); /* guarded.c: sampled guard pages */
-	}
-	if (!heap_on() || hs_tls.in_hook)
-		return __libc_calloc(n, m);
-	if (__builtin_mul_overflow(n, m, &total)) {
-		errno = ENOMEM;
-		return NULL;
-	}
-	return hook_alloc(total, 0, 1, SITE());
-}
-
-static void hook_free(void *p, uint64_t site)
+HS_HIDDEN void hs_heap_free(void *p, uint64_t site)
 {
 	struct hs_tls *t = &hs_tls;
 	int e = errno, ring;
@@ -1402,7 +1637,15 @@ static void hook_free(void *p, uint64_t site)
 	if (HS_LIKELY(o == OWN_OURS)) {
 		/* ---- lock graph (locks.c): locks in the freed block are gone (the
 		   page filter first: most blocks never held a lock) ---- */
-		size_t n = blk_of(p)->size;
+		uint64_t w1 = hw(p)[1];
+		size_t n;
+		struct bview v;
+		if (HS_LIKELY(ST_KIND(w1) == ST_LIVE_S))
+			n = ST_SSIZE(w1);
+		else if (ST_KIND(w1) == ST_LIVE_L || ST_KIND(w1) == ST_LIVE_LA)
+			n = ST_LSIZE(w1);
+		else
+			n = blk_view(p, &v) ? v.size : 0;
 		if (HS_UNLIKELY(hs_lock_pages_seen((uintptr_t)p, (uintptr_t)p + n)))
 			hs_locks_on_free(p, n);
 		/* ---- */
@@ -1413,40 +1656,28 @@ static void hook_free(void *p, uint64_t site)
 	errno = e;
 }
 
-HS_EXPORT void free(void *p)
-{
-	if (!p)
-		return;
-	HS_CHAOS(HS_CHAOS_FREE); /* chaos.c: --chaos */
-	if (hs_guard_owns(p)) { /* guarded.c: sampled guard pages */
-		hs_guard_free(p);
-		return;
-	}
-	if (!heap_on()) {
-		/* ---- lock graph (locks.c): locks in the freed block are gone (0: glibc's usable size) ---- */
-		if (!hs_tls.in_hook)
-			hs_locks_on_free(p, 0);
-		/* ---- */
-		__libc_free(p);
-		return;
-	}
-	hook_free(p, SITE());
-}
-
-/* realloc of a checked block or a foreign one; the caller has checked heap_on(). */
-static void *hook_realloc(void *p, size_t n, uint64_t site)
+HS_HIDDEN void *hs_heap_realloc(void *p, size_t n, uint64_t site)
 {
 	struct hs_tls *t = &hs_tls;
 	int e = errno, ring;
-	struct blk *b;
+	struct bview v;
 	void *q;
-	uint64_t st;
-
+	uint64_t st, keep, rec[3];
 	enum owner o;
 
 	if (p == NULL)
-		return hs_tls.in_hook ? __libc_malloc(n) : hook_alloc(n, 0, 0, site);
+		return hs_tls.in_hook ? __libc_malloc(n) : hs_heap_alloc(n, 0, 0, site);
 	o = owner_of(p);
+	if (o == OWN_FOREIGN && !t->in_hook && small_record(p, rec)) {
+		/* a block of ours given back to glibc: as a double free in realloc
+		   (continue: a new block, nothing copied from freed memory) */
+		ring = heap_enter(t);
+		record_double_free(t, ring, p, rec);
+		q = n ? blk_alloc(t, n, 0, 0, site) : NULL;
+		hs_leave(t);
+		errno = e;
+		return q;
+	}
 	if (o != OWN_OURS) {
 		if (!t->in_hook && o != OWN_FOREIGN) {
 			ring = heap_enter(t);
@@ -1457,7 +1688,11 @@ static void *hook_realloc(void *p, size_t n, uint64_t site)
 		}
 		return __libc_realloc(p, n);
 	}
-	b = blk_of(p);
+	st = __atomic_load_n(&hw(p)[1], __ATOMIC_ACQUIRE);
+	/* the bytes the old block holds: none once given back to glibc */
+	keep = ST_KIND(st) == ST_RELEASED ? 0 : (blk_view(p, &v), v.size);
+	if (keep > n)
+		keep = n;
 	if (HS_UNLIKELY(t->in_hook)) {
 		/* the shim resizing a block of the program: keep it glibc's from now on */
 		if (n == 0) {
@@ -1466,19 +1701,19 @@ static void *hook_realloc(void *p, size_t n, uint64_t site)
 		}
 		q = __libc_malloc(n);
 		if (q) {
-			memcpy(q, p, b->size < n ? b->size : n);
+			memcpy(q, p, keep);
 			blk_free_quiet(p);
 		}
 		return q;
 	}
 	ring = heap_enter(t);
-	st = __atomic_load_n(&b->state, __ATOMIC_ACQUIRE);
-	if (HS_UNLIKELY(st != ST_LIVE)) {
+	st = __atomic_load_n(&hw(p)[1], __ATOMIC_ACQUIRE);
+	if (HS_UNLIKELY(!st_is_live(st))) {
 		/* continue: a new block with what the old one held; the old one is not freed again */
 		bad_state(t, ring, p, st);
 		q = n ? blk_alloc(t, n, 0, 0, site) : NULL;
 		if (q)
-			memcpy(q, p, b->size < n ? b->size : n);
+			memcpy(q, p, keep);
 		hs_leave(t);
 		errno = e;
 		return q;
@@ -1492,7 +1727,7 @@ static void *hook_realloc(void *p, size_t n, uint64_t site)
 	}
 	q = blk_alloc(t, n, 0, 0, site);
 	if (q) {
-		memcpy(q, p, b->size < n ? b->size : n);
+		memcpy(q, p, keep);
 		blk_free(t, ring, p, site);
 		errno = e;
 	}
@@ -1500,34 +1735,7 @@ static void *hook_realloc(void *p, size_t n, uint64_t site)
 	return q;
 }
 
-HS_EXPORT void *realloc(void *p, size_t n)
-{
-	if (n) HS_FAULT_ALLOC(n); /* faults.c, chaos.c: --fail malloc, --heap-limit, --chaos (the old block stays) */
-	note_size(n);
-	if (hs_guard_owns(p)) /* guarded.c: sampled guard pages */
-		return hs_guard_realloc(p, n);
-	if (!heap_on())
-		return __libc_realloc(p, n);
-	return hook_realloc(p, n, SITE());
-}
-
-HS_EXPORT void *reallocarray(void *p, size_t n, size_t m)
-{
-	size_t total;
-	if (__builtin_mul_overflow(n, m, &total)) {
-		errno = ENOMEM;
-		return NULL;
-	}
-	note_size(total);
-	if (hs_guard_owns(p)) /* guarded.c: sampled guard pages */
-		return hs_guard_realloc(p, total);
-	if (!heap_on())
-		return __libc_realloc(p, total);
-	return hook_realloc(p, total, SITE());
-}
-
-/* glibc's memalign rules: <= 16 is malloc, too large is EINVAL, others round up to a power of two. */
-static void *hook_memalign(size_t align, size_t n, uint64_t site)
+HS_HIDDEN void *hs_heap_memalign(size_t align, size_t n, uint64_t site)
 {
 	if (align > SIZE_MAX / 2 + 1) {
 		errno = EINVAL;
@@ -1541,98 +1749,15 @@ static void *hook_memalign(size_t align, size_t n, uint64_t site)
 	}
 	if (align > UINT32_MAX / 2)
 		return __libc_memalign(align, n); /* foreign: our offset field cannot hold it */
-	return hook_alloc(n, align <= 16 ? 0 : align, 0, site);
+	return hs_heap_alloc(n, align <= 16 ? 0 : align, 0, site);
 }
 
-HS_EXPORT void *memalign(size_t align, size_t n)
+HS_HIDDEN int hs_heap_usable(const void *p, size_t *n)
 {
-	note_size(n);
-	HS_GUARD_ALLOC(n, align, 0); /* guarded.c: sampled guard pages */
-	if (!heap_on() || hs_tls.in_hook)
-		return __libc_memalign(align, n);
-	return hook_memalign(align, n, SITE());
-}
-
-HS_EXPORT void *aligned_alloc(size_t align, size_t n)
-{
-	note_size(n);
-	HS_GUARD_ALLOC(n, align, 0); /* guarded.c: sampled guard pages */
-	/* glibc 2.36: aligned_alloc is memalign (2.38 adds EINVAL for a non-power of two) */
-	if (!heap_on() || hs_tls.in_hook)
-		return __libc_memalign(align, n);
-	return hook_memalign(align, n, SITE());
-}
-
-HS_EXPORT int posix_memalign(void **pp, size_t align, size_t n)
-{
-	int e = errno;
-	void *p;
-	if (align % sizeof(void *) != 0 || (align & (align - 1)) != 0 || align == 0)
-		return EINVAL;
-	note_size(n);
-	if (HS_UNLIKELY(hs_guard_sample(n)) && (p = hs_guard_malloc(n, align, 0)) != NULL) { /* guarded.c */
-		*pp = p;
+	struct bview v;
+	if (!ours(p))
 		return 0;
-	}
-	if (!heap_on() || hs_tls.in_hook)
-		p = __libc_memalign(align, n);
-	else
-		p = hook_memalign(align, n, SITE());
-	if (!p) {
-		errno = e;
-		return ENOMEM;
-	}
-	*pp = p;
-	return 0;
-}
-
-HS_EXPORT void *valloc(size_t n)
-{
-	note_size(n);
-	if (!heap_on() || hs_tls.in_hook)
-		return __libc_valloc(n);
-	return hook_memalign(page_size, n, SITE());
-}
-
-HS_EXPORT void *pvalloc(size_t n)
-{
-	size_t r;
-	note_size(n);
-	if (!heap_on() || hs_tls.in_hook)
-		return __libc_pvalloc(n);
-	if (__builtin_add_overflow(n, page_size - 1, &r)) {
-		errno = ENOMEM;
-		return NULL;
-	}
-	return hook_memalign(page_size, r & ~(page_size - 1), SITE());
-}
-
-/* glibc's malloc_usable_size, for foreign pointers: resolved once, inside the guard. */
-static size_t (*real_usable)(void *);
-
-HS_EXPORT size_t malloc_usable_size(void *p)
-{
-	size_t (*f)(void *);
-	if (!p)
-		return 0;
-	if (hs_guard_owns(p)) /* guarded.c: sampled guard pages */
-		return hs_guard_usable_size(p);
-	if (heap_on() && ours(p))
-		return blk_of(p)->size;
-	f = __atomic_load_n(&real_usable, __ATOMIC_ACQUIRE);
-	if (HS_UNLIKELY(!f)) {
-		struct hs_tls *t = &hs_tls;
-		int was = t->in_hook;
-		t->in_hook = 1;
-		f = (size_t(*)(void *))dlvsym(RTLD_NEXT, "malloc_usable_size", "GLIBC_2.2.5");
-		if (!f)
-			f = (size_t(*)(void *))dlsym(RTLD_NEXT, "malloc_usable_size");
-		t->in_hook = was;
-		if (!f) {
-			hs_write_err("heisen: cannot resolve the real malloc_usable_size; aborting\n");
-			abort();
-		}
-		__atomic_store_n(&real_usable, f, __ATOMIC_RELEASE);
-	}
-	return f(p);
+	blk_view(p, &v);
+	*n = v.size;
+	return 1;
 }
