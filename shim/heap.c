@@ -654,7 +654,7 @@ static inline uint32_t heap_stack(uint64_t site)
  */
 static inline int heap_enter(struct hs_tls *t)
 {
-	if (hs_enter())
+	if (hs_enter_heap())
 		return 1;
 	t->in_hook = 1;
 	return 0;
@@ -749,6 +749,7 @@ static void heap_finding(struct hs_tls *t, int ring, struct hs_finding *f)
 
 static void finding_init(struct hs_finding *f, struct hs_tls *t, unsigned kind, void *p)
 {
+	hs_fork_segment_now(); /* a fork child's finding goes in its segment (init.c) */
 	memset(f, 0, sizeof *f);
 	f->kind = (uint16_t)kind;
 	f->tid = t->tid;
