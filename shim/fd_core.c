@@ -1552,6 +1552,9 @@ int hs_fd_close_end(struct hs_fd_closing *c, int rc)
 int hs_fd_close(int fd, unsigned call, uint64_t site)
 {
 	struct hs_fd_closing c;
+	int rc;
+	if (HS_UNLIKELY(__atomic_load_n(&hs_fork_pending, __ATOMIC_RELAXED)) && hs_fork_close(fd, &rc))
+		return rc; /* a fork child before its first event (init.c) */
 	close_begin(&c, fd, call, site);
 	return close_end(&c, HS_REAL(close)(fd));
 }

@@ -10,8 +10,10 @@
 #include <dlfcn.h>
 #include <libunwind.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/syscall.h>
 #include <unistd.h>
 
@@ -200,9 +202,15 @@ static inline struct fork_held *fork_held_of(void)
 
 /* pthread_atfork prepare: capture the forking thread's held locks (see above).
  * Async-signal-safe (plain copies from our own slot). */
+static void learn_absorb(void);
 static void atfork_prepare(void)
 {
 	struct hs_tls *t = &hs_tls;
+	if (!t->in_hook && hs_seg.hdr && __atomic_load_n(&hs_recording, __ATOMIC_ACQUIRE)) {
+		t->in_hook = 1;
+		learn_absorb(); /* what earlier children learnt, for this one */
+		t->in_hook = 0;
+	}
 	struct hs_thread *s = t->slot && t->seg_gen == __atomic_load_n(&hs_seg_gen, __ATOMIC_ACQUIRE) ? t->slot : NULL;
 	/* a thread with no slot maps no area here (nothing would unmap it) */
 	struct fork_held *fh = s || t->area ? fork_held_of() : NULL;
@@ -240,7 +248,9 @@ static void atfork_prepare(void)
  * handler notes the fork (atfork_child) and turns recording off; the child's
  * first recorded event makes the segment (hs_fork_segment): any hook through
  * hs_enter (locks, fds, Python, semaphores, fork), a heap finding, a large
- * allocation, the (HS_FORK_HEAP_OPS + 1)th heap operation, exit and _exit,
+ * allocation, the (HS_FORK_QUIET_OPS + 1)th heap operation or close of an
+ * open fd (before that they proceed unrecorded: the blocks carry no stacks,
+ * the closes are not in the fd table), a close that fails, exit and _exit,
  * a crash or a terminating signal.  Until then nothing of the child's is in
  * the session; what survives a SIGKILL then is its parent's fork record (the
  * child's pid) and the reference it holds (the session is kept).  An exec
@@ -255,7 +265,69 @@ static pid_t fork_pid;               /* this child's pid, noted at the fork */
 static pid_t fork_tid;               /* the thread that forked (it holds fork_held) */
 static int fork_oslot;               /* that thread had a slot of the parent's segment */
 static uint64_t fork_mono_ns, fork_real_ns; /* when the fork happened */
-static uint32_t fork_heap_ops;       /* [atomic] heap operations while pending */
+static uint32_t fork_quiet_ops;      /* [atomic] heap operations and closes while pending */
+
+/* ---- sites a fork child learnt, for its parent's next children (shim.h) ---- */
+
+#define LEARN_MAX 64
+struct learn_page {
+	uint32_t next;                /* [atomic] entries claimed */
+	uint32_t pad;
+	struct learn_entry {
+		uint32_t state;       /* [atomic] LEARN_* */
+		uint32_t pad;
+		uint64_t key;
+		struct hs_stack st;
+	} e[LEARN_MAX];
+};
+enum { LEARN_FREE = 0, LEARN_WRITING = 1, LEARN_READY = 2, LEARN_TAKEN = 3 };
+void *hs_learn_post;                  /* the parent's page (a fork child) */
+static struct learn_page *learn_own;  /* this process's page, for its children (made at its first fork) */
+static uint32_t learn_done;           /* entries of learn_own before this are taken */
+static uint32_t learn_posted;         /* [atomic] sites this child posted */
+
+void hs_fork_learn_post(uint64_t key, const struct hs_stack *st)
+{
+	struct learn_page *p = hs_learn_post;
+	uint32_t i;
+	if (!p || __atomic_add_fetch(&learn_posted, 1, __ATOMIC_RELAXED) > HS_LEARN_PER_CHILD ||
+	    (i = __atomic_fetch_add(&p->next, 1, __ATOMIC_ACQ_REL)) >= LEARN_MAX)
+		return;
+	__atomic_store_n(&p->e[i].state, LEARN_WRITING, __ATOMIC_RELAXED);
+	p->e[i].key = key;
+	memcpy(&p->e[i].st, st, sizeof *st);
+	__atomic_store_n(&p->e[i].state, LEARN_READY, __ATOMIC_RELEASE);
+}
+
+/* The parent, before a fork: intern what its children posted (a child killed
+ * while writing leaves its entry WRITING: skipped for good). */
+static void learn_absorb(void)
+{
+	struct learn_page *p = learn_own;
+	uint32_t n;
+	if (!p) {
+		p = hs_sys.mmap(NULL, sizeof *p, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+		learn_own = p == MAP_FAILED ? NULL : p;
+		return;
+	}
+	n = __atomic_load_n(&p->next, __ATOMIC_ACQUIRE);
+	if (n > LEARN_MAX)
+		n = LEARN_MAX;
+	for (uint32_t i = learn_done; i < n; i++)
+		if (__atomic_load_n(&p->e[i].state, __ATOMIC_ACQUIRE) == LEARN_READY) {
+			hs_stack_site_learn(p->e[i].key, &p->e[i].st);
+			__atomic_store_n(&p->e[i].state, LEARN_TAKEN, __ATOMIC_RELEASE);
+		}
+	while (learn_done < n && __atomic_load_n(&p->e[learn_done].state, __ATOMIC_ACQUIRE) == LEARN_TAKEN)
+		learn_done++;
+}
+
+uint32_t hs_fork_site(uint64_t site)
+{
+	return __atomic_load_n(&hs_fork_pending, __ATOMIC_ACQUIRE) == 1 && fork_parent.hdr
+		       ? hs_site_peek(&fork_parent, site)
+		       : 0;
+}
 
 /*
  * Make the child's segment (hs_segment_create(1)), starting with its
@@ -333,7 +405,7 @@ int hs_fork_segment(int heap_op)
 	int expect = 1, was;
 	if (__atomic_load_n(&hs_fork_pending, __ATOMIC_ACQUIRE) != 1)
 		return -1;
-	if (heap_op && __atomic_add_fetch(&fork_heap_ops, 1, __ATOMIC_RELAXED) <= HS_FORK_HEAP_OPS)
+	if (heap_op && __atomic_add_fetch(&fork_quiet_ops, 1, __ATOMIC_RELAXED) <= HS_FORK_QUIET_OPS)
 		return -1;
 	/* a vfork child of this process runs on its memory: never it */
 	if ((pid_t)syscall(SYS_getpid) != fork_pid)
@@ -347,6 +419,16 @@ int hs_fork_segment(int heap_op)
 	__atomic_store_n(&hs_fork_pending, 0, __ATOMIC_RELEASE);
 	t->in_hook = was;
 	return __atomic_load_n(&hs_recording, __ATOMIC_ACQUIRE) ? 0 : -1;
+}
+
+int hs_fork_close(int fd, int *rc)
+{
+	if (hs_tls.in_hook || __atomic_load_n(&hs_fork_pending, __ATOMIC_ACQUIRE) != 1 ||
+	    __atomic_add_fetch(&fork_quiet_ops, 1, __ATOMIC_RELAXED) > HS_FORK_QUIET_OPS ||
+	    syscall(SYS_fcntl, fd, F_GETFD) < 0)
+		return 0;
+	*rc = HS_REAL(close)(fd);
+	return 1;
 }
 
 /*
@@ -375,11 +457,16 @@ static void atfork_child(void)
 	t->slot = NULL;
 	t->vfork_pid = 0; /* a vfork note of the parent's (fd_vfork.S) is not this process's */
 	fork_pid = (pid_t)syscall(SYS_getpid);
+	t->tid = (int32_t)fork_pid; /* the child's one thread (the heap notes it before the segment is made) */
 	fork_tid = t->tid;
 	fork_mono_ns = hs_now();
 	clock_gettime(CLOCK_REALTIME, &ts);
 	fork_real_ns = (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
-	__atomic_store_n(&fork_heap_ops, 0, __ATOMIC_RELAXED);
+	__atomic_store_n(&fork_quiet_ops, 0, __ATOMIC_RELAXED);
+	hs_learn_post = learn_own; /* the parent's page; this child makes its own at its first fork */
+	learn_own = NULL;
+	learn_done = 0;
+	__atomic_store_n(&learn_posted, 0, __ATOMIC_RELAXED);
 	hs_proc_after_fork();
 	__atomic_store_n(&hs_fork_pending, 1, __ATOMIC_RELEASE);
 	if (hs_session_fork_child(fork_pid) != 0 || hs_inject_on || hs_chaos_on)

@@ -212,15 +212,53 @@ extern int hs_quiet;
 extern int hs_fork_pending;
 /*
  * Make the deferred segment of this fork child now.  heap_op: called for a
- * heap operation, which proceeds unrecorded (no stacks, no ring) for the
- * child's first HS_FORK_HEAP_OPS of them (a shell's child frees and
- * allocates a block or two between fork and exec).  Returns 0 when the
- * process records afterwards, -1 otherwise (not a pending fork child, a vfork
- * child sharing its memory, being made by another caller, or it failed).
+ * heap operation, which proceeds unrecorded (no stacks, no ring) while the
+ * child has made at most HS_FORK_QUIET_OPS quiet operations (a shell's
+ * child allocates and frees a block or two and closes its script's fd
+ * between fork and exec; hs_fork_close).  Returns 0 when the process records
+ * afterwards, -1 otherwise (not a pending fork child, a vfork child sharing
+ * its memory, being made by another caller, or it failed).
  * Async-signal-safe.
  */
-#define HS_FORK_HEAP_OPS 16
+#define HS_FORK_QUIET_OPS 16
 int hs_fork_segment(int heap_op);
+
+/*
+ * close(fd) from the close hook of a fork child whose segment is not made
+ * yet: 1 and *rc (close's result) when fd was open and the child is within
+ * its HS_FORK_QUIET_OPS quiet operations: closed without making the segment
+ * (fd came from the parent; the segment, made later, never lists it).  0:
+ * the hook goes on as usual (it makes the segment and records the close; a
+ * close of a number not open is always recorded).
+ */
+int hs_fork_close(int fd, int *rc);
+
+/*
+ * A site's stack in a fork child's parent's segment, before the child's own
+ * is made (heap.c): the parent's id, valid in the child's segment, which
+ * starts as a copy of the parent's tables; 0 when the parent has none.
+ */
+uint32_t hs_fork_site(uint64_t site);
+
+/*
+ * Sites a fork child learnt, for its parent's next children (init.c, "the
+ * fork child's segment, made when first needed"): a shell's child meets
+ * sites its parent never does (the command's path search, between fork and
+ * exec), and each child would make its segment for them.  The parent maps
+ * a shared page at its first fork; a child posts there (at most
+ * HS_LEARN_PER_CHILD sites, native stacks only) each site stack it learns
+ * (stacks.c, hs_fork_learn_post), and the parent interns them under the
+ * same keys at its next fork (hs_stack_site_learn), so the next children
+ * find them in its site index (hs_fork_site).  hs_learn_post: the parent's
+ * page in a fork child, else NULL.  Async-signal-safe.
+ */
+#define HS_LEARN_PER_CHILD 8
+extern void *hs_learn_post;
+void hs_fork_learn_post(uint64_t key, const struct hs_stack *st);
+/* stacks.c: key's id in s's site index without committing any page (0: none);
+ * and the parent's side, st interned into hs_seg and cached under key. */
+uint32_t hs_site_peek(const struct hs_seg *s, uint64_t key);
+uint32_t hs_stack_site_learn(uint64_t key, const struct hs_stack *st);
 static inline void hs_fork_segment_now(void)
 {
 	if (HS_UNLIKELY(__atomic_load_n(&hs_fork_pending, __ATOMIC_ACQUIRE) == 1))
@@ -377,7 +415,7 @@ static inline struct hs_tls *hs_enter(void)
 	return hs_enter_op(0);
 }
 
-/* hs_enter for a heap operation: a fork child's first HS_FORK_HEAP_OPS of
+/* hs_enter for a heap operation: a fork child's first HS_FORK_QUIET_OPS of
  * them do not make its segment (hs_fork_segment). */
 static inline struct hs_tls *hs_enter_heap(void)
 {
