@@ -85,32 +85,62 @@ def test_small_process_segment_allocates_at_most_one_mib(heisen, tmp_path):
 
 
 def test_fork_and_exec_reserve_only_the_pages_they_use(heisen, tmp_path):
-    # a shell starting a program and a subshell: bash, the image its fork
-    # child became (the child execs before any recorded event: its segment
-    # is never made) and the subshell, each its own segment.  The hash indexes
-    # and the fd table get their pages when first touched, so none of these
-    # holds more than a few hundred KiB (reserving them at start was 0.66 MiB
-    # a segment), and nothing is lost: every process is in the tree with its
-    # end, and an fd made in a part of the fd table nothing touched before is
-    # recorded.
+    # a shell starting a program and a subshell: two fork children (one execs)
+    # and an image, each its own segment.  The hash indexes and the fd table
+    # get their pages when first touched, so none of these holds more than a
+    # few hundred KiB (reserving them at start was 0.66 MiB a segment), and
+    # nothing is lost: every process is in the tree with its end, and an fd
+    # made in a part of the fd table nothing touched before is recorded.
     d = Path("/dev/shm") / f"heisen-test-{os.getpid()}-{tmp_path.name}"
     try:
         p = heisen.preload(["/bin/bash", "-c", "/bin/true; (exec 700</dev/null; exit 3); echo $?"], d)
         assert p.returncode == 0 and p.stdout == "3\n", p.stderr
         segs = sorted(d.glob("*.seg"))
-        assert len(segs) == 3, segs  # bash, the image /bin/true, the subshell
+        assert len(segs) == 4, segs  # bash, its fork child and the image it became, the subshell
         for seg in segs:
             assert allocated(seg) <= 320 * 1024, (seg, allocated(seg))
         report = heisen.dump_json(d)
         assert report["errors"] == [] and report["findings"] == []
         ends = sorted((pr["state"], pr.get("exit_status")) for pr in report["processes"])
-        assert ends == [("exited", 0), ("exited", 0), ("exited", 3)], ends
+        assert ends == [("execed", None), ("exited", 0), ("exited", 0), ("exited", 3)], ends
         [sub] = [pr for pr in report["processes"] if pr.get("exit_status") == 3]
         [fd700] = [f for f in sub["fds"]["open"] if f["fd"] == 700]
         assert fd700["call"] == "dup2" and not fd700["inherited"] and fd700["stack"] is not None, fd700
         assert "/dev/null" in fd700["path"]
     finally:
         subprocess.run(["rm", "-rf", str(d)])
+
+
+def test_shell_children_that_exec_at_once_make_no_segment_of_their_own(heisen, tmp_path):
+    # a shell script starting 20 programs: each fork child execs before any
+    # event of its own, so its segment is never made; only the first child,
+    # which meets sites its parent never met (bash's command lookup between
+    # fork and exec), makes one, and the parent learns those sites from it for
+    # the next children.  Every image is still in the tree under the shell,
+    # with its end; and a bare run's session is still removed at the end (each
+    # image gives back the reference its fork child held).
+    loop = "for ((i = 0; i < 20; i++)); do /bin/true; done; echo $HEISEN_DIR"
+    d = Path("/dev/shm") / f"heisen-test-{os.getpid()}-{tmp_path.name}"
+    try:
+        p = heisen.preload(["/bin/bash", "-c", loop], d)
+        assert p.returncode == 0, p.stderr
+        segs = sorted(d.glob("*.seg"))
+        assert 21 <= len(segs) <= 22, [s.name for s in segs]  # bash, at most one child, 20 images
+        report = heisen.dump_json(d)
+        assert report["errors"] == [] and report["findings"] == []
+        [sh] = [pr for pr in report["processes"] if pr["exe"].endswith("bash") and pr["image"] == 0
+                and not pr["environment"]["inherited"]]
+        trues = [pr for pr in report["processes"] if pr["exe"].endswith("true")]
+        assert len(trues) == 20, [(pr["pid"], pr["exe"]) for pr in report["processes"]]
+        assert all(pr["state"] == "exited" and pr["exit_status"] == 0 for pr in trues), trues
+        assert all(pr["ppid"] == sh["pid"] for pr in trues), [(pr["pid"], pr["ppid"]) for pr in trues]
+    finally:
+        subprocess.run(["rm", "-rf", str(d)])
+    p = subprocess.run(["/bin/bash", "-c", loop], env=bare_env(heisen), capture_output=True, text=True, timeout=60)
+    assert p.returncode == 0, p.stderr
+    bare = Path(p.stdout.strip())
+    assert bare.parent == Path(f"/dev/shm/heisen-{os.getuid()}")
+    assert not bare.exists(), sorted(x.name for x in bare.iterdir())
 
 
 def test_many_threads_each_get_a_ring(heisen, session):
