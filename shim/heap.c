@@ -631,10 +631,11 @@ static inline uint32_t site_stack(uint64_t site)
 
 /*
  * A fork child before its first recorded event (init.c, shim.h
- * hs_fork_pending): the stack of a site its parent met, from the caches
- * (the parent's id: the child's segment starts as a copy of the parent's
- * tables, id for id); any other site makes the child's segment now, and
- * 0 only when that fails.
+ * hs_fork_pending): the stack of a site its parent met, from the caches or
+ * the parent's site index (hs_fork_site; sites an earlier child met are
+ * there too) — the parent's id: the child's segment starts as a copy of the
+ * parent's tables, id for id; any other site makes the child's segment
+ * now, and 0 only when that fails.
  */
 static __attribute__((noinline)) uint32_t pending_stack(uint64_t site)
 {

@@ -206,15 +206,20 @@ static void learn_absorb(void);
 static void atfork_prepare(void)
 {
 	struct hs_tls *t = &hs_tls;
+	struct hs_thread *s;
+	struct fork_held *fh;
+	uint32_t n;
+	/* a fork child forking before its first event (a fork that did not come
+	   through our fork(): daemon(), a library's): it makes its segment first */
+	hs_fork_segment_now();
 	if (!t->in_hook && hs_seg.hdr && __atomic_load_n(&hs_recording, __ATOMIC_ACQUIRE)) {
 		t->in_hook = 1;
 		learn_absorb(); /* what earlier children learnt, for this one */
 		t->in_hook = 0;
 	}
-	struct hs_thread *s = t->slot && t->seg_gen == __atomic_load_n(&hs_seg_gen, __ATOMIC_ACQUIRE) ? t->slot : NULL;
+	s = t->slot && t->seg_gen == __atomic_load_n(&hs_seg_gen, __ATOMIC_ACQUIRE) ? t->slot : NULL;
 	/* a thread with no slot maps no area here (nothing would unmap it) */
-	struct fork_held *fh = s || t->area ? fork_held_of() : NULL;
-	uint32_t n;
+	fh = s || t->area ? fork_held_of() : NULL;
 	if (!fh)
 		return;
 	fh->valid = 0;
@@ -249,9 +254,12 @@ static void atfork_prepare(void)
  * first recorded event makes the segment (hs_fork_segment): any hook through
  * hs_enter (locks, fds, Python, semaphores, fork), a heap finding, a large
  * allocation, the (HS_FORK_QUIET_OPS + 1)th heap operation or close of an
- * open fd (before that they proceed unrecorded: the blocks carry no stacks,
- * the closes are not in the fd table), a close that fails, exit and _exit,
- * a crash or a terminating signal.  Until then nothing of the child's is in
+ * open fd, a heap operation at a site whose stack the child cannot name by
+ * its parent's ids (heap.c pending_stack: the heap's caches, then the
+ * parent's site index, hs_fork_site), a close that fails, exit and _exit,
+ * a crash or a terminating signal.  Heap operations before it keep exact
+ * stacks and the child's tid; closes of the fds it had from its parent are
+ * not in its fd table (hs_fork_close).  Until then nothing of the child's is in
  * the session; what survives a SIGKILL then is its parent's fork record (the
  * child's pid) and the reference it holds (the session is kept).  An exec
  * before any event leaves no segment for the fork child at all: the image's
@@ -303,11 +311,15 @@ void hs_fork_learn_post(uint64_t key, const struct hs_stack *st)
  * while writing leaves its entry WRITING: skipped for good). */
 static void learn_absorb(void)
 {
+	static int lock; /* two threads forking at once: one absorbs */
 	struct learn_page *p = learn_own;
 	uint32_t n;
+	if (!hs_spin_trylock(&lock))
+		return;
 	if (!p) {
 		p = hs_sys.mmap(NULL, sizeof *p, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
 		learn_own = p == MAP_FAILED ? NULL : p;
+		hs_spin_unlock(&lock);
 		return;
 	}
 	n = __atomic_load_n(&p->next, __ATOMIC_ACQUIRE);
@@ -320,6 +332,7 @@ static void learn_absorb(void)
 		}
 	while (learn_done < n && __atomic_load_n(&p->e[learn_done].state, __ATOMIC_ACQUIRE) == LEARN_TAKEN)
 		learn_done++;
+	hs_spin_unlock(&lock);
 }
 
 uint32_t hs_fork_site(uint64_t site)
