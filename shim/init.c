@@ -406,7 +406,10 @@ static void make_child_segment(struct hs_tls *t)
 	/* what the other fork handlers did with the segment, now that there is one */
 	if (!inherited)
 		hs_guard_after_fork_child();
-	hs_heap_after_fork_child();
+	/* it takes the quarantine total from the calling thread's own: right in the
+	   forking thread; another thread calls it only when the site cache must go */
+	if (t->tid == fork_tid || !inherited)
+		hs_heap_after_fork_child();
 	hs_snapshot_after_fork_child();
 	hs_fds_after_fork_child(); /* before the sample: it counts the fds from the table */
 	hs_mem_sample(t->slot ? t : NULL, hs_now(), HS_MEMW_START, 0);
