@@ -248,8 +248,7 @@ static void atfork_prepare(void)
  * A fork child does not make its segment in the fork handler: most children
  * of a shell, make or a process pool exec (or exit) after a few calls, and
  * the segment, the copy of the parent's tables, the inherited fds and the
- * start sample were a third of what a fork + exec cost under heisen
- * (bench/README.md "Process start: the fork child's segment deferred").  The
+ * start sample were a third of what a fork + exec cost under heisen.  The
  * handler notes the fork (atfork_child) and turns recording off; the child's
  * first recorded event makes the segment (hs_fork_segment): any hook through
  * hs_enter (locks, fds, Python, semaphores, fork), a heap finding, a large

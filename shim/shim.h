@@ -212,13 +212,14 @@ extern int hs_quiet;
 extern int hs_fork_pending;
 /*
  * Make the deferred segment of this fork child now.  heap_op: called for a
- * heap operation, which proceeds unrecorded (no stacks, no ring) while the
- * child has made at most HS_FORK_QUIET_OPS quiet operations (a shell's
- * child allocates and frees a block or two and closes its script's fd
- * between fork and exec; hs_fork_close).  Returns 0 when the process records
- * afterwards, -1 otherwise (not a pending fork child, a vfork child sharing
- * its memory, being made by another caller, or it failed).
- * Async-signal-safe.
+ * heap operation (hs_enter_heap), which goes on without the segment while
+ * the child has made at most HS_FORK_QUIET_OPS such quiet operations (a
+ * shell's child allocates and frees a block or two and closes its script's
+ * fd between fork and exec; hs_fork_close): its blocks still get exact
+ * stacks (heap.c pending_stack), only no ring record.  Returns 0 when the
+ * process records afterwards, -1 otherwise (not a pending fork child, a
+ * vfork child sharing its memory, being made by another caller, or it
+ * failed).  Async-signal-safe.
  */
 #define HS_FORK_QUIET_OPS 16
 int hs_fork_segment(int heap_op);
