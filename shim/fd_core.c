@@ -1733,6 +1733,8 @@ int hs_fd_close(int fd, unsigned call, uint64_t site)
 	uint64_t now;
 	int e, rc;
 
+	if (HS_UNLIKELY(__atomic_load_n(&hs_fork_pending, __ATOMIC_RELAXED)) && hs_fork_close(fd, &rc))
+		return rc; /* a fork child before its first event (init.c) */
 	if (!hs_fd_on() || !(t = hs_enter()))
 		return HS_REAL(close)(fd);
 	e = errno;

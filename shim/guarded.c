@@ -120,7 +120,7 @@ static int sys_mprotect(uintptr_t addr, size_t len, int prot)
 
 /* ---- configuration ------------------------------------------------------------ */
 
-static void guard_atfork_child(void)
+HS_HIDDEN void hs_guard_after_fork_child(void)
 {
 	/* one thread: a lock another thread held at the fork is free again */
 	__atomic_store_n(&fifo_lock, 0, __ATOMIC_RELEASE);
@@ -155,7 +155,7 @@ HS_HIDDEN void hs_guard_init(void)
 		t->in_hook = was;
 		return;
 	}
-	pthread_atfork(NULL, NULL, guard_atfork_child);
+	pthread_atfork(NULL, NULL, hs_guard_after_fork_child);
 	/* release: the settings are visible to every thread that sees GUARD_ON */
 	__atomic_store_n(&guard_mode, GUARD_ON, __ATOMIC_RELEASE);
 	t->in_hook = was;

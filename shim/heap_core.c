@@ -771,11 +771,39 @@ static inline uint32_t site_stack(uint64_t site)
 	return HS_UNLIKELY(id & MEMO_WRAPPER) ? wrapper_stack(site) : id;
 }
 
+/*
+ * A fork child before its first recorded event (init.c, shim.h
+ * hs_fork_pending): the stack of a site its parent met, from the caches or
+ * the parent's site index (hs_fork_site; sites an earlier child met are
+ * there too) — the parent's id: the child's segment starts as a copy of the
+ * parent's tables, id for id; any other site makes the child's segment
+ * now, and 0 only when that fails.
+ */
+static __attribute__((noinline)) uint32_t pending_stack(uint64_t site)
+{
+	struct site_memo *m = &site_memo;
+	uint64_t h = hs_mix64(site), v = __atomic_load_n(&site_cache[h & (SITE_CACHE - 1)], __ATOMIC_RELAXED);
+	if (heap_stacks == HS_HEAP_STACKS_NONE)
+		return 0;
+	if (heap_stacks == HS_HEAP_STACKS_SITE && !(m->id[0] & MEMO_WRAPPER) && m->site[0] == site && m->id[0])
+		return m->id[0];
+	if (heap_stacks == HS_HEAP_STACKS_SITE && !(m->id[1] & MEMO_WRAPPER) && m->site[1] == site && m->id[1])
+		return m->id[1];
+	if (heap_stacks == HS_HEAP_STACKS_SITE && v != 0 && (v >> 26) == (h >> 26) && !(v & (SITE_EXACT | SITE_WRAPPER)) &&
+	    (v & 0xffffffu))
+		return (uint32_t)(v & 0xffffffu);
+	if (heap_stacks == HS_HEAP_STACKS_SITE && (v = hs_fork_site(site)) != 0)
+		return (uint32_t)v; /* learnt by the parent from an earlier child */
+	if (hs_fork_segment(0) != 0)
+		return 0;
+	return heap_stacks == HS_HEAP_STACKS_FULL ? hs_stack_here() : site_stack(site);
+}
+
 /* The stack kept for one malloc or free at `site`; 0 when not recording. */
 static inline uint32_t heap_stack(uint64_t site)
 {
 	if (!__atomic_load_n(&hs_recording, __ATOMIC_ACQUIRE))
-		return 0;
+		return HS_UNLIKELY(__atomic_load_n(&hs_fork_pending, __ATOMIC_ACQUIRE) == 1) ? pending_stack(site) : 0;
 	switch (heap_stacks) {
 	case HS_HEAP_STACKS_FULL:
 		return hs_stack_here();
@@ -796,7 +824,7 @@ static inline uint32_t heap_stack(uint64_t site)
  */
 static inline int heap_enter(struct hs_tls *t)
 {
-	if (hs_enter())
+	if (hs_enter_heap())
 		return 1;
 	t->in_hook = 1;
 	return 0;
@@ -891,6 +919,7 @@ static void heap_finding(struct hs_tls *t, int ring, struct hs_finding *f)
 
 static void finding_init(struct hs_finding *f, struct hs_tls *t, unsigned kind, void *p)
 {
+	hs_fork_segment_now(); /* a fork child's finding goes in its segment (init.c) */
 	memset(f, 0, sizeof *f);
 	f->kind = (uint16_t)kind;
 	f->tid = t->tid;

@@ -10,8 +10,10 @@
 #include <dlfcn.h>
 #include <libunwind.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/syscall.h>
 #include <unistd.h>
 
@@ -200,13 +202,24 @@ static inline struct fork_held *fork_held_of(void)
 
 /* pthread_atfork prepare: capture the forking thread's held locks (see above).
  * Async-signal-safe (plain copies from our own slot). */
+static void learn_absorb(void);
 static void atfork_prepare(void)
 {
 	struct hs_tls *t = &hs_tls;
-	struct hs_thread *s = t->slot && t->seg_gen == __atomic_load_n(&hs_seg_gen, __ATOMIC_ACQUIRE) ? t->slot : NULL;
-	/* a thread with no slot maps no area here (nothing would unmap it) */
-	struct fork_held *fh = s || t->area ? fork_held_of() : NULL;
+	struct hs_thread *s;
+	struct fork_held *fh;
 	uint32_t n;
+	/* a fork child forking before its first event (a fork that did not come
+	   through our fork(): daemon(), a library's): it makes its segment first */
+	hs_fork_segment_now();
+	if (!t->in_hook && hs_seg.hdr && __atomic_load_n(&hs_recording, __ATOMIC_ACQUIRE)) {
+		t->in_hook = 1;
+		learn_absorb(); /* what earlier children learnt, for this one */
+		t->in_hook = 0;
+	}
+	s = t->slot && t->seg_gen == __atomic_load_n(&hs_seg_gen, __ATOMIC_ACQUIRE) ? t->slot : NULL;
+	/* a thread with no slot maps no area here (nothing would unmap it) */
+	fh = s || t->area ? fork_held_of() : NULL;
 	if (!fh)
 		return;
 	fh->valid = 0;
@@ -229,35 +242,131 @@ static void atfork_prepare(void)
 	fh->valid = 1;
 }
 
-/*
- * The fork child: only async-signal-safe work.  It gets its own segment
- * (hs_segment_create(1)) that starts with its parent's strings, stacks,
- * Python frames and modules (inherit_tables), this thread attaches to it
- * carrying the locks it held in the parent at the instant of fork()
- * (fork_held: they are held in the child too), and the parent's mapping
- * is dropped so the child can never write into it.
- */
-static void atfork_child(void)
-{
-	struct hs_tls *t = &hs_tls;
-	struct hs_seg old = hs_seg;
-	struct hs_thread *oslot = t->slot && t->seg_gen == hs_seg_gen ? t->slot : NULL;
-	int was = t->in_hook, inherited;
-	struct fork_held *fh;
+/* ---- the fork child's segment, made when first needed --------------------- */
 
-	if (!__atomic_load_n(&hs_recording, __ATOMIC_ACQUIRE))
+/*
+ * A fork child does not make its segment in the fork handler: most children
+ * of a shell, make or a process pool exec (or exit) after a few calls, and
+ * the segment, the copy of the parent's tables, the inherited fds and the
+ * start sample were a third of what a fork + exec cost under heisen.  The
+ * handler notes the fork (atfork_child) and turns recording off; the child's
+ * first recorded event makes the segment (hs_fork_segment): any hook through
+ * hs_enter (locks, fds, Python, semaphores, fork), a heap finding, a large
+ * allocation, the (HS_FORK_QUIET_OPS + 1)th heap operation or close of an
+ * open fd, a heap operation at a site whose stack the child cannot name by
+ * its parent's ids (heap.c pending_stack: the heap's caches, then the
+ * parent's site index, hs_fork_site), a close that fails, exit and _exit,
+ * a crash or a terminating signal.  Heap operations before it keep exact
+ * stacks and the child's tid; closes of the fds it had from its parent are
+ * not in its fd table (hs_fork_close).  Until then nothing of the child's is in
+ * the session; what survives a SIGKILL then is its parent's fork record (the
+ * child's pid) and the reference it holds (the session is kept).  An exec
+ * before any event leaves no segment for the fork child at all: the image's
+ * own is the process's first (its parent is the forking process).  With
+ * fault injection or chaos on, the segment is made at the fork as before
+ * (their decisions need the recording state).  docs/design.md "Processes".
+ */
+int hs_fork_pending;
+static struct hs_seg fork_parent;    /* the parent's segment, still mapped (read only from here on) */
+static pid_t fork_pid;               /* this child's pid, noted at the fork */
+static pid_t fork_tid;               /* the thread that forked (it holds fork_held) */
+static int fork_oslot;               /* that thread had a slot of the parent's segment */
+static uint64_t fork_mono_ns, fork_real_ns; /* when the fork happened */
+static uint32_t fork_quiet_ops;      /* [atomic] heap operations and closes while pending */
+
+/* ---- sites a fork child learnt, for its parent's next children (shim.h) ---- */
+
+#define LEARN_MAX 64
+struct learn_page {
+	uint32_t next;                /* [atomic] entries claimed */
+	uint32_t pad;
+	struct learn_entry {
+		uint32_t state;       /* [atomic] LEARN_* */
+		uint32_t pad;
+		uint64_t key;
+		struct hs_stack st;
+	} e[LEARN_MAX];
+};
+enum { LEARN_FREE = 0, LEARN_WRITING = 1, LEARN_READY = 2, LEARN_TAKEN = 3 };
+void *hs_learn_post;                  /* the parent's page (a fork child) */
+static struct learn_page *learn_own;  /* this process's page, for its children (made at its first fork) */
+static uint32_t learn_done;           /* entries of learn_own before this are taken */
+static uint32_t learn_posted;         /* [atomic] sites this child posted */
+
+void hs_fork_learn_post(uint64_t key, const struct hs_stack *st)
+{
+	struct learn_page *p = hs_learn_post;
+	uint32_t i;
+	if (!p || __atomic_add_fetch(&learn_posted, 1, __ATOMIC_RELAXED) > HS_LEARN_PER_CHILD ||
+	    (i = __atomic_fetch_add(&p->next, 1, __ATOMIC_ACQ_REL)) >= LEARN_MAX)
 		return;
-	t->in_hook = 1;
-	__atomic_store_n(&hs_recording, 0, __ATOMIC_RELEASE);
+	__atomic_store_n(&p->e[i].state, LEARN_WRITING, __ATOMIC_RELAXED);
+	p->e[i].key = key;
+	memcpy(&p->e[i].st, st, sizeof *st);
+	__atomic_store_n(&p->e[i].state, LEARN_READY, __ATOMIC_RELEASE);
+}
+
+/* The parent, before a fork: intern what its children posted (a child killed
+ * while writing leaves its entry WRITING: skipped for good). */
+static void learn_absorb(void)
+{
+	static int lock; /* two threads forking at once: one absorbs */
+	struct learn_page *p = learn_own;
+	uint32_t n;
+	if (!hs_spin_trylock(&lock))
+		return;
+	if (!p) {
+		p = hs_sys.mmap(NULL, sizeof *p, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+		learn_own = p == MAP_FAILED ? NULL : p;
+		hs_spin_unlock(&lock);
+		return;
+	}
+	n = __atomic_load_n(&p->next, __ATOMIC_ACQUIRE);
+	if (n > LEARN_MAX)
+		n = LEARN_MAX;
+	for (uint32_t i = learn_done; i < n; i++)
+		if (__atomic_load_n(&p->e[i].state, __ATOMIC_ACQUIRE) == LEARN_READY) {
+			hs_stack_site_learn(p->e[i].key, &p->e[i].st);
+			__atomic_store_n(&p->e[i].state, LEARN_TAKEN, __ATOMIC_RELEASE);
+		}
+	while (learn_done < n && __atomic_load_n(&p->e[learn_done].state, __ATOMIC_ACQUIRE) == LEARN_TAKEN)
+		learn_done++;
+	hs_spin_unlock(&lock);
+}
+
+uint32_t hs_fork_site(uint64_t site)
+{
+	return __atomic_load_n(&hs_fork_pending, __ATOMIC_ACQUIRE) == 1 && fork_parent.hdr
+		       ? hs_site_peek(&fork_parent, site)
+		       : 0;
+}
+
+/*
+ * Make the child's segment (hs_segment_create(1)), starting with its
+ * parent's strings, stacks, Python frames and modules (inherit_tables); the
+ * forking thread attaches to it carrying the locks it held in the parent at
+ * the instant of fork() (fork_held: they are held in the child too), and
+ * the parent's mapping is dropped so the child can never write into it.
+ * Only async-signal-safe work.
+ */
+static void make_child_segment(struct hs_tls *t)
+{
+	struct hs_seg old = fork_parent;
+	int inherited;
+	struct fork_held *fh = NULL;
+
+	memset(&fork_parent, 0, sizeof fork_parent);
 	memset(&hs_seg, 0, sizeof hs_seg);
 	hs_seg.hdr = old.hdr; /* hs_segment_create copies the parent's identity from here */
 	if (hs_segment_create(1) != 0) {
 		memset(&hs_seg, 0, sizeof hs_seg);
 		hs_seg_unbind(&old);
 		t->slot = NULL;
-		t->in_hook = was;
 		return;
 	}
+	/* the process started at the fork, not at its first event */
+	hs_seg.hdr->start_mono_ns = fork_mono_ns;
+	hs_seg.hdr->start_real_ns = fork_real_ns;
 	inherited = inherit_tables(&hs_seg, &old);
 	/* without the parent's tables: the same objects are mapped, copy the module table */
 	for (uint32_t i = 0; !inherited && i < old.hdr->tables[HS_T_MODULES].count &&
@@ -273,8 +382,10 @@ static void atfork_child(void)
 	hs_seg_inherited = inherited;
 	t->slot = NULL;
 	t->dead = 0;
-	fh = fork_held_of();
-	if (hs_thread_attach(t) == 0 && oslot && fh && fh->valid) {
+	/* the held locks are the forking thread's: another thread making the segment adopts none */
+	if (t->tid == fork_tid)
+		fh = fork_held_of();
+	if (hs_thread_attach(t) == 0 && fork_oslot && fh && fh->valid) {
 		uint64_t now = hs_now();
 		for (uint32_t i = 0; i < fh->count; i++) {
 			struct hs_held h = fh->held[i];
@@ -295,15 +406,97 @@ static void atfork_child(void)
 		fh->valid = 0;
 	hs_seg_unbind(&old);
 	__atomic_store_n(&hs_recording, 1, __ATOMIC_RELEASE);
-	hs_proc_after_fork();
+	/* what the other fork handlers did with the segment, now that there is one */
+	if (!inherited)
+		hs_guard_after_fork_child();
+	/* it takes the quarantine total from the calling thread's own: right in the
+	   forking thread; another thread calls it only when the site cache must go */
+	if (t->tid == fork_tid || !inherited)
+		hs_heap_after_fork_child();
+	hs_snapshot_after_fork_child();
 	hs_fds_after_fork_child(); /* before the sample: it counts the fds from the table */
 	hs_mem_sample(t->slot ? t : NULL, hs_now(), HS_MEMW_START, 0);
+}
+
+int hs_fork_segment(int heap_op)
+{
+	struct hs_tls *t = &hs_tls;
+	int expect = 1, was;
+	if (__atomic_load_n(&hs_fork_pending, __ATOMIC_ACQUIRE) != 1)
+		return -1;
+	if (heap_op && __atomic_add_fetch(&fork_quiet_ops, 1, __ATOMIC_RELAXED) <= HS_FORK_QUIET_OPS)
+		return -1;
+	/* a vfork child of this process runs on its memory: never it */
+	if ((pid_t)syscall(SYS_getpid) != fork_pid)
+		return -1;
+	if (!__atomic_compare_exchange_n(&hs_fork_pending, &expect, 2, 0, __ATOMIC_ACQ_REL, __ATOMIC_RELAXED))
+		return -1;
+	was = t->in_hook;
+	t->in_hook = 1;
+	hs_session_pending_drop(fork_pid);
+	make_child_segment(t);
+	__atomic_store_n(&hs_fork_pending, 0, __ATOMIC_RELEASE);
+	t->in_hook = was;
+	return __atomic_load_n(&hs_recording, __ATOMIC_ACQUIRE) ? 0 : -1;
+}
+
+int hs_fork_close(int fd, int *rc)
+{
+	if (hs_tls.in_hook || __atomic_load_n(&hs_fork_pending, __ATOMIC_ACQUIRE) != 1 ||
+	    __atomic_add_fetch(&fork_quiet_ops, 1, __ATOMIC_RELAXED) > HS_FORK_QUIET_OPS ||
+	    syscall(SYS_fcntl, fd, F_GETFD) < 0)
+		return 0;
+	*rc = HS_REAL(close)(fd);
+	return 1;
+}
+
+/*
+ * The fork child's handler: only async-signal-safe work.  Notes the fork
+ * and leaves the segment to the child's first recorded event (above), or
+ * makes it now when the session's pending table is full or fault injection
+ * or chaos is on.
+ */
+static void atfork_child(void)
+{
+	struct hs_tls *t = &hs_tls;
+	int was = t->in_hook;
+	struct timespec ts;
+
+	if (!__atomic_load_n(&hs_recording, __ATOMIC_ACQUIRE))
+		return;
+	t->in_hook = 1;
+	__atomic_store_n(&hs_recording, 0, __ATOMIC_RELEASE);
+	fork_oslot = t->slot && t->seg_gen == hs_seg_gen;
+	fork_parent = hs_seg;
+	memset(&hs_seg, 0, sizeof hs_seg);
+	/* the parent's slots are stale from here on; ids the parent handed out stay
+	   valid until the segment is made (hs_seg_inherited is set again then) */
+	__atomic_add_fetch(&hs_seg_gen, 1, __ATOMIC_RELEASE);
+	hs_seg_inherited = 1;
+	t->slot = NULL;
+	t->vfork_pid = 0; /* a vfork note of the parent's (fd_vfork.S) is not this process's */
+	fork_pid = (pid_t)syscall(SYS_getpid);
+	t->tid = (int32_t)fork_pid; /* the child's one thread (the heap notes it before the segment is made) */
+	fork_tid = t->tid;
+	fork_mono_ns = hs_now();
+	clock_gettime(CLOCK_REALTIME, &ts);
+	fork_real_ns = (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+	__atomic_store_n(&fork_quiet_ops, 0, __ATOMIC_RELAXED);
+	hs_learn_post = learn_own; /* the parent's page; this child makes its own at its first fork */
+	learn_own = NULL;
+	learn_done = 0;
+	__atomic_store_n(&learn_posted, 0, __ATOMIC_RELAXED);
+	hs_proc_after_fork();
+	__atomic_store_n(&hs_fork_pending, 1, __ATOMIC_RELEASE);
+	if (hs_session_fork_child(fork_pid) != 0 || hs_inject_on || hs_chaos_on)
+		hs_fork_segment(0);
 	t->in_hook = was;
 }
 
 HS_EXPORT pid_t fork(void)
 {
 	pid_t pid;
+	hs_fork_segment_now(); /* a fork is an event: the child's parent must be in the tree */
 	hs_session_fork_prepare();
 	pid = HS_REAL(fork)();
 	if (pid != 0)
@@ -329,6 +522,7 @@ HS_EXPORT pid_t fork(void)
 static void record_exit(int status)
 {
 	struct hs_tls *t;
+	hs_fork_segment_now(); /* every fork child that ends by exit is in the tree with its status */
 	if (!hs_seg.hdr || hs_seg.hdr->pid != (int32_t)hs_sys.getpid())
 		return;
 	t = hs_enter();
@@ -355,6 +549,7 @@ static void on_exit_handler(int status, void *arg)
  * here (os._exit, multiprocessing's fork children), before the record. */
 HS_EXPORT void _exit(int status)
 {
+	hs_fork_segment_now();
 	hs_fds_verify_open();
 	record_exit(status);
 	HS_REAL(_exit)(status);
@@ -363,6 +558,7 @@ HS_EXPORT void _exit(int status)
 
 HS_EXPORT void _Exit(int status)
 {
+	hs_fork_segment_now();
 	hs_fds_verify_open();
 	record_exit(status);
 	HS_REAL(_Exit)(status);

@@ -30,8 +30,11 @@ void hs_mem_big_alloc(uint64_t n)
 	struct hs_tls *t = &hs_tls, *g;
 	unsigned why;
 	int e;
-	if (t->in_hook || t->dead || !__atomic_load_n(&hs_recording, __ATOMIC_ACQUIRE))
+	if (t->in_hook || t->dead)
 		return;
+	if (!__atomic_load_n(&hs_recording, __ATOMIC_ACQUIRE) &&
+	    (!__atomic_load_n(&hs_fork_pending, __ATOMIC_ACQUIRE) || hs_fork_segment(0) != 0))
+		return; /* a fork child growing before its first event makes its segment (init.c) */
 	e = errno;
 	if (hs_mem_due(n, coarse_now(), &why)) {
 		/* the guard, and a ring for the record when the thread can have one */

@@ -361,6 +361,43 @@ static void refs_fork_child(void)
 	fork_counted = 0;
 }
 
+static int fork_joined; /* this fork child took its share at the fork (hs_session_fork_child) */
+
+int hs_session_fork_child(pid_t pid)
+{
+	modules_lock = 0; /* a thread that held it does not exist in the child */
+	refs_fork_child();
+	fork_joined = 1;
+	if (!refs)
+		return 0;
+	for (uint32_t i = 0, k = (uint32_t)pid % HS_REFS_PENDING; i < HS_REFS_PENDING; i++, k = (k + 1) % HS_REFS_PENDING) {
+		int32_t zero = 0;
+		if (__atomic_compare_exchange_n(&refs->pending[k], &zero, (int32_t)pid, 0, __ATOMIC_ACQ_REL,
+						__ATOMIC_RELAXED))
+			return 0;
+	}
+	return -1;
+}
+
+/* Clear pid's slot of the pending table; 1 when it was there. */
+static int pending_clear(pid_t pid)
+{
+	if (!refs)
+		return 0;
+	for (uint32_t i = 0, k = (uint32_t)pid % HS_REFS_PENDING; i < HS_REFS_PENDING; i++, k = (k + 1) % HS_REFS_PENDING) {
+		int32_t v = __atomic_load_n(&refs->pending[k], __ATOMIC_ACQUIRE);
+		if (v == (int32_t)pid &&
+		    __atomic_compare_exchange_n(&refs->pending[k], &v, 0, 0, __ATOMIC_ACQ_REL, __ATOMIC_RELAXED))
+			return 1;
+	}
+	return 0;
+}
+
+void hs_session_pending_drop(pid_t pid)
+{
+	pending_clear(pid);
+}
+
 /* Open fds created by this image (not inherited, not 0-2) left at one creation
  * stack, as many as heisen-dump's fd-leak rule (3) wants: 1 when some site did. */
 static int fds_left_open(const struct hs_seg *s)
@@ -1082,10 +1119,11 @@ int hs_segment_create(int forked)
 
 	if (!session_dir[0])
 		return -1;
-	if (forked) {
+	if (forked && !fork_joined) {
 		modules_lock = 0; /* a thread that held it does not exist in the child */
 		refs_fork_child();
 	}
+	fork_joined = 0;
 	fd = open_unnamed(tmp, sizeof tmp);
 	if (fd < 0) {
 		warn3("cannot create a segment in ", session_dir, "; not recording this process", errno);
@@ -1179,6 +1217,10 @@ int hs_segment_create(int forked)
 		hs_seg_unbind(&fresh);
 		return -1;
 	}
+	/* an image exec'd by a fork child that never made its segment: that child's
+	   reference passes to this image, which took its own in hs_session_setup */
+	if (!forked && pending_clear(pid))
+		__atomic_sub_fetch(&refs->live, 1, __ATOMIC_ACQ_REL);
 	hs_seg = fresh;
 	__atomic_add_fetch(&hs_seg_gen, 1, __ATOMIC_RELEASE);
 	return 0;

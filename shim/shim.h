@@ -263,6 +263,67 @@ extern int hs_seg_inherited;          /* the current segment started with its fo
 					 stacks, Python frames and modules, id for id (init.c
 					 inherit_tables): ids the parent handed out are valid in it */
 extern int hs_quiet;
+/*
+ * [atomic] 1 in a fork child whose segment is not made yet (2 while it is
+ * being made): hs_recording is 0 meanwhile, and the first hook that records
+ * makes it (hs_fork_segment, init.c).  docs/design.md "Processes".
+ */
+extern int hs_fork_pending;
+/*
+ * Make the deferred segment of this fork child now.  heap_op: called for a
+ * heap operation (hs_enter_heap), which goes on without the segment while
+ * the child has made at most HS_FORK_QUIET_OPS such quiet operations (a
+ * shell's child allocates and frees a block or two and closes its script's
+ * fd between fork and exec; hs_fork_close): its blocks still get exact
+ * stacks (heap.c pending_stack), only no ring record.  Returns 0 when the
+ * process records afterwards, -1 otherwise (not a pending fork child, a
+ * vfork child sharing its memory, being made by another caller, or it
+ * failed).  Async-signal-safe.
+ */
+#define HS_FORK_QUIET_OPS 16
+int hs_fork_segment(int heap_op);
+
+/*
+ * close(fd) from the close hook of a fork child whose segment is not made
+ * yet: 1 and *rc (close's result) when fd was open and the child is within
+ * its HS_FORK_QUIET_OPS quiet operations: closed without making the segment
+ * (fd came from the parent; the segment, made later, never lists it).  0:
+ * the hook goes on as usual (it makes the segment and records the close; a
+ * close of a number not open is always recorded).
+ */
+int hs_fork_close(int fd, int *rc);
+
+/*
+ * A site's stack in a fork child's parent's segment, before the child's own
+ * is made (heap.c): the parent's id, valid in the child's segment, which
+ * starts as a copy of the parent's tables; 0 when the parent has none.
+ */
+uint32_t hs_fork_site(uint64_t site);
+
+/*
+ * Sites a fork child learnt, for its parent's next children (init.c, "the
+ * fork child's segment, made when first needed"): a shell's child meets
+ * sites its parent never does (the command's path search, between fork and
+ * exec), and each child would make its segment for them.  The parent maps
+ * a shared page at its first fork; a child posts there (at most
+ * HS_LEARN_PER_CHILD sites, native stacks only) each site stack it learns
+ * (stacks.c, hs_fork_learn_post), and the parent interns them under the
+ * same keys at its next fork (hs_stack_site_learn), so the next children
+ * find them in its site index (hs_fork_site).  hs_learn_post: the parent's
+ * page in a fork child, else NULL.  Async-signal-safe.
+ */
+#define HS_LEARN_PER_CHILD 8
+extern void *hs_learn_post;
+void hs_fork_learn_post(uint64_t key, const struct hs_stack *st);
+/* stacks.c: key's id in s's site index without committing any page (0: none);
+ * and the parent's side, st interned into hs_seg and cached under key. */
+uint32_t hs_site_peek(const struct hs_seg *s, uint64_t key);
+uint32_t hs_stack_site_learn(uint64_t key, const struct hs_stack *st);
+static inline void hs_fork_segment_now(void)
+{
+	if (HS_UNLIKELY(__atomic_load_n(&hs_fork_pending, __ATOMIC_ACQUIRE) == 1))
+		hs_fork_segment(0);
+}
 
 /* ---- small shared helpers ------------------------------------------------- */
 
@@ -382,10 +443,16 @@ int hs_vfork_child(struct hs_tls *t);
  * thread is already inside the shim, it is exiting, it has no slot, or it
  * is a vfork child (hs_vfork_child).
  */
-static inline struct hs_tls *hs_enter(void)
+static inline struct hs_tls *hs_enter_op(int heap_op)
 {
 	struct hs_tls *t = &hs_tls;
-	if (HS_UNLIKELY(!__atomic_load_n(&hs_recording, __ATOMIC_ACQUIRE)) || t->in_hook || t->dead)
+	if (HS_UNLIKELY(!__atomic_load_n(&hs_recording, __ATOMIC_ACQUIRE))) {
+		/* a fork child's first recorded event makes its segment (shim.h hs_fork_pending) */
+		if (!__atomic_load_n(&hs_fork_pending, __ATOMIC_ACQUIRE) || t->in_hook || t->dead ||
+		    hs_fork_segment(heap_op) != 0)
+			return NULL;
+	}
+	if (t->in_hook || t->dead)
 		return NULL;
 	if (HS_UNLIKELY(t->vfork_pid != 0) && hs_vfork_child(t))
 		return NULL;
@@ -401,6 +468,18 @@ static inline struct hs_tls *hs_enter(void)
 		}
 	}
 	return t;
+}
+
+static inline struct hs_tls *hs_enter(void)
+{
+	return hs_enter_op(0);
+}
+
+/* hs_enter for a heap operation: a fork child's first HS_FORK_QUIET_OPS of
+ * them do not make its segment (hs_fork_segment). */
+static inline struct hs_tls *hs_enter_heap(void)
+{
+	return hs_enter_op(1);
 }
 
 static inline void hs_leave(struct hs_tls *t)
@@ -604,6 +683,21 @@ int hs_session_setup(void);
 void hs_session_fork_prepare(void);
 void hs_session_fork_parent(int failed);
 void hs_session_leave(void);
+
+/*
+ * A fork child whose segment is deferred (init.c, "the fork child's segment,
+ * made when first needed"): hs_session_fork_child takes the child's share of
+ * the session at the fork itself (the reference the parent counted, or one
+ * of its own after a fork that did not come through our fork()) and, in a
+ * session with a reference count, notes pid in its pending table so that
+ * the image an exec makes of this pid gives that reference back
+ * (format.h struct hs_session_refs).  Returns 0, or -1 when the table is
+ * full: then the child makes its segment at once.  hs_session_pending_drop:
+ * the child made its segment after all (it keeps the reference).
+ * Async-signal-safe (atomics on the mapped session.refs).
+ */
+int hs_session_fork_child(pid_t pid);
+void hs_session_pending_drop(pid_t pid);
 
 /* Unmap a segment bound with hs_seg_bind (the fork child drops the parent's). */
 void hs_seg_unbind(struct hs_seg *s);
@@ -1269,7 +1363,9 @@ extern int (*hs_got_mprotect)(void *addr, size_t len, int prot);
  * call after init.c's own pthread_atfork so the child's segment exists first. */
 void hs_heap_init(void);
 
-/* The fork child's heap work (quarantine locks, counters into the new segment). */
+/* The fork child's heap work (quarantine locks, counters into the new segment).
+ * Idempotent: a fork handler, and again when the child's segment is made
+ * (init.c hs_fork_segment). */
 void hs_heap_after_fork_child(void);
 
 /* "0x" and v in lower-case hex, NUL-terminated, into buf (19 bytes at
@@ -1291,6 +1387,12 @@ extern uintptr_t hs_guard_lo, hs_guard_len; /* [atomic] the pool; 0 until the fi
 /* Read HEISEN_GUARD_RATE / HEISEN_GUARD_SLOTS / HEISEN_ON_HEAP_ERROR.  Init
  * only, after hs_recording is set; the pool is reserved lazily. */
 void hs_guard_init(void);
+
+/* The fork child's guard-page work: the pool's locks free, and the slots'
+ * stacks forgotten when the child's tables are not its parent's
+ * (hs_seg_inherited 0).  A fork handler, and again when a deferred segment
+ * is made without its parent's tables (init.c hs_fork_segment). */
+void hs_guard_after_fork_child(void);
 
 /* The countdown ran out: re-arm it; 1 when this allocation of n bytes is
  * to be sampled (the guard is on, n fits a page, the thread is not inside
@@ -1521,6 +1623,10 @@ void hs_sems_init(void);
 /* Install the handler of the snapshot signal (format.h HS_SNAPSHOT_SIGNAL_OFFSET)
  * and record it in hs_header.snapshot_signal.  Init only. */
 void hs_snapshot_install(void);
+
+/* The fork child's segment records the snapshot signal too: a fork handler,
+ * and again when a deferred segment is made (init.c hs_fork_segment). */
+void hs_snapshot_after_fork_child(void);
 
 /* ---- signals (signals.c) ------------------------------------------------- */
 

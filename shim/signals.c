@@ -237,6 +237,7 @@ static void crash_handler(int sig, siginfo_t *si, void *uc)
 		errno = saved_errno;
 		return;
 	}
+	hs_fork_segment_now(); /* a fork child that crashes before its first event */
 	t->in_hook = 1;
 
 	/* a fault in the guard-page pool (guarded.c) is a use-after-free or a
@@ -304,9 +305,11 @@ static void term_handler(int sig, siginfo_t *si, void *uc)
 {
 	int saved_errno = errno;
 	struct hs_tls *t = &hs_tls;
-	struct hs_header *h = hs_seg.hdr;
+	struct hs_header *h;
 	int was = t->in_hook;
 	(void)uc;
+	hs_fork_segment_now(); /* a fork child killed before its first event */
+	h = hs_seg.hdr;
 	t->in_hook = 1;
 	if (__atomic_load_n(&hs_recording, __ATOMIC_ACQUIRE) && h && h->pid == (int32_t)hs_sys.getpid() &&
 	    HS_STATE_OF(__atomic_load_n(&h->state, __ATOMIC_ACQUIRE)) == HS_STATE_RUNNING) {
@@ -522,7 +525,7 @@ static void snapshot_handler(int sig, siginfo_t *si, void *uc)
 }
 
 /* The atfork child handler: the child's new segment says which signal, too. */
-static void snapshot_atfork_child(void)
+void hs_snapshot_after_fork_child(void)
 {
 	int sig = __atomic_load_n(&snap_sig, __ATOMIC_ACQUIRE);
 	if (sig && hs_seg.hdr)
@@ -545,7 +548,7 @@ void hs_snapshot_install(void)
 	__atomic_store_n(&snap_sig, sig, __ATOMIC_RELEASE);
 	hs_seg.hdr->snapshot_signal = sig;
 	/* registered after init.c's handler, so it runs after the child's segment exists */
-	pthread_atfork(NULL, NULL, snapshot_atfork_child);
+	pthread_atfork(NULL, NULL, hs_snapshot_after_fork_child);
 }
 
 /* Parse a decimal tid; 0 when s is not one. */

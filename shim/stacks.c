@@ -197,6 +197,37 @@ static uint32_t site_put(struct hs_seg *s, uint64_t key, uint32_t id)
 	return id;
 }
 
+uint32_t hs_site_peek(const struct hs_seg *s, uint64_t key)
+{
+	const struct hs_table *idx = &s->hdr->tables[HS_T_SITE_INDEX];
+	uint32_t mask = idx->capacity - 1;
+	uint32_t i = (uint32_t)hs_mix64(key) & mask;
+
+	for (uint32_t probe = 0; probe <= mask && probe < SITE_PROBES; probe++, i = (i + 1) & mask) {
+		const struct hs_index_slot *slot = &s->site_index[i];
+		uint64_t k, c = (uint64_t)((const char *)slot - (const char *)s->hdr) >> hs_commit_shift;
+		if (!((__atomic_load_n(&hs_commit_map[c >> 6], __ATOMIC_ACQUIRE) >> (c & 63)) & 1))
+			break; /* a page without store (as far as this process knows): never touched */
+		k = __atomic_load_n(&slot->key, __ATOMIC_ACQUIRE);
+		if (k == key)
+			return __atomic_load_n(&slot->value, __ATOMIC_ACQUIRE);
+		if (k == 0)
+			break;
+	}
+	return 0;
+}
+
+uint32_t hs_stack_site_learn(uint64_t key, const struct hs_stack *st)
+{
+	uint32_t id;
+	if (st->depth == 0 || st->depth > HS_STACK_DEPTH || (st->flags & HS_STACK_PYTHON))
+		return 0;
+	if ((id = site_get(&hs_seg, key)) != 0)
+		return id;
+	id = hs_stack_intern(&hs_seg, st->pc, st->depth, st->flags);
+	return id ? site_put(&hs_seg, key, id) : 0;
+}
+
 /* Unwind the calling thread (the shim's frames trimmed) into pcs; returns the depth. */
 static unsigned capture(uint64_t *pcs)
 {
@@ -281,6 +312,10 @@ static uint32_t stack_site_slow(uint64_t site)
 		return 0;
 	depth = hs_py_interleave(s, pcs, depth, depth > PY_ROOM ? depth : PY_ROOM, &python);
 	id = hs_stack_intern(s, pcs, depth, HS_STACK_SITE | (python ? HS_STACK_PYTHON : 0));
+#ifndef HS_CORE_ONLY /* init.c: libheisen.so only */
+	if (id && HS_UNLIKELY(hs_learn_post != NULL) && !python)
+		hs_fork_learn_post(site, &s->stacks[id]); /* for the forking parent's next children (init.c) */
+#endif
 	return id ? site_put(s, site, id) : 0;
 }
 

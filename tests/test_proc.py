@@ -27,7 +27,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import SYSTEM_PYTHON, fact_int, facts, findings_of, interpreter, process_of, pyext_dir
+from conftest import SYSTEM_PYTHON, fact_int, facts, findings_of, interpreter, process_of, pyext_dir, target
 
 MIB = 1 << 20
 
@@ -599,6 +599,39 @@ def test_a_sigterm_at_sig_dfl_is_recorded_with_its_sender(heisen, session):
     assert r["findings"] == []
     types = event_types(pr["threads"][0])
     assert "term-signal" in types
+
+
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGKILL], ids=["SIGTERM", "SIGKILL"])
+def test_fork_child_ended_before_its_first_event(heisen, session, sig):
+    # a C fork child waiting in pause(), which heisen does not hook: it has
+    # no segment of its own while it waits (made at its first recorded
+    # event).  A SIGTERM at SIG_DFL is such an event: the child is in the
+    # tree, killed by SIGTERM with its sender.  A SIGKILL runs nothing in the
+    # child: what is left is the parent's fork record of its pid.
+    env = heisen.env(session)
+    env["LD_PRELOAD"] = str(heisen.lib)
+    proc = subprocess.Popen([target(heisen, "fork_quiet_child")], env=env, stdout=subprocess.PIPE, text=True)
+    pid = int(proc.stdout.readline().split()[1])
+    child = int(proc.stdout.readline().split()[1])
+    time.sleep(0.3)
+    assert not list(session.glob(f"{child}.*.seg")), sorted(x.name for x in session.iterdir())
+    os.kill(child, sig)
+    out = proc.communicate(timeout=30)[0]
+    assert proc.returncode == 0, out
+    assert f"status {sig}" in out, out  # killed by sig, no core
+    r = heisen.dump_json(session, expect_rc=0)
+    assert r["errors"] == [] and r["findings"] == []
+    parent = proc_by_pid(r, pid)
+    forks = [e for th in parent["threads"] for e in th["events"] if e["type"] == "fork"]
+    assert [e["child"] for e in forks] == [child], forks
+    kids = [p for p in r["processes"] if p["pid"] == child]
+    if sig == signal.SIGKILL:
+        assert kids == [], kids
+    else:
+        [pr] = kids
+        assert (pr["state"], pr["signal"], pr["sent_by"]["pid"]) == ("killed", signal.SIGTERM, os.getpid())
+        assert pr["ppid"] == pid and pr["via"] == "fork"
+        assert "term-signal" in event_types(pr["threads"][0])
 
 
 SIGNAL_VIEW = ("import signal; print([int(signal.getsignal(s)) for s in "

@@ -111,6 +111,38 @@ def test_fork_and_exec_reserve_only_the_pages_they_use(heisen, tmp_path):
         subprocess.run(["rm", "-rf", str(d)])
 
 
+def test_shell_children_that_exec_at_once_make_no_segment_of_their_own(heisen, tmp_path):
+    # a shell script starting 20 programs: each fork child execs before any
+    # event of its own, so its segment is never made; only the first child,
+    # which meets sites its parent never met (bash's command lookup between
+    # fork and exec), makes one, and the parent learns those sites from it for
+    # the next children.  Every image is still in the tree under the shell,
+    # with its end; and a bare run's session is still removed at the end (each
+    # image gives back the reference its fork child held).
+    loop = "for ((i = 0; i < 20; i++)); do /bin/true; done; echo $HEISEN_DIR"
+    d = Path("/dev/shm") / f"heisen-test-{os.getpid()}-{tmp_path.name}"
+    try:
+        p = heisen.preload(["/bin/bash", "-c", loop], d)
+        assert p.returncode == 0, p.stderr
+        segs = sorted(d.glob("*.seg"))
+        assert 21 <= len(segs) <= 22, [s.name for s in segs]  # bash, at most one child, 20 images
+        report = heisen.dump_json(d)
+        assert report["errors"] == [] and report["findings"] == []
+        [sh] = [pr for pr in report["processes"] if pr["exe"].endswith("bash") and pr["image"] == 0
+                and not pr["environment"]["inherited"]]
+        trues = [pr for pr in report["processes"] if pr["exe"].endswith("true")]
+        assert len(trues) == 20, [(pr["pid"], pr["exe"]) for pr in report["processes"]]
+        assert all(pr["state"] == "exited" and pr["exit_status"] == 0 for pr in trues), trues
+        assert all(pr["ppid"] == sh["pid"] for pr in trues), [(pr["pid"], pr["ppid"]) for pr in trues]
+    finally:
+        subprocess.run(["rm", "-rf", str(d)])
+    p = subprocess.run(["/bin/bash", "-c", loop], env=bare_env(heisen), capture_output=True, text=True, timeout=60)
+    assert p.returncode == 0, p.stderr
+    bare = Path(p.stdout.strip())
+    assert bare.parent == Path(f"/dev/shm/heisen-{os.getuid()}")
+    assert not bare.exists(), sorted(x.name for x in bare.iterdir())
+
+
 def test_many_threads_each_get_a_ring(heisen, session):
     # 100 threads alive at once: each claims a slot and commits its ring
     code = ("import threading\n"

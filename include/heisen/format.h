@@ -920,11 +920,24 @@ struct hs_fd_event {
 #define HS_REFS_FILE "session.refs"
 #define HS_REFS_MAGIC "HEISENRF"    /* 8 bytes, no terminator stored */
 #define HS_REFS_CLOSING 0x80000000u /* in live: the session is being removed */
+/*
+ * pending[]: fork children that hold the reference their parent counted but
+ * have no segment yet (the shim makes a fork child's segment at its first
+ * recorded event, docs/design.md "Processes"): their pid in a free slot (0),
+ * the slot pid % HS_REFS_PENDING first, then the next ones.  The child clears
+ * its slot when it makes its segment; an image exec'd by such a child finds
+ * its pid there, clears it and gives that reference back (as it does for an
+ * earlier image's segment).  A child killed before either leaves its slot
+ * and its reference: the session is kept.
+ */
+#define HS_REFS_PENDING 1000
 struct hs_session_refs {
 	char magic[8];             /* HS_REFS_MAGIC, written after the file is sized */
 	uint32_t live;             /* [atomic] processes started and not yet ended cleanly, | HS_REFS_CLOSING */
 	uint32_t kept;             /* [atomic] processes that ended with a finding or an fd left open */
+	int32_t pending[HS_REFS_PENDING]; /* [atomic] pids of fork children without a segment yet; 0 free */
 };
+_Static_assert(sizeof(struct hs_session_refs) <= 4096, "session.refs is one page");
 
 /* ---- layout ------------------------------------------------------------- */
 
