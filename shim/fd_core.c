@@ -86,7 +86,7 @@ __thread uint64_t hs_fd_call_cfa __attribute__((tls_model("initial-exec")));
 /* 1 in the child of a vfork (shim.h): fd_hooks.c's hs_vfork_prepare noted the parent's pid. */
 int hs_vfork_child(struct hs_tls *t)
 {
-	if ((int32_t)syscall(SYS_getpid) != t->vfork_pid)
+	if ((int32_t)hs_sys.getpid() != t->vfork_pid)
 		return 1;
 	t->vfork_pid = 0; /* the parent, resumed: its child has exec'd or exited */
 	return 0;
@@ -1073,12 +1073,12 @@ static int single_threaded(void)
 {
 	char buf[1024];
 	long n;
-	int fd = (int)syscall(SYS_openat, AT_FDCWD, "/proc/self/stat", O_RDONLY | O_CLOEXEC), field = 2;
+	int fd = hs_sys.open("/proc/self/stat", O_RDONLY | O_CLOEXEC, 0), field = 2;
 	const char *c;
 	if (fd < 0)
 		return 0;
-	n = syscall(SYS_read, fd, buf, sizeof buf - 1);
-	syscall(SYS_close, fd);
+	n = hs_sys.read(fd, buf, sizeof buf - 1);
+	hs_sys.close(fd);
 	if (n <= 0)
 		return 0;
 	buf[n] = '\0';
@@ -1862,7 +1862,7 @@ HS_EXPORT int heisen_fd_set_owner(int fd, uint64_t owner)
 	if (!hs_fd_on() || !(t = hs_enter()))
 		return -1;
 	/* the kernel's word on whether fd is open, without the fcntl hook */
-	if (syscall(SYS_fcntl, fd, F_GETFD) < 0)
+	if (hs_sys.fcntl(fd, F_GETFD, 0) < 0)
 		e = EBADF;
 	else if (owner == 0)
 		rc = untag(fd);
@@ -2046,7 +2046,7 @@ void hs_fds_verify_open(void)
 	uint32_t cap;
 	uint64_t now;
 	if (__atomic_load_n(&hs_fd_mode, __ATOMIC_ACQUIRE) != HS_FD_MODE_ON || !hs_seg.hdr ||
-	    hs_seg.hdr->pid != (int32_t)syscall(SYS_getpid) || t->in_hook)
+	    hs_seg.hdr->pid != (int32_t)hs_sys.getpid() || t->in_hook)
 		return;
 	t->in_hook = 1;
 	cap = hs_seg.hdr->tables[HS_T_FDS].capacity;
@@ -2060,7 +2060,7 @@ void hs_fds_verify_open(void)
 			uint32_t q;
 			if (__atomic_load_n(&s->state, __ATOMIC_RELAXED) != HS_FDS_OPEN)
 				continue;
-			if (syscall(SYS_fcntl, (int)fd, F_GETFD) >= 0 || errno != EBADF || !claim(s, &q))
+			if (hs_sys.fcntl((int)fd, F_GETFD, 0) >= 0 || errno != EBADF || !claim(s, &q))
 				continue;
 			if (s->state == HS_FDS_OPEN) {
 				s->state = HS_FDS_CLOSED;

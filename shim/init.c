@@ -427,7 +427,7 @@ int hs_fork_segment(int heap_op)
 	if (heap_op && __atomic_add_fetch(&fork_quiet_ops, 1, __ATOMIC_RELAXED) <= HS_FORK_QUIET_OPS)
 		return -1;
 	/* a vfork child of this process runs on its memory: never it */
-	if ((pid_t)syscall(SYS_getpid) != fork_pid)
+	if (hs_sys.getpid() != fork_pid)
 		return -1;
 	if (!__atomic_compare_exchange_n(&hs_fork_pending, &expect, 2, 0, __ATOMIC_ACQ_REL, __ATOMIC_RELAXED))
 		return -1;
@@ -444,7 +444,7 @@ int hs_fork_close(int fd, int *rc)
 {
 	if (hs_tls.in_hook || __atomic_load_n(&hs_fork_pending, __ATOMIC_ACQUIRE) != 1 ||
 	    __atomic_add_fetch(&fork_quiet_ops, 1, __ATOMIC_RELAXED) > HS_FORK_QUIET_OPS ||
-	    syscall(SYS_fcntl, fd, F_GETFD) < 0)
+	    hs_sys.fcntl(fd, F_GETFD, 0) < 0)
 		return 0;
 	*rc = HS_REAL(close)(fd);
 	return 1;
@@ -475,7 +475,7 @@ static void atfork_child(void)
 	hs_seg_inherited = 1;
 	t->slot = NULL;
 	t->vfork_pid = 0; /* a vfork note of the parent's (fd_vfork.S) is not this process's */
-	fork_pid = (pid_t)syscall(SYS_getpid);
+	fork_pid = hs_sys.getpid();
 	t->tid = (int32_t)fork_pid; /* the child's one thread (the heap notes it before the segment is made) */
 	fork_tid = t->tid;
 	fork_mono_ns = hs_now();

@@ -60,21 +60,21 @@ void hs_write_err(const char *msg)
 	int fd = 2;
 	if (warnings_file[0]) {
 		/* opened per message: no descriptor of ours for the program to close or reuse */
-		long f = syscall(SYS_openat, AT_FDCWD, warnings_file,
+		long f = hs_sys.openat(AT_FDCWD, warnings_file,
 				 O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC | O_NOFOLLOW | O_NOCTTY | O_NONBLOCK, 0600);
 		if (f < 0)
 			return; /* under heisen-run, never the program's stderr (shim.h) */
 		fd = (int)f;
 	}
 	while (n > 0) {
-		ssize_t w = syscall(SYS_write, fd, msg, n);
+		ssize_t w = hs_sys.write(fd, msg, n);
 		if (w <= 0)
 			break;
 		msg += w;
 		n -= (size_t)w;
 	}
 	if (fd != 2)
-		syscall(SYS_close, fd);
+		hs_sys.close(fd);
 }
 
 size_t hs_fmt_u64(char *buf, uint64_t v)
@@ -251,9 +251,9 @@ static int remove_entry(void *arg, const char *name, unsigned type)
 	(void)type;
 	if (name[0] == '.' && (!name[1] || (name[1] == '.' && !name[2])))
 		return 0;
-	if (syscall(SYS_newfstatat, r->dfd, name, &st, AT_SYMLINK_NOFOLLOW) != 0)
+	if (hs_sys.fstatat(r->dfd, name, &st, AT_SYMLINK_NOFOLLOW) != 0)
 		return 0;
-	if (syscall(SYS_unlinkat, r->dfd, name, S_ISDIR(st.st_mode) ? AT_REMOVEDIR : 0) == 0) {
+	if (hs_sys.unlinkat(r->dfd, name, S_ISDIR(st.st_mode) ? AT_REMOVEDIR : 0) == 0) {
 		r->freed += (uint64_t)st.st_blocks * 512;
 		r->progress = 1;
 	}
@@ -273,7 +273,7 @@ static uint64_t remove_files(int dfd)
 	struct remove_pass r = {.dfd = dfd, .progress = 1};
 	while (r.progress) {
 		r.progress = 0;
-		syscall(SYS_lseek, dfd, 0, SEEK_SET);
+		hs_sys.lseek(dfd, 0, SEEK_SET);
 		if (hs_dir_each(dfd, remove_entry, &r) < 0)
 			break;
 	}
@@ -288,7 +288,7 @@ static uint64_t remove_dir(const char *path)
 		freed = remove_files(dfd);
 		hs_sys.close(dfd);
 	}
-	syscall(SYS_rmdir, path);
+	hs_sys.unlinkat(AT_FDCWD, path, AT_REMOVEDIR);
 	return freed;
 }
 
@@ -461,9 +461,9 @@ void hs_session_leave(void)
 		return;
 	n = cat(aside, 0, sizeof aside, session_dir);
 	n = cat(aside, n, sizeof aside, ".removing-");
-	hs_fmt_u64(num, (uint64_t)syscall(SYS_getpid));
+	hs_fmt_u64(num, (uint64_t)hs_sys.getpid());
 	cat(aside, n, sizeof aside, num);
-	if (syscall(SYS_rename, session_dir, aside) == 0)
+	if (hs_sys.rename(session_dir, aside) == 0)
 		remove_dir(aside);
 }
 
@@ -499,10 +499,10 @@ static void judge_segment(int dfd, const char *name, struct cap_entry *e)
 	struct hs_header h;
 	uint64_t st;
 	/* O_NONBLOCK: a FIFO named *.seg must not block the program's start */
-	int fd = (int)syscall(SYS_openat, dfd, name, O_RDONLY | O_NOFOLLOW | O_CLOEXEC | O_NONBLOCK | O_NOCTTY);
+	int fd = hs_sys.openat(dfd, name, O_RDONLY | O_NOFOLLOW | O_CLOEXEC | O_NONBLOCK | O_NOCTTY, 0);
 	if (fd < 0)
 		return;
-	if (syscall(SYS_pread64, fd, &h, sizeof h, 0) == (long)sizeof h && memcmp(h.magic, HS_MAGIC, HS_MAGIC_LEN) == 0) {
+	if (hs_sys.pread(fd, &h, sizeof h, 0) == (long)sizeof h && memcmp(h.magic, HS_MAGIC, HS_MAGIC_LEN) == 0) {
 		st = HS_STATE_OF(h.state);
 		if (st == HS_STATE_RUNNING || st == HS_STATE_INIT) {
 			if (kill(h.pid, 0) == 0 || errno == EPERM)
@@ -530,7 +530,7 @@ static int judge_entry(void *arg, const char *name, unsigned type)
 	struct stat st;
 	size_t l = strlen(name);
 	(void)type;
-	if (name[0] == '.' || syscall(SYS_newfstatat, j->dfd, name, &st, AT_SYMLINK_NOFOLLOW) != 0)
+	if (name[0] == '.' || hs_sys.fstatat(j->dfd, name, &st, AT_SYMLINK_NOFOLLOW) != 0)
 		return 0;
 	j->e->bytes += (uint64_t)st.st_blocks * 512;
 	if (l > 4 && strcmp(name + l - 4, ".seg") == 0)
@@ -544,10 +544,10 @@ static void judge_session(int bfd, struct cap_entry *e)
 {
 	struct stat st;
 	struct judge_walk j = {.e = e};
-	j.dfd = (int)syscall(SYS_openat, bfd, e->name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+	j.dfd = hs_sys.openat(bfd, e->name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC, 0);
 	if (j.dfd < 0)
 		return;
-	if (syscall(SYS_newfstatat, j.dfd, "", &st, AT_EMPTY_PATH) == 0)
+	if (hs_sys.fstatat(j.dfd, "", &st, AT_EMPTY_PATH) == 0)
 		e->mtime = st.st_mtime;
 	hs_dir_each(j.dfd, judge_entry, &j);
 	hs_sys.close(j.dfd);
@@ -1081,7 +1081,7 @@ static int open_unnamed(char *tmp, size_t cap)
 	}
 	n = cat(tmp, 0, cap, session_dir);
 	n = cat(tmp, n, cap, "/.");
-	hs_fmt_u64(num, (uint64_t)syscall(SYS_getpid));
+	hs_fmt_u64(num, (uint64_t)hs_sys.getpid());
 	n = cat(tmp, n, cap, num);
 	cat(tmp, n, cap, ".new");
 	for (int i = 0; i < 2; i++) {
@@ -1111,7 +1111,7 @@ int hs_segment_create(int forked)
 	struct hs_seg fresh;
 	struct hs_header *h;
 	char path[PATH_MAX], tmp[PATH_MAX];
-	pid_t pid = (pid_t)syscall(SYS_getpid);
+	pid_t pid = hs_sys.getpid();
 	uint64_t ticks = read_start_ticks();
 	uint32_t flags = 0;
 	unsigned image;
@@ -1158,7 +1158,7 @@ int hs_segment_create(int forked)
 	h->word_size = sizeof(void *);
 	h->header_size = sizeof(struct hs_header);
 	h->pid = pid;
-	h->ppid = (int32_t)syscall(SYS_getppid);
+	h->ppid = (int32_t)hs_sys.getppid();
 	h->uid = getuid();
 	h->start_ticks = ticks;
 	{
@@ -1243,7 +1243,7 @@ void hs_seg_unbind(struct hs_seg *s)
  */
 static int next_data(int fd, uint64_t pos, uint64_t end, uint64_t *lo, uint64_t *hi)
 {
-	long d = syscall(SYS_lseek, fd, (off_t)pos, SEEK_DATA), h;
+	long d = (long)hs_sys.lseek(fd, (off_t)pos, SEEK_DATA), h;
 	if (d < 0 && errno == ENXIO)
 		return -1;
 	if (d < 0) {
@@ -1252,7 +1252,7 @@ static int next_data(int fd, uint64_t pos, uint64_t end, uint64_t *lo, uint64_t 
 	}
 	if ((uint64_t)d >= end)
 		return -1;
-	h = syscall(SYS_lseek, fd, (off_t)d, SEEK_HOLE);
+	h = (long)hs_sys.lseek(fd, (off_t)d, SEEK_HOLE);
 	*lo = (uint64_t)d;
 	*hi = h < 0 || (uint64_t)h > end ? end : (uint64_t)h;
 	return 0;
@@ -1284,7 +1284,7 @@ int hs_seg_copy_ranges(struct hs_seg *to, const struct hs_seg *from, const struc
 	if (in < 0)
 		return -1;
 	/* the file at that name is the segment still mapped: same process, same image */
-	if (syscall(SYS_pread64, in, &h, sizeof h, 0) != (long)sizeof h || memcmp(h.magic, HS_MAGIC, HS_MAGIC_LEN) ||
+	if (hs_sys.pread(in, &h, sizeof h, 0) != (long)sizeof h || memcmp(h.magic, HS_MAGIC, HS_MAGIC_LEN) ||
 	    h.pid != from->hdr->pid || h.image != from->hdr->image || h.start_ticks != from->hdr->start_ticks ||
 	    h.segment_size != from->hdr->segment_size)
 		goto out;

@@ -623,6 +623,15 @@ struct hs_sysops {
 	/* the inherited-fd scan (fd_core.c) */
 	int (*fcntl)(int fd, int cmd, long arg);
 	ssize_t (*readlinkat)(int dfd, const char *path, char *buf, size_t n);
+	/* sessions and segments (segment.c): the warnings file, the session
+	 * directory's walk and removal, a segment's header read and its extents */
+	int (*openat)(int dfd, const char *path, int flags, int mode);
+	ssize_t (*write)(int fd, const void *buf, size_t n);
+	ssize_t (*pread)(int fd, void *buf, size_t n, off_t off);
+	off_t (*lseek)(int fd, off_t off, int whence); /* SEEK_DATA / SEEK_HOLE too */
+	int (*fstatat)(int dfd, const char *path, struct stat *st, int flags);
+	int (*unlinkat)(int dfd, const char *path, int flags);
+	int (*rename)(const char *from, const char *to);
 };
 extern struct hs_sysops hs_sys;
 

@@ -196,6 +196,41 @@ static ssize_t sys_readlinkat(int dfd, const char *path, char *buf, size_t n)
 	return syscall(SYS_readlinkat, dfd, path, buf, n);
 }
 
+static int sys_openat(int dfd, const char *path, int flags, int mode)
+{
+	return (int)syscall(SYS_openat, dfd, path, flags, mode);
+}
+
+static ssize_t sys_write(int fd, const void *buf, size_t n)
+{
+	return syscall(SYS_write, fd, buf, n);
+}
+
+static ssize_t sys_pread(int fd, void *buf, size_t n, off_t off)
+{
+	return syscall(SYS_pread64, fd, buf, n, off);
+}
+
+static off_t sys_lseek(int fd, off_t off, int whence)
+{
+	return (off_t)syscall(SYS_lseek, fd, off, whence);
+}
+
+static int sys_fstatat(int dfd, const char *path, struct stat *st, int flags)
+{
+	return (int)syscall(SYS_newfstatat, dfd, path, st, flags);
+}
+
+static int sys_unlinkat(int dfd, const char *path, int flags)
+{
+	return (int)syscall(SYS_unlinkat, dfd, path, flags);
+}
+
+static int sys_rename(const char *from, const char *to)
+{
+	return (int)syscall(SYS_renameat, AT_FDCWD, from, AT_FDCWD, to);
+}
+
 struct hs_sysops hs_sys = {
 	.open = sys_open,
 	.close = sys_close,
@@ -232,6 +267,13 @@ struct hs_sysops hs_sys = {
 	.access_dir = sys_access_dir,
 	.fcntl = sys_fcntl,
 	.readlinkat = sys_readlinkat,
+	.openat = sys_openat,
+	.write = sys_write,
+	.pread = sys_pread,
+	.lseek = sys_lseek,
+	.fstatat = sys_fstatat,
+	.unlinkat = sys_unlinkat,
+	.rename = sys_rename,
 };
 
 /* struct linux_dirent64 (getdents64(2)): the record the kernel writes. */

@@ -204,6 +204,20 @@ static ssize_t no_copy_file_range(int in, off_t *in_off, int out, off_t *out_off
 	return -1;
 }
 
+/* A file system without SEEK_DATA / SEEK_HOLE (lseek(2): EINVAL or ENXIO
+ * past the end): the copy must take the whole range as data. */
+static int seek_data_calls;
+static off_t no_seek_data(int fd, off_t off, int whence)
+{
+	(void)fd, (void)off;
+	if (whence == SEEK_DATA || whence == SEEK_HOLE) {
+		seek_data_calls++;
+		errno = EINVAL;
+		return -1;
+	}
+	return lseek(fd, off, whence);
+}
+
 /*
  * A fork child's inherited tables, file to file: the parent's bytes arrive
  * at the same offsets, the index pages the parent never wrote stay holes in
@@ -271,6 +285,19 @@ static void test_copy_ranges(void)
 			hs_sys.copy_file_range = no_copy_file_range;
 			CHECK(hs_seg_copy_ranges(&hs_seg, &parent, r, 3) == -1 && errno == ENOSYS);
 			hs_sys.copy_file_range = real;
+		}
+		{
+			/* the parent's index written after the first copy, read back
+			 * without SEEK_DATA: every byte of the range is copied */
+			off_t (*real)(int, off_t, int) = hs_sys.lseek;
+			parent.stack_index[5].value = 9;
+			__atomic_store_n(&parent.stack_index[5].key, 0x5678, __ATOMIC_RELEASE);
+			hs_sys.lseek = no_seek_data;
+			CHECK(hs_seg_copy_ranges(&hs_seg, &parent, r, 3) == 0);
+			hs_sys.lseek = real;
+			CHECK(seek_data_calls > 0);
+			CHECK(hs_seg.stack_index[5].key == 0x5678 && hs_seg.stack_index[5].value == 9);
+			CHECK(hs_seg.stack_index[3].key == 0x1234 && hs_seg.stack_index[3].value == 7);
 		}
 	}
 	hs_seg_unbind(&hs_seg);
