@@ -286,6 +286,49 @@ def test_worker_sigkilled_by_the_test_is_killed_with_its_last_events(heisen, ses
     assert f"killed in pid {victim}" in text and "its last events" in text and "ext_lock_b" in text
 
 
+def test_allocation_burst_right_after_a_sample_is_in_the_sigkilled_process_last_sample(heisen, session):
+    # a 4 MiB buffer 1.5 ms (precise clock) after a 2 MiB one, within one tick of the
+    # coarse clock heisen uses for "is a sample due": the killed process's last sample
+    # and last memory record are the 4 MiB allocation's, not the 2 MiB one's
+    env = heisen.env(session)
+    env["LD_PRELOAD"] = str(heisen.lib)
+    proc = subprocess.Popen([SYSTEM_PYTHON, str(script(heisen, "py_alloc_burst.py"))], env=env,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        lines = []
+        for line in proc.stdout:
+            lines.append(line)
+            if line.startswith("burst") and line.split()[-1] == "ready":
+                break
+        out = "".join(lines)
+        tick = fact_int(out, "tick")
+        if "burst" not in facts(out):
+            proc.wait(timeout=60)
+            if tick < 2_000_000:
+                pytest.skip(f"the coarse clock ticks every {tick} ns: never 1.5 ms between its ticks")
+            pytest.fail(f"no try met a coarse tick (exit {proc.returncode}): {out}")
+        pid = int(facts(out)["burst"][0].split()[0])
+        assert pid == proc.pid
+        os.kill(pid, signal.SIGKILL)
+        proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    assert proc.returncode == -signal.SIGKILL
+    r = heisen.dump_json(session, expect_rc=1)
+    (f,) = findings_of(r, "killed")
+    assert f["pid"] == pid
+    (t,) = [t for t in f["threads"] if t["tid"] == pid]
+    mem = [e for e in t["events"] if e["type"] == "memory"]
+    assert mem, event_types(t)
+    # bytearray(n) asks for n + 1 bytes; a sample is taken before its allocation is made
+    last, first = mem[-1], [e for e in mem if 2 * MIB <= e["alloc_bytes"] < 2 * MIB + 4096]
+    assert last["why"] == "allocation" and 4 * MIB <= last["alloc_bytes"] < 4 * MIB + 4096, mem
+    assert first and last["rss_bytes"] >= first[-1]["rss_bytes"] + MIB, mem  # the 2 MiB, touched
+    assert f["memory"]["rss_bytes"] == last["rss_bytes"]
+
+
 # ---- the tree ------------------------------------------------------------------------
 
 
