@@ -46,6 +46,7 @@ uint64_t hs_mem_next_ns;              /* [atomic] a time-driven sample is due at
 static uint64_t mem_last_ns;          /* [atomic] when the last sample was taken */
 static uint64_t mem_big;              /* [atomic] bytes of large allocations since then */
 static uint64_t mem_step = 1u << 20;  /* [atomic] mem_big that makes a sample due */
+static uint64_t mem_recheck;          /* [atomic] mem_big at which the gap is next judged on the precise clock */
 static int mem_sampling;              /* [atomic] a sample is being taken (one at a time) */
 static uint64_t maxrss_base;          /* ru_maxrss (KiB) when this image started: exec keeps the
 					 previous image's high-water mark there, so only a larger
@@ -462,6 +463,7 @@ void hs_mem_sample(struct hs_tls *t, uint64_t now, unsigned why, uint64_t size)
 		return;
 	}
 	__atomic_store_n(&mem_big, 0, __ATOMIC_RELAXED);
+	__atomic_store_n(&mem_recheck, 0, __ATOMIC_RELAXED);
 	__atomic_store_n(&mem_last_ns, now, __ATOMIC_RELAXED);
 	if (hs_read_small("/proc/self/statm", buf, sizeof buf) > 0) {
 		/* "size resident shared text lib data dt", in pages */
@@ -499,7 +501,7 @@ void hs_mem_sample(struct hs_tls *t, uint64_t now, unsigned why, uint64_t size)
 
 int hs_mem_due(uint64_t n, uint64_t now, unsigned *why)
 {
-	uint64_t acc = __atomic_add_fetch(&mem_big, n, __ATOMIC_RELAXED), gap_end;
+	uint64_t acc = __atomic_add_fetch(&mem_big, n, __ATOMIC_RELAXED), step, gap_end;
 	/*
 	 * The minimum gap is judged on the samples' clock.  now may be the coarse
 	 * clock, and the coarse clock can lag the precise one by several ms (one
@@ -507,14 +509,23 @@ int hs_mem_due(uint64_t n, uint64_t now, unsigned *why)
 	 * alone, a burst of allocations in the first few ms after a sample made no
 	 * sample at all, and a thread that then went quiet (sleeping until a
 	 * SIGKILL) left a last sample without its burst.  The coarse clock is
-	 * never ahead, so when it says the gap is over it is; only otherwise is the
-	 * precise one read (at most once per large allocation within the gap).
+	 * never ahead, so when it says the gap is over it is; otherwise the
+	 * precise one is read once per step of bytes (mem_recheck), not at every
+	 * large allocation within the gap: a burst that goes on past the gap is
+	 * sampled within one more step of bytes, as a burst is anywhere.  Bytes
+	 * allocated within the gap by a thread that then goes quiet are still
+	 * left out until the next sample.  docs/design.md "Processes".
 	 */
-	if (acc >= __atomic_load_n(&mem_step, __ATOMIC_RELAXED)) {
+	step = __atomic_load_n(&mem_step, __ATOMIC_RELAXED);
+	if (acc >= step) {
 		gap_end = __atomic_load_n(&mem_last_ns, __ATOMIC_RELAXED) + HS_MEM_MIN_GAP_NS;
-		if (now >= gap_end || hs_now() >= gap_end) {
-			*why = HS_MEMW_ALLOC;
-			return 1;
+		if (now >= gap_end)
+			goto due;
+		if (acc >= __atomic_load_n(&mem_recheck, __ATOMIC_RELAXED)) {
+			if (hs_now() >= gap_end)
+				goto due;
+			/* relaxed: a racing thread costs one clock read more or less */
+			__atomic_store_n(&mem_recheck, acc + step, __ATOMIC_RELAXED);
 		}
 	}
 	if (now >= __atomic_load_n(&hs_mem_next_ns, __ATOMIC_RELAXED)) {
@@ -522,6 +533,9 @@ int hs_mem_due(uint64_t n, uint64_t now, unsigned *why)
 		return 1;
 	}
 	return 0;
+due:
+	*why = HS_MEMW_ALLOC;
+	return 1;
 }
 
 void hs_proc_init(void)
