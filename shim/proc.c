@@ -521,13 +521,14 @@ int hs_mem_due(uint64_t n, uint64_t now, unsigned *why)
 	 * sampled within one more step of bytes, as a burst is anywhere.
 	 *
 	 * Bytes held back by the gap are owed a sample: the next recorded event
-	 * (hs_rec: the GIL released to write or sleep, a lock) takes it at once,
-	 * through hs_mem_next_ns, when no such early sample was taken in the last
+	 * (hs_rec: a hooked lock, fd or GIL call) takes it at once, through
+	 * hs_mem_next_ns, when no such early sample was taken in the last
 	 * HS_MEM_INTERVAL_NS (mem_early_ns), else once the gap is over; a large
 	 * allocation does not take it early (mem_owed), so the sample comes after
 	 * the burst, not in its middle.  A thread that allocates right after a
-	 * sample and then sleeps until a SIGKILL so leaves its burst in its last
-	 * sample.  docs/design.md "Processes".
+	 * sample, takes a lock and sleeps until a SIGKILL so leaves its burst in
+	 * its last sample; one that records nothing after the burst does not.
+	 * docs/design.md "Processes".
 	 */
 	step = __atomic_load_n(&mem_step, __ATOMIC_RELAXED);
 	if (acc >= step) {
