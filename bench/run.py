@@ -578,7 +578,8 @@ def proc_cost(build, shim, dump, sess, quick, notes):
     table("7b. bench_bigalloc — median ns per pair (ratio to native in this run); malloc256k: malloc 256 KiB, "
           "touch, free; mmap1m: mmap 1 MiB, touch, munmap", ["under"] + cases + ["runs"], rows)
     print("  heisen with the heap off adds %+.1f ns per malloc256k pair (the size check, the due check on "
-          "CLOCK_MONOTONIC_COARSE, a sample per 1 MiB of such allocations at most once a tick)"
+          "CLOCK_MONOTONIC_COARSE, CLOCK_MONOTONIC once per 1 MiB within a millisecond of a sample, "
+          "a sample per 1 MiB of such allocations at most once a millisecond)"
           % (med["heisen, heap off"]["malloc256k"] - med["native"]["malloc256k"]))
     k = 100 if quick else 300
 

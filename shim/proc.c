@@ -46,6 +46,9 @@ uint64_t hs_mem_next_ns;              /* [atomic] a time-driven sample is due at
 static uint64_t mem_last_ns;          /* [atomic] when the last sample was taken */
 static uint64_t mem_big;              /* [atomic] bytes of large allocations since then */
 static uint64_t mem_step = 1u << 20;  /* [atomic] mem_big that makes a sample due */
+static uint64_t mem_recheck;          /* [atomic] mem_big at which the gap is next judged on the precise clock */
+static uint64_t mem_early_ns;         /* [atomic] when an owed sample was last let past the gap */
+static int mem_owed;                  /* [atomic] the next recorded event takes a sample the gap held back */
 static int mem_sampling;              /* [atomic] a sample is being taken (one at a time) */
 static uint64_t maxrss_base;          /* ru_maxrss (KiB) when this image started: exec keeps the
 					 previous image's high-water mark there, so only a larger
@@ -461,7 +464,12 @@ void hs_mem_sample(struct hs_tls *t, uint64_t now, unsigned why, uint64_t size)
 		__atomic_store_n(&mem_sampling, 0, __ATOMIC_RELEASE);
 		return;
 	}
+	/* an owed sample taken at a record's coarse time: never before the last sample */
+	if (now < __atomic_load_n(&mem_last_ns, __ATOMIC_RELAXED))
+		now = __atomic_load_n(&mem_last_ns, __ATOMIC_RELAXED);
 	__atomic_store_n(&mem_big, 0, __ATOMIC_RELAXED);
+	__atomic_store_n(&mem_recheck, 0, __ATOMIC_RELAXED);
+	__atomic_store_n(&mem_owed, 0, __ATOMIC_RELAXED);
 	__atomic_store_n(&mem_last_ns, now, __ATOMIC_RELAXED);
 	if (hs_read_small("/proc/self/statm", buf, sizeof buf) > 0) {
 		/* "size resident shared text lib data dt", in pages */
@@ -499,18 +507,56 @@ void hs_mem_sample(struct hs_tls *t, uint64_t now, unsigned why, uint64_t size)
 
 int hs_mem_due(uint64_t n, uint64_t now, unsigned *why)
 {
-	uint64_t acc = __atomic_add_fetch(&mem_big, n, __ATOMIC_RELAXED);
-	/* now may be a coarser clock than the samples' (behind it by a tick): never wrap */
-	if (acc >= __atomic_load_n(&mem_step, __ATOMIC_RELAXED) &&
-	    now >= __atomic_load_n(&mem_last_ns, __ATOMIC_RELAXED) + HS_MEM_MIN_GAP_NS) {
-		*why = HS_MEMW_ALLOC;
-		return 1;
+	uint64_t acc = __atomic_add_fetch(&mem_big, n, __ATOMIC_RELAXED), step, gap_end;
+	/*
+	 * The minimum gap is judged on the samples' clock.  now may be the coarse
+	 * clock, and the coarse clock can lag the precise one by several ms (one
+	 * tick, more when ticks are skipped: 9 ms seen under a VM): judged on it
+	 * alone, a burst of allocations in the first few ms after a sample made no
+	 * sample at all, and a thread that then went quiet (sleeping until a
+	 * SIGKILL) left a last sample without its burst.  The coarse clock is
+	 * never ahead, so when it says the gap is over it is; otherwise the
+	 * precise one is read once per step of bytes (mem_recheck), not at every
+	 * large allocation within the gap: a burst that goes on past the gap is
+	 * sampled within one more step of bytes, as a burst is anywhere.
+	 *
+	 * Bytes held back by the gap are owed a sample: the next recorded event
+	 * (hs_rec: a hooked lock, fd or GIL call) takes it at once, through
+	 * hs_mem_next_ns, when no such early sample was taken in the last
+	 * HS_MEM_INTERVAL_NS (mem_early_ns), else once the gap is over; a large
+	 * allocation does not take it early (mem_owed), so the sample comes after
+	 * the burst, not in its middle.  A thread that allocates right after a
+	 * sample, takes a lock and sleeps until a SIGKILL so leaves its burst in
+	 * its last sample; one that records nothing after the burst does not.
+	 * docs/design.md "Processes".
+	 */
+	step = __atomic_load_n(&mem_step, __ATOMIC_RELAXED);
+	if (acc >= step) {
+		gap_end = __atomic_load_n(&mem_last_ns, __ATOMIC_RELAXED) + HS_MEM_MIN_GAP_NS;
+		if (now >= gap_end)
+			goto due;
+		if (acc >= __atomic_load_n(&mem_recheck, __ATOMIC_RELAXED)) {
+			if (hs_now() >= gap_end)
+				goto due;
+			/* relaxed: a racing thread costs one clock read, or an early sample, more or less */
+			__atomic_store_n(&mem_recheck, acc + step, __ATOMIC_RELAXED);
+			if (now >= __atomic_load_n(&mem_early_ns, __ATOMIC_RELAXED) + HS_MEM_INTERVAL_NS) {
+				__atomic_store_n(&mem_early_ns, now, __ATOMIC_RELAXED);
+				__atomic_store_n(&mem_owed, 1, __ATOMIC_RELAXED);
+				__atomic_store_n(&hs_mem_next_ns, 0, __ATOMIC_RELAXED);
+			} else if (gap_end < __atomic_load_n(&hs_mem_next_ns, __ATOMIC_RELAXED)) {
+				__atomic_store_n(&hs_mem_next_ns, gap_end, __ATOMIC_RELAXED);
+			}
+		}
 	}
-	if (now >= __atomic_load_n(&hs_mem_next_ns, __ATOMIC_RELAXED)) {
+	if (now >= __atomic_load_n(&hs_mem_next_ns, __ATOMIC_RELAXED) && !__atomic_load_n(&mem_owed, __ATOMIC_RELAXED)) {
 		*why = HS_MEMW_TIME;
 		return 1;
 	}
 	return 0;
+due:
+	*why = HS_MEMW_ALLOC;
+	return 1;
 }
 
 void hs_proc_init(void)

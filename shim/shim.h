@@ -508,7 +508,9 @@ extern uint64_t hs_mem_next_ns;
 void hs_mem_sample(struct hs_tls *t, uint64_t now, unsigned why, uint64_t size);
 
 /* Count a large allocation of n bytes; 1 (with *why) when a sample is due.
- * now may come from CLOCK_MONOTONIC_COARSE.  Lock-free. */
+ * now may come from CLOCK_MONOTONIC_COARSE; the minimum gap between
+ * allocation-driven samples (HS_MEM_MIN_GAP_NS) is still judged on
+ * CLOCK_MONOTONIC, the clock of the samples.  Lock-free. */
 int hs_mem_due(uint64_t n, uint64_t now, unsigned *why);
 
 /*

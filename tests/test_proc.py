@@ -286,6 +286,64 @@ def test_worker_sigkilled_by_the_test_is_killed_with_its_last_events(heisen, ses
     assert f"killed in pid {victim}" in text and "its last events" in text and "ext_lock_b" in text
 
 
+def sigkilled_after_a_burst(heisen, session, mode):
+    """Run py_alloc_burst.py MODE, SIGKILL it once ready: (its resident set before
+    the first allocation, the killed finding, the memory records in its last events)."""
+    env = heisen.env(session)
+    env["LD_PRELOAD"] = str(heisen.lib)
+    proc = subprocess.Popen([SYSTEM_PYTHON, str(script(heisen, "py_alloc_burst.py")), mode], env=env,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        lines = []
+        for line in proc.stdout:
+            lines.append(line)
+            if line.startswith("burst") and line.split()[-1] == "ready":
+                break
+        out = "".join(lines)
+        tick = fact_int(out, "tick")
+        if "burst" not in facts(out):
+            proc.wait(timeout=60)
+            if mode == "tick" and tick < 2_000_000:
+                pytest.skip(f"the coarse clock ticks every {tick} ns: never 1.5 ms between its ticks")
+            pytest.fail(f"no try met its timing (exit {proc.returncode}): {out}")
+        pid = int(facts(out)["burst"][0].split()[0])
+        assert pid == proc.pid
+        os.kill(pid, signal.SIGKILL)
+        proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    assert proc.returncode == -signal.SIGKILL
+    r = heisen.dump_json(session, expect_rc=1)
+    (f,) = findings_of(r, "killed")
+    assert f["pid"] == pid
+    (t,) = [t for t in f["threads"] if t["tid"] == pid]
+    return fact_int(out, "rss_before"), f, [e for e in t["events"] if e["type"] == "memory"]
+
+
+def test_allocation_burst_right_after_a_sample_is_in_the_sigkilled_process_last_sample(heisen, session):
+    # a 4 MiB buffer 1.5 ms (precise clock) after a 2 MiB one, within one tick of the
+    # coarse clock heisen reads first for "is a sample due": the killed process's last
+    # sample and last memory record are the 4 MiB allocation's, not the 2 MiB one's
+    before, f, mem = sigkilled_after_a_burst(heisen, session, "tick")
+    # bytearray(n) asks for n + 1 bytes; a sample is taken before its allocation is made
+    assert mem, f["threads"]
+    last, first = mem[-1], [e for e in mem if 2 * MIB <= e["alloc_bytes"] < 2 * MIB + 4096]
+    assert last["why"] == "allocation" and 4 * MIB <= last["alloc_bytes"] < 4 * MIB + 4096, mem
+    assert first and last["rss_bytes"] >= first[-1]["rss_bytes"] + MIB, mem  # the 2 MiB, written
+    assert f["memory"]["rss_bytes"] == last["rss_bytes"] >= before + MIB
+
+
+def test_allocation_burst_inside_the_sample_gap_is_sampled_at_the_next_event(heisen, session):
+    # a 4 MiB buffer within 0.5 ms of a 1 MiB one's sample (inside the 1 ms gap between
+    # allocation-driven samples), then a threading.Lock taken and released, and a sleep
+    # until the SIGKILL: the sample the gap held back is taken at the lock, after both
+    # buffers are written (the report's "resident at the last sample")
+    before, f, mem = sigkilled_after_a_burst(heisen, session, "gap")
+    assert f["memory"]["rss_bytes"] >= before + 4 * MIB, (before, f["memory"], mem)  # 1 + 4 MiB written
+
+
 # ---- the tree ------------------------------------------------------------------------
 
 
