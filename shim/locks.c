@@ -46,7 +46,8 @@ struct held_chain {
 	uint32_t site_gen;
 	uint64_t stack_site;
 	uint64_t lock_addr;     /* lock_id is hs_lock_id(lock_addr) while that lock lives */
-	uint32_t lock_id;
+	uint32_t lock_id;       /* ... in the segment of generation lock_gen (ids grow within one) */
+	uint32_t lock_gen;
 	struct hs_chain c;
 };
 #define HELD_CHAINS 8 /* the innermost 8 held entries keep a chain; deeper ones the site's stack */
@@ -226,10 +227,19 @@ static __attribute__((noinline)) void acq_edges(struct hs_tls *t, struct acq *a,
 	}
 }
 
+/* flags of acq_before: a mutex's flags, read from the mutex only where they
+ * are needed (a new lock, a relock): the common acquisition never reads them. */
+#define FLAGS_OF_MUTEX 0xffffffffu
+static inline unsigned flags_of(const struct acq *a, unsigned flags)
+{
+	return flags == FLAGS_OF_MUTEX ? hs_mutex_flags((const void *)(uintptr_t)a->addr) : flags;
+}
+
 /* A relock of held entry h (index): a recursive re-entry, or a self-deadlock. */
 static __attribute__((noinline)) void acq_relock(struct hs_tls *t, struct acq *a, unsigned flags, int h)
 {
 	const struct hs_held *he = &t->slot->held[h];
+	flags = flags_of(a, flags);
 	if (a->kind == HS_LOCK_MUTEX && (flags & HS_LOCKF_RECURSIVE)) {
 		a->reentry = h + 1;
 		return;
@@ -242,6 +252,16 @@ static __attribute__((noinline)) void acq_relock(struct hs_tls *t, struct acq *a
 		self_deadlock(t, a, he);
 }
 
+/* A lock named by heisen_name_lock() before its first use gets its kind now
+ * (a lock's kind, once set, stays: a slot's cached id was through here). */
+static inline void lock_named_first_use(const struct acq *a, uint32_t id, unsigned flags)
+{
+	if (HS_UNLIKELY(hs_seg.locks[id].kind == 0)) {
+		hs_seg.locks[id].flags = (uint16_t)flags_of(a, flags);
+		__atomic_store_n(&hs_seg.locks[id].kind, a->kind, __ATOMIC_RELEASE);
+	}
+}
+
 /* The lock's id and the site's stack without the thread's area (no chains). */
 static __attribute__((noinline)) void acq_identify_no_area(struct hs_tls *t, struct acq *a, unsigned flags)
 {
@@ -249,7 +269,9 @@ static __attribute__((noinline)) void acq_identify_no_area(struct hs_tls *t, str
 	if (!a->stack)
 		a->stack = hs_stack_site(a->site);
 	if (!a->id)
-		a->id = hs_lock_id(&hs_seg, a->addr, a->kind, flags, a->stack, t->tid, a->t0);
+		a->id = hs_lock_id(&hs_seg, a->addr, a->kind, flags_of(a, flags), a->stack, t->tid, a->t0);
+	if (a->id)
+		lock_named_first_use(a, a->id, flags);
 }
 
 /* Drop the held entries another thread released since; out of line (rare). */
@@ -295,9 +317,9 @@ static inline __attribute__((always_inline)) void acq_before(struct hs_tls *t, s
 		p->addr = a->addr;
 		p->exact = 0;
 		hs_chain_read(&p->c, a->site, a->cfa);
+		uint32_t gen = __atomic_load_n(&hs_seg_gen, __ATOMIC_RELAXED);
 		if (!a->stack) {
 			/* the site's cached stack: the slot's last one, else the thread's cache (hs_stack_site) */
-			uint32_t gen = __atomic_load_n(&hs_seg_gen, __ATOMIC_RELAXED);
 			if (HS_UNLIKELY(p->stack_site != a->site || !p->site_stack || p->site_gen != gen)) {
 				p->site_stack = hs_stack_site(a->site);
 				p->stack_site = a->site;
@@ -307,25 +329,26 @@ static inline __attribute__((always_inline)) void acq_before(struct hs_tls *t, s
 		}
 		if (!a->id) {
 			uint32_t id = p->lock_id;
-			/* the id this slot saw for this address, while that lock lives (not destroyed or freed) */
-			if (HS_UNLIKELY(p->lock_addr != a->addr || !id ||
-					id >= __atomic_load_n(&hs_seg.hdr->tables[HS_T_LOCKS].count, __ATOMIC_ACQUIRE) ||
+			/* the id this slot saw for this address in this segment (so below the locks'
+			 * count), while that lock lives (not destroyed or freed); it was named then */
+			if (HS_UNLIKELY(p->lock_addr != a->addr || !id || p->lock_gen != gen ||
 					__atomic_load_n(&hs_seg.locks[id].addr, __ATOMIC_RELAXED) != a->addr ||
 					(__atomic_load_n(&hs_seg.locks[id].flags, __ATOMIC_RELAXED) & HS_LOCKF_DEAD))) {
-				id = hs_lock_id(&hs_seg, a->addr, a->kind, flags, a->stack, t->tid, a->t0);
+				id = hs_lock_id(&hs_seg, a->addr, a->kind, flags_of(a, flags), a->stack, t->tid,
+						 a->t0);
 				p->lock_addr = a->addr;
 				p->lock_id = id;
+				p->lock_gen = gen;
+				if (id)
+					lock_named_first_use(a, id, flags);
 			}
 			a->id = id;
+		} else {
+			lock_named_first_use(a, a->id, flags);
 		}
 	}
 	if (HS_UNLIKELY(!a->id))
 		return;
-	if (HS_UNLIKELY(hs_seg.locks[a->id].kind == 0)) {
-		/* named by heisen_name_lock() before its first use */
-		hs_seg.locks[a->id].flags = (uint16_t)flags;
-		__atomic_store_n(&hs_seg.locks[a->id].kind, a->kind, __ATOMIC_RELEASE);
-	}
 	if (HS_UNLIKELY(h >= 0)) {
 		acq_relock(t, a, flags, h);
 		return;
@@ -375,6 +398,7 @@ static void held_chain_copy(struct held_chain *dst, const struct held_chain *src
 	dst->stack_site = src->stack_site;
 	dst->lock_addr = src->lock_addr;
 	dst->lock_id = src->lock_id;
+	dst->lock_gen = src->lock_gen;
 	hs_chain_copy(&dst->c, &src->c);
 }
 
@@ -580,25 +604,33 @@ static inline int release_begin(struct hs_tls *t, uint64_t addr, uint32_t *id)
 	return -1;
 }
 
-static void release_end(struct hs_tls *t, uint64_t addr, int i, uint32_t id)
+/* Held entry i, taken without the GIL, is released with it: the GIL was
+ * taken while holding it (the edge lock -> GIL); out of line. */
+static __attribute__((noinline)) void release_gil_edge(struct hs_tls *t, int i)
 {
 	struct hs_thread *th = t->slot;
-	if (i >= 0) {
-		id = th->held[i].lock;
-		if (!(th->held[i].flags & HS_HELDF_GIL) && __atomic_load_n(&hs_py_present, __ATOMIC_RELAXED) &&
-		    hs_py_holds_gil()) {
-			/* taken without the GIL, released with it: the GIL was taken while holding it;
-			 * a new edge gets the held lock's exact stack (interned only then) */
-			uint32_t gil = hs_py_gil_lock();
-			unsigned mode = th->held[i].mode;
-			/* an edge there already: nothing to add (one lookup, no clock read) */
-			if (gil && gil != id && !hs_edge_find(&hs_seg, hs_edge_key(id, gil, mode, HS_MODE_WRITE)))
-				gil_edge(t, id, mode, held_stack(th, i), gil, HS_MODE_WRITE, 0, hs_now());
-			th->held[i].flags |= HS_HELDF_GIL;
-		}
-		if (th->held[i].recursion) {
+	uint32_t id = th->held[i].lock;
+	/* a new edge gets the held lock's exact stack (interned only then) */
+	uint32_t gil = hs_py_gil_lock();
+	unsigned mode = th->held[i].mode;
+	/* an edge there already: nothing to add (one lookup, no clock read) */
+	if (gil && gil != id && !hs_edge_find(&hs_seg, hs_edge_key(id, gil, mode, HS_MODE_WRITE)))
+		gil_edge(t, id, mode, held_stack(th, i), gil, HS_MODE_WRITE, 0, hs_now());
+	th->held[i].flags |= HS_HELDF_GIL;
+}
+
+static inline __attribute__((always_inline)) void release_end(struct hs_tls *t, uint64_t addr, int i, uint32_t id)
+{
+	struct hs_thread *th = t->slot;
+	if (HS_LIKELY(i >= 0)) {
+		struct hs_held *he = &th->held[i];
+		id = he->lock;
+		if (!(he->flags & HS_HELDF_GIL) && __atomic_load_n(&hs_py_present, __ATOMIC_RELAXED) &&
+		    hs_py_holds_gil())
+			release_gil_edge(t, i);
+		if (HS_UNLIKELY(he->recursion)) {
 			hs_lockstate_begin(th);
-			th->held[i].recursion--;
+			he->recursion--;
 			hs_lockstate_end(th);
 		} else if (HS_LIKELY((uint32_t)i + 1 == th->held_count)) {
 			/* the top entry (last in, first out): its chain slot stays as the next shadow */
@@ -610,7 +642,7 @@ static void release_end(struct hs_tls *t, uint64_t addr, int i, uint32_t id)
 		}
 	}
 	if (th->held_count)
-		held_purge(th); /* the other entries another thread released since */
+		held_purge_slow(th); /* the other entries another thread released since */
 	hs_rec(t, lock_now(), HS_REC_LOCK_RELEASED, 0, addr, id, 0);
 }
 
@@ -667,14 +699,14 @@ void hs_locks_on_free(void *p, size_t size)
 		int rc;                                                                          \
 		if (!t)                                                                          \
 			return is_try ? (TRY) : (BLOCK);                                         \
-		memset(&a, 0, sizeof a);                                                         \
-		a.addr = (uint64_t)(uintptr_t)lock;                                              \
-		a.site = site;                                                                   \
-		a.cfa = cfa;                                                                     \
-		a.kind = kind_;                                                                  \
-		a.acq_mode = acq_mode_;                                                          \
-		a.hold_mode = hold_mode_;                                                        \
-		a.trylock = is_try;                                                              \
+		/* every other member 0 */                                                      \
+		a = (struct acq){.addr = (uint64_t)(uintptr_t)lock,                              \
+				 .site = site,                                                   \
+				 .cfa = cfa,                                                     \
+				 .kind = kind_,                                                  \
+				 .acq_mode = acq_mode_,                                          \
+				 .hold_mode = hold_mode_,                                        \
+				 .trylock = is_try};                                             \
 		acq_before(t, &a, flags_);                                                       \
 		rc = (TRY);                                                                      \
 		if (!is_try && rc == EBUSY) {                                                    \
@@ -738,27 +770,27 @@ void hs_locks_on_free(void *p, size_t size)
 HS_EXPORT int pthread_mutex_lock(pthread_mutex_t *lock)
 {
 	uint64_t site = RET_ADDR(), cfa = CALLER_SP();
-	ACQUIRE(HS_LOCK_MUTEX, HS_MODE_WRITE, HS_MODE_WRITE, hs_mutex_flags(lock), 0, MUTEX_TRY,
+	ACQUIRE(HS_LOCK_MUTEX, HS_MODE_WRITE, HS_MODE_WRITE, FLAGS_OF_MUTEX, 0, MUTEX_TRY,
 		HS_REAL(pthread_mutex_lock)(lock));
 }
 
 HS_EXPORT int pthread_mutex_trylock(pthread_mutex_t *lock)
 {
 	uint64_t site = RET_ADDR(), cfa = CALLER_SP();
-	ACQUIRE(HS_LOCK_MUTEX, HS_MODE_WRITE, HS_MODE_WRITE, hs_mutex_flags(lock), 1, MUTEX_TRY, 0);
+	ACQUIRE(HS_LOCK_MUTEX, HS_MODE_WRITE, HS_MODE_WRITE, FLAGS_OF_MUTEX, 1, MUTEX_TRY, 0);
 }
 
 HS_EXPORT int pthread_mutex_timedlock(pthread_mutex_t *lock, const struct timespec *abstime)
 {
 	uint64_t site = RET_ADDR(), cfa = CALLER_SP();
-	ACQUIRE(HS_LOCK_MUTEX, HS_MODE_WRITE, HS_MODE_WRITE, hs_mutex_flags(lock), 0, MUTEX_TRY,
+	ACQUIRE(HS_LOCK_MUTEX, HS_MODE_WRITE, HS_MODE_WRITE, FLAGS_OF_MUTEX, 0, MUTEX_TRY,
 		HS_REAL(pthread_mutex_timedlock)(lock, abstime));
 }
 
 HS_EXPORT int pthread_mutex_clocklock(pthread_mutex_t *lock, clockid_t clock, const struct timespec *abstime)
 {
 	uint64_t site = RET_ADDR(), cfa = CALLER_SP();
-	ACQUIRE(HS_LOCK_MUTEX, HS_MODE_WRITE, HS_MODE_WRITE, hs_mutex_flags(lock), 0, MUTEX_TRY,
+	ACQUIRE(HS_LOCK_MUTEX, HS_MODE_WRITE, HS_MODE_WRITE, FLAGS_OF_MUTEX, 0, MUTEX_TRY,
 		HS_REAL(pthread_mutex_clocklock)(lock, clock, abstime));
 }
 
