@@ -583,9 +583,12 @@ void hs_acq_after(struct hs_tls *t, struct acq *a, int rc)
  * signal handler running in between records nothing): the lock -> GIL edge
  * of a lock taken without the GIL and released with it, the held entry
  * dropped (or its recursion count), the entries other threads released
- * since purged, and the ring record.  Until it runs the held stack still
- * shows the lock: a reader may briefly see it held by this thread and by
- * the thread that took it next, never held by nobody while it is held.
+ * since purged, and the ring record (rc: the real call's result; a failed
+ * release of a lock this thread does not hold takes its count back, so its
+ * holder keeps its entry: an error-checking mutex refuses a foreign unlock
+ * with EPERM, and its owner still holds it).  Until it runs the held stack
+ * still shows the lock: a reader may briefly see it held by this thread and
+ * by the thread that took it next, never held by nobody while it is held.
  */
 static inline int release_begin(struct hs_tls *t, uint64_t addr, uint32_t *id)
 {
@@ -619,9 +622,14 @@ static __attribute__((noinline)) void release_gil_edge(struct hs_tls *t, int i)
 	th->held[i].flags |= HS_HELDF_GIL;
 }
 
-static inline __attribute__((always_inline)) void release_end(struct hs_tls *t, uint64_t addr, int i, uint32_t id)
+static inline __attribute__((always_inline)) void release_end(struct hs_tls *t, uint64_t addr, int i, uint32_t id,
+								int rc)
 {
 	struct hs_thread *th = t->slot;
+	if (HS_UNLIKELY(rc != 0) && i < 0 && id)
+		/* it failed (EPERM: an error-checking or recursive mutex unlocked by a thread that does
+		 * not own it): its holder still holds it; the count taken back */
+		__atomic_sub_fetch(&relgen[id & (RELGEN_SLOTS - 1)], 1, __ATOMIC_RELAXED);
 	if (HS_LIKELY(i >= 0)) {
 		struct hs_held *he = &th->held[i];
 		id = he->lock;
@@ -643,14 +651,17 @@ static inline __attribute__((always_inline)) void release_end(struct hs_tls *t, 
 	}
 	if (th->held_count)
 		held_purge_slow(th); /* the other entries another thread released since */
-	hs_rec(t, lock_now(), HS_REC_LOCK_RELEASED, 0, addr, id, 0);
+	if (HS_LIKELY(rc == 0))
+		hs_rec(t, lock_now(), HS_REC_LOCK_RELEASED, 0, addr, id, 0);
+	else
+		hs_rec(t, lock_now(), HS_REC_LOCK_ERROR, 0, addr, id, (uint64_t)rc);
 }
 
 void hs_release(struct hs_tls *t, uint64_t addr)
 {
 	uint32_t id;
 	int i = release_begin(t, addr, &id);
-	release_end(t, addr, i, id);
+	release_end(t, addr, i, id, 0);
 }
 
 /* The lock at addr is gone (destroyed, initialised again): this thread no
@@ -747,7 +758,7 @@ void hs_locks_on_free(void *p, size_t size)
 		if (ordered)                                                                     \
 			hs_order_release(t, addr_);                                              \
 		rc = (REAL);                                                                     \
-		release_end(t, addr_, i_, id_);                                                  \
+		release_end(t, addr_, i_, id_, rc);                                              \
 		hs_leave(t);                                                                     \
 		HS_CHAOS(HS_CHAOS_UNLOCK); /* chaos.c: --chaos */                                \
 		return rc;                                                                       \
