@@ -196,23 +196,84 @@ static uint32_t edge_to_stack(void)
 	return id ? id : hs_stack_site(edge_site);
 }
 
+/*
+ * Held-lock chains whose edges are all in the lock-order graph (lockdep's
+ * chain cache, docs/design.md "Lock order"): an acquisition of lock L in
+ * mode m while holding (l1, m1) ... (ln, mn), with or without the GIL, adds
+ * exactly the edges li -> L (and GIL -> L), which depend on nothing else;
+ * edges are never removed from a segment.  So once every one of them is in
+ * the graph, the same chain again adds nothing: its key (a 64-bit hash of
+ * the held ids and modes, L, m and the GIL's id) is kept in a direct-mapped
+ * per-thread table, and the next acquisition with that key skips the
+ * lookups.  A chain with a semaphore counter in it (skipped, its flag may
+ * change) or an edge the graph had no room for is never kept.  In the
+ * thread's area, after the held chains; keys of another segment generation
+ * (a fork child's parent's) are dropped at the first look.
+ */
+#define EDGE_CHAINS 64u /* a power of two */
+struct edge_chains {
+	uint32_t gen; /* hs_seg_gen the keys are of */
+	uint32_t pad;
+	uint64_t key[EDGE_CHAINS];
+};
+_Static_assert(sizeof(struct held_chain) * (HELD_CHAINS + 1) + sizeof(struct edge_chains) <= HS_AREA_LOCKS_SIZE,
+	       "the chain cache fits the area after the held chains");
+
+static inline struct edge_chains *edge_chains_of(void)
+{
+	char *a = hs_area();
+	return a ? (struct edge_chains *)(void *)(a + HS_AREA_LOCKS +
+						   sizeof(struct held_chain) * (HELD_CHAINS + 1))
+		 : NULL;
+}
+
+/* The key of acquiring a->id (mode a->acq_mode, GIL id gil or 0) over held[0 .. n-1]. */
+static inline uint64_t edge_chain_key(const struct hs_thread *th, uint32_t n, const struct acq *a, uint32_t gil)
+{
+	uint64_t k = hs_mix64((uint64_t)a->id << 8 | a->acq_mode | (uint64_t)gil << 40);
+	for (uint32_t i = 0; i < n; i++)
+		k = hs_mix64(k ^ ((uint64_t)th->held[i].lock << 8 | th->held[i].mode));
+	return k | 1; /* never 0: an empty entry */
+}
+
 /* The edges held -> a->id of a blocking acquisition (n held entries), and
  * the GIL -> it when the thread holds the GIL; out of line (most
- * acquisitions hold nothing, or find every edge there already). */
+ * acquisitions hold nothing, or find their chain's edges known). */
 static __attribute__((noinline)) void acq_edges(struct hs_tls *t, struct acq *a, uint32_t n)
 {
 	struct hs_thread *th = t->slot;
-	if (a->holds_gil)
-		gil_edge(t, hs_py_gil_lock(), HS_MODE_WRITE, 0, a->id, a->acq_mode, 0, a->t0);
+	struct edge_chains *ec = edge_chains_of();
+	uint32_t gil = a->holds_gil ? hs_py_gil_lock() : 0;
+	uint32_t gen = __atomic_load_n(&hs_seg_gen, __ATOMIC_RELAXED);
+	uint64_t key = 0;
+	int all = 1; /* every edge of the chain is in the graph */
+	if (ec) {
+		if (HS_UNLIKELY(ec->gen != gen)) {
+			memset(ec->key, 0, sizeof ec->key);
+			ec->gen = gen;
+		}
+		key = edge_chain_key(th, n, a, gil);
+		if (ec->key[key & (EDGE_CHAINS - 1)] == key)
+			return; /* this chain's edges are known */
+	}
+	if (gil && gil != a->id) {
+		if (!hs_edge_find(&hs_seg, hs_edge_key(gil, a->id, HS_MODE_WRITE, a->acq_mode))) {
+			gil_edge(t, gil, HS_MODE_WRITE, 0, a->id, a->acq_mode, 0, a->t0);
+			all &= hs_edge_find(&hs_seg, hs_edge_key(gil, a->id, HS_MODE_WRITE, a->acq_mode)) != 0;
+		}
+	}
 	edge_site = a->site;
 	for (uint32_t i = 0; i < n; i++) {
 		const struct hs_held *he = &th->held[i];
 		int created;
 		uint32_t finding, e;
 		uint32_t from_stack;
-		if (he->lock == a->id || he->lock == 0 ||
-		    (__atomic_load_n(&hs_seg.locks[he->lock].flags, __ATOMIC_RELAXED) & HS_LOCKF_COUNTER))
+		if (he->lock == a->id || he->lock == 0)
 			continue;
+		if (__atomic_load_n(&hs_seg.locks[he->lock].flags, __ATOMIC_RELAXED) & HS_LOCKF_COUNTER) {
+			all = 0;
+			continue;
+		}
 		/* an edge there already: nothing to add (hs_graph_add would find it again);
 		 * a new edge gets the held lock's exact stack */
 		if (hs_edge_find(&hs_seg, hs_edge_key(he->lock, a->id, he->mode, a->acq_mode)))
@@ -220,11 +281,15 @@ static __attribute__((noinline)) void acq_edges(struct hs_tls *t, struct acq *a,
 		from_stack = held_stack(th, (int)i);
 		e = hs_graph_add(&hs_seg, he->lock, he->mode, from_stack, a->id, a->acq_mode, 0, edge_to_stack,
 				 t->tid, a->t0, &created, &finding);
+		if (!e)
+			all = 0; /* no room: not in the graph */
 		if (created)
 			hs_rec(t, a->t0, HS_REC_NEW_EDGE, hs_seg.edges[e].to_stack, e, he->lock, a->id);
 		if (finding)
 			hs_rec(t, a->t0, HS_REC_FINDING, 0, finding - 1, 0, 0);
 	}
+	if (ec && all)
+		ec->key[key & (EDGE_CHAINS - 1)] = key;
 }
 
 /* flags of acq_before: a mutex's flags, read from the mutex only where they
