@@ -1027,10 +1027,11 @@ extern uint32_t hs_pcoff_gen HS_HIDDEN;
 void hs_chain_python(struct hs_chain *c) HS_HIDDEN;
 static inline unsigned hs_chain_read_inline(struct hs_chain *c, uint64_t site, uint64_t cfa)
 {
-	uint64_t top = hs_chain_top;
 	unsigned sn = c->depth, m;
-	if (HS_LIKELY(top && c->walked && sn && c->gen == __atomic_load_n(&hs_pcoff_gen, __ATOMIC_ACQUIRE) &&
-		      c->site == site && c->cfa == cfa && *(const uint64_t *)(uintptr_t)(cfa - 8) == site)) {
+	/* the CFA first: what tells two call paths to one site apart */
+	if (HS_LIKELY(c->cfa == cfa && c->site == site && c->walked && sn && hs_chain_top &&
+		      c->gen == __atomic_load_n(&hs_pcoff_gen, __ATOMIC_ACQUIRE) &&
+		      *(const uint64_t *)(uintptr_t)(cfa - 8) == site)) {
 		for (m = 1; m < sn; m++)
 			if (*(const uint64_t *)(uintptr_t)(c->sp[m] - 8) != c->pc[m])
 				return hs_chain_read(c, site, cfa);
