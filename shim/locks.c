@@ -46,7 +46,8 @@ struct held_chain {
 	uint32_t site_gen;
 	uint64_t stack_site;
 	uint64_t lock_addr;     /* lock_id is hs_lock_id(lock_addr) while that lock lives */
-	uint32_t lock_id;
+	uint32_t lock_id;       /* ... in the segment of generation lock_gen (ids grow within one) */
+	uint32_t lock_gen;
 	struct hs_chain c;
 };
 #define HELD_CHAINS 8 /* the innermost 8 held entries keep a chain; deeper ones the site's stack */
@@ -196,94 +197,83 @@ static uint32_t edge_to_stack(void)
 }
 
 /*
- * Before acquiring: identify the lock, catch a relock of a held lock, and
- * add the edges held -> this lock for a blocking acquisition.
+ * Held-lock chains whose edges are all in the lock-order graph (lockdep's
+ * chain cache, docs/design.md "Lock order"): an acquisition of lock L in
+ * mode m while holding (l1, m1) ... (ln, mn), with or without the GIL, adds
+ * exactly the edges li -> L (and GIL -> L), which depend on nothing else;
+ * edges are never removed from a segment.  So once every one of them is in
+ * the graph, the same chain again adds nothing: its key (a 64-bit hash of
+ * the held ids and modes, L, m and the GIL's id) is kept in a direct-mapped
+ * per-thread table, and the next acquisition with that key skips the
+ * lookups.  A chain with a semaphore counter in it (skipped, its flag may
+ * change) or an edge the graph had no room for is never kept.  In the
+ * thread's area, after the held chains; keys of another segment generation
+ * (a fork child's parent's) are dropped at the first look.
  */
-void hs_acq_before(struct hs_tls *t, struct acq *a, unsigned flags)
+#define EDGE_CHAINS 64u /* a power of two */
+struct edge_chains {
+	uint32_t gen; /* hs_seg_gen the keys are of */
+	uint32_t pad;
+	uint64_t key[EDGE_CHAINS];
+};
+_Static_assert(sizeof(struct held_chain) * (HELD_CHAINS + 1) + sizeof(struct edge_chains) <= HS_AREA_LOCKS_SIZE,
+	       "the chain cache fits the area after the held chains");
+
+static inline struct edge_chains *edge_chains_of(void)
+{
+	char *a = hs_area();
+	return a ? (struct edge_chains *)(void *)(a + HS_AREA_LOCKS +
+						   sizeof(struct held_chain) * (HELD_CHAINS + 1))
+		 : NULL;
+}
+
+/* The key of acquiring a->id (mode a->acq_mode, GIL id gil or 0) over held[0 .. n-1]. */
+static inline uint64_t edge_chain_key(const struct hs_thread *th, uint32_t n, const struct acq *a, uint32_t gil)
+{
+	uint64_t k = hs_mix64((uint64_t)a->id << 8 | a->acq_mode | (uint64_t)gil << 40);
+	for (uint32_t i = 0; i < n; i++)
+		k = hs_mix64(k ^ ((uint64_t)th->held[i].lock << 8 | th->held[i].mode));
+	return k | 1; /* never 0: an empty entry */
+}
+
+/* The edges held -> a->id of a blocking acquisition (n held entries), and
+ * the GIL -> it when the thread holds the GIL; out of line (most
+ * acquisitions hold nothing, or find their chain's edges known). */
+static __attribute__((noinline)) void acq_edges(struct hs_tls *t, struct acq *a, uint32_t n)
 {
 	struct hs_thread *th = t->slot;
-	struct held_chain *held_chains = held_chains_of();
-	uint32_t n;
-	int h;
-
-	a->t0 = lock_now();
-	held_purge(th);
-	n = th->held_count < HS_HELD_MAX ? th->held_count : HS_HELD_MAX;
-	if (HS_UNLIKELY(!held_chains)) {
-		/* no area: no chain, the site's stack and a fresh lock lookup */
-		pending = NULL;
-		if (!a->stack)
-			a->stack = hs_stack_site(a->site);
-		if (!a->id)
-			a->id = hs_lock_id(&hs_seg, a->addr, a->kind, flags, a->stack, t->tid, a->t0);
-		goto identified;
-	}
-	/* this call's chain, kept raw in the slot it will be held in; the site's
-	 * cached stack stands for it until needed */
-	pending = &held_chains[n < HELD_CHAINS ? n : HELD_CHAINS];
-	pending->addr = a->addr;
-	pending->exact = 0;
-	hs_chain_read(&pending->c, a->site, a->cfa);
-	if (!a->stack) {
-		/* the site's cached stack: the slot's last one, else the thread's cache (hs_stack_site) */
-		uint32_t gen = __atomic_load_n(&hs_seg_gen, __ATOMIC_RELAXED);
-		if (pending->stack_site != a->site || !pending->site_stack || pending->site_gen != gen) {
-			pending->site_stack = hs_stack_site(a->site);
-			pending->stack_site = a->site;
-			pending->site_gen = gen;
+	struct edge_chains *ec = edge_chains_of();
+	uint32_t gil = a->holds_gil ? hs_py_gil_lock() : 0;
+	uint32_t gen = __atomic_load_n(&hs_seg_gen, __ATOMIC_RELAXED);
+	uint64_t key = 0;
+	int all = 1; /* every edge of the chain is in the graph */
+	if (ec) {
+		if (HS_UNLIKELY(ec->gen != gen)) {
+			memset(ec->key, 0, sizeof ec->key);
+			ec->gen = gen;
 		}
-		a->stack = pending->site_stack;
+		key = edge_chain_key(th, n, a, gil);
+		if (ec->key[key & (EDGE_CHAINS - 1)] == key)
+			return; /* this chain's edges are known */
 	}
-	if (!a->id) {
-		uint32_t id = pending->lock_id;
-		/* the id this slot saw for this address, while that lock lives (not destroyed or freed) */
-		if (pending->lock_addr != a->addr || !id ||
-		    id >= __atomic_load_n(&hs_seg.hdr->tables[HS_T_LOCKS].count, __ATOMIC_ACQUIRE) ||
-		    __atomic_load_n(&hs_seg.locks[id].addr, __ATOMIC_RELAXED) != a->addr ||
-		    (__atomic_load_n(&hs_seg.locks[id].flags, __ATOMIC_RELAXED) & HS_LOCKF_DEAD)) {
-			id = hs_lock_id(&hs_seg, a->addr, a->kind, flags, a->stack, t->tid, a->t0);
-			pending->lock_addr = a->addr;
-			pending->lock_id = id;
+	if (gil && gil != a->id) {
+		if (!hs_edge_find(&hs_seg, hs_edge_key(gil, a->id, HS_MODE_WRITE, a->acq_mode))) {
+			gil_edge(t, gil, HS_MODE_WRITE, 0, a->id, a->acq_mode, 0, a->t0);
+			all &= hs_edge_find(&hs_seg, hs_edge_key(gil, a->id, HS_MODE_WRITE, a->acq_mode)) != 0;
 		}
-		a->id = id;
 	}
-identified:
-	if (!a->id)
-		return;
-	if (HS_UNLIKELY(hs_seg.locks[a->id].kind == 0)) {
-		/* named by heisen_name_lock() before its first use */
-		hs_seg.locks[a->id].flags = (uint16_t)flags;
-		__atomic_store_n(&hs_seg.locks[a->id].kind, a->kind, __ATOMIC_RELEASE);
-	}
-	h = held_index(th, a->addr);
-	if (h >= 0) {
-		const struct hs_held *he = &th->held[h];
-		if (a->kind == HS_LOCK_MUTEX && (flags & HS_LOCKF_RECURSIVE)) {
-			a->reentry = h + 1;
-			return;
-		}
-		if (a->kind == HS_LOCK_RWLOCK && a->acq_mode == HS_MODE_READ_RECURSIVE && he->mode != HS_MODE_WRITE) {
-			a->reentry = h + 1;
-			return;
-		}
-		if (!a->trylock)
-			self_deadlock(t, a, he);
-		return;
-	}
-	a->holds_gil = !a->gil_safe && __atomic_load_n(&hs_py_present, __ATOMIC_RELAXED) && hs_py_holds_gil();
-	if (a->trylock || a->fresh)
-		return; /* a trylock cannot block, nor can a fresh lock's first taking: no edge into it */
-	if (a->holds_gil)
-		gil_edge(t, hs_py_gil_lock(), HS_MODE_WRITE, 0, a->id, a->acq_mode, 0, a->t0);
 	edge_site = a->site;
 	for (uint32_t i = 0; i < n; i++) {
 		const struct hs_held *he = &th->held[i];
 		int created;
 		uint32_t finding, e;
 		uint32_t from_stack;
-		if (he->lock == a->id || he->lock == 0 ||
-		    (__atomic_load_n(&hs_seg.locks[he->lock].flags, __ATOMIC_RELAXED) & HS_LOCKF_COUNTER))
+		if (he->lock == a->id || he->lock == 0)
 			continue;
+		if (__atomic_load_n(&hs_seg.locks[he->lock].flags, __ATOMIC_RELAXED) & HS_LOCKF_COUNTER) {
+			all = 0;
+			continue;
+		}
 		/* an edge there already: nothing to add (hs_graph_add would find it again);
 		 * a new edge gets the held lock's exact stack */
 		if (hs_edge_find(&hs_seg, hs_edge_key(he->lock, a->id, he->mode, a->acq_mode)))
@@ -291,11 +281,153 @@ identified:
 		from_stack = held_stack(th, (int)i);
 		e = hs_graph_add(&hs_seg, he->lock, he->mode, from_stack, a->id, a->acq_mode, 0, edge_to_stack,
 				 t->tid, a->t0, &created, &finding);
+		if (!e)
+			all = 0; /* no room: not in the graph */
 		if (created)
 			hs_rec(t, a->t0, HS_REC_NEW_EDGE, hs_seg.edges[e].to_stack, e, he->lock, a->id);
 		if (finding)
 			hs_rec(t, a->t0, HS_REC_FINDING, 0, finding - 1, 0, 0);
 	}
+	if (ec && all)
+		ec->key[key & (EDGE_CHAINS - 1)] = key;
+}
+
+/* flags of acq_before: a mutex's flags, read from the mutex only where they
+ * are needed (a new lock, a relock): the common acquisition never reads them. */
+#define FLAGS_OF_MUTEX 0xffffffffu
+static inline unsigned flags_of(const struct acq *a, unsigned flags)
+{
+	return flags == FLAGS_OF_MUTEX ? hs_mutex_flags((const void *)(uintptr_t)a->addr) : flags;
+}
+
+/* A relock of held entry h (index): a recursive re-entry, or a self-deadlock. */
+static __attribute__((noinline)) void acq_relock(struct hs_tls *t, struct acq *a, unsigned flags, int h)
+{
+	const struct hs_held *he = &t->slot->held[h];
+	flags = flags_of(a, flags);
+	if (a->kind == HS_LOCK_MUTEX && (flags & HS_LOCKF_RECURSIVE)) {
+		a->reentry = h + 1;
+		return;
+	}
+	if (a->kind == HS_LOCK_RWLOCK && a->acq_mode == HS_MODE_READ_RECURSIVE && he->mode != HS_MODE_WRITE) {
+		a->reentry = h + 1;
+		return;
+	}
+	if (!a->trylock)
+		self_deadlock(t, a, he);
+}
+
+/* A lock named by heisen_name_lock() before its first use gets its kind now
+ * (a lock's kind, once set, stays: a slot's cached id was through here). */
+static inline void lock_named_first_use(const struct acq *a, uint32_t id, unsigned flags)
+{
+	if (HS_UNLIKELY(hs_seg.locks[id].kind == 0)) {
+		hs_seg.locks[id].flags = (uint16_t)flags_of(a, flags);
+		__atomic_store_n(&hs_seg.locks[id].kind, a->kind, __ATOMIC_RELEASE);
+	}
+}
+
+/* The lock's id and the site's stack without the thread's area (no chains). */
+static __attribute__((noinline)) void acq_identify_no_area(struct hs_tls *t, struct acq *a, unsigned flags)
+{
+	pending = NULL;
+	if (!a->stack)
+		a->stack = hs_stack_site(a->site);
+	if (!a->id)
+		a->id = hs_lock_id(&hs_seg, a->addr, a->kind, flags_of(a, flags), a->stack, t->tid, a->t0);
+	if (a->id)
+		lock_named_first_use(a, a->id, flags);
+}
+
+/* Drop the held entries another thread released since; out of line (rare). */
+static __attribute__((noinline)) void held_purge_slow(struct hs_thread *th)
+{
+	held_purge(th);
+}
+
+/*
+ * Before acquiring: identify the lock, catch a relock of a held lock, and
+ * add the edges held -> this lock for a blocking acquisition.  Inline in the
+ * pthread hooks (acq_before), out of line for semaphores.c (hs_acq_before).
+ * The common case -- the slot's last lock and site again, nothing held or
+ * every edge known -- is a chain read and a few compares; the rest is out
+ * of line.
+ */
+static inline __attribute__((always_inline)) void acq_before(struct hs_tls *t, struct acq *a, unsigned flags)
+{
+	struct hs_thread *th = t->slot;
+	struct held_chain *held_chains = held_chains_of();
+	uint32_t n = th->held_count < HS_HELD_MAX ? th->held_count : HS_HELD_MAX;
+	int h = -1, stale = 0;
+
+	a->t0 = lock_now();
+	/* one pass over the held stack: a relock (h), and entries another thread released (stale) */
+	for (int i = (int)n - 1; i >= 0; i--) {
+		stale |= (th->held[i].flags >> HS_HELDF_RELGEN_SHIFT) != relgen_of(th->held[i].lock);
+		if (th->held[i].addr == a->addr && h < 0)
+			h = i;
+	}
+	if (HS_UNLIKELY(stale)) {
+		held_purge_slow(th);
+		n = th->held_count < HS_HELD_MAX ? th->held_count : HS_HELD_MAX;
+		h = held_index(th, a->addr);
+	}
+	if (HS_UNLIKELY(!held_chains)) {
+		acq_identify_no_area(t, a, flags);
+	} else {
+		/* this call's chain, kept raw in the slot it will be held in; the site's
+		 * cached stack stands for it until needed */
+		struct held_chain *p = &held_chains[n < HELD_CHAINS ? n : HELD_CHAINS];
+		pending = p;
+		p->addr = a->addr;
+		p->exact = 0;
+		hs_chain_read_inline(&p->c, a->site, a->cfa);
+		uint32_t gen = __atomic_load_n(&hs_seg_gen, __ATOMIC_RELAXED);
+		if (!a->stack) {
+			/* the site's cached stack: the slot's last one, else the thread's cache (hs_stack_site) */
+			if (HS_UNLIKELY(p->stack_site != a->site || !p->site_stack || p->site_gen != gen)) {
+				p->site_stack = hs_stack_site(a->site);
+				p->stack_site = a->site;
+				p->site_gen = gen;
+			}
+			a->stack = p->site_stack;
+		}
+		if (!a->id) {
+			uint32_t id = p->lock_id;
+			/* the id this slot saw for this address in this segment (so below the locks'
+			 * count), while that lock lives (not destroyed or freed); it was named then */
+			if (HS_UNLIKELY(p->lock_addr != a->addr || !id || p->lock_gen != gen ||
+					__atomic_load_n(&hs_seg.locks[id].addr, __ATOMIC_RELAXED) != a->addr ||
+					(__atomic_load_n(&hs_seg.locks[id].flags, __ATOMIC_RELAXED) & HS_LOCKF_DEAD))) {
+				id = hs_lock_id(&hs_seg, a->addr, a->kind, flags_of(a, flags), a->stack, t->tid,
+						 a->t0);
+				p->lock_addr = a->addr;
+				p->lock_id = id;
+				p->lock_gen = gen;
+				if (id)
+					lock_named_first_use(a, id, flags);
+			}
+			a->id = id;
+		} else {
+			lock_named_first_use(a, a->id, flags);
+		}
+	}
+	if (HS_UNLIKELY(!a->id))
+		return;
+	if (HS_UNLIKELY(h >= 0)) {
+		acq_relock(t, a, flags, h);
+		return;
+	}
+	a->holds_gil = !a->gil_safe && __atomic_load_n(&hs_py_present, __ATOMIC_RELAXED) && hs_py_holds_gil();
+	if (a->trylock || a->fresh)
+		return; /* a trylock cannot block, nor can a fresh lock's first taking: no edge into it */
+	if (n || a->holds_gil)
+		acq_edges(t, a, n);
+}
+
+void hs_acq_before(struct hs_tls *t, struct acq *a, unsigned flags)
+{
+	acq_before(t, a, flags);
 }
 
 /* Publish "waiting for this lock since t0" in the thread's slot. */
@@ -331,6 +463,7 @@ static void held_chain_copy(struct held_chain *dst, const struct held_chain *src
 	dst->stack_site = src->stack_site;
 	dst->lock_addr = src->lock_addr;
 	dst->lock_id = src->lock_id;
+	dst->lock_gen = src->lock_gen;
 	hs_chain_copy(&dst->c, &src->c);
 }
 
@@ -397,50 +530,107 @@ static void held_remove(struct hs_thread *th, int i)
 		held_chain_copy(&held_chains[k], &held_chains[k + 1]);
 }
 
-/* After the real call: rc is its result. */
-void hs_acq_after(struct hs_tls *t, struct acq *a, int rc)
+/* The held chain slot n after a push whose chain was not read in place there. */
+static __attribute__((noinline)) void held_chain_set(struct held_chain *c, uint64_t addr,
+						     const struct held_chain *chain)
+{
+	if (chain && chain->addr == addr) {
+		held_chain_copy(c, chain);
+	} else {
+		c->addr = addr;
+		c->exact = 0;
+		c->c.depth = 0;
+		c->c.walked = 0;
+		c->c.python = 0;
+		c->c.lazy = 0;
+	}
+}
+
+/* hs_acq_after's rare cases: a failed call, a recursive re-entry. */
+static __attribute__((noinline)) void acq_after_slow(struct hs_tls *t, struct acq *a, int rc, uint64_t now)
+{
+	struct hs_thread *th = t->slot;
+	if (rc == EBUSY || rc == ETIMEDOUT) {
+		hs_rec(t, now, HS_REC_LOCK_BUSY, a->stack, a->addr, a->id, (uint64_t)rc);
+	} else if (rc != 0 && rc != EOWNERDEAD) {
+		hs_rec(t, now, HS_REC_LOCK_ERROR, a->stack, a->addr, a->id, (uint64_t)rc);
+	} else {
+		hs_lockstate_begin(th);
+		th->held[a->reentry - 1].recursion++;
+		hs_lockstate_end(th);
+	}
+}
+
+/*
+ * After the real call (rc its result), while the lock is held: what must be
+ * there before the caller runs with it -- the held entry (pushed in place;
+ * the chain is already in its slot), the acquirer check of the hand-over
+ * order, the ring record -- and nothing else.  Inline in the pthread hooks
+ * (acq_after), out of line for semaphores.c (hs_acq_after).
+ */
+static inline __attribute__((always_inline)) void acq_after(struct hs_tls *t, struct acq *a, int rc)
 {
 	struct hs_thread *th = t->slot;
 	/* an acquisition that did not wait happened at t0: spare a clock read */
 	uint64_t now = a->waited ? hs_now() : a->t0;
-	if (rc == 0 || rc == EOWNERDEAD) {
-		uint64_t waited = a->waited ? now - a->t0 : 0;
-		struct hs_lock *l = &hs_seg.locks[a->id];
-		int32_t last = __atomic_load_n(&l->last_tid, __ATOMIC_RELAXED);
-		int ordered = a->kind == HS_LOCK_MUTEX || a->kind == HS_LOCK_SPIN; /* a sync object of handover.c */
-		if (HS_UNLIKELY(last != t->tid)) {
-			/* a second thread: the instance is shared unless it was handed over (the GIL rule,
-			 * lockgraph.c; handover.c) */
-			if (last && !(__atomic_load_n(&l->flags, __ATOMIC_RELAXED) & HS_LOCKF_SHARED))
-				hs_order_acquirer_changed(t, a->id, a->addr, last, ordered, a->stack, a->t0);
-			__atomic_store_n(&l->last_tid, t->tid, __ATOMIC_RELAXED);
-		}
-		if (ordered)
-			hs_order_acquire(t, a->addr);
-		if (a->reentry && (uint32_t)a->reentry <= th->held_count) {
-			hs_lockstate_begin(th);
-			th->held[a->reentry - 1].recursion++;
-			hs_lockstate_end(th);
-		} else {
-			struct hs_held h = {.addr = a->addr,
-					    .lock = a->id,
-					    .mode = a->hold_mode,
-					    .trylock = a->trylock,
-					    .stack = a->stack,
-					    .flags = (a->holds_gil ? HS_HELDF_GIL : 0) |
-						     relgen_of(a->id) << HS_HELDF_RELGEN_SHIFT,
-					    .since_ns = now};
-			held_push(th, &h, pending);
-		}
-		if (waited > 0xffffffffffffull)
-			waited = 0xffffffffffffull;
-		hs_rec(t, now, HS_REC_LOCK_ACQUIRED, a->stack, a->addr, a->id,
-		       (uint64_t)a->hold_mode | (uint64_t)a->trylock << 8 | waited << 16);
-	} else if (rc == EBUSY || rc == ETIMEDOUT) {
-		hs_rec(t, now, HS_REC_LOCK_BUSY, a->stack, a->addr, a->id, (uint64_t)rc);
+	uint64_t waited;
+	struct hs_lock *l;
+	int32_t last;
+	int ordered;
+	uint32_t n;
+	if (HS_UNLIKELY((rc != 0 && rc != EOWNERDEAD) ||
+			(a->reentry && (uint32_t)a->reentry <= th->held_count))) {
+		acq_after_slow(t, a, rc, now);
+		if (rc != 0 && rc != EOWNERDEAD)
+			return;
 	} else {
-		hs_rec(t, now, HS_REC_LOCK_ERROR, a->stack, a->addr, a->id, (uint64_t)rc);
+		/* push the held entry, in place */
+		n = th->held_count;
+		hs_lockstate_begin(th);
+		if (HS_LIKELY(n < HS_HELD_MAX)) {
+			struct hs_held *e = &th->held[n];
+			e->addr = a->addr;
+			e->lock = a->id;
+			e->mode = a->hold_mode;
+			e->trylock = a->trylock;
+			e->recursion = 0;
+			e->stack = a->stack;
+			e->flags = (a->holds_gil ? HS_HELDF_GIL : 0) | relgen_of(a->id) << HS_HELDF_RELGEN_SHIFT;
+			e->since_ns = now;
+			th->held_count = n + 1;
+		} else {
+			th->held_overflow++;
+		}
+		hs_lockstate_end(th);
+		if (n < HELD_CHAINS) {
+			struct held_chain *held_chains = held_chains_of();
+			/* the chain was read into its slot (acq_before): nothing to copy */
+			if (held_chains && HS_UNLIKELY(pending != &held_chains[n] || pending->addr != a->addr))
+				held_chain_set(&held_chains[n], a->addr, pending);
+		}
 	}
+	l = &hs_seg.locks[a->id];
+	last = __atomic_load_n(&l->last_tid, __ATOMIC_RELAXED);
+	ordered = a->kind == HS_LOCK_MUTEX || a->kind == HS_LOCK_SPIN; /* a sync object of handover.c */
+	if (HS_UNLIKELY(last != t->tid)) {
+		/* a second thread: the instance is shared unless it was handed over (the GIL rule,
+		 * lockgraph.c; handover.c) */
+		if (last && !(__atomic_load_n(&l->flags, __ATOMIC_RELAXED) & HS_LOCKF_SHARED))
+			hs_order_acquirer_changed(t, a->id, a->addr, last, ordered, a->stack, a->t0);
+		__atomic_store_n(&l->last_tid, t->tid, __ATOMIC_RELAXED);
+	}
+	if (ordered)
+		hs_order_acquire(t, a->addr);
+	waited = a->waited ? now - a->t0 : 0;
+	if (waited > 0xffffffffffffull)
+		waited = 0xffffffffffffull;
+	hs_rec(t, now, HS_REC_LOCK_ACQUIRED, a->stack, a->addr, a->id,
+	       (uint64_t)a->hold_mode | (uint64_t)a->trylock << 8 | waited << 16);
+}
+
+void hs_acq_after(struct hs_tls *t, struct acq *a, int rc)
+{
+	acq_after(t, a, rc);
 }
 
 /*
@@ -596,38 +786,104 @@ int hs_release_top(struct hs_tls *t, uint64_t addr)
 	return 1;
 }
 
-void hs_release(struct hs_tls *t, uint64_t addr)
+/*
+ * A release in two halves around the real one, so that the lock is free as
+ * early as it can be (the bookkeeping outside its critical section: other
+ * threads waiting for it do not wait for heisen too; docs/design.md "Lock
+ * order").
+ *
+ * release_begin, before the real release: the index of this thread's held
+ * entry for addr (-1: none, or one another thread released since, see
+ * relgen), and for a lock this thread does not hold, the release counted
+ * for its holder (*id its lock id, 0 when unknown) -- before the real
+ * release, so that a thread that takes the lock next does not take its held
+ * entry for one released by another thread.  Reads the thread's own held
+ * stack only.
+ *
+ * release_end, after it (index i from release_begin, nothing of this
+ * thread's held stack changed in between: the hook's guard is held, so a
+ * signal handler running in between records nothing): the lock -> GIL edge
+ * of a lock taken without the GIL and released with it, the held entry
+ * dropped (or its recursion count), the entries other threads released
+ * since purged, and the ring record (rc: the real call's result; a failed
+ * release of a lock this thread does not hold takes its count back, so its
+ * holder keeps its entry: an error-checking mutex refuses a foreign unlock
+ * with EPERM, and its owner still holds it).  Until it runs the held stack
+ * still shows the lock: a reader may briefly see it held by this thread and
+ * by the thread that took it next, never held by nobody while it is held.
+ */
+static inline int release_begin(struct hs_tls *t, uint64_t addr, uint32_t *id)
 {
 	struct hs_thread *th = t->slot;
-	int i;
-	held_purge(th);
-	i = held_index(th, addr);
-	uint32_t id = 0;
-	if (i >= 0) {
-		id = th->held[i].lock;
-		if (!(th->held[i].flags & HS_HELDF_GIL) && __atomic_load_n(&hs_py_present, __ATOMIC_RELAXED) &&
-		    hs_py_holds_gil()) {
-			/* taken without the GIL, released with it: the GIL was taken while holding it;
-			 * a new edge gets the held lock's exact stack (interned only then) */
-			uint32_t gil = hs_py_gil_lock();
-			unsigned mode = th->held[i].mode;
-			/* an edge there already: nothing to add (one lookup, no clock read) */
-			if (gil && gil != id && !hs_edge_find(&hs_seg, hs_edge_key(id, gil, mode, HS_MODE_WRITE)))
-				gil_edge(t, id, mode, held_stack(th, i), gil, HS_MODE_WRITE, 0, hs_now());
-			th->held[i].flags |= HS_HELDF_GIL;
+	uint32_t n = th->held_count < HS_HELD_MAX ? th->held_count : HS_HELD_MAX;
+	*id = 0;
+	for (int i = (int)n - 1; i >= 0; i--)
+		if (th->held[i].addr == addr) {
+			if (HS_LIKELY((th->held[i].flags >> HS_HELDF_RELGEN_SHIFT) == relgen_of(th->held[i].lock)))
+				return i;
+			break; /* released by another thread since: no longer this thread's */
 		}
-		if (th->held[i].recursion) {
+	if ((*id = hs_lock_find(&hs_seg, addr)) != 0)
+		/* not ours: released for its holder, whose entry is dropped when it next looks */
+		__atomic_add_fetch(&relgen[*id & (RELGEN_SLOTS - 1)], 1, __ATOMIC_RELAXED);
+	return -1;
+}
+
+/* Held entry i, taken without the GIL, is released with it: the GIL was
+ * taken while holding it (the edge lock -> GIL); out of line. */
+static __attribute__((noinline)) void release_gil_edge(struct hs_tls *t, int i)
+{
+	struct hs_thread *th = t->slot;
+	uint32_t id = th->held[i].lock;
+	/* a new edge gets the held lock's exact stack (interned only then) */
+	uint32_t gil = hs_py_gil_lock();
+	unsigned mode = th->held[i].mode;
+	/* an edge there already: nothing to add (one lookup, no clock read) */
+	if (gil && gil != id && !hs_edge_find(&hs_seg, hs_edge_key(id, gil, mode, HS_MODE_WRITE)))
+		gil_edge(t, id, mode, held_stack(th, i), gil, HS_MODE_WRITE, 0, hs_now());
+	th->held[i].flags |= HS_HELDF_GIL;
+}
+
+static inline __attribute__((always_inline)) void release_end(struct hs_tls *t, uint64_t addr, int i, uint32_t id,
+								int rc)
+{
+	struct hs_thread *th = t->slot;
+	if (HS_UNLIKELY(rc != 0) && i < 0 && id)
+		/* it failed (EPERM: an error-checking or recursive mutex unlocked by a thread that does
+		 * not own it): its holder still holds it; the count taken back */
+		__atomic_sub_fetch(&relgen[id & (RELGEN_SLOTS - 1)], 1, __ATOMIC_RELAXED);
+	if (HS_LIKELY(i >= 0)) {
+		struct hs_held *he = &th->held[i];
+		id = he->lock;
+		if (!(he->flags & HS_HELDF_GIL) && __atomic_load_n(&hs_py_present, __ATOMIC_RELAXED) &&
+		    hs_py_holds_gil())
+			release_gil_edge(t, i);
+		if (HS_UNLIKELY(he->recursion)) {
 			hs_lockstate_begin(th);
-			th->held[i].recursion--;
+			he->recursion--;
+			hs_lockstate_end(th);
+		} else if (HS_LIKELY((uint32_t)i + 1 == th->held_count)) {
+			/* the top entry (last in, first out): its chain slot stays as the next shadow */
+			hs_lockstate_begin(th);
+			th->held_count = (uint32_t)i;
 			hs_lockstate_end(th);
 		} else {
 			held_remove(th, i);
 		}
-	} else if ((id = hs_lock_find(&hs_seg, addr)) != 0) {
-		/* not ours: released for its holder, whose entry is dropped when it next looks */
-		__atomic_add_fetch(&relgen[id & (RELGEN_SLOTS - 1)], 1, __ATOMIC_RELAXED);
 	}
-	hs_rec(t, lock_now(), HS_REC_LOCK_RELEASED, 0, addr, id, 0);
+	if (th->held_count)
+		held_purge_slow(th); /* the other entries another thread released since */
+	if (HS_LIKELY(rc == 0))
+		hs_rec(t, lock_now(), HS_REC_LOCK_RELEASED, 0, addr, id, 0);
+	else
+		hs_rec(t, lock_now(), HS_REC_LOCK_ERROR, 0, addr, id, (uint64_t)rc);
+}
+
+void hs_release(struct hs_tls *t, uint64_t addr)
+{
+	uint32_t id;
+	int i = release_begin(t, addr, &id);
+	release_end(t, addr, i, id, 0);
 }
 
 /* The lock at addr is gone (destroyed, initialised again): this thread no
@@ -676,15 +932,15 @@ void hs_locks_on_free(void *p, size_t size)
 		int rc;                                                                          \
 		if (!t)                                                                          \
 			return is_try ? (TRY) : (BLOCK);                                         \
-		memset(&a, 0, sizeof a);                                                         \
-		a.addr = (uint64_t)(uintptr_t)lock;                                              \
-		a.site = site;                                                                   \
-		a.cfa = cfa;                                                                     \
-		a.kind = kind_;                                                                  \
-		a.acq_mode = acq_mode_;                                                          \
-		a.hold_mode = hold_mode_;                                                        \
-		a.trylock = is_try;                                                              \
-		hs_acq_before(t, &a, flags_);                                                    \
+		/* every other member 0 */                                                      \
+		a = (struct acq){.addr = (uint64_t)(uintptr_t)lock,                              \
+				 .site = site,                                                   \
+				 .cfa = cfa,                                                     \
+				 .kind = kind_,                                                  \
+				 .acq_mode = acq_mode_,                                          \
+				 .hold_mode = hold_mode_,                                        \
+				 .trylock = is_try};                                             \
+		acq_before(t, &a, flags_);                                                       \
 		rc = (TRY);                                                                      \
 		if (!is_try && rc == EBUSY) {                                                    \
 			a.waited = 1;                                                            \
@@ -700,24 +956,33 @@ void hs_locks_on_free(void *p, size_t size)
 			hs_wait_end(t);                                                          \
 		}                                                                                \
 		if (a.id)                                                                        \
-			hs_acq_after(t, &a, rc);                                                 \
+			acq_after(t, &a, rc);                                                    \
 		if (rc == 0) HS_CHAOS(HS_CHAOS_LOCK); /* chaos.c: --chaos, holding it longer */  \
 		hs_leave(t);                                                                     \
 		return rc;                                                                       \
 	} while (0)
 
+/*
+ * The body every releasing hook shares: what must precede the real release
+ * (release_begin; the hand-over record, handover.c: an acquirer must see
+ * it), the real release, then the rest of the bookkeeping outside the
+ * lock's critical section (release_end).
+ */
 #define RELEASE(ordered, REAL)                                                                   \
 	do {                                                                                     \
 		struct hs_tls *t = hs_py_internal(lock) ? NULL : hs_enter();                     \
-		int rc;                                                                          \
-		if (t) {                                                                         \
-			hs_release(t, (uint64_t)(uintptr_t)lock);                                \
-			if (ordered) /* handover.c: before the real release */                   \
-				hs_order_release(t, (uint64_t)(uintptr_t)lock);                  \
-			hs_leave(t);                                                             \
-		}                                                                                \
+		uint64_t addr_ = (uint64_t)(uintptr_t)lock;                                      \
+		uint32_t id_;                                                                    \
+		int rc, i_;                                                                      \
+		if (!t)                                                                          \
+			return (REAL);                                                           \
+		i_ = release_begin(t, addr_, &id_);                                              \
+		if (ordered)                                                                     \
+			hs_order_release(t, addr_);                                              \
 		rc = (REAL);                                                                     \
-		if (t) HS_CHAOS(HS_CHAOS_UNLOCK); /* chaos.c: --chaos */                         \
+		release_end(t, addr_, i_, id_, rc);                                              \
+		hs_leave(t);                                                                     \
+		HS_CHAOS(HS_CHAOS_UNLOCK); /* chaos.c: --chaos */                                \
 		return rc;                                                                       \
 	} while (0)
 
@@ -738,27 +1003,27 @@ void hs_locks_on_free(void *p, size_t size)
 HS_EXPORT int pthread_mutex_lock(pthread_mutex_t *lock)
 {
 	uint64_t site = RET_ADDR(), cfa = CALLER_SP();
-	ACQUIRE(HS_LOCK_MUTEX, HS_MODE_WRITE, HS_MODE_WRITE, hs_mutex_flags(lock), 0, MUTEX_TRY,
+	ACQUIRE(HS_LOCK_MUTEX, HS_MODE_WRITE, HS_MODE_WRITE, FLAGS_OF_MUTEX, 0, MUTEX_TRY,
 		HS_REAL(pthread_mutex_lock)(lock));
 }
 
 HS_EXPORT int pthread_mutex_trylock(pthread_mutex_t *lock)
 {
 	uint64_t site = RET_ADDR(), cfa = CALLER_SP();
-	ACQUIRE(HS_LOCK_MUTEX, HS_MODE_WRITE, HS_MODE_WRITE, hs_mutex_flags(lock), 1, MUTEX_TRY, 0);
+	ACQUIRE(HS_LOCK_MUTEX, HS_MODE_WRITE, HS_MODE_WRITE, FLAGS_OF_MUTEX, 1, MUTEX_TRY, 0);
 }
 
 HS_EXPORT int pthread_mutex_timedlock(pthread_mutex_t *lock, const struct timespec *abstime)
 {
 	uint64_t site = RET_ADDR(), cfa = CALLER_SP();
-	ACQUIRE(HS_LOCK_MUTEX, HS_MODE_WRITE, HS_MODE_WRITE, hs_mutex_flags(lock), 0, MUTEX_TRY,
+	ACQUIRE(HS_LOCK_MUTEX, HS_MODE_WRITE, HS_MODE_WRITE, FLAGS_OF_MUTEX, 0, MUTEX_TRY,
 		HS_REAL(pthread_mutex_timedlock)(lock, abstime));
 }
 
 HS_EXPORT int pthread_mutex_clocklock(pthread_mutex_t *lock, clockid_t clock, const struct timespec *abstime)
 {
 	uint64_t site = RET_ADDR(), cfa = CALLER_SP();
-	ACQUIRE(HS_LOCK_MUTEX, HS_MODE_WRITE, HS_MODE_WRITE, hs_mutex_flags(lock), 0, MUTEX_TRY,
+	ACQUIRE(HS_LOCK_MUTEX, HS_MODE_WRITE, HS_MODE_WRITE, FLAGS_OF_MUTEX, 0, MUTEX_TRY,
 		HS_REAL(pthread_mutex_clocklock)(lock, clock, abstime));
 }
 

@@ -1288,6 +1288,42 @@ static inline int hs_py_frames_maybe(void)
 	return !__atomic_load_n(&hs_py_frames_none, __ATOMIC_RELAXED);
 }
 
+/* ---- a lock chain's most common read, inline (stacks.c) ------------------ */
+
+/*
+ * hs_chain_read's most common case, inline in the lock hooks: the same call
+ * as the last read into c (the same site and CFA, c walked under the
+ * learnt distances of now, hs_chain_top set) with every return-address slot
+ * as before, c not lazy (hs_chain_read_lazy's): returns c->depth with
+ * c->unchanged set, the Python frames read again (hs_chain_python); any
+ * other case is hs_chain_read's.  The result is
+ * hs_chain_read's, without its call.  hs_chain_top: the highest CFA a real
+ * unwind of this thread reached; hs_pcoff_gen: the learnt distances'
+ * generation [atomic] (stacks.c).
+ */
+extern __thread uint64_t hs_chain_top __attribute__((tls_model("initial-exec"))) HS_HIDDEN;
+extern uint32_t hs_pcoff_gen HS_HIDDEN;
+void hs_chain_python(struct hs_chain *c) HS_HIDDEN;
+static inline unsigned hs_chain_read_inline(struct hs_chain *c, uint64_t site, uint64_t cfa)
+{
+	unsigned sn = c->depth, m;
+	/* the CFA first: what tells two call paths to one site apart */
+	/* a lazy chain (hs_chain_read_lazy) stops at an evaluation loop: no shadow of the whole */
+	if (HS_LIKELY(c->cfa == cfa && c->site == site && c->walked && sn && !c->lazy && hs_chain_top &&
+		      c->gen == __atomic_load_n(&hs_pcoff_gen, __ATOMIC_ACQUIRE) &&
+		      *(const uint64_t *)(uintptr_t)(cfa - 8) == site)) {
+		for (m = 1; m < sn; m++)
+			if (*(const uint64_t *)(uintptr_t)(c->sp[m] - 8) != c->pc[m])
+				return hs_chain_read(c, site, cfa);
+		c->unchanged = 1;
+		c->python = 0;
+		if (hs_py_frames_maybe())
+			hs_chain_python(c);
+		return sn;
+	}
+	return hs_chain_read(c, site, cfa);
+}
+
 /* 1 when pc (a return address) is in CPython's evaluation loop, whose
  * native frames Python frames stand for; 0 when frames are not read. */
 int hs_py_eval_pc(uint64_t pc);

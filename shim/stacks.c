@@ -356,10 +356,14 @@ static uint32_t stack_site_slow(uint64_t site)
 /* (pc << 16) | off; pc is a user-space address (< 2^47), off the CFA - SP distance. */
 static uint64_t pcoff[PCOFF_CAP];
 /* Moves when a learnt distance turns into doubt: a chain walked before that
- * is no shadow any more (its distances are no longer all trusted). */
-static uint32_t pcoff_gen;
-/* The highest CFA a real unwind of this thread reached: the fast walk never reads above it. */
-static __thread uint64_t chain_top;
+ * is no shadow any more (its distances are no longer all trusted).
+ * [atomic]; shim.h (hs_chain_read_inline) reads it too. */
+uint32_t hs_pcoff_gen;
+#define pcoff_gen hs_pcoff_gen
+/* The highest CFA a real unwind of this thread reached: the fast walk never
+ * reads above it.  shim.h (hs_chain_read_inline) reads it too. */
+__thread uint64_t hs_chain_top __attribute__((tls_model("initial-exec")));
+#define chain_top hs_chain_top
 /* Where this thread's last walk stopped in doubt: the chain index of the
  * return address whose distance is not known, CHAIN_MAX for any other
  * doubt (a CFA above chain_top).  Read and reset by the real unwind. */
@@ -621,7 +625,7 @@ static __attribute__((noinline)) unsigned chain_diverged(struct hs_chain *c, uns
 }
 
 /* The chain's Python frames into c->py, when it passes through the evaluation loop. */
-static __attribute__((noinline)) void chain_python(struct hs_chain *c)
+__attribute__((noinline)) void hs_chain_python(struct hs_chain *c)
 {
 	c->python = hs_py_chain_frames(&hs_seg, c->pc, c->depth, CHAIN_MAX, &c->py) != 0;
 }
@@ -671,7 +675,7 @@ unsigned hs_chain_read(struct hs_chain *c, uint64_t site, uint64_t cfa)
 	chain_read_native(c, site, cfa);
 	c->python = 0;
 	if (c->depth && hs_py_frames_maybe())
-		chain_python(c);
+		hs_chain_python(c);
 	return c->depth;
 }
 
@@ -709,7 +713,7 @@ unsigned hs_chain_read_lazy(struct hs_chain *c, uint64_t site, uint64_t cfa)
 whole:
 	/* no Python frame on the way, or none to keep: the whole chain */
 	if (c->depth && hs_py_frames_maybe())
-		chain_python(c);
+		hs_chain_python(c);
 	return c->depth;
 }
 

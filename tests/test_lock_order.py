@@ -88,6 +88,37 @@ def test_abba_sequential_is_predicted(heisen, way):
         assert "take_b_then_a" in p.stderr and str(way.session) in p.stderr
 
 
+def test_foreign_unlock_refused_by_an_error_checking_mutex_keeps_its_owner_holding_it(heisen, way):
+    """A completion callback on a worker thread unlocks the request lock its
+    dispatcher took; the error-checking mutex refuses (EPERM), so the
+    dispatcher still holds it when it takes lock_b: the lock_a -> lock_b
+    edge is there, and with the later lock_b -> lock_a the ABBA is predicted.
+    The refused unlock is in the worker's ring as a lock error, not a release."""
+    p, report = run_target(heisen, way, "errcheck_foreign_unlock")
+    assert "refused" in p.stdout.split(), p.stdout
+    pid, tid_ab, tid_ba = (fact_int(p.stdout, k) for k in ("pid", "tid_ab", "tid_ba"))
+
+    f = one_potential_deadlock(report, pid)
+    assert sorted(f["tids"]) == sorted([tid_ab, tid_ba])
+    assert sorted(lockname(l) for l in f["locks"]) == ["lock_a", "lock_b"]
+    assert_cycle_is_closed(f)
+    ab, ba = edge(f, "lock_a", "lock_b"), edge(f, "lock_b", "lock_a")
+    assert ab["tid"] == tid_ab and ba["tid"] == tid_ba
+    for e, fn in ((ab, "take_a_then_b"), (ba, "take_b_then_a")):
+        assert frame_functions(e["from_stack"])[0] == fn, e["from_stack"]
+        assert frame_functions(e["to_stack"])[0] == fn, e["to_stack"]
+
+    proc = process_of(report, pid)
+    (disp,) = [t for t in proc["threads"] if t["tid"] == tid_ab]
+    released = [lockname(e["lock"]) for e in disp["events"] if e["type"] == "lock-released"]
+    assert released == ["lock_b", "lock_a"], disp["events"]
+    errors = [(lockname(e["lock"]), e["errno"]) for t in proc["threads"] if t["tid"] not in (tid_ab, tid_ba)
+              for e in t["events"] if e["type"] == "lock-error"]
+    assert errors == [("lock_a", 1)], errors  # EPERM, from the worker
+    assert not any(e["type"] == "lock-released" and lockname(e["lock"]) == "lock_a"
+                   for t in proc["threads"] if t["tid"] not in (tid_ab, tid_ba) for e in t["events"])
+
+
 def test_heisen_disable_records_nothing(heisen, session):
     p = heisen.preload([target(heisen, "abba_sequential")], session,
                        env={"HEISEN_DISABLE": "1"})

@@ -134,6 +134,40 @@ def test_cycle_through_a_python_lock_the_gil_and_a_c_mutex(heisen, session, py):
     check_process(report, pid, py)
 
 
+def test_helper_nesting_its_arguments_locks_from_one_line_keeps_the_held_lock_stack(heisen, session, py):
+    """transfer(src, dst, fee) nests the locks of the accounts it is given,
+    called from one line: its destination lock is taken on the same native
+    stack each time, first by an acquisition that orders nothing new (its
+    stack kept lazily: the frames to the evaluation loop and a token of the
+    Python frame), then by one under a new source that makes a new edge
+    (the whole chain read).  The fee lock taken then makes an edge from the
+    destination lock, whose stack must be that second acquisition's, with
+    transfer's line and its caller's (a lazy chain taken for the whole one
+    lost transfer's frame)."""
+    src = heisen.src_targets / "py_lock_transfer.py"
+    p = heisen.preload([py.exe, src], session, timeout=120)
+    assert p.returncode == 0 and facts(p.stdout)["done"] == ["1"], (p.returncode, p.stdout, p.stderr)
+    pid = fact_int(p.stdout, "pid")
+    report = heisen.dump_json(session, expect_rc=1)
+    cycles = [f for f in findings_of(report, "potential-deadlock") if f["pid"] == pid]
+    assert len(cycles) == 1 and len(cycles[0]["edges"]) == 2, report["findings"]
+    fee_line = marker_line(src, "transfer takes the fee lock")
+    teller = [e for e in cycles[0]["edges"]
+              if any(f.get("python") and f.get("line") == fee_line for f in e["to_stack"]["frames"])]
+    assert len(teller) == 1, cycles[0]["edges"]
+    e = teller[0]
+    expect_python_run(py, e["to_stack"], [("transfer", fee_line),
+                                          ("teller", marker_line(src, "teller transfers"))], "py_lock_transfer.py")
+    at = expect_python_run(py, e["from_stack"],
+                           [("transfer", marker_line(src, "transfer takes the destination lock")),
+                            ("teller", marker_line(src, "teller transfers"))], "py_lock_transfer.py")
+    frames = e["from_stack"]["frames"]
+    assert not e["from_stack"].get("truncated"), e["from_stack"]
+    assert any(f.get("python") and f["function"] == py.qualname("Thread.run") for f in frames[at + 1:]), \
+        [(f["function"], f.get("line")) for f in frames]
+    check_process(report, pid, py)
+
+
 def test_correct_use_of_the_threading_primitives_has_no_finding(heisen, session, py):
     src = heisen.src_targets / "py_threading_clean.py"
     # a ring long enough that the nested locks' events are still there at the end
