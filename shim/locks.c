@@ -838,8 +838,10 @@ static __attribute__((noinline)) void release_gil_edge(struct hs_tls *t, int i)
 	/* a new edge gets the held lock's exact stack (interned only then) */
 	uint32_t gil = hs_py_gil_lock();
 	unsigned mode = th->held[i].mode;
-	/* an edge there already: nothing to add (one lookup, no clock read) */
-	if (gil && gil != id && !hs_edge_find(&hs_seg, hs_edge_key(id, gil, mode, HS_MODE_WRITE)))
+	/* an edge there already: nothing to add (one lookup, no clock read); a
+	 * holding that orders nothing (lock 0: a semaphore its holder probed,
+	 * semaphores.c sem_probed) makes no edge, so its stack is never read */
+	if (id && gil && gil != id && !hs_edge_find(&hs_seg, hs_edge_key(id, gil, mode, HS_MODE_WRITE)))
 		gil_edge(t, id, mode, held_stack(th, i), gil, HS_MODE_WRITE, 0, hs_now());
 	th->held[i].flags |= HS_HELDF_GIL;
 }
