@@ -1117,6 +1117,29 @@ static uint64_t chain_find(uint64_t want, unsigned *b, unsigned *budget)
 	return 0;
 }
 
+/*
+ * The Python frames from *fp outward into out[o .. cap), one budget unit
+ * each, up to and including the frame that entered its evaluation-loop
+ * call when to_entry (the rest of that call), else to the chain's end.
+ * *fp is left at the next frame.  Returns the new o.
+ */
+static unsigned frames_to_entry(struct hs_seg *s, uint64_t *fp, unsigned *budget, uint64_t *out, unsigned o,
+				unsigned cap, int to_entry)
+{
+	struct pyf f;
+	uint32_t id;
+	while (*fp && *budget && o < cap) {
+		(*budget)--;
+		*fp = read_frame(*fp, &f);
+		id = f.skip ? 0 : pyframe_id(s, &f);
+		if (id)
+			out[o++] = HS_PC_PYTHON | id;
+		if (to_entry && f.entry)
+			break;
+	}
+	return o;
+}
+
 unsigned hs_py_held_frames(struct hs_seg *s, const uint64_t *inner, unsigned ni, const uint64_t *mid, unsigned nm,
 			   const struct hs_pytoken *tk, const uint64_t *cur, unsigned n, uint64_t *out, unsigned cap,
 			   int *whole)
@@ -1171,17 +1194,8 @@ unsigned hs_py_held_frames(struct hs_seg *s, const uint64_t *inner, unsigned ni,
 		entry = f.entry;
 	}
 	/* the callers in the same evaluation-loop call */
-	if (!entry) {
-		while (fp && budget && o < cap) {
-			budget--;
-			fp = read_frame(fp, &f);
-			id = f.skip ? 0 : pyframe_id(s, &f);
-			if (id)
-				out[o++] = HS_PC_PYTHON | id;
-			if (f.entry)
-				break;
-		}
-	}
+	if (!entry)
+		o = frames_to_entry(s, &fp, &budget, out, o, cap, 1);
 	/* that call among the native frames now: the (b + 1)-th evaluation-loop frame */
 	for (i = 0, k = 0; i < n; i++)
 		if (cur[i] > lo && cur[i] <= hi && k++ == b)
@@ -1194,23 +1208,9 @@ unsigned hs_py_held_frames(struct hs_seg *s, const uint64_t *inner, unsigned ni,
 			out[o++] = cur[i];
 			continue;
 		}
-		while (fp && budget && o < cap) {
-			budget--;
-			fp = read_frame(fp, &f);
-			id = f.skip ? 0 : pyframe_id(s, &f);
-			if (id)
-				out[o++] = HS_PC_PYTHON | id;
-			if (f.entry)
-				break;
-		}
+		o = frames_to_entry(s, &fp, &budget, out, o, cap, 1);
 	}
-	while (fp && budget && o < cap) {
-		budget--;
-		fp = read_frame(fp, &f);
-		id = f.skip ? 0 : pyframe_id(s, &f);
-		if (id)
-			out[o++] = HS_PC_PYTHON | id;
-	}
+	o = frames_to_entry(s, &fp, &budget, out, o, cap, 0);
 	*whole = 1;
 	return o;
 }
