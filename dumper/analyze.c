@@ -378,13 +378,13 @@ static int copy_cycle(struct hs_fnd *f)
 	return 0;
 }
 
-/* The other threads' snapshots taken because this crash asked for them. */
-static int crash_others(struct hs_proc *p, struct hs_fnd *f)
+/* f->others: the threads of p that other(p, f, t) picks, by tid. */
+static int collect_others(struct hs_proc *p, struct hs_fnd *f,
+			  bool (*other)(const struct hs_proc *, const struct hs_fnd *, const struct hs_tsnap *))
 {
-	f->since_ns = f->rec.ts_ns;
 	for (uint32_t i = 0; i < p->nthreads; i++) {
 		const struct hs_tsnap *t = &p->threads[i];
-		if (t->t.tid == f->rec.tid || !(t->t.snap_flags & HS_SNAPF_CRASH) || !hs_snapshot_fresh(f, t))
+		if (!other(p, f, t))
 			continue;
 		if (!f->others && !(f->others = calloc(p->nthreads, sizeof *f->others)))
 			return -1;
@@ -393,6 +393,19 @@ static int crash_others(struct hs_proc *p, struct hs_fnd *f)
 	if (f->nothers)
 		qsort(f->others, f->nothers, sizeof *f->others, by_tid);
 	return 0;
+}
+
+/* A crash's other threads: those whose snapshot this crash asked for. */
+static bool crash_other(const struct hs_proc *p, const struct hs_fnd *f, const struct hs_tsnap *t)
+{
+	(void)p;
+	return t->t.tid != f->rec.tid && (t->t.snap_flags & HS_SNAPF_CRASH) && hs_snapshot_fresh(f, t);
+}
+
+static int crash_others(struct hs_proc *p, struct hs_fnd *f)
+{
+	f->since_ns = f->rec.ts_ns;
+	return collect_others(p, f, crash_other);
 }
 
 /* A recorded finding's three stack ids (stack, stack2, stack3, named by
@@ -561,34 +574,23 @@ static struct hs_proc *stalled_proc(struct hs_session *s, int32_t pid)
 	return best;
 }
 
-/* The live threads of p that a lock-wait hang f does not name (neither
- * blocked nor, through them, holders): the report still shows each of them
+/* A lock-wait hang's other threads: the live threads of p it names neither
+ * blocked nor, through them, holding: the report still shows each of them
  * and where it is, or why that is unknown — a hang report loses no thread. */
-static int lock_wait_others(struct hs_proc *p, struct hs_fnd *f)
+static bool lock_wait_other(const struct hs_proc *p, const struct hs_fnd *f, const struct hs_tsnap *t)
 {
-	for (uint32_t i = 0; i < p->nthreads; i++) {
-		const struct hs_tsnap *t = &p->threads[i];
-		bool named = false;
-		if (t->t.state != HS_THREAD_LIVE)
-			continue;
-		for (uint32_t k = 0; k < f->nthreads && !named; k++) {
-			const struct hs_tsnap *h[4];
-			size_t nh = hs_holders(p, f->threads[k], h, 4);
-			named = f->threads[k] == t;
-			for (size_t j = 0; j < nh && j < 4 && !named; j++)
-				named = h[j] == t; /* shown as a holder already */
-		}
-		for (uint32_t k = 0; k < f->nothers && !named; k++)
-			named = f->others[k] == t;
-		if (named)
-			continue;
-		if (!f->others && !(f->others = calloc(p->nthreads, sizeof *f->others)))
-			return -1;
-		f->others[f->nothers++] = t;
+	if (t->t.state != HS_THREAD_LIVE)
+		return false;
+	for (uint32_t k = 0; k < f->nthreads; k++) {
+		const struct hs_tsnap *h[4];
+		size_t nh = hs_holders(p, f->threads[k], h, 4);
+		if (f->threads[k] == t)
+			return false;
+		for (size_t j = 0; j < nh && j < 4; j++)
+			if (h[j] == t)
+				return false; /* shown as a holder already */
 	}
-	if (f->nothers)
-		qsort(f->others, f->nothers, sizeof *f->others, by_tid);
-	return 0;
+	return true;
 }
 
 /* The stall of p: a hang of every live thread, instead of its lock-wait
@@ -608,7 +610,7 @@ static int add_stall(struct hs_session *s, struct hs_proc *p, const struct hs_st
 	 * the lock-wait hang says more (who holds the lock, where) */
 	for (size_t i = 0; st->threads && i < out->n; i++)
 		if (out->v[i].proc == p && out->v[i].kind == HS_F_HANG && out->v[i].stalled_seconds <= 0)
-			return lock_wait_others(p, &out->v[i]);
+			return collect_others(p, &out->v[i], lock_wait_other);
 	for (size_t i = 0; i < out->n; i++)
 		if (out->v[i].proc == p && out->v[i].kind == HS_F_HANG) {
 			free(out->v[i].threads);
