@@ -41,10 +41,14 @@ processes the workload started, so a preload that did not record cannot be
 measured as fast; otherwise compare.py stops with exit status 2.
 
 Usage: /usr/bin/python3 bench/compare.py BUILD_DIR [--runs N] [--only py,alloc,make,shell]
+                                         [--detectors]
                                          [--quick] [--out FILE] [--memcheck-cap SECONDS]
   --runs N      interleaved rounds (default 5)
   --quick       smaller workloads and a 60 s memcheck cap: a smoke run, not a measurement
   --out FILE    also write the Markdown to FILE
+  --detectors   instead of the peers: the defaults with one detector off each
+                (heap checker, guard pages, fd tracking, Python locks; and all
+                four off), so each detector's cost is its row against the defaults
 Results: bench/README.md, "Side by side: every detector at its default".
 """
 import argparse
@@ -334,6 +338,29 @@ def configs(shim):
     ]
 
 
+# What each detector costs: the defaults against the defaults with that one
+# detector off (the lock-order graph and the GIL check cannot be turned off:
+# they are what every other record hangs on, so "hooks only" is their cost).
+DETECTOR_OFF = [
+    # HEISEN_HEAP=0 turns the guard pages off too unless a rate is given: 5000 is their default
+    ("heisen, heap checker off", {"HEISEN_HEAP": "0", "HEISEN_GUARD_RATE": "5000"}),
+    ("heisen, guard pages off", {"HEISEN_GUARD_RATE": "0"}),
+    ("heisen, fd tracking off", {"HEISEN_FDS": "0"}),
+    ("heisen, Python locks off", {"HEISEN_PY_LOCKS": "0"}),
+    ("heisen, locks and GIL only", {"HEISEN_HEAP": "0", "HEISEN_GUARD_RATE": "0", "HEISEN_FDS": "0",
+                                    "HEISEN_PY_LOCKS": "0"}),
+]
+
+
+def detector_configs(shim):
+    """native, the defaults, and the defaults with one detector off each (--detectors)."""
+    out = [Config("native"),
+           Config("heisen (defaults)", lambda s: {"LD_PRELOAD": shim, "HEISEN_DIR": s}, heisen=True)]
+    for name, off in DETECTOR_OFF:
+        out.append(Config(name, lambda s, off=off: dict({"LD_PRELOAD": shim, "HEISEN_DIR": s}, **off), heisen=True))
+    return out
+
+
 def verify_session(dump, session, wl, cfg):
     """heisen-dump --json of a heisen run's session: exit 0 or 1, and at least wl.min_procs
     process images recorded; dies otherwise (a broken preload must not be measured as fast)."""
@@ -376,6 +403,8 @@ def main():
     ap.add_argument("--only", default="py,alloc,make,shell", help="workloads: py,alloc,pyalloc,make,shell")
     ap.add_argument("--quick", action="store_true", help="smaller workloads: a smoke run")
     ap.add_argument("--out", help="also write the Markdown here")
+    ap.add_argument("--detectors", action="store_true",
+                    help="instead of the peers: the defaults with one detector off each (what each one costs)")
     ap.add_argument("--memcheck-cap", type=float, default=None, help="seconds (default 120, --quick 60)")
     args = ap.parse_args()
     if args.runs < 1:
@@ -397,7 +426,7 @@ def main():
     load0 = load_average()
     try:
         wls = workloads([k.strip() for k in args.only.split(",") if k.strip()], build, tmp, args.quick, notes)
-        cfgs = configs(shim)
+        cfgs = detector_configs(shim) if args.detectors else configs(shim)
         # per (workload, config): list of Result; and why a config is out for a workload
         res = {(w.key, c.name): [] for w in wls for c in cfgs}
         out_of = {}
@@ -501,6 +530,10 @@ def report(args, build, wls, cfgs, res, out_of, verified, notes, load0, cap, sta
             if c.name == "heisen (defaults)":
                 bound = "%s (+%.1f ms)" % ("within" if over <= START_BOUND_MS else "**OVER**", START_BOUND_MS)
             lines.append("| %s | %.3f | %+.3f ms | %s |" % (c.name, per, over, bound))
+    if args.detectors:
+        notes = notes + ["--detectors: each row turns one detector off (%s); a detector's cost is the "
+                         "defaults' row minus its own" % "; ".join("%s: %s" % (n, " ".join(
+                             "%s=%s" % kv for kv in off.items())) for n, off in DETECTOR_OFF)]
     lines += [""] + ["note: " + n for n in notes]
     lines.append("memcheck: valgrind --tool=memcheck -q --trace-children=yes, one run per workload, cap %.0f s. "
                  "Wall x and RSS x: median over native's median in this run; peak RSS: the largest single "
