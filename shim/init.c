@@ -567,10 +567,15 @@ HS_EXPORT void _Exit(int status)
 
 /* ---- start-up ----------------------------------------------------------------- */
 
-__attribute__((constructor(101))) static void hs_init(void)
+/* glibc calls an ELF constructor with the program's argc, argv and envp
+ * (elf/dl-init.c call_init): the segment's argv comes from there. */
+__attribute__((constructor(101))) static void hs_init(int argc, char **argv, char **envp)
 {
 	struct hs_tls *t = &hs_tls;
 	int off;
+	(void)envp;
+	hs_start_argc = argc;
+	hs_start_argv = argc > 0 ? argv : NULL;
 	t->in_hook = 1;
 	hs_warnings_init();
 	hs_resolve_all();

@@ -26,6 +26,7 @@
 #include <unistd.h>
 
 #include <internal/dir_walk.h>
+#include <internal/seg_dir.h>
 
 #include "shim.h"
 
@@ -1002,18 +1003,29 @@ static void mark_execed(const char *path, pid_t pid, uint64_t ticks, unsigned ne
 
 /*
  * Size fd to layout's full geometry as a sparse file, map it and commit what
- * is needed now (commit_initial).  NULL with errno when short of space or
- * the mapping fails.
+ * is needed now (commit_initial).  fresh: the file was just created (empty);
+ * else what an earlier attempt gave store to is dropped first.  NULL with
+ * errno when short of space or the mapping fails.
  */
-static struct hs_header *map_segment(int fd, const struct hs_header *layout)
+static struct hs_header *map_segment(int fd, const struct hs_header *layout, int fresh)
 {
 	struct hs_header *h;
 	int err;
-	if (hs_sys.ftruncate(fd, 0) != 0 || hs_sys.ftruncate(fd, (off_t)layout->segment_size) != 0)
+	if ((!fresh && hs_sys.ftruncate(fd, 0) != 0) || hs_sys.ftruncate(fd, (off_t)layout->segment_size) != 0)
 		return NULL;
 	h = hs_sys.mmap(NULL, layout->segment_size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
 	if (h == MAP_FAILED)
 		return NULL;
+	/*
+	 * No read-around on the segment's page faults.  On a disk file system
+	 * (HEISEN_DIR on ext4) the first touch of a page that is a hole, or was
+	 * reserved with fallocate, read ahead around it: large folios zeroed,
+	 * ~1 ms per fault measured at the header and at the strings' first page
+	 * (two per image), where one page is all it needs; tmpfs reads nothing
+	 * ahead anyway.  A failure only costs that time.  bench/README.md,
+	 * "Process start: the environment cache, no read-around".
+	 */
+	(void)hs_sys.madvise(h, (size_t)layout->segment_size, MADV_RANDOM);
 	if (commit_initial(h, fd, layout->segment_size, layout) == 0)
 		return h;
 	err = errno;
@@ -1021,6 +1033,9 @@ static struct hs_header *map_segment(int fd, const struct hs_header *layout)
 	errno = err;
 	return NULL;
 }
+
+int hs_start_argc;    /* set by init.c's constructor */
+char **hs_start_argv;
 
 static void fill_identity(struct hs_header *h, const struct hs_header *parent)
 {
@@ -1036,7 +1051,20 @@ static void fill_identity(struct hs_header *h, const struct hs_header *parent)
 	}
 	n = hs_sys.readlink("/proc/self/exe", h->exe, sizeof h->exe - 1);
 	h->exe[n > 0 ? n : 0] = '\0';
-	n = hs_read_small("/proc/self/cmdline", buf, sizeof buf);
+	if (hs_start_argv) {
+		/* the constructor's argv: what /proc/self/cmdline would read now, without
+		   its open, read and close; one past HS_ARGV_MAX tells a cut */
+		n = 0;
+		for (int i = 0; i < hs_start_argc && hs_start_argv[i] && (size_t)n <= HS_ARGV_MAX; i++) {
+			size_t k = strnlen(hs_start_argv[i], sizeof buf - (size_t)n);
+			memcpy(buf + n, hs_start_argv[i], k);
+			n += (ssize_t)k;
+			if ((size_t)n < sizeof buf)
+				buf[n++] = '\0';
+		}
+	} else {
+		n = hs_read_small("/proc/self/cmdline", buf, sizeof buf);
+	}
 	if (n > 0) {
 		size_t keep = (size_t)n;
 		if (keep > HS_ARGV_MAX) {
@@ -1110,7 +1138,7 @@ int hs_segment_create(int forked)
 	struct hs_geometry g = geometry;
 	struct hs_seg fresh;
 	struct hs_header *h;
-	char path[PATH_MAX], tmp[PATH_MAX];
+	char path[PATH_MAX], tmp[PATH_MAX], env_cache[PATH_MAX];
 	pid_t pid = hs_sys.getpid();
 	uint64_t ticks = read_start_ticks();
 	uint32_t flags = 0;
@@ -1132,14 +1160,14 @@ int hs_segment_create(int forked)
 
 	struct hs_header probe;
 	hs_layout(&probe, &g);
-	h = map_segment(fd, &probe);
+	h = map_segment(fd, &probe, 1);
 	if (!h) {
 		int err = errno;
 		struct hs_geometry small = HS_GEOMETRY_SMALL;
 		small.ring_records = g.ring_records < small.ring_records ? g.ring_records : small.ring_records;
 		g = small;
 		hs_layout(&probe, &g);
-		h = map_segment(fd, &probe);
+		h = map_segment(fd, &probe, 0);
 		if (!h) {
 			warn3("no space for a segment in ", session_dir,
 			      "; not recording this process (set HEISEN_DIR to a larger volume)", errno);
@@ -1173,7 +1201,8 @@ int hs_segment_create(int forked)
 		hs_env_inherit(&h->env, &hs_seg.hdr->env);
 		flags |= HS_HDR_ENV | HS_HDR_ENV_INHERITED;
 	} else if (!forked) {
-		hs_env_read(&h->env);
+		path2(env_cache, sizeof env_cache, session_dir, HS_SEG_ENV_CACHE);
+		hs_env_read_cached(&h->env, env_cache);
 		flags |= HS_HDR_ENV;
 	}
 	if (hs_commit_lazy)
@@ -1217,6 +1246,8 @@ int hs_segment_create(int forked)
 		hs_seg_unbind(&fresh);
 		return -1;
 	}
+	if (!forked)
+		hs_env_cache_store(env_cache); /* what this image read itself, for the next ones */
 	/* an image exec'd by a fork child that never made its segment: that child's
 	   reference passes to this image, which took its own in hs_session_setup */
 	if (!forked && pending_clear(pid))
