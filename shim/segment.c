@@ -1003,15 +1003,14 @@ static void mark_execed(const char *path, pid_t pid, uint64_t ticks, unsigned ne
 
 /*
  * Size fd to layout's full geometry as a sparse file, map it and commit what
- * is needed now (commit_initial).  fresh: the file was just created (empty);
- * else what an earlier attempt gave store to is dropped first.  NULL with
- * errno when short of space or the mapping fails.
+ * is needed now (commit_initial).  NULL with errno when short of space or
+ * the mapping fails.
  */
-static struct hs_header *map_segment(int fd, const struct hs_header *layout, int fresh)
+static struct hs_header *map_segment(int fd, const struct hs_header *layout)
 {
 	struct hs_header *h;
 	int err;
-	if ((!fresh && hs_sys.ftruncate(fd, 0) != 0) || hs_sys.ftruncate(fd, (off_t)layout->segment_size) != 0)
+	if (hs_sys.ftruncate(fd, 0) != 0 || hs_sys.ftruncate(fd, (off_t)layout->segment_size) != 0)
 		return NULL;
 	h = hs_sys.mmap(NULL, layout->segment_size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
 	if (h == MAP_FAILED)
@@ -1160,14 +1159,14 @@ int hs_segment_create(int forked)
 
 	struct hs_header probe;
 	hs_layout(&probe, &g);
-	h = map_segment(fd, &probe, 1);
+	h = map_segment(fd, &probe);
 	if (!h) {
 		int err = errno;
 		struct hs_geometry small = HS_GEOMETRY_SMALL;
 		small.ring_records = g.ring_records < small.ring_records ? g.ring_records : small.ring_records;
 		g = small;
 		hs_layout(&probe, &g);
-		h = map_segment(fd, &probe, 0);
+		h = map_segment(fd, &probe);
 		if (!h) {
 			warn3("no space for a segment in ", session_dir,
 			      "; not recording this process (set HEISEN_DIR to a larger volume)", errno);
