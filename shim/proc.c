@@ -51,6 +51,8 @@ static uint64_t mem_recheck;          /* [atomic] mem_big at which the gap is ne
 static uint64_t mem_early_ns;         /* [atomic] when an owed sample was last let past the gap */
 static int mem_owed;                  /* [atomic] the next recorded event takes a sample the gap held back */
 static int mem_sampling;              /* [atomic] a sample is being taken (one at a time) */
+static int32_t maxrss_pid;            /* the process maxrss_base is of: a fork child (another pid)
+					 starts from 0 without a store of its own */
 static uint64_t maxrss_base;          /* ru_maxrss (KiB) when this image started: exec keeps the
 					 previous image's high-water mark there, so only a larger
 					 value is this image's own (a fork child starts from 0) */
@@ -606,7 +608,7 @@ void hs_mem_sample(struct hs_tls *t, uint64_t now, unsigned why, uint64_t size)
 		rss = parse_u64(&p) * page_bytes;
 	}
 	peak = rss;
-	if (hs_sys.getrusage(RUSAGE_SELF, &ru) == 0 && (uint64_t)ru.ru_maxrss > maxrss_base &&
+	if (hs_sys.getrusage(RUSAGE_SELF, &ru) == 0 && (uint64_t)ru.ru_maxrss > (h->pid == maxrss_pid ? maxrss_base : 0) &&
 	    (uint64_t)ru.ru_maxrss * 1024 > peak)
 		peak = (uint64_t)ru.ru_maxrss * 1024;
 	if (rss) {
@@ -694,14 +696,18 @@ void hs_proc_init(void)
 		page_bytes = (uint64_t)pg;
 	if (hs_sys.getrusage(RUSAGE_SELF, &ru) == 0)
 		maxrss_base = (uint64_t)ru.ru_maxrss;
+	maxrss_pid = (int32_t)hs_sys.getpid();
 	/* the start sample (HS_MEMW_START) comes after the first records: no time-driven one before it */
 	__atomic_store_n(&hs_mem_next_ns, hs_now() + HS_MEM_INTERVAL_NS, __ATOMIC_RELAXED);
 }
 
 void hs_proc_after_fork(void)
 {
-	maxrss_base = 0; /* a new process: its high-water mark is its own (it starts at the parent's RSS) */
-	__atomic_store_n(&mem_sampling, 0, __ATOMIC_RELAXED); /* a thread of the parent may have held it */
+	/* a new process: its high-water mark is its own (it starts at the parent's RSS):
+	   maxrss_base is not its (maxrss_pid); no store here, each page of ours a fork
+	   child writes is a copy-on-write fault before its exec */
+	if (__atomic_load_n(&mem_sampling, __ATOMIC_RELAXED)) /* a thread of the parent may have held it */
+		__atomic_store_n(&mem_sampling, 0, __ATOMIC_RELAXED);
 }
 
 void hs_proc_end(struct hs_tls *t, unsigned why)

@@ -356,19 +356,22 @@ void hs_session_fork_parent(int failed)
  * library's internal fork) was not counted by the parent; count it here. */
 static void refs_fork_child(void)
 {
-	refs_left = 0;
+	/* stores only where the value changes: each page of ours a fork child writes
+	   is a copy-on-write fault before its exec (bench/README.md, "Process start:
+	   the environment cache, no read-around") */
+	if (__atomic_load_n(&refs_left, __ATOMIC_RELAXED))
+		__atomic_store_n(&refs_left, 0, __ATOMIC_RELAXED);
 	if (refs && !fork_counted)
 		__atomic_add_fetch(&refs->live, 1, __ATOMIC_ACQ_REL);
 	fork_counted = 0;
 }
 
-static int fork_joined; /* this fork child took its share at the fork (hs_session_fork_child) */
-
 int hs_session_fork_child(pid_t pid)
 {
-	modules_lock = 0; /* a thread that held it does not exist in the child */
+	/* a thread that held it does not exist in the child (read first: see refs_fork_child) */
+	if (__atomic_load_n(&modules_lock, __ATOMIC_RELAXED))
+		__atomic_store_n(&modules_lock, 0, __ATOMIC_RELAXED);
 	refs_fork_child();
-	fork_joined = 1;
 	if (!refs)
 		return 0;
 	for (uint32_t i = 0, k = (uint32_t)pid % HS_REFS_PENDING; i < HS_REFS_PENDING; i++, k = (k + 1) % HS_REFS_PENDING) {
@@ -1146,11 +1149,10 @@ int hs_segment_create(int forked)
 
 	if (!session_dir[0])
 		return -1;
-	if (forked && !fork_joined) {
+	if (forked == 1) { /* a fork child hs_session_fork_child did not count */
 		modules_lock = 0; /* a thread that held it does not exist in the child */
 		refs_fork_child();
 	}
-	fork_joined = 0;
 	fd = open_unnamed(tmp, sizeof tmp);
 	if (fd < 0) {
 		warn3("cannot create a segment in ", session_dir, "; not recording this process", errno);

@@ -672,8 +672,9 @@ int hs_seg_bind(struct hs_seg *s, struct hs_header *hdr, size_t size);
 
 /*
  * Create this process's segment in the session directory and make it
- * hs_seg.  `forked` is 1 in a fork child (only async-signal-safe calls are
- * made then).  Returns 0, or -1 with a warning on stderr (unless quiet)
+ * hs_seg.  `forked` is 0 for an image, 1 in a fork child, 2 in a fork child
+ * hs_session_fork_child already counted in session.refs (only async-signal-safe
+ * calls are made in a fork child).  Returns 0, or -1 with a warning on stderr (unless quiet)
  * after falling back as far as it could; on -1 the shim records nothing.
  */
 int hs_segment_create(int forked);
