@@ -372,10 +372,9 @@ struct env_cache {
 	char self[2048];           /* /proc/self/cgroup as it was read */
 	uint64_t sum;              /* FNV-1a 64 of every byte above */
 };
-/* The file's record as read, then what this image read itself for
- * hs_env_cache_store; one page (a page fault less than two) */
-static struct env_cache env_rec __attribute__((aligned(4096)));
-_Static_assert(sizeof(struct env_cache) <= 4096, "the environment cache is one page");
+/* What this image read itself, for hs_env_cache_store (touched only then:
+ * an image that takes the cache reads it into its stack) */
+static struct env_cache env_rec;
 static int env_rec_fresh; /* env_rec holds this image's own facts, not yet stored */
 
 static uint64_t env_cache_sum(const struct env_cache *c)
@@ -391,7 +390,7 @@ static uint64_t env_cache_sum(const struct env_cache *c)
 static int env_cache_take(struct hs_env *e, const char *cache_path, const char *self, size_t self_len,
 			  uint32_t ns, uint64_t now)
 {
-	struct env_cache *c = &env_rec;
+	struct env_cache rec, *c = &rec;
 	int fd = hs_sys.open(cache_path, O_RDONLY | O_NOFOLLOW | O_CLOEXEC, 0);
 	ssize_t n;
 	if (fd < 0)

@@ -1140,7 +1140,7 @@ int hs_segment_create(int forked)
 	struct hs_geometry g = geometry;
 	struct hs_seg fresh;
 	struct hs_header *h;
-	char path[PATH_MAX], tmp[PATH_MAX], env_cache[PATH_MAX];
+	char path[PATH_MAX], tmp[PATH_MAX];
 	pid_t pid = hs_sys.getpid();
 	uint64_t ticks = read_start_ticks();
 	uint32_t flags = 0;
@@ -1202,8 +1202,8 @@ int hs_segment_create(int forked)
 		hs_env_inherit(&h->env, &hs_seg.hdr->env);
 		flags |= HS_HDR_ENV | HS_HDR_ENV_INHERITED;
 	} else if (!forked) {
-		path2(env_cache, sizeof env_cache, session_dir, HS_SEG_ENV_CACHE);
-		hs_env_read_cached(&h->env, env_cache);
+		path2(path, sizeof path, session_dir, HS_SEG_ENV_CACHE); /* path: the segment's name later */
+		hs_env_read_cached(&h->env, path);
 		flags |= HS_HDR_ENV;
 	}
 	if (hs_commit_lazy)
@@ -1247,8 +1247,11 @@ int hs_segment_create(int forked)
 		hs_seg_unbind(&fresh);
 		return -1;
 	}
-	if (!forked)
-		hs_env_cache_store(env_cache); /* what this image read itself, for the next ones */
+	if (!forked) {
+		/* what this image read itself, for the next ones */
+		path2(path, sizeof path, session_dir, HS_SEG_ENV_CACHE);
+		hs_env_cache_store(path);
+	}
 	/* an image exec'd by a fork child that never made its segment: that child's
 	   reference passes to this image, which took its own in hs_session_setup */
 	if (!forked && pending_clear(pid))
