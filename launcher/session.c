@@ -369,6 +369,8 @@ void hr_session_remove_if_clean(struct hr_run *r, int only_if_empty)
 			closedir(d);
 		}
 	}
+	if (!only_if_empty || (r->session_created && r->session_auto))
+		(void)unlinkat(r->session_fd, HS_SEG_ENV_CACHE, 0); /* the shim's cache, not a record */
 	if (r->session_created && (r->session_auto || !only_if_empty))
 		(void)rmdir(r->session);
 }

@@ -273,6 +273,8 @@ static pid_t fork_tid;               /* the thread that forked (it holds fork_he
 static int fork_oslot;               /* that thread had a slot of the parent's segment */
 static uint64_t fork_mono_ns, fork_real_ns; /* when the fork happened */
 static uint32_t fork_quiet_ops;      /* [atomic] heap operations and closes while pending */
+static int fork_joined;              /* hs_session_fork_child counted this child (here, not in
+					segment.c: a page the fork handler writes anyway) */
 
 /* ---- sites a fork child learnt, for its parent's next children (shim.h) ---- */
 
@@ -352,13 +354,14 @@ uint32_t hs_fork_site(uint64_t site)
 static void make_child_segment(struct hs_tls *t)
 {
 	struct hs_seg old = fork_parent;
-	int inherited;
+	int inherited, joined = fork_joined;
 	struct fork_held *fh = NULL;
 
+	fork_joined = 0;
 	memset(&fork_parent, 0, sizeof fork_parent);
 	memset(&hs_seg, 0, sizeof hs_seg);
 	hs_seg.hdr = old.hdr; /* hs_segment_create copies the parent's identity from here */
-	if (hs_segment_create(1) != 0) {
+	if (hs_segment_create(joined ? 2 : 1) != 0) {
 		memset(&hs_seg, 0, sizeof hs_seg);
 		hs_seg_unbind(&old);
 		t->slot = NULL;
@@ -459,7 +462,7 @@ int hs_fork_close(int fd, int *rc)
 static void atfork_child(void)
 {
 	struct hs_tls *t = &hs_tls;
-	int was = t->in_hook;
+	int was = t->in_hook, full;
 	struct timespec ts;
 
 	if (!__atomic_load_n(&hs_recording, __ATOMIC_ACQUIRE))
@@ -487,8 +490,11 @@ static void atfork_child(void)
 	learn_done = 0;
 	__atomic_store_n(&learn_posted, 0, __ATOMIC_RELAXED);
 	hs_proc_after_fork();
+	fork_joined = 0;
 	__atomic_store_n(&hs_fork_pending, 1, __ATOMIC_RELEASE);
-	if (hs_session_fork_child(fork_pid) != 0 || hs_inject_on || hs_chaos_on)
+	full = hs_session_fork_child(fork_pid) != 0;
+	fork_joined = 1;
+	if (full || hs_inject_on || hs_chaos_on)
 		hs_fork_segment(0);
 	t->in_hook = was;
 }
@@ -567,10 +573,15 @@ HS_EXPORT void _Exit(int status)
 
 /* ---- start-up ----------------------------------------------------------------- */
 
-__attribute__((constructor(101))) static void hs_init(void)
+/* glibc calls an ELF constructor with the program's argc, argv and envp
+ * (elf/dl-init.c call_init): the segment's argv comes from there. */
+__attribute__((constructor(101))) static void hs_init(int argc, char **argv, char **envp)
 {
 	struct hs_tls *t = &hs_tls;
 	int off;
+	(void)envp;
+	hs_start_argc = argc;
+	hs_start_argv = argc > 0 ? argv : NULL;
 	t->in_hook = 1;
 	hs_warnings_init();
 	hs_resolve_all();

@@ -30,6 +30,7 @@
  */
 #include <errno.h>
 #include <fcntl.h>
+#include <stddef.h>
 #include <stdlib.h>
 #include <gnu/libc-version.h>
 #include <limits.h>
@@ -50,6 +51,8 @@ static uint64_t mem_recheck;          /* [atomic] mem_big at which the gap is ne
 static uint64_t mem_early_ns;         /* [atomic] when an owed sample was last let past the gap */
 static int mem_owed;                  /* [atomic] the next recorded event takes a sample the gap held back */
 static int mem_sampling;              /* [atomic] a sample is being taken (one at a time) */
+static int32_t maxrss_pid;            /* the process maxrss_base is of: a fork child (another pid)
+					 starts from 0 without a store of its own */
 static uint64_t maxrss_base;          /* ru_maxrss (KiB) when this image started: exec keeps the
 					 previous image's high-water mark there, so only a larger
 					 value is this image's own (a fork child starts from 0) */
@@ -262,16 +265,15 @@ int hs_oom_kills_read(const struct hs_env *e, uint64_t *out)
 	return keyed(buf, "oom_kill", out) ? 0 : -1;
 }
 
-/* The memory and cpu controllers: version, directories, limits, the counter. */
-static void read_cgroups(struct hs_env *e)
+/* The memory and cpu controllers from self (/proc/self/cgroup): version,
+ * directories, limits.  The OOM-kill counter is the caller's. */
+static void read_cgroups(struct hs_env *e, const char *self)
 {
 	static const char *const cpu_mounts[] = {"/sys/fs/cgroup/cpu", "/sys/fs/cgroup/cpu,cpuacct",
 						 "/sys/fs/cgroup/cpuacct,cpu"};
-	char self[2048], path[HS_CGROUP_PATH_MAX], dir[PATH_MAX];
+	char path[HS_CGROUP_PATH_MAX], dir[PATH_MAX];
 	struct stat st;
 	size_t n;
-	if (hs_read_small("/proc/self/cgroup", self, sizeof self) <= 0)
-		return;
 	if (hs_sys.lstat("/sys/fs/cgroup/cgroup.controllers", &st) == 0) {
 		/* the unified hierarchy (v2) */
 		if (!cgroup_path(self, "", path, sizeof path))
@@ -305,8 +307,6 @@ static void read_cgroups(struct hs_env *e)
 		return;
 	}
 	memcpy(e->mem_cgroup, dir, n + 1);
-	if (hs_oom_kills_read(e, &e->oom_kills) == 0)
-		e->flags |= HS_ENV_OOM_COUNTER;
 	e->mem_limit = memory_limit(dir, n, e->mem_cgroup_root, e->cgroup);
 }
 
@@ -322,37 +322,160 @@ static uint64_t rlim(int resource, uint64_t *hard)
 	return rl.rlim_cur == RLIM_INFINITY ? HS_UNLIMITED : rl.rlim_cur;
 }
 
-void hs_env_read(struct hs_env *e)
+/* The inode in "cgroup:[4026531835]" (readlink of /proc/self/ns/cgroup); 0 = unknown. */
+static uint32_t cgroup_ns_inode(void)
 {
-	char buf[256];
+	char buf[64];
+	ssize_t n = hs_sys.readlink("/proc/self/ns/cgroup", buf, sizeof buf - 1);
+	const char *p = buf;
+	if (n <= 0)
+		return 0;
+	buf[n] = '\0';
+	while (*p && *p != '[')
+		p++;
+	if (*p != '[')
+		return 0;
+	p++;
+	return (uint32_t)parse_u64(&p);
+}
+
+/*
+ * The environment cache: the facts that cost file reads (CPUs online, the
+ * cgroup version, directories, CPU quota and memory limit: five to ten
+ * files of /sys, four lstats, ~40 us per image on the measuring VM) are
+ * shared by the processes of a session through one small file in the
+ * session directory, HS_ENV_CACHE_FILE.  A process takes them from there
+ * when the file was written at most HS_ENV_CACHE_NS ago by a process whose
+ * /proc/self/cgroup read the same, byte for byte, in the same cgroup
+ * namespace (both read anew by every image: one file and one readlink);
+ * else it reads them itself and writes the file anew after its segment is
+ * named (so a session's first file is still its first segment).  What each
+ * process reads itself always: the OOM-kill counter (its value at this
+ * process's start), the affinity, rlimits, RAM, /dev/shm, kernel and libc.
+ * So a limit changed less than HS_ENV_CACHE_NS before an image starts may
+ * be reported at its old value (README "Processes").  A torn or foreign
+ * file fails its checksum and counts as absent.  Where the idea comes
+ * from: the fork child's copy of its parent's record (hs_env_inherit),
+ * extended to exec'd images, with the cgroup text as the key because a
+ * container runtime moves a process between its fork and its exec.
+ * docs/design.md "Processes".
+ */
+#define ENV_CACHE_MAGIC "HSENVC01"
+struct env_cache {
+	char magic[8];
+	uint64_t read_ns;          /* CLOCK_MONOTONIC before the facts were read */
+	uint32_t cgroup_ns;        /* the reader's cgroup namespace inode */
+	uint32_t self_len;         /* bytes of self */
+	uint32_t cpu_online, cgroup, flags, mem_cgroup_root; /* struct hs_env's; flags: HS_ENV_CGROUP_ROOT only */
+	uint64_t cpu_quota_us, cpu_period_us, mem_limit;
+	char mem_cgroup[HS_CGROUP_PATH_MAX];
+	char self[2048];           /* /proc/self/cgroup as it was read */
+	uint64_t sum;              /* FNV-1a 64 of every byte above */
+};
+/* What this image read itself, for hs_env_cache_store (touched only then:
+ * an image that takes the cache reads it into its stack) */
+static struct env_cache env_rec;
+static int env_rec_fresh; /* env_rec holds this image's own facts, not yet stored */
+
+static uint64_t env_cache_sum(const struct env_cache *c)
+{
+	const unsigned char *p = (const unsigned char *)c;
+	uint64_t h = 0xcbf29ce484222325ull;
+	for (size_t i = 0; i < offsetof(struct env_cache, sum); i++)
+		h = (h ^ p[i]) * 0x100000001b3ull;
+	return h;
+}
+
+/* 1 when cache_path holds facts this process may take (see above), copied into e. */
+static int env_cache_take(struct hs_env *e, const char *cache_path, const char *self, size_t self_len,
+			  uint32_t ns, uint64_t now)
+{
+	struct env_cache rec, *c = &rec;
+	int fd = hs_sys.open(cache_path, O_RDONLY | O_NOFOLLOW | O_CLOEXEC, 0);
+	ssize_t n;
+	if (fd < 0)
+		return 0;
+	n = hs_sys.pread(fd, c, sizeof *c, 0);
+	hs_sys.close(fd);
+	if (n != (ssize_t)sizeof *c || memcmp(c->magic, ENV_CACHE_MAGIC, sizeof c->magic) != 0 ||
+	    c->sum != env_cache_sum(c) || c->cgroup_ns != ns || c->self_len != self_len ||
+	    memcmp(c->self, self, self_len) != 0 || c->read_ns > now || now - c->read_ns > HS_ENV_CACHE_NS ||
+	    memchr(c->mem_cgroup, '\0', sizeof c->mem_cgroup) == NULL)
+		return 0;
+	e->cpu_online = c->cpu_online;
+	e->cgroup = c->cgroup;
+	e->flags |= c->flags & HS_ENV_CGROUP_ROOT;
+	e->mem_cgroup_root = c->mem_cgroup_root;
+	e->cpu_quota_us = c->cpu_quota_us;
+	e->cpu_period_us = c->cpu_period_us;
+	e->mem_limit = c->mem_limit;
+	memcpy(e->mem_cgroup, c->mem_cgroup, sizeof e->mem_cgroup);
+	return 1;
+}
+
+void hs_env_cache_store(const char *cache_path)
+{
+	int fd;
+	if (!env_rec_fresh || !cache_path)
+		return;
+	env_rec_fresh = 0;
+	fd = hs_sys.open(cache_path, O_WRONLY | O_CREAT | O_NOFOLLOW | O_CLOEXEC, 0600);
+	if (fd < 0)
+		return;
+	env_rec.sum = env_cache_sum(&env_rec);
+	(void)!hs_sys.pwrite(fd, &env_rec, sizeof env_rec, 0);
+	hs_sys.close(fd);
+}
+
+void hs_env_read_cached(struct hs_env *e, const char *cache_path)
+{
+	char buf[256], self[sizeof env_rec.self];
 	unsigned char mask[512];
 	struct utsname u;
 	struct sysinfo si;
 	struct statfs sf;
 	const char *libc = gnu_get_libc_version();
+	ssize_t self_len;
+	uint32_t ns;
+	uint64_t now = hs_now();
 	int nb;
 
 	memset(e, 0, sizeof *e);
-	if (hs_read_small("/sys/devices/system/cpu/online", buf, sizeof buf) > 0)
-		e->cpu_online = count_cpu_list(buf);
+	env_rec_fresh = 0;
+	self_len = hs_read_small("/proc/self/cgroup", self, sizeof self);
+	if (self_len < 0)
+		self_len = 0;
+	ns = cgroup_ns_inode();
+	if (!cache_path || !env_cache_take(e, cache_path, self, (size_t)self_len, ns, now)) {
+		struct env_cache *c = &env_rec;
+		if (hs_read_small("/sys/devices/system/cpu/online", buf, sizeof buf) > 0)
+			e->cpu_online = count_cpu_list(buf);
+		if (self_len > 0)
+			read_cgroups(e, self);
+		memset(c, 0, sizeof *c); /* every byte the checksum covers is defined */
+		memcpy(c->magic, ENV_CACHE_MAGIC, sizeof c->magic);
+		c->read_ns = now;
+		c->cgroup_ns = ns;
+		c->self_len = (uint32_t)self_len;
+		c->cpu_online = e->cpu_online;
+		c->cgroup = e->cgroup;
+		c->flags = e->flags & HS_ENV_CGROUP_ROOT;
+		c->mem_cgroup_root = e->mem_cgroup_root;
+		c->cpu_quota_us = e->cpu_quota_us;
+		c->cpu_period_us = e->cpu_period_us;
+		c->mem_limit = e->mem_limit;
+		memcpy(c->mem_cgroup, e->mem_cgroup, sizeof c->mem_cgroup);
+		memcpy(c->self, self, (size_t)self_len);
+		env_rec_fresh = cache_path != NULL;
+	}
+	if (e->cgroup) {
+		e->cgroup_ns = ns;
+		if (hs_oom_kills_read(e, &e->oom_kills) == 0)
+			e->flags |= HS_ENV_OOM_COUNTER;
+	}
 	if ((nb = hs_sys.sched_getaffinity(sizeof mask, mask)) > 0)
 		for (int i = 0; i < nb && i < (int)sizeof mask; i++)
 			e->cpu_affinity += (uint32_t)__builtin_popcount(mask[i]);
-	read_cgroups(e);
-	if (e->cgroup) {
-		/* "cgroup:[4026531835]" */
-		ssize_t n = hs_sys.readlink("/proc/self/ns/cgroup", buf, sizeof buf - 1);
-		const char *p = buf;
-		if (n > 0) {
-			buf[n] = '\0';
-			while (*p && *p != '[')
-				p++;
-			if (*p == '[') {
-				p++;
-				e->cgroup_ns = (uint32_t)parse_u64(&p);
-			}
-		}
-	}
 	if (hs_sys.sysinfo(&si) == 0)
 		e->mem_total = (uint64_t)si.totalram * (si.mem_unit ? si.mem_unit : 1);
 	if (hs_sys.statfs("/dev/shm", &sf) == 0) {
@@ -365,6 +488,11 @@ void hs_env_read(struct hs_env *e)
 	if (hs_sys.uname(&u) == 0)
 		join(e->kernel, sizeof e->kernel, u.release, NULL, NULL);
 	join(e->libc, sizeof e->libc, libc ? libc : "", NULL, NULL);
+}
+
+void hs_env_read(struct hs_env *e)
+{
+	hs_env_read_cached(e, NULL);
 }
 
 void hs_env_inherit(struct hs_env *e, const struct hs_env *parent)
@@ -479,7 +607,7 @@ void hs_mem_sample(struct hs_tls *t, uint64_t now, unsigned why, uint64_t size)
 		rss = parse_u64(&p) * page_bytes;
 	}
 	peak = rss;
-	if (hs_sys.getrusage(RUSAGE_SELF, &ru) == 0 && (uint64_t)ru.ru_maxrss > maxrss_base &&
+	if (hs_sys.getrusage(RUSAGE_SELF, &ru) == 0 && (uint64_t)ru.ru_maxrss > (h->pid == maxrss_pid ? maxrss_base : 0) &&
 	    (uint64_t)ru.ru_maxrss * 1024 > peak)
 		peak = (uint64_t)ru.ru_maxrss * 1024;
 	if (rss) {
@@ -567,14 +695,18 @@ void hs_proc_init(void)
 		page_bytes = (uint64_t)pg;
 	if (hs_sys.getrusage(RUSAGE_SELF, &ru) == 0)
 		maxrss_base = (uint64_t)ru.ru_maxrss;
+	maxrss_pid = (int32_t)hs_sys.getpid();
 	/* the start sample (HS_MEMW_START) comes after the first records: no time-driven one before it */
 	__atomic_store_n(&hs_mem_next_ns, hs_now() + HS_MEM_INTERVAL_NS, __ATOMIC_RELAXED);
 }
 
 void hs_proc_after_fork(void)
 {
-	maxrss_base = 0; /* a new process: its high-water mark is its own (it starts at the parent's RSS) */
-	__atomic_store_n(&mem_sampling, 0, __ATOMIC_RELAXED); /* a thread of the parent may have held it */
+	/* a new process: its high-water mark is its own (it starts at the parent's RSS):
+	   maxrss_base is not its (maxrss_pid); no store here, each page of ours a fork
+	   child writes is a copy-on-write fault before its exec */
+	if (__atomic_load_n(&mem_sampling, __ATOMIC_RELAXED)) /* a thread of the parent may have held it */
+		__atomic_store_n(&mem_sampling, 0, __ATOMIC_RELAXED);
 }
 
 void hs_proc_end(struct hs_tls *t, unsigned why)

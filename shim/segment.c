@@ -26,6 +26,7 @@
 #include <unistd.h>
 
 #include <internal/dir_walk.h>
+#include <internal/seg_dir.h>
 
 #include "shim.h"
 
@@ -355,19 +356,22 @@ void hs_session_fork_parent(int failed)
  * library's internal fork) was not counted by the parent; count it here. */
 static void refs_fork_child(void)
 {
-	refs_left = 0;
+	/* stores only where the value changes: each page of ours a fork child writes
+	   is a copy-on-write fault before its exec (bench/README.md, "Process start:
+	   the environment cache, no read-around") */
+	if (__atomic_load_n(&refs_left, __ATOMIC_RELAXED))
+		__atomic_store_n(&refs_left, 0, __ATOMIC_RELAXED);
 	if (refs && !fork_counted)
 		__atomic_add_fetch(&refs->live, 1, __ATOMIC_ACQ_REL);
 	fork_counted = 0;
 }
 
-static int fork_joined; /* this fork child took its share at the fork (hs_session_fork_child) */
-
 int hs_session_fork_child(pid_t pid)
 {
-	modules_lock = 0; /* a thread that held it does not exist in the child */
+	/* a thread that held it does not exist in the child (read first: see refs_fork_child) */
+	if (__atomic_load_n(&modules_lock, __ATOMIC_RELAXED))
+		__atomic_store_n(&modules_lock, 0, __ATOMIC_RELAXED);
 	refs_fork_child();
-	fork_joined = 1;
 	if (!refs)
 		return 0;
 	for (uint32_t i = 0, k = (uint32_t)pid % HS_REFS_PENDING; i < HS_REFS_PENDING; i++, k = (k + 1) % HS_REFS_PENDING) {
@@ -1014,6 +1018,16 @@ static struct hs_header *map_segment(int fd, const struct hs_header *layout)
 	h = hs_sys.mmap(NULL, layout->segment_size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
 	if (h == MAP_FAILED)
 		return NULL;
+	/*
+	 * No read-around on the segment's page faults.  On a disk file system
+	 * (HEISEN_DIR on ext4) the first touch of a page that is a hole, or was
+	 * reserved with fallocate, read ahead around it: large folios zeroed,
+	 * ~1 ms per fault measured at the header and at the strings' first page
+	 * (two per image), where one page is all it needs; tmpfs reads nothing
+	 * ahead anyway.  A failure only costs that time.  bench/README.md,
+	 * "Process start: the environment cache, no read-around".
+	 */
+	(void)hs_sys.madvise(h, (size_t)layout->segment_size, MADV_RANDOM);
 	if (commit_initial(h, fd, layout->segment_size, layout) == 0)
 		return h;
 	err = errno;
@@ -1021,6 +1035,9 @@ static struct hs_header *map_segment(int fd, const struct hs_header *layout)
 	errno = err;
 	return NULL;
 }
+
+int hs_start_argc;    /* set by init.c's constructor */
+char **hs_start_argv;
 
 static void fill_identity(struct hs_header *h, const struct hs_header *parent)
 {
@@ -1036,7 +1053,20 @@ static void fill_identity(struct hs_header *h, const struct hs_header *parent)
 	}
 	n = hs_sys.readlink("/proc/self/exe", h->exe, sizeof h->exe - 1);
 	h->exe[n > 0 ? n : 0] = '\0';
-	n = hs_read_small("/proc/self/cmdline", buf, sizeof buf);
+	if (hs_start_argv) {
+		/* the constructor's argv: what /proc/self/cmdline would read now, without
+		   its open, read and close; one past HS_ARGV_MAX tells a cut */
+		n = 0;
+		for (int i = 0; i < hs_start_argc && hs_start_argv[i] && (size_t)n <= HS_ARGV_MAX; i++) {
+			size_t k = strnlen(hs_start_argv[i], sizeof buf - (size_t)n);
+			memcpy(buf + n, hs_start_argv[i], k);
+			n += (ssize_t)k;
+			if ((size_t)n < sizeof buf)
+				buf[n++] = '\0';
+		}
+	} else {
+		n = hs_read_small("/proc/self/cmdline", buf, sizeof buf);
+	}
 	if (n > 0) {
 		size_t keep = (size_t)n;
 		if (keep > HS_ARGV_MAX) {
@@ -1119,11 +1149,10 @@ int hs_segment_create(int forked)
 
 	if (!session_dir[0])
 		return -1;
-	if (forked && !fork_joined) {
+	if (forked == 1) { /* a fork child hs_session_fork_child did not count */
 		modules_lock = 0; /* a thread that held it does not exist in the child */
 		refs_fork_child();
 	}
-	fork_joined = 0;
 	fd = open_unnamed(tmp, sizeof tmp);
 	if (fd < 0) {
 		warn3("cannot create a segment in ", session_dir, "; not recording this process", errno);
@@ -1173,7 +1202,8 @@ int hs_segment_create(int forked)
 		hs_env_inherit(&h->env, &hs_seg.hdr->env);
 		flags |= HS_HDR_ENV | HS_HDR_ENV_INHERITED;
 	} else if (!forked) {
-		hs_env_read(&h->env);
+		path2(path, sizeof path, session_dir, HS_SEG_ENV_CACHE); /* path: the segment's name later */
+		hs_env_read_cached(&h->env, path);
 		flags |= HS_HDR_ENV;
 	}
 	if (hs_commit_lazy)
@@ -1216,6 +1246,11 @@ int hs_segment_create(int forked)
 	if (image == 64) {
 		hs_seg_unbind(&fresh);
 		return -1;
+	}
+	if (!forked) {
+		/* what this image read itself, for the next ones */
+		path2(path, sizeof path, session_dir, HS_SEG_ENV_CACHE);
+		hs_env_cache_store(path);
 	}
 	/* an image exec'd by a fork child that never made its segment: that child's
 	   reference passes to this image, which took its own in hs_session_setup */

@@ -672,8 +672,9 @@ int hs_seg_bind(struct hs_seg *s, struct hs_header *hdr, size_t size);
 
 /*
  * Create this process's segment in the session directory and make it
- * hs_seg.  `forked` is 1 in a fork child (only async-signal-safe calls are
- * made then).  Returns 0, or -1 with a warning on stderr (unless quiet)
+ * hs_seg.  `forked` is 0 for an image, 1 in a fork child, 2 in a fork child
+ * hs_session_fork_child already counted in session.refs (only async-signal-safe
+ * calls are made in a fork child).  Returns 0, or -1 with a warning on stderr (unless quiet)
  * after falling back as far as it could; on -1 the shim records nothing.
  */
 int hs_segment_create(int forked);
@@ -1527,6 +1528,20 @@ int hs_safe_read_fixup(void *uc);
 /* Fill e with what this process sees now (format.h struct hs_env).  Raw
  * system calls through hs_sys, no malloc, no stdio.  Init only. */
 void hs_env_read(struct hs_env *e);
+
+/* The program's arguments as the constructor got them (init.c); NULL when
+ * none were given: the segment's argv then comes from /proc/self/cmdline. */
+extern int hs_start_argc;
+extern char **hs_start_argv;
+
+/* The same, taking the facts that cost file reads from the session's
+ * environment cache at cache_path when it is fresh and of the same cgroup
+ * (proc.c; the file is internal/seg_dir.h's HS_SEG_ENV_CACHE in the session
+ * directory); NULL: read everything.  What it read itself is written there by
+ * hs_env_cache_store (after the segment is named).  Init only. */
+#define HS_ENV_CACHE_NS 100000000ull       /* facts older than 0.1 s are read anew */
+void hs_env_read_cached(struct hs_env *e, const char *cache_path);
+void hs_env_cache_store(const char *cache_path);
 
 /* A fork child's record: its parent's, with the OOM-kill counter read anew.
  * Async-signal-safe. */

@@ -19,6 +19,7 @@ import json
 import os
 import platform
 import resource
+import shutil
 import signal
 import subprocess
 import sys
@@ -445,6 +446,42 @@ def test_each_segment_records_the_environment_it_saw(heisen, session):
     version, cg = _own_cgroup("memory")
     if version is not None:
         assert e["cgroup"]["version"] == version and e["cgroup"]["memory"] == str(cg)
+
+
+ENV_FACTS = ("cpu_online", "cpu_quota_us", "cpu_period_us", "memory_limit_bytes", "cgroup")
+
+
+def test_images_of_one_cgroup_share_its_facts_and_a_moved_image_reads_its_own(heisen, session, tmp_path):
+    """A shell's images started back to back in one cgroup read the cgroup
+    and CPU files of /sys once between them (the session's environment
+    cache, shim/proc.c), and each records what the reader recorded; an image
+    moved into a memory-limited cgroup between its fork and its exec (as a
+    container runtime does) right after them records its own limit."""
+    if not shutil.which("strace"):
+        pytest.skip("strace is not installed")
+    trace = tmp_path / "trace"
+    p = subprocess.run(["strace", "-f", "-qq", "-e", "trace=openat", "-o", str(trace),
+                        "-E", f"LD_PRELOAD={heisen.lib}", "-E", f"HEISEN_DIR={session}",
+                        "sh", "-c", "for i in 1 2 3 4 5 6 7 8; do /bin/true; done"],
+                       env=heisen.env(), capture_output=True, text=True, timeout=120)
+    assert p.returncode == 0, p.stderr
+    r = heisen.dump_json(session, expect_rc=0)
+    images = [pr for pr in r["processes"] if pr["argv"] == ["/bin/true"]]
+    (shell,) = [pr for pr in r["processes"] if pr["argv"][:1] == ["sh"]]
+    assert len(images) == 8
+    readers = {int(ln.split()[0]) for ln in trace.read_text().splitlines() if "/sys/devices/system/cpu/online" in ln}
+    assert readers and len(readers) < 3, (sorted(readers), [pr["pid"] for pr in images])
+    for pr in images:
+        assert {k: pr["environment"][k] for k in ENV_FACTS} == {k: shell["environment"][k] for k in ENV_FACTS}
+        assert pr["environment"]["inherited"] is False
+    assert shell["environment"]["memory_limit_bytes"] != LIMIT
+    with memory_cgroup(LIMIT) as (_, cg):
+        first = heisen.preload(["/bin/true"], session)
+        moved = heisen.preload([SYSTEM_PYTHON, "-c", "import os; print(os.getpid())"], session, preexec_fn=join(cg))
+    assert first.returncode == 0 and moved.returncode == 0, moved.stderr
+    e = proc_by_pid(heisen.dump_json(session, expect_rc=0), int(moved.stdout))["environment"]
+    assert e["memory_limit_bytes"] == LIMIT
+    assert e["cgroup"]["memory"] == str(cg)
 
 
 def test_cpu_affinity_below_the_cpu_count_is_warned_about(heisen, tmp_path):

@@ -16,6 +16,10 @@
  *     cannot read by the end-of-run verdict (HS_SEG_MISNAMED_MSG) — the
  *     watchdog cannot tie it to a process and leaves it alone;
  *   - "*.stall" is a stall note (launcher/segment.c hr_seg_note_stall);
+ *   - HS_SEG_ENV_CACHE (".environment") is the shim's environment cache
+ *     (shim/proc.c): not a record, only what the session's next process
+ *     may take instead of reading /sys again; whoever removes a session's
+ *     segments removes it too;
  *   - everything else, the shim's temporary ".<pid>.new" among it, is not
  *     the readers' business and is skipped.
  * A segment is opened with O_NOFOLLOW | O_NONBLOCK | O_NOCTTY (a FIFO or a
@@ -37,6 +41,9 @@
 #include <sys/stat.h>
 #include <sys/types.h>
 #include <unistd.h>
+
+/* The shim's environment cache in a session directory (see above). */
+#define HS_SEG_ENV_CACHE ".environment"
 
 /* What a misnamed "*.seg" file is called by both readers. */
 #define HS_SEG_MISNAMED_MSG "not named <pid>.<image>.seg: not read"
