@@ -695,28 +695,137 @@ keep:
 }
 
 /*
- * This call's stack id (hs_stack_call's, or hs_stack_here's with
- * HEISEN_FD_STACKS=full), 0 when none could be read or kept.  site and
- * hs_fd_call_cfa are the hook's (HS_FD_SITE); t is hs_enter()'s.  Inline
- * for its common case, a loop's call: the chain read (hs_chain_read checks
- * every return-address slot of the thread's chain for this site) found the
- * chain it read last time, through no evaluation loop, in the same
- * segment: the stack id given it then, exactly this call's.
+ * The frames above a thread's last fd call sites, kept once for the sites
+ * that share them (a loop's open and close, called from one frame: the
+ * same CFA and the same return addresses above it), with each site's stack
+ * id: what fd_stack checks first, inline, in one or two cache lines that
+ * both calls of a pair read (the close finds them warm after the open).
+ * f[i] is frame i + 1 of the chain hs_chain_read read for site: its CFA
+ * and the return address found at CFA - 8.  Filled only from a chain
+ * walked through learnt distances (hs_chain_read's shadow, walked, under
+ * hs_pcoff_gen == gen), without Python frames to read (no evaluation loop
+ * known in the process: hs_py_frames_maybe() false), in the same segment.
  */
-static inline __attribute__((always_inline)) uint32_t fd_stack(struct hs_tls *t, uint64_t site)
+#define FAST_MAX (HS_CHAIN_MAX - 1)
+struct fd_fast {
+	uint64_t cfa;          /* the hook's CFA of every site below (frame 0's) */
+	uint64_t site[2];      /* the call sites sharing f[]; 0 = none */
+	uint32_t id[2];        /* each site's stack id (0: none) */
+	uint32_t gen;          /* hs_pcoff_gen f[] was walked under */
+	uint32_t seg_gen;      /* hs_tls.seg_gen of the ids */
+	uint32_t n;            /* frames in f[] (the chain's depth - 1) */
+	uint32_t pad;
+	struct {
+		uint64_t sp, pc;
+	} f[FAST_MAX];
+};
+_Static_assert(sizeof(struct fd_fast) <= HS_AREA_FDS3_SIZE && HS_AREA_ORDER + HS_AREA_ORDER_SIZE <= HS_AREA_FDS3 &&
+		       HS_AREA_FDS3 + HS_AREA_FDS3_SIZE <= HS_AREA_FD_SCRATCH,
+	       "the fd call sites' frames fit their range of the area");
+
+/*
+ * fd_stack's first look: site's stack id when this call's chain is the one
+ * read for site before, frame for frame — hs_chain_read's own test of an
+ * unchanged chain (the same site at the same CFA, its return address at
+ * CFA - 8, each return-address slot above as it was, the learnt distances
+ * of then, hs_chain_top set), so the id is exactly this call's stack.  0
+ * when not (fd_stack_read then reads the chain).
+ */
+static inline uint32_t fd_stack_fast(const struct hs_tls *t, const char *area, uint64_t site, uint64_t cfa)
+{
+	const struct fd_fast *f = (const struct fd_fast *)(const void *)(area + HS_AREA_FDS3);
+	unsigned k = f->site[0] == site ? 0 : 1;
+	if (f->site[k] != site || f->cfa != cfa || f->seg_gen != t->seg_gen ||
+	    f->gen != __atomic_load_n(&hs_pcoff_gen, __ATOMIC_ACQUIRE) || !hs_chain_top || hs_py_frames_maybe() ||
+	    *(const uint64_t *)(uintptr_t)(cfa - 8) != site)
+		return 0;
+	for (unsigned i = 0; i < f->n; i++)
+		if (*(const uint64_t *)(uintptr_t)(f->f[i].sp - 8) != f->f[i].pc)
+			return 0;
+	return f->id[k];
+}
+
+/* Keep chain ch (read for site, given stack id) in the thread's fd_fast:
+ * beside the last site kept when the frames above are the same ones (the
+ * two sites kept last), else in place of both. */
+static void fd_fast_keep(const struct hs_tls *t, char *area, const struct hs_chain *ch, uint64_t site, uint32_t id)
+{
+	struct fd_fast *f = (struct fd_fast *)(void *)(area + HS_AREA_FDS3);
+	uint32_t gen = __atomic_load_n(&hs_pcoff_gen, __ATOMIC_ACQUIRE);
+	unsigned n, i, j;
+	if (!id || !ch->walked || ch->python || ch->lazy || !ch->depth || ch->depth - 1 > FAST_MAX || ch->site != site ||
+	    ch->gen != gen || !hs_chain_top || hs_py_frames_maybe())
+		return;
+	n = ch->depth - 1;
+	if (f->cfa == ch->cfa && f->n == n && f->gen == gen && f->seg_gen == t->seg_gen) {
+		for (i = 0; i < n && f->f[i].sp == ch->sp[i + 1] && f->f[i].pc == ch->pc[i + 1]; i++)
+			;
+		if (i == n) {
+			/* a site already kept gets its new id; a third takes the older one's place */
+			j = f->site[0] == site ? 0 : 1;
+			if (f->site[j] != site) {
+				f->site[0] = f->site[1];
+				f->id[0] = f->id[1];
+			}
+			f->site[j] = site;
+			f->id[j] = id;
+			return;
+		}
+	}
+	f->site[0] = f->site[1] = 0; /* no reader between: the thread's own */
+	f->cfa = ch->cfa;
+	f->gen = gen;
+	f->seg_gen = t->seg_gen;
+	f->n = n;
+	for (i = 0; i < n; i++) {
+		f->f[i].sp = ch->sp[i + 1];
+		f->f[i].pc = ch->pc[i + 1];
+	}
+	f->site[0] = site;
+	f->id[0] = id;
+}
+
+/*
+ * fd_stack past its first look, out of line: the chain read for site
+ * (hs_chain_read checks every return-address slot of the thread's chain
+ * for this site), the id given it last time when it is unchanged, through
+ * no evaluation loop, in the same segment; else fd_stack_slow's.  The
+ * chain is then kept for the first look (fd_fast_keep).
+ */
+static __attribute__((noinline)) uint32_t fd_stack_read(struct hs_tls *t, uint64_t site)
 {
 	char *area = t->area;
 	struct hs_chain *ch;
 	struct fd_chains *m;
 	unsigned depth, k;
+	uint32_t id;
 
 	if (HS_UNLIKELY(full_stacks || !area))
 		return fd_stack_slow(t, site, NULL, NULL, 0, 0);
 	k = fd_chain_for(area, site, &ch, &m);
 	depth = hs_chain_read(ch, site, hs_fd_call_cfa);
-	if (HS_LIKELY(depth && ch->unchanged && !ch->python && m->id[k] && m->gen[k] == t->seg_gen))
-		return m->id[k];
-	return fd_stack_slow(t, site, ch, m, k, depth);
+	if (depth && ch->unchanged && !ch->python && m->id[k] && m->gen[k] == t->seg_gen)
+		id = m->id[k];
+	else
+		id = fd_stack_slow(t, site, ch, m, k, depth);
+	fd_fast_keep(t, area, ch, site, id);
+	return id;
+}
+
+/*
+ * This call's stack id (hs_stack_call's, or hs_stack_here's with
+ * HEISEN_FD_STACKS=full), 0 when none could be read or kept.  site and
+ * hs_fd_call_cfa are the hook's (HS_FD_SITE); t is hs_enter()'s.  Inline
+ * for its common case, a loop's call: the frames above the call are the
+ * ones read for this site last time (fd_stack_fast), the id given them
+ * then, exactly this call's.
+ */
+static inline __attribute__((always_inline)) uint32_t fd_stack(struct hs_tls *t, uint64_t site)
+{
+	uint32_t id;
+	if (HS_LIKELY(!full_stacks && t->area) && (id = fd_stack_fast(t, t->area, site, hs_fd_call_cfa)) != 0)
+		return id;
+	return fd_stack_read(t, site);
 }
 
 static inline void count(uint64_t *c)
