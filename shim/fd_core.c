@@ -881,11 +881,38 @@ static void fd_max_raise(struct hs_header *h, uint32_t fd)
 }
 
 /*
+ * Copy the NUL-terminated string p into dst[0..HS_FD_PATH_MAX): 1 when it
+ * fit, NUL included; 0 when it is longer (dst then holds its first bytes,
+ * unterminated).  Eight bytes a step where a byte at a time took five to
+ * seven instructions a byte (a path is copied on every open): a word of p
+ * is read whole when it lies in one page — every page is mapped or none
+ * is, so the bytes after the NUL such a word may hold can be read, as
+ * glibc's own strlen reads them — and a word with a zero byte, or one
+ * that would cross a page, is finished byte by byte.
+ */
+static inline int copy_fits(char *restrict dst, const char *restrict p)
+{
+	unsigned i = 0;
+	for (; i + 8 <= HS_FD_PATH_MAX && ((uintptr_t)(p + i) & 4095) <= 4096 - 8; i += 8) {
+		uint64_t w;
+		memcpy(&w, p + i, 8);
+		if ((w - 0x0101010101010101ull) & ~w & 0x8080808080808080ull)
+			break; /* a zero byte in this word */
+		memcpy(dst + i, &w, 8);
+	}
+	for (; i < HS_FD_PATH_MAX; i++)
+		if ((dst[i] = p[i]) == '\0')
+			return 1;
+	return 0;
+}
+
+/*
  * The description of a birth into a slot's path: b->path's tail (put_text),
  * relative to b->dirfd when b->at (at_path).  Inline for the common case,
- * an absolute path or one relative to the working directory that fits: its
- * length looked for in the slot's size only, then one copy.  (The bytes
- * after the NUL are what the slot held before, this process's own.)
+ * an absolute path or one relative to the working directory that fits:
+ * copied as its NUL is looked for, in the slot's size only (copy_fits).
+ * (The bytes after the NUL are what the slot held before, this process's
+ * own.)
  */
 static inline void describe(char *restrict dst, const struct birth *b)
 {
@@ -894,10 +921,8 @@ static inline void describe(char *restrict dst, const struct birth *b)
 		at_path(dst, b->dirfd, p);
 		return;
 	}
-	for (unsigned i = 0; i < HS_FD_PATH_MAX; i++)
-		if ((dst[i] = p[i]) == '\0')
-			return;
-	put_text(dst, p); /* longer: its tail */
+	if (!copy_fits(dst, p))
+		put_text(dst, p); /* longer: its tail */
 }
 
 static inline __attribute__((always_inline)) void created(struct hs_tls *t, int fd, const struct birth *b,
