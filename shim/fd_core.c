@@ -50,6 +50,7 @@
 #undef _FORTIFY_SOURCE
 #undef _FILE_OFFSET_BITS
 #include <arpa/inet.h>
+#include <cpuid.h>
 #include <dirent.h>
 #include <elf.h>
 #include <link.h>
@@ -554,7 +555,9 @@ static void *vdso_symbol(const char *name)
 	return NULL;
 }
 
-static inline uint64_t fd_clock(void)
+/* The coarse clock read (the vDSO's, else libc's), out of line: most fd
+ * records reuse the thread's last reading (fd_clock). */
+static __attribute__((noinline)) uint64_t fd_clock_read(void)
 {
 	struct timespec ts;
 	int (*f)(clockid_t, struct timespec *) = vdso_clock;
@@ -562,6 +565,50 @@ static inline uint64_t fd_clock(void)
 		return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
 	clock_gettime(CLOCK_MONOTONIC_COARSE, &ts);
 	return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
+/*
+ * One coarse reading serves a thread's fd records for 2^19 TSC cycles
+ * (0.1 to 0.3 ms at 2 to 4 GHz, a tenth of a tick at HZ=250 and less than
+ * one at HZ=1000): a record asks the TSC (rdtsc: no memory touched) how long
+ * ago the thread last read the clock, and within that reuses the reading,
+ * which the coarse clock's own resolution hides — a loop's open and close,
+ * or a burst of them, read it once.  The two vDSO reads of a pair, code
+ * and data cold after each system call, were ~20 ns of it (bench/README.md
+ * "fd stacks shared by a loop's open and close").  Only with an invariant
+ * TSC (CPUID 0x80000007, EDX bit 8: a constant rate, never stopped;
+ * fd_tsc_ok, set at start): without it every record reads the clock.  A
+ * TSC behind the last reading (another CPU's, out of step) reads the
+ * clock too.  Times stay monotonic per thread; across threads the ring's
+ * positions give the order (see fd_clock_read's clock above).  Per thread:
+ * static TLS of 16 bytes.
+ */
+#define CLOCK_REUSE_CYCLES (1ull << 19)
+static int fd_tsc_ok;  /* invariant TSC (hs_fds_init) */
+static __thread uint64_t clock_tsc __attribute__((tls_model("initial-exec")));  /* TSC at the last reading */
+static __thread uint64_t clock_ns __attribute__((tls_model("initial-exec")));   /* the last reading */
+
+static inline uint64_t fd_clock(void)
+{
+	uint64_t c;
+	if (HS_UNLIKELY(!fd_tsc_ok))
+		return fd_clock_read();
+	c = __builtin_ia32_rdtsc();
+	if (c - clock_tsc < CLOCK_REUSE_CYCLES)
+		return clock_ns;
+	clock_ns = fd_clock_read();
+	clock_tsc = c;
+	return clock_ns;
+}
+
+/* Invariant TSC (CPUID leaf 0x80000007, EDX bit 8). */
+static int tsc_invariant(void)
+{
+	unsigned a, b, c, d;
+	if (!__get_cpuid(0x80000000u, &a, &b, &c, &d) || a < 0x80000007u)
+		return 0;
+	__get_cpuid(0x80000007u, &a, &b, &c, &d);
+	return (d >> 8) & 1;
 }
 
 /*
@@ -2307,6 +2354,7 @@ HS_HIDDEN void hs_fds_init(void)
 	static const char *const fd_stacks[] = {"site", "full"};
 	full_stacks = hs_getenv_enum("HEISEN_FD_STACKS", fd_stacks, 2, 0) == 1;
 	vdso_clock = (int (*)(clockid_t, struct timespec *))vdso_symbol("__vdso_clock_gettime");
+	fd_tsc_ok = tsc_invariant();
 	t->fd_last = -1;
 	mark_header();
 	scan_inherited();
