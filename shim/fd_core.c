@@ -501,8 +501,8 @@ static size_t at_path(char *dst, int dirfd, const char *path)
  * (bench/README.md "File descriptors").  An fd's history needs the order
  * of its events, which the ring's positions give, not their nanoseconds.
  * The vDSO's clock_gettime is called directly (found at start by
- * hs_fds_init, vdso_symbol): libc's wrapper around it, its code and the loader's data
- * it reads, cold right after a system call, were ~20 ns of an open/close
+ * hs_fds_init, vdso_symbol): libc's wrapper around it, its code and the
+ * loader's data it reads, cold right after a system call, were ~20 ns of an open/close
  * pair (bench/README.md "File descriptors: where an open/close pair's
  * nanoseconds go, measured").  Without a vDSO (valgrind hides it), libc's.
  */
@@ -515,9 +515,9 @@ static int (*vdso_clock)(clockid_t, struct timespec *); /* the vDSO's own, or NU
  * through dlopen(RTLD_NOLOAD), which takes the loader's lock: the first fd
  * hook can run inside another library's constructor, under that lock in
  * another thread.  Its dynamic symbols are read from the image's own
- * section headers (the vDSO is mapped whole, headers included), as the
- * kernel's tools/testing/selftests/vDSO/parse_vdso.c reads them; the load
- * bias is the image's address less its first PT_LOAD's p_vaddr.
+ * section headers (the kernel maps the vDSO's whole ELF image, section
+ * headers included); the load bias is the image's address less its first
+ * PT_LOAD's p_vaddr.  Called once, at start (hs_fds_init).
  */
 static void *vdso_symbol(const char *name)
 {
