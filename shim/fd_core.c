@@ -50,14 +50,17 @@
 #undef _FORTIFY_SOURCE
 #undef _FILE_OFFSET_BITS
 #include <arpa/inet.h>
+#include <cpuid.h>
 #include <dirent.h>
-#include <dlfcn.h>
+#include <elf.h>
+#include <link.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <netinet/in.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/auxv.h>
 #include <sys/mman.h>
 #include <sys/resource.h>
 #include <sys/single_threaded.h>
@@ -498,14 +501,63 @@ static size_t at_path(char *dst, int dirfd, const char *path)
  * (bench/README.md "File descriptors").  An fd's history needs the order
  * of its events, which the ring's positions give, not their nanoseconds.
  * The vDSO's clock_gettime is called directly (found at start by
- * hs_fds_init): libc's wrapper around it, its code and the loader's data
- * it reads, cold right after a system call, were ~20 ns of an open/close
+ * hs_fds_init, vdso_symbol): libc's wrapper around it, its code and the
+ * loader's data it reads, cold right after a system call, were ~20 ns of an open/close
  * pair (bench/README.md "File descriptors: where an open/close pair's
  * nanoseconds go, measured").  Without a vDSO (valgrind hides it), libc's.
  */
 static int (*vdso_clock)(clockid_t, struct timespec *); /* the vDSO's own, or NULL: libc's */
 
-static inline uint64_t fd_clock(void)
+/*
+ * The address of the vDSO's function `name`, or NULL (no vDSO: valgrind,
+ * or no such symbol).  The vDSO is found through the auxiliary vector
+ * (getauxval(AT_SYSINFO_EHDR): a read of libc's saved copy, no lock), not
+ * through dlopen(RTLD_NOLOAD), which takes the loader's lock: the first fd
+ * hook can run inside another library's constructor, under that lock in
+ * another thread.  Its dynamic symbols are read from the image's own
+ * section headers (the kernel maps the vDSO's whole ELF image, section
+ * headers included); the load bias is the image's address less its first
+ * PT_LOAD's p_vaddr.  Called once, at start (hs_fds_init).
+ */
+static void *vdso_symbol(const char *name)
+{
+	uintptr_t base = (uintptr_t)getauxval(AT_SYSINFO_EHDR), bias = 0;
+	const ElfW(Ehdr) *eh = (const ElfW(Ehdr) *)base;
+	const ElfW(Phdr) *ph;
+	const ElfW(Shdr) *sh;
+	int loaded = 0;
+	if (!base || memcmp(eh->e_ident, ELFMAG, SELFMAG) != 0 || eh->e_ident[EI_CLASS] != ELFCLASS64 ||
+	    eh->e_shentsize != sizeof(ElfW(Shdr)) || eh->e_phentsize != sizeof(ElfW(Phdr)))
+		return NULL;
+	ph = (const ElfW(Phdr) *)(base + eh->e_phoff);
+	for (unsigned i = 0; i < eh->e_phnum && !loaded; i++)
+		if (ph[i].p_type == PT_LOAD) {
+			bias = base - (uintptr_t)ph[i].p_vaddr;
+			loaded = 1;
+		}
+	if (!loaded)
+		return NULL;
+	sh = (const ElfW(Shdr) *)(base + eh->e_shoff);
+	for (unsigned i = 0; i < eh->e_shnum; i++) {
+		const ElfW(Sym) *sym;
+		const char *str;
+		size_t n;
+		if (sh[i].sh_type != SHT_DYNSYM || sh[i].sh_entsize != sizeof(ElfW(Sym)) || sh[i].sh_link >= eh->e_shnum)
+			continue;
+		sym = (const ElfW(Sym) *)(base + sh[i].sh_offset);
+		str = (const char *)(base + sh[sh[i].sh_link].sh_offset);
+		n = sh[i].sh_size / sizeof(ElfW(Sym));
+		for (size_t k = 0; k < n; k++)
+			if (ELF64_ST_TYPE(sym[k].st_info) == STT_FUNC && sym[k].st_shndx != SHN_UNDEF &&
+			    strcmp(str + sym[k].st_name, name) == 0)
+				return (void *)(bias + (uintptr_t)sym[k].st_value);
+	}
+	return NULL;
+}
+
+/* The coarse clock read (the vDSO's, else libc's), out of line: most fd
+ * records reuse the thread's last reading (fd_clock). */
+static __attribute__((noinline)) uint64_t fd_clock_read(void)
 {
 	struct timespec ts;
 	int (*f)(clockid_t, struct timespec *) = vdso_clock;
@@ -513,6 +565,50 @@ static inline uint64_t fd_clock(void)
 		return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
 	clock_gettime(CLOCK_MONOTONIC_COARSE, &ts);
 	return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
+/*
+ * One coarse reading serves a thread's fd records for 2^19 TSC cycles
+ * (0.1 to 0.3 ms at 2 to 4 GHz, a tenth of a tick at HZ=250 and less than
+ * one at HZ=1000): a record asks the TSC (rdtsc: no memory touched) how long
+ * ago the thread last read the clock, and within that reuses the reading,
+ * which the coarse clock's own resolution hides — a loop's open and close,
+ * or a burst of them, read it once.  The two vDSO reads of a pair, code
+ * and data cold after each system call, were ~20 ns of it (bench/README.md
+ * "fd stacks shared by a loop's open and close").  Only with an invariant
+ * TSC (CPUID 0x80000007, EDX bit 8: a constant rate, never stopped;
+ * fd_tsc_ok, set at start): without it every record reads the clock.  A
+ * TSC behind the last reading (another CPU's, out of step) reads the
+ * clock too.  Times stay monotonic per thread; across threads the ring's
+ * positions give the order (see fd_clock_read's clock above).  Per thread:
+ * static TLS of 16 bytes.
+ */
+#define CLOCK_REUSE_CYCLES (1ull << 19)
+static int fd_tsc_ok;  /* invariant TSC (hs_fds_init) */
+static __thread uint64_t clock_tsc __attribute__((tls_model("initial-exec")));  /* TSC at the last reading */
+static __thread uint64_t clock_ns __attribute__((tls_model("initial-exec")));   /* the last reading */
+
+static inline uint64_t fd_clock(void)
+{
+	uint64_t c;
+	if (HS_UNLIKELY(!fd_tsc_ok))
+		return fd_clock_read();
+	c = __builtin_ia32_rdtsc();
+	if (c - clock_tsc < CLOCK_REUSE_CYCLES)
+		return clock_ns;
+	clock_ns = fd_clock_read();
+	clock_tsc = c;
+	return clock_ns;
+}
+
+/* Invariant TSC (CPUID leaf 0x80000007, EDX bit 8). */
+static int tsc_invariant(void)
+{
+	unsigned a, b, c, d;
+	if (!__get_cpuid(0x80000000u, &a, &b, &c, &d) || a < 0x80000007u)
+		return 0;
+	__get_cpuid(0x80000007u, &a, &b, &c, &d);
+	return (d >> 8) & 1;
 }
 
 /*
@@ -646,28 +742,137 @@ keep:
 }
 
 /*
- * This call's stack id (hs_stack_call's, or hs_stack_here's with
- * HEISEN_FD_STACKS=full), 0 when none could be read or kept.  site and
- * hs_fd_call_cfa are the hook's (HS_FD_SITE); t is hs_enter()'s.  Inline
- * for its common case, a loop's call: the chain read (hs_chain_read checks
- * every return-address slot of the thread's chain for this site) found the
- * chain it read last time, through no evaluation loop, in the same
- * segment: the stack id given it then, exactly this call's.
+ * The frames above a thread's last fd call sites, kept once for the sites
+ * that share them (a loop's open and close, called from one frame: the
+ * same CFA and the same return addresses above it), with each site's stack
+ * id: what fd_stack checks first, inline, in one or two cache lines that
+ * both calls of a pair read (the close finds them warm after the open).
+ * f[i] is frame i + 1 of the chain hs_chain_read read for site: its CFA
+ * and the return address found at CFA - 8.  Filled only from a chain
+ * walked through learnt distances (hs_chain_read's shadow, walked, under
+ * hs_pcoff_gen == gen), without Python frames to read (no evaluation loop
+ * known in the process: hs_py_frames_maybe() false), in the same segment.
  */
-static inline __attribute__((always_inline)) uint32_t fd_stack(struct hs_tls *t, uint64_t site)
+#define FAST_MAX (HS_CHAIN_MAX - 1)
+struct fd_fast {
+	uint64_t cfa;          /* the hook's CFA of every site below (frame 0's) */
+	uint64_t site[2];      /* the call sites sharing f[]; 0 = none */
+	uint32_t id[2];        /* each site's stack id (0: none) */
+	uint32_t gen;          /* hs_pcoff_gen f[] was walked under */
+	uint32_t seg_gen;      /* hs_tls.seg_gen of the ids */
+	uint32_t n;            /* frames in f[] (the chain's depth - 1) */
+	uint32_t pad;
+	struct {
+		uint64_t sp, pc;
+	} f[FAST_MAX];
+};
+_Static_assert(sizeof(struct fd_fast) <= HS_AREA_FDS3_SIZE && HS_AREA_ORDER + HS_AREA_ORDER_SIZE <= HS_AREA_FDS3 &&
+		       HS_AREA_FDS3 + HS_AREA_FDS3_SIZE <= HS_AREA_FD_SCRATCH,
+	       "the fd call sites' frames fit their range of the area");
+
+/*
+ * fd_stack's first look: site's stack id when this call's chain is the one
+ * read for site before, frame for frame — hs_chain_read's own test of an
+ * unchanged chain (the same site at the same CFA, its return address at
+ * CFA - 8, each return-address slot above as it was, the learnt distances
+ * of then, hs_chain_top set), so the id is exactly this call's stack.  0
+ * when not (fd_stack_read then reads the chain).
+ */
+static inline uint32_t fd_stack_fast(const struct hs_tls *t, const char *area, uint64_t site, uint64_t cfa)
+{
+	const struct fd_fast *f = (const struct fd_fast *)(const void *)(area + HS_AREA_FDS3);
+	unsigned k = f->site[0] == site ? 0 : 1;
+	if (f->site[k] != site || f->cfa != cfa || f->seg_gen != t->seg_gen ||
+	    f->gen != __atomic_load_n(&hs_pcoff_gen, __ATOMIC_ACQUIRE) || !hs_chain_top || hs_py_frames_maybe() ||
+	    *(const uint64_t *)(uintptr_t)(cfa - 8) != site)
+		return 0;
+	for (unsigned i = 0; i < f->n; i++)
+		if (*(const uint64_t *)(uintptr_t)(f->f[i].sp - 8) != f->f[i].pc)
+			return 0;
+	return f->id[k];
+}
+
+/* Keep chain ch (read for site, given stack id) in the thread's fd_fast:
+ * beside the last site kept when the frames above are the same ones (the
+ * two sites kept last), else in place of both. */
+static void fd_fast_keep(const struct hs_tls *t, char *area, const struct hs_chain *ch, uint64_t site, uint32_t id)
+{
+	struct fd_fast *f = (struct fd_fast *)(void *)(area + HS_AREA_FDS3);
+	uint32_t gen = __atomic_load_n(&hs_pcoff_gen, __ATOMIC_ACQUIRE);
+	unsigned n, i, j;
+	if (!id || !ch->walked || ch->python || ch->lazy || !ch->depth || ch->depth - 1 > FAST_MAX || ch->site != site ||
+	    ch->gen != gen || !hs_chain_top || hs_py_frames_maybe())
+		return;
+	n = ch->depth - 1;
+	if (f->cfa == ch->cfa && f->n == n && f->gen == gen && f->seg_gen == t->seg_gen) {
+		for (i = 0; i < n && f->f[i].sp == ch->sp[i + 1] && f->f[i].pc == ch->pc[i + 1]; i++)
+			;
+		if (i == n) {
+			/* a site already kept gets its new id; a third takes the older one's place */
+			j = f->site[0] == site ? 0 : 1;
+			if (f->site[j] != site) {
+				f->site[0] = f->site[1];
+				f->id[0] = f->id[1];
+			}
+			f->site[j] = site;
+			f->id[j] = id;
+			return;
+		}
+	}
+	f->site[0] = f->site[1] = 0; /* no reader between: the thread's own */
+	f->cfa = ch->cfa;
+	f->gen = gen;
+	f->seg_gen = t->seg_gen;
+	f->n = n;
+	for (i = 0; i < n; i++) {
+		f->f[i].sp = ch->sp[i + 1];
+		f->f[i].pc = ch->pc[i + 1];
+	}
+	f->site[0] = site;
+	f->id[0] = id;
+}
+
+/*
+ * fd_stack past its first look, out of line: the chain read for site
+ * (hs_chain_read checks every return-address slot of the thread's chain
+ * for this site), the id given it last time when it is unchanged, through
+ * no evaluation loop, in the same segment; else fd_stack_slow's.  The
+ * chain is then kept for the first look (fd_fast_keep).
+ */
+static __attribute__((noinline)) uint32_t fd_stack_read(struct hs_tls *t, uint64_t site)
 {
 	char *area = t->area;
 	struct hs_chain *ch;
 	struct fd_chains *m;
 	unsigned depth, k;
+	uint32_t id;
 
 	if (HS_UNLIKELY(full_stacks || !area))
 		return fd_stack_slow(t, site, NULL, NULL, 0, 0);
 	k = fd_chain_for(area, site, &ch, &m);
 	depth = hs_chain_read(ch, site, hs_fd_call_cfa);
-	if (HS_LIKELY(depth && ch->unchanged && !ch->python && m->id[k] && m->gen[k] == t->seg_gen))
-		return m->id[k];
-	return fd_stack_slow(t, site, ch, m, k, depth);
+	if (depth && ch->unchanged && !ch->python && m->id[k] && m->gen[k] == t->seg_gen)
+		id = m->id[k];
+	else
+		id = fd_stack_slow(t, site, ch, m, k, depth);
+	fd_fast_keep(t, area, ch, site, id);
+	return id;
+}
+
+/*
+ * This call's stack id (hs_stack_call's, or hs_stack_here's with
+ * HEISEN_FD_STACKS=full), 0 when none could be read or kept.  site and
+ * hs_fd_call_cfa are the hook's (HS_FD_SITE); t is hs_enter()'s.  Inline
+ * for its common case, a loop's call: the frames above the call are the
+ * ones read for this site last time (fd_stack_fast), the id given them
+ * then, exactly this call's.
+ */
+static inline __attribute__((always_inline)) uint32_t fd_stack(struct hs_tls *t, uint64_t site)
+{
+	uint32_t id;
+	if (HS_LIKELY(!full_stacks && t->area) && (id = fd_stack_fast(t, t->area, site, hs_fd_call_cfa)) != 0)
+		return id;
+	return fd_stack_read(t, site);
 }
 
 static inline void count(uint64_t *c)
@@ -723,11 +928,38 @@ static void fd_max_raise(struct hs_header *h, uint32_t fd)
 }
 
 /*
+ * Copy the NUL-terminated string p into dst[0..HS_FD_PATH_MAX): 1 when it
+ * fit, NUL included; 0 when it is longer (dst then holds its first bytes,
+ * unterminated).  Eight bytes a step where a byte at a time took five to
+ * seven instructions a byte (a path is copied on every open): a word of p
+ * is read whole when it lies in one page — every page is mapped or none
+ * is, so the bytes after the NUL such a word may hold can be read, as
+ * glibc's own strlen reads them — and a word with a zero byte, or one
+ * that would cross a page, is finished byte by byte.
+ */
+static inline int copy_fits(char *restrict dst, const char *restrict p)
+{
+	unsigned i = 0;
+	for (; i + 8 <= HS_FD_PATH_MAX && ((uintptr_t)(p + i) & 4095) <= 4096 - 8; i += 8) {
+		uint64_t w;
+		memcpy(&w, p + i, 8);
+		if ((w - 0x0101010101010101ull) & ~w & 0x8080808080808080ull)
+			break; /* a zero byte in this word */
+		memcpy(dst + i, &w, 8);
+	}
+	for (; i < HS_FD_PATH_MAX; i++)
+		if ((dst[i] = p[i]) == '\0')
+			return 1;
+	return 0;
+}
+
+/*
  * The description of a birth into a slot's path: b->path's tail (put_text),
  * relative to b->dirfd when b->at (at_path).  Inline for the common case,
- * an absolute path or one relative to the working directory that fits: its
- * length looked for in the slot's size only, then one copy.  (The bytes
- * after the NUL are what the slot held before, this process's own.)
+ * an absolute path or one relative to the working directory that fits:
+ * copied as its NUL is looked for, in the slot's size only (copy_fits).
+ * (The bytes after the NUL are what the slot held before, this process's
+ * own.)
  */
 static inline void describe(char *restrict dst, const struct birth *b)
 {
@@ -736,10 +968,8 @@ static inline void describe(char *restrict dst, const struct birth *b)
 		at_path(dst, b->dirfd, p);
 		return;
 	}
-	for (unsigned i = 0; i < HS_FD_PATH_MAX; i++)
-		if ((dst[i] = p[i]) == '\0')
-			return;
-	put_text(dst, p); /* longer: its tail */
+	if (!copy_fits(dst, p))
+		put_text(dst, p); /* longer: its tail */
 }
 
 static inline __attribute__((always_inline)) void created(struct hs_tls *t, int fd, const struct birth *b,
@@ -2123,12 +2353,8 @@ HS_HIDDEN void hs_fds_init(void)
 	}
 	static const char *const fd_stacks[] = {"site", "full"};
 	full_stacks = hs_getenv_enum("HEISEN_FD_STACKS", fd_stacks, 2, 0) == 1;
-	{
-		/* the vDSO is loaded already: RTLD_NOLOAD only finds it (fd_clock) */
-		void *v = dlopen("linux-vdso.so.1", RTLD_NOW | RTLD_NOLOAD);
-		if (v)
-			vdso_clock = (int (*)(clockid_t, struct timespec *))dlsym(v, "__vdso_clock_gettime");
-	}
+	vdso_clock = (int (*)(clockid_t, struct timespec *))vdso_symbol("__vdso_clock_gettime");
+	fd_tsc_ok = tsc_invariant();
 	t->fd_last = -1;
 	mark_header();
 	scan_inherited();

@@ -233,6 +233,8 @@ extern __thread struct hs_tls hs_tls __attribute__((tls_model("initial-exec")));
 #define HS_AREA_FDS2_SIZE    896u
 #define HS_AREA_ORDER        14464u  /* handover.c: order_self */
 #define HS_AREA_ORDER_SIZE   640u
+#define HS_AREA_FDS3         15104u  /* fd_core.c: the frames above a thread's last fd call sites (fd_fast) */
+#define HS_AREA_FDS3_SIZE    1280u
 #define HS_AREA_FD_SCRATCH   16384u  /* fd_core.c: a finding's event buffers (touched only by a finding) */
 #define HS_AREA_FD_SCRATCH_SIZE 9216u
 #define HS_AREA_SIZE         28672u  /* pages never touched are never backed */

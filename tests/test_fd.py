@@ -122,6 +122,32 @@ def test_double_close_on_reopen_with_both_closes(heisen, way):
     assert f"==== heisen: double close in pid {pid}" in t and "<-- the second close" in t
 
 
+def test_helper_called_from_two_callers_at_one_frame_address_keeps_each_callers_stacks(heisen, way, tmp_path):
+    """A settings reader's open and close run a thousand times under a
+    status poller, then once under a configuration reload whose empty file
+    sends it down the path that closes twice — at the same stack address,
+    from the same call sites: only the return address one frame up differs.
+    The creation, the first close and the second close are each the
+    reload's (read_setting <- reload_config), never the poller's frames the
+    thousand calls before had."""
+    status, empty = tmp_path / "status", tmp_path / "empty"
+    status.write_text("ok\n")
+    empty.write_text("")
+    p = way.run([target(heisen, "fd_two_callers"), status, empty])
+    assert p.returncode == 0, (p.returncode, p.stderr)
+    out = facts(p.stdout)
+    assert out["same_frame"] == ["1"], "the helper must run at one frame address under both callers"
+    assert out["second_close"] == ["EBADF"] and out["failed_reads"] == ["1"], p.stdout
+    pid, fd = fact_int(p.stdout, "pid"), fact_int(p.stdout, "fd")
+    f = one(heisen.dump_json(way.session, expect_rc=1), "double-close")
+    assert f["pid"] == pid and f["fd"] == fd and f["count"] == 1
+    for role in ("creation", "first close", "second close"):
+        frames = frame_functions(stack_by_role(f, role))
+        assert frames[:3] == ["read_setting", "reload_config", "main"], (role, frames)
+        assert "poll_status" not in frames, (role, frames)
+    assert [h["path"].endswith("/empty") for h in f["history"] if h["op"] == "open"] == [True]
+
+
 def test_close_of_a_dirs_number_behind_its_back_is_a_stale_close_there(heisen, session):
     """A DIR owns its number as a FILE does: close(dirfd(d)) is seen where it
     is made (rule dirfd), and the closedir that then closes the writer's file
