@@ -19,6 +19,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <signal.h>
+#include <sys/auxv.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
 #include <sys/statfs.h>
@@ -1424,8 +1425,39 @@ static void read_build_id(const struct dl_phdr_info *info, struct hs_module *m)
 }
 
 /*
+ * The absolute path of an object the loader found by a relative name (an
+ * LD_PRELOAD or dlopen name with a slash but not starting with one): the
+ * working directory now, joined with name less its "./" prefixes.  Returns
+ * a static buffer (caller holds modules_lock), or NULL when getcwd fails
+ * or the path does not fit PATH_MAX.  No malloc: getcwd with a buffer is a
+ * system call.  A program that changed directory between the load and the
+ * first record of the object gets a wrong path; the dumper then finds no
+ * file and prints its frames as [?] with the build id (README "Using it on
+ * your own program").
+ */
+static const char *absolute_name(const char *name)
+{
+	static char path[PATH_MAX];
+	size_t d, n;
+	while (name[0] == '.' && name[1] == '/')
+		name += 2;
+	if (!getcwd(path, sizeof path))
+		return NULL;
+	d = strlen(path);
+	n = strlen(name);
+	if (d + 1 + n + 1 > sizeof path)
+		return NULL;
+	if (d > 1)
+		path[d++] = '/';
+	memcpy(path + d, name, n + 1);
+	return path;
+}
+
+/*
  * Append the object described by info (named name, HS_MOD_* mflags) to the
- * module table unless it is there already.  Caller holds modules_lock.
+ * module table unless it is there already.  A relative name is made
+ * absolute (absolute_name); the vDSO is left out.  Caller holds
+ * modules_lock.
  */
 static void append_module(const struct dl_phdr_info *info, const char *name, unsigned mflags)
 {
@@ -1435,8 +1467,8 @@ static void append_module(const struct dl_phdr_info *info, const char *name, uns
 	uint32_t i, n = __atomic_load_n(&t->count, __ATOMIC_ACQUIRE);
 	struct hs_module *m;
 
-	if (!name || name[0] != '/')
-		return; /* the vDSO, or an object with no file */
+	if (!name || !name[0])
+		return; /* an object with no file */
 	for (int j = 0; j < info->dlpi_phnum; j++) {
 		const ElfW(Phdr) *ph = &info->dlpi_phdr[j];
 		if (ph->p_type != PT_LOAD)
@@ -1451,6 +1483,17 @@ static void append_module(const struct dl_phdr_info *info, const char *name, uns
 	if ((uint64_t)(uintptr_t)&append_module >= lo && (uint64_t)(uintptr_t)&append_module < hi) {
 		hs_self_lo = lo;
 		hs_self_hi = hi;
+	}
+	if (name[0] != '/') {
+		/* the vDSO has no file; any other relative name is the loader's,
+		   resolved against the working directory (LD_PRELOAD=build/x.so,
+		   dlopen("./plugin.so")) */
+		uint64_t vdso = (uint64_t)getauxval(AT_SYSINFO_EHDR);
+		if (vdso && vdso >= lo && vdso < hi)
+			return;
+		name = absolute_name(name);
+		if (!name)
+			return;
 	}
 	for (i = 0; i < n; i++)
 		if (s->modules[i].base == info->dlpi_addr && s->modules[i].lo == lo)

@@ -89,6 +89,32 @@ def test_failed_reopen_then_close_double_frees_the_buffer(heisen, way):
     assert kinds.index("crash") < kinds.index("double-free")
 
 
+def test_preloaded_by_a_relative_path_its_own_frames_stay_out_of_the_stacks(heisen, tmp_path):
+    """LD_PRELOAD=shim/libheisen.so from the build directory (the loader
+    resolves a relative name against the working directory, and so must the
+    module table): the double free's three stacks start at the program's
+    functions, as with an absolute path, not at unsymbolized frames of
+    heisen's own hooks, and the module table names the library by its
+    absolute path."""
+    session = tmp_path / "s"
+    session.mkdir()
+    env = heisen.env(session, **HEAP)
+    env["LD_PRELOAD"] = os.path.relpath(heisen.lib, heisen.build)
+    assert not env["LD_PRELOAD"].startswith("/")
+    p = subprocess.run([str(target(heisen, "heap_handle_reopen"))], env=env, cwd=heisen.build,
+                       capture_output=True, text=True, timeout=60)
+    assert p.returncode == -signal.SIGABRT, (p.returncode, p.stderr)
+    r = heisen.dump_json(session, expect_rc=1)
+    f = one(r, "double-free")
+    for role, fn in (("second free", "handle_close"), ("first free", "handle_reopen"), ("allocation", "handle_open")):
+        assert frame_functions(stack_by_role(f, role))[0] == fn, (role, stack_by_role(f, role))
+    t = heisen.dump(session).stdout
+    assert "[?]" not in t[t.index("==== heisen: double free"):], t
+    paths = [m["path"] for proc in r["processes"] for m in proc["modules"]]
+    assert all(x.startswith("/") for x in paths), paths
+    assert str(heisen.lib.resolve()) in [str(Path(x).resolve()) for x in paths], paths
+
+
 def test_on_heap_error_continue(heisen, way):
     """continue: the bad free is skipped, the process lives on and exits 0."""
     p = way.run([target(heisen, "heap_handle_reopen")], env={**HEAP, "HEISEN_ON_HEAP_ERROR": "continue"})
