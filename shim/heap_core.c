@@ -222,6 +222,7 @@ struct tquar {
 	uint64_t bytes;        /* resident bytes of the blocks queued (quar_bytes) */
 	int64_t unsynced;      /* bytes queued - bytes taken out, not yet added to quar_total */
 	int keyed;             /* the thread-exit destructor is armed */
+	int exited;            /* tquar_exit ran: later frees of this thread are released at once */
 };
 #define QUAR_SYNC ((int64_t)64 << 10)
 static __thread struct tquar tquar __attribute__((tls_model("initial-exec")));
@@ -229,21 +230,25 @@ static pthread_key_t tquar_key;        /* its destructor empties an exiting thre
 static uint64_t quar_limit;            /* the cap on all threads' FIFOs together, bytes (see quar_budget) */
 static uint64_t quar_total;            /* [atomic] bytes queued in all FIFOs, as synced */
 
-/* Canary bytes: position-dependent, so a run of one repeated byte is caught. */
-static const unsigned char canary_pat[48] = {
+/* Canary bytes: position-dependent, so a run of one repeated byte is
+ * caught.  CANARY is the pattern's start; the 8 bytes before it are only
+ * ever masked off (canary_put/canary_ok with a canary under 8 bytes). */
+static const unsigned char canary_pat[8 + 48] = {
+	0, 0, 0, 0, 0, 0, 0, 0,
 	0xa1, 0xb2, 0xc3, 0xd4, 0xe5, 0xf6, 0x07, 0x18, 0x29, 0x3a, 0x4b, 0x5c, 0x6d, 0x7e, 0x8f, 0x90,
 	0xa9, 0xba, 0xcb, 0xdc, 0xed, 0xfe, 0x0f, 0x10, 0x21, 0x32, 0x43, 0x54, 0x65, 0x76, 0x87, 0x98,
 	0xb1, 0xc2, 0xd3, 0xe4, 0xf5, 0x06, 0x17, 0x28, 0x39, 0x4a, 0x5b, 0x6c, 0x7d, 0x8e, 0x9f, 0xa0,
 };
+#define CANARY (canary_pat + 8)
 
 /*
- * Bytes of canary after a block of size n: at least 8, and ending 8 bytes
- * past a 16-byte boundary.  A request of that length (the header is 16
- * bytes) is what glibc serves with no slack: its chunk is the request plus
- * its 8-byte size word, rounded to 16, and the last 8 bytes of an in-use
- * chunk's memory are the next chunk's prev_size field, which glibc lets
- * the program use (malloc_usable_size counts them).  8 to 23 bytes; 16
- * more under 16 bytes (an aligned large block), so that the user bytes
+ * Bytes of canary after a large block of size n: at least 8, and ending 8
+ * bytes past a 16-byte boundary.  A request of that length (the header is
+ * 16 bytes) is what glibc serves with no slack: its chunk is the request
+ * plus its 8-byte size word, rounded to 16, and the last 8 bytes of an
+ * in-use chunk's memory are the next chunk's prev_size field, which glibc
+ * lets the program use (malloc_usable_size counts them).  8 to 23 bytes;
+ * 16 more under 16 bytes (an aligned large block), so that the user bytes
  * and canary hold a released block's 24-byte record.
  */
 static inline size_t canary_len(size_t n)
@@ -251,40 +256,73 @@ static inline size_t canary_len(size_t n)
 	return (((n + 8 + 8 + 15) & ~(size_t)15) - 8 - n) + (n < 16 ? 16 : 0);
 }
 
-/* A small block's canary: 16 bytes more for n <= 16, so that its chunk is
- * 64 bytes, never the tombstones' 48 (and n plus canary is 40 or more). */
-static inline size_t canary_len_s(size_t n)
+/*
+ * A small block's canary: the slack glibc's chunk already has after the
+ * header and the n user bytes, and 16 bytes more only when that slack is
+ * none (the chunk of a request of 16 + n + 1 bytes: max(64, (n + 40) & ~15)
+ * bytes, of which the last 8 are the next chunk's size word).  1 to 16
+ * bytes for n >= 25; below, the chunk is 64 bytes (never the tombstones'
+ * 48, and n plus canary is 40, room for the release record).  An
+ * overflow's first byte always lands in the canary (caught at free); one
+ * longer than the canary reaches glibc's size word of the next chunk,
+ * which release() checks before glibc sees it (chunk_overrun).
+ * Scudo's way of using glibc's rounding as its check space; the 8-byte
+ * minimum it replaces cost 7 bytes a block on a C++ churn.
+ */
+static inline size_t small_chunk(size_t n)
 {
-	return (((n > 16 ? n : 17) + 8 + 8 + 15) & ~(size_t)15) - 8 - n;
+	size_t c = (n + 40) & ~(size_t)15;
+	return c > 64 ? c : 64;
 }
 
-/* Write the len-byte canary after the n bytes at u: two or three
- * overlapping 8-byte stores (the pattern is by position, so overlapping
- * stores agree), no loop.  Bytes 16 to len-9 of a canary over 32 bytes are
- * padding, neither written nor checked. */
+static inline size_t canary_len_s(size_t n)
+{
+	return small_chunk(n) - 8 - HDR - n;
+}
+
+/* The canary's last 8-byte word: where it lies (it ends 8 past a 16-byte
+ * boundary, so the word is 8-aligned) and which of its bytes are canary
+ * (the high len ones under 8 bytes: the rest are user bytes). */
+static inline uint64_t canary_mask(size_t len)
+{
+	return len >= 8 ? ~0ull : ~0ull << (64 - 8 * len);
+}
+
+/* Write the len-byte canary after the n bytes at u: the last word (masked
+ * into the user bytes it shares under 8 bytes: n + len is at least 24),
+ * the first word over 8 bytes, the second over 16, no loop (the pattern is
+ * by position, so overlapping stores agree).  Bytes 16 to len-9 of a
+ * canary over 32 bytes are padding, neither written nor checked. */
 static inline void canary_put(char *u, size_t n, size_t len)
 {
-	memcpy(u + n, canary_pat, 8);
+	uint64_t c, z, m = canary_mask(len);
+	memcpy(&c, u + n + len - 8, 8);
+	memcpy(&z, CANARY + len - 8, 8);
+	c = (c & ~m) | (z & m);
+	memcpy(u + n + len - 8, &c, 8);
+	if (len > 8)
+		memcpy(u + n, CANARY, 8);
 	if (len > 16)
-		memcpy(u + n + 8, canary_pat + 8, 8);
-	memcpy(u + n + len - 8, canary_pat + len - 8, 8);
+		memcpy(u + n + 8, CANARY + 8, 8);
 }
 
 /* 1 when the canary after the n bytes at u is intact (the same words). */
 static inline int canary_ok(const char *u, size_t n, size_t len)
 {
 	uint64_t a, b, c, x, y, z;
-	memcpy(&a, u + n, 8);
-	memcpy(&x, canary_pat, 8);
 	memcpy(&c, u + n + len - 8, 8);
-	memcpy(&z, canary_pat + len - 8, 8);
+	memcpy(&z, CANARY + len - 8, 8);
+	c = (c ^ z) & canary_mask(len);
+	a = x = b = y = 0;
+	if (len > 8) {
+		memcpy(&a, u + n, 8);
+		memcpy(&x, CANARY, 8);
+	}
 	if (len > 16) {
 		memcpy(&b, u + n + 8, 8);
-		memcpy(&y, canary_pat + 8, 8);
-	} else {
-		b = y = 0;
+		memcpy(&y, CANARY + 8, 8);
 	}
-	return ((a ^ x) | (b ^ y) | (c ^ z)) == 0;
+	return (c | (a ^ x) | (b ^ y)) == 0;
 }
 
 /*
@@ -1150,13 +1188,67 @@ static int foreign_is_invalid(struct hs_tls *t, int ring, void *p, enum owner o)
  * (its offset unknown) is kept: never handed to glibc at a wrong address.
  */
 #define TOMBSTONE_MIN 1024u
-static inline __attribute__((always_inline)) void release(void *p, uint64_t live)
+
+/*
+ * 1 when glibc's size word of the small block p's chunk (8 bytes before
+ * its header) is not one glibc gave it: malloc's chunk for the request
+ * (small_chunk), or 16 bytes more (a free chunk too small to split was
+ * handed out whole); the low three bits are glibc's flags.  The block in
+ * front ran past its canary into it, or a wild write did: glibc's free
+ * would trust the size (tcache poisoning, or its own abort without a
+ * stack).  An mmapped chunk (a tiny request from an arena that could not
+ * grow) is checked as glibc_would_refuse checks it.
+ */
+static inline int small_chunk_damaged(const void *p, uint64_t size)
+{
+	const uint64_t *c = (const uint64_t *)p - 4; /* prev_size, size, then our header */
+	uint64_t sz = c[1], want = small_chunk(size);
+	if (HS_LIKELY((sz & ~(uint64_t)7) == want || (sz & ~(uint64_t)7) == want + 16))
+		return (sz & 2) != 0 && glibc_would_refuse((const char *)p - HDR, c);
+	return !(sz & 2) || glibc_would_refuse((const char *)p - HDR, c);
+}
+
+/*
+ * The small block p, about to go back to glibc, has a chunk size word
+ * glibc did not write (small_chunk_damaged): a heap-overflow of the block
+ * in front of it when that is one of ours (the backward scan from the
+ * damaged word: its address, size and allocation stack), else of the word
+ * itself (address, size 0); the finding's offset is the distance from that
+ * address to p (format.h: the block whose chunk header was overwritten;
+ * 0 in a heap-overflow found at the block's own free), its stack the free
+ * that gave p back.  p is kept from glibc (leaked, still freed: a later
+ * free of it is a double free).  t NULL: in the shim, keep it and report
+ * nothing.
+ */
+static __attribute__((noinline, cold)) void chunk_overrun(struct hs_tls *t, int ring, void *p)
+{
+	struct hs_finding f;
+	struct bview v;
+	int unmapped;
+	char *word = (char *)p - HDR - 8;
+	/* the front block's canary ends right before the word */
+	void *a = containing(word - 1, &unmapped);
+	finding_init(&f, t, HS_FIND_HEAP_OVERFLOW, a ? a : word);
+	f.offset = (uint32_t)((uintptr_t)p - (uintptr_t)f.addr);
+	if (a && blk_view(a, &v)) {
+		f.stack3 = alloc_stack_of(v.alloc);
+		f.tid3 = v.alloc_tid;
+		f.size = v.size;
+	}
+	heap_finding(t, ring, &f);
+}
+
+static inline __attribute__((always_inline)) void release(struct hs_tls *t, int ring, void *p, uint64_t live)
 {
 	uint64_t *w = hw(p), *u = p;
 	struct bview v;
 	size_t chunk;
 	char *r;
 	if (HS_LIKELY(ST_KIND(live) == ST_LIVE_S)) {
+		if (HS_UNLIKELY(small_chunk_damaged(p, ST_SSIZE(live)))) {
+			chunk_overrun(t, ring, p);
+			return;
+		}
 		/* the record (its live word is the block's own), then glibc's free */
 		u[0] = __atomic_load_n(&w[1], __ATOMIC_RELAXED);
 		u[1] = live;
@@ -1279,14 +1371,18 @@ static int quar_ring(struct tquar *q)
  * a thread that stops freeing keeps its blocks, within the global budget,
  * until it exits (tquar_exit).
  */
-static inline __attribute__((always_inline)) void quarantine_put(void *p, uint64_t live, const struct bview *v, uint64_t bytes)
+static inline __attribute__((always_inline)) void quarantine_put(struct hs_tls *t, int ring, void *p, uint64_t live,
+								 const struct bview *v, uint64_t bytes)
 {
 	struct tquar *q = &tquar;
 	uintptr_t lo, hi;
 	uint64_t budget;
 	int64_t total;
-	if (quar_limit == 0 || (HS_UNLIKELY(!q->ring) && !quar_ring(q))) { /* quar_budget() is 0 exactly then */
-		release(p, live);
+	/* no ring: none wanted, or the thread has passed its exit cleanup (a
+	   ring mapped now would outlive the thread with its blocks), or none
+	   could be mapped */
+	if (quar_limit == 0 || (HS_UNLIKELY(!q->ring) && (q->exited || !quar_ring(q)))) {
+		release(t, ring, p, live);
 		return;
 	}
 	if (HS_UNLIKELY(!q->keyed)) {
@@ -1305,7 +1401,7 @@ static inline __attribute__((always_inline)) void quarantine_put(void *p, uint64
 		q->count--;
 		q->bytes -= ob;
 		q->unsynced -= (int64_t)ob;
-		release(op, olive);
+		release(t, ring, op, olive);
 	}
 	{
 		struct qent *e = &q->ring[(q->head + q->count) & (q->cap - 1)];
@@ -1331,14 +1427,16 @@ static inline __attribute__((always_inline)) void quarantine_put(void *p, uint64
 			q->bytes -= ob;
 			q->unsynced -= (int64_t)ob;
 			total -= (int64_t)ob;
-			release(op, olive);
+			release(t, ring, op, olive);
 		}
 	}
 	/* the next victim was freed long ago and is cold: fetch its header
 	   (glibc's chunk header is on the same line) now, so the next free
 	   finds it near */
-	if (q->count)
+	if (q->count) {
 		__builtin_prefetch((char *)q->ring[q->head].p - 16);
+		__builtin_prefetch((char *)q->ring[q->head].p - 24); /* glibc's size word (small_chunk_damaged) */
+	}
 	if (q->unsynced >= QUAR_SYNC || q->unsynced <= -QUAR_SYNC) {
 		__atomic_add_fetch(&quar_total, (uint64_t)q->unsynced, __ATOMIC_RELAXED);
 		q->unsynced = 0;
@@ -1352,12 +1450,13 @@ static void tquar_exit(void *arg)
 	struct hs_tls *t = &hs_tls;
 	int was = t->in_hook;
 	t->in_hook = 1;
-	q->keyed = 0; /* a free by a later destructor arms it again (glibc runs it once more) */
+	q->keyed = 0;
+	q->exited = 1; /* a free by a later destructor, or by glibc's own teardown, is released at once */
 	while (q->count) {
 		struct qent o = q->ring[q->head];
 		q->head = (q->head + 1) & (q->cap - 1);
 		q->count--;
-		release(o.p, o.live);
+		release(t, 0, o.p, o.live);
 	}
 	__atomic_sub_fetch(&quar_total, q->bytes - (uint64_t)q->unsynced, __ATOMIC_RELAXED);
 	q->head = 0;
@@ -1489,7 +1588,7 @@ static inline __attribute__((always_inline)) int blk_free(struct hs_tls *t, int 
 				return 0;
 			}
 			count_free(v.size);
-			quarantine_put(p, live, &v, v.offset + v.size + clen + (v.small ? 0 : 8));
+			quarantine_put(t, ring, p, live, &v, v.offset + v.size + clen + (v.small ? 0 : 8));
 			return 1;
 		}
 	}
@@ -1521,7 +1620,7 @@ static void blk_free_quiet(void *p)
 	((uint64_t *)p)[1] = old;
 	if (__atomic_compare_exchange_n(sw, &old, ST_FREED, 0, __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE)) {
 		count_free(v.size);
-		release(p, live);
+		release(NULL, 0, p, live);
 	}
 }
 
