@@ -837,8 +837,8 @@ static __attribute__((noinline)) uint32_t pending_stack(uint64_t site)
 	return heap_stacks == HS_HEAP_STACKS_FULL ? hs_stack_here() : site_stack(site);
 }
 
-/* The stack kept for one malloc or free at `site`; 0 when not recording. */
-static inline uint32_t heap_stack(uint64_t site)
+/* heap_stack() past the per-thread memo's plain entries. */
+static __attribute__((noinline)) uint32_t heap_stack_slow(uint64_t site)
 {
 	if (!__atomic_load_n(&hs_recording, __ATOMIC_ACQUIRE))
 		return HS_UNLIKELY(__atomic_load_n(&hs_fork_pending, __ATOMIC_ACQUIRE) == 1) ? pending_stack(site) : 0;
@@ -850,6 +850,23 @@ static inline uint32_t heap_stack(uint64_t site)
 	default:
 		return site_stack(site);
 	}
+}
+
+/*
+ * The stack kept for one malloc or free at `site`; 0 when not recording.
+ * The memo's hit on a plain site (a loop's malloc and free) is answered
+ * here, inline in the core's entries: no call.
+ */
+static inline __attribute__((always_inline)) uint32_t heap_stack(uint64_t site)
+{
+	struct site_memo *m = &site_memo;
+	if (HS_LIKELY(heap_stacks == HS_HEAP_STACKS_SITE && __atomic_load_n(&hs_recording, __ATOMIC_ACQUIRE))) {
+		if (m->site[0] == site && !(m->id[0] & MEMO_WRAPPER))
+			return m->id[0];
+		if (m->site[1] == site && !(m->id[1] & MEMO_WRAPPER))
+			return m->id[1];
+	}
+	return heap_stack_slow(site);
 }
 
 /* ---- the guard ------------------------------------------------------------------ */

@@ -1049,6 +1049,10 @@ static inline uint32_t hs_lock_page_bit(uint64_t addr)
 static inline int hs_lock_pages_seen(uint64_t lo, uint64_t hi)
 {
 	uint64_t pg = lo >> 12, last = hi > lo ? (hi - 1) >> 12 : pg;
+	if (HS_LIKELY(last == pg)) { /* most blocks: one page, one bit */
+		uint32_t b = hs_lock_page_bit(lo);
+		return (__atomic_load_n(&hs_lock_pages[b / 64], __ATOMIC_RELAXED) >> (b % 64)) & 1;
+	}
 	if (last - pg >= 256)
 		return 1;
 	/* a page's bits lie in a row: up to 64 pages per load (a 256 KiB
