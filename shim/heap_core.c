@@ -28,11 +28,12 @@
  * The state word goes live -> freed by compare-and-swap, and the freed word
  * carries the first free's stack id and thread, so two racing frees of one
  * block publish and see the first free atomically: exactly one wins, the
- * other is the double free.  Freed blocks wait in a FIFO quarantine, one
- * per thread and without a lock (a ring of its own, never a link inside
- * the freed block), whose budget for all threads together is
- * HEISEN_QUARANTINE_MB when set, else a 32nd of the live heap between
- * 256 KiB and 64 MiB (quar_budget), at most 512 blocks in one thread's FIFO.
+ * other is the double free.  Freed blocks wait in a FIFO quarantine, two
+ * per thread (small blocks, large blocks) and without a lock (rings of
+ * their own, never a link inside the freed block), whose budget for all
+ * threads together is HEISEN_QUARANTINE_MB when set, else a 32nd of the
+ * live heap between 256 KiB and 64 MiB (quar_budget), large blocks given
+ * back first when over it, at most 512 blocks in one FIFO.
  * Then they go back to glibc "released", leaving the record of the free in
  * their first user bytes (release(), small_record), where glibc's own
  * links do not reach, and blocks of 1 KiB and more leave a 48-byte
@@ -206,27 +207,34 @@ static int heap_continue;              /* HEISEN_ON_HEAP_ERROR=continue */
 HS_HIDDEN size_t hs_heap_page_size = 4096;
 
 /*
- * The quarantine: one FIFO per thread, no lock; one budget for all.  The
+ * The quarantine: two FIFOs per thread, no lock; one budget for all.  A
  * FIFO is a ring of entries (pointer and live word) in memory of its own,
  * mapped at the thread's first free: never a link inside the freed
- * blocks, which the program may still write into.
+ * blocks, which the program may still write into.  Small blocks (the
+ * small format) wait in one FIFO, the others in the second: over the
+ * budget, large blocks go first (quarantine_put).
  */
 struct qent {
 	void *p;
 	uint64_t live;         /* the block's live word */
 	uint64_t bytes;        /* what it holds resident (quar_bytes) */
 };
+struct qfifo {
+	struct qent *ring;     /* cap entries (the thread's mapping); NULL until the first free */
+	uint32_t head, count;
+};
+enum { QF_SMALL = 0, QF_LARGE = 1 };
 struct tquar {
-	struct qent *ring;     /* cap entries, mmapped; NULL until the first free */
-	uint32_t head, count, cap;
-	uint64_t bytes;        /* resident bytes of the blocks queued (quar_bytes) */
+	struct qfifo f[2];     /* QF_SMALL, QF_LARGE: one mapping of 2 * cap entries */
+	uint32_t cap;
+	uint64_t bytes;        /* resident bytes of the blocks queued in both (quar_bytes) */
 	int64_t unsynced;      /* bytes queued - bytes taken out, not yet added to quar_total */
 	int keyed;             /* the thread-exit destructor is armed */
 	int exited;            /* tquar_exit ran: later frees of this thread are released at once */
 };
 #define QUAR_SYNC ((int64_t)64 << 10)
 static __thread struct tquar tquar __attribute__((tls_model("initial-exec")));
-static pthread_key_t tquar_key;        /* its destructor empties an exiting thread's FIFO */
+static pthread_key_t tquar_key;        /* its destructor empties an exiting thread's FIFOs */
 static uint64_t quar_limit;            /* the cap on all threads' FIFOs together, bytes (see quar_budget) */
 static uint64_t quar_total;            /* [atomic] bytes queued in all FIFOs, as synced */
 
@@ -1304,7 +1312,7 @@ static inline __attribute__((always_inline)) void release(struct hs_tls *t, int 
  */
 #define QUAR_FLOOR ((uint64_t)256 << 10)
 /*
- * And one thread's FIFO holds at most QUAR_THREAD_BLOCKS blocks (unless
+ * And each of a thread's FIFOs holds at most QUAR_THREAD_BLOCKS blocks (unless
  * HEISEN_QUARANTINE_MB was set): a block leaves the FIFO while its header
  * is still in the core's cache, so releasing it costs no miss.  A longer
  * FIFO released blocks freed long ago, each free paying a miss or two on a
@@ -1363,42 +1371,65 @@ static inline int interior(const void *p, uint64_t size, uintptr_t *lo, uintptr_
  * HEISEN_QUARANTINE_MB (then the per-thread bound). */
 #define QUAR_RING_EXPLICIT 65536u
 
-/* Map the calling thread's ring; 0 when it cannot (the block is released at once). */
+/* Map the calling thread's two rings; 0 when it cannot (the block is released at once). */
 static int quar_ring(struct tquar *q)
 {
 	uint32_t cap = quar_thread_max < QUAR_RING_EXPLICIT ? quar_thread_max : QUAR_RING_EXPLICIT;
-	void *m = mmap(NULL, cap * sizeof(struct qent), PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+	struct qent *m = mmap(NULL, 2 * (size_t)cap * sizeof(struct qent), PROT_READ | PROT_WRITE,
+			      MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
 	if (m == MAP_FAILED)
 		return 0;
-	q->ring = m;
 	q->cap = cap;
-	q->head = 0;
-	q->count = 0;
+	q->f[QF_LARGE] = (struct qfifo){m + cap, 0, 0};
+	q->f[QF_SMALL] = (struct qfifo){m, 0, 0};
 	return 1;
+}
+
+/* Give back the oldest block of FIFO f (not empty); its bytes leave the thread's count. */
+static inline __attribute__((always_inline)) uint64_t fifo_release(struct hs_tls *t, int ring, struct tquar *q,
+								  struct qfifo *f)
+{
+	struct qent *o = &f->ring[f->head];
+	void *op = o->p;
+	uint64_t olive = o->live, ob = o->bytes;
+	f->head = (f->head + 1) & (q->cap - 1);
+	f->count--;
+	q->bytes -= ob;
+	q->unsynced -= (int64_t)ob;
+	release(t, ring, op, olive);
+	return ob;
 }
 
 /*
  * Queue p (freed, with its live word and view v) in the calling thread's
- * FIFO; while the quarantine as a whole is over budget, or the FIFO over
- * its count, give back that FIFO's oldest blocks.  Each thread adds its
- * bytes to the shared total only once they differ by QUAR_SYNC from what
- * it added last (so the total is exact within QUAR_SYNC per thread), so a
- * free takes no lock and writes no shared line in the common case.  The
- * real frees happen in the thread (and glibc arena and tcache) that freed;
- * a thread that stops freeing keeps its blocks, within the global budget,
- * until it exits (tquar_exit).
+ * FIFO for its format; when that FIFO is at its count, give back its
+ * oldest block; while the quarantine as a whole is over budget, give back
+ * the thread's oldest large blocks, then its oldest small ones.  Large
+ * first because a small block is what glibc hands out again soonest once
+ * it has it (its tcache is last in, first out, per size), while a large
+ * one leaves a tombstone (release()) that a second free still finds: a
+ * program's megabytes of buffers freed between must not push its small
+ * freed blocks out (a 64-byte block's second free after 1,000 mixed-size
+ * allocations was missed that way).  Each thread adds its bytes to the
+ * shared total only once they differ by QUAR_SYNC from what it added last
+ * (so the total is exact within QUAR_SYNC per thread), so a free takes no
+ * lock and writes no shared line in the common case.  The real frees
+ * happen in the thread (and glibc arena and tcache) that freed; a thread
+ * that stops freeing keeps its blocks, within the global budget, until it
+ * exits (tquar_exit).
  */
 static inline __attribute__((always_inline)) void quarantine_put(struct hs_tls *t, int ring, void *p, uint64_t live,
 								 const struct bview *v, uint64_t bytes)
 {
 	struct tquar *q = &tquar;
+	struct qfifo *f;
 	uintptr_t lo, hi;
 	uint64_t budget;
 	int64_t total;
 	/* no ring: none wanted, or the thread has passed its exit cleanup (a
 	   ring mapped now would outlive the thread with its blocks), or none
 	   could be mapped */
-	if (quar_limit == 0 || (HS_UNLIKELY(!q->ring) && (q->exited || !quar_ring(q)))) {
+	if (quar_limit == 0 || (HS_UNLIKELY(!q->f[QF_SMALL].ring) && (q->exited || !quar_ring(q)))) {
 		release(t, ring, p, live);
 		return;
 	}
@@ -1410,23 +1441,16 @@ static inline __attribute__((always_inline)) void quarantine_put(struct hs_tls *
 		bytes -= hi - lo;
 		madvise((void *)lo, hi - lo, MADV_DONTNEED);
 	}
-	if (q->count == q->cap) { /* full: the oldest goes now (the per-thread bound) */
-		struct qent *o = &q->ring[q->head];
-		void *op = o->p;
-		uint64_t olive = o->live, ob = o->bytes;
-		q->head = (q->head + 1) & (q->cap - 1);
-		q->count--;
-		q->bytes -= ob;
-		q->unsynced -= (int64_t)ob;
-		release(t, ring, op, olive);
-	}
+	f = &q->f[v->small ? QF_SMALL : QF_LARGE];
+	if (f->count == q->cap) /* full: its oldest goes now (the per-thread bound) */
+		fifo_release(t, ring, q, f);
 	{
-		struct qent *e = &q->ring[(q->head + q->count) & (q->cap - 1)];
+		struct qent *e = &f->ring[(f->head + f->count) & (q->cap - 1)];
 		e->p = p;
 		e->live = live;
 		e->bytes = bytes;
 	}
-	q->count++;
+	f->count++;
 	q->bytes += bytes;
 	q->unsynced += (int64_t)bytes;
 	/* relaxed: a budget, ordered with nothing else */
@@ -1435,24 +1459,22 @@ static inline __attribute__((always_inline)) void quarantine_put(struct hs_tls *
 	   (a line every thread's counters write) is not read */
 	if (HS_UNLIKELY(total > (int64_t)quar_floor)) {
 		budget = quar_budget();
-		while (q->count && total > (int64_t)budget) {
-			struct qent *o = &q->ring[q->head];
-			void *op = o->p;
-			uint64_t olive = o->live, ob = o->bytes;
-			q->head = (q->head + 1) & (q->cap - 1);
-			q->count--;
-			q->bytes -= ob;
-			q->unsynced -= (int64_t)ob;
-			total -= (int64_t)ob;
-			release(t, ring, op, olive);
+		while (total > (int64_t)budget) {
+			if (q->f[QF_LARGE].count)
+				total -= (int64_t)fifo_release(t, ring, q, &q->f[QF_LARGE]);
+			else if (q->f[QF_SMALL].count)
+				total -= (int64_t)fifo_release(t, ring, q, &q->f[QF_SMALL]);
+			else
+				break;
 		}
 	}
-	/* the next victim was freed long ago and is cold: fetch its header
-	   (glibc's chunk header is on the same line) now, so the next free
-	   finds it near */
-	if (q->count) {
-		__builtin_prefetch((char *)q->ring[q->head].p - 16);
-		__builtin_prefetch((char *)q->ring[q->head].p - 24); /* glibc's size word (small_chunk_damaged) */
+	/* the next small victim was freed long ago and is cold: fetch its
+	   header and glibc's size word in front of it (small_chunk_damaged)
+	   now, so the next free finds them near */
+	f = &q->f[QF_SMALL];
+	if (f->count) {
+		__builtin_prefetch((char *)f->ring[f->head].p - 16);
+		__builtin_prefetch((char *)f->ring[f->head].p - 24);
 	}
 	if (q->unsynced >= QUAR_SYNC || q->unsynced <= -QUAR_SYNC) {
 		__atomic_add_fetch(&quar_total, (uint64_t)q->unsynced, __ATOMIC_RELAXED);
@@ -1469,19 +1491,21 @@ static void tquar_exit(void *arg)
 	t->in_hook = 1;
 	q->keyed = 0;
 	q->exited = 1; /* a free by a later destructor, or by glibc's own teardown, is released at once */
-	while (q->count) {
-		struct qent o = q->ring[q->head];
-		q->head = (q->head + 1) & (q->cap - 1);
-		q->count--;
-		release(t, 0, o.p, o.live);
+	for (int k = 0; k < 2; k++) {
+		struct qfifo *f = &q->f[k];
+		while (f->count) {
+			struct qent o = f->ring[f->head];
+			f->head = (f->head + 1) & (q->cap - 1);
+			f->count--;
+			release(t, 0, o.p, o.live);
+		}
 	}
 	__atomic_sub_fetch(&quar_total, q->bytes - (uint64_t)q->unsynced, __ATOMIC_RELAXED);
-	q->head = 0;
 	q->bytes = 0;
 	q->unsynced = 0;
-	if (q->ring) {
-		munmap(q->ring, q->cap * sizeof(struct qent));
-		q->ring = NULL;
+	if (q->f[QF_SMALL].ring) {
+		munmap(q->f[QF_SMALL].ring, 2 * (size_t)q->cap * sizeof(struct qent));
+		q->f[QF_SMALL].ring = q->f[QF_LARGE].ring = NULL;
 	}
 	count_flush();
 	t->in_hook = was;
@@ -1741,7 +1765,7 @@ HS_HIDDEN void hs_heap_init(void)
 	heap_mark_header();
 	pthread_atfork(heap_before_fork, NULL, hs_heap_after_fork_child);
 	if (pthread_key_create(&tquar_key, tquar_exit) != 0)
-		quar_limit = 0; /* no way to empty an exiting thread's FIFO: no quarantine */
+		quar_limit = 0; /* no way to empty an exiting thread's FIFOs: no quarantine */
 	atexit(count_flush); /* the exiting thread's counts; runs before init.c's on_exit handler */
 	/* release: the settings above are visible to every hook that sees HS_HEAP_MODE_ON */
 	__atomic_store_n(&hs_heap_mode, HS_HEAP_MODE_ON, __ATOMIC_RELEASE);
