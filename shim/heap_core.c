@@ -221,12 +221,12 @@ struct qent {
 };
 struct qfifo {
 	struct qent *ring;     /* cap entries (the thread's mapping); NULL until the first free */
-	uint32_t head, count;
+	uint32_t head, tail, count; /* oldest entry, next free entry, entries */
 };
 enum { QF_SMALL = 0, QF_LARGE = 1 };
 struct tquar {
 	struct qfifo f[2];     /* QF_SMALL, QF_LARGE: one mapping of 2 * cap entries */
-	uint32_t cap;
+	uint32_t cap, mask;    /* a power of two, and cap - 1 */
 	uint64_t bytes;        /* resident bytes of the blocks queued in both (quar_bytes) */
 	int64_t unsynced;      /* bytes queued - bytes taken out, not yet added to quar_total */
 	int keyed;             /* the thread-exit destructor is armed */
@@ -285,7 +285,8 @@ static inline size_t small_chunk(size_t n)
 
 static inline size_t canary_len_s(size_t n)
 {
-	return small_chunk(n) - 8 - HDR - n;
+	/* small_chunk(n) - 8 - HDR - n, without the max: 16 - ((n + 40) mod 16) from n = 24 up */
+	return HS_LIKELY(n >= 24) ? 16 - ((n + 8) & 15) : 40 - n;
 }
 
 /* The canary's last 8-byte word: where it lies (it ends 8 past a 16-byte
@@ -1228,8 +1229,10 @@ static inline int small_chunk_damaged(const void *p, uint64_t size)
 {
 	const uint64_t *c = (const uint64_t *)p - 4; /* prev_size, size, then our header */
 	uint64_t sz = c[1], want = small_chunk(size);
-	if (HS_LIKELY((sz & ~(uint64_t)7) == want || (sz & ~(uint64_t)7) == want + 16))
-		return (sz & 2) != 0 && glibc_would_refuse((const char *)p - HDR, c);
+	/* want or want + 16, PREV_INUSE (1) and NON_MAIN_ARENA (4) aside:
+	   one compare (IS_MMAPPED, 2, makes it differ) */
+	if (HS_LIKELY((((sz & ~(uint64_t)5) - want) & ~(uint64_t)16) == 0))
+		return 0;
 	return !(sz & 2) || glibc_would_refuse((const char *)p - HDR, c);
 }
 
@@ -1380,8 +1383,9 @@ static int quar_ring(struct tquar *q)
 	if (m == MAP_FAILED)
 		return 0;
 	q->cap = cap;
-	q->f[QF_LARGE] = (struct qfifo){m + cap, 0, 0};
-	q->f[QF_SMALL] = (struct qfifo){m, 0, 0};
+	q->mask = cap - 1;
+	q->f[QF_LARGE] = (struct qfifo){m + cap, 0, 0, 0};
+	q->f[QF_SMALL] = (struct qfifo){m, 0, 0, 0};
 	return 1;
 }
 
@@ -1392,7 +1396,7 @@ static inline __attribute__((always_inline)) uint64_t fifo_release(struct hs_tls
 	struct qent *o = &f->ring[f->head];
 	void *op = o->p;
 	uint64_t olive = o->live, ob = o->bytes;
-	f->head = (f->head + 1) & (q->cap - 1);
+	f->head = (f->head + 1) & q->mask;
 	f->count--;
 	q->bytes -= ob;
 	q->unsynced -= (int64_t)ob;
@@ -1426,14 +1430,14 @@ static inline __attribute__((always_inline)) void quarantine_put(struct hs_tls *
 	uintptr_t lo, hi;
 	uint64_t budget;
 	int64_t total;
-	/* no ring: none wanted, or the thread has passed its exit cleanup (a
-	   ring mapped now would outlive the thread with its blocks), or none
-	   could be mapped */
-	if (quar_limit == 0 || (HS_UNLIKELY(!q->f[QF_SMALL].ring) && (q->exited || !quar_ring(q)))) {
-		release(t, ring, p, live);
-		return;
-	}
-	if (HS_UNLIKELY(!q->keyed)) {
+	if (HS_UNLIKELY(!q->keyed)) { /* keyed: the rings are there and the thread is not exiting */
+		/* no ring: none wanted, or the thread has passed its exit cleanup
+		   (a ring mapped now would outlive the thread with its blocks),
+		   or none could be mapped */
+		if (quar_limit == 0 || q->exited || (!q->f[QF_SMALL].ring && !quar_ring(q))) {
+			release(t, ring, p, live);
+			return;
+		}
 		q->keyed = 1;
 		pthread_setspecific(tquar_key, q);
 	}
@@ -1445,11 +1449,12 @@ static inline __attribute__((always_inline)) void quarantine_put(struct hs_tls *
 	if (f->count == q->cap) /* full: its oldest goes now (the per-thread bound) */
 		fifo_release(t, ring, q, f);
 	{
-		struct qent *e = &f->ring[(f->head + f->count) & (q->cap - 1)];
+		struct qent *e = &f->ring[f->tail];
 		e->p = p;
 		e->live = live;
 		e->bytes = bytes;
 	}
+	f->tail = (f->tail + 1) & q->mask;
 	f->count++;
 	q->bytes += bytes;
 	q->unsynced += (int64_t)bytes;
@@ -1495,7 +1500,7 @@ static void tquar_exit(void *arg)
 		struct qfifo *f = &q->f[k];
 		while (f->count) {
 			struct qent o = f->ring[f->head];
-			f->head = (f->head + 1) & (q->cap - 1);
+			f->head = (f->head + 1) & q->mask;
 			f->count--;
 			release(t, 0, o.p, o.live);
 		}
