@@ -207,12 +207,12 @@ static int heap_continue;              /* HEISEN_ON_HEAP_ERROR=continue */
 HS_HIDDEN size_t hs_heap_page_size = 4096;
 
 /*
- * The quarantine: two FIFOs per thread, no lock; one budget for all.  A
- * FIFO is a ring of entries (pointer and live word) in memory of its own,
- * mapped at the thread's first free: never a link inside the freed
- * blocks, which the program may still write into.  Small blocks (the
- * small format) wait in one FIFO, the others in the second: over the
- * budget, large blocks go first (quarantine_put).
+ * The quarantine: two FIFOs per thread, no lock; a budget for all threads'
+ * FIFOs of each kind.  A FIFO is a ring of entries (pointer and live
+ * word) in memory of its own, mapped at the thread's first free: never a
+ * link inside the freed blocks, which the program may still write into.
+ * Small blocks (the small format) wait in one FIFO, the others in the
+ * second, each kind under its half of the budget (quarantine_put).
  */
 struct qent {
 	void *p;
@@ -222,13 +222,13 @@ struct qent {
 struct qfifo {
 	struct qent *ring;     /* cap entries (the thread's mapping); NULL until the first free */
 	uint32_t head, tail, count; /* oldest entry, next free entry, entries */
+	uint64_t bytes;        /* resident bytes of the blocks queued (quar_bytes) */
+	int64_t unsynced;      /* bytes queued - bytes taken out, not yet added to quar_total[kind] */
 };
 enum { QF_SMALL = 0, QF_LARGE = 1 };
 struct tquar {
 	struct qfifo f[2];     /* QF_SMALL, QF_LARGE: one mapping of 2 * cap entries */
 	uint32_t cap, mask;    /* a power of two, and cap - 1 */
-	uint64_t bytes;        /* resident bytes of the blocks queued in both (quar_bytes) */
-	int64_t unsynced;      /* bytes queued - bytes taken out, not yet added to quar_total */
 	int keyed;             /* the thread-exit destructor is armed */
 	int exited;            /* tquar_exit ran: later frees of this thread are released at once */
 };
@@ -236,7 +236,8 @@ struct tquar {
 static __thread struct tquar tquar __attribute__((tls_model("initial-exec")));
 static pthread_key_t tquar_key;        /* its destructor empties an exiting thread's FIFOs */
 static uint64_t quar_limit;            /* the cap on all threads' FIFOs together, bytes (see quar_budget) */
-static uint64_t quar_total;            /* [atomic] bytes queued in all FIFOs, as synced */
+static uint64_t quar_kind_limit;       /* the cap on each kind (small, large): half of quar_limit */
+static uint64_t quar_total[2];         /* [atomic] bytes queued in all threads' FIFOs of each kind, as synced */
 
 /* Canary bytes: position-dependent, so a run of one repeated byte is
  * caught.  CANARY is the pattern's start; the 8 bytes before it are only
@@ -480,9 +481,10 @@ static inline struct hs_header *hdr_if_recording(void)
  * The header's heap_allocs, heap_live_bytes and heap_peak_bytes are shared
  * by every thread; updating them at each malloc and free made threads
  * bounce one cache line.  Each thread keeps its own deltas here and adds
- * them to the header every COUNT_FLUSH_OPS operations, when its live delta
- * passes COUNT_FLUSH_BYTES either way, at a finding, before a fork and at
- * exit (atexit, the exiting thread).  So the header is exact within
+ * them to the header every COUNT_FLUSH_OPS operations, sooner when the
+ * bytes it allocated and freed since reach COUNT_FLUSH_BYTES (one credit
+ * counts both), at a finding, before a fork and at exit (atexit, the
+ * exiting thread).  So the header is exact within
  * COUNT_FLUSH_OPS operations and COUNT_FLUSH_BYTES per thread, and the
  * peak is the highest flushed sum (a transient peak between flushes can
  * be missed by at most that much).  No clock, no shared write on the
@@ -490,10 +492,11 @@ static inline struct hs_header *hdr_if_recording(void)
  */
 #define COUNT_FLUSH_OPS 64u
 #define COUNT_FLUSH_BYTES ((int64_t)1 << 20)
+#define COUNT_BYTES_PER_OP (COUNT_FLUSH_BYTES / COUNT_FLUSH_OPS) /* 16 KiB: one op's worth of credit */
 struct heap_counts {
 	int64_t live;      /* bytes allocated - bytes freed by this thread since its last flush */
 	uint64_t allocs;
-	uint32_t ops;
+	int64_t spent;     /* credit used since the last flush: 1 per operation and 1 per 16 KiB */
 };
 static __thread struct heap_counts hcounts __attribute__((tls_model("initial-exec")));
 
@@ -514,15 +517,18 @@ static void count_flush(void)
 	}
 	c->live = 0;
 	c->allocs = 0;
-	c->ops = 0;
+	c->spent = 0;
 }
 
+/* One compare for both bounds: COUNT_FLUSH_OPS operations, or their worth
+ * in bytes moved either way (a flush comes at least that often). */
 static inline void count_alloc(uint64_t n)
 {
 	struct heap_counts *c = &hcounts;
 	c->live += (int64_t)n;
 	c->allocs++;
-	if (HS_UNLIKELY(++c->ops >= COUNT_FLUSH_OPS || c->live >= COUNT_FLUSH_BYTES))
+	c->spent += 1 + (int64_t)(n / COUNT_BYTES_PER_OP);
+	if (HS_UNLIKELY(c->spent >= (int64_t)COUNT_FLUSH_OPS))
 		count_flush();
 }
 
@@ -530,7 +536,8 @@ static inline void count_free(uint64_t n)
 {
 	struct heap_counts *c = &hcounts;
 	c->live -= (int64_t)n;
-	if (HS_UNLIKELY(++c->ops >= COUNT_FLUSH_OPS || c->live <= -COUNT_FLUSH_BYTES))
+	c->spent += 1 + (int64_t)(n / COUNT_BYTES_PER_OP);
+	if (HS_UNLIKELY(c->spent >= (int64_t)COUNT_FLUSH_OPS))
 		count_flush();
 }
 
@@ -864,17 +871,18 @@ static __attribute__((noinline)) uint32_t heap_stack_slow(uint64_t site)
 /*
  * The stack kept for one malloc or free at `site`; 0 when not recording.
  * The memo's hit on a plain site (a loop's malloc and free) is answered
- * here, inline in the core's entries: no call.
+ * here, inline in the core's entries: no call, and no test of the mode
+ * (the memo is filled only with HEISEN_HEAP_STACKS=site, and a fork child
+ * whose segment cannot take its parent's stack ids clears it) nor of
+ * recording (a process gone quiet keeps the ids it had; none is recorded).
  */
 static inline __attribute__((always_inline)) uint32_t heap_stack(uint64_t site)
 {
 	struct site_memo *m = &site_memo;
-	if (HS_LIKELY(heap_stacks == HS_HEAP_STACKS_SITE && __atomic_load_n(&hs_recording, __ATOMIC_ACQUIRE))) {
-		if (m->site[0] == site && !(m->id[0] & MEMO_WRAPPER))
-			return m->id[0];
-		if (m->site[1] == site && !(m->id[1] & MEMO_WRAPPER))
-			return m->id[1];
-	}
+	if (m->site[0] == site && !(m->id[0] & MEMO_WRAPPER))
+		return m->id[0];
+	if (m->site[1] == site && !(m->id[1] & MEMO_WRAPPER))
+		return m->id[1];
 	return heap_stack_slow(site);
 }
 
@@ -1327,7 +1335,7 @@ static inline __attribute__((always_inline)) void release(struct hs_tls *t, int 
  */
 #define QUAR_THREAD_BLOCKS 512u
 static uint32_t quar_thread_max = UINT32_MAX; /* QUAR_THREAD_BLOCKS unless HEISEN_QUARANTINE_MB was set */
-static uint64_t quar_floor;            /* the least quar_budget() can be: min(QUAR_FLOOR, quar_limit), or quar_limit when explicit */
+static uint64_t quar_floor;            /* the least quar_budget() can be: min(QUAR_FLOOR, quar_kind_limit), or that limit when explicit */
 #define QUAR_LIVE_SHARE 32u
 static int quar_explicit;              /* HEISEN_QUARANTINE_MB was set (to a valid value) */
 #define QUARANTINE_MB_MAX (1u << 20)   /* HEISEN_QUARANTINE_MB's range: 0 to 1 TiB */
@@ -1335,12 +1343,12 @@ static int quar_explicit;              /* HEISEN_QUARANTINE_MB was set (to a val
 static inline uint64_t quar_budget(void)
 {
 	uint64_t lim;
-	if (quar_explicit || quar_limit == 0)
-		return quar_limit;
-	lim = live_bytes() / QUAR_LIVE_SHARE;
+	if (quar_explicit || quar_kind_limit == 0)
+		return quar_kind_limit;
+	lim = live_bytes() / (2 * QUAR_LIVE_SHARE);
 	if (lim < QUAR_FLOOR)
 		lim = QUAR_FLOOR;
-	return lim < quar_limit ? lim : quar_limit;
+	return lim < quar_kind_limit ? lim : quar_kind_limit;
 }
 
 /*
@@ -1384,8 +1392,8 @@ static int quar_ring(struct tquar *q)
 		return 0;
 	q->cap = cap;
 	q->mask = cap - 1;
-	q->f[QF_LARGE] = (struct qfifo){m + cap, 0, 0, 0};
-	q->f[QF_SMALL] = (struct qfifo){m, 0, 0, 0};
+	q->f[QF_LARGE] = (struct qfifo){.ring = m + cap};
+	q->f[QF_SMALL] = (struct qfifo){.ring = m};
 	return 1;
 }
 
@@ -1398,29 +1406,31 @@ static inline __attribute__((always_inline)) uint64_t fifo_release(struct hs_tls
 	uint64_t olive = o->live, ob = o->bytes;
 	f->head = (f->head + 1) & q->mask;
 	f->count--;
-	q->bytes -= ob;
-	q->unsynced -= (int64_t)ob;
+	f->bytes -= ob;
+	f->unsynced -= (int64_t)ob;
 	release(t, ring, op, olive);
 	return ob;
 }
 
 /*
  * Queue p (freed, with its live word and view v) in the calling thread's
- * FIFO for its format; when that FIFO is at its count, give back its
- * oldest block; while the quarantine as a whole is over budget, give back
- * the thread's oldest large blocks, then its oldest small ones.  Large
- * first because a small block is what glibc hands out again soonest once
- * it has it (its tcache is last in, first out, per size), while a large
- * one leaves a tombstone (release()) that a second free still finds: a
- * program's megabytes of buffers freed between must not push its small
- * freed blocks out (a 64-byte block's second free after 1,000 mixed-size
- * allocations was missed that way).  Each thread adds its bytes to the
- * shared total only once they differ by QUAR_SYNC from what it added last
- * (so the total is exact within QUAR_SYNC per thread), so a free takes no
- * lock and writes no shared line in the common case.  The real frees
- * happen in the thread (and glibc arena and tcache) that freed; a thread
- * that stops freeing keeps its blocks, within the global budget, until it
- * exits (tquar_exit).
+ * FIFO for its kind (small or large format); when that FIFO is at its
+ * count, give back its oldest block; while all threads' FIFOs of that
+ * kind are over the budget (quar_budget: each kind has half), give back
+ * this FIFO's oldest blocks.  Two budgets so that one kind's bytes never
+ * push the other out: a program's buffers of kilobytes freed between must
+ * not push its small freed blocks out (a small block is what glibc hands
+ * out again soonest once it has it: its tcache is last in, first out per
+ * size, so the quarantine is most of a small block's protection; a
+ * 64-byte block's second free after 1,000 mixed-size allocations was
+ * missed that way), and a Python program's hundreds of small blocks must
+ * not give a 4 KiB buffer back at its free.  Each thread adds its bytes to
+ * the shared total only once they differ by QUAR_SYNC from what it added
+ * last (so the total is exact within QUAR_SYNC per thread and kind), so a
+ * free takes no lock and writes no shared line in the common case.  The
+ * real frees happen in the thread (and glibc arena and tcache) that freed;
+ * a thread that stops freeing keeps its blocks, within the budgets, until
+ * it exits (tquar_exit).
  */
 static inline __attribute__((always_inline)) void quarantine_put(struct hs_tls *t, int ring, void *p, uint64_t live,
 								 const struct bview *v, uint64_t bytes)
@@ -1430,6 +1440,7 @@ static inline __attribute__((always_inline)) void quarantine_put(struct hs_tls *
 	uintptr_t lo, hi;
 	uint64_t budget;
 	int64_t total;
+	int kind;
 	if (HS_UNLIKELY(!q->keyed)) { /* keyed: the rings are there and the thread is not exiting */
 		/* no ring: none wanted, or the thread has passed its exit cleanup
 		   (a ring mapped now would outlive the thread with its blocks),
@@ -1445,7 +1456,8 @@ static inline __attribute__((always_inline)) void quarantine_put(struct hs_tls *
 		bytes -= hi - lo;
 		madvise((void *)lo, hi - lo, MADV_DONTNEED);
 	}
-	f = &q->f[v->small ? QF_SMALL : QF_LARGE];
+	kind = v->small ? QF_SMALL : QF_LARGE;
+	f = &q->f[kind];
 	if (f->count == q->cap) /* full: its oldest goes now (the per-thread bound) */
 		fifo_release(t, ring, q, f);
 	{
@@ -1456,34 +1468,29 @@ static inline __attribute__((always_inline)) void quarantine_put(struct hs_tls *
 	}
 	f->tail = (f->tail + 1) & q->mask;
 	f->count++;
-	q->bytes += bytes;
-	q->unsynced += (int64_t)bytes;
+	f->bytes += bytes;
+	f->unsynced += (int64_t)bytes;
 	/* relaxed: a budget, ordered with nothing else */
-	total = (int64_t)__atomic_load_n(&quar_total, __ATOMIC_RELAXED) + q->unsynced;
+	total = (int64_t)__atomic_load_n(&quar_total[kind], __ATOMIC_RELAXED) + f->unsynced;
 	/* below the least budget there can be (quar_floor), the live heap
 	   (a line every thread's counters write) is not read */
 	if (HS_UNLIKELY(total > (int64_t)quar_floor)) {
 		budget = quar_budget();
-		while (total > (int64_t)budget) {
-			if (q->f[QF_LARGE].count)
-				total -= (int64_t)fifo_release(t, ring, q, &q->f[QF_LARGE]);
-			else if (q->f[QF_SMALL].count)
-				total -= (int64_t)fifo_release(t, ring, q, &q->f[QF_SMALL]);
-			else
-				break;
-		}
+		while (total > (int64_t)budget && f->count)
+			total -= (int64_t)fifo_release(t, ring, q, f);
 	}
-	/* the next small victim was freed long ago and is cold: fetch its
+	if (f->unsynced >= QUAR_SYNC || f->unsynced <= -QUAR_SYNC) {
+		__atomic_add_fetch(&quar_total[kind], (uint64_t)f->unsynced, __ATOMIC_RELAXED);
+		f->unsynced = 0;
+	}
+	/* this FIFO's next victim was freed long ago and is cold: fetch its
 	   header and glibc's size word in front of it (small_chunk_damaged)
-	   now, so the next free finds them near */
-	f = &q->f[QF_SMALL];
-	if (f->count) {
-		__builtin_prefetch((char *)f->ring[f->head].p - 16);
-		__builtin_prefetch((char *)f->ring[f->head].p - 24);
-	}
-	if (q->unsynced >= QUAR_SYNC || q->unsynced <= -QUAR_SYNC) {
-		__atomic_add_fetch(&quar_total, (uint64_t)q->unsynced, __ATOMIC_RELAXED);
-		q->unsynced = 0;
+	   now, so the next free of its kind finds them near (it is never
+	   empty here: p is in it unless given back at once) */
+	if (HS_LIKELY(f->count)) {
+		char *n = f->ring[f->head].p;
+		__builtin_prefetch(n - 16);
+		__builtin_prefetch(n - 24);
 	}
 }
 
@@ -1504,10 +1511,10 @@ static void tquar_exit(void *arg)
 			f->count--;
 			release(t, 0, o.p, o.live);
 		}
+		__atomic_sub_fetch(&quar_total[k], f->bytes - (uint64_t)f->unsynced, __ATOMIC_RELAXED);
+		f->bytes = 0;
+		f->unsynced = 0;
 	}
-	__atomic_sub_fetch(&quar_total, q->bytes - (uint64_t)q->unsynced, __ATOMIC_RELAXED);
-	q->bytes = 0;
-	q->unsynced = 0;
 	if (q->f[QF_SMALL].ring) {
 		munmap(q->f[QF_SMALL].ring, 2 * (size_t)q->cap * sizeof(struct qent));
 		q->f[QF_SMALL].ring = q->f[QF_LARGE].ring = NULL;
@@ -1711,7 +1718,8 @@ HS_HIDDEN void hs_heap_after_fork_child(void)
 		__atomic_add_fetch(&stack_epoch, 1, __ATOMIC_RELAXED);
 	}
 	/* the other threads' FIFOs stay allocated in the child; the total is this thread's */
-	__atomic_store_n(&quar_total, tquar.bytes - (uint64_t)tquar.unsynced, __ATOMIC_RELAXED);
+	for (int k = 0; k < 2; k++)
+		__atomic_store_n(&quar_total[k], tquar.f[k].bytes - (uint64_t)tquar.f[k].unsynced, __ATOMIC_RELAXED);
 	heap_mark_header();
 	h = hdr_if_recording();
 	if (h && fork_live && h->heap_live_bytes == 0 && h->heap_allocs == 0) {
@@ -1757,7 +1765,8 @@ HS_HIDDEN void hs_heap_init(void)
 	if (!quar_explicit && (hs_seg.hdr->flags & HS_HDR_ENV) && hs_seg.hdr->env.mem_limit &&
 	    quar_limit > hs_seg.hdr->env.mem_limit / 32)
 		quar_limit = hs_seg.hdr->env.mem_limit / 32;
-	quar_floor = quar_explicit || quar_limit < QUAR_FLOOR ? quar_limit : QUAR_FLOOR;
+	quar_kind_limit = quar_limit / 2;
+	quar_floor = quar_explicit || quar_kind_limit < QUAR_FLOOR ? quar_kind_limit : QUAR_FLOOR;
 	{
 		static const char *const words[] = {"site", "full", "none"};
 		int k = hs_getenv_enum("HEISEN_HEAP_STACKS", words, 3, 0);
