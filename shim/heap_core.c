@@ -879,11 +879,18 @@ static __attribute__((noinline)) uint32_t heap_stack_slow(uint64_t site)
 static inline __attribute__((always_inline)) uint32_t heap_stack(uint64_t site)
 {
 	struct site_memo *m = &site_memo;
-	if (m->site[0] == site && !(m->id[0] & MEMO_WRAPPER))
-		return m->id[0];
-	if (m->site[1] == site && !(m->id[1] & MEMO_WRAPPER))
-		return m->id[1];
-	return heap_stack_slow(site);
+	uint32_t id;
+	if (m->site[0] == site)
+		id = m->id[0];
+	else if (m->site[1] == site)
+		id = m->id[1];
+	else
+		return heap_stack_slow(site);
+	if (HS_LIKELY(!(id & MEMO_WRAPPER)))
+		return id;
+	/* a wrapper site (operator new): its caller's stack, which may be new
+	   to the stack table, so only while recording */
+	return HS_LIKELY(__atomic_load_n(&hs_recording, __ATOMIC_ACQUIRE)) ? wrapper_stack(site) : heap_stack_slow(site);
 }
 
 /* ---- the guard ------------------------------------------------------------------ */
