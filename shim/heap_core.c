@@ -50,9 +50,11 @@
  *     pointer into the middle of one of our blocks whose header lies
  *     at most 8 KiB before the pointer's page (a bounded backward scan),
  *     and a pointer whose chunk header glibc's free would refuse;
- *   - heap-overflow: the tail canary (8 to 23 bytes after the requested
- *     size; 24 to 40 for blocks of 16 bytes or less) changed, checked at
- *     free and realloc.
+ *   - heap-overflow: the tail canary (a small block's: glibc's slack, 1
+ *     to 16 bytes after the requested size, 40 - n under 24 bytes; a large
+ *     block's 8 to 23 bytes) changed, checked at free and realloc; or
+ *     glibc's size word of the next chunk changed (an overflow past the
+ *     canary), checked before that small block goes back to glibc.
  * Out of scope: use after free, reads past the end, overflows that skip the
  * canary, a double free after glibc reused the address for a new block
  * (the second free then frees that block), and anything glibc hands out
