@@ -276,7 +276,7 @@ static inline size_t canary_len(size_t n)
  * 48, and n plus canary is 40, room for the release record).  An
  * overflow's first byte always lands in the canary (caught at free); one
  * longer than the canary reaches glibc's size word of the next chunk,
- * which release() checks before glibc sees it (chunk_overrun).
+ * which release() checks before glibc sees it (chunk_damaged, chunk_overrun).
  * Scudo's way of using glibc's rounding as its check space; the 8-byte
  * minimum it replaces cost 7 bytes a block on a C++ churn.
  */
@@ -1233,19 +1233,21 @@ static int foreign_is_invalid(struct hs_tls *t, int ring, void *p, enum owner o)
 #define TOMBSTONE_MIN 1024u
 
 /*
- * 1 when glibc's size word of the small block p's chunk (8 bytes before
- * its header) is not one glibc gave it: malloc's chunk for the request
- * (small_chunk), or 16 bytes more (a free chunk too small to split was
- * handed out whole); the low three bits are glibc's flags.  The block in
- * front ran past its canary into it, or a wild write did: glibc's free
- * would trust the size (tcache poisoning, or its own abort without a
- * stack).  An mmapped chunk (a tiny request from an arena that could not
- * grow) is checked as glibc_would_refuse checks it.
+ * 1 when glibc's size word of the chunk of p (a block of ours with
+ * malloc's alignment: the word lies 8 bytes before its header) is not one
+ * glibc gave it: malloc's chunk for the request (want: small_chunk() of a
+ * small block, large_chunk() of a large one), or 16 bytes more (a free
+ * chunk too small to split was handed out whole); the low three bits are
+ * glibc's flags.  The block in front ran past its canary into it, or a
+ * wild write did: glibc's free would trust the size (tcache poisoning, or
+ * its own abort without a stack).  An mmapped chunk (a large block, or a
+ * tiny request from an arena that could not grow) is checked as
+ * glibc_would_refuse checks it.
  */
-static inline int small_chunk_damaged(const void *p, uint64_t size)
+static inline int chunk_damaged(const void *p, uint64_t want)
 {
 	const uint64_t *c = (const uint64_t *)p - 4; /* prev_size, size, then our header */
-	uint64_t sz = c[1], want = small_chunk(size);
+	uint64_t sz = c[1];
 	/* want or want + 16, PREV_INUSE (1) and NON_MAIN_ARENA (4) aside:
 	   one compare (IS_MMAPPED, 2, makes it differ) */
 	if (HS_LIKELY((((sz & ~(uint64_t)5) - want) & ~(uint64_t)16) == 0))
@@ -1253,9 +1255,17 @@ static inline int small_chunk_damaged(const void *p, uint64_t size)
 	return !(sz & 2) || glibc_would_refuse((const char *)p - HDR, c);
 }
 
+/* The chunk glibc gives a large block of n bytes with malloc's alignment:
+ * header, user bytes, canary and tail word, plus glibc's size word, in
+ * 16-byte steps. */
+static inline uint64_t large_chunk(uint64_t n)
+{
+	return (HDR + n + canary_len(n) + 8 + 8 + 15) & ~(uint64_t)15;
+}
+
 /*
- * The small block p, about to go back to glibc, has a chunk size word
- * glibc did not write (small_chunk_damaged): a heap-overflow of the block
+ * The block p, about to go back to glibc, has a chunk size word glibc
+ * did not write (chunk_damaged): a heap-overflow of the block
  * in front of it when that is one of ours (the backward scan from the
  * damaged word: its address, size and allocation stack), else of the word
  * itself (address, size 0); the finding's offset is the distance from that
@@ -1271,8 +1281,9 @@ static __attribute__((noinline, cold)) void chunk_overrun(struct hs_tls *t, int 
 	struct bview v;
 	int unmapped;
 	char *word = (char *)p - HDR - 8;
-	/* the front block's canary ends right before the word */
-	void *a = containing(word - 1, &unmapped);
+	/* the front block's canary ends right before the word (small) or 8
+	   bytes before it (large: the tail word, then glibc's prev_size slot) */
+	void *a = containing(word - 9, &unmapped);
 	finding_init(&f, t, HS_FIND_HEAP_OVERFLOW, a ? a : word);
 	f.offset = (uint32_t)((uintptr_t)p - (uintptr_t)f.addr);
 	if (a && blk_view(a, &v)) {
@@ -1290,7 +1301,7 @@ static inline __attribute__((always_inline)) void release(struct hs_tls *t, int 
 	size_t chunk;
 	char *r;
 	if (HS_LIKELY(ST_KIND(live) == ST_LIVE_S)) {
-		if (HS_UNLIKELY(small_chunk_damaged(p, ST_SSIZE(live)))) {
+		if (HS_UNLIKELY(chunk_damaged(p, small_chunk(ST_SSIZE(live))))) {
 			chunk_overrun(t, ring, p);
 			return;
 		}
@@ -1304,6 +1315,11 @@ static inline __attribute__((always_inline)) void release(struct hs_tls *t, int 
 	}
 	if (!view_of_live(p, live, 1, &v) && ST_KIND(live) == ST_LIVE_LA)
 		return;
+	/* an aligned block's chunk is what glibc's memalign split off: not checked */
+	if (ST_KIND(live) == ST_LIVE_L && HS_UNLIKELY(chunk_damaged(p, large_chunk(v.size)))) {
+		chunk_overrun(t, ring, p);
+		return;
+	}
 	r = (char *)p - v.offset;
 	u[0] = __atomic_load_n(&w[1], __ATOMIC_RELAXED);
 	u[1] = ST_LIVE_S | (v.size < 0xffffffu ? v.size : 0xffffffu) << 8 | (uint64_t)v.alloc << 32;
@@ -1493,7 +1509,7 @@ static inline __attribute__((always_inline)) void quarantine_put(struct hs_tls *
 		f->unsynced = 0;
 	}
 	/* this FIFO's next victim was freed long ago and is cold: fetch its
-	   header and glibc's size word in front of it (small_chunk_damaged)
+	   header and glibc's size word in front of it (chunk_damaged)
 	   now, so the next free of its kind finds them near (it is never
 	   empty here: p is in it unless given back at once) */
 	if (HS_LIKELY(f->count)) {
