@@ -209,12 +209,12 @@ static int heap_continue;              /* HEISEN_ON_HEAP_ERROR=continue */
 HS_HIDDEN size_t hs_heap_page_size = 4096;
 
 /*
- * The quarantine: two FIFOs per thread, no lock; a budget for all threads'
- * FIFOs of each kind.  A FIFO is a ring of entries (pointer and live
- * word) in memory of its own, mapped at the thread's first free: never a
- * link inside the freed blocks, which the program may still write into.
- * Small blocks (the small format) wait in one FIFO, the others in the
- * second, each kind under its half of the budget (quarantine_put).
+ * The quarantine: two FIFOs per thread, no lock; one budget for all.  A
+ * thread over it gives back its heavier kind first.  A FIFO is a ring of
+ * entries (pointer and live word) in memory of its own, mapped at the
+ * thread's first free: never a link inside the freed blocks, which the
+ * program may still write into.  Small blocks (the small format) wait in
+ * one FIFO, the others in the second (quarantine_put).
  */
 struct qent {
 	void *p;
@@ -225,12 +225,12 @@ struct qfifo {
 	struct qent *ring;     /* cap entries (the thread's mapping); NULL until the first free */
 	uint32_t head, tail, count; /* oldest entry, next free entry, entries */
 	uint64_t bytes;        /* resident bytes of the blocks queued (quar_bytes) */
-	int64_t unsynced;      /* bytes queued - bytes taken out, not yet added to quar_total[kind] */
 };
 enum { QF_SMALL = 0, QF_LARGE = 1 };
 struct tquar {
 	struct qfifo f[2];     /* QF_SMALL, QF_LARGE: one mapping of 2 * cap entries */
 	uint32_t cap, mask;    /* a power of two, and cap - 1 */
+	int64_t unsynced;      /* bytes queued - bytes taken out, not yet added to quar_total */
 	int keyed;             /* the thread-exit destructor is armed */
 	int exited;            /* tquar_exit ran: later frees of this thread are released at once */
 };
@@ -238,8 +238,7 @@ struct tquar {
 static __thread struct tquar tquar __attribute__((tls_model("initial-exec")));
 static pthread_key_t tquar_key;        /* its destructor empties an exiting thread's FIFOs */
 static uint64_t quar_limit;            /* the cap on all threads' FIFOs together, bytes (see quar_budget) */
-static uint64_t quar_kind_limit;       /* the cap on each kind (small, large): half of quar_limit */
-static uint64_t quar_total[2];         /* [atomic] bytes queued in all threads' FIFOs of each kind, as synced */
+static uint64_t quar_total;            /* [atomic] bytes queued in all FIFOs, as synced */
 
 /* Canary bytes: position-dependent, so a run of one repeated byte is
  * caught.  CANARY is the pattern's start; the 8 bytes before it are only
@@ -1360,7 +1359,7 @@ static inline __attribute__((always_inline)) void release(struct hs_tls *t, int 
  */
 #define QUAR_THREAD_BLOCKS 512u
 static uint32_t quar_thread_max = UINT32_MAX; /* QUAR_THREAD_BLOCKS unless HEISEN_QUARANTINE_MB was set */
-static uint64_t quar_floor;            /* the least quar_budget() can be: min(QUAR_FLOOR, quar_kind_limit), or that limit when explicit */
+static uint64_t quar_floor;            /* the least quar_budget() can be: min(QUAR_FLOOR, quar_limit), or quar_limit when explicit */
 #define QUAR_LIVE_SHARE 32u
 static int quar_explicit;              /* HEISEN_QUARANTINE_MB was set (to a valid value) */
 #define QUARANTINE_MB_MAX (1u << 20)   /* HEISEN_QUARANTINE_MB's range: 0 to 1 TiB */
@@ -1368,12 +1367,12 @@ static int quar_explicit;              /* HEISEN_QUARANTINE_MB was set (to a val
 static inline uint64_t quar_budget(void)
 {
 	uint64_t lim;
-	if (quar_explicit || quar_kind_limit == 0)
-		return quar_kind_limit;
-	lim = live_bytes() / (2 * QUAR_LIVE_SHARE);
+	if (quar_explicit || quar_limit == 0)
+		return quar_limit;
+	lim = live_bytes() / QUAR_LIVE_SHARE;
 	if (lim < QUAR_FLOOR)
 		lim = QUAR_FLOOR;
-	return lim < quar_kind_limit ? lim : quar_kind_limit;
+	return lim < quar_limit ? lim : quar_limit;
 }
 
 /*
@@ -1432,7 +1431,7 @@ static inline __attribute__((always_inline)) uint64_t fifo_release(struct hs_tls
 	f->head = (f->head + 1) & q->mask;
 	f->count--;
 	f->bytes -= ob;
-	f->unsynced -= (int64_t)ob;
+	q->unsynced -= (int64_t)ob;
 	release(t, ring, op, olive);
 	return ob;
 }
@@ -1440,32 +1439,30 @@ static inline __attribute__((always_inline)) uint64_t fifo_release(struct hs_tls
 /*
  * Queue p (freed, with its live word and view v) in the calling thread's
  * FIFO for its kind (small or large format); when that FIFO is at its
- * count, give back its oldest block; while all threads' FIFOs of that
- * kind are over the budget (quar_budget: each kind has half), give back
- * this FIFO's oldest blocks.  Two budgets so that one kind's bytes never
- * push the other out: a program's buffers of kilobytes freed between must
- * not push its small freed blocks out (a small block is what glibc hands
- * out again soonest once it has it: its tcache is last in, first out per
- * size, so the quarantine is most of a small block's protection; a
- * 64-byte block's second free after 1,000 mixed-size allocations was
- * missed that way), and a Python program's hundreds of small blocks must
- * not give a 4 KiB buffer back at its free.  Each thread adds its bytes to
- * the shared total only once they differ by QUAR_SYNC from what it added
- * last (so the total is exact within QUAR_SYNC per thread and kind), so a
- * free takes no lock and writes no shared line in the common case.  The
- * real frees happen in the thread (and glibc arena and tcache) that freed;
- * a thread that stops freeing keeps its blocks, within the budgets, until
- * it exits (tquar_exit).
+ * count, give back its oldest block; while the quarantine as a whole is
+ * over budget (quar_budget), give back the oldest blocks of this thread's
+ * heavier kind (in bytes queued).  So neither kind pushes the other out:
+ * a program's buffers of kilobytes freed between must not push its small
+ * freed blocks out (a small block is what glibc hands out again soonest
+ * once it has it: its tcache is last in, first out per size, so the
+ * quarantine is most of a small block's protection; a 64-byte block's
+ * second free after 1,000 mixed-size allocations was missed that way),
+ * and a Python program's hundreds of small blocks must not give a 4 KiB
+ * buffer back at its free.  Each thread adds its bytes to the shared
+ * total only once they differ by QUAR_SYNC from what it added last (so
+ * the total is exact within QUAR_SYNC per thread), so a free takes no
+ * lock and writes no shared line in the common case.  The real frees
+ * happen in the thread (and glibc arena and tcache) that freed; a thread
+ * that stops freeing keeps its blocks, within the budget, until it exits
+ * (tquar_exit).
  */
 static inline __attribute__((always_inline)) void quarantine_put(struct hs_tls *t, int ring, void *p, uint64_t live,
 								 const struct bview *v, uint64_t bytes)
 {
 	struct tquar *q = &tquar;
-	struct qfifo *f;
+	struct qfifo *f, *o;
 	uintptr_t lo, hi;
-	uint64_t budget;
 	int64_t total;
-	int kind;
 	if (HS_UNLIKELY(!q->keyed)) { /* keyed: the rings are there and the thread is not exiting */
 		/* no ring: none wanted, or the thread has passed its exit cleanup
 		   (a ring mapped now would outlive the thread with its blocks),
@@ -1481,8 +1478,7 @@ static inline __attribute__((always_inline)) void quarantine_put(struct hs_tls *
 		bytes -= hi - lo;
 		madvise((void *)lo, hi - lo, MADV_DONTNEED);
 	}
-	kind = v->small ? QF_SMALL : QF_LARGE;
-	f = &q->f[kind];
+	f = &q->f[v->small ? QF_SMALL : QF_LARGE];
 	if (f->count == q->cap) /* full: its oldest goes now (the per-thread bound) */
 		fifo_release(t, ring, q, f);
 	{
@@ -1494,24 +1490,29 @@ static inline __attribute__((always_inline)) void quarantine_put(struct hs_tls *
 	f->tail = (f->tail + 1) & q->mask;
 	f->count++;
 	f->bytes += bytes;
-	f->unsynced += (int64_t)bytes;
+	q->unsynced += (int64_t)bytes;
 	/* relaxed: a budget, ordered with nothing else */
-	total = (int64_t)__atomic_load_n(&quar_total[kind], __ATOMIC_RELAXED) + f->unsynced;
+	total = (int64_t)__atomic_load_n(&quar_total, __ATOMIC_RELAXED) + q->unsynced;
 	/* below the least budget there can be (quar_floor), the live heap
 	   (a line every thread's counters write) is not read */
 	if (HS_UNLIKELY(total > (int64_t)quar_floor)) {
-		budget = quar_budget();
-		while (total > (int64_t)budget && f->count)
-			total -= (int64_t)fifo_release(t, ring, q, f);
+		int64_t budget = (int64_t)quar_budget();
+		o = &q->f[QF_SMALL] == f ? &q->f[QF_LARGE] : &q->f[QF_SMALL];
+		while (total > budget) {
+			struct qfifo *g = f->bytes >= o->bytes ? f : o;
+			if (!g->count)
+				break;
+			total -= (int64_t)fifo_release(t, ring, q, g);
+		}
 	}
-	if (f->unsynced >= QUAR_SYNC || f->unsynced <= -QUAR_SYNC) {
-		__atomic_add_fetch(&quar_total[kind], (uint64_t)f->unsynced, __ATOMIC_RELAXED);
-		f->unsynced = 0;
+	/* |unsynced| >= QUAR_SYNC, in one compare */
+	if ((uint64_t)(q->unsynced + QUAR_SYNC - 1) > (uint64_t)(2 * QUAR_SYNC - 2)) {
+		__atomic_add_fetch(&quar_total, (uint64_t)q->unsynced, __ATOMIC_RELAXED);
+		q->unsynced = 0;
 	}
 	/* this FIFO's next victim was freed long ago and is cold: fetch its
-	   header and glibc's size word in front of it (chunk_damaged)
-	   now, so the next free of its kind finds them near (it is never
-	   empty here: p is in it unless given back at once) */
+	   header and glibc's size word in front of it (chunk_damaged) now,
+	   so the next free of its kind finds them near */
 	if (HS_LIKELY(f->count)) {
 		char *n = f->ring[f->head].p;
 		__builtin_prefetch(n - 16);
@@ -1536,10 +1537,11 @@ static void tquar_exit(void *arg)
 			f->count--;
 			release(t, 0, o.p, o.live);
 		}
-		__atomic_sub_fetch(&quar_total[k], f->bytes - (uint64_t)f->unsynced, __ATOMIC_RELAXED);
+		__atomic_sub_fetch(&quar_total, f->bytes, __ATOMIC_RELAXED);
 		f->bytes = 0;
-		f->unsynced = 0;
 	}
+	__atomic_add_fetch(&quar_total, (uint64_t)q->unsynced, __ATOMIC_RELAXED); /* the part never added */
+	q->unsynced = 0;
 	if (q->f[QF_SMALL].ring) {
 		munmap(q->f[QF_SMALL].ring, 2 * (size_t)q->cap * sizeof(struct qent));
 		q->f[QF_SMALL].ring = q->f[QF_LARGE].ring = NULL;
@@ -1743,8 +1745,8 @@ HS_HIDDEN void hs_heap_after_fork_child(void)
 		__atomic_add_fetch(&stack_epoch, 1, __ATOMIC_RELAXED);
 	}
 	/* the other threads' FIFOs stay allocated in the child; the total is this thread's */
-	for (int k = 0; k < 2; k++)
-		__atomic_store_n(&quar_total[k], tquar.f[k].bytes - (uint64_t)tquar.f[k].unsynced, __ATOMIC_RELAXED);
+	__atomic_store_n(&quar_total, tquar.f[QF_SMALL].bytes + tquar.f[QF_LARGE].bytes - (uint64_t)tquar.unsynced,
+			 __ATOMIC_RELAXED);
 	heap_mark_header();
 	h = hdr_if_recording();
 	if (h && fork_live && h->heap_live_bytes == 0 && h->heap_allocs == 0) {
@@ -1790,8 +1792,7 @@ HS_HIDDEN void hs_heap_init(void)
 	if (!quar_explicit && (hs_seg.hdr->flags & HS_HDR_ENV) && hs_seg.hdr->env.mem_limit &&
 	    quar_limit > hs_seg.hdr->env.mem_limit / 32)
 		quar_limit = hs_seg.hdr->env.mem_limit / 32;
-	quar_kind_limit = quar_limit / 2;
-	quar_floor = quar_explicit || quar_kind_limit < QUAR_FLOOR ? quar_kind_limit : QUAR_FLOOR;
+	quar_floor = quar_explicit || quar_limit < QUAR_FLOOR ? quar_limit : QUAR_FLOOR;
 	{
 		static const char *const words[] = {"site", "full", "none"};
 		int k = hs_getenv_enum("HEISEN_HEAP_STACKS", words, 3, 0);
