@@ -32,8 +32,8 @@
  * per thread (small blocks, large blocks) and without a lock (rings of
  * their own, never a link inside the freed block), whose budget for all
  * threads together is HEISEN_QUARANTINE_MB when set, else a 32nd of the
- * live heap between 256 KiB and 64 MiB (quar_budget), large blocks given
- * back first when over it, at most 512 blocks in one FIFO.
+ * live heap between 256 KiB and 64 MiB (quar_budget), a thread's heavier
+ * kind given back first when over it, at most 512 blocks in one FIFO.
  * Then they go back to glibc "released", leaving the record of the free in
  * their first user bytes (release(), small_record), where glibc's own
  * links do not reach, and blocks of 1 KiB and more leave a 48-byte
@@ -54,7 +54,8 @@
  *     to 16 bytes after the requested size, 40 - n under 24 bytes; a large
  *     block's 8 to 23 bytes) changed, checked at free and realloc; or
  *     glibc's size word of the next chunk changed (an overflow past the
- *     canary), checked before that small block goes back to glibc.
+ *     canary), checked before that block goes back to glibc (not for a
+ *     block aligned beyond 16).
  * Out of scope: use after free, reads past the end, overflows that skip the
  * canary, a double free after glibc reused the address for a new block
  * (the second free then frees that block), and anything glibc hands out
