@@ -28,11 +28,12 @@
  * The state word goes live -> freed by compare-and-swap, and the freed word
  * carries the first free's stack id and thread, so two racing frees of one
  * block publish and see the first free atomically: exactly one wins, the
- * other is the double free.  Freed blocks wait in a FIFO quarantine, one
- * per thread and without a lock (a ring of its own, never a link inside
- * the freed block), whose budget for all threads together is
- * HEISEN_QUARANTINE_MB when set, else a 32nd of the live heap between
- * 256 KiB and 64 MiB (quar_budget), at most 512 blocks in one thread's FIFO.
+ * other is the double free.  Freed blocks wait in a FIFO quarantine, two
+ * per thread (small blocks, large blocks) and without a lock (rings of
+ * their own, never a link inside the freed block), whose budget for all
+ * threads together is HEISEN_QUARANTINE_MB when set, else a 32nd of the
+ * live heap between 256 KiB and 64 MiB (quar_budget), a thread's heavier
+ * kind given back first when over it, at most 512 blocks in one FIFO.
  * Then they go back to glibc "released", leaving the record of the free in
  * their first user bytes (release(), small_record), where glibc's own
  * links do not reach, and blocks of 1 KiB and more leave a 48-byte
@@ -49,9 +50,12 @@
  *     pointer into the middle of one of our blocks whose header lies
  *     at most 8 KiB before the pointer's page (a bounded backward scan),
  *     and a pointer whose chunk header glibc's free would refuse;
- *   - heap-overflow: the tail canary (8 to 23 bytes after the requested
- *     size; 24 to 40 for blocks of 16 bytes or less) changed, checked at
- *     free and realloc.
+ *   - heap-overflow: the tail canary (a small block's: glibc's slack, 1
+ *     to 16 bytes after the requested size, 40 - n under 24 bytes; a large
+ *     block's 8 to 23 bytes) changed, checked at free and realloc; or
+ *     glibc's size word of the next chunk changed (an overflow past the
+ *     canary), checked before that block goes back to glibc (not for a
+ *     block aligned beyond 16).
  * Out of scope: use after free, reads past the end, overflows that skip the
  * canary, a double free after glibc reused the address for a new block
  * (the second free then frees that block), and anything glibc hands out
@@ -206,44 +210,56 @@ static int heap_continue;              /* HEISEN_ON_HEAP_ERROR=continue */
 HS_HIDDEN size_t hs_heap_page_size = 4096;
 
 /*
- * The quarantine: one FIFO per thread, no lock; one budget for all.  The
- * FIFO is a ring of entries (pointer and live word) in memory of its own,
- * mapped at the thread's first free: never a link inside the freed
- * blocks, which the program may still write into.
+ * The quarantine: two FIFOs per thread, no lock; one budget for all.  A
+ * thread over it gives back its heavier kind first.  A FIFO is a ring of
+ * entries (pointer and live word) in memory of its own, mapped at the
+ * thread's first free: never a link inside the freed blocks, which the
+ * program may still write into.  Small blocks (the small format) wait in
+ * one FIFO, the others in the second (quarantine_put).
  */
 struct qent {
 	void *p;
 	uint64_t live;         /* the block's live word */
 	uint64_t bytes;        /* what it holds resident (quar_bytes) */
 };
-struct tquar {
-	struct qent *ring;     /* cap entries, mmapped; NULL until the first free */
-	uint32_t head, count, cap;
+struct qfifo {
+	struct qent *ring;     /* cap entries (the thread's mapping); NULL until the first free */
+	uint32_t head, tail, count; /* oldest entry, next free entry, entries */
 	uint64_t bytes;        /* resident bytes of the blocks queued (quar_bytes) */
+};
+enum { QF_SMALL = 0, QF_LARGE = 1 };
+struct tquar {
+	struct qfifo f[2];     /* QF_SMALL, QF_LARGE: one mapping of 2 * cap entries */
+	uint32_t cap, mask;    /* a power of two, and cap - 1 */
 	int64_t unsynced;      /* bytes queued - bytes taken out, not yet added to quar_total */
 	int keyed;             /* the thread-exit destructor is armed */
+	int exited;            /* tquar_exit ran: later frees of this thread are released at once */
 };
 #define QUAR_SYNC ((int64_t)64 << 10)
 static __thread struct tquar tquar __attribute__((tls_model("initial-exec")));
-static pthread_key_t tquar_key;        /* its destructor empties an exiting thread's FIFO */
+static pthread_key_t tquar_key;        /* its destructor empties an exiting thread's FIFOs */
 static uint64_t quar_limit;            /* the cap on all threads' FIFOs together, bytes (see quar_budget) */
 static uint64_t quar_total;            /* [atomic] bytes queued in all FIFOs, as synced */
 
-/* Canary bytes: position-dependent, so a run of one repeated byte is caught. */
-static const unsigned char canary_pat[48] = {
+/* Canary bytes: position-dependent, so a run of one repeated byte is
+ * caught.  CANARY is the pattern's start; the 8 bytes before it are only
+ * ever masked off (canary_put/canary_ok with a canary under 8 bytes). */
+static const unsigned char canary_pat[8 + 48] = {
+	0, 0, 0, 0, 0, 0, 0, 0,
 	0xa1, 0xb2, 0xc3, 0xd4, 0xe5, 0xf6, 0x07, 0x18, 0x29, 0x3a, 0x4b, 0x5c, 0x6d, 0x7e, 0x8f, 0x90,
 	0xa9, 0xba, 0xcb, 0xdc, 0xed, 0xfe, 0x0f, 0x10, 0x21, 0x32, 0x43, 0x54, 0x65, 0x76, 0x87, 0x98,
 	0xb1, 0xc2, 0xd3, 0xe4, 0xf5, 0x06, 0x17, 0x28, 0x39, 0x4a, 0x5b, 0x6c, 0x7d, 0x8e, 0x9f, 0xa0,
 };
+#define CANARY (canary_pat + 8)
 
 /*
- * Bytes of canary after a block of size n: at least 8, and ending 8 bytes
- * past a 16-byte boundary.  A request of that length (the header is 16
- * bytes) is what glibc serves with no slack: its chunk is the request plus
- * its 8-byte size word, rounded to 16, and the last 8 bytes of an in-use
- * chunk's memory are the next chunk's prev_size field, which glibc lets
- * the program use (malloc_usable_size counts them).  8 to 23 bytes; 16
- * more under 16 bytes (an aligned large block), so that the user bytes
+ * Bytes of canary after a large block of size n: at least 8, and ending 8
+ * bytes past a 16-byte boundary.  A request of that length (the header is
+ * 16 bytes) is what glibc serves with no slack: its chunk is the request
+ * plus its 8-byte size word, rounded to 16, and the last 8 bytes of an
+ * in-use chunk's memory are the next chunk's prev_size field, which glibc
+ * lets the program use (malloc_usable_size counts them).  8 to 23 bytes;
+ * 16 more under 16 bytes (an aligned large block), so that the user bytes
  * and canary hold a released block's 24-byte record.
  */
 static inline size_t canary_len(size_t n)
@@ -251,40 +267,74 @@ static inline size_t canary_len(size_t n)
 	return (((n + 8 + 8 + 15) & ~(size_t)15) - 8 - n) + (n < 16 ? 16 : 0);
 }
 
-/* A small block's canary: 16 bytes more for n <= 16, so that its chunk is
- * 64 bytes, never the tombstones' 48 (and n plus canary is 40 or more). */
-static inline size_t canary_len_s(size_t n)
+/*
+ * A small block's canary: the slack glibc's chunk already has after the
+ * header and the n user bytes, and 16 bytes more only when that slack is
+ * none (the chunk of a request of 16 + n + 1 bytes: max(64, (n + 40) & ~15)
+ * bytes, of which the last 8 are the next chunk's size word).  1 to 16
+ * bytes for n >= 25; below, the chunk is 64 bytes (never the tombstones'
+ * 48, and n plus canary is 40, room for the release record).  An
+ * overflow's first byte always lands in the canary (caught at free); one
+ * longer than the canary reaches glibc's size word of the next chunk,
+ * which release() checks before glibc sees it (chunk_damaged, chunk_overrun).
+ * Scudo's way of using glibc's rounding as its check space; the 8-byte
+ * minimum it replaces cost 7 bytes a block on a C++ churn.
+ */
+static inline size_t small_chunk(size_t n)
 {
-	return (((n > 16 ? n : 17) + 8 + 8 + 15) & ~(size_t)15) - 8 - n;
+	size_t c = (n + 40) & ~(size_t)15;
+	return c > 64 ? c : 64;
 }
 
-/* Write the len-byte canary after the n bytes at u: two or three
- * overlapping 8-byte stores (the pattern is by position, so overlapping
- * stores agree), no loop.  Bytes 16 to len-9 of a canary over 32 bytes are
- * padding, neither written nor checked. */
+static inline size_t canary_len_s(size_t n)
+{
+	/* small_chunk(n) - 8 - HDR - n, without the max: 16 - ((n + 40) mod 16) from n = 24 up */
+	return HS_LIKELY(n >= 24) ? 16 - ((n + 8) & 15) : 40 - n;
+}
+
+/* The canary's last 8-byte word: where it lies (it ends 8 past a 16-byte
+ * boundary, so the word is 8-aligned) and which of its bytes are canary
+ * (the high len ones under 8 bytes: the rest are user bytes). */
+static inline uint64_t canary_mask(size_t len)
+{
+	return len >= 8 ? ~0ull : ~0ull << (64 - 8 * len);
+}
+
+/* Write the len-byte canary after the n bytes at u: the last word (masked
+ * into the user bytes it shares under 8 bytes: n + len is at least 24),
+ * the first word over 8 bytes, the second over 16, no loop (the pattern is
+ * by position, so overlapping stores agree).  Bytes 16 to len-9 of a
+ * canary over 32 bytes are padding, neither written nor checked. */
 static inline void canary_put(char *u, size_t n, size_t len)
 {
-	memcpy(u + n, canary_pat, 8);
+	uint64_t c, z, m = canary_mask(len);
+	memcpy(&c, u + n + len - 8, 8);
+	memcpy(&z, CANARY + len - 8, 8);
+	c = (c & ~m) | (z & m);
+	memcpy(u + n + len - 8, &c, 8);
+	if (len > 8)
+		memcpy(u + n, CANARY, 8);
 	if (len > 16)
-		memcpy(u + n + 8, canary_pat + 8, 8);
-	memcpy(u + n + len - 8, canary_pat + len - 8, 8);
+		memcpy(u + n + 8, CANARY + 8, 8);
 }
 
 /* 1 when the canary after the n bytes at u is intact (the same words). */
 static inline int canary_ok(const char *u, size_t n, size_t len)
 {
 	uint64_t a, b, c, x, y, z;
-	memcpy(&a, u + n, 8);
-	memcpy(&x, canary_pat, 8);
 	memcpy(&c, u + n + len - 8, 8);
-	memcpy(&z, canary_pat + len - 8, 8);
+	memcpy(&z, CANARY + len - 8, 8);
+	c = (c ^ z) & canary_mask(len);
+	a = x = b = y = 0;
+	if (len > 8) {
+		memcpy(&a, u + n, 8);
+		memcpy(&x, CANARY, 8);
+	}
 	if (len > 16) {
 		memcpy(&b, u + n + 8, 8);
-		memcpy(&y, canary_pat + 8, 8);
-	} else {
-		b = y = 0;
+		memcpy(&y, CANARY + 8, 8);
 	}
-	return ((a ^ x) | (b ^ y) | (c ^ z)) == 0;
+	return (c | (a ^ x) | (b ^ y)) == 0;
 }
 
 /*
@@ -433,9 +483,10 @@ static inline struct hs_header *hdr_if_recording(void)
  * The header's heap_allocs, heap_live_bytes and heap_peak_bytes are shared
  * by every thread; updating them at each malloc and free made threads
  * bounce one cache line.  Each thread keeps its own deltas here and adds
- * them to the header every COUNT_FLUSH_OPS operations, when its live delta
- * passes COUNT_FLUSH_BYTES either way, at a finding, before a fork and at
- * exit (atexit, the exiting thread).  So the header is exact within
+ * them to the header every COUNT_FLUSH_OPS operations, sooner when the
+ * bytes it allocated and freed since reach COUNT_FLUSH_BYTES (one credit
+ * counts both), at a finding, before a fork and at exit (atexit, the
+ * exiting thread).  So the header is exact within
  * COUNT_FLUSH_OPS operations and COUNT_FLUSH_BYTES per thread, and the
  * peak is the highest flushed sum (a transient peak between flushes can
  * be missed by at most that much).  No clock, no shared write on the
@@ -443,10 +494,11 @@ static inline struct hs_header *hdr_if_recording(void)
  */
 #define COUNT_FLUSH_OPS 64u
 #define COUNT_FLUSH_BYTES ((int64_t)1 << 20)
+#define COUNT_BYTES_PER_OP (COUNT_FLUSH_BYTES / COUNT_FLUSH_OPS) /* 16 KiB: one op's worth of credit */
 struct heap_counts {
 	int64_t live;      /* bytes allocated - bytes freed by this thread since its last flush */
 	uint64_t allocs;
-	uint32_t ops;
+	int64_t spent;     /* credit used since the last flush: 1 per operation and 1 per 16 KiB */
 };
 static __thread struct heap_counts hcounts __attribute__((tls_model("initial-exec")));
 
@@ -467,15 +519,18 @@ static void count_flush(void)
 	}
 	c->live = 0;
 	c->allocs = 0;
-	c->ops = 0;
+	c->spent = 0;
 }
 
+/* One compare for both bounds: COUNT_FLUSH_OPS operations, or their worth
+ * in bytes moved either way (a flush comes at least that often). */
 static inline void count_alloc(uint64_t n)
 {
 	struct heap_counts *c = &hcounts;
 	c->live += (int64_t)n;
 	c->allocs++;
-	if (HS_UNLIKELY(++c->ops >= COUNT_FLUSH_OPS || c->live >= COUNT_FLUSH_BYTES))
+	c->spent += 1 + (int64_t)(n / COUNT_BYTES_PER_OP);
+	if (HS_UNLIKELY(c->spent >= (int64_t)COUNT_FLUSH_OPS))
 		count_flush();
 }
 
@@ -483,7 +538,8 @@ static inline void count_free(uint64_t n)
 {
 	struct heap_counts *c = &hcounts;
 	c->live -= (int64_t)n;
-	if (HS_UNLIKELY(++c->ops >= COUNT_FLUSH_OPS || c->live <= -COUNT_FLUSH_BYTES))
+	c->spent += 1 + (int64_t)(n / COUNT_BYTES_PER_OP);
+	if (HS_UNLIKELY(c->spent >= (int64_t)COUNT_FLUSH_OPS))
 		count_flush();
 }
 
@@ -799,8 +855,8 @@ static __attribute__((noinline)) uint32_t pending_stack(uint64_t site)
 	return heap_stacks == HS_HEAP_STACKS_FULL ? hs_stack_here() : site_stack(site);
 }
 
-/* The stack kept for one malloc or free at `site`; 0 when not recording. */
-static inline uint32_t heap_stack(uint64_t site)
+/* heap_stack() past the per-thread memo's plain entries. */
+static __attribute__((noinline)) uint32_t heap_stack_slow(uint64_t site)
 {
 	if (!__atomic_load_n(&hs_recording, __ATOMIC_ACQUIRE))
 		return HS_UNLIKELY(__atomic_load_n(&hs_fork_pending, __ATOMIC_ACQUIRE) == 1) ? pending_stack(site) : 0;
@@ -812,6 +868,31 @@ static inline uint32_t heap_stack(uint64_t site)
 	default:
 		return site_stack(site);
 	}
+}
+
+/*
+ * The stack kept for one malloc or free at `site`; 0 when not recording.
+ * The memo's hit on a plain site (a loop's malloc and free) is answered
+ * here, inline in the core's entries: no call, and no test of the mode
+ * (the memo is filled only with HEISEN_HEAP_STACKS=site, and a fork child
+ * whose segment cannot take its parent's stack ids clears it) nor of
+ * recording (a process gone quiet keeps the ids it had; none is recorded).
+ */
+static inline __attribute__((always_inline)) uint32_t heap_stack(uint64_t site)
+{
+	struct site_memo *m = &site_memo;
+	uint32_t id;
+	if (m->site[0] == site)
+		id = m->id[0];
+	else if (m->site[1] == site)
+		id = m->id[1];
+	else
+		return heap_stack_slow(site);
+	if (HS_LIKELY(!(id & MEMO_WRAPPER)))
+		return id;
+	/* a wrapper site (operator new): its caller's stack, which may be new
+	   to the stack table, so only while recording */
+	return HS_LIKELY(__atomic_load_n(&hs_recording, __ATOMIC_ACQUIRE)) ? wrapper_stack(site) : heap_stack_slow(site);
 }
 
 /* ---- the guard ------------------------------------------------------------------ */
@@ -1150,13 +1231,80 @@ static int foreign_is_invalid(struct hs_tls *t, int ring, void *p, enum owner o)
  * (its offset unknown) is kept: never handed to glibc at a wrong address.
  */
 #define TOMBSTONE_MIN 1024u
-static inline __attribute__((always_inline)) void release(void *p, uint64_t live)
+
+/*
+ * 1 when glibc's size word of the chunk of p (a block of ours with
+ * malloc's alignment: the word lies 8 bytes before its header) is not one
+ * glibc gave it: malloc's chunk for the request (want: small_chunk() of a
+ * small block, large_chunk() of a large one), or 16 bytes more (a free
+ * chunk too small to split was handed out whole); the low three bits are
+ * glibc's flags.  The block in front ran past its canary into it, or a
+ * wild write did: glibc's free would trust the size (tcache poisoning, or
+ * its own abort without a stack).  An mmapped chunk (a large block, or a
+ * tiny request from an arena that could not grow) is checked as
+ * glibc_would_refuse checks it.
+ */
+static inline int chunk_damaged(const void *p, uint64_t want)
+{
+	const uint64_t *c = (const uint64_t *)p - 4; /* prev_size, size, then our header */
+	uint64_t sz = c[1];
+	/* want or want + 16, PREV_INUSE (1) and NON_MAIN_ARENA (4) aside:
+	   one compare (IS_MMAPPED, 2, makes it differ) */
+	if (HS_LIKELY((((sz & ~(uint64_t)5) - want) & ~(uint64_t)16) == 0))
+		return 0;
+	return !(sz & 2) || glibc_would_refuse((const char *)p - HDR, c);
+}
+
+/* The chunk glibc gives a large block of n bytes with malloc's alignment:
+ * header, user bytes, canary and tail word, plus glibc's size word, in
+ * 16-byte steps. */
+static inline uint64_t large_chunk(uint64_t n)
+{
+	return (HDR + n + canary_len(n) + 8 + 8 + 15) & ~(uint64_t)15;
+}
+
+/*
+ * The block p, about to go back to glibc, has a chunk size word glibc
+ * did not write (chunk_damaged): a heap-overflow of the block
+ * in front of it when that is one of ours (the backward scan from the
+ * damaged word: its address, size and allocation stack), else of the word
+ * itself (address, size 0); the finding's offset is the distance from that
+ * address to p (format.h: the block whose chunk header was overwritten;
+ * 0 in a heap-overflow found at the block's own free), its stack the free
+ * that gave p back.  p is kept from glibc (leaked, still freed: a later
+ * free of it is a double free).  t NULL: in the shim, keep it and report
+ * nothing.
+ */
+static __attribute__((noinline, cold)) void chunk_overrun(struct hs_tls *t, int ring, void *p)
+{
+	struct hs_finding f;
+	struct bview v;
+	int unmapped;
+	char *word = (char *)p - HDR - 8;
+	/* the front block's canary ends right before the word (small) or 8
+	   bytes before it (large: the tail word, then glibc's prev_size slot) */
+	void *a = containing(word - 9, &unmapped);
+	finding_init(&f, t, HS_FIND_HEAP_OVERFLOW, a ? a : word);
+	f.offset = (uint32_t)((uintptr_t)p - (uintptr_t)f.addr);
+	if (a && blk_view(a, &v)) {
+		f.stack3 = alloc_stack_of(v.alloc);
+		f.tid3 = v.alloc_tid;
+		f.size = v.size;
+	}
+	heap_finding(t, ring, &f);
+}
+
+static inline __attribute__((always_inline)) void release(struct hs_tls *t, int ring, void *p, uint64_t live)
 {
 	uint64_t *w = hw(p), *u = p;
 	struct bview v;
 	size_t chunk;
 	char *r;
 	if (HS_LIKELY(ST_KIND(live) == ST_LIVE_S)) {
+		if (HS_UNLIKELY(chunk_damaged(p, small_chunk(ST_SSIZE(live))))) {
+			chunk_overrun(t, ring, p);
+			return;
+		}
 		/* the record (its live word is the block's own), then glibc's free */
 		u[0] = __atomic_load_n(&w[1], __ATOMIC_RELAXED);
 		u[1] = live;
@@ -1167,6 +1315,11 @@ static inline __attribute__((always_inline)) void release(void *p, uint64_t live
 	}
 	if (!view_of_live(p, live, 1, &v) && ST_KIND(live) == ST_LIVE_LA)
 		return;
+	/* an aligned block's chunk is what glibc's memalign split off: not checked */
+	if (ST_KIND(live) == ST_LIVE_L && HS_UNLIKELY(chunk_damaged(p, large_chunk(v.size)))) {
+		chunk_overrun(t, ring, p);
+		return;
+	}
 	r = (char *)p - v.offset;
 	u[0] = __atomic_load_n(&w[1], __ATOMIC_RELAXED);
 	u[1] = ST_LIVE_S | (v.size < 0xffffffu ? v.size : 0xffffffu) << 8 | (uint64_t)v.alloc << 32;
@@ -1195,7 +1348,7 @@ static inline __attribute__((always_inline)) void release(void *p, uint64_t live
  */
 #define QUAR_FLOOR ((uint64_t)256 << 10)
 /*
- * And one thread's FIFO holds at most QUAR_THREAD_BLOCKS blocks (unless
+ * And each of a thread's FIFOs holds at most QUAR_THREAD_BLOCKS blocks (unless
  * HEISEN_QUARANTINE_MB was set): a block leaves the FIFO while its header
  * is still in the core's cache, so releasing it costs no miss.  A longer
  * FIFO released blocks freed long ago, each free paying a miss or two on a
@@ -1254,42 +1407,71 @@ static inline int interior(const void *p, uint64_t size, uintptr_t *lo, uintptr_
  * HEISEN_QUARANTINE_MB (then the per-thread bound). */
 #define QUAR_RING_EXPLICIT 65536u
 
-/* Map the calling thread's ring; 0 when it cannot (the block is released at once). */
+/* Map the calling thread's two rings; 0 when it cannot (the block is released at once). */
 static int quar_ring(struct tquar *q)
 {
 	uint32_t cap = quar_thread_max < QUAR_RING_EXPLICIT ? quar_thread_max : QUAR_RING_EXPLICIT;
-	void *m = mmap(NULL, cap * sizeof(struct qent), PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+	struct qent *m = mmap(NULL, 2 * (size_t)cap * sizeof(struct qent), PROT_READ | PROT_WRITE,
+			      MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
 	if (m == MAP_FAILED)
 		return 0;
-	q->ring = m;
 	q->cap = cap;
-	q->head = 0;
-	q->count = 0;
+	q->mask = cap - 1;
+	q->f[QF_LARGE] = (struct qfifo){.ring = m + cap};
+	q->f[QF_SMALL] = (struct qfifo){.ring = m};
 	return 1;
+}
+
+/* Give back the oldest block of FIFO f (not empty); its bytes leave the thread's count. */
+static inline __attribute__((always_inline)) uint64_t fifo_release(struct hs_tls *t, int ring, struct tquar *q,
+								  struct qfifo *f)
+{
+	struct qent *o = &f->ring[f->head];
+	void *op = o->p;
+	uint64_t olive = o->live, ob = o->bytes;
+	f->head = (f->head + 1) & q->mask;
+	f->count--;
+	f->bytes -= ob;
+	q->unsynced -= (int64_t)ob;
+	release(t, ring, op, olive);
+	return ob;
 }
 
 /*
  * Queue p (freed, with its live word and view v) in the calling thread's
- * FIFO; while the quarantine as a whole is over budget, or the FIFO over
- * its count, give back that FIFO's oldest blocks.  Each thread adds its
- * bytes to the shared total only once they differ by QUAR_SYNC from what
- * it added last (so the total is exact within QUAR_SYNC per thread), so a
- * free takes no lock and writes no shared line in the common case.  The
- * real frees happen in the thread (and glibc arena and tcache) that freed;
- * a thread that stops freeing keeps its blocks, within the global budget,
- * until it exits (tquar_exit).
+ * FIFO for its kind (small or large format); when that FIFO is at its
+ * count, give back its oldest block; while the quarantine as a whole is
+ * over budget (quar_budget), give back the oldest blocks of this thread's
+ * heavier kind (in bytes queued).  So neither kind pushes the other out:
+ * a program's buffers of kilobytes freed between must not push its small
+ * freed blocks out (a small block is what glibc hands out again soonest
+ * once it has it: its tcache is last in, first out per size, so the
+ * quarantine is most of a small block's protection; a 64-byte block's
+ * second free after 1,000 mixed-size allocations was missed that way),
+ * and a Python program's hundreds of small blocks must not give a 4 KiB
+ * buffer back at its free.  Each thread adds its bytes to the shared
+ * total only once they differ by QUAR_SYNC from what it added last (so
+ * the total is exact within QUAR_SYNC per thread), so a free takes no
+ * lock and writes no shared line in the common case.  The real frees
+ * happen in the thread (and glibc arena and tcache) that freed; a thread
+ * that stops freeing keeps its blocks, within the budget, until it exits
+ * (tquar_exit).
  */
-static inline __attribute__((always_inline)) void quarantine_put(void *p, uint64_t live, const struct bview *v, uint64_t bytes)
+static inline __attribute__((always_inline)) void quarantine_put(struct hs_tls *t, int ring, void *p, uint64_t live,
+								 const struct bview *v, uint64_t bytes)
 {
 	struct tquar *q = &tquar;
+	struct qfifo *f, *o;
 	uintptr_t lo, hi;
-	uint64_t budget;
 	int64_t total;
-	if (quar_limit == 0 || (HS_UNLIKELY(!q->ring) && !quar_ring(q))) { /* quar_budget() is 0 exactly then */
-		release(p, live);
-		return;
-	}
-	if (HS_UNLIKELY(!q->keyed)) {
+	if (HS_UNLIKELY(!q->keyed)) { /* keyed: the rings are there and the thread is not exiting */
+		/* no ring: none wanted, or the thread has passed its exit cleanup
+		   (a ring mapped now would outlive the thread with its blocks),
+		   or none could be mapped */
+		if (quar_limit == 0 || q->exited || (!q->f[QF_SMALL].ring && !quar_ring(q))) {
+			release(t, ring, p, live);
+			return;
+		}
 		q->keyed = 1;
 		pthread_setspecific(tquar_key, q);
 	}
@@ -1297,51 +1479,45 @@ static inline __attribute__((always_inline)) void quarantine_put(void *p, uint64
 		bytes -= hi - lo;
 		madvise((void *)lo, hi - lo, MADV_DONTNEED);
 	}
-	if (q->count == q->cap) { /* full: the oldest goes now (the per-thread bound) */
-		struct qent *o = &q->ring[q->head];
-		void *op = o->p;
-		uint64_t olive = o->live, ob = o->bytes;
-		q->head = (q->head + 1) & (q->cap - 1);
-		q->count--;
-		q->bytes -= ob;
-		q->unsynced -= (int64_t)ob;
-		release(op, olive);
-	}
+	f = &q->f[v->small ? QF_SMALL : QF_LARGE];
+	if (f->count == q->cap) /* full: its oldest goes now (the per-thread bound) */
+		fifo_release(t, ring, q, f);
 	{
-		struct qent *e = &q->ring[(q->head + q->count) & (q->cap - 1)];
+		struct qent *e = &f->ring[f->tail];
 		e->p = p;
 		e->live = live;
 		e->bytes = bytes;
 	}
-	q->count++;
-	q->bytes += bytes;
+	f->tail = (f->tail + 1) & q->mask;
+	f->count++;
+	f->bytes += bytes;
 	q->unsynced += (int64_t)bytes;
 	/* relaxed: a budget, ordered with nothing else */
 	total = (int64_t)__atomic_load_n(&quar_total, __ATOMIC_RELAXED) + q->unsynced;
 	/* below the least budget there can be (quar_floor), the live heap
 	   (a line every thread's counters write) is not read */
 	if (HS_UNLIKELY(total > (int64_t)quar_floor)) {
-		budget = quar_budget();
-		while (q->count && total > (int64_t)budget) {
-			struct qent *o = &q->ring[q->head];
-			void *op = o->p;
-			uint64_t olive = o->live, ob = o->bytes;
-			q->head = (q->head + 1) & (q->cap - 1);
-			q->count--;
-			q->bytes -= ob;
-			q->unsynced -= (int64_t)ob;
-			total -= (int64_t)ob;
-			release(op, olive);
+		int64_t budget = (int64_t)quar_budget();
+		o = &q->f[QF_SMALL] == f ? &q->f[QF_LARGE] : &q->f[QF_SMALL];
+		while (total > budget) {
+			struct qfifo *g = f->bytes >= o->bytes ? f : o;
+			if (!g->count)
+				break;
+			total -= (int64_t)fifo_release(t, ring, q, g);
 		}
 	}
-	/* the next victim was freed long ago and is cold: fetch its header
-	   (glibc's chunk header is on the same line) now, so the next free
-	   finds it near */
-	if (q->count)
-		__builtin_prefetch((char *)q->ring[q->head].p - 16);
-	if (q->unsynced >= QUAR_SYNC || q->unsynced <= -QUAR_SYNC) {
+	/* |unsynced| >= QUAR_SYNC, in one compare */
+	if ((uint64_t)(q->unsynced + QUAR_SYNC - 1) > (uint64_t)(2 * QUAR_SYNC - 2)) {
 		__atomic_add_fetch(&quar_total, (uint64_t)q->unsynced, __ATOMIC_RELAXED);
 		q->unsynced = 0;
+	}
+	/* this FIFO's next victim was freed long ago and is cold: fetch its
+	   header and glibc's size word in front of it (chunk_damaged) now,
+	   so the next free of its kind finds them near */
+	if (HS_LIKELY(f->count)) {
+		char *n = f->ring[f->head].p;
+		__builtin_prefetch(n - 16);
+		__builtin_prefetch(n - 24);
 	}
 }
 
@@ -1352,20 +1528,24 @@ static void tquar_exit(void *arg)
 	struct hs_tls *t = &hs_tls;
 	int was = t->in_hook;
 	t->in_hook = 1;
-	q->keyed = 0; /* a free by a later destructor arms it again (glibc runs it once more) */
-	while (q->count) {
-		struct qent o = q->ring[q->head];
-		q->head = (q->head + 1) & (q->cap - 1);
-		q->count--;
-		release(o.p, o.live);
+	q->keyed = 0;
+	q->exited = 1; /* a free by a later destructor, or by glibc's own teardown, is released at once */
+	for (int k = 0; k < 2; k++) {
+		struct qfifo *f = &q->f[k];
+		while (f->count) {
+			struct qent o = f->ring[f->head];
+			f->head = (f->head + 1) & q->mask;
+			f->count--;
+			release(t, 0, o.p, o.live);
+		}
+		__atomic_sub_fetch(&quar_total, f->bytes, __ATOMIC_RELAXED);
+		f->bytes = 0;
 	}
-	__atomic_sub_fetch(&quar_total, q->bytes - (uint64_t)q->unsynced, __ATOMIC_RELAXED);
-	q->head = 0;
-	q->bytes = 0;
+	__atomic_add_fetch(&quar_total, (uint64_t)q->unsynced, __ATOMIC_RELAXED); /* the part never added */
 	q->unsynced = 0;
-	if (q->ring) {
-		munmap(q->ring, q->cap * sizeof(struct qent));
-		q->ring = NULL;
+	if (q->f[QF_SMALL].ring) {
+		munmap(q->f[QF_SMALL].ring, 2 * (size_t)q->cap * sizeof(struct qent));
+		q->f[QF_SMALL].ring = q->f[QF_LARGE].ring = NULL;
 	}
 	count_flush();
 	t->in_hook = was;
@@ -1489,7 +1669,7 @@ static inline __attribute__((always_inline)) int blk_free(struct hs_tls *t, int 
 				return 0;
 			}
 			count_free(v.size);
-			quarantine_put(p, live, &v, v.offset + v.size + clen + (v.small ? 0 : 8));
+			quarantine_put(t, ring, p, live, &v, v.offset + v.size + clen + (v.small ? 0 : 8));
 			return 1;
 		}
 	}
@@ -1521,7 +1701,7 @@ static void blk_free_quiet(void *p)
 	((uint64_t *)p)[1] = old;
 	if (__atomic_compare_exchange_n(sw, &old, ST_FREED, 0, __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE)) {
 		count_free(v.size);
-		release(p, live);
+		release(NULL, 0, p, live);
 	}
 }
 
@@ -1566,7 +1746,8 @@ HS_HIDDEN void hs_heap_after_fork_child(void)
 		__atomic_add_fetch(&stack_epoch, 1, __ATOMIC_RELAXED);
 	}
 	/* the other threads' FIFOs stay allocated in the child; the total is this thread's */
-	__atomic_store_n(&quar_total, tquar.bytes - (uint64_t)tquar.unsynced, __ATOMIC_RELAXED);
+	__atomic_store_n(&quar_total, tquar.f[QF_SMALL].bytes + tquar.f[QF_LARGE].bytes - (uint64_t)tquar.unsynced,
+			 __ATOMIC_RELAXED);
 	heap_mark_header();
 	h = hdr_if_recording();
 	if (h && fork_live && h->heap_live_bytes == 0 && h->heap_allocs == 0) {
@@ -1625,7 +1806,7 @@ HS_HIDDEN void hs_heap_init(void)
 	heap_mark_header();
 	pthread_atfork(heap_before_fork, NULL, hs_heap_after_fork_child);
 	if (pthread_key_create(&tquar_key, tquar_exit) != 0)
-		quar_limit = 0; /* no way to empty an exiting thread's FIFO: no quarantine */
+		quar_limit = 0; /* no way to empty an exiting thread's FIFOs: no quarantine */
 	atexit(count_flush); /* the exiting thread's counts; runs before init.c's on_exit handler */
 	/* release: the settings above are visible to every hook that sees HS_HEAP_MODE_ON */
 	__atomic_store_n(&hs_heap_mode, HS_HEAP_MODE_ON, __ATOMIC_RELEASE);

@@ -1051,14 +1051,25 @@ static inline uint32_t hs_lock_page_bit(uint64_t addr)
 
 static inline int hs_lock_pages_seen(uint64_t lo, uint64_t hi)
 {
-	if (hi - lo > 256ull << 12)
-		return 1;
-	for (uint64_t pg = lo & ~4095ull; pg < hi; pg += 4096) {
-		uint32_t b = hs_lock_page_bit(pg);
-		if ((__atomic_load_n(&hs_lock_pages[b / 64], __ATOMIC_RELAXED) >> (b % 64)) & 1)
-			return 1;
+	uint64_t pg = lo >> 12, last = hi > lo ? (hi - 1) >> 12 : pg;
+	if (HS_LIKELY(last == pg)) { /* most blocks: one page, one bit */
+		uint32_t b = hs_lock_page_bit(lo);
+		return (__atomic_load_n(&hs_lock_pages[b / 64], __ATOMIC_RELAXED) >> (b % 64)) & 1;
 	}
-	return 0;
+	if (last - pg >= 256)
+		return 1;
+	/* a page's bits lie in a row: up to 64 pages per load (a 256 KiB
+	   block is 1 to 2 loads, not 64) */
+	for (;;) {
+		uint32_t b = hs_lock_page_bit(pg << 12), sh = b % 64;
+		uint64_t span = 64 - sh < last - pg + 1 ? 64 - sh : last - pg + 1;
+		uint64_t mask = (span == 64 ? ~0ull : (1ull << span) - 1) << sh;
+		if (__atomic_load_n(&hs_lock_pages[b / 64], __ATOMIC_RELAXED) & mask)
+			return 1;
+		if (last - pg < span)
+			return 0;
+		pg += span;
+	}
 }
 
 /*

@@ -280,6 +280,50 @@ def test_overflow_by_one(heisen, way):
     heap_abort_crash(r, pid)
 
 
+@pytest.mark.parametrize("field,over", [(40, 24), (2000, 32)])
+def test_overflow_into_the_next_chunk_found_when_it_is_given_back(heisen, way, field, over):
+    """A field overrun by `over` bytes (strcpy of unchecked input): past the
+    canary, into glibc's size word of the next block, a scratch buffer of
+    the same size freed at once and given back to glibc a thousand frees of
+    that size later, long before the record's own free (a small block, and
+    one of 2000 bytes: the tail word and glibc's prev_size slot lie
+    between).  heisen checks that size word before glibc trusts it: a
+    heap-overflow of the record with its allocation stack, found at the
+    free that gave the scratch buffer back (glibc's own abort, with no
+    finding, before).  A block of 2000 bytes keeps its allocation stack in
+    the tail word the overflow went through: that stack is lost (README
+    "The heap")."""
+    p = way.run([target(heisen, "heap_overrun_next"), field, over], env=HEAP)
+    assert p.returncode == way.killed_by(signal.SIGABRT), (p.returncode, p.stderr)
+    assert "done ok" not in p.stdout
+    pid = fact_int(p.stdout, "pid")
+    block, nxt = (int(facts(p.stdout)[k][0], 16) for k in ("block", "next"))
+    r = heisen.dump_json(way.session, expect_rc=1)
+    f = one(r, "heap-overflow")
+    assert hexint(f["address"]) == block and f["size"] == field, f
+    assert hex(nxt) in f["message"] and "went back to glibc" in f["message"], f["message"]
+    assert frame_functions(stack_by_role(f, "free"))[0] == "serve"
+    if field < 960:
+        assert [s["role"] for s in f["stacks"]] == ["free", "allocation"]
+        assert frame_functions(stack_by_role(f, "allocation"))[0] == "make_record"
+    heap_abort_crash(r, pid)
+
+
+def test_frees_after_a_threads_exit_cleanup_keep_no_quarantine(heisen, tmp_path):
+    """Four hundred short threads, one after the other, each formatting an
+    error code glibc has no text for (strerror's buffer of the thread, which
+    glibc frees in its own thread-exit cleanup, after the key destructors):
+    the process does not grow with the threads (a quarantine ring mapped for
+    that last free, 12 KiB a thread, outlived each thread before), and the
+    run has no finding."""
+    p = heisen.preload([target(heisen, "heap_thread_exit_free"), 400, 20], tmp_path / "s", env=HEAP)
+    assert p.returncode == 0 and "done ok" in p.stdout, (p.returncode, p.stderr[-2000:])
+    warm, end = fact_int(p.stdout, "vm_warm"), fact_int(p.stdout, "vm_end")
+    assert end - warm < 1024, (warm, end)  # KiB, for 400 threads
+    r = heisen.dump_json(tmp_path / "s", expect_rc=0)
+    assert heap_findings(r) == []
+
+
 # ---- a double free after N intervening allocations ----------------------------
 #
 # The cases LLVM's Scudo (preloaded, its defaults) catches on this machine, as

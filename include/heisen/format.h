@@ -696,7 +696,9 @@ struct hs_finding {
 	uint32_t stack3;           /* the allocation's stack */
 	int32_t tid2;              /* the first free's thread */
 	int32_t tid3;              /* the allocating thread */
-	uint32_t offset;           /* invalid free inside a block: addr - offset is the block's start */
+	uint32_t offset;           /* invalid free inside a block: addr - offset is the block's start;
+				      heap-overflow: 0 found at the block's own free, else addr + offset is the
+				      next block, whose chunk header the overflow reached, found at its release */
 	uint64_t size;             /* the block's size as requested */
 };
 

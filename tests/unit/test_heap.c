@@ -286,6 +286,33 @@ static void test_overflow(void)
 	CHECK(f != NULL && f->size == 13 && f->stack != 0 && f->stack3 != 0);
 }
 
+/* Every size across both formats (a small block's canary is glibc's slack,
+ * 1 to 16 bytes, stored masked into the word it shares with the last user
+ * bytes): calloc's zeros survive it, a block written to its last byte is
+ * no finding, and one byte past it always is. */
+static void test_overflow_every_size(void)
+{
+	uint64_t before = seen(self, HS_FIND_HEAP_OVERFLOW);
+	int not_zero = 0;
+	for (size_t n = 1; n <= 1100; n++) {
+		unsigned char *q = calloc(1, n);
+		for (size_t i = 0; i < n; i++)
+			not_zero |= q[i] != 0;
+		memset(q, 0xa1, n);
+		free(q);
+	}
+	CHECK(not_zero == 0);
+	CHECK(seen(self, HS_FIND_HEAP_OVERFLOW) == before);
+	for (size_t n = 1; n <= 1100; n++) {
+		char *q = malloc(n);
+		char *volatile end = q + n;
+		memset(q, 'a', n);
+		*end = 'x';
+		free(q);
+	}
+	CHECK(seen(self, HS_FIND_HEAP_OVERFLOW) == before + 1100);
+}
+
 static void test_invalid_and_foreign(void)
 {
 	char *p = malloc(64), *q;
@@ -365,6 +392,7 @@ int main(int argc, char **argv)
 	test_double_free();
 	test_racing_free();
 	test_overflow();
+	test_overflow_every_size();
 	test_invalid_and_foreign();
 	test_abort("/proc/self/exe");
 	printf("test_heap: %d passed, %d failed\n", checks - failures, failures);
