@@ -381,7 +381,7 @@ static inline __attribute__((always_inline)) void acq_before(struct hs_tls *t, s
 		pending = p;
 		p->addr = a->addr;
 		p->exact = 0;
-		hs_chain_read_inline(&p->c, a->site, a->cfa);
+		hs_chain_read_lazy(&p->c, a->site, a->cfa);
 		uint32_t gen = __atomic_load_n(&hs_seg_gen, __ATOMIC_RELAXED);
 		if (!a->stack) {
 			/* the site's cached stack: the slot's last one, else the thread's cache (hs_stack_site) */

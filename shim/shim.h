@@ -1328,6 +1328,10 @@ static inline unsigned hs_chain_read_inline(struct hs_chain *c, uint64_t site, u
  * native frames Python frames stand for; 0 when frames are not read. */
 int hs_py_eval_pc(uint64_t pc);
 
+/* hs_py_eval_pc's range for a loop over many return addresses: pc is in
+ * the evaluation loop iff pc - lo - 1 < span (span 0: frames not read). */
+void hs_py_eval_range(uint64_t *lo, uint64_t *span);
+
 /* Set while capturing in a signal handler: Python frames are then read with
  * process_vm_readv, which fails instead of faulting on a bad pointer. */
 extern __thread int hs_py_careful __attribute__((tls_model("initial-exec")));
