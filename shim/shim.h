@@ -981,6 +981,18 @@ uint32_t hs_chain_stack(const struct hs_chain *c);
  */
 unsigned hs_chain_read_lazy(struct hs_chain *c, uint64_t site, uint64_t cfa);
 
+/*
+ * Complete a lazy chain (hs_chain_read_lazy) read by the calling thread
+ * into the whole chain hs_chain_read would have read at the same call: its
+ * native frames on from the evaluation loop through the learnt distances,
+ * and the thread's Python frames.  Only right when neither changed since
+ * the read: the caller's to know (hs_locks_before_gil_take); the thread's
+ * innermost Python frame must still be the token's (same address, code and
+ * instruction), else, or on any doubt in the walk, c stays lazy.  Returns
+ * 1 when c was completed.
+ */
+int hs_chain_complete(struct hs_chain *c);
+
 /* Copy the valid part of chain src into dst (no shadow use is lost: dst
  * becomes src's). */
 void hs_chain_copy(struct hs_chain *dst, const struct hs_chain *src);
@@ -1664,6 +1676,20 @@ void hs_locks_adopt_held(struct hs_thread *th, const struct hs_held *h);
  * (python.c's lock -> GIL); the entry's stack as it is when no chain was
  * kept.  0 when the stack table is full. */
 uint32_t hs_locks_held_stack(struct hs_thread *th, int i);
+
+/*
+ * The calling thread is about to take the GIL (th its own slot; python.c's
+ * GIL hooks, and locks.c when the GIL's own mutex is locked outside them):
+ * each held entry taken without the GIL whose chain was read lazily (its
+ * native frames up to the evaluation loop and its Python frame as a token,
+ * hs_chain_read_lazy) is completed now, while its frames are still those
+ * of the acquisition: a thread without the GIL runs no Python code, so the
+ * frames out from the evaluation loop and the Python frames have not
+ * changed since (hs_chain_complete).  After the take they may: the Python
+ * code the thread runs next may return from the function that took the
+ * lock.  One load when no such entry is held (locks.c).
+ */
+void hs_locks_before_gil_take(struct hs_thread *th);
 
 /* Read HEISEN_PY_LOCKS (semaphores.c: Python's locks as lock nodes, on unless 0).  Init only. */
 void hs_sems_init(void);

@@ -853,6 +853,29 @@ whole:
 	return c->depth;
 }
 
+int hs_chain_complete(struct hs_chain *c)
+{
+	struct hs_pytoken now;
+	unsigned d;
+	if (!c->lazy || !c->walked || c->depth == 0 || c->depth >= CHAIN_MAX ||
+	    c->gen != __atomic_load_n(&pcoff_gen, __ATOMIC_ACQUIRE) || !chain_top)
+		return 0;
+	/* the innermost Python frame is still the one the lock was taken under */
+	if (!hs_py_token(&now) || now.fp != c->tok.fp || now.code != c->tok.code || now.instr != c->tok.instr)
+		return 0;
+	d = chain_extend(c, c->depth, chain_top);
+	chain_doubt = CHAIN_MAX;
+	if (d == 0)
+		return 0; /* pc[0 .. depth) untouched: still the lazy chain */
+	c->depth = d;
+	c->lazy = 0;
+	c->unchanged = 0;
+	c->python = 0;
+	if (hs_py_frames_maybe())
+		hs_chain_python(c);
+	return 1;
+}
+
 /*
  * c's stack with its Python frames interleaved (struct hs_pychain): each
  * native frame in c->py.consumed replaced by the Python frames standing in
