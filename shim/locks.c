@@ -415,7 +415,12 @@ static inline __attribute__((always_inline)) void acq_before(struct hs_tls *t, s
 		pending = p;
 		p->addr = a->addr;
 		p->exact = 0;
-		hs_chain_read_lazy(&p->c, a->site, a->cfa);
+		/* under Python, lazily (its frames up to the evaluation loop, the Python frame as
+		 * a token: docs/design.md "Lazy lock stacks"); else the whole chain, inline */
+		if (hs_py_frames_maybe())
+			hs_chain_read_lazy(&p->c, a->site, a->cfa);
+		else
+			hs_chain_read_inline(&p->c, a->site, a->cfa);
 		uint32_t gen = __atomic_load_n(&hs_seg_gen, __ATOMIC_RELAXED);
 		if (!a->stack) {
 			/* the site's cached stack: the slot's last one, else the thread's cache (hs_stack_site) */

@@ -1316,7 +1316,7 @@ static inline int hs_py_frames_maybe(void)
 extern __thread uint64_t hs_chain_top __attribute__((tls_model("initial-exec"))) HS_HIDDEN;
 extern uint32_t hs_pcoff_gen HS_HIDDEN;
 void hs_chain_python(struct hs_chain *c) HS_HIDDEN;
-static inline unsigned hs_chain_read_inline(struct hs_chain *c, uint64_t site, uint64_t cfa)
+static inline __attribute__((always_inline)) unsigned hs_chain_read_inline(struct hs_chain *c, uint64_t site, uint64_t cfa)
 {
 	unsigned sn = c->depth, m;
 	/* the CFA first: what tells two call paths to one site apart */
