@@ -653,10 +653,12 @@ static inline __attribute__((always_inline)) void acq_after(struct hs_tls *t, st
 	l = &hs_seg.locks[a->id];
 	last = __atomic_load_n(&l->last_tid, __ATOMIC_RELAXED);
 	ordered = a->kind == HS_LOCK_MUTEX || a->kind == HS_LOCK_SPIN; /* a sync object of handover.c */
-	if (HS_UNLIKELY(last != t->tid)) {
+	if (HS_UNLIKELY(last != t->tid) && !(__atomic_load_n(&l->flags, __ATOMIC_RELAXED) & HS_LOCKF_SHARED)) {
 		/* a second thread: the instance is shared unless it was handed over (the GIL rule,
-		 * lockgraph.c; handover.c) */
-		if (last && !(__atomic_load_n(&l->flags, __ATOMIC_RELAXED) & HS_LOCKF_SHARED))
+		 * lockgraph.c; handover.c).  A shared instance's last acquirer is never looked at
+		 * again: it is not written, so threads taking a shared lock in turn do not pass its
+		 * node's cache line back and forth while they hold the lock. */
+		if (last)
 			hs_order_acquirer_changed(t, a->id, a->addr, last, ordered, a->stack, a->t0);
 		__atomic_store_n(&l->last_tid, t->tid, __ATOMIC_RELAXED);
 	}
@@ -775,9 +777,9 @@ void hs_acq_uncontended(struct hs_tls *t, struct acq *a)
 		if (!a->stack)
 			a->stack = c->site_stack;
 	}
-	if (HS_UNLIKELY(last != t->tid)) {
-		/* a second thread (hs_acq_after) */
-		if (last && !(__atomic_load_n(&l->flags, __ATOMIC_RELAXED) & HS_LOCKF_SHARED))
+	if (HS_UNLIKELY(last != t->tid) && !(__atomic_load_n(&l->flags, __ATOMIC_RELAXED) & HS_LOCKF_SHARED)) {
+		/* a second thread, an instance not known shared (hs_acq_after) */
+		if (last)
 			hs_order_acquirer_changed(t, a->id, a->addr, last, 0, a->stack, a->t0);
 		__atomic_store_n(&l->last_tid, t->tid, __ATOMIC_RELAXED);
 	}
