@@ -813,6 +813,7 @@ unsigned hs_chain_read_lazy(struct hs_chain *c, uint64_t site, uint64_t cfa)
 {
 	unsigned m, e, k, want;
 	struct hs_pytoken tok;
+	uint64_t ev_lo, ev_span;
 	if (HS_LIKELY(c->lazy && c->site == site && c->cfa == cfa && c->walked &&
 		      c->gen == __atomic_load_n(&pcoff_gen, __ATOMIC_ACQUIRE) && chain_top && slot_at(cfa) == site)) {
 		/* the same native frames as last time up to the evaluation loop(s): compare their slots */
@@ -826,8 +827,11 @@ unsigned hs_chain_read_lazy(struct hs_chain *c, uint64_t site, uint64_t cfa)
 	}
 	if (!hs_py_frames_maybe())
 		return hs_chain_read(c, site, cfa);
-	/* the token first, then the native frames only up to its evaluation-loop call(s) */
-	if (!hs_py_eval_pc(site) && hs_py_token(&tok)) {
+	/* the token first, then the native frames only up to its evaluation-loop call(s); only
+	 * once frames are read (hs_py_token's first call may look for CPython, which needs
+	 * more stack than a small thread stack has: chain_read_native asks after its room check) */
+	hs_py_eval_range(&ev_lo, &ev_span);
+	if (ev_span && !(site - ev_lo - 1 < ev_span) && hs_py_token(&tok)) {
 		want = tok.entry ? 2 : 1;
 		c->lazy = 0;
 		if (chain_walk_eval(c, site, cfa, want)) {
