@@ -61,6 +61,9 @@ static inline struct held_chain *held_chains_of(void)
 	return a ? (struct held_chain *)(void *)(a + HS_AREA_LOCKS) : NULL;
 }
 static __thread struct held_chain *pending __attribute__((tls_model("initial-exec"))); /* the acquisition in progress, NULL: none kept */
+/* 1: a held entry taken without the GIL may have a lazy chain to complete
+ * before the thread takes the GIL (hs_locks_before_gil_take) */
+static __thread int lazy_nogil __attribute__((tls_model("initial-exec")));
 
 /*
  * The time of an uncontended acquisition or a release: CLOCK_MONOTONIC_COARSE
@@ -123,6 +126,37 @@ static uint32_t held_stack(struct hs_thread *th, int i)
 uint32_t hs_locks_held_stack(struct hs_thread *th, int i)
 {
 	return held_stack(th, i);
+}
+
+/* The work of hs_locks_before_gil_take, out of line. */
+static __attribute__((noinline, cold)) void held_complete_lazy(struct hs_thread *th)
+{
+	struct held_chain *held_chains = held_chains_of();
+	uint32_t n = th->held_count < HS_HELD_MAX ? th->held_count : HS_HELD_MAX;
+	lazy_nogil = 0;
+	for (uint32_t i = 0; held_chains && i < n && i < HELD_CHAINS; i++) {
+		struct held_chain *c = &held_chains[i];
+		if (c->addr == th->held[i].addr && c->c.lazy && !c->exact && !(th->held[i].flags & HS_HELDF_GIL))
+			(void)hs_chain_complete(&c->c);
+	}
+}
+
+void hs_locks_before_gil_take(struct hs_thread *th)
+{
+	if (HS_UNLIKELY(lazy_nogil) && th)
+		held_complete_lazy(th);
+}
+
+/* The GIL's own mutex is being locked outside python.c's hooks (a take
+ * inside the interpreter, or entry points not hooked): the same, when the
+ * thread is not inside a hook already. */
+static __attribute__((noinline, cold)) void gil_mutex_locked(void)
+{
+	struct hs_tls *t = hs_enter();
+	if (!t)
+		return;
+	hs_locks_before_gil_take(t->slot);
+	hs_leave(t);
 }
 
 void hs_locks_snapshot_held(struct hs_thread *th)
@@ -381,7 +415,12 @@ static inline __attribute__((always_inline)) void acq_before(struct hs_tls *t, s
 		pending = p;
 		p->addr = a->addr;
 		p->exact = 0;
-		hs_chain_read_inline(&p->c, a->site, a->cfa);
+		/* under Python, lazily (its frames up to the evaluation loop, the Python frame as
+		 * a token: docs/design.md "Lazy lock stacks"); else the whole chain, inline */
+		if (hs_py_frames_maybe())
+			hs_chain_read_lazy(&p->c, a->site, a->cfa);
+		else
+			hs_chain_read_inline(&p->c, a->site, a->cfa);
 		uint32_t gen = __atomic_load_n(&hs_seg_gen, __ATOMIC_RELAXED);
 		if (!a->stack) {
 			/* the site's cached stack: the slot's last one, else the thread's cache (hs_stack_site) */
@@ -607,15 +646,19 @@ static inline __attribute__((always_inline)) void acq_after(struct hs_tls *t, st
 			/* the chain was read into its slot (acq_before): nothing to copy */
 			if (held_chains && HS_UNLIKELY(pending != &held_chains[n] || pending->addr != a->addr))
 				held_chain_set(&held_chains[n], a->addr, pending);
+			if (held_chains && held_chains[n].c.lazy && !a->holds_gil)
+				lazy_nogil = 1; /* completed before this thread takes the GIL, if still held */
 		}
 	}
 	l = &hs_seg.locks[a->id];
 	last = __atomic_load_n(&l->last_tid, __ATOMIC_RELAXED);
 	ordered = a->kind == HS_LOCK_MUTEX || a->kind == HS_LOCK_SPIN; /* a sync object of handover.c */
-	if (HS_UNLIKELY(last != t->tid)) {
+	if (HS_UNLIKELY(last != t->tid) && !(__atomic_load_n(&l->flags, __ATOMIC_RELAXED) & HS_LOCKF_SHARED)) {
 		/* a second thread: the instance is shared unless it was handed over (the GIL rule,
-		 * lockgraph.c; handover.c) */
-		if (last && !(__atomic_load_n(&l->flags, __ATOMIC_RELAXED) & HS_LOCKF_SHARED))
+		 * lockgraph.c; handover.c).  A shared instance's last acquirer is never looked at
+		 * again: it is not written, so threads taking a shared lock in turn do not pass its
+		 * node's cache line back and forth while they hold the lock. */
+		if (last)
 			hs_order_acquirer_changed(t, a->id, a->addr, last, ordered, a->stack, a->t0);
 		__atomic_store_n(&l->last_tid, t->tid, __ATOMIC_RELAXED);
 	}
@@ -734,9 +777,9 @@ void hs_acq_uncontended(struct hs_tls *t, struct acq *a)
 		if (!a->stack)
 			a->stack = c->site_stack;
 	}
-	if (HS_UNLIKELY(last != t->tid)) {
-		/* a second thread (hs_acq_after) */
-		if (last && !(__atomic_load_n(&l->flags, __ATOMIC_RELAXED) & HS_LOCKF_SHARED))
+	if (HS_UNLIKELY(last != t->tid) && !(__atomic_load_n(&l->flags, __ATOMIC_RELAXED) & HS_LOCKF_SHARED)) {
+		/* a second thread, an instance not known shared (hs_acq_after) */
+		if (last)
 			hs_order_acquirer_changed(t, a->id, a->addr, last, 0, a->stack, a->t0);
 		__atomic_store_n(&l->last_tid, t->tid, __ATOMIC_RELAXED);
 	}
@@ -873,8 +916,17 @@ static inline __attribute__((always_inline)) void release_end(struct hs_tls *t, 
 			held_remove(th, i);
 		}
 	}
-	if (th->held_count)
-		held_purge_slow(th); /* the other entries another thread released since */
+	if (!th->held_count)
+		lazy_nogil = 0; /* nothing held: nothing to complete */
+	else {
+		/* the other entries another thread released since (the scan inline, the purge out of line) */
+		uint32_t n = th->held_count < HS_HELD_MAX ? th->held_count : HS_HELD_MAX;
+		for (uint32_t k = 0; k < n; k++)
+			if (HS_UNLIKELY((th->held[k].flags >> HS_HELDF_RELGEN_SHIFT) != relgen_of(th->held[k].lock))) {
+				held_purge_slow(th);
+				break;
+			}
+	}
 	if (HS_LIKELY(rc == 0))
 		hs_rec(t, lock_now(), HS_REC_LOCK_RELEASED, 0, addr, id, 0);
 	else
@@ -929,7 +981,14 @@ void hs_locks_on_free(void *p, size_t size)
  */
 #define ACQUIRE(kind_, acq_mode_, hold_mode_, flags_, is_try, TRY, BLOCK)                        \
 	do {                                                                                     \
-		struct hs_tls *t = hs_py_internal(lock) ? NULL : hs_enter();                     \
+		struct hs_tls *t;                                                                \
+		if (HS_UNLIKELY(hs_py_internal(lock))) {                                         \
+			if (HS_UNLIKELY(lazy_nogil))                                             \
+				gil_mutex_locked(); /* a GIL take may follow */                  \
+			t = NULL;                                                                \
+		} else {                                                                         \
+			t = hs_enter();                                                          \
+		}                                                                                \
 		struct acq a;                                                                    \
 		int rc;                                                                          \
 		if (!t)                                                                          \

@@ -100,6 +100,7 @@ static void gil_wait_begin(struct hs_tls *t, unsigned which, uint64_t site, uint
 	uint32_t stack = hs_stack_site(site);
 	uint32_t n = th->held_count < HS_HELD_MAX ? th->held_count : HS_HELD_MAX;
 
+	hs_locks_before_gil_take(th); /* lazily read stacks of locks held without the GIL: complete them now */
 	for (uint32_t i = 0; gil && i < n; i++) {
 		const struct hs_held *he = &th->held[i];
 		int created;

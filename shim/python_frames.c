@@ -1221,6 +1221,14 @@ int hs_py_eval_pc(uint64_t pc)
 	return __atomic_load_n(&pf.ready, __ATOMIC_ACQUIRE) && pc > pf.eval_lo && pc <= pf.eval_hi;
 }
 
+void hs_py_eval_range(uint64_t *lo, uint64_t *span)
+{
+	/* acquire: pairs with the release of ready in hs_py_frames_init */
+	int ready = __atomic_load_n(&pf.ready, __ATOMIC_ACQUIRE);
+	*lo = ready ? pf.eval_lo : 0;
+	*span = ready ? pf.eval_hi - pf.eval_lo : 0;
+}
+
 /* ---- start-up ---------------------------------------------------------------- */
 
 /* Say in the header that frames are read, and which Python (a fork child's

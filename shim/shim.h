@@ -984,6 +984,18 @@ uint32_t hs_chain_stack(const struct hs_chain *c);
  */
 unsigned hs_chain_read_lazy(struct hs_chain *c, uint64_t site, uint64_t cfa);
 
+/*
+ * Complete a lazy chain (hs_chain_read_lazy) read by the calling thread
+ * into the whole chain hs_chain_read would have read at the same call: its
+ * native frames on from the evaluation loop through the learnt distances,
+ * and the thread's Python frames.  Only right when neither changed since
+ * the read: the caller's to know (hs_locks_before_gil_take); the thread's
+ * innermost Python frame must still be the token's (same address, code and
+ * instruction), else, or on any doubt in the walk, c stays lazy.  Returns
+ * 1 when c was completed.
+ */
+int hs_chain_complete(struct hs_chain *c);
+
 /* Copy the valid part of chain src into dst (no shadow use is lost: dst
  * becomes src's). */
 void hs_chain_copy(struct hs_chain *dst, const struct hs_chain *src);
@@ -1318,7 +1330,7 @@ static inline int hs_py_frames_maybe(void)
 extern __thread uint64_t hs_chain_top __attribute__((tls_model("initial-exec"))) HS_HIDDEN;
 extern uint32_t hs_pcoff_gen HS_HIDDEN;
 void hs_chain_python(struct hs_chain *c) HS_HIDDEN;
-static inline unsigned hs_chain_read_inline(struct hs_chain *c, uint64_t site, uint64_t cfa)
+static inline __attribute__((always_inline)) unsigned hs_chain_read_inline(struct hs_chain *c, uint64_t site, uint64_t cfa)
 {
 	unsigned sn = c->depth, m;
 	/* the CFA first: what tells two call paths to one site apart */
@@ -1341,6 +1353,10 @@ static inline unsigned hs_chain_read_inline(struct hs_chain *c, uint64_t site, u
 /* 1 when pc (a return address) is in CPython's evaluation loop, whose
  * native frames Python frames stand for; 0 when frames are not read. */
 int hs_py_eval_pc(uint64_t pc);
+
+/* hs_py_eval_pc's range for a loop over many return addresses: pc is in
+ * the evaluation loop iff pc - lo - 1 < span (span 0: frames not read). */
+void hs_py_eval_range(uint64_t *lo, uint64_t *span);
 
 /* Set while capturing in a signal handler: Python frames are then read with
  * process_vm_readv, which fails instead of faulting on a bad pointer. */
@@ -1688,6 +1704,20 @@ void hs_locks_adopt_held(struct hs_thread *th, const struct hs_held *h);
  * (python.c's lock -> GIL); the entry's stack as it is when no chain was
  * kept.  0 when the stack table is full. */
 uint32_t hs_locks_held_stack(struct hs_thread *th, int i);
+
+/*
+ * The calling thread is about to take the GIL (th its own slot; python.c's
+ * GIL hooks, and locks.c when the GIL's own mutex is locked outside them):
+ * each held entry taken without the GIL whose chain was read lazily (its
+ * native frames up to the evaluation loop and its Python frame as a token,
+ * hs_chain_read_lazy) is completed now, while its frames are still those
+ * of the acquisition: a thread without the GIL runs no Python code, so the
+ * frames out from the evaluation loop and the Python frames have not
+ * changed since (hs_chain_complete).  After the take they may: the Python
+ * code the thread runs next may return from the function that took the
+ * lock.  One load when no such entry is held (locks.c).
+ */
+void hs_locks_before_gil_take(struct hs_thread *th);
 
 /* Read HEISEN_PY_LOCKS (semaphores.c: Python's locks as lock nodes, on unless 0).  Init only. */
 void hs_sems_init(void);

@@ -369,9 +369,16 @@ __thread uint64_t hs_chain_top __attribute__((tls_model("initial-exec")));
  * doubt (a CFA above chain_top).  Read and reset by the real unwind. */
 static __thread unsigned chain_doubt __attribute__((tls_model("initial-exec"))) = CHAIN_MAX;
 
+/* pc's home slot: a multiplicative hash (return addresses are spread enough;
+ * one multiply where hs_mix64 takes five operations, once per walked frame) */
+static inline uint32_t pcoff_home(uint64_t pc)
+{
+	return (uint32_t)((pc * 0x9e3779b97f4a7c15ull) >> 40) & (PCOFF_CAP - 1);
+}
+
 static inline int pcoff_get(uint64_t pc, unsigned *off)
 {
-	uint32_t i = (uint32_t)hs_mix64(pc) & (PCOFF_CAP - 1);
+	uint32_t i = pcoff_home(pc);
 	for (unsigned p = 0; p < PCOFF_PROBE; p++, i = (i + 1) & (PCOFF_CAP - 1)) {
 		uint64_t w = __atomic_load_n(&pcoff[i], __ATOMIC_RELAXED);
 		if (w == 0)
@@ -386,7 +393,7 @@ static inline int pcoff_get(uint64_t pc, unsigned *off)
 
 static void pcoff_learn(uint64_t pc, uint64_t off)
 {
-	uint32_t i = (uint32_t)hs_mix64(pc) & (PCOFF_CAP - 1);
+	uint32_t i = pcoff_home(pc);
 	uint64_t want;
 	if (pc == 0 || pc >> 47)
 		return;
@@ -679,9 +686,134 @@ unsigned hs_chain_read(struct hs_chain *c, uint64_t site, uint64_t cfa)
 	return c->depth;
 }
 
+/*
+ * hs_chain_read_lazy's walk: only the native frames up to the want-th
+ * evaluation-loop call (the return address into it included), through the
+ * learnt distances, reusing c's last chain (whole or lazy: its frames are
+ * checked only as far as this walk goes) as chain_walk does.  A chain whose
+ * first frames are those of the shadow costs a load and a compare per
+ * frame, a new frame a lookup of its distance; nothing past the loop is
+ * read (the frames further out are the running Python frame's callers,
+ * read from the stack when the chain is interned: hs_chain_stack).
+ * Returns the depth, 0 on any doubt or when the loop is not within
+ * HS_CHAIN_MAX frames (the caller then reads the whole chain).  Sets
+ * c->site, cfa, gen and walked; not lazy, tok and python (the caller's).
+ */
+#define IN_EVAL(pc) ((pc) - ev_lo - 1 < ev_span) /* hs_py_eval_pc, the range read once (hs_py_eval_range) */
+static unsigned chain_extend_eval(struct hs_chain *c, unsigned n, uint64_t top, unsigned want, unsigned evals,
+				  uint64_t ev_lo, uint64_t ev_span)
+{
+	unsigned off;
+	while (n < CHAIN_MAX) {
+		uint64_t sp;
+		if (!pcoff_get(c->pc[n - 1], &off)) {
+			chain_doubt = n - 1;
+			return 0;
+		}
+		if (off == PCOFF_END)
+			return 0; /* the outermost frame, and no loop */
+		sp = c->sp[n - 1] + off;
+		if (sp > top) {
+			chain_doubt = CHAIN_MAX;
+			return 0;
+		}
+		c->sp[n] = sp;
+		c->pc[n] = slot_at(sp);
+		n++;
+		if (IN_EVAL(c->pc[n - 1]) && ++evals == want)
+			return n;
+	}
+	return 0;
+}
+
+static __attribute__((noinline)) unsigned chain_walk_eval(struct hs_chain *c, uint64_t site, uint64_t cfa,
+							  unsigned want)
+{
+	uint64_t ipc[CHAIN_MAX], isp[CHAIN_MAX], sp = cfa, pc = site, top = chain_top;
+	uint32_t gen = __atomic_load_n(&pcoff_gen, __ATOMIC_ACQUIRE);
+	unsigned sn = c->walked && c->gen == gen ? c->depth : 0;
+	unsigned k = 0, j = 0, m, n, keep, off = 1, evals = 0, d = 0;
+	int shadow_ended = c->ended, diverged = 0;
+	uint64_t ev_lo, ev_span;
+
+	if (!top || slot_at(cfa) != site)
+		return 0;
+	hs_py_eval_range(&ev_lo, &ev_span);
+	c->walked = 0;
+	for (;;) {
+		while (k < sn && c->sp[k] < sp)
+			k++;
+		if (k < sn && c->sp[k] == sp && c->pc[k] == pc)
+			break; /* the shadow's frame k */
+		ipc[j] = pc;
+		isp[j] = sp;
+		j++;
+		if (j > 1 && IN_EVAL(pc) && ++evals == want) {
+			for (m = 0; m < j; m++) {
+				c->pc[m] = ipc[m];
+				c->sp[m] = isp[m];
+			}
+			d = j;
+			goto done;
+		}
+		if (j == CHAIN_MAX || !pcoff_get(pc, &off)) {
+			chain_doubt = j < CHAIN_MAX ? j - 1 : CHAIN_MAX;
+			return 0;
+		}
+		if (off == PCOFF_END)
+			return 0;
+		sp += off;
+		if (sp > top) {
+			chain_doubt = CHAIN_MAX;
+			return 0;
+		}
+		pc = slot_at(sp);
+	}
+	/* the shadow's frames k.. checked in place, up to the loop; then moved behind the new ones */
+	keep = sn - k < CHAIN_MAX - j ? sn - k : CHAIN_MAX - j;
+	for (m = k; m < k + keep; m++) {
+		if (m > k && slot_at(c->sp[m]) != c->pc[m]) {
+			/* frame m returns elsewhere now: read on from it */
+			c->pc[m] = slot_at(c->sp[m]);
+			keep = m + 1 - k;
+			diverged = 1;
+		}
+		if ((j || m > k) && IN_EVAL(c->pc[m]) && ++evals == want) {
+			keep = m + 1 - k;
+			d = j + keep; /* the loop's frame */
+			break;
+		}
+		if (diverged)
+			break;
+	}
+	if (j != k) {
+		memmove(&c->pc[j], &c->pc[k], keep * sizeof c->pc[0]);
+		memmove(&c->sp[j], &c->sp[k], keep * sizeof c->sp[0]);
+	}
+	for (m = 0; m < j; m++) {
+		c->pc[m] = ipc[m];
+		c->sp[m] = isp[m];
+	}
+	n = j + keep;
+	if (!d && (diverged || !(shadow_ended && keep == sn - k)))
+		d = chain_extend_eval(c, n, top, want, evals, ev_lo, ev_span);
+done:
+	if (!d)
+		return 0;
+	c->depth = d;
+	c->site = site;
+	c->cfa = cfa;
+	c->gen = gen;
+	c->walked = 1;
+	c->ended = 0;
+	return d;
+}
+
 unsigned hs_chain_read_lazy(struct hs_chain *c, uint64_t site, uint64_t cfa)
 {
 	unsigned m, e, k, want;
+	struct hs_pytoken tok;
+	uint64_t ev_lo, ev_span;
 	if (HS_LIKELY(c->lazy && c->site == site && c->cfa == cfa && c->walked &&
 		      c->gen == __atomic_load_n(&pcoff_gen, __ATOMIC_ACQUIRE) && chain_top && slot_at(cfa) == site)) {
 		/* the same native frames as last time up to the evaluation loop(s): compare their slots */
@@ -695,6 +827,21 @@ unsigned hs_chain_read_lazy(struct hs_chain *c, uint64_t site, uint64_t cfa)
 	}
 	if (!hs_py_frames_maybe())
 		return hs_chain_read(c, site, cfa);
+	/* the token first, then the native frames only up to its evaluation-loop call(s); only
+	 * once frames are read (hs_py_token's first call may look for CPython, which needs
+	 * more stack than a small thread stack has: chain_read_native asks after its room check) */
+	hs_py_eval_range(&ev_lo, &ev_span);
+	if (ev_span && !(site - ev_lo - 1 < ev_span) && hs_py_token(&tok)) {
+		want = tok.entry ? 2 : 1;
+		c->lazy = 0;
+		if (chain_walk_eval(c, site, cfa, want)) {
+			c->tok = tok;
+			c->lazy = (uint8_t)want;
+			c->python = 0;
+			c->unchanged = 0;
+			return c->depth;
+		}
+	}
 	chain_read_native(c, site, cfa);
 	c->python = 0;
 	if (!c->walked || c->depth == 0 || hs_py_eval_pc(c->pc[0]) || !hs_py_token(&c->tok))
@@ -715,6 +862,29 @@ whole:
 	if (c->depth && hs_py_frames_maybe())
 		hs_chain_python(c);
 	return c->depth;
+}
+
+int hs_chain_complete(struct hs_chain *c)
+{
+	struct hs_pytoken now;
+	unsigned d;
+	if (!c->lazy || !c->walked || c->depth == 0 || c->depth >= CHAIN_MAX ||
+	    c->gen != __atomic_load_n(&pcoff_gen, __ATOMIC_ACQUIRE) || !chain_top)
+		return 0;
+	/* the innermost Python frame is still the one the lock was taken under */
+	if (!hs_py_token(&now) || now.fp != c->tok.fp || now.code != c->tok.code || now.instr != c->tok.instr)
+		return 0;
+	d = chain_extend(c, c->depth, chain_top);
+	chain_doubt = CHAIN_MAX;
+	if (d == 0)
+		return 0; /* pc[0 .. depth) untouched: still the lazy chain */
+	c->depth = d;
+	c->lazy = 0;
+	c->unchanged = 0;
+	c->python = 0;
+	if (hs_py_frames_maybe())
+		hs_chain_python(c);
+	return 1;
 }
 
 /*

@@ -40,6 +40,68 @@ def test_lock_kept_across_a_gil_retake_closes_a_cycle_with_the_gil(heisen, sessi
     assert any(fr["python"] and fr["function"] == "grabber" for fr in taken)
 
 
+KEPT_PAST_RETURN = """\
+import os, sys, threading
+sys.path.insert(0, os.environ["HEISEN_PYEXT"])
+import heisenlocks
+
+
+def take():
+    heisenlocks.take_c_nogil()  # marker: take c
+
+
+def take_via():
+    take()  # marker: call take
+
+
+def keeper():
+    take_via()  # marker: call take_via
+    heisenlocks.release_c()
+
+
+def grabber():
+    heisenlocks.take_c_with_gil()
+
+
+for fn in (keeper, grabber):
+    t = threading.Thread(target=fn)
+    t.start()
+    t.join()
+print("done ok", flush=True)
+"""
+
+
+@pytest.mark.parametrize("got", ["1", "0"])
+def test_lock_kept_past_the_return_of_its_python_callers_keeps_their_lines(heisen, session, tmp_path, got):
+    """ext_lock_c is taken with the GIL released two Python calls down
+    (keeper -> take_via -> take) and still held after both returned; the
+    ext_lock_c -> GIL edge is made then (at the GIL retake inside the take
+    with GOT patching, at the release without).  Its from-stack is where the
+    lock was taken, whole: the native frames, then take, take_via and
+    keeper at the lines that made the calls, then the thread's machinery --
+    a stack read lazily at the acquisition is completed before the thread
+    takes the GIL back, while those frames are still there."""
+    ext = pyext_dir(heisen)
+    script = tmp_path / "kept_past_return.py"
+    script.write_text(KEPT_PAST_RETURN)
+    p = heisen.preload(["/usr/bin/python3", script], session,
+                       env={"HEISEN_GOT_PATCH": got, "HEISEN_PYEXT": str(ext)})
+    assert p.returncode == 0 and "done ok" in p.stdout, p.stderr
+    report = heisen.dump_json(session, expect_rc=1)
+    [f] = findings_of(report, "potential-deadlock")
+    assert edge_pairs(f) == {("ext_lock_c", "GIL"), ("GIL", "ext_lock_c")}
+    (held,) = [e for e in f["edges"] if e["from"]["name"] == "ext_lock_c"]
+    st = held["from_stack"]
+    assert not st.get("truncated"), st
+    names = [fr.get("function") for fr in st["frames"]]
+    assert names[0] == "ext_take_c", names
+    pys = [(fr["function"], fr["line"]) for fr in st["frames"] if fr.get("python")]
+    assert pys[:3] == [("take", marker_line(script, "take c")),
+                       ("take_via", marker_line(script, "call take")),
+                       ("keeper", marker_line(script, "call take_via"))], pys
+    assert [n for n, _ in pys[3:6]] == ["Thread.run", "Thread._bootstrap_inner", "Thread._bootstrap"], pys
+
+
 def test_without_the_reverse_order_there_is_no_gil_finding(heisen, session):
     """The keeper alone (lock kept across a GIL retake) is an order, not a cycle."""
     ext = pyext_dir(heisen)

@@ -417,7 +417,8 @@ struct hs_lock {
 	uint32_t name;             /* strings offset of a name given by heisen_name_lock(), 0 = none */
 	uint32_t first_out;        /* writer-internal: first edge id out of this lock (adjacency list) */
 	uint64_t first_ns;         /* time of first acquisition */
-	int32_t last_tid;          /* [atomic] the thread that acquired it last (this instance), 0 = none yet */
+	int32_t last_tid;          /* [atomic] the thread that acquired it last (this instance), 0 = none yet;
+				      no longer written once the instance is HS_LOCKF_SHARED */
 	uint32_t reserved;
 };
 
