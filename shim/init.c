@@ -266,6 +266,7 @@ static void atfork_prepare(void)
  * fault injection or chaos on, the segment is made at the fork as before
  * (their decisions need the recording state).  docs/design.md "Processes".
  */
+int (*hs_vdso_clock_gettime)(clockid_t, struct timespec *); /* shim.h: set once by hs_init */
 int hs_fork_pending;
 static struct hs_seg fork_parent;    /* the parent's segment, still mapped (read only from here on) */
 static pid_t fork_pid;               /* this child's pid, noted at the fork */
@@ -577,6 +578,12 @@ __attribute__((constructor(101))) static void hs_init(void)
 	off = hs_getenv_bool("HEISEN_DISABLE", 0);
 	if (off)
 		goto out;
+	{
+		/* the vDSO is loaded already: RTLD_NOLOAD only finds it (hs_now_coarse) */
+		void *v = dlopen("linux-vdso.so.1", RTLD_NOW | RTLD_NOLOAD);
+		if (v)
+			hs_vdso_clock_gettime = (int (*)(clockid_t, struct timespec *))dlsym(v, "__vdso_clock_gettime");
+	}
 	hs_proc_init();
 	if (hs_session_setup() != 0 || hs_segment_create(0) != 0)
 		goto out;

@@ -181,7 +181,7 @@ void hs_sems_init(void)
 	__atomic_store_n(&sem_mode, hs_getenv_bool("HEISEN_PY_LOCKS", 1), __ATOMIC_RELAXED);
 }
 
-static uint32_t sem_lock(struct hs_tls *t, sem_t *sem, int *fresh)
+HS_HOT static uint32_t sem_lock(struct hs_tls *t, sem_t *sem, int *fresh)
 {
 	struct sem_tag tag;
 	const struct hs_lock *l;
@@ -339,7 +339,7 @@ HS_EXPORT int sem_wait(sem_t *sem)
 	SEM_ACQUIRE(0, SEM_TRY, HS_REAL(sem_wait)(sem));
 }
 
-HS_EXPORT int sem_trywait(sem_t *sem)
+HS_HOT HS_EXPORT int sem_trywait(sem_t *sem)
 {
 	SEM_ACQUIRE(1, SEM_TRY, -1);
 }
@@ -384,38 +384,78 @@ static void sem_gil_edge_learn(uint32_t id)
 		__atomic_store_n(&sem_gil_memo[id & (SEM_GIL_MEMO - 1)], sem_gil_key(id), __ATOMIC_RELAXED);
 }
 
-/* A post by the holder releases the lock; by anyone else, makes it a counter. */
-HS_EXPORT int sem_post(sem_t *sem)
+/*
+ * The lock id of a semaphore whose post releases the thread's innermost
+ * held entry he (he->addr is the semaphore's): its class id when the entry
+ * was pushed for it as a lock (he->lock, the tag's id, this segment's tag)
+ * and the class is still one, else 0 (sem_lock then decides).  Skips
+ * sem_lock's checks of a stale tag: the entry was pushed after them.
+ */
+static inline uint32_t sem_top_lock(const sem_t *sem, const struct hs_held *he)
+{
+	struct sem_tag tag;
+	memcpy(&tag, (const char *)sem + SEM_TAG_OFF, sizeof tag);
+	if (he->lock == 0 || tag.id != he->lock || (tag.magic | SEM_TAG_FRESH) != (sem_tag_magic() | SEM_TAG_FRESH) ||
+	    (__atomic_load_n(&hs_seg.locks[tag.id].flags, __ATOMIC_ACQUIRE) & HS_LOCKF_COUNTER))
+		return 0;
+	return tag.id;
+}
+
+/*
+ * A post by the holder releases the lock; by anyone else, makes it a counter.
+ *
+ * As the mutex path does (locks.c, RELEASE), the holder's release is
+ * bookkept after the real post, outside the critical section: a thread
+ * blocked in sem_wait is woken without waiting for heisen too.  Before the
+ * post stay only what a thread taking the semaphore next must see: the
+ * post's hand-over order (handover.c) and, for a post by a thread that
+ * does not hold it, the class marked a counter (the waiter it wakes must
+ * not push a held entry for a lock).  Until the release is bookkept the
+ * holder's held stack still shows the lock: a reader may briefly see it
+ * held by this thread and by the thread that took it next, never held by
+ * nobody while it is held.  A post that fails (EOVERFLOW, EINVAL) released
+ * nothing: the entry stays.
+ */
+HS_HOT HS_EXPORT int sem_post(sem_t *sem)
 {
 	uint64_t addr = (uint64_t)(uintptr_t)sem;
 	struct hs_tls *t = hs_py_internal(sem) ? NULL : hs_enter();
-	uint32_t id;
-	int fresh;
-	if (t) {
-		if (sem_on() && (id = sem_lock(t, sem, &fresh)) != 0) {
-			int h = t->slot->held_count ? sem_held(t->slot, addr) : -1;
-			if (h >= 0) {
-				int known = sem_gil_edge_known(id);
-				/* its edge to the GIL is there already: hs_release need not ask
-				 * whether the GIL is held nor look the edge up */
-				if (known)
-					t->slot->held[h].flags |= HS_HELDF_GIL;
-				if (!known || !hs_release_top(t, addr))
-					hs_release(t, addr);
-				if (!known)
-					sem_gil_edge_learn(id);
-			} else {
+	struct hs_thread *th;
+	uint32_t id = 0, n;
+	int h = -1, fresh, rc;
+	if (!t)
+		return HS_REAL(sem_post)(sem);
+	th = t->slot;
+	if (sem_on()) {
+		n = th->held_count;
+		if (HS_LIKELY(n && n <= HS_HELD_MAX && th->held[n - 1].addr == addr) &&
+		    (id = sem_top_lock(sem, &th->held[n - 1])) != 0) {
+			h = (int)n - 1; /* the common `with lock:`: the innermost entry is its acquisition */
+		} else if ((id = sem_lock(t, sem, &fresh)) != 0) {
+			h = th->held_count ? sem_held(th, addr) : -1;
+			if (h < 0)
 				sem_counter(id);
-			}
 		}
-		/* a post that makes it available (0 -> 1) orders every wait that then
-		 * succeeds after it; a post onto a positive count orders nothing
-		 * (a waiter may have used an earlier one): handover.c */
-		if (sem_value(sem) == 0)
-			hs_order_release(t, addr);
-		hs_leave(t);
 	}
-	return HS_REAL(sem_post)(sem);
+	/* a post that makes it available (0 -> 1) orders every wait that then
+	 * succeeds after it; a post onto a positive count orders nothing
+	 * (a waiter may have used an earlier one): handover.c */
+	if (sem_value(sem) == 0)
+		hs_order_release(t, addr);
+	rc = HS_REAL(sem_post)(sem);
+	if (h >= 0 && HS_LIKELY(rc == 0)) {
+		/* its edge to the GIL is there already: hs_release need not ask
+		 * whether the GIL is held nor look the edge up */
+		int known = sem_gil_edge_known(id);
+		if (known)
+			th->held[h].flags |= HS_HELDF_GIL;
+		if (!known || !hs_release_top(t, addr))
+			hs_release(t, addr);
+		if (!known)
+			sem_gil_edge_learn(id);
+	}
+	hs_leave(t);
+	return rc;
 }
 
 /*

@@ -679,7 +679,7 @@ unsigned hs_chain_read(struct hs_chain *c, uint64_t site, uint64_t cfa)
 	return c->depth;
 }
 
-unsigned hs_chain_read_lazy(struct hs_chain *c, uint64_t site, uint64_t cfa)
+HS_HOT unsigned hs_chain_read_lazy(struct hs_chain *c, uint64_t site, uint64_t cfa)
 {
 	unsigned m, e, k, want;
 	if (HS_LIKELY(c->lazy && c->site == site && c->cfa == cfa && c->walked &&
