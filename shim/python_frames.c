@@ -20,8 +20,10 @@
  *
  * Everything here reads memory only: the calling thread's own frame chain
  * (reached through PyGILState_GetThisThreadState, which reads a TSS slot
- * and needs no GIL), code objects, their line tables and str objects.
- * Nothing allocates, nothing calls into CPython except that one accessor,
+ * and needs no GIL, kept per thread and checked against the thread state
+ * running: tstate_of_thread), code objects, their line tables and str
+ * objects.  Nothing allocates, nothing calls into CPython except that
+ * accessor and, 3.12+, PyThreadState_GetUnchecked,
  * and the line tables are decoded here (co_lnotab of 3.8/3.9, PEP 626's
  * co_linetable of 3.10, the location table of 3.11+: Objects/lnotab_notes.txt
  * and Objects/locations.md of those tags) rather than with PyCode_Addr2Line.
