@@ -77,6 +77,9 @@ static struct {
 	void *(*this_tstate)(void); /* PyGILState_GetThisThreadState */
 	uint64_t rt_current;        /* &_PyRuntime.gilstate.tstate_current (3.8-3.11), else 0 */
 	void *(*current)(void);     /* PyThreadState_GetUnchecked (3.12+), else NULL */
+	int tls_kind;               /* how `current` reads _Py_tss_tstate (tls_learn): 0 unknown (call it), */
+	uint64_t tls_index;         /* 1 general dynamic: __tls_get_addr(tls_index), */
+	int64_t tls_tpoff;          /* 2 initial or local exec: the thread pointer + tls_tpoff */
 	uint64_t eval_lo, eval_hi;  /* _PyEval_EvalFrameDefault's code [lo, hi) */
 	uint64_t code_type, str_type, bytes_type;
 	unsigned frame_read;        /* bytes of a frame that hold every field used: up to the last one's end */
@@ -713,16 +716,92 @@ static uint64_t read_frame(uint64_t fp, struct pyf *p)
  * mode asks CPython through pf.this_tstate).
  */
 struct ts_mine {
-	uint64_t ts;   /* the last thread state PyGILState_GetThisThreadState gave this thread */
-	uint64_t self; /* pthread_self() of this thread, as PyThreadState.thread_id holds it */
+	uint64_t ts;            /* the last thread state PyGILState_GetThisThreadState gave this thread */
+	uint64_t self;          /* pthread_self() of this thread, as PyThreadState.thread_id holds it */
+	const uint64_t *cur_at; /* 3.12+: this thread's _Py_tss_tstate (tls_learn), NULL: call pf.current */
 };
 static __thread struct ts_mine ts_mine __attribute__((tls_model("initial-exec")));
+
+#if defined(__x86_64__)
+void *__tls_get_addr(void *ti); /* the dynamic loader's, as compiled code calls it (x86-64 psABI) */
+#endif
+
+/*
+ * How 3.12+'s PyThreadState_GetUnchecked reads its thread-local variable,
+ * from its first instructions f (n bytes), in the sequences the x86-64
+ * psABI gives the compiler: general dynamic (a shared libpython:
+ * `lea ti(%rip),%rdi; call __tls_get_addr; mov (%rax),%rax`, ti the
+ * {module, offset} pair the loader filled), initial exec (`mov
+ * off(%rip),%rax; mov %fs:(%rax),%rax`) or local exec (`mov
+ * %fs:off,%rax`), the two of a python linked statically.  Anything else
+ * leaves tls_kind 0: the function is called.  Each thread then finds its
+ * own variable once (tstate_ask) and checks it against the function's
+ * answer before it trusts it: one load instead of a call into CPython
+ * and, for a shared libpython, the loader's __tls_get_addr.
+ */
+static void tls_learn(const unsigned char *f, size_t n)
+{
+#if defined(__x86_64__)
+	for (size_t i = 0; i <= 8 && i + 19 <= n; i++) {
+		int32_t rel;
+		if (memcmp(f + i, "\x66\x48\x8d\x3d", 4) == 0 && memcmp(f + i + 8, "\x66\x66\x48\xe8", 4) == 0 &&
+		    memcmp(f + i + 16, "\x48\x8b\x00", 3) == 0) {
+			memcpy(&rel, f + i + 4, sizeof rel);
+			pf.tls_index = (uint64_t)(uintptr_t)(f + i + 8) + (uint64_t)(int64_t)rel;
+			pf.tls_kind = 1;
+			return;
+		}
+		if (memcmp(f + i, "\x64\x48\x8b\x04\x25", 5) == 0) {
+			memcpy(&rel, f + i + 5, sizeof rel);
+			pf.tls_tpoff = rel;
+			pf.tls_kind = 2;
+			return;
+		}
+		if (memcmp(f + i, "\x48\x8b\x05", 3) == 0 && memcmp(f + i + 7, "\x64\x48\x8b\x00", 4) == 0) {
+			int64_t off;
+			memcpy(&rel, f + i + 3, sizeof rel);
+			memcpy(&off, f + i + 7 + rel, sizeof off);
+			pf.tls_tpoff = off;
+			pf.tls_kind = 2;
+			return;
+		}
+	}
+#else
+	(void)f;
+	(void)n;
+#endif
+}
+
+/* This thread's _Py_tss_tstate, found as tls_learn says, or NULL. */
+static const uint64_t *tls_find(void)
+{
+#if defined(__x86_64__)
+	uint64_t tp;
+	switch (pf.tls_kind) {
+	case 1:
+		return (const uint64_t *)__tls_get_addr((void *)(uintptr_t)pf.tls_index);
+	case 2:
+		__asm__("mov %%fs:0, %0" : "=r"(tp)); /* the thread pointer: the TCB points to itself */
+		return (const uint64_t *)(uintptr_t)(tp + (uint64_t)pf.tls_tpoff);
+	}
+#endif
+	return NULL;
+}
 
 static __attribute__((noinline)) uint64_t tstate_ask(void)
 {
 	uint64_t ts = (uint64_t)(uintptr_t)pf.this_tstate();
 	ts_mine.ts = ts;
 	ts_mine.self = (uint64_t)pthread_self();
+	if (pf.current && !ts_mine.cur_at && __atomic_load_n(&pf.tls_kind, __ATOMIC_RELAXED)) {
+		/* trusted once it reads what PyThreadState_GetUnchecked answers (not NULL) */
+		const uint64_t *at = tls_find();
+		uint64_t cur = (uint64_t)(uintptr_t)pf.current();
+		if (at && cur && *at == cur)
+			ts_mine.cur_at = at;
+		else if (at && cur)
+			__atomic_store_n(&pf.tls_kind, 0, __ATOMIC_RELAXED); /* not what it reads: call it */
+	}
 	return ts;
 }
 
@@ -735,8 +814,12 @@ static inline __attribute__((always_inline)) uint64_t tstate_of_thread(const str
 		if (HS_LIKELY(cur && cur == ts_mine.ts) &&
 		    HS_LIKELY(u64_at((const unsigned char *)(uintptr_t)cur, L->ts_thread_id) == ts_mine.self))
 			return cur;
-	} else if (HS_LIKELY(pf.current != NULL)) {
-		cur = (uint64_t)(uintptr_t)pf.current();
+	} else {
+		const uint64_t *at = ts_mine.cur_at;
+		if (HS_LIKELY(at != NULL))
+			cur = *at;
+		else
+			cur = pf.current ? (uint64_t)(uintptr_t)pf.current() : 0;
 		if (HS_LIKELY(cur && cur == ts_mine.ts))
 			return cur;
 	}
@@ -1389,6 +1472,12 @@ void hs_py_frames_init(void)
 		pf.current = (void *(*)(void))dlsym(RTLD_DEFAULT, "PyThreadState_GetUnchecked");
 		if (!pf.current)
 			pf.current = (void *(*)(void))dlsym(RTLD_DEFAULT, "_PyThreadState_UncheckedGet");
+		{
+			const ElfW(Sym) *gs = NULL;
+			Dl_info gi;
+			if (pf.current && dladdr1((void *)pf.current, &gi, (void **)&gs, RTLD_DL_SYMENT) && gs && gs->st_size)
+				tls_learn((const unsigned char *)(void *)pf.current, gs->st_size);
+		}
 	}
 	pf.eval_lo = (uint64_t)(uintptr_t)eval;
 	pf.eval_hi = pf.eval_lo + es->st_size;
