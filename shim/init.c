@@ -266,7 +266,6 @@ static void atfork_prepare(void)
  * fault injection or chaos on, the segment is made at the fork as before
  * (their decisions need the recording state).  docs/design.md "Processes".
  */
-int (*hs_vdso_clock_gettime)(clockid_t, struct timespec *); /* shim.h: set once by hs_init */
 int hs_fork_pending;
 static struct hs_seg fork_parent;    /* the parent's segment, still mapped (read only from here on) */
 static pid_t fork_pid;               /* this child's pid, noted at the fork */
@@ -567,6 +566,9 @@ HS_EXPORT void _Exit(int status)
 }
 
 /* ---- start-up ----------------------------------------------------------------- */
+
+/* The vDSO's clock_gettime for hs_now_coarse (shim.h), set once by hs_init; NULL: libc's. */
+int (*hs_vdso_clock_gettime)(clockid_t, struct timespec *);
 
 __attribute__((constructor(101))) static void hs_init(void)
 {
