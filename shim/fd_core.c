@@ -501,66 +501,17 @@ static size_t at_path(char *dst, int dirfd, const char *path)
  * (bench/README.md "File descriptors").  An fd's history needs the order
  * of its events, which the ring's positions give, not their nanoseconds.
  * The vDSO's clock_gettime is called directly (found at start by
- * hs_fds_init, vdso_symbol): libc's wrapper around it, its code and the
+ * hs_init, init.c vdso_symbol): libc's wrapper around it, its code and the
  * loader's data it reads, cold right after a system call, were ~20 ns of an open/close
  * pair (bench/README.md "File descriptors: where an open/close pair's
  * nanoseconds go, measured").  Without a vDSO (valgrind hides it), libc's.
  */
-static int (*vdso_clock)(clockid_t, struct timespec *); /* the vDSO's own, or NULL: libc's */
-
-/*
- * The address of the vDSO's function `name`, or NULL (no vDSO: valgrind,
- * or no such symbol).  The vDSO is found through the auxiliary vector
- * (getauxval(AT_SYSINFO_EHDR): a read of libc's saved copy, no lock), not
- * through dlopen(RTLD_NOLOAD), which takes the loader's lock: the first fd
- * hook can run inside another library's constructor, under that lock in
- * another thread.  Its dynamic symbols are read from the image's own
- * section headers (the kernel maps the vDSO's whole ELF image, section
- * headers included); the load bias is the image's address less its first
- * PT_LOAD's p_vaddr.  Called once, at start (hs_fds_init).
- */
-static void *vdso_symbol(const char *name)
-{
-	uintptr_t base = (uintptr_t)getauxval(AT_SYSINFO_EHDR), bias = 0;
-	const ElfW(Ehdr) *eh = (const ElfW(Ehdr) *)base;
-	const ElfW(Phdr) *ph;
-	const ElfW(Shdr) *sh;
-	int loaded = 0;
-	if (!base || memcmp(eh->e_ident, ELFMAG, SELFMAG) != 0 || eh->e_ident[EI_CLASS] != ELFCLASS64 ||
-	    eh->e_shentsize != sizeof(ElfW(Shdr)) || eh->e_phentsize != sizeof(ElfW(Phdr)))
-		return NULL;
-	ph = (const ElfW(Phdr) *)(base + eh->e_phoff);
-	for (unsigned i = 0; i < eh->e_phnum && !loaded; i++)
-		if (ph[i].p_type == PT_LOAD) {
-			bias = base - (uintptr_t)ph[i].p_vaddr;
-			loaded = 1;
-		}
-	if (!loaded)
-		return NULL;
-	sh = (const ElfW(Shdr) *)(base + eh->e_shoff);
-	for (unsigned i = 0; i < eh->e_shnum; i++) {
-		const ElfW(Sym) *sym;
-		const char *str;
-		size_t n;
-		if (sh[i].sh_type != SHT_DYNSYM || sh[i].sh_entsize != sizeof(ElfW(Sym)) || sh[i].sh_link >= eh->e_shnum)
-			continue;
-		sym = (const ElfW(Sym) *)(base + sh[i].sh_offset);
-		str = (const char *)(base + sh[sh[i].sh_link].sh_offset);
-		n = sh[i].sh_size / sizeof(ElfW(Sym));
-		for (size_t k = 0; k < n; k++)
-			if (ELF64_ST_TYPE(sym[k].st_info) == STT_FUNC && sym[k].st_shndx != SHN_UNDEF &&
-			    strcmp(str + sym[k].st_name, name) == 0)
-				return (void *)(bias + (uintptr_t)sym[k].st_value);
-	}
-	return NULL;
-}
-
 /* The coarse clock read (the vDSO's, else libc's), out of line: most fd
  * records reuse the thread's last reading (fd_clock). */
 static __attribute__((noinline)) uint64_t fd_clock_read(void)
 {
 	struct timespec ts;
-	int (*f)(clockid_t, struct timespec *) = vdso_clock;
+	int (*f)(clockid_t, struct timespec *) = hs_vdso_clock_gettime;
 	if (HS_LIKELY(f != NULL) && f(CLOCK_MONOTONIC_COARSE, &ts) == 0)
 		return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
 	clock_gettime(CLOCK_MONOTONIC_COARSE, &ts);
@@ -2353,7 +2304,6 @@ HS_HIDDEN void hs_fds_init(void)
 	}
 	static const char *const fd_stacks[] = {"site", "full"};
 	full_stacks = hs_getenv_enum("HEISEN_FD_STACKS", fd_stacks, 2, 0) == 1;
-	vdso_clock = (int (*)(clockid_t, struct timespec *))vdso_symbol("__vdso_clock_gettime");
 	fd_tsc_ok = tsc_invariant();
 	t->fd_last = -1;
 	mark_header();

@@ -9,10 +9,13 @@
 #define UNW_LOCAL_ONLY
 #include <dlfcn.h>
 #include <libunwind.h>
+#include <elf.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <link.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/auxv.h>
 #include <sys/mman.h>
 #include <sys/syscall.h>
 #include <unistd.h>
@@ -573,6 +576,58 @@ HS_EXPORT void _Exit(int status)
 
 /* ---- start-up ----------------------------------------------------------------- */
 
+/* The vDSO's clock_gettime for hs_now_coarse (shim.h) and the fd records
+ * (fd_core.c fd_clock_read), set once by hs_init; NULL: libc's. */
+int (*hs_vdso_clock_gettime)(clockid_t, struct timespec *);
+
+/*
+ * The address of the vDSO's function `name`, or NULL (no vDSO: valgrind,
+ * or no such symbol).  The vDSO is found through the auxiliary vector
+ * (getauxval(AT_SYSINFO_EHDR): a read of libc's saved copy, no lock), not
+ * through dlopen(RTLD_NOLOAD), which takes the loader's lock: the first fd
+ * hook can run inside another library's constructor, under that lock in
+ * another thread.  Its dynamic symbols are read from the image's own
+ * section headers (the kernel maps the vDSO's whole ELF image, section
+ * headers included); the load bias is the image's address less its first
+ * PT_LOAD's p_vaddr.  Called once, at start (hs_init).
+ */
+static void *vdso_symbol(const char *name)
+{
+	uintptr_t base = (uintptr_t)getauxval(AT_SYSINFO_EHDR), bias = 0;
+	const ElfW(Ehdr) *eh = (const ElfW(Ehdr) *)base;
+	const ElfW(Phdr) *ph;
+	const ElfW(Shdr) *sh;
+	int loaded = 0;
+	if (!base || memcmp(eh->e_ident, ELFMAG, SELFMAG) != 0 || eh->e_ident[EI_CLASS] != ELFCLASS64 ||
+	    eh->e_shentsize != sizeof(ElfW(Shdr)) || eh->e_phentsize != sizeof(ElfW(Phdr)))
+		return NULL;
+	ph = (const ElfW(Phdr) *)(base + eh->e_phoff);
+	for (unsigned i = 0; i < eh->e_phnum && !loaded; i++)
+		if (ph[i].p_type == PT_LOAD) {
+			bias = base - (uintptr_t)ph[i].p_vaddr;
+			loaded = 1;
+		}
+	if (!loaded)
+		return NULL;
+	sh = (const ElfW(Shdr) *)(base + eh->e_shoff);
+	for (unsigned i = 0; i < eh->e_shnum; i++) {
+		const ElfW(Sym) *sym;
+		const char *str;
+		size_t n;
+		if (sh[i].sh_type != SHT_DYNSYM || sh[i].sh_entsize != sizeof(ElfW(Sym)) || sh[i].sh_link >= eh->e_shnum)
+			continue;
+		sym = (const ElfW(Sym) *)(base + sh[i].sh_offset);
+		str = (const char *)(base + sh[sh[i].sh_link].sh_offset);
+		n = sh[i].sh_size / sizeof(ElfW(Sym));
+		for (size_t k = 0; k < n; k++)
+			if (ELF64_ST_TYPE(sym[k].st_info) == STT_FUNC && sym[k].st_shndx != SHN_UNDEF &&
+			    strcmp(str + sym[k].st_name, name) == 0)
+				return (void *)(bias + (uintptr_t)sym[k].st_value);
+	}
+	return NULL;
+}
+
+
 /* glibc calls an ELF constructor with the program's argc, argv and envp
  * (elf/dl-init.c call_init): the segment's argv comes from there. */
 __attribute__((constructor(101))) static void hs_init(int argc, char **argv, char **envp)
@@ -588,6 +643,7 @@ __attribute__((constructor(101))) static void hs_init(int argc, char **argv, cha
 	off = hs_getenv_bool("HEISEN_DISABLE", 0);
 	if (off)
 		goto out;
+	hs_vdso_clock_gettime = (int (*)(clockid_t, struct timespec *))vdso_symbol("__vdso_clock_gettime");
 	hs_proc_init();
 	if (hs_session_setup() != 0 || hs_segment_create(0) != 0)
 		goto out;

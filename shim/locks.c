@@ -711,7 +711,7 @@ static int edge_found(uint64_t key, uint32_t gen)
 	return 1;
 }
 
-int hs_acq_ordered(struct hs_tls *t, const struct acq *a)
+HS_HOT int hs_acq_ordered(struct hs_tls *t, const struct acq *a)
 {
 	const struct hs_thread *th = t->slot;
 	uint32_t n = th->held_count, gen = __atomic_load_n(&hs_seg_gen, __ATOMIC_RELAXED);
@@ -749,7 +749,7 @@ int hs_acq_ordered(struct hs_tls *t, const struct acq *a)
  * instance check, the held entry, the ring record.  a: id, addr, site,
  * cfa, kind and modes set.
  */
-void hs_acq_uncontended(struct hs_tls *t, struct acq *a)
+HS_HOT void hs_acq_uncontended(struct hs_tls *t, struct acq *a)
 {
 	struct hs_thread *th = t->slot;
 	struct held_chain *held_chains = held_chains_of();
@@ -810,7 +810,7 @@ void hs_acq_uncontended(struct hs_tls *t, struct acq *a)
  * with it, or the caller knows the edge is there): hs_release without its
  * searches.  Returns 0, doing nothing, in any other case: hs_release then.
  */
-int hs_release_top(struct hs_tls *t, uint64_t addr)
+HS_HOT int hs_release_top(struct hs_tls *t, uint64_t addr)
 {
 	struct hs_thread *th = t->slot;
 	uint32_t n = th->held_count;

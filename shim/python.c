@@ -133,17 +133,23 @@ static void gil_wait_begin(struct hs_tls *t, unsigned which, uint64_t site, uint
 /*
  * The clocks of a GIL cycle (release, wait, take): one precise read, where
  * the wait begins (the wait word's since, the GIL_WAIT record and its new
- * edges).  The take's end reads the coarse clock; only when a tick passed
- * since the wait began (the wait may have been long: a contended GIL waits
- * the interpreter's switch interval, 5 ms) does it read the precise clock
- * for the waited time.  A take with no tick in between is recorded at the
- * wait's start with waited 0 (it waited less than a tick), as a lock
- * acquisition that did not wait is (locks.c).  A release is the coarse
- * clock, never before this thread's last GIL record (gil_last_ns), so a
- * thread's timeline never runs backwards.  Readers judge GIL waits in
- * seconds (analyze.c, stall.c); a precise read costs 20-60 ns under a
- * paravirtual clock, and a threaded Python program makes ~10^5 GIL cycles
- * a second through extension modules.
+ * edges), and the coarse clock beside it.  The take's end reads the coarse
+ * clock again; only when it moved since the wait began (the kernel updated
+ * its time during the wait: the wait may have been long, a contended GIL
+ * waits the interpreter's switch interval, 5 ms) does it read the precise
+ * clock for the waited time.  A take with no update in between waited
+ * less than the time between two updates (a tick, 4 ms at HZ=250, more
+ * where ticks are skipped: shim.h hs_now_coarse) and is recorded at the
+ * wait's start with waited 0, as a lock acquisition that did not wait is
+ * (locks.c).  (The coarse clock is never compared with the precise one:
+ * it lags it by up to a tick or more, 3 to 9 ms on a VM, so "coarse past
+ * the precise start" missed every wait shorter than that lag.)  A release
+ * is the coarse clock, never before this thread's last GIL record
+ * (gil_last_ns), so a thread's timeline never runs backwards; it may show
+ * the release up to that lag early.  Readers judge GIL waits in seconds
+ * (analyze.c, stall.c); a precise read costs 20-60 ns under a paravirtual
+ * clock, and a threaded Python program makes ~10^5 GIL cycles a second
+ * through extension modules.
  */
 static __thread uint64_t gil_last_ns __attribute__((tls_model("initial-exec")));
 
@@ -153,12 +159,11 @@ static inline uint64_t gil_release_now(void)
 	return now > gil_last_ns ? now : gil_last_ns;
 }
 
-static void gil_wait_end(struct hs_tls *t, unsigned which, uint64_t since)
+static void gil_wait_end(struct hs_tls *t, unsigned which, uint64_t since, uint64_t since_coarse)
 {
 	struct hs_thread *th = t->slot;
-	uint64_t now = hs_now_coarse();
-	/* coarse <= precise: a coarse time past since means a tick passed */
-	now = now > since ? hs_now() : since;
+	/* the coarse clock moved: the kernel updated its time during the wait */
+	uint64_t now = hs_now_coarse() != since_coarse ? hs_now() : since;
 	gil_last_ns = now;
 	hs_lockstate_begin(th);
 	th->wait_kind = HS_WAIT_NONE;
@@ -170,7 +175,7 @@ static int hook_PyGILState_Ensure(void)
 {
 	uint64_t site = RET_ADDR();
 	struct hs_tls *t = hs_enter();
-	uint64_t now;
+	uint64_t now, coarse;
 	int rc;
 	if (!t)
 		return py.ensure();
@@ -181,10 +186,11 @@ static int hook_PyGILState_Ensure(void)
 		return rc;
 	}
 	now = hs_now();
+	coarse = hs_now_coarse();
 	HS_CHAOS(HS_CHAOS_GIL_TAKE); /* chaos.c: --chaos */
 	gil_wait_begin(t, HS_GIL_ENSURE, site, now);
 	rc = py.ensure();
-	gil_wait_end(t, HS_GIL_ENSURE, now);
+	gil_wait_end(t, HS_GIL_ENSURE, now, coarse);
 	hs_leave(t);
 	return rc;
 }
@@ -216,16 +222,17 @@ static void *hook_PyEval_SaveThread(void)
 static void take_for(void (*real)(void *), void *tstate, unsigned which, uint64_t site)
 {
 	struct hs_tls *t = hs_enter();
-	uint64_t now;
+	uint64_t now, coarse;
 	if (!t) {
 		real(tstate);
 		return;
 	}
 	now = hs_now();
+	coarse = hs_now_coarse();
 	HS_CHAOS(HS_CHAOS_GIL_TAKE); /* chaos.c: --chaos */
 	gil_wait_begin(t, which, site, now);
 	real(tstate);
-	gil_wait_end(t, which, now);
+	gil_wait_end(t, which, now, coarse);
 	hs_leave(t);
 }
 

@@ -20,8 +20,10 @@
  *
  * Everything here reads memory only: the calling thread's own frame chain
  * (reached through PyGILState_GetThisThreadState, which reads a TSS slot
- * and needs no GIL), code objects, their line tables and str objects.
- * Nothing allocates, nothing calls into CPython except that one accessor,
+ * and needs no GIL, kept per thread and checked against the thread state
+ * running: tstate_of_thread), code objects, their line tables and str
+ * objects.  Nothing allocates, nothing calls into CPython except that
+ * accessor and, 3.12+, PyThreadState_GetUnchecked,
  * and the line tables are decoded here (co_lnotab of 3.8/3.9, PEP 626's
  * co_linetable of 3.10, the location table of 3.11+: Objects/lnotab_notes.txt
  * and Objects/locations.md of those tags) rather than with PyCode_Addr2Line.
@@ -43,6 +45,7 @@
  */
 #include <dlfcn.h>
 #include <link.h>
+#include <pthread.h>
 #include <stddef.h>
 #include <string.h>
 #include <sys/syscall.h>
@@ -70,7 +73,13 @@ static struct {
 	int tried;                  /* [atomic] hs_py_interleave's lazy init ran once */
 	const char *version;        /* Py_GetVersion(): a static string */
 	const struct py_layout *L;  /* the running CPython's row of layouts[] */
+	unsigned row;               /* L - layouts: the switch of the per-row loops (no division) */
 	void *(*this_tstate)(void); /* PyGILState_GetThisThreadState */
+	uint64_t rt_current;        /* &_PyRuntime.gilstate.tstate_current (3.8-3.11), else 0 */
+	void *(*current)(void);     /* PyThreadState_GetUnchecked (3.12+), else NULL */
+	int tls_kind;               /* how `current` reads _Py_tss_tstate (tls_learn): 0 unknown (call it), */
+	uint64_t tls_index;         /* 1 general dynamic: __tls_get_addr(tls_index), */
+	int64_t tls_tpoff;          /* 2 initial or local exec: the thread pointer + tls_tpoff */
 	uint64_t eval_lo, eval_hi;  /* _PyEval_EvalFrameDefault's code [lo, hi) */
 	uint64_t code_type, str_type, bytes_type;
 	unsigned frame_read;        /* bytes of a frame that hold every field used: up to the last one's end */
@@ -685,11 +694,143 @@ static uint64_t read_frame(uint64_t fp, struct pyf *p)
 	return u64_at(f, L->f_back);
 }
 
+/*
+ * The calling thread's thread state: what PyGILState_GetThisThreadState
+ * answers (a TSS slot: two calls into CPython and pthread_getspecific,
+ * about a third of a lock token's cost), found in most calls with one
+ * load and a compare.  Each thread keeps the last answer it got (ts_mine)
+ * and the thread state that runs now is read the cheap way of its
+ * version: 3.12+ keep it per thread (_Py_tss_tstate, read through
+ * PyThreadState_GetUnchecked: NULL on a thread without the GIL), 3.8-3.11
+ * in one global, the GIL holder's (_PyRuntime.gilstate.tstate_current,
+ * any thread's).  When it is the one kept, and (3.8-3.11) was made by
+ * this thread (its thread_id is our pthread_self(); read only then: a
+ * foreign thread state is never dereferenced on a guess), it is this
+ * thread's and running: the answer.  Anything else asks CPython again
+ * (a thread without the GIL, a thread state swapped by PyThreadState_Swap
+ * or a sub-interpreter, one deleted and made anew): the cache is never
+ * trusted past a mismatch, so a thread state deleted and its address
+ * reused by another thread's is not taken for ours.  Where the thread
+ * state running differs from the TSS slot's (a sub-interpreter), the
+ * answer is the slot's, as before.  Not for signal handlers (careful
+ * mode asks CPython through pf.this_tstate).
+ */
+struct ts_mine {
+	uint64_t ts;            /* the last thread state PyGILState_GetThisThreadState gave this thread */
+	uint64_t self;          /* pthread_self() of this thread, as PyThreadState.thread_id holds it */
+	const uint64_t *cur_at; /* 3.12+: this thread's _Py_tss_tstate (tls_learn), NULL: call pf.current */
+};
+static __thread struct ts_mine ts_mine __attribute__((tls_model("initial-exec")));
+
+#if defined(__x86_64__)
+void *__tls_get_addr(void *ti); /* the dynamic loader's, as compiled code calls it (x86-64 psABI) */
+#endif
+
+/*
+ * How 3.12+'s PyThreadState_GetUnchecked reads its thread-local variable,
+ * from its first instructions f (n bytes), in the sequences the x86-64
+ * psABI gives the compiler: general dynamic (a shared libpython:
+ * `lea ti(%rip),%rdi; call __tls_get_addr; mov (%rax),%rax`, ti the
+ * {module, offset} pair the loader filled), initial exec (`mov
+ * off(%rip),%rax; mov %fs:(%rax),%rax`) or local exec (`mov
+ * %fs:off,%rax`), the two of a python linked statically.  Anything else
+ * leaves tls_kind 0: the function is called.  Each thread then finds its
+ * own variable once (tstate_ask) and checks it against the function's
+ * answer before it trusts it: one load instead of a call into CPython
+ * and, for a shared libpython, the loader's __tls_get_addr.
+ */
+static void tls_learn(const unsigned char *f, size_t n)
+{
+#if defined(__x86_64__)
+	for (size_t i = 0; i <= 8 && i + 19 <= n; i++) {
+		int32_t rel;
+		if (memcmp(f + i, "\x66\x48\x8d\x3d", 4) == 0 && memcmp(f + i + 8, "\x66\x66\x48\xe8", 4) == 0 &&
+		    memcmp(f + i + 16, "\x48\x8b\x00", 3) == 0) {
+			memcpy(&rel, f + i + 4, sizeof rel);
+			pf.tls_index = (uint64_t)(uintptr_t)(f + i + 8) + (uint64_t)(int64_t)rel;
+			pf.tls_kind = 1;
+			return;
+		}
+		if (memcmp(f + i, "\x64\x48\x8b\x04\x25", 5) == 0) {
+			memcpy(&rel, f + i + 5, sizeof rel);
+			pf.tls_tpoff = rel;
+			pf.tls_kind = 2;
+			return;
+		}
+		if (memcmp(f + i, "\x48\x8b\x05", 3) == 0 && memcmp(f + i + 7, "\x64\x48\x8b\x00", 4) == 0) {
+			int64_t off;
+			memcpy(&rel, f + i + 3, sizeof rel);
+			memcpy(&off, f + i + 7 + rel, sizeof off);
+			pf.tls_tpoff = off;
+			pf.tls_kind = 2;
+			return;
+		}
+	}
+#else
+	(void)f;
+	(void)n;
+#endif
+}
+
+/* This thread's _Py_tss_tstate, found as tls_learn says, or NULL. */
+static const uint64_t *tls_find(void)
+{
+#if defined(__x86_64__)
+	uint64_t tp;
+	switch (pf.tls_kind) {
+	case 1:
+		return (const uint64_t *)__tls_get_addr((void *)(uintptr_t)pf.tls_index);
+	case 2:
+		__asm__("mov %%fs:0, %0" : "=r"(tp)); /* the thread pointer: the TCB points to itself */
+		return (const uint64_t *)(uintptr_t)(tp + (uint64_t)pf.tls_tpoff);
+	}
+#endif
+	return NULL;
+}
+
+static __attribute__((noinline)) uint64_t tstate_ask(void)
+{
+	uint64_t ts = (uint64_t)(uintptr_t)pf.this_tstate();
+	ts_mine.ts = ts;
+	ts_mine.self = (uint64_t)pthread_self();
+	if (pf.current && !ts_mine.cur_at && __atomic_load_n(&pf.tls_kind, __ATOMIC_RELAXED)) {
+		/* trusted once it reads what PyThreadState_GetUnchecked answers (not NULL) */
+		const uint64_t *at = tls_find();
+		uint64_t cur = (uint64_t)(uintptr_t)pf.current();
+		if (at && cur && *at == cur)
+			ts_mine.cur_at = at;
+		else if (at && cur)
+			__atomic_store_n(&pf.tls_kind, 0, __ATOMIC_RELAXED); /* not what it reads: call it */
+	}
+	return ts;
+}
+
+/* L: pf.L, a constant row of layouts[] where the caller has one. */
+static inline __attribute__((always_inline)) uint64_t tstate_of_thread(const struct py_layout *L)
+{
+	uint64_t cur;
+	if (L->rt_tstate_current != PYL_NONE) {
+		cur = __atomic_load_n((const uint64_t *)(uintptr_t)pf.rt_current, __ATOMIC_RELAXED);
+		if (HS_LIKELY(cur && cur == ts_mine.ts) &&
+		    HS_LIKELY(u64_at((const unsigned char *)(uintptr_t)cur, L->ts_thread_id) == ts_mine.self))
+			return cur;
+	} else {
+		const uint64_t *at = ts_mine.cur_at;
+		if (HS_LIKELY(at != NULL))
+			cur = *at;
+		else
+			cur = pf.current ? (uint64_t)(uintptr_t)pf.current() : 0;
+		if (HS_LIKELY(cur && cur == ts_mine.ts))
+			return cur;
+	}
+	return tstate_ask();
+}
+
 /* The calling thread's innermost Python frame, 0 when none. */
 static uint64_t first_frame(void)
 {
 	const struct py_layout *L = pf.L;
-	uint64_t ts = (uint64_t)(uintptr_t)pf.this_tstate(), at = ts, fp = 0;
+	uint64_t ts = hs_py_careful ? (uint64_t)(uintptr_t)pf.this_tstate() : tstate_of_thread(L), at = ts, fp = 0;
 
 	if (!ts)
 		return 0;
@@ -962,7 +1103,7 @@ unsigned hs_py_chain_frames(struct hs_seg *s, const uint64_t *pcs, unsigned n, u
 		return 0;
 	first = pcs[0] - lo - 1 < span ? 0 : i;
 	/* one loop per row of layouts[], its offsets constants */
-	switch (pf.L - layouts) {
+	switch (pf.row) {
 	case 0:
 		return chain_frames(s, &layouts[0], pcs, n, cap, first, fp, py);
 	case 1:
@@ -989,10 +1130,13 @@ _Static_assert(sizeof layouts / sizeof layouts[0] == 6, "hs_py_chain_frames has 
  */
 static inline __attribute__((always_inline)) int token_read(const struct py_layout *L, struct hs_pytoken *tk)
 {
-	/* first_frame() with direct loads and this row's offsets */
-	uint64_t ts = (uint64_t)(uintptr_t)pf.this_tstate(), at = ts, fp;
-	const unsigned char *p, *co;
-	uint64_t code, prev;
+	/* first_frame() with direct loads and this row's offsets; every field read into a local
+	 * first and tk written once at the end (tk could alias the frames for the compiler) */
+	const uint64_t code_type = pf.code_type;
+	uint64_t ts = tstate_of_thread(L), at = ts, fp;
+	const unsigned char *p, *co, *q;
+	uint64_t code, prev, instr, prev_instr = 0, caller, caller_code = 0, caller_instr = 0;
+	uint32_t entry;
 	if (HS_UNLIKELY(!ts))
 		return 0;
 	if (L->ts_cframe != PYL_NONE && (at = u64_at((const unsigned char *)(uintptr_t)ts, L->ts_cframe)) < 4096)
@@ -1005,62 +1149,70 @@ static inline __attribute__((always_inline)) int token_read(const struct py_layo
 	if (HS_UNLIKELY(code < 4096))
 		return 0;
 	co = (const unsigned char *)(uintptr_t)code;
-	if (u64_at(co, OB_TYPE) != pf.code_type)
+	if (u64_at(co, OB_TYPE) != code_type)
 		return 0;
-	const unsigned char *q = (const unsigned char *)(uintptr_t)prev;
-	tk->fp = fp;
-	tk->code = code;
-	tk->prev = prev < 4096 ? 0 : prev;
-	tk->caller = tk->prev;
+	prev = prev < 4096 ? 0 : prev;
+	q = (const unsigned char *)(uintptr_t)prev;
+	caller = prev;
 	if (L->chain == CHAIN_FRAME_OBJECT) {
-		tk->instr = (uint64_t)(int64_t)i32_at(p, L->f_instr);
-		tk->prev_instr = tk->prev ? (uint64_t)(int64_t)i32_at(q, L->f_instr) : 0;
-		tk->entry = 1;
+		instr = (uint64_t)(int64_t)i32_at(p, L->f_instr);
+		if (prev)
+			prev_instr = (uint64_t)(int64_t)i32_at(q, L->f_instr);
+		entry = 1;
 	} else {
 		unsigned char owner = p[L->f_owner];
 		if (L->chain == CHAIN_CSTACK && owner == L->owner_cstack)
 			return 0;
-		tk->instr = u64_at(p, L->f_instr);
+		instr = u64_at(p, L->f_instr);
 		if (owner != L->owner_generator &&
-		    tk->instr < code + L->co_code + (uint64_t)i32_at(co, L->co_firsttraceable) * 2)
+		    instr < code + L->co_code + (uint64_t)i32_at(co, L->co_firsttraceable) * 2)
 			return 0;
-		tk->prev_instr = tk->prev ? u64_at(q, L->f_instr) : 0;
+		if (prev)
+			prev_instr = u64_at(q, L->f_instr);
 		if (L->chain == CHAIN_IS_ENTRY) {
-			tk->entry = p[L->f_is_entry] != 0;
+			entry = p[L->f_is_entry] != 0;
 		} else {
 			/* 3.12+: a call from C has the evaluation loop's shim as the next frame out */
-			tk->entry = tk->prev && q[L->f_owner] == L->owner_cstack;
-			if (tk->entry) {
+			entry = prev && q[L->f_owner] == L->owner_cstack;
+			if (entry) {
 				uint64_t c = u64_at(q, L->f_back);
-				tk->caller = c < 4096 ? 0 : c;
+				caller = c < 4096 ? 0 : c;
 			}
 		}
 	}
-	tk->caller_code = tk->caller_instr = 0;
-	if (tk->caller) {
-		const unsigned char *r = (const unsigned char *)(uintptr_t)tk->caller;
+	if (caller) {
+		const unsigned char *r = (const unsigned char *)(uintptr_t)caller;
 		uint64_t cc = u64_at(r, L->f_code);
 		if (L->chain == CHAIN_FRAME_OBJECT) {
-			tk->caller_instr = (uint64_t)(int64_t)i32_at(r, L->f_instr);
+			caller_instr = prev_instr; /* the caller is prev */
+		} else if (L->chain == CHAIN_IS_ENTRY || !entry) {
+			caller_instr = prev_instr; /* the caller is prev, a Python frame: not the shim */
 		} else {
-			tk->caller_instr = u64_at(r, L->f_instr);
-			if (L->chain == CHAIN_CSTACK && r[L->f_owner] == L->owner_cstack)
+			caller_instr = u64_at(r, L->f_instr);
+			if (r[L->f_owner] == L->owner_cstack)
 				cc = 0; /* a shim: no Python caller to name */
 		}
-		tk->caller_code = cc >= 4096 && u64_at((const unsigned char *)(uintptr_t)cc, OB_TYPE) == pf.code_type
-					  ? cc
-					  : 0;
+		caller_code = cc >= 4096 && u64_at((const unsigned char *)(uintptr_t)cc, OB_TYPE) == code_type ? cc : 0;
 	}
+	tk->fp = fp;
+	tk->code = code;
+	tk->instr = instr;
+	tk->prev = prev;
+	tk->prev_instr = prev_instr;
+	tk->caller = caller;
+	tk->caller_code = caller_code;
+	tk->caller_instr = caller_instr;
+	tk->entry = entry;
 	return 1;
 }
 
-int hs_py_token(struct hs_pytoken *tk)
+HS_HOT int hs_py_token(struct hs_pytoken *tk)
 {
 	if (HS_UNLIKELY(!__atomic_load_n(&pf.ready, __ATOMIC_ACQUIRE)) && !frames_ready())
 		return 0;
 	if (hs_py_careful)
 		return 0;
-	switch (pf.L - layouts) {
+	switch (pf.row) {
 	case 0:
 		return token_read(&layouts[0], tk);
 	case 1:
@@ -1276,7 +1428,7 @@ static const struct py_layout *layout_for(const char *v)
 void hs_py_frames_init(void)
 {
 	const char *(*version)(void);
-	void *eval, *tstate, *code_type, *str_type, *bytes_type;
+	void *eval, *tstate, *code_type, *str_type, *bytes_type, *runtime;
 	const ElfW(Sym) *es = NULL;
 	const struct py_layout *L;
 	Dl_info info;
@@ -1292,6 +1444,7 @@ void hs_py_frames_init(void)
 	code_type = dlsym(RTLD_DEFAULT, "PyCode_Type");
 	str_type = dlsym(RTLD_DEFAULT, "PyUnicode_Type");
 	bytes_type = dlsym(RTLD_DEFAULT, "PyBytes_Type");
+	runtime = dlsym(RTLD_DEFAULT, "_PyRuntime");
 	if (!version || !eval || !tstate || !code_type || !str_type || !bytes_type)
 		return;
 	v = version();
@@ -1302,6 +1455,7 @@ void hs_py_frames_init(void)
 		return;
 	pf.version = v;
 	pf.L = L;
+	pf.row = (unsigned)(L - layouts);
 	pf.frame_read = field_end(0, L->f_back, 8);
 	pf.frame_read = field_end(pf.frame_read, L->f_code, 8);
 	pf.frame_read = field_end(pf.frame_read, L->f_instr, L->chain == CHAIN_FRAME_OBJECT ? 4 : 8);
@@ -1316,6 +1470,23 @@ void hs_py_frames_init(void)
 	if (pf.frame_read > PY_FRAME_READ || pf.code_read > PY_CODE_READ)
 		return;
 	pf.this_tstate = (void *(*)(void))tstate;
+	if (L->rt_tstate_current != PYL_NONE) {
+		/* no _PyRuntime: a word that stays 0 (every lookup asks CPython) */
+		static const uint64_t none;
+		pf.rt_current = runtime ? (uint64_t)(uintptr_t)runtime + L->rt_tstate_current : (uint64_t)(uintptr_t)&none;
+	} else {
+		/* 3.13's name; 3.12's is _PyThreadState_UncheckedGet (in 3.8-3.11 that one reads the
+		 * global, any thread's: never used there) */
+		pf.current = (void *(*)(void))dlsym(RTLD_DEFAULT, "PyThreadState_GetUnchecked");
+		if (!pf.current)
+			pf.current = (void *(*)(void))dlsym(RTLD_DEFAULT, "_PyThreadState_UncheckedGet");
+		{
+			const ElfW(Sym) *gs = NULL;
+			Dl_info gi;
+			if (pf.current && dladdr1((void *)pf.current, &gi, (void **)&gs, RTLD_DL_SYMENT) && gs && gs->st_size)
+				tls_learn((const unsigned char *)(void *)pf.current, gs->st_size);
+		}
+	}
 	pf.eval_lo = (uint64_t)(uintptr_t)eval;
 	pf.eval_hi = pf.eval_lo + es->st_size;
 	pf.code_type = (uint64_t)(uintptr_t)code_type;

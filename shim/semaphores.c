@@ -181,7 +181,7 @@ void hs_sems_init(void)
 	__atomic_store_n(&sem_mode, hs_getenv_bool("HEISEN_PY_LOCKS", 1), __ATOMIC_RELAXED);
 }
 
-static uint32_t sem_lock(struct hs_tls *t, sem_t *sem, int *fresh)
+HS_HOT static uint32_t sem_lock(struct hs_tls *t, sem_t *sem, int *fresh)
 {
 	struct sem_tag tag;
 	const struct hs_lock *l;
@@ -247,111 +247,174 @@ static inline unsigned sem_value(const sem_t *sem)
 	return __atomic_load_n((const uint32_t *)(const void *)sem, __ATOMIC_RELAXED);
 }
 
-/*
- * The body of the four waits.  TRY is sem_trywait, BLOCK the blocking call
- * (both -1 + errno on failure); is_try for sem_trywait itself.
- */
-#define SEM_ACQUIRE(is_try, TRY, BLOCK)                                                          \
-	do {                                                                                     \
-		uint64_t addr = (uint64_t)(uintptr_t)sem;                                        \
-		struct hs_tls *t = hs_py_internal(sem) ? NULL : hs_enter();                      \
-		struct acq a;                                                                    \
-		uint32_t id;                                                                     \
-		int rc, err, h, fresh;                                                           \
-		if (!t)                                                                          \
-			return is_try ? (TRY) : (BLOCK);                                         \
-		if (!sem_on() || !(id = sem_lock(t, sem, &fresh))) {                                     \
-			/* not a lock of the graph: only its hand-over order (handover.c) */    \
-			if (is_try) {                                                            \
-				rc = (TRY);                                                      \
-				if (rc == 0)                                                     \
-					hs_order_acquire(t, addr);                               \
-				hs_leave(t);                                                     \
-				return rc;                                                       \
-			}                                                                        \
-			hs_leave(t);                                                             \
-			return sem_waited(addr, (BLOCK));                                        \
-		}                                                                                \
-		if (HS_UNLIKELY(t->slot->held_count) && (h = sem_held(t->slot, addr)) >= 0) {    \
-			if (is_try) {                                                            \
-				rc = (TRY);                                                      \
-				if (rc != 0)                                                     \
-					sem_probed(t->slot, h);                                  \
-				hs_leave(t);                                                     \
-				return rc;                                                       \
-			}                                                                        \
-			/* the holder blocks until another thread posts: a hand-off */           \
-			sem_counter(id);                                                         \
-			hs_release(t, addr);                                                     \
-			hs_leave(t);                                                             \
-			return sem_waited(addr, (BLOCK));                                        \
-		}                                                                                \
-		memset(&a, 0, sizeof a);                                                         \
-		a.id = id;                                                                       \
-		a.addr = addr;                                                                   \
-		a.site = RET_ADDR();                                                             \
-		a.cfa = CALLER_SP();                                                             \
-		a.kind = HS_LOCK_SEMAPHORE;                                                      \
-		a.acq_mode = HS_MODE_WRITE;                                                      \
-		a.hold_mode = HS_MODE_WRITE;                                                     \
-		a.gil_safe = 1;                                                                  \
-		a.fresh = fresh && sem_made_here(sem);                                           \
-		if (HS_LIKELY(hs_acq_ordered(t, &a)) && (TRY) == 0) {                            \
-			/* the fast path: every held lock is ordered before it already */       \
-			if (HS_UNLIKELY(fresh))                                                  \
-				sem_tag_used(sem);                                               \
-			hs_acq_uncontended(t, &a);                                               \
-			hs_order_acquire(t, addr);                                               \
-			hs_leave(t);                                                             \
-			return 0;                                                                \
-		}                                                                                \
-		hs_acq_before(t, &a, 0);                                                         \
-		rc = (TRY) == 0 ? 0 : errno;                                                     \
-		if (rc == EAGAIN)                                                                \
-			rc = EBUSY;                                                              \
-		if (!is_try && rc == EBUSY) {                                                    \
-			a.waited = 1;                                                            \
-			/* it blocks: the wait gets this call's whole stack, Python frames too */ \
-			if ((id = hs_stack_here()) != 0)                                         \
-				a.stack = id;                                                    \
-			hs_wait_begin(t, &a, HS_WAIT_LOCK, addr);                                \
-			rc = (BLOCK) == 0 ? 0 : errno;                                           \
-			hs_wait_end(t);                                                          \
-		}                                                                                \
-		if (a.id)                                                                        \
-			hs_acq_after(t, &a, rc);                                                 \
-		if (rc == 0 && fresh)                                                            \
-			sem_tag_used(sem);                                                       \
-		if (rc == 0)                                                                     \
-			hs_order_acquire(t, addr);                                               \
-		hs_leave(t);                                                                     \
-		if (rc == 0)                                                                     \
-			return 0;                                                                \
-		err = rc == EBUSY ? EAGAIN : rc;                                                 \
-		errno = err;                                                                     \
-		return -1;                                                                       \
-	} while (0)
+/* The call a wait hook makes: sem_trywait, or one of the three blocking waits. */
+enum sem_kind { SEM_TRY_ONLY, SEM_WAIT, SEM_TIMED, SEM_CLOCK };
+struct sem_call {
+	enum sem_kind kind;
+	clockid_t clock;                /* SEM_CLOCK */
+	const struct timespec *abstime; /* SEM_TIMED, SEM_CLOCK */
+};
 
-#define SEM_TRY HS_REAL(sem_trywait)(sem)
+/* The real sem_trywait, or c's blocking call; -1 + errno on failure. */
+static int sem_real_try(sem_t *sem)
+{
+	return HS_REAL(sem_trywait)(sem);
+}
+
+static int sem_real_block(sem_t *sem, const struct sem_call *c)
+{
+	switch (c->kind) {
+	case SEM_WAIT:
+		return HS_REAL(sem_wait)(sem);
+	case SEM_TIMED:
+		return HS_REAL(sem_timedwait)(sem, c->abstime);
+	case SEM_CLOCK:
+		return HS_REAL(sem_clockwait)(sem, c->clock, c->abstime);
+	case SEM_TRY_ONLY:
+		break;
+	}
+	return sem_real_try(sem);
+}
+
+/*
+ * What a wait hook does when the fast path (sem_acquire) does not apply,
+ * out of line: a semaphore that is not a lock of the graph (its hand-over
+ * order only), the holder's own try (a probe) or blocking wait (a
+ * hand-off), and an acquisition that may add an edge, wait or fail (the
+ * pthread hooks' steps: hs_acq_before, hs_wait_begin/end, hs_acq_after).
+ * a: filled by sem_acquire when id != 0 and the thread does not hold it
+ * (tried: the fast path's sem_trywait already failed once).  Returns what
+ * the hook returns (0, or -1 + errno).
+ */
+static __attribute__((noinline, cold)) int sem_acquire_slow(struct hs_tls *t, sem_t *sem, const struct sem_call *c,
+							    uint32_t id, int fresh, struct acq *a)
+{
+	const int is_try = c->kind == SEM_TRY_ONLY;
+	uint64_t addr = (uint64_t)(uintptr_t)sem;
+	int rc, err, h;
+	if (id == 0) {
+		/* not a lock of the graph: only its hand-over order (handover.c) */
+		if (is_try) {
+			rc = sem_real_try(sem);
+			if (rc == 0)
+				hs_order_acquire(t, addr);
+			hs_leave(t);
+			return rc;
+		}
+		hs_leave(t);
+		return sem_waited(addr, sem_real_block(sem, c));
+	}
+	if (t->slot->held_count && (h = sem_held(t->slot, addr)) >= 0) {
+		if (is_try) {
+			rc = sem_real_try(sem);
+			if (rc != 0)
+				sem_probed(t->slot, h);
+			hs_leave(t);
+			return rc;
+		}
+		/* the holder blocks until another thread posts: a hand-off */
+		sem_counter(id);
+		hs_release(t, addr);
+		hs_leave(t);
+		return sem_waited(addr, sem_real_block(sem, c));
+	}
+	hs_acq_before(t, a, 0);
+	rc = sem_real_try(sem) == 0 ? 0 : errno;
+	if (rc == EAGAIN)
+		rc = EBUSY;
+	if (!is_try && rc == EBUSY) {
+		a->waited = 1;
+		/* it blocks: the wait gets this call's whole stack, Python frames too */
+		if ((id = hs_stack_here()) != 0)
+			a->stack = id;
+		hs_wait_begin(t, a, HS_WAIT_LOCK, addr);
+		rc = sem_real_block(sem, c) == 0 ? 0 : errno;
+		hs_wait_end(t);
+	}
+	if (a->id)
+		hs_acq_after(t, a, rc);
+	if (rc == 0 && fresh)
+		sem_tag_used(sem);
+	if (rc == 0)
+		hs_order_acquire(t, addr);
+	hs_leave(t);
+	if (rc == 0)
+		return 0;
+	err = rc == EBUSY ? EAGAIN : rc;
+	errno = err;
+	return -1;
+}
+
+/* A hook entered without recording (no state, inside the shim): the real call only. */
+static __attribute__((noinline, cold)) int sem_acquire_real(sem_t *sem, const struct sem_call *c)
+{
+	return sem_real_block(sem, c);
+}
+
+/*
+ * The body of the four waits, inlined into each (site and cfa: the hook's
+ * return address and CFA).  Its fast path, the common `with lock:` (a lock
+ * semaphore the thread does not hold, every held lock ordered before it,
+ * the real sem_trywait succeeding) is kept short and in .text.hot with
+ * the steps it calls (shim.h HS_HOT); everything else is sem_acquire_slow.
+ */
+static inline __attribute__((always_inline)) int sem_acquire(sem_t *sem, const struct sem_call *c, uint64_t site,
+							     uint64_t cfa)
+{
+	uint64_t addr = (uint64_t)(uintptr_t)sem;
+	struct hs_tls *t = hs_py_internal(sem) ? NULL : hs_enter();
+	struct acq a;
+	uint32_t id = 0;
+	int fresh = 0;
+	if (HS_UNLIKELY(!t))
+		return sem_acquire_real(sem, c);
+	if (HS_UNLIKELY(!sem_on()) || HS_UNLIKELY((id = sem_lock(t, sem, &fresh)) == 0) ||
+	    HS_UNLIKELY(t->slot->held_count && sem_held(t->slot, addr) >= 0))
+		return sem_acquire_slow(t, sem, c, id, fresh, NULL);
+	memset(&a, 0, sizeof a);
+	a.id = id;
+	a.addr = addr;
+	a.site = site;
+	a.cfa = cfa;
+	a.kind = HS_LOCK_SEMAPHORE;
+	a.acq_mode = HS_MODE_WRITE;
+	a.hold_mode = HS_MODE_WRITE;
+	a.gil_safe = 1;
+	a.fresh = HS_UNLIKELY(fresh) && sem_made_here(sem);
+	if (HS_LIKELY(hs_acq_ordered(t, &a)) && HS_LIKELY(HS_REAL(sem_trywait)(sem) == 0)) {
+		/* the fast path: every held lock is ordered before it already */
+		if (HS_UNLIKELY(fresh))
+			sem_tag_used(sem);
+		hs_acq_uncontended(t, &a);
+		hs_order_acquire(t, addr);
+		hs_leave(t);
+		return 0;
+	}
+	return sem_acquire_slow(t, sem, c, id, fresh, &a);
+}
 
 HS_EXPORT int sem_wait(sem_t *sem)
 {
-	SEM_ACQUIRE(0, SEM_TRY, HS_REAL(sem_wait)(sem));
+	const struct sem_call c = {SEM_WAIT, 0, NULL};
+	return sem_acquire(sem, &c, RET_ADDR(), CALLER_SP());
 }
 
-HS_EXPORT int sem_trywait(sem_t *sem)
+HS_HOT HS_EXPORT int sem_trywait(sem_t *sem)
 {
-	SEM_ACQUIRE(1, SEM_TRY, -1);
+	const struct sem_call c = {SEM_TRY_ONLY, 0, NULL};
+	return sem_acquire(sem, &c, RET_ADDR(), CALLER_SP());
 }
 
 HS_EXPORT int sem_timedwait(sem_t *sem, const struct timespec *abstime)
 {
-	SEM_ACQUIRE(0, SEM_TRY, HS_REAL(sem_timedwait)(sem, abstime));
+	const struct sem_call c = {SEM_TIMED, 0, abstime};
+	return sem_acquire(sem, &c, RET_ADDR(), CALLER_SP());
 }
 
 HS_EXPORT int sem_clockwait(sem_t *sem, clockid_t clock, const struct timespec *abstime)
 {
-	SEM_ACQUIRE(0, SEM_TRY, HS_REAL(sem_clockwait)(sem, clock, abstime));
+	const struct sem_call c = {SEM_CLOCK, clock, abstime};
+	return sem_acquire(sem, &c, RET_ADDR(), CALLER_SP());
 }
 
 /*
@@ -384,38 +447,95 @@ static void sem_gil_edge_learn(uint32_t id)
 		__atomic_store_n(&sem_gil_memo[id & (SEM_GIL_MEMO - 1)], sem_gil_key(id), __ATOMIC_RELAXED);
 }
 
-/* A post by the holder releases the lock; by anyone else, makes it a counter. */
-HS_EXPORT int sem_post(sem_t *sem)
+/*
+ * The lock id of a semaphore whose post releases the thread's innermost
+ * held entry he (he->addr is the semaphore's): its class id when the entry
+ * was pushed for it as a lock (he->lock, the tag's id, this segment's tag)
+ * and the class is still one, else 0 (sem_lock then decides).  Skips
+ * sem_lock's checks of a stale tag: the entry was pushed after them.
+ */
+static inline uint32_t sem_top_lock(const sem_t *sem, const struct hs_held *he)
+{
+	struct sem_tag tag;
+	memcpy(&tag, (const char *)sem + SEM_TAG_OFF, sizeof tag);
+	if (he->lock == 0 || tag.id != he->lock || (tag.magic | SEM_TAG_FRESH) != (sem_tag_magic() | SEM_TAG_FRESH) ||
+	    (__atomic_load_n(&hs_seg.locks[tag.id].flags, __ATOMIC_ACQUIRE) & HS_LOCKF_COUNTER))
+		return 0;
+	return tag.id;
+}
+
+/* sem_post's uncommon cases, out of line: not the innermost entry's lock
+ * (sem_lock decides: a lock held deeper, a counter, a post by another
+ * thread), or a class whose edge to the GIL is not known yet. */
+static __attribute__((noinline, cold)) int sem_post_lock(struct hs_tls *t, sem_t *sem, uint32_t *id)
+{
+	int fresh, h = -1;
+	if ((*id = sem_lock(t, sem, &fresh)) != 0) {
+		h = t->slot->held_count ? sem_held(t->slot, (uint64_t)(uintptr_t)sem) : -1;
+		if (h < 0)
+			sem_counter(*id);
+	}
+	return h;
+}
+
+static __attribute__((noinline, cold)) void sem_post_release(struct hs_tls *t, uint64_t addr, uint32_t id)
+{
+	hs_release(t, addr);
+	sem_gil_edge_learn(id);
+}
+
+/*
+ * A post by the holder releases the lock; by anyone else, makes it a counter.
+ *
+ * As the mutex path does (locks.c, RELEASE), the holder's release is
+ * bookkept after the real post, outside the critical section: a thread
+ * blocked in sem_wait is woken without waiting for heisen too.  Before the
+ * post stay only what a thread taking the semaphore next must see: the
+ * post's hand-over order (handover.c) and, for a post by a thread that
+ * does not hold it, the class marked a counter (the waiter it wakes must
+ * not push a held entry for a lock).  Until the release is bookkept the
+ * holder's held stack still shows the lock: a reader may briefly see it
+ * held by this thread and by the thread that took it next, never held by
+ * nobody while it is held.  A post that fails (EOVERFLOW, EINVAL) released
+ * nothing: the entry stays.
+ */
+HS_HOT HS_EXPORT int sem_post(sem_t *sem)
 {
 	uint64_t addr = (uint64_t)(uintptr_t)sem;
 	struct hs_tls *t = hs_py_internal(sem) ? NULL : hs_enter();
-	uint32_t id;
-	int fresh;
-	if (t) {
-		if (sem_on() && (id = sem_lock(t, sem, &fresh)) != 0) {
-			int h = t->slot->held_count ? sem_held(t->slot, addr) : -1;
-			if (h >= 0) {
-				int known = sem_gil_edge_known(id);
-				/* its edge to the GIL is there already: hs_release need not ask
-				 * whether the GIL is held nor look the edge up */
-				if (known)
-					t->slot->held[h].flags |= HS_HELDF_GIL;
-				if (!known || !hs_release_top(t, addr))
-					hs_release(t, addr);
-				if (!known)
-					sem_gil_edge_learn(id);
-			} else {
-				sem_counter(id);
-			}
-		}
-		/* a post that makes it available (0 -> 1) orders every wait that then
-		 * succeeds after it; a post onto a positive count orders nothing
-		 * (a waiter may have used an earlier one): handover.c */
-		if (sem_value(sem) == 0)
-			hs_order_release(t, addr);
-		hs_leave(t);
+	struct hs_thread *th;
+	uint32_t id = 0, n;
+	int h = -1, rc;
+	if (HS_UNLIKELY(!t))
+		return HS_REAL(sem_post)(sem);
+	th = t->slot;
+	if (HS_LIKELY(sem_on())) {
+		n = th->held_count;
+		if (HS_LIKELY(n && n <= HS_HELD_MAX && th->held[n - 1].addr == addr) &&
+		    HS_LIKELY((id = sem_top_lock(sem, &th->held[n - 1])) != 0))
+			h = (int)n - 1; /* the common `with lock:`: the innermost entry is its acquisition */
+		else
+			h = sem_post_lock(t, sem, &id);
 	}
-	return HS_REAL(sem_post)(sem);
+	/* a post that makes it available (0 -> 1) orders every wait that then
+	 * succeeds after it; a post onto a positive count orders nothing
+	 * (a waiter may have used an earlier one): handover.c */
+	if (sem_value(sem) == 0)
+		hs_order_release(t, addr);
+	rc = HS_REAL(sem_post)(sem);
+	if (h >= 0 && HS_LIKELY(rc == 0)) {
+		/* its edge to the GIL is there already: hs_release need not ask
+		 * whether the GIL is held nor look the edge up */
+		if (HS_LIKELY(sem_gil_edge_known(id))) {
+			th->held[h].flags |= HS_HELDF_GIL;
+			if (!hs_release_top(t, addr))
+				hs_release(t, addr);
+		} else {
+			sem_post_release(t, addr, id);
+		}
+	}
+	hs_leave(t);
+	return rc;
 }
 
 /*

@@ -809,7 +809,7 @@ done:
 	return d;
 }
 
-unsigned hs_chain_read_lazy(struct hs_chain *c, uint64_t site, uint64_t cfa)
+HS_HOT unsigned hs_chain_read_lazy(struct hs_chain *c, uint64_t site, uint64_t cfa)
 {
 	unsigned m, e, k, want;
 	struct hs_pytoken tok;

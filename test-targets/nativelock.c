@@ -47,3 +47,46 @@ int nl_count(void)
 	pthread_mutex_unlock(&registry_lock);
 	return n;
 }
+
+/* What nl_run_threads gives each of its threads: a listener and how often to call it. */
+struct nl_run {
+	nl_listener listener;
+	int n;
+};
+
+static void *nl_run_one(void *arg)
+{
+	const struct nl_run *r = arg;
+	for (int i = 0; i < r->n; i++)
+		r->listener(i);
+	return NULL;
+}
+
+/*
+ * Call first n times from a thread of the library's own and, at the same
+ * time, second n times from another (second may be NULL: one thread), and
+ * wait for both: a library that delivers events on threads it made, as
+ * device and network libraries do.  Such a thread has no Python thread
+ * state: each ctypes callback makes one (PyGILState_Ensure) and deletes it
+ * again (PyGILState_Release), so thread states come and go, and one may
+ * get the address another thread's had a moment before.  Returns 0, or
+ * -1 when a thread could not be made.
+ */
+int nl_run_threads(nl_listener first, nl_listener second, int n)
+{
+	struct nl_run runs[2] = {{first, n}, {second, n}};
+	pthread_t t[2];
+	int k = 0, rc = 0;
+	for (int i = 0; i < 2; i++) {
+		if (!runs[i].listener)
+			continue;
+		if (pthread_create(&t[k], NULL, nl_run_one, &runs[i]) != 0) {
+			rc = -1;
+			break;
+		}
+		k++;
+	}
+	while (k > 0)
+		pthread_join(t[--k], NULL);
+	return rc;
+}

@@ -16,6 +16,11 @@
 #else
 #include <frameobject.h>
 #endif
+#if PY_VERSION_HEX < 0x030c0000 && PY_VERSION_HEX >= 0x03090000
+#include <internal/pycore_runtime.h> /* _PyRuntimeState */
+#elif PY_VERSION_HEX < 0x03090000
+#include <internal/pycore_pystate.h> /* _PyRuntimeState (3.8) */
+#endif
 #include <stddef.h>
 #include <stdio.h>
 #include <string.h>
@@ -76,6 +81,13 @@ int main(void)
 	CHECK("co_firstlineno", L->co_firstlineno, offsetof(PyCodeObject, co_firstlineno));
 	CHECK("co_filename", L->co_filename, offsetof(PyCodeObject, co_filename));
 	CHECK("co_name", L->co_name, offsetof(PyCodeObject, co_name));
+	CHECK("PyThreadState.thread_id", L->ts_thread_id, offsetof(PyThreadState, thread_id));
+#if PY_VERSION_HEX < 0x030c0000
+	CHECK("_PyRuntimeState.gilstate.tstate_current", L->rt_tstate_current,
+	      offsetof(_PyRuntimeState, gilstate.tstate_current));
+#else
+	CHECK("rt_tstate_current (none: _Py_tss_tstate)", L->rt_tstate_current, PYL_NONE);
+#endif
 
 #if PY_VERSION_HEX < 0x030b0000
 	CHECK("chain", L->chain, CHAIN_FRAME_OBJECT);

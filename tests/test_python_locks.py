@@ -134,6 +134,38 @@ def test_cycle_through_a_python_lock_the_gil_and_a_c_mutex(heisen, session, py):
     check_process(report, pid, py)
 
 
+def test_locks_in_callbacks_on_a_librarys_threads_keep_their_python_lines(heisen, session, py):
+    """A C library (libnativelock.so) calls Python listeners on threads it
+    made: each ctypes callback makes a thread state and deletes it again,
+    so thread states come and go and one may take the address another
+    thread's had, while that thread runs on without the GIL.  The lock
+    token reads the thread state through a per-thread cache checked
+    against the one running (python_frames.c tstate_of_thread); the edges
+    of the predicted cycle, made in each thread's last call, carry the
+    listener's own lines.  (A cache trusted without that check keeps the
+    first call's thread state: these edges then have no Python frame.)"""
+    lib = heisen.targets / "libnativelock.so"
+    assert lib.exists(), f"{lib} is missing: ninja -C {heisen.build}"
+    src = heisen.src_targets / "py_lock_tstate_churn.py"
+    p = heisen.preload([py.exe, src, lib, "200"], session, timeout=120)
+    assert p.returncode == 0 and facts(p.stdout)["done"] == ["1"], (p.returncode, p.stdout, p.stderr)
+    assert facts(p.stdout)["tally"] == ["200"] and facts(p.stdout)["forward"] == ["1"], p.stdout
+    pid = fact_int(p.stdout, "pid")
+    report = heisen.dump_json(session, expect_rc=1)
+    cycles = [f for f in findings_of(report, "potential-deadlock") if f["pid"] == pid]
+    assert len(cycles) == 1 and len(cycles[0]["edges"]) == 2, report["findings"]
+    ledger = lock_label(py, src, "ledger lock created", "<module>")
+    journal = lock_label(py, src, "journal lock created", "<module>")
+    assert edge_names(cycles[0]) == {(ledger, journal), (journal, ledger)}, cycles[0]["edges"]
+    for e in cycles[0]["edges"]:
+        who = "forward" if e["from"]["name"] == ledger else "backward"
+        first, then = ("ledger", "journal") if who == "forward" else ("journal", "ledger")
+        for k, lock in (("from_stack", first), ("to_stack", then)):
+            expect_python_run(py, e[k], [(who, marker_line(src, f"{who} takes the {lock} lock"))],
+                              "py_lock_tstate_churn.py")
+    check_process(report, pid, py)
+
+
 def test_helper_nesting_its_arguments_locks_from_one_line_keeps_the_held_lock_stack(heisen, session, py):
     """transfer(src, dst, fee) nests the locks of the accounts it is given,
     called from one line: its destination lock is taken on the same native

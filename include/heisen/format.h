@@ -559,7 +559,7 @@ enum hs_record_type {
 	HS_REC_EXIT = 14,          /* a = status */
 	HS_REC_LOCK_ERROR = 15,    /* the real call failed: a = address, b = lock id, c = errno value */
 	HS_REC_GIL_WAIT = 16,      /* about to take the GIL through an entry point: a = which (enum hs_gil_entry) */
-	HS_REC_GIL_ACQUIRED = 17,  /* a = which, c = waited ns (0: under a coarse clock tick, then ts_ns is the wait's start; shim/python.c) */
+	HS_REC_GIL_ACQUIRED = 17,  /* a = which, c = waited ns (0: the coarse clock did not move during the wait, then ts_ns is the wait's start; shim/python.c) */
 	HS_REC_GIL_RELEASED = 18,  /* a = which */
 	HS_REC_SNAPSHOT = 19,      /* this thread recorded its stack: a = HS_SNAPF_* */
 	/* file descriptors: 20..29; stack = the creation or close stack */
