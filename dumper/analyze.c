@@ -831,6 +831,7 @@ static int unrecorded_after_uid_change(struct hs_session *s, struct hs_findings 
 		unsigned st = HS_STATE_OF(p->state_word);
 		if (!(hs_seg_flags(&p->seg) & HS_HDR_UID_CHANGED))
 			continue;
+		nrec *= 2; /* a folded release reads as two records (hs_read_ring) */
 		ev = nrec ? calloc(nrec, sizeof *ev) : NULL;
 		for (uint32_t k = 0; ev && k < p->nthreads; k++) {
 			size_t n = hs_read_ring(&p->seg, p->threads[k].slot, ev, nrec);

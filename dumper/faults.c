@@ -54,7 +54,8 @@ size_t hs_faults_read(struct hs_proc *p, struct hs_fault_ev *out, size_t max, si
 
 size_t hs_ring_type_read(struct hs_proc *p, uint32_t type, struct hs_fault_ev *out, size_t max, size_t *total)
 {
-	size_t nrec = p->seg.hdr.ring_records, n = 0, all = 0;
+	/* twice: a folded release reads as two records (hs_read_ring) */
+	size_t nrec = 2 * (size_t)p->seg.hdr.ring_records, n = 0, all = 0;
 	struct hs_record *buf = nrec ? malloc(nrec * sizeof *buf) : NULL;
 	struct hs_fault_ev *evs = NULL;
 	*total = 0;

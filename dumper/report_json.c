@@ -138,8 +138,12 @@ static void event_fields(struct hs_json *j, struct hs_proc *p, const struct hs_r
 		hs_json_bool(j, "trylock", (r->c >> 8) & 0xff);
 		hs_json_uint(j, "waited_ns", r->c >> 16);
 		break;
-	case HS_REC_LOCK_BUSY:
 	case HS_REC_LOCK_RELEASED:
+		lockref(j, "lock", p, (uint32_t)r->b, r->a);
+		/* true: written into its acquisition's record (format.h HS_REC_FOLD_SHIFT) */
+		hs_json_bool(j, "folded", r->c == HS_REC_RELEASE_FOLDED);
+		break;
+	case HS_REC_LOCK_BUSY:
 	case HS_REC_LOCK_DESTROYED:
 		lockref(j, "lock", p, (uint32_t)r->b, r->a);
 		break;

@@ -91,11 +91,25 @@ static int read_record(const struct hs_record *r, uint64_t pos, struct hs_record
 	if (__atomic_load_n(&r->seq, __ATOMIC_ACQUIRE) != pos + 1)
 		return -1;
 	memcpy(out, r, sizeof *out);
+	/* b whole: a release folded into it while we copied (format.h HS_REC_FOLD_SHIFT) is
+	   one 64-bit store, seen entirely or not at all */
+	out->b = __atomic_load_n(&r->b, __ATOMIC_RELAXED);
 	/* acquire fence: the copy happens before the re-check of seq */
 	__atomic_thread_fence(__ATOMIC_ACQUIRE);
 	if (__atomic_load_n(&r->seq, __ATOMIC_RELAXED) != pos + 1)
 		return -1;
 	return 0;
+}
+
+struct hs_record hs_folded_release(const struct hs_record *acq)
+{
+	struct hs_record rel = *acq;
+	rel.ts_ns = acq->ts_ns + (acq->b >> HS_REC_FOLD_SHIFT) - 1;
+	rel.type = HS_REC_LOCK_RELEASED;
+	rel.stack = 0;
+	rel.c = HS_REC_RELEASE_FOLDED;
+	rel.b = acq->b & 0xffffffffu;
+	return rel;
 }
 
 size_t hs_read_ring(struct hs_seg *seg, uint32_t slot, struct hs_record *out, size_t max)
@@ -116,6 +130,13 @@ size_t hs_read_ring(struct hs_seg *seg, uint32_t slot, struct hs_record *out, si
 		struct hs_record r;
 		if (read_record(&recs[(pos - 1) & (nrec - 1)], pos - 1, &r) != 0)
 			continue;
+		if (r.type == HS_REC_LOCK_ACQUIRED && (r.b >> HS_REC_FOLD_SHIFT) != 0) {
+			/* a folded release: the release (newer) first, then the plain acquisition */
+			out[max - 1 - n++] = hs_folded_release(&r);
+			r.b &= 0xffffffffu;
+			if (n == max)
+				break;
+		}
 		out[max - 1 - n++] = r;
 		if (r.type == HS_REC_THREAD_START)
 			break;

@@ -33,9 +33,22 @@ int hs_read_thread(struct hs_seg *seg, uint32_t slot, struct hs_tsnap *out);
  * The newest records of ring `slot`, at most max, oldest first, stopping
  * at (and including) the newest HS_REC_THREAD_START so only the current
  * thread's records are returned.  Overwritten or torn records are skipped.
- * Returns the number copied into out; 0 when the slot has no ring.
+ * An acquisition with its release folded in (format.h HS_REC_FOLD_SHIFT)
+ * comes out as two records, the plain acquisition (b = the lock id) and
+ * the release after it (hs_folded_release), both counted against max: a
+ * caller that wants a whole ring passes twice ring_records.  Returns the
+ * number copied into out; 0 when the slot has no ring.
  */
 size_t hs_read_ring(struct hs_seg *seg, uint32_t slot, struct hs_record *out, size_t max);
+
+/* The c of an HS_REC_LOCK_RELEASED that hs_read_ring made from a folded
+ * acquisition (one the shim writes itself has c = 0): reports say so. */
+#define HS_REC_RELEASE_FOLDED 1u
+
+/* The release folded into acquisition record acq (acq->b >> HS_REC_FOLD_SHIFT
+ * nonzero): an HS_REC_LOCK_RELEASED at the release's time, the same lock
+ * (a, b = the lock id), stack 0, c = HS_REC_RELEASE_FOLDED, acq's seq. */
+struct hs_record hs_folded_release(const struct hs_record *acq);
 
 /*
  * Copy stack `id`.  Returns 0 with depth clamped to HS_STACK_DEPTH, or -1

@@ -545,7 +545,8 @@ enum hs_record_type {
 	HS_REC_NONE = 0,
 	HS_REC_THREAD_START = 1,   /* a = tid, b = slot generation */
 	HS_REC_THREAD_EXIT = 2,    /* a = tid */
-	HS_REC_LOCK_ACQUIRED = 3,  /* a = lock address, b = lock id, c = mode | trylock << 8 | waited_ns << 16 */
+	HS_REC_LOCK_ACQUIRED = 3,  /* a = lock address, b = lock id | folded release << 32 (HS_REC_FOLD_SHIFT),
+				      c = mode | trylock << 8 | waited_ns << 16 */
 	HS_REC_LOCK_BUSY = 4,      /* a trylock that failed: a = address, b = lock id */
 	HS_REC_LOCK_RELEASED = 5,  /* a = address, b = lock id */
 	HS_REC_LOCK_DESTROYED = 6, /* a = address, b = lock id */
@@ -625,6 +626,27 @@ enum hs_gil_entry {
 	HS_GIL_ACQUIRE_THREAD = 5, /* PyEval_AcquireThread */
 	HS_GIL_RELEASE_THREAD = 6, /* PyEval_ReleaseThread */
 };
+
+/*
+ * A release folded into its acquisition's record (HS_REC_LOCK_ACQUIRED's b,
+ * whose low 32 bits are the lock id): b >> HS_REC_FOLD_SHIFT is 0 when the
+ * record is a plain acquisition, else the lock was released at ts_ns +
+ * (b >> HS_REC_FOLD_SHIFT) - 1, by the same clock (the release's time as an
+ * HS_REC_LOCK_RELEASED record would have carried it).  The writer folds only
+ * a release that comes right after the acquisition in its thread's ring (no
+ * record of the thread in between, the same lock) and whose time is at most
+ * HS_REC_FOLD_MAX_NS after it; any other release is a record of its own.
+ * The fold is one aligned 64-bit store to b, seq untouched: a concurrent
+ * reader copies either the plain or the folded form, never a mix, and one
+ * that reads b atomically needs nothing more (dumper/snapshot.c expands a
+ * folded record into the two events).  A process killed between the two
+ * leaves the plain acquisition.  Segments written before the fold have b's
+ * high bits 0 (a lock id is 32 bits): they read as before.  The idea is the
+ * "duration" event of tracers that coalesce a short begin/end pair
+ * (docs/design.md "Rings").
+ */
+#define HS_REC_FOLD_SHIFT 32
+#define HS_REC_FOLD_MAX_NS 0xfffffffeull /* ~4.29 s: a longer hold is a record of its own */
 
 /*
  * A ring record.  Publication protocol (a seqlock per record): the writer

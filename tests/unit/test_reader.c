@@ -387,6 +387,47 @@ static void test_torn_ring_record(void)
 	synth_free(&s);
 }
 
+/* A release folded into its acquisition's record (format.h HS_REC_FOLD_SHIFT)
+ * reads as the acquisition and the release, each at its time; a plain
+ * acquisition (b's high half 0: every segment written before the fold) reads
+ * as one record, and the release is never made up for it. */
+static void test_folded_release_reads_as_two_events(void)
+{
+	struct synth s;
+	struct hs_seg seg;
+	struct hs_record rec[16];
+	char err[HS_MSG_MAX];
+	struct hs_record *r;
+
+	synth_make(&s, true); /* positions 0..3: a thread start, three plain acquisitions of lock 1 */
+	r = (struct hs_record *)(entry(&s, HS_T_RINGS, 0) + 1);
+	/* position 2: released 5,000 ns after it was taken */
+	r[2].b = 1 | (5000ull + 1) << HS_REC_FOLD_SHIFT;
+	CHECK(open_bytes(s.buf, s.size, &seg, err, sizeof err) == HS_SEG_OK);
+	CHECK(hs_read_ring(&seg, 0, rec, 16) == 5);
+	CHECK(rec[2].type == HS_REC_LOCK_ACQUIRED && rec[2].b == 1 && rec[2].a == LOCK_A &&
+	      rec[2].ts_ns == s.h->start_mono_ns + 2);
+	CHECK(rec[3].type == HS_REC_LOCK_RELEASED && rec[3].b == 1 && rec[3].a == LOCK_A &&
+	      rec[3].ts_ns == s.h->start_mono_ns + 2 + 5000 && rec[3].c == HS_REC_RELEASE_FOLDED &&
+	      rec[3].stack == 0);
+	/* the plain ones around it stay one record each */
+	CHECK(rec[1].type == HS_REC_LOCK_ACQUIRED && rec[1].b == 1 && rec[4].type == HS_REC_LOCK_ACQUIRED &&
+	      rec[4].b == 1 && rec[4].seq == 4);
+	/* the newest first when max cuts: the release, then its acquisition */
+	CHECK(hs_read_ring(&seg, 0, rec, 2) == 2 && rec[0].type == HS_REC_LOCK_RELEASED &&
+	      rec[1].type == HS_REC_LOCK_ACQUIRED && rec[1].seq == 4);
+	CHECK(hs_read_ring(&seg, 0, rec, 3) == 3 && rec[0].type == HS_REC_LOCK_RELEASED && rec[0].seq == 3);
+	/* a release at the acquisition's own tick (the coarse clock did not move): the same time */
+	hs_seg_close(&seg);
+	r[2].b = 1 | 1ull << HS_REC_FOLD_SHIFT;
+	CHECK(open_bytes(s.buf, s.size, &seg, err, sizeof err) == HS_SEG_OK);
+	CHECK(hs_read_ring(&seg, 0, rec, 16) == 5 && rec[3].type == HS_REC_LOCK_RELEASED &&
+	      rec[3].ts_ns == rec[2].ts_ns);
+	CHECK(seg.ncomplaints == 0);
+	hs_seg_close(&seg);
+	synth_free(&s);
+}
+
 static void test_deadlock_found(void)
 {
 	struct synth s;
@@ -1793,6 +1834,7 @@ int main(void)
 	test_segment_names();
 	test_proc_stat();
 	test_ring_heads_sum();
+	test_folded_release_reads_as_two_events();
 	test_thread_progress();
 	test_string_accessor();
 	test_symbolize();
