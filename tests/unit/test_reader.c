@@ -400,7 +400,7 @@ static void test_folded_release_reads_as_two_events(void)
 	struct hs_record *r;
 
 	synth_make(&s, true); /* positions 0..3: a thread start, three plain acquisitions of lock 1 */
-	r = (struct hs_record *)(entry(&s, HS_T_RINGS, 0) + 1);
+	r = (struct hs_record *)((struct hs_ring_header *)entry(&s, HS_T_RINGS, 0) + 1);
 	/* position 2: released 5,000 ns after it was taken */
 	r[2].b = 1 | (5000ull + 1) << HS_REC_FOLD_SHIFT;
 	CHECK(open_bytes(s.buf, s.size, &seg, err, sizeof err) == HS_SEG_OK);
@@ -416,7 +416,8 @@ static void test_folded_release_reads_as_two_events(void)
 	/* the newest first when max cuts: the release, then its acquisition */
 	CHECK(hs_read_ring(&seg, 0, rec, 2) == 2 && rec[0].type == HS_REC_LOCK_RELEASED &&
 	      rec[1].type == HS_REC_LOCK_ACQUIRED && rec[1].seq == 4);
-	CHECK(hs_read_ring(&seg, 0, rec, 3) == 3 && rec[0].type == HS_REC_LOCK_RELEASED && rec[0].seq == 3);
+	CHECK(hs_read_ring(&seg, 0, rec, 3) == 3 && rec[0].type == HS_REC_LOCK_ACQUIRED && rec[0].seq == 3 &&
+	      rec[1].type == HS_REC_LOCK_RELEASED && rec[1].seq == 3);
 	/* a release at the acquisition's own tick (the coarse clock did not move): the same time */
 	hs_seg_close(&seg);
 	r[2].b = 1 | 1ull << HS_REC_FOLD_SHIFT;
