@@ -78,35 +78,6 @@ static inline uint64_t lock_now(void)
 }
 
 /*
- * The ring record of a successful release of lock id at addr, at now
- * (lock_now's clock): folded into the thread's newest record when that is
- * this lock's plain acquisition (no record of this thread since, the same
- * lock, released at most HS_REC_FOLD_MAX_NS after it) -- the release time
- * stored in its b's high half by one aligned 64-bit store, its seq
- * untouched, so a concurrent reader copies either form whole (format.h
- * HS_REC_FOLD_SHIFT; docs/design.md "Rings") -- else an
- * HS_REC_LOCK_RELEASED record of its own.  Single writer (this thread);
- * never blocks; does the memory sample hs_rec would have done.
- */
-static inline __attribute__((always_inline)) void rec_released(struct hs_tls *t, uint64_t now, uint64_t addr,
-								 uint32_t id)
-{
-	uint64_t pos = __atomic_load_n(&t->ring->head, __ATOMIC_RELAXED);
-	struct hs_record *r = &t->recs[(pos - 1) & t->ring_mask];
-	/* r->b == id: a plain acquisition of this lock (a folded one has b's high half set) */
-	if (HS_LIKELY(r->type == HS_REC_LOCK_ACQUIRED) && HS_LIKELY(r->a == addr && r->b == id) &&
-	    HS_LIKELY(__atomic_load_n(&r->seq, __ATOMIC_RELAXED) == pos && pos != 0) &&
-	    HS_LIKELY(now - r->ts_ns <= HS_REC_FOLD_MAX_NS && now >= r->ts_ns)) {
-		/* relaxed: one store, nothing else of the record changes (the seq stays pos) */
-		__atomic_store_n(&r->b, (uint64_t)id | (now - r->ts_ns + 1) << HS_REC_FOLD_SHIFT, __ATOMIC_RELAXED);
-		if (HS_UNLIKELY(now >= __atomic_load_n(&hs_mem_next_ns, __ATOMIC_RELAXED)))
-			hs_mem_sample(t, now, HS_MEMW_TIME, 0);
-		return;
-	}
-	hs_rec(t, now, HS_REC_LOCK_RELEASED, 0, addr, id, 0);
-}
-
-/*
  * Releases by a thread that did not hold the lock (a mutex handed over, a
  * lock unlocked by its waker): counted per lock id (modulo RELGEN_SLOTS,
  * process-private).  A held entry keeps the count it was taken at in flags
@@ -853,7 +824,7 @@ HS_HOT int hs_release_top(struct hs_tls *t, uint64_t addr)
 	hs_lockstate_begin(th);
 	th->held_count = n - 1;
 	hs_lockstate_end(th);
-	rec_released(t, lock_now(), addr, id);
+	hs_rec_released(t, lock_now(), addr, id);
 	return 1;
 }
 
@@ -956,7 +927,7 @@ static inline __attribute__((always_inline)) void release_end(struct hs_tls *t, 
 			}
 	}
 	if (HS_LIKELY(rc == 0))
-		rec_released(t, lock_now(), addr, id);
+		hs_rec_released(t, lock_now(), addr, id);
 	else
 		hs_rec(t, lock_now(), HS_REC_LOCK_ERROR, 0, addr, id, (uint64_t)rc);
 }

@@ -575,6 +575,37 @@ static inline void hs_rec(struct hs_tls *t, uint64_t now, uint32_t type, uint32_
 		hs_mem_sample(t, now, HS_MEMW_TIME, 0);
 }
 
+/*
+ * The ring record of a successful release of lock id at addr, at now
+ * (locks.c lock_now's clock): folded into the thread's newest record when that is
+ * this lock's plain acquisition (no record of this thread since, the same
+ * lock, released at most HS_REC_FOLD_MAX_NS after it) -- the release time
+ * stored in its b's high half by one aligned 64-bit store, its seq
+ * untouched, so a concurrent reader copies either form whole (format.h
+ * HS_REC_FOLD_SHIFT; docs/design.md "Rings") -- else an
+ * HS_REC_LOCK_RELEASED record of its own.  Single writer (this thread);
+ * never blocks; does the memory sample hs_rec would have done.
+ */
+static inline __attribute__((always_inline)) void hs_rec_released(struct hs_tls *t, uint64_t now, uint64_t addr,
+								    uint32_t id)
+{
+	uint64_t pos = __atomic_load_n(&t->ring->head, __ATOMIC_RELAXED);
+	struct hs_record *r = &t->recs[(pos - 1) & t->ring_mask];
+	/* r->b == id: a plain acquisition of this lock (a folded one has b's high half set); seq
+	 * == pos: the record at head - 1 is this lap's (pos 0: the slot was never written, its
+	 * type is 0); one unsigned compare for 0 <= now - ts_ns <= HS_REC_FOLD_MAX_NS */
+	if (HS_LIKELY(r->type == HS_REC_LOCK_ACQUIRED) && HS_LIKELY(r->a == addr && r->b == id) &&
+	    HS_LIKELY(__atomic_load_n(&r->seq, __ATOMIC_RELAXED) == pos) &&
+	    HS_LIKELY(now - r->ts_ns <= HS_REC_FOLD_MAX_NS)) {
+		/* relaxed: one store, nothing else of the record changes (the seq stays pos) */
+		__atomic_store_n(&r->b, (uint64_t)id | (now - r->ts_ns + 1) << HS_REC_FOLD_SHIFT, __ATOMIC_RELAXED);
+		if (HS_UNLIKELY(now >= __atomic_load_n(&hs_mem_next_ns, __ATOMIC_RELAXED)))
+			hs_mem_sample(t, now, HS_MEMW_TIME, 0);
+		return;
+	}
+	hs_rec(t, now, HS_REC_LOCK_RELEASED, 0, addr, id, 0);
+}
+
 /* Seqlock over a thread slot's lock state (format.h, struct hs_thread). */
 static inline void hs_lockstate_begin(struct hs_thread *th)
 {

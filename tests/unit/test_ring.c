@@ -99,6 +99,106 @@ static void test_concurrent_reader(void)
 	free(ring);
 }
 
+/* ---- a release folded into its acquisition's record ------------------------ */
+
+/* The writer's pattern at pair k: an acquisition of lock (k & 0xffff) + 1 at
+ * 1000 k, then its release at 1000 k + k % 7 -- with another record between
+ * them every third pair (not folded: a record of its own), and a release of
+ * another lock every fifth (not this acquisition's: its own record). */
+#define FOLD_PAIRS 400000u
+
+static void *fold_reader(void *arg)
+{
+	uint64_t *stats = arg; /* plain, folded, wrong */
+	while (!done) {
+		uint64_t head = __atomic_load_n(&ring->head, __ATOMIC_ACQUIRE);
+		uint64_t lo = head > RECORDS ? head - RECORDS : 0;
+		for (uint64_t p = lo; p < head; p++) {
+			struct hs_record *r = &recs[p % RECORDS], c;
+			if (__atomic_load_n(&r->seq, __ATOMIC_ACQUIRE) != p + 1)
+				continue;
+			c.ts_ns = r->ts_ns;
+			c.type = r->type;
+			c.a = r->a;
+			c.b = __atomic_load_n(&r->b, __ATOMIC_RELAXED); /* whole, as the dumper reads it */
+			__atomic_thread_fence(__ATOMIC_ACQUIRE);
+			if (__atomic_load_n(&r->seq, __ATOMIC_RELAXED) != p + 1 || c.type != HS_REC_LOCK_ACQUIRED)
+				continue;
+			uint64_t k = c.a, id = (k & 0xffff) + 1, fold = c.b >> HS_REC_FOLD_SHIFT;
+			if ((c.b & 0xffffffffu) != id || c.ts_ns != 1000 * k)
+				__atomic_add_fetch(&stats[2], 1, __ATOMIC_RELAXED);
+			else if (fold == 0)
+				__atomic_add_fetch(&stats[0], 1, __ATOMIC_RELAXED);
+			else if (fold == k % 7 + 1 && k % 3 != 0 && k % 5 != 0)
+				__atomic_add_fetch(&stats[1], 1, __ATOMIC_RELAXED);
+			else /* a fold that should not have been, or a torn one */
+				__atomic_add_fetch(&stats[2], 1, __ATOMIC_RELAXED);
+		}
+	}
+	return NULL;
+}
+
+static void test_release_folded(void)
+{
+	size_t size = sizeof(struct hs_ring_header) + RECORDS * sizeof(struct hs_record);
+	struct hs_tls t;
+	pthread_t th;
+	uint64_t stats[3] = {0, 0, 0}, releases = 0, others = 0, last, misplaced = 0;
+	struct hs_record r;
+
+	ring = calloc(1, size);
+	recs = (struct hs_record *)(ring + 1);
+	memset(&t, 0, sizeof t);
+	t.ring = ring;
+	t.recs = recs;
+	t.ring_mask = RECORDS - 1;
+	done = 0;
+	pthread_create(&th, NULL, fold_reader, stats);
+	for (uint64_t k = 1; k <= FOLD_PAIRS; k++) {
+		uint32_t id = (uint32_t)(k & 0xffff) + 1;
+		hs_rec(&t, 1000 * k, HS_REC_LOCK_ACQUIRED, 0, k, id, 0);
+		if (k % 3 == 0) {
+			hs_rec(&t, 1000 * k, HS_REC_NEW_EDGE, 0, 1, 0, 0);
+			others++;
+		}
+		if (k % 5 == 0) {
+			hs_rec_released(&t, 1000 * k, k + 1, id + 1); /* another lock's release */
+			releases++;
+		}
+		last = ring->head;
+		hs_rec_released(&t, 1000 * k + k % 7, k, id);
+		/* folded exactly when nothing came between (the ring's head did not move) */
+		if (k % 3 != 0 && k % 5 != 0)
+			misplaced += ring->head != last;
+		else {
+			misplaced += ring->head != last + 1;
+			releases++;
+		}
+		for (int wait = 0; k == FOLD_PAIRS / 2 && wait < 10000 && !__atomic_load_n(&stats[1], __ATOMIC_RELAXED);
+		     wait++)
+			usleep(1000);
+	}
+	done = 1;
+	pthread_join(th, NULL);
+	CHECK(stats[1] > 0);  /* the reader saw folded records while they were written */
+	CHECK(stats[2] == 0); /* and never a torn, misplaced or wrong fold */
+	CHECK(misplaced == 0);
+	CHECK(ring->head == FOLD_PAIRS + others + releases);
+	/* the newest: pair FOLD_PAIRS (k % 3 == 0 and % 5 == 0: 400000 = 5 * 80000): its own release record */
+	r = recs[(ring->head - 1) % RECORDS];
+	CHECK(r.type == HS_REC_LOCK_RELEASED && r.a == FOLD_PAIRS && r.ts_ns == 1000ull * FOLD_PAIRS + FOLD_PAIRS % 7);
+	/* its acquisition, plain: another lock's release came between */
+	r = recs[(ring->head - 3) % RECORDS];
+	CHECK(r.type == HS_REC_LOCK_ACQUIRED && r.a == FOLD_PAIRS && r.b >> HS_REC_FOLD_SHIFT == 0);
+	/* pair FOLD_PAIRS - 1: acquisition, a new edge, its release; FOLD_PAIRS - 2 folded */
+	r = recs[(ring->head - 6) % RECORDS];
+	CHECK(r.type == HS_REC_LOCK_ACQUIRED && r.a == FOLD_PAIRS - 1 && r.b >> HS_REC_FOLD_SHIFT == 0);
+	r = recs[(ring->head - 7) % RECORDS];
+	CHECK(r.type == HS_REC_LOCK_ACQUIRED && r.a == FOLD_PAIRS - 2 &&
+	      r.b >> HS_REC_FOLD_SHIFT == (FOLD_PAIRS - 2) % 7 + 1 && (uint32_t)r.b == ((FOLD_PAIRS - 2) & 0xffff) + 1);
+	free(ring);
+}
+
 /* ---- ENOSPC ---------------------------------------------------------------- */
 
 static uint64_t budget;   /* bytes the fake tmpfs holds */
@@ -309,6 +409,7 @@ static void test_copy_ranges(void)
 int main(void)
 {
 	test_concurrent_reader();
+	test_release_folded();
 	test_no_space();
 	test_copy_ranges();
 	return unit_done("test_ring");
