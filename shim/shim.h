@@ -565,7 +565,10 @@ static inline void hs_rec(struct hs_tls *t, uint64_t now, uint32_t type, uint32_
 	r->type = type;
 	r->stack = stack;
 	r->a = a;
-	r->b = b;
+	/* b on its own, 64 bits (not merged with a into one vector store): a release folded
+	 * into this record next reads a and b back (hs_rec_released), and a load of half a
+	 * 16-byte store still in the store buffer is not forwarded but waits for it */
+	__atomic_store_n(&r->b, b, __ATOMIC_RELAXED);
 	r->c = c;
 	/* publishes the payload: a reader that sees seq == pos + 1 sees it all */
 	__atomic_store_n(&r->seq, pos + 1, __ATOMIC_RELEASE);
@@ -591,11 +594,13 @@ static inline __attribute__((always_inline)) void hs_rec_released(struct hs_tls 
 {
 	uint64_t pos = __atomic_load_n(&t->ring->head, __ATOMIC_RELAXED);
 	struct hs_record *r = &t->recs[(pos - 1) & t->ring_mask];
-	/* r->b == id: a plain acquisition of this lock (a folded one has b's high half set); seq
-	 * == pos: the record at head - 1 is this lap's (pos 0: the slot was never written, its
-	 * type is 0); one unsigned compare for 0 <= now - ts_ns <= HS_REC_FOLD_MAX_NS */
-	if (HS_LIKELY(r->type == HS_REC_LOCK_ACQUIRED) && HS_LIKELY(r->a == addr && r->b == id) &&
-	    HS_LIKELY(__atomic_load_n(&r->seq, __ATOMIC_RELAXED) == pos) &&
+	/* The record at head - 1 is the last this thread wrote (the ring's only writer), whole,
+	 * or a slot never written (pos 0: type 0); no signal handler writes one between this
+	 * check and the store (handlers skip their ring record when they interrupt a hook:
+	 * signals.c take_snapshot, term_handler).  r->b == id: a plain acquisition of this
+	 * lock (a folded one has b's high half set).  One branch for the three fields, one
+	 * unsigned compare for 0 <= now - ts_ns <= HS_REC_FOLD_MAX_NS. */
+	if (HS_LIKELY(((r->a ^ addr) | (r->b ^ id) | (r->type ^ HS_REC_LOCK_ACQUIRED)) == 0) &&
 	    HS_LIKELY(now - r->ts_ns <= HS_REC_FOLD_MAX_NS)) {
 		/* relaxed: one store, nothing else of the record changes (the seq stays pos) */
 		__atomic_store_n(&r->b, (uint64_t)id | (now - r->ts_ns + 1) << HS_REC_FOLD_SHIFT, __ATOMIC_RELAXED);
