@@ -12,7 +12,12 @@
  * the next guard page) or at its start (an underflow walks into the one
  * before), alternately; malloc's 16-byte alignment (or the one asked for)
  * is kept, so a block whose size is not a multiple of it has up to 15 bytes
- * of slack after it where an overflow goes unseen (GWP-ASan's default too).
+ * of slack after it where an overflow does not fault (GWP-ASan's default
+ * too).  Those bytes, and up to SLACK_CHECK after a block at the start of
+ * its page, are filled with a pattern at the allocation and checked at the
+ * free, as the heap checker's canary would have been: a short overflow of
+ * a sampled block is a heap-overflow finding at its free (allocation and
+ * free stacks), never a miss the unsampled block would not have had.
  * When the block is freed its page becomes inaccessible (a fresh PROT_NONE
  * mapping over it, which also gives its memory back) and the slot waits at the tail of a
  * FIFO of free slots, so it is reused as late as possible: a read or write
@@ -32,8 +37,9 @@
  *
  * Limits (README.md "Guard pages"): only sampled allocations are checked,
  * so a given bug is caught with probability about 1/rate per run (rate 1:
- * every allocation that fits, while slots last); an access that lands in
- * the slack or jumps over the guard page into another slot is not seen;
+ * every allocation that fits, while slots last); a write into the slack is
+ * seen at the free, not when it happens; a read of it, or an access that
+ * jumps over the guard page into another slot, is not seen;
  * when every slot is taken, sampled allocations go to the normal allocator
  * until one is freed; a slot reused after a long FIFO turns a very late
  * use-after-free into silence.  The metadata a fault reads is not locked
@@ -301,6 +307,20 @@ static void guard_close(size_t pg)
 	}
 }
 
+/* Bytes checked after a block placed at the start of its page (the
+ * 16-byte slack and this many more), and the byte they hold. */
+#define SLACK_CHECK 32u
+#define SLACK_BYTE 0xbdu
+
+/* The end of the checked bytes after the n-byte block at u in the page at
+ * base: the page's end for a block against it, else SLACK_CHECK past the
+ * 16-byte-rounded size (never past the page). */
+static inline uintptr_t slack_end(uintptr_t base, uintptr_t u, size_t n)
+{
+	uintptr_t e = u + ((n + 15) & ~(size_t)15) + SLACK_CHECK;
+	return e < base + page ? e : base + page;
+}
+
 HS_HIDDEN void *hs_guard_malloc(size_t n, size_t align, int zero)
 {
 	struct hs_tls *t;
@@ -349,6 +369,7 @@ HS_HIDDEN void *hs_guard_malloc(size_t n, size_t align, int zero)
 	}
 	if (zero)
 		memset((void *)u, 0, n); /* the free's fresh mapping zeroed it, unless "continue" let a write in */
+	memset((void *)(u + n), SLACK_BYTE, slack_end(base, u, n) - (u + n));
 	s = &slots[i];
 	s->user = u;
 	s->size = n;
@@ -382,6 +403,8 @@ static const char *kind_name(unsigned kind)
 		return "heap-buffer-overflow";
 	case HS_FIND_DOUBLE_FREE:
 		return "double-free";
+	case HS_FIND_HEAP_OVERFLOW:
+		return "heap-overflow";
 	default:
 		return "invalid-free";
 	}
@@ -441,6 +464,30 @@ static void bad_free(struct hs_tls *t, struct gslot *s, void *p, uint32_t state)
 	}
 }
 
+/* The slack after the block in slot s was written (found at its free,
+ * before the page goes): a heap-overflow finding as the heap
+ * checker makes for a broken canary (format.h HS_FIND_HEAP_OVERFLOW: the
+ * free's stack, the allocation's as stack3), then abort unless "continue". */
+static void slack_overflow(struct hs_tls *t, struct gslot *s)
+{
+	struct hs_finding f;
+	memset(&f, 0, sizeof f);
+	f.kind = HS_FIND_HEAP_OVERFLOW;
+	f.tid = t->tid;
+	f.ts_ns = hs_now();
+	f.addr = s->user;
+	f.size = s->size;
+	f.stack = intern(&s->free);
+	f.stack3 = intern(&s->alloc);
+	f.tid3 = s->alloc_tid;
+	/* offset 0: found at the block's own free (format.h) */
+	publish(t, &f, "(past a sampled block, found at its free)");
+	if (!on_error_continue) {
+		t->in_hook = 0;
+		abort();
+	}
+}
+
 HS_HIDDEN void hs_guard_free(void *p)
 {
 	struct hs_tls *t = &hs_tls;
@@ -454,13 +501,17 @@ HS_HIDDEN void hs_guard_free(void *p)
 		t = hs_enter();
 	if (s && st == SLOT_LIVE && u == s->user &&
 	    __atomic_compare_exchange_n(&s->state, &st, SLOT_FREED, 0, __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE)) {
-		uintptr_t base = slot_page((uint32_t)i);
+		uintptr_t base = slot_page((uint32_t)i), end = slack_end(base, u, s->size), b;
 		count(-(int64_t)s->size, 0);
 		if (!quiet && t)
 			capture(&s->free);
 		else
 			s->free.depth = 0;
 		s->free_tid = (!quiet && t) ? t->tid : (int32_t)hs_sys.gettid();
+		for (b = u + s->size; b < end && *(const unsigned char *)b == SLACK_BYTE; b++)
+			;
+		if (b < end && !quiet && t)
+			slack_overflow(t, s);
 		/* one system call takes the memory back and the access away (GWP-ASan's
 		   deallocation): a fresh inaccessible page in place, merged with its guards */
 		if (hs_sys.mmap((void *)base, page, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE | MAP_FIXED,

@@ -10,6 +10,10 @@
  *               header looked for in front of it)
  *   double-free a 40-byte record freed twice
  *   interior    a 40-byte record freed through a pointer 8 bytes into it
+ *   slack       one byte written just past a 40-byte record, then freed:
+ *               the byte lands in the block's 16-byte alignment slack
+ *               (against the end of its page) or after it (at its start),
+ *               no guard page is touched, so only a check at the free sees it
  * Sampled blocks alternate between the end of their page and its start,
  * so overflow and underflow allocate two buffers and use the one whose
  * end (start) touches the guard page; without heisen's guard pages the
@@ -82,6 +86,12 @@ int main(int argc, char **argv)
 		printf("block %p\n", (void *)r);
 		fflush(stdout);
 		drop_record(r + 8);
+	} else if (strcmp(mode, "slack") == 0) {
+		r = make_record(40);
+		printf("block %p\n", (void *)r);
+		fflush(stdout);
+		write_field(r, 40);
+		drop_record(r);
 	} else if (strcmp(mode, "double-free") == 0) {
 		r = make_record(40);
 		printf("block %p\n", (void *)r);

@@ -107,6 +107,25 @@ def test_guard_double_free(heisen, way):
     assert [c for c in findings_of(r, "crash") if c["pid"] == pid][0]["heap_abort"] is True
 
 
+def test_guard_slack_overflow_found_at_the_free(heisen, way):
+    """One byte past a sampled 40-byte record: it lands in the alignment
+    slack, which no guard page covers (GWP-ASan misses it there).  With the
+    heap checker off, the guard pages alone find it at the free, as the
+    canary of an unsampled block would: a heap-overflow with the free's and
+    the allocation's stacks, then heisen's abort."""
+    p = way.run([target(heisen, "guard_faults"), "slack"], env={**GUARD, "HEISEN_HEAP": "0"})
+    assert p.returncode == way.killed_by(signal.SIGABRT), (p.returncode, p.stderr)
+    pid, tid = fact_int(p.stdout, "pid"), fact_int(p.stdout, "tid_main")
+    block = int(facts(p.stdout)["block"][0], 16)
+    r = heisen.dump_json(way.session, expect_rc=1)
+    f = one(r, "heap-overflow")
+    assert hexint(f["address"]) == block and f["size"] == 40 and f["tids"] == [tid, tid]
+    assert [s["role"] for s in f["stacks"]] == ["free", "allocation"]
+    assert frame_functions(stack_by_role(f, "free"))[:2] == ["drop_record", "main"]
+    assert frame_functions(stack_by_role(f, "allocation"))[:2] == ["make_record", "main"]
+    assert [c for c in findings_of(r, "crash") if c["pid"] == pid][0]["heap_abort"] is True
+
+
 def test_guard_interior_free(heisen, session):
     p = heisen.preload([target(heisen, "guard_faults"), "interior"], session, env={**GUARD, "HEISEN_HEAP": "0"})
     assert p.returncode == -signal.SIGABRT, (p.returncode, p.stderr)
