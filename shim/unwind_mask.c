@@ -22,14 +22,28 @@
  * then does not enter libunwind (hs_stack_from_signal: the faulting
  * instruction alone, marked truncated).
  *
- * Only calls whose return address lies in libunwind's code, on a thread
- * inside hs_unwind_enter, are answered here; every other caller (the
- * program, its handlers, libunwind used by the program itself) gets the
- * real sigprocmask.  The program's handlers and masks are never changed:
+ * Both of libunwind's calls are reached through its own PLT: at hs_init
+ * its .got.plt entries for sigprocmask and dl_iterate_phdr are pointed
+ * here (no symbol is exported: the program's calls, and every other
+ * library's, go to glibc untouched).  Outside heisen's unwind both pass
+ * straight to glibc, so libunwind used by the program itself masks as it
+ * always did.  The program's handlers and masks are never changed:
  * hs_unwind_leave puts back exactly the mask hs_unwind_enter found.
+ *
+ * The procedure-info lookup.  For each return address new to its cache,
+ * libunwind walks every loaded object with dl_iterate_phdr (its callback
+ * stops at the one that holds the address).  Inside heisen's unwind the
+ * object is found first with glibc's lock-free _dl_find_object (2.35+) and
+ * the callback is given that object alone, its program headers read from
+ * its ELF header and checked against what _dl_find_object says (the
+ * PT_GNU_EH_FRAME address); when anything does not match, or the callback
+ * does not find the address there, the whole walk runs as before.  The
+ * address is the first word of libunwind 1.6's callback data; a wrong
+ * guess only costs the whole walk, because the callback checks the
+ * address itself.
  */
-
 #include <dlfcn.h>
+#include <elf.h>
 #include <errno.h>
 #include <libunwind.h>
 #include <link.h>
@@ -40,8 +54,8 @@
 #include "shim.h"
 #include "unwind_mask.h"
 
-/* libunwind's executable segment [lo, hi); 0, 0 until found */
-static uintptr_t unw_text_lo, unw_text_hi;
+/* set once libunwind's sigprocmask calls come here (hs_unwind_mask_init) */
+static int unw_patched;
 /* every signal but the crash signals heisen handles (and SIGKILL, SIGSTOP,
  * which the kernel never blocks) */
 static sigset_t unwind_block;
@@ -53,32 +67,144 @@ struct unwind_mask_tls {
 };
 static __thread struct unwind_mask_tls um __attribute__((tls_model("initial-exec")));
 
-struct text_find {
+/* libunwind's sigprocmask (glibc's own is pthread_sigmask with errno): its
+ * SIG_SETMASK pairs inside heisen's unwind (block all, saving the old mask;
+ * then put the saved one back) answered without a system call, the mask in
+ * force reported as the old one. */
+static int unw_sigprocmask(int how, const sigset_t *set, sigset_t *oset)
+{
+	int r;
+	if (um.active && how == SIG_SETMASK) {
+		if (oset)
+			*oset = um.cur;
+		return 0;
+	}
+	r = pthread_sigmask(how, set, oset);
+	if (r != 0) {
+		errno = r;
+		return -1;
+	}
+	return 0;
+}
+
+#if defined(DLFO_STRUCT_HAS_EH_DBASE)
+/* The object that holds ip as dl_iterate_phdr would describe it; 0 when unsure. */
+static int phdr_info_of(uintptr_t ip, struct dl_phdr_info *info)
+{
+	struct dl_find_object fo;
+	const ElfW(Ehdr) *eh;
+	const ElfW(Phdr) *ph;
+	int eh_ok = 0, load_ok = 0;
+	if (_dl_find_object((void *)ip, &fo) != 0 || fo.dlfo_link_map == NULL || fo.dlfo_map_start == NULL)
+		return 0;
+	eh = fo.dlfo_map_start;
+	if (memcmp(eh->e_ident, ELFMAG, SELFMAG) != 0 || eh->e_ident[EI_CLASS] != ELFCLASS64 ||
+	    eh->e_phentsize != sizeof(ElfW(Phdr)) || eh->e_phnum == 0 ||
+	    (uintptr_t)eh + eh->e_phoff + (size_t)eh->e_phnum * sizeof(ElfW(Phdr)) > (uintptr_t)fo.dlfo_map_end)
+		return 0;
+	ph = (const ElfW(Phdr) *)(const void *)((const char *)eh + eh->e_phoff);
+	for (unsigned i = 0; i < eh->e_phnum; i++) {
+		uintptr_t va = (uintptr_t)fo.dlfo_link_map->l_addr + ph[i].p_vaddr;
+		if (ph[i].p_type == PT_GNU_EH_FRAME && (void *)va == fo.dlfo_eh_frame)
+			eh_ok = 1;
+		if (ph[i].p_type == PT_LOAD && ip >= va && ip < va + ph[i].p_memsz)
+			load_ok = 1;
+	}
+	if (!eh_ok || !load_ok)
+		return 0;
+	memset(info, 0, sizeof *info);
+	info->dlpi_addr = fo.dlfo_link_map->l_addr;
+	info->dlpi_name = fo.dlfo_link_map->l_name;
+	info->dlpi_phdr = ph;
+	info->dlpi_phnum = eh->e_phnum;
+	return 1;
+}
+#endif
+
+/* libunwind's dl_iterate_phdr: see the top comment */
+static int unw_dl_iterate_phdr(int (*cb)(struct dl_phdr_info *, size_t, void *), void *data)
+{
+#if defined(DLFO_STRUCT_HAS_EH_DBASE)
+	struct dl_phdr_info info;
+	int r;
+	if (um.active && data && phdr_info_of(*(const uintptr_t *)data, &info) &&
+	    (r = cb(&info, sizeof info, data)) != 0)
+		return r;
+#endif
+	return dl_iterate_phdr(cb, data);
+}
+
+struct unw_find {
 	uintptr_t base;
-	uintptr_t lo, hi;
+	uintptr_t relro_lo, relro_hi;
+	int found;
 };
 
-static int find_text(struct dl_phdr_info *info, size_t size, void *arg)
+static int find_relro(struct dl_phdr_info *info, size_t size, void *arg)
 {
-	struct text_find *f = arg;
+	struct unw_find *f = arg;
 	(void)size;
 	if ((uintptr_t)info->dlpi_addr != f->base)
 		return 0;
+	f->found = 1;
 	for (int i = 0; i < info->dlpi_phnum; i++) {
 		const ElfW(Phdr) *p = &info->dlpi_phdr[i];
-		if (p->p_type == PT_LOAD && (p->p_flags & PF_X)) {
-			f->lo = (uintptr_t)info->dlpi_addr + p->p_vaddr;
-			f->hi = f->lo + p->p_memsz;
-			return 1;
+		if (p->p_type == PT_GNU_RELRO) {
+			f->relro_lo = (uintptr_t)info->dlpi_addr + p->p_vaddr;
+			f->relro_hi = f->relro_lo + p->p_memsz;
 		}
 	}
-	return 0;
+	return 1;
+}
+
+/* A d_ptr of the dynamic section: glibc relocates most in place, not all. */
+static uintptr_t dyn_ptr(const struct link_map *lm, uintptr_t v)
+{
+	return v < (uintptr_t)lm->l_addr ? v + (uintptr_t)lm->l_addr : v;
+}
+
+/* libunwind's .got.plt entry for name; NULL when none, or read-only (full RELRO). */
+static void **plt_slot(const struct link_map *lm, const struct unw_find *f, const char *name)
+{
+	const ElfW(Sym) *symtab = NULL;
+	const char *strtab = NULL;
+	const ElfW(Rela) *rel = NULL;
+	size_t relsz = 0, strsz = 0;
+	for (const ElfW(Dyn) *d = lm->l_ld; d->d_tag != DT_NULL; d++) {
+		if (d->d_tag == DT_SYMTAB)
+			symtab = (const ElfW(Sym) *)dyn_ptr(lm, d->d_un.d_ptr);
+		else if (d->d_tag == DT_STRTAB)
+			strtab = (const char *)dyn_ptr(lm, d->d_un.d_ptr);
+		else if (d->d_tag == DT_STRSZ)
+			strsz = d->d_un.d_val;
+		else if (d->d_tag == DT_JMPREL)
+			rel = (const ElfW(Rela) *)dyn_ptr(lm, d->d_un.d_ptr);
+		else if (d->d_tag == DT_PLTRELSZ)
+			relsz = d->d_un.d_val;
+	}
+	if (!symtab || !strtab || !rel)
+		return NULL;
+	for (size_t i = 0; i < relsz / sizeof *rel; i++) {
+		const ElfW(Sym) *sym;
+		uintptr_t slot;
+		if (ELF64_R_TYPE(rel[i].r_info) != R_X86_64_JUMP_SLOT)
+			continue;
+		sym = &symtab[ELF64_R_SYM(rel[i].r_info)];
+		if (sym->st_name >= strsz || strcmp(strtab + sym->st_name, name) != 0)
+			continue;
+		slot = (uintptr_t)lm->l_addr + rel[i].r_offset;
+		if (slot >= f->relro_lo && slot < f->relro_hi)
+			return NULL; /* read-only after relocation: libunwind stays as it is */
+		return (void **)slot;
+	}
+	return NULL;
 }
 
 void hs_unwind_mask_init(void)
 {
 	Dl_info di;
-	struct text_find f = {0, 0, 0};
+	void *lm = NULL, **mask_slot, **phdr_slot;
+	struct unw_find f = {0, 0, 0, 0};
 	static const int crash[] = {SIGSEGV, SIGBUS, SIGILL, SIGFPE, SIGABRT};
 
 	sigfillset(&unwind_block); /* glibc leaves its internal signals out */
@@ -86,20 +212,25 @@ void hs_unwind_mask_init(void)
 		sigdelset(&unwind_block, crash[i]);
 	sigdelset(&unwind_block, SIGKILL);
 	sigdelset(&unwind_block, SIGSTOP);
-	void *lm = NULL;
 	if (dladdr1((void *)(uintptr_t)&unw_backtrace, &di, &lm, RTLD_DL_LINKMAP) == 0 || lm == NULL)
 		return; /* libunwind not found: it masks for itself, as without heisen */
 	f.base = (uintptr_t)((struct link_map *)lm)->l_addr; /* the load bias, dl_iterate_phdr's dlpi_addr */
-	dl_iterate_phdr(find_text, &f);
-	if (f.hi == 0 || !((uintptr_t)&unw_backtrace >= f.lo && (uintptr_t)&unw_backtrace < f.hi))
+	dl_iterate_phdr(find_relro, &f);
+	if (!f.found)
 		return;
-	unw_text_lo = f.lo;
-	__atomic_store_n(&unw_text_hi, f.hi, __ATOMIC_RELEASE);
+	mask_slot = plt_slot(lm, &f, "sigprocmask");
+	phdr_slot = plt_slot(lm, &f, "dl_iterate_phdr");
+	if (phdr_slot)
+		__atomic_store_n(phdr_slot, (void *)(uintptr_t)&unw_dl_iterate_phdr, __ATOMIC_RELEASE);
+	if (mask_slot) {
+		__atomic_store_n(mask_slot, (void *)(uintptr_t)&unw_sigprocmask, __ATOMIC_RELEASE);
+		__atomic_store_n(&unw_patched, 1, __ATOMIC_RELEASE);
+	}
 }
 
 int hs_unwind_enter(void)
 {
-	if (um.active || !__atomic_load_n(&unw_text_hi, __ATOMIC_ACQUIRE))
+	if (um.active || !__atomic_load_n(&unw_patched, __ATOMIC_ACQUIRE))
 		return 0;
 	if (pthread_sigmask(SIG_BLOCK, &unwind_block, &um.saved) != 0)
 		return 0;
@@ -124,29 +255,4 @@ void hs_unwind_leave(int entered)
 int hs_unwind_active(void)
 {
 	return um.active;
-}
-
-/*
- * sigprocmask, interposed: glibc's own is pthread_sigmask with errno.
- * libunwind's calls inside heisen's unwind are SIG_SETMASK pairs (block
- * all, saving the old mask; then put the saved one back): both answered
- * without a system call, the saved mask reported as the one in force.
- */
-HS_EXPORT int sigprocmask(int how, const sigset_t *set, sigset_t *oset)
-{
-	int r;
-	if (HS_UNLIKELY(um.active)) {
-		uintptr_t ra = (uintptr_t)__builtin_return_address(0);
-		if (ra >= unw_text_lo && ra < unw_text_hi && how == SIG_SETMASK) {
-			if (oset)
-				*oset = um.cur;
-			return 0;
-		}
-	}
-	r = pthread_sigmask(how, set, oset);
-	if (r != 0) {
-		errno = r;
-		return -1;
-	}
-	return 0;
 }
