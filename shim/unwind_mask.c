@@ -50,6 +50,8 @@
 #include <pthread.h>
 #include <signal.h>
 #include <string.h>
+#include <sys/syscall.h>
+#include <unistd.h>
 
 #include "shim.h"
 #include "unwind_mask.h"
@@ -59,11 +61,14 @@ static int unw_patched;
 /* every signal but the crash signals heisen handles (and SIGKILL, SIGSTOP,
  * which the kernel never blocks) */
 static sigset_t unwind_block;
+static uint64_t unwind_block_k; /* the same as the kernel's 64-bit mask */
 
+/* 24 bytes of static TLS (every thread's stack pays for it): the kernel's
+ * masks, not glibc's 128-byte sigset_t */
 struct unwind_mask_tls {
 	int active;      /* inside hs_unwind_enter */
-	sigset_t saved;  /* the thread's mask before it */
-	sigset_t cur;    /* the mask in force since: what a sigprocmask would report */
+	uint64_t saved;  /* the thread's mask before it */
+	uint64_t cur;    /* the mask in force since: what a sigprocmask would report */
 };
 static __thread struct unwind_mask_tls um __attribute__((tls_model("initial-exec")));
 
@@ -75,8 +80,10 @@ static int unw_sigprocmask(int how, const sigset_t *set, sigset_t *oset)
 {
 	int r;
 	if (um.active && how == SIG_SETMASK) {
-		if (oset)
-			*oset = um.cur;
+		if (oset) {
+			memset(oset, 0, sizeof *oset);
+			memcpy(oset, &um.cur, sizeof um.cur);
+		}
 		return 0;
 	}
 	r = pthread_sigmask(how, set, oset);
@@ -212,6 +219,7 @@ void hs_unwind_mask_init(void)
 		sigdelset(&unwind_block, crash[i]);
 	sigdelset(&unwind_block, SIGKILL);
 	sigdelset(&unwind_block, SIGSTOP);
+	memcpy(&unwind_block_k, &unwind_block, sizeof unwind_block_k);
 	if (dladdr1((void *)(uintptr_t)&unw_backtrace, &di, &lm, RTLD_DL_LINKMAP) == 0 || lm == NULL)
 		return; /* libunwind not found: it masks for itself, as without heisen */
 	f.base = (uintptr_t)((struct link_map *)lm)->l_addr; /* the load bias, dl_iterate_phdr's dlpi_addr */
@@ -232,9 +240,9 @@ int hs_unwind_enter(void)
 {
 	if (um.active || !__atomic_load_n(&unw_patched, __ATOMIC_ACQUIRE))
 		return 0;
-	if (pthread_sigmask(SIG_BLOCK, &unwind_block, &um.saved) != 0)
+	if (syscall(SYS_rt_sigprocmask, SIG_BLOCK, &unwind_block_k, &um.saved, sizeof um.saved) != 0)
 		return 0;
-	sigorset(&um.cur, &um.saved, &unwind_block);
+	um.cur = um.saved | unwind_block_k;
 	/* set last: a crash handler that sees it knows the mask is in force */
 	__atomic_signal_fence(__ATOMIC_SEQ_CST);
 	um.active = 1;
@@ -249,7 +257,7 @@ void hs_unwind_leave(int entered)
 	__atomic_signal_fence(__ATOMIC_SEQ_CST);
 	um.active = 0;
 	__atomic_signal_fence(__ATOMIC_SEQ_CST);
-	pthread_sigmask(SIG_SETMASK, &um.saved, NULL);
+	syscall(SYS_rt_sigprocmask, SIG_SETMASK, &um.saved, NULL, sizeof um.saved);
 }
 
 int hs_unwind_active(void)
