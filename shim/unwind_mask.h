@@ -8,14 +8,17 @@
 #define HS_UNWIND_MASK_H
 
 #ifndef HS_CORE_ONLY
-/* Find libunwind's code (its calls to sigprocmask are recognised by their
- * return address).  Once, from hs_init, before any unwind. */
+/* Point libunwind's .got.plt entries for sigprocmask and dl_iterate_phdr
+ * into unwind_mask.c (left alone when libunwind is not found or its
+ * entries are read-only).  Once, from hs_init, before any unwind and
+ * before other threads exist. */
 void hs_unwind_mask_init(void);
 /* Before heisen's own libunwind calls on this thread: blocks every signal
  * but the crash signals heisen handles (signals.c) with one system call and
  * answers libunwind's own mask calls without any until hs_unwind_leave.
  * Returns 1 when it did so (pass it to hs_unwind_leave), 0 when the thread
- * is already inside such an unwind or libunwind was not found. */
+ * is already inside such an unwind or libunwind's entries were not
+ * pointed here (libunwind then masks for itself). */
 int hs_unwind_enter(void);
 /* The mask of before hs_unwind_enter back; no-op for entered == 0. */
 void hs_unwind_leave(int entered);
