@@ -40,7 +40,8 @@
  * does not find the address there, the whole walk runs as before.  The
  * address is the first word of libunwind 1.6's callback data; a wrong
  * guess only costs the whole walk, because the callback checks the
- * address itself.
+ * address itself.  (libgcc's unwinder finds its FDEs through
+ * _dl_find_object the same way since glibc 2.35; docs/design.md "Stacks".)
  */
 #include <dlfcn.h>
 #include <elf.h>
