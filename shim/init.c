@@ -24,6 +24,7 @@
 #include "hooks.h"
 #include "inject.h"
 #include "shim.h"
+#include "unwind_mask.h"
 
 #define HS_HOOK(ret, name, params) ret(*hs_real_##name) params;
 #define HS_HOOK_V(ret, name, params, version) HS_HOOK(ret, name, params)
@@ -650,6 +651,7 @@ __attribute__((constructor(101))) static void hs_init(int argc, char **argv, cha
 	hs_modules_scan();
 	/* per-thread unwind caches: no libunwind lock that a fork could leave held */
 	unw_set_caching_policy(unw_local_addr_space, UNW_CACHE_PER_THREAD);
+	hs_unwind_mask_init(); /* one mask change per unwind, not per libunwind lock */
 	hs_threads_init();
 	pthread_atfork(atfork_prepare, NULL, atfork_child);
 	on_exit(on_exit_handler, NULL);

@@ -15,12 +15,23 @@
 #include <libunwind.h>
 #include <stdlib.h>
 #include <string.h>
+#include <ucontext.h>
 
 #include "shim.h"
+#include "unwind_mask.h"
 
 /* Room for the Python frames that replace the evaluation loop's native
  * frames: one more than a stack keeps, so hs_stack_intern sees the cut. */
 #define PY_ROOM (HS_STACK_DEPTH + 1)
+
+/* unw_backtrace inside one signal-mask change (unwind_mask.c), inlined so
+ * the frames it returns are the caller's as before. */
+static inline __attribute__((always_inline)) int backtrace_masked(void **buf, int size)
+{
+	int entered = hs_unwind_enter(), n = unw_backtrace(buf, size);
+	hs_unwind_leave(entered);
+	return n;
+}
 
 static uint64_t stack_hash(const uint64_t *pcs, unsigned depth, unsigned flags)
 {
@@ -128,7 +139,7 @@ static uint32_t stack_here_unwind(void)
 {
 	void *buf[HS_STACK_DEPTH + 12];
 	uint64_t pcs[HS_STACK_DEPTH + 12 + PY_ROOM];
-	int n = unw_backtrace(buf, (int)(sizeof buf / sizeof buf[0]));
+	int n = backtrace_masked(buf, (int)(sizeof buf / sizeof buf[0]));
 	unsigned depth, flags = 0;
 	int python;
 	if (n <= 0)
@@ -232,7 +243,7 @@ uint32_t hs_stack_site_learn(uint64_t key, const struct hs_stack *st)
 static unsigned capture(uint64_t *pcs)
 {
 	void *buf[HS_STACK_DEPTH + 12];
-	int n = unw_backtrace(buf, (int)(sizeof buf / sizeof buf[0]));
+	int n = backtrace_masked(buf, (int)(sizeof buf / sizeof buf[0]));
 	if (n <= 0)
 		return 0;
 	for (int j = 0; j < n; j++)
@@ -541,7 +552,18 @@ done:
  * The result is a shadow (walked) only when each of its frames sits at the
  * learnt distance from the one below.
  */
-static __attribute__((noinline)) unsigned chain_unwind(struct hs_chain *c, unsigned want)
+static __attribute__((noinline)) unsigned chain_unwind_steps(struct hs_chain *c, unsigned want);
+
+/* chain_unwind_steps inside one signal-mask change (unwind_mask.c) */
+static unsigned chain_unwind(struct hs_chain *c, unsigned want)
+{
+	int entered = hs_unwind_enter();
+	unsigned d = chain_unwind_steps(c, want);
+	hs_unwind_leave(entered);
+	return d;
+}
+
+static __attribute__((noinline)) unsigned chain_unwind_steps(struct hs_chain *c, unsigned want)
 {
 	unw_context_t uc;
 	unw_cursor_t cur;
@@ -922,7 +944,7 @@ static uint32_t chain_stack_lazy(const struct hs_chain *c)
 	uint64_t cur[HS_STACK_DEPTH + 12], out[CHAIN_MAX];
 	unsigned n = 0, o;
 	int got = 0, whole = 0;
-	if (room_to_unwind() && (got = unw_backtrace(buf, (int)(sizeof buf / sizeof buf[0]))) > 0) {
+	if (room_to_unwind() && (got = backtrace_masked(buf, (int)(sizeof buf / sizeof buf[0]))) > 0) {
 		for (int i = 0; i < got; i++)
 			cur[i] = (uint64_t)(uintptr_t)buf[i];
 		n = (unsigned)got;
@@ -997,6 +1019,12 @@ uint32_t hs_stack_from_signal(void *ucontext)
 	uint64_t pcs[HS_STACK_DEPTH + PY_ROOM];
 	unsigned n = 0, flags = HS_STACK_EXACT_TOP;
 	int python, was;
+	if (hs_unwind_active()) {
+		/* the signal interrupted heisen's own unwind, which may hold libunwind's
+		 * locks: the interrupted instruction alone, never a second unwind */
+		uint64_t pc = (uint64_t)((ucontext_t *)ucontext)->uc_mcontext.gregs[REG_RIP];
+		return pc ? hs_stack_intern(&hs_seg, &pc, 1, HS_STACK_EXACT_TOP | HS_STACK_TRUNCATED) : 0;
+	}
 	if (unw_init_local2(&c, (unw_context_t *)ucontext, UNW_INIT_SIGNAL_FRAME) < 0)
 		return 0;
 	do {
