@@ -8,7 +8,9 @@
  * and pending, SIGUSR1 not blocked) and sigprocmask's own errors, and prints
  * what it saw: the output is the same with and without heisen.
  */
+#ifndef _GNU_SOURCE
 #define _GNU_SOURCE
+#endif
 #include <errno.h>
 #include <pthread.h>
 #include <sched.h>
