@@ -649,7 +649,11 @@ __attribute__((constructor(101))) static void hs_init(int argc, char **argv, cha
 	if (hs_session_setup() != 0 || hs_segment_create(0) != 0)
 		goto out;
 	hs_modules_scan();
-	/* per-thread unwind caches: no libunwind lock that a fork could leave held */
+	/* per-thread unwind caches where libunwind has them.  Debian's 1.6.2 is
+	   built without: it falls back to its global cache, whose mutex every
+	   unw_step takes, so a fork while another thread is inside a real unwind
+	   can leave that mutex held in the child (a known gap: docs/design.md
+	   "Stacks"; most stacks never enter libunwind) */
 	unw_set_caching_policy(unw_local_addr_space, UNW_CACHE_PER_THREAD);
 	hs_unwind_mask_init(); /* one mask change per unwind, not per libunwind lock */
 	hs_threads_init();
