@@ -16,7 +16,7 @@ import time
 
 import pytest
 
-from conftest import (all_frame_functions, fact_int, findings_of, lockname, marker_line, process_of,
+from conftest import (all_frame_functions, fact_int, facts, findings_of, lockname, marker_line, process_of,
                       target)
 
 
@@ -256,19 +256,33 @@ def test_idle_services_waiting_for_the_outside_world_are_not_hangs(heisen, sessi
     assert "hang detected" not in p.stderr and "heisen: hang" not in p.stderr, p.stderr
 
 
+def pool_semaphores(stdout):
+    """The named semaphores py_forkserver_pool.py's queues made ("semaphores" line)."""
+    return facts(stdout)["semaphores"][0].split()
+
+
+def remove_pool_semaphores(stdout):
+    """A run killed with its resource tracker leaves its queues' semaphores
+    in /dev/shm (Python's own behaviour): remove exactly those, so killed
+    runs do not pile up files."""
+    for n in pool_semaphores(stdout):
+        (Path("/dev/shm") / ("sem." + n)).unlink(missing_ok=True)
+
+
 def test_forkserver_pool_with_its_resource_tracker_is_not_killed(heisen, session):
     """multiprocessing with forkserver: the forkserver waits in select and
     the resource tracker in read() on a pipe whose other end is the parent,
     a live process, for the whole run; the pool works 6 s under a 2 s
     watchdog with --on-hang kill.  Waiting on another live process is not a
     hang: the run exits 0 with no report."""
-    sems_before = set(Path("/dev/shm").glob("sem.mp-*"))
     p = heisen.run(["--dir", session, "--hang-timeout", "2", "--on-hang", "kill", "--",
                     "/usr/bin/python3", py_script(heisen, "py_forkserver_pool.py"), "6"], timeout=120)
     assert p.returncode == 0, (p.returncode, p.stderr[-3000:])
     assert fact_int(p.stdout, "results") > 0
     assert "hang detected" not in p.stderr and "heisen: hang" not in p.stderr, p.stderr
-    assert set(Path("/dev/shm").glob("sem.mp-*")) <= sems_before  # the pool cleaned up: nothing was killed
+    # the pool's own named semaphores are gone: its resource tracker lived to unlink them (nothing was killed)
+    sems = pool_semaphores(p.stdout)
+    assert sems and [n for n in sems if (Path("/dev/shm") / ("sem." + n)).exists()] == [], sems
 
 
 @pytest.mark.parametrize("py_locks", ["0", "1"], ids=["python-locks-off", "python-locks-on"])
@@ -285,6 +299,7 @@ def test_forkserver_worker_deadlocked_on_locks_is_reported_and_killed(heisen, se
     script = py_script(heisen, "py_forkserver_pool.py")
     p = heisen.run(["--dir", session, "--hang-timeout", "2", "--on-hang", "kill", "--",
                     "/usr/bin/python3", script, "30", "deadlock"], timeout=120, env={"HEISEN_PY_LOCKS": py_locks})
+    remove_pool_semaphores(p.stdout)
     assert p.returncode == 137, (p.returncode, p.stderr[-3000:])
     worker, parent = fact_int(p.stdout, "worker"), fact_int(p.stdout, "pid")
     err = p.stderr
