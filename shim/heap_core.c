@@ -1559,6 +1559,22 @@ static void tquar_exit(void *arg)
  * large one; a request of 2^56 bytes or more, or aligned beyond what the
  * tail word's offset field holds, is glibc's own (foreign).
  */
+/* A failed allocation of n bytes at stack: counted, errno kept; NULL. */
+static __attribute__((noinline, cold)) void *alloc_failed(size_t n, uint32_t stack)
+{
+	int e = errno;
+	count_failure(n, stack);
+	errno = e;
+	return NULL;
+}
+
+/* The allocation word of a live block: its stack id (0 when it does not
+ * fit 24 bits) and the stack table's epoch in the top byte. */
+static inline uint32_t alloc_word(uint32_t stack)
+{
+	return (stack < (1u << 24) ? stack : 0) | (__atomic_load_n(&stack_epoch, __ATOMIC_RELAXED) & 0xffu) << 24;
+}
+
 static inline __attribute__((always_inline)) void *blk_alloc(struct hs_tls *t, size_t n, size_t align, int zero, uint64_t site)
 {
 	size_t off, after, total;
@@ -1571,14 +1587,10 @@ static inline __attribute__((always_inline)) void *blk_alloc(struct hs_tls *t, s
 		after = canary_len_s(n);
 		r = zero ? __libc_calloc(1, HDR + n + after) : __libc_malloc(HDR + n + after);
 		stack = heap_stack(site);
-		if (HS_UNLIKELY(r == NULL)) {
-			int e = errno;
-			count_failure(n, stack);
-			errno = e;
-			return NULL;
-		}
+		if (HS_UNLIKELY(r == NULL))
+			return alloc_failed(n, stack);
 		u = r + HDR;
-		alloc = (stack < (1u << 24) ? stack : 0) | (__atomic_load_n(&stack_epoch, __ATOMIC_RELAXED) & 0xffu) << 24;
+		alloc = alloc_word(stack);
 		canary_put(u, n, after);
 		/* relaxed: the program's own hand-over of the pointer orders these stores for other threads */
 		__atomic_store_n(&hw(u)[1], ST_LIVE_S | (uint64_t)n << 8 | (uint64_t)alloc << 32, __ATOMIC_RELAXED);
@@ -1608,14 +1620,10 @@ static inline __attribute__((always_inline)) void *blk_alloc(struct hs_tls *t, s
 		r = __libc_memalign(align, total);
 	}
 	stack = heap_stack(site);
-	if (HS_UNLIKELY(r == NULL)) {
-		int e = errno;
-		count_failure(n, stack);
-		errno = e;
-		return NULL;
-	}
+	if (HS_UNLIKELY(r == NULL))
+		return alloc_failed(n, stack);
 	u = r + off;
-	alloc = (stack < (1u << 24) ? stack : 0) | (__atomic_load_n(&stack_epoch, __ATOMIC_RELAXED) & 0xffu) << 24;
+	alloc = alloc_word(stack);
 	if (zero && align > 16)
 		memset(u, 0, n);
 	tw = (uint64_t)alloc << 32 | (uint64_t)(off >> 4) << 8 | check8(u);
