@@ -207,10 +207,26 @@ out:
 
 /* ---- stacks ------------------------------------------------------------------- */
 
+static __attribute__((noinline)) void capture_unwind(struct gstack *g);
+
 /* The calling thread's stack into g: libheisen's own frames dropped from
  * the top, Python frames interleaved (stacks.c's hs_stack_here, kept here
- * instead of interned). */
+ * instead of interned).  With less than HS_UNWIND_ROOM of the thread's
+ * stack left (a PTHREAD_STACK_MIN thread deep in calls) no unwind at all:
+ * libunwind's cursor and the buffers below would overflow the program's
+ * stack, so g is left empty and marked truncated (the finding then says
+ * its stack was not recorded), as stacks.c does for its own unwinds. */
 static void capture(struct gstack *g)
+{
+	if (HS_UNLIKELY(hs_stack_room((uintptr_t)__builtin_frame_address(0)) < HS_UNWIND_ROOM)) {
+		g->depth = 0;
+		g->flags = HS_STACK_TRUNCATED;
+		return;
+	}
+	capture_unwind(g);
+}
+
+static __attribute__((noinline)) void capture_unwind(struct gstack *g)
 {
 	void *buf[HS_STACK_DEPTH + 12];
 	uint64_t pcs[2 * HS_STACK_DEPTH + 13];
