@@ -133,6 +133,12 @@ def test_command_options_are_not_ours(heisen):
 
 # ---- signals ------------------------------------------------------------
 
+# The wait is short sleeps in a loop, not one time.sleep(30): a signal that
+# arrives after the interpreter last looked for signals and before the sleep's
+# system call runs its Python handler only when that sleep returns (PEP 475
+# retries nothing here: clock_nanosleep was never interrupted).  Natively the
+# window is a few instructions; a preempted child under load, or the GIL
+# release hook of a preloaded heisen, widens it.  The loop bounds the delay.
 HANDLER = """
 import os, signal, sys, time
 def h(sig, frame):
@@ -140,7 +146,9 @@ def h(sig, frame):
     sys.exit({code})
 signal.signal(signal.{sig}, h)
 print("ready", os.getpid(), flush=True)
-time.sleep(30)
+end = time.monotonic() + 30
+while time.monotonic() < end:
+    time.sleep(0.05)
 sys.exit(99)
 """
 
@@ -417,7 +425,8 @@ def test_pid1_terminates_leftovers_when_the_command_ends(heisen, tmp_path):
     leftover = (f"import signal,sys,time\n"
                 f"signal.signal(signal.SIGTERM, lambda *a: (open({str(mark)!r}, 'w').write('TERM'), sys.exit(0)))\n"
                 f"open({str(ready)!r}, 'w').close()\n"
-                f"time.sleep(60)\n")
+                f"end = time.monotonic() + 60\n"
+                f"while time.monotonic() < end: time.sleep(0.05)\n")  # see HANDLER
     script = (f"{SYSTEM_PYTHON} -c \"$0\" & i=0; "
               f"while [ ! -e {ready} ] && [ $i -lt 600 ]; do sleep 0.05; i=$((i+1)); done; exit 5")
     t = time.monotonic()
