@@ -593,18 +593,17 @@ def proc_cost(build, shim, dump, sess, quick, notes):
             os.unlink(f)
         return took
 
-    # the sessions in /dev/shm, as heisen's own default puts them (a file system
-    # in memory); one more row with them under TMPDIR, a disk here
-    shm = Session("/dev/shm") if os.path.isdir("/dev/shm") else sess
-    configs = heisen_configs(shim, shm) + [
-        ("heisen, sessions under %s" % tempfile.gettempdir(), lambda: {"LD_PRELOAD": shim, "HEISEN_DIR": sess.new()})]
+    # the sessions in /dev/shm (sess), as heisen's own default puts them (a file
+    # system in memory); one more row with them under TMPDIR, a disk here
+    disk = Session(tempfile.gettempdir())
+    configs = heisen_configs(shim, sess) + [
+        ("heisen, sessions under %s" % tempfile.gettempdir(), lambda: {"LD_PRELOAD": shim, "HEISEN_DIR": disk.new()})]
     try:
         st, checked = interleaved(configs, reps, starts,
                                   {"heisen": lambda env, _: "/bin/true under heisen: " +
                                    check_samples(dump, env["HEISEN_DIR"])})
     finally:
-        if shm is not sess:
-            shm.close()
+        disk.close()
     notes.extend(checked)
     smed = {name: statistics.median(v) for name, v in st.items()}
     table("7c. starting a process — /bin/true from Python's subprocess.run, ms per process, median of %d x %d "
@@ -722,7 +721,9 @@ def main():
     n_gil = 500000 if quick else 2000000
     gil_inner = 3
 
-    sess = Session()
+    # sessions where heisen's default puts them: /dev/shm, a file system in
+    # memory (part 7c adds one row with them on TMPDIR's disk)
+    sess = Session("/dev/shm" if os.path.isdir("/dev/shm") else None)
     started = time.perf_counter()
     print("heisen bench: %s" % " ".join([PYTHON] + sys.argv))
     print("cpu: %s, %d cpus; kernel %s; build %s; source %s" % (cpu_model(), os.cpu_count(), platform.release(),
