@@ -661,6 +661,23 @@ static void sessions_cap(const char *base)
 		say_mib("sessions with live processes or findings still hold MiB: ", total, "");
 }
 
+/*
+ * setenv(name, value) unless the environment already says exactly that:
+ * an image of a session started by a parent of it (every process but the
+ * first) finds HEISEN_DIR and HEISEN_SESSION_AUTO set as they should be,
+ * and glibc's setenv allocates (a new environ array and the string), which
+ * in a program that never calls malloc itself (/bin/true, most of a shell
+ * script's commands) is malloc's whole start-up: two brk calls, the tcache
+ * and heisen's heap bookkeeping, ~10 page faults (bench/README.md "Process
+ * start: nothing an image does not need").
+ */
+static void export_env(const char *name, const char *value)
+{
+	const char *now = getenv(name);
+	if (!now || strcmp(now, value) != 0)
+		setenv(name, value, 1);
+}
+
 int hs_session_setup(void)
 {
 	const char *dir = getenv("HEISEN_DIR");
@@ -727,11 +744,11 @@ int hs_session_setup(void)
 	if (session_default && refs_join(session_dir) != 0)
 		session_default = 0;
 	if (session_default)
-		setenv("HEISEN_SESSION_AUTO", "1", 1);
+		export_env("HEISEN_SESSION_AUTO", "1");
 	else if (autov)
 		unsetenv("HEISEN_SESSION_AUTO");
 	/* the whole process tree shares the session */
-	setenv("HEISEN_DIR", session_dir, 1);
+	export_env("HEISEN_DIR", session_dir);
 	return 0;
 }
 
