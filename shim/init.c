@@ -149,7 +149,10 @@ static int inherit_tables(struct hs_seg *to, const struct hs_seg *from)
 	for (size_t i = 0; i < N_ARRAYS; i++) {
 		enum hs_table_id k = inherited_arrays[i];
 		n[i] = inherited_count(ft, k);
-		if (n[i])
+		/* a table holding only its entry 0 ("none": stacks, Python frames) has nothing
+		   to copy, and its entry 0 may be a hole in the parent (segment.c,
+		   reserved_zero_lazy): copying it would give both files a page of zeros */
+		if (n[i] > 1 || (n[i] == 1 && k != HS_T_STACKS && k != HS_T_PYFRAMES))
 			r[nr++] = (struct hs_seg_range){ft[k].offset, (uint64_t)n[i] * ft[k].entry_size, 0};
 	}
 	if (hs_seg_copy_ranges(to, from, r, nr) != 0) {
