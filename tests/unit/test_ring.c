@@ -264,6 +264,14 @@ static void test_no_space(void)
 	/* the hash indexes and the fd table get store a page at a time, not at creation */
 	CHECK((uint64_t)st.st_blocks * 512 <= 128 * 1024);
 	{
+		/* a reserved entry 0 ("none") gets its store with its table's first real entry */
+		const struct hs_table *lk = &hs_seg.hdr->tables[HS_T_LOCKS];
+		CHECK(!hs_seg_committed(&hs_seg, lk->offset, lk->entry_size));
+		CHECK(hs_seg_commit_entry(&hs_seg, HS_T_LOCKS, 1) == 0);
+		CHECK(hs_seg_committed(&hs_seg, lk->offset, lk->entry_size));
+		CHECK(hs_seg_committed(&hs_seg, lk->offset + lk->entry_size, lk->entry_size));
+	}
+	{
 		/* strings commit page by page until the room is gone: then the table counts as full */
 		static char s[1000];
 		uint32_t ok = 0;
