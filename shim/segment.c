@@ -665,11 +665,9 @@ static void sessions_cap(const char *base)
  * setenv(name, value) unless the environment already says exactly that:
  * an image of a session started by a parent of it (every process but the
  * first) finds HEISEN_DIR and HEISEN_SESSION_AUTO set as they should be,
- * and glibc's setenv allocates (a new environ array and the string), which
- * in a program that never calls malloc itself (/bin/true, most of a shell
- * script's commands) is malloc's whole start-up: two brk calls, the tcache
- * and heisen's heap bookkeeping, ~10 page faults (bench/README.md "Process
- * start: nothing an image does not need").
+ * and glibc's setenv copies "name=value" to the heap (a malloc, and a
+ * new environ array when the name is new) in every image for nothing
+ * (bench/README.md "Process start: nothing an image does not need").
  */
 static void export_env(const char *name, const char *value)
 {
