@@ -661,6 +661,21 @@ static void sessions_cap(const char *base)
 		say_mib("sessions with live processes or findings still hold MiB: ", total, "");
 }
 
+/*
+ * setenv(name, value) unless the environment already says exactly that:
+ * an image of a session started by a parent of it (every process but the
+ * first) finds HEISEN_DIR and HEISEN_SESSION_AUTO set as they should be,
+ * and glibc's setenv copies "name=value" to the heap (a malloc, and a
+ * new environ array when the name is new) in every image for nothing
+ * (bench/README.md "Process start: nothing an image does not need").
+ */
+static void export_env(const char *name, const char *value)
+{
+	const char *now = getenv(name);
+	if (!now || strcmp(now, value) != 0)
+		setenv(name, value, 1);
+}
+
 int hs_session_setup(void)
 {
 	const char *dir = getenv("HEISEN_DIR");
@@ -727,11 +742,11 @@ int hs_session_setup(void)
 	if (session_default && refs_join(session_dir) != 0)
 		session_default = 0;
 	if (session_default)
-		setenv("HEISEN_SESSION_AUTO", "1", 1);
+		export_env("HEISEN_SESSION_AUTO", "1");
 	else if (autov)
 		unsetenv("HEISEN_SESSION_AUTO");
 	/* the whole process tree shares the session */
-	setenv("HEISEN_DIR", session_dir, 1);
+	export_env("HEISEN_DIR", session_dir);
 	return 0;
 }
 
@@ -868,9 +883,28 @@ int hs_seg_committed(const struct hs_seg *s, uint64_t off, uint64_t len)
 	return 1;
 }
 
+/*
+ * Tables whose entry 0 means "none": their entry 0 gets its store with the
+ * table's first real entry (hs_seg_commit_entry), not at creation.  A short
+ * process that takes no lock and records no stack or Python frame never
+ * touches them, and committing them at creation cost it four to five tmpfs
+ * pages (~3 us each, bench/README.md "Process start: nothing an image does
+ * not need").  The writer reads an entry only through an id it was given
+ * (never 0: every reader tests for "none" first); the readers
+ * (heisen-dump, heisen-run) map the segment's holes as zeros
+ * (internal/seg_holes.h).
+ */
+static int reserved_zero_lazy(enum hs_table_id t)
+{
+	return t == HS_T_STACKS || t == HS_T_LOCKS || t == HS_T_EDGES || t == HS_T_PYFRAMES;
+}
+
 int hs_seg_commit_entry(struct hs_seg *s, enum hs_table_id t, uint64_t i)
 {
 	const struct hs_table *tb = &s->hdr->tables[t];
+	/* entry 0 ("none") with the first real one (reserved_zero_lazy); a bit test once committed */
+	if (i != 0 && reserved_zero_lazy(t) && hs_seg_commit(s, tb->offset, tb->entry_size) != 0)
+		return -1;
 	return hs_seg_commit(s, tb->offset + i * tb->entry_size, tb->entry_size);
 }
 
@@ -895,8 +929,8 @@ int hs_seg_commit_entry(struct hs_seg *s, enum hs_table_id t, uint64_t i)
 static const enum hs_table_id eager_tables[] = {
 	HS_T_FINDINGS,
 };
-/* Tables whose entry 0 means "none" (and the strings' offset 0): committed at creation too. */
-static const enum hs_table_id reserved_zero[] = {HS_T_STRINGS, HS_T_STACKS, HS_T_LOCKS, HS_T_EDGES, HS_T_PYFRAMES};
+/* The strings' offset 0 (the empty string every absent name reads): committed at creation too. */
+static const enum hs_table_id reserved_zero[] = {HS_T_STRINGS};
 
 /*
  * Give the new segment h (mapped, size bytes, file fd) the backing store it
@@ -1010,11 +1044,13 @@ static void mark_execed(const char *path, pid_t pid, uint64_t ticks, unsigned ne
  * is needed now (commit_initial).  NULL with errno when short of space or
  * the mapping fails.
  */
-static struct hs_header *map_segment(int fd, const struct hs_header *layout)
+static struct hs_header *map_segment(int fd, const struct hs_header *layout, int retry)
 {
 	struct hs_header *h;
 	int err;
-	if (hs_sys.ftruncate(fd, 0) != 0 || hs_sys.ftruncate(fd, (off_t)layout->segment_size) != 0)
+	/* a retry (the small geometry) first gives back what the first try allocated;
+	   a fresh file is empty already */
+	if ((retry && hs_sys.ftruncate(fd, 0) != 0) || hs_sys.ftruncate(fd, (off_t)layout->segment_size) != 0)
 		return NULL;
 	h = hs_sys.mmap(NULL, layout->segment_size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
 	if (h == MAP_FAILED)
@@ -1162,14 +1198,14 @@ int hs_segment_create(int forked)
 
 	struct hs_header probe;
 	hs_layout(&probe, &g);
-	h = map_segment(fd, &probe);
+	h = map_segment(fd, &probe, 0);
 	if (!h) {
 		int err = errno;
 		struct hs_geometry small = HS_GEOMETRY_SMALL;
 		small.ring_records = g.ring_records < small.ring_records ? g.ring_records : small.ring_records;
 		g = small;
 		hs_layout(&probe, &g);
-		h = map_segment(fd, &probe);
+		h = map_segment(fd, &probe, 1);
 		if (!h) {
 			warn3("no space for a segment in ", session_dir,
 			      "; not recording this process (set HEISEN_DIR to a larger volume)", errno);

@@ -49,10 +49,11 @@ def tiny_tmpfs(tmp_path):
 
 
 def test_short_of_space_falls_back_to_a_small_segment(heisen, tiny_tmpfs):
-    # room for a small segment's start (~32 KiB with the session's files) but not
-    # a default one's (~48 KiB: the modules, the hash indexes and the fd table
-    # get their store later, a page at a time)
-    d = tiny_tmpfs("40k") / "session"
+    # room for a small segment's start (16-24 KiB with the session's files) but
+    # not a default one's (28 KiB: the modules, the hash indexes, the fd table
+    # and the reserved entries of stacks, locks, edges and Python frames get
+    # their store later, a page at a time)
+    d = tiny_tmpfs("20k") / "session"
     p = heisen.preload(["/bin/sh", "-c", "echo out; exit 7"], d)
     assert p.returncode == 7
     assert p.stdout == "out\n"
@@ -66,7 +67,7 @@ def test_short_of_space_falls_back_to_a_small_segment(heisen, tiny_tmpfs):
 
 
 def test_no_space_at_all_records_nothing_and_harms_nothing(heisen, tiny_tmpfs):
-    d = tiny_tmpfs("24k") / "session"  # below a small segment's start (~32 KiB)
+    d = tiny_tmpfs("8k") / "session"  # below a small segment's start (16 KiB)
     # threads and locks, so that every hook runs while nothing is recorded
     code = ("import threading, sqlite3\n"
             "def w():\n"
