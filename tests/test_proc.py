@@ -453,8 +453,9 @@ ENV_FACTS = ("cpu_online", "cpu_quota_us", "cpu_period_us", "memory_limit_bytes"
 
 def test_images_of_one_cgroup_share_its_facts_and_a_moved_image_reads_its_own(heisen, session, tmp_path):
     """A shell's images started back to back in one cgroup read the cgroup
-    and CPU files of /sys once between them (the session's environment
-    cache, shim/proc.c), and each records what the reader recorded; an image
+    and CPU files of /sys once per cache period between them (the session's
+    environment cache, shim/proc.c: 0.1 s), and each records what the reader
+    recorded; an image
     moved into a memory-limited cgroup between its fork and its exec (as a
     container runtime does) right after them records its own limit."""
     if not shutil.which("strace"):
@@ -462,15 +463,18 @@ def test_images_of_one_cgroup_share_its_facts_and_a_moved_image_reads_its_own(he
     trace = tmp_path / "trace"
     p = subprocess.run(["strace", "-f", "-qq", "-e", "trace=openat", "-o", str(trace),
                         "-E", f"LD_PRELOAD={heisen.lib}", "-E", f"HEISEN_DIR={session}",
-                        "sh", "-c", "for i in 1 2 3 4 5 6 7 8; do /bin/true; done"],
+                        "sh", "-c", "i=0; while [ $i -lt 16 ]; do /bin/true; i=$((i+1)); done"],
                        env=heisen.env(), capture_output=True, text=True, timeout=120)
     assert p.returncode == 0, p.stderr
     r = heisen.dump_json(session, expect_rc=0)
     images = [pr for pr in r["processes"] if pr["argv"] == ["/bin/true"]]
     (shell,) = [pr for pr in r["processes"] if pr["argv"][:1] == ["sh"]]
-    assert len(images) == 8
+    assert len(images) == 16
     readers = {int(ln.split()[0]) for ln in trace.read_text().splitlines() if "/sys/devices/system/cpu/online" in ln}
-    assert readers and len(readers) < 3, (sorted(readers), [pr["pid"] for pr in images])
+    # without the cache all 17 processes read /sys; with it, one per 0.1 s
+    # (two or three when the machine is quiet: 16 starts under strace take
+    # well under a second even at load 7, so at most half of them read)
+    assert readers and len(readers) <= len(images) // 2, (sorted(readers), [pr["pid"] for pr in images])
     for pr in images:
         assert {k: pr["environment"][k] for k in ENV_FACTS} == {k: shell["environment"][k] for k in ENV_FACTS}
         assert pr["environment"]["inherited"] is False
