@@ -18,10 +18,10 @@
  * free, as the heap checker's canary would have been: a short overflow of
  * a sampled block is a heap-overflow finding at its free (allocation and
  * free stacks), never a miss the unsampled block would not have had.
- * When the block is freed its page becomes inaccessible (a fresh PROT_NONE
- * mapping over it, which also gives its memory back) and the slot waits at the tail of a
- * FIFO of free slots, so it is reused as late as possible: a read or write
- * through a dangling pointer faults.  signals.c's crash handler asks
+ * When the block is freed its page becomes inaccessible (mprotect; the page
+ * stays resident, at most HEISEN_GUARD_SLOTS pages in all) and the slot
+ * waits at the tail of a FIFO of free slots, so it is reused as late as
+ * possible: a read or write through a dangling pointer faults.  signals.c's crash handler asks
  * hs_guard_fault() first: a fault inside the pool becomes a use-after-free
  * or heap-buffer-overflow finding with the access, free and allocation
  * stacks (format.h "guard findings"); then the process dies of the signal
@@ -29,11 +29,14 @@
  * made accessible and the program goes on (=continue).  A second free of a
  * sampled block is a double-free finding with the three stacks.
  *
- * Cost.  The decision is a thread-local countdown (no atomics, no shared
- * line) decremented by every allocation; only when it reaches zero does the
- * slow path run (a full unwind for the allocation stack, mprotect), and a
- * free or realloc asks hs_guard_owns(), one range check.  Slots and
- * metadata live in private mappings, never in malloc'd memory.
+ * Cost (docs/design.md "Guard pages", measured in bench/README.md).  The
+ * decision is a thread-local countdown (no atomics, no shared line)
+ * decremented by every allocation; only when it reaches zero does the slow
+ * path run, and a free or realloc asks hs_guard_owns(), one range check.
+ * A sample is two mprotect calls (open at the allocation, close at the
+ * free) and two unwinds; the close's TLB shootdown is nearly all of it
+ * (the unwinds are a few thousand instructions).  Slots and metadata live
+ * in private mappings, never in malloc'd memory.
  *
  * Limits (README.md "Guard pages"): only sampled allocations are checked,
  * so a given bug is caught with probability about 1/rate per run (rate 1:
@@ -384,7 +387,7 @@ HS_HIDDEN void *hs_guard_malloc(size_t n, size_t align, int zero)
 		return NULL;
 	}
 	if (zero)
-		memset((void *)u, 0, n); /* the free's fresh mapping zeroed it, unless "continue" let a write in */
+		memset((void *)u, 0, n); /* the slot's page keeps its last block's bytes */
 	memset((void *)(u + n), SLACK_BYTE, slack_end(base, u, n) - (u + n));
 	s = &slots[i];
 	s->user = u;
@@ -528,11 +531,14 @@ HS_HIDDEN void hs_guard_free(void *p)
 			;
 		if (b < end && !quiet && t)
 			slack_overflow(t, s);
-		/* one system call takes the memory back and the access away (GWP-ASan's
-		   deallocation): a fresh inaccessible page in place, merged with its guards */
-		if (hs_sys.mmap((void *)base, page, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE | MAP_FIXED,
-				-1, 0) == MAP_FAILED)
-			sys_mprotect(base, page, PROT_NONE);
+		/* one system call takes the access away; the page stays resident, so the
+		   slot's next block costs no page fault, no zeroing and no freed page
+		   (a fresh PROT_NONE mapping, GWP-ASan's way, cost a third more a
+		   sample: docs/design.md "Guard pages").  If the kernel cannot
+		   (ENOMEM: too many mappings), a fresh mapping in place */
+		if (sys_mprotect(base, page, PROT_NONE) != 0)
+			hs_sys.mmap((void *)base, page, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE | MAP_FIXED,
+				    -1, 0);
 		hs_spin_lock(&fifo_lock);
 		fifo[(fifo_head + fifo_count) % nslots] = (uint32_t)i;
 		fifo_count++;
