@@ -90,7 +90,7 @@ struct gslot {
 	uint32_t state;         /* [atomic] SLOT_*; LIVE published with release after the fields */
 	int32_t alloc_tid;
 	int32_t free_tid;
-	uint32_t pad;
+	uint32_t own_vma;       /* 1: the slot's page is a mapping of its own (own_vma_mark) */
 	struct gstack alloc;    /* full unwind at the allocation, Python frames included */
 	struct gstack free;     /* and at the free */
 };
@@ -125,6 +125,24 @@ static inline uintptr_t slot_page(uint32_t i)
 static int sys_mprotect(uintptr_t addr, size_t len, int prot)
 {
 	return hs_sys.mprotect((void *)addr, len, prot);
+}
+
+/*
+ * Make slot s's page (at base, just opened) a mapping of its own for good,
+ * once per slot: MADV_NOHUGEPAGE (meaningless for a lone 4 KiB page) gives
+ * it flags its guard pages do not have, so the kernel never merges it with
+ * them.  Without it every close merged the page into its guards' mapping
+ * and the next open split it out again: two changes to the process's
+ * memory map under its write lock, about two thirds of a sample's cost
+ * (docs/design.md "Guard pages"; bench/README.md).  A kernel without
+ * transparent huge pages refuses it: the slot then works as before.
+ */
+static void own_vma_mark(struct gslot *s, uintptr_t base)
+{
+	if (HS_LIKELY(s->own_vma))
+		return;
+	(void)hs_sys.madvise((void *)base, page, MADV_NOHUGEPAGE);
+	s->own_vma = 1; /* tried: a refusal is not asked again */
 }
 
 /* ---- configuration ------------------------------------------------------------ */
@@ -386,10 +404,11 @@ HS_HIDDEN void *hs_guard_malloc(size_t n, size_t align, int zero)
 		errno = e;
 		return NULL;
 	}
+	s = &slots[i];
+	own_vma_mark(s, base);
 	if (zero)
 		memset((void *)u, 0, n); /* the slot's page keeps its last block's bytes */
 	memset((void *)(u + n), SLACK_BYTE, slack_end(base, u, n) - (u + n));
-	s = &slots[i];
 	s->user = u;
 	s->size = n;
 	capture(&s->alloc);
@@ -536,9 +555,11 @@ HS_HIDDEN void hs_guard_free(void *p)
 		   (a fresh PROT_NONE mapping, GWP-ASan's way, cost a third more a
 		   sample: docs/design.md "Guard pages").  If the kernel cannot
 		   (ENOMEM: too many mappings), a fresh mapping in place */
-		if (sys_mprotect(base, page, PROT_NONE) != 0)
+		if (sys_mprotect(base, page, PROT_NONE) != 0) {
 			hs_sys.mmap((void *)base, page, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE | MAP_FIXED,
 				    -1, 0);
+			s->own_vma = 0; /* a new mapping: its flags are gone */
+		}
 		hs_spin_lock(&fifo_lock);
 		fifo[(fifo_head + fifo_count) % nslots] = (uint32_t)i;
 		fifo_count++;
