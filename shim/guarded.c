@@ -65,6 +65,11 @@
 #define GUARD_RATE_DEFAULT 5000u
 #define GUARD_SLOTS_DEFAULT 64u
 #define GUARD_SLOTS_MAX 16384u
+/* Slots kept as mappings of their own (own_vma_mark) only up to this many:
+ * each costs the process two entries in its memory map for good (the page
+ * and the guard after it), and vm.max_map_count (65530 by default) is the
+ * program's to use, not ours. */
+#define OWN_VMA_SLOTS_MAX 1024u
 
 enum { SLOT_UNUSED = 0, SLOT_LIVE = 1, SLOT_FREED = 2 };
 enum { GUARD_UNKNOWN = 0, GUARD_INIT = 1, GUARD_OFF = 2, GUARD_ON = 3 };
@@ -135,11 +140,12 @@ static int sys_mprotect(uintptr_t addr, size_t len, int prot)
  * and the next open split it out again: two changes to the process's
  * memory map under its write lock, about two thirds of a sample's cost
  * (docs/design.md "Guard pages"; bench/README.md).  A kernel without
- * transparent huge pages refuses it: the slot then works as before.
+ * transparent huge pages refuses it, and pools of more than
+ * OWN_VMA_SLOTS_MAX slots skip it: their slots then work as before.
  */
 static void own_vma_mark(struct gslot *s, uintptr_t base)
 {
-	if (HS_LIKELY(s->own_vma))
+	if (HS_LIKELY(s->own_vma) || nslots > OWN_VMA_SLOTS_MAX)
 		return;
 	(void)hs_sys.madvise((void *)base, page, MADV_NOHUGEPAGE);
 	s->own_vma = 1; /* tried: a refusal is not asked again */
