@@ -21,10 +21,10 @@
  * When the block is freed its page becomes inaccessible (mprotect; the page
  * stays resident, at most HEISEN_GUARD_SLOTS pages in all) and the slot
  * waits at the tail of a FIFO of free slots, so it is reused as late as
- * possible: a read or write through a dangling pointer faults.  signals.c's crash handler asks
- * hs_guard_fault() first: a fault inside the pool becomes a use-after-free
- * or heap-buffer-overflow finding with the access, free and allocation
- * stacks (format.h "guard findings"); then the process dies of the signal
+ * possible: a read or write through a dangling pointer faults.  signals.c's
+ * crash handler asks hs_guard_fault() first: a fault inside the pool
+ * becomes a use-after-free or heap-buffer-overflow finding with the
+ * access, free and allocation stacks (format.h "guard findings"); then the process dies of the signal
  * as it would have (HEISEN_ON_HEAP_ERROR=abort, the default) or the page is
  * made accessible and the program goes on (=continue).  A second free of a
  * sampled block is a double-free finding with the three stacks.
@@ -34,9 +34,10 @@
  * decremented by every allocation; only when it reaches zero does the slow
  * path run, and a free or realloc asks hs_guard_owns(), one range check.
  * A sample is two mprotect calls (open at the allocation, close at the
- * free) and two unwinds; the close's TLB shootdown is nearly all of it
- * (the unwinds are a few thousand instructions).  Slots and metadata live
- * in private mappings, never in malloc'd memory.
+ * free) and two unwinds; the two system calls are nearly all of it (the
+ * unwinds are a few thousand instructions), and each slot's page is a
+ * mapping of its own (own_vma_mark) so that they stay cheap.  Slots and
+ * metadata live in private mappings, never in malloc'd memory.
  *
  * Limits (README.md "Guard pages"): only sampled allocations are checked,
  * so a given bug is caught with probability about 1/rate per run (rate 1:
@@ -558,9 +559,9 @@ HS_HIDDEN void hs_guard_free(void *p)
 			slack_overflow(t, s);
 		/* one system call takes the access away; the page stays resident, so the
 		   slot's next block costs no page fault, no zeroing and no freed page
-		   (a fresh PROT_NONE mapping, GWP-ASan's way, cost a third more a
-		   sample: docs/design.md "Guard pages").  If the kernel cannot
-		   (ENOMEM: too many mappings), a fresh mapping in place */
+		   (GWP-ASan maps a fresh PROT_NONE page over it instead: docs/design.md
+		   "Guard pages").  If the kernel cannot (ENOMEM: too many mappings), a
+		   fresh mapping in place */
 		if (sys_mprotect(base, page, PROT_NONE) != 0) {
 			hs_sys.mmap((void *)base, page, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE | MAP_FIXED,
 				    -1, 0);
