@@ -24,9 +24,10 @@
  * possible: a read or write through a dangling pointer faults.  signals.c's
  * crash handler asks hs_guard_fault() first: a fault inside the pool
  * becomes a use-after-free or heap-buffer-overflow finding with the
- * access, free and allocation stacks (format.h "guard findings"); then the process dies of the signal
- * as it would have (HEISEN_ON_HEAP_ERROR=abort, the default) or the page is
- * made accessible and the program goes on (=continue).  A second free of a
+ * access, free and allocation stacks (format.h "guard findings"); then
+ * the process dies of the signal as it would have (HEISEN_ON_HEAP_ERROR=
+ * abort, the default) or the page is made accessible and the program goes
+ * on (=continue).  A second free of a
  * sampled block is a double-free finding with the three stacks.
  *
  * Cost (docs/design.md "Guard pages", measured in bench/README.md).  The
