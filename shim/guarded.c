@@ -18,21 +18,26 @@
  * free, as the heap checker's canary would have been: a short overflow of
  * a sampled block is a heap-overflow finding at its free (allocation and
  * free stacks), never a miss the unsampled block would not have had.
- * When the block is freed its page becomes inaccessible (a fresh PROT_NONE
- * mapping over it, which also gives its memory back) and the slot waits at the tail of a
- * FIFO of free slots, so it is reused as late as possible: a read or write
- * through a dangling pointer faults.  signals.c's crash handler asks
- * hs_guard_fault() first: a fault inside the pool becomes a use-after-free
- * or heap-buffer-overflow finding with the access, free and allocation
- * stacks (format.h "guard findings"); then the process dies of the signal
- * as it would have (HEISEN_ON_HEAP_ERROR=abort, the default) or the page is
- * made accessible and the program goes on (=continue).  A second free of a
+ * When the block is freed its page becomes inaccessible (mprotect; the page
+ * stays resident, at most HEISEN_GUARD_SLOTS pages in all) and the slot
+ * waits at the tail of a FIFO of free slots, so it is reused as late as
+ * possible: a read or write through a dangling pointer faults.  signals.c's
+ * crash handler asks hs_guard_fault() first: a fault inside the pool
+ * becomes a use-after-free or heap-buffer-overflow finding with the
+ * access, free and allocation stacks (format.h "guard findings"); then
+ * the process dies of the signal as it would have (HEISEN_ON_HEAP_ERROR=
+ * abort, the default) or the page is made accessible and the program goes
+ * on (=continue).  A second free of a
  * sampled block is a double-free finding with the three stacks.
  *
- * Cost.  The decision is a thread-local countdown (no atomics, no shared
- * line) decremented by every allocation; only when it reaches zero does the
- * slow path run (a full unwind for the allocation stack, mprotect), and a
- * free or realloc asks hs_guard_owns(), one range check.  Slots and
+ * Cost (docs/design.md "Guard pages", measured in bench/README.md).  The
+ * decision is a thread-local countdown (no atomics, no shared line)
+ * decremented by every allocation; only when it reaches zero does the slow
+ * path run, and a free or realloc asks hs_guard_owns(), one range check.
+ * A sample is two mprotect calls (open at the allocation, close at the
+ * free) and two unwinds; the two system calls are nearly all of it (the
+ * unwinds are a few thousand instructions), and each slot's page is a
+ * mapping of its own (own_vma_mark) so that they stay cheap.  Slots and
  * metadata live in private mappings, never in malloc'd memory.
  *
  * Limits (README.md "Guard pages"): only sampled allocations are checked,
@@ -62,6 +67,11 @@
 #define GUARD_RATE_DEFAULT 5000u
 #define GUARD_SLOTS_DEFAULT 64u
 #define GUARD_SLOTS_MAX 16384u
+/* Slots kept as mappings of their own (own_vma_mark) only up to this many:
+ * each costs the process two entries in its memory map for good (the page
+ * and the guard after it), and vm.max_map_count (65530 by default) is the
+ * program's to use, not ours. */
+#define OWN_VMA_SLOTS_MAX 1024u
 
 enum { SLOT_UNUSED = 0, SLOT_LIVE = 1, SLOT_FREED = 2 };
 enum { GUARD_UNKNOWN = 0, GUARD_INIT = 1, GUARD_OFF = 2, GUARD_ON = 3 };
@@ -87,7 +97,7 @@ struct gslot {
 	uint32_t state;         /* [atomic] SLOT_*; LIVE published with release after the fields */
 	int32_t alloc_tid;
 	int32_t free_tid;
-	uint32_t pad;
+	uint32_t own_vma;       /* 1: the slot's page is a mapping of its own (own_vma_mark) */
 	struct gstack alloc;    /* full unwind at the allocation, Python frames included */
 	struct gstack free;     /* and at the free */
 };
@@ -122,6 +132,25 @@ static inline uintptr_t slot_page(uint32_t i)
 static int sys_mprotect(uintptr_t addr, size_t len, int prot)
 {
 	return hs_sys.mprotect((void *)addr, len, prot);
+}
+
+/*
+ * Make slot s's page (at base, just opened) a mapping of its own for good,
+ * once per slot: MADV_NOHUGEPAGE (meaningless for a lone 4 KiB page) gives
+ * it flags its guard pages do not have, so the kernel never merges it with
+ * them.  Without it every close merged the page into its guards' mapping
+ * and the next open split it out again: two changes to the process's
+ * memory map under its write lock, about two thirds of a sample's cost
+ * (docs/design.md "Guard pages"; bench/README.md).  A kernel without
+ * transparent huge pages refuses it, and pools of more than
+ * OWN_VMA_SLOTS_MAX slots skip it: their slots then work as before.
+ */
+static void own_vma_mark(struct gslot *s, uintptr_t base)
+{
+	if (HS_LIKELY(s->own_vma) || nslots > OWN_VMA_SLOTS_MAX)
+		return;
+	(void)hs_sys.madvise((void *)base, page, MADV_NOHUGEPAGE);
+	s->own_vma = 1; /* tried: a refusal is not asked again */
 }
 
 /* ---- configuration ------------------------------------------------------------ */
@@ -383,10 +412,11 @@ HS_HIDDEN void *hs_guard_malloc(size_t n, size_t align, int zero)
 		errno = e;
 		return NULL;
 	}
-	if (zero)
-		memset((void *)u, 0, n); /* the free's fresh mapping zeroed it, unless "continue" let a write in */
-	memset((void *)(u + n), SLACK_BYTE, slack_end(base, u, n) - (u + n));
 	s = &slots[i];
+	own_vma_mark(s, base);
+	if (zero)
+		memset((void *)u, 0, n); /* the slot's page keeps its last block's bytes */
+	memset((void *)(u + n), SLACK_BYTE, slack_end(base, u, n) - (u + n));
 	s->user = u;
 	s->size = n;
 	capture(&s->alloc);
@@ -528,11 +558,16 @@ HS_HIDDEN void hs_guard_free(void *p)
 			;
 		if (b < end && !quiet && t)
 			slack_overflow(t, s);
-		/* one system call takes the memory back and the access away (GWP-ASan's
-		   deallocation): a fresh inaccessible page in place, merged with its guards */
-		if (hs_sys.mmap((void *)base, page, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE | MAP_FIXED,
-				-1, 0) == MAP_FAILED)
-			sys_mprotect(base, page, PROT_NONE);
+		/* one system call takes the access away; the page stays resident, so the
+		   slot's next block costs no page fault, no zeroing and no freed page
+		   (GWP-ASan maps a fresh PROT_NONE page over it instead: docs/design.md
+		   "Guard pages").  If the kernel cannot (ENOMEM: too many mappings), a
+		   fresh mapping in place */
+		if (sys_mprotect(base, page, PROT_NONE) != 0) {
+			hs_sys.mmap((void *)base, page, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE | MAP_FIXED,
+				    -1, 0);
+			s->own_vma = 0; /* a new mapping: its flags are gone */
+		}
 		hs_spin_lock(&fifo_lock);
 		fifo[(fifo_head + fifo_count) % nslots] = (uint32_t)i;
 		fifo_count++;

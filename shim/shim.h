@@ -1520,8 +1520,8 @@ void hs_fmt_hex(char *buf, uint64_t v);
  * an inaccessible page on each side, inaccessible itself once freed, so
  * use-after-free and buffer overflows on it fault and become findings.
  */
-extern __thread int32_t hs_guard_countdown __attribute__((tls_model("initial-exec")));
-extern uintptr_t hs_guard_lo, hs_guard_len; /* [atomic] the pool; 0 until the first sampled allocation */
+extern HS_HIDDEN __thread int32_t hs_guard_countdown __attribute__((tls_model("initial-exec")));
+extern HS_HIDDEN uintptr_t hs_guard_lo, hs_guard_len; /* [atomic] the pool; 0 until the first sampled allocation; hidden: the free hook reads them directly, not through the GOT */
 
 /* Read HEISEN_GUARD_RATE / HEISEN_GUARD_SLOTS / HEISEN_ON_HEAP_ERROR.  Init
  * only, after hs_recording is set; the pool is reserved lazily. */

@@ -4,6 +4,7 @@
  * malloc; under heisen with HEISEN_GUARD_RATE=1 (every allocation sampled)
  * the blocks sit in guard pages and the access faults:
  *   uaf-read    a 40-byte record is freed, then a field 8 bytes in is read
+ *               (and printed, "read V", when the program goes on)
  *   uaf-write   the same, a field 16 bytes in is written
  *   overflow    one byte written just past a 32-byte buffer
  *   underflow   the 8 bytes just before a 32-byte buffer read (a length
@@ -77,9 +78,10 @@ int main(int argc, char **argv)
 		printf("block %p\n", (void *)r);
 		fflush(stdout);
 		drop_record(r);
-		if (mode[4] == 'r')
+		if (mode[4] == 'r') {
 			v = read_field(r, 8);
-		else
+			printf("read %d\n", v); /* reached with HEISEN_ON_HEAP_ERROR=continue */
+		} else
 			write_field(r, 16);
 	} else if (strcmp(mode, "interior") == 0) {
 		r = make_record(40);

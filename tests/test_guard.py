@@ -151,6 +151,22 @@ def test_guard_continue_goes_on(heisen, session, mode):
     assert f"heisen: {kind} write at {f['address']}" in p.stderr
 
 
+def test_guard_continue_reads_the_freed_bytes(heisen, session):
+    """HEISEN_ON_HEAP_ERROR=continue after a use-after-free read: the read
+    goes on and sees the bytes the record held ('r'), as an allocator that
+    leaves a freed block's bytes where they were would show them; the
+    sampled block's page was only made inaccessible at its free, not
+    replaced by a fresh zeroed one."""
+    p = heisen.preload([target(heisen, "guard_faults"), "uaf-read"], session,
+                       env={**GUARD, "HEISEN_ON_HEAP_ERROR": "continue"})
+    assert p.returncode == 0, (p.returncode, p.stderr)
+    assert "done ok" in p.stdout
+    r = heisen.dump_json(session, expect_rc=1)
+    f = one(r, "use-after-free")
+    assert f["access"] == "read" and f["offset"] == 8 and findings_of(r, "crash") == []
+    assert fact_int(p.stdout, "read") == ord("r"), p.stdout
+
+
 # ---- Python: a ctypes buffer read after its free -------------------------------
 
 
