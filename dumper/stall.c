@@ -765,13 +765,15 @@ static bool rule_says_hung(const struct suspect *s, const struct suspect *all, s
 static uint64_t task_cpu(int32_t pid, int32_t tid, bool *running)
 {
 	struct hs_proc_stat ps;
+	*running = false;
 	if (hs_proc_stat_read(pid, tid, &ps) != 0)
 		return 0;
-	*running |= ps.state == 'R';
+	*running = ps.state == 'R';
 	return ps.utime + ps.stime;
 }
 
 #define BUSY_SAMPLE_MS 200  /* how long the CPU time of a process's active threads is watched */
+#define BUSY_LOOKS 11       /* how often its state is read meanwhile: at 0, 20, ... 200 ms */
 
 /* peers: a process hangs when the ones it waits on do; the least fixpoint
  * (processes that only wait on each other in a ring are not called hung:
@@ -788,34 +790,56 @@ static void fixpoint(struct suspect *sus, size_t ns)
 	}
 }
 
-/* Mark the active threads of the hung suspects that are on the CPU
- * (running now, or busy for half of BUSY_SAMPLE_MS at least: computing, not
- * waking now and then).  Returns whether one was found. */
+/*
+ * Mark the active threads of the hung suspects that are on the CPU:
+ * computing for half of BUSY_SAMPLE_MS at least, or runnable (state R) in
+ * at least half of BUSY_LOOKS reads spread over it — a thread that computes
+ * on a loaded machine waits for a CPU in state R without the CPU time to
+ * show for it.  A thread that only wakes now and then (an I/O thread that
+ * retries a connection every 100 ms) is runnable for an instant at most:
+ * one read that happens to land on that instant does not make it busy.
+ * (It did: pyzmq's Context.term() beside its retrying I/O thread was
+ * cleared about one time in ten.)  Returns whether one was found.
+ */
 static bool sample_busy(struct suspect *sus, size_t ns)
 {
 	uint64_t *before;
+	unsigned *runnable;
 	size_t total = 0, k = 0;
-	bool any = false;
+	bool any = false, r;
 	long ticks_per_s = sysconf(_SC_CLK_TCK) > 0 ? sysconf(_SC_CLK_TCK) : 100;
 	for (size_t i = 0; i < ns; i++)
 		total += sus[i].hung ? sus[i].nt : 0;
 	if (!total || !(before = calloc(total, sizeof *before)))
 		return false;
+	if (!(runnable = calloc(total, sizeof *runnable))) {
+		free(before);
+		return false;
+	}
 	for (size_t i = 0; i < ns; i++)
-		for (uint32_t q = 0; sus[i].hung && q < sus[i].nt; q++)
-			before[k++] = task_cpu(sus[i].p->seg.hdr.pid, sus[i].t[q].tid, &sus[i].t[q].busy);
-	sleep_ms(BUSY_SAMPLE_MS);
-	k = 0;
-	for (size_t i = 0; i < ns; i++)
-		for (uint32_t q = 0; sus[i].hung && q < sus[i].nt; q++) {
-			struct hs_tjudge *t = &sus[i].t[q];
-			uint64_t used = task_cpu(sus[i].p->seg.hdr.pid, t->tid, &t->busy) - before[k++];
-			t->busy |= (double)used * 1000.0 / (double)ticks_per_s >= BUSY_SAMPLE_MS / 2.0;
-			if (t->verdict != HS_TV_ACTIVE)
-				t->busy = false; /* a wait that lasted the timeout: not the waker */
-			any |= t->busy;
+		for (uint32_t q = 0; sus[i].hung && q < sus[i].nt; q++, k++) {
+			before[k] = task_cpu(sus[i].p->seg.hdr.pid, sus[i].t[q].tid, &r);
+			runnable[k] += r;
 		}
+	for (unsigned look = 1; look < BUSY_LOOKS; look++) {
+		sleep_ms(BUSY_SAMPLE_MS / (BUSY_LOOKS - 1));
+		k = 0;
+		for (size_t i = 0; i < ns; i++)
+			for (uint32_t q = 0; sus[i].hung && q < sus[i].nt; q++, k++) {
+				uint64_t now = task_cpu(sus[i].p->seg.hdr.pid, sus[i].t[q].tid, &r);
+				runnable[k] += r;
+				if (look + 1 < BUSY_LOOKS)
+					continue;
+				struct hs_tjudge *t = &sus[i].t[q];
+				double used_ms = now > before[k] ? (double)(now - before[k]) * 1000.0 / (double)ticks_per_s : 0;
+				t->busy = used_ms >= BUSY_SAMPLE_MS / 2.0 || 2 * runnable[k] >= BUSY_LOOKS;
+				if (t->verdict != HS_TV_ACTIVE)
+					t->busy = false; /* a wait that lasted the timeout: not the waker */
+				any |= t->busy;
+			}
+	}
 	free(before);
+	free(runnable);
 	return any;
 }
 
