@@ -14,6 +14,7 @@
  * "Rules of the code", 4).
  */
 #include <errno.h>
+#include <stddef.h>
 #include <malloc.h>
 #include <pthread.h>
 #include <string.h>
@@ -328,6 +329,7 @@ static __attribute__((noinline)) void acq_edges(struct hs_tls *t, struct acq *a,
 /* flags of acq_before: a mutex's flags, read from the mutex only where they
  * are needed (a new lock, a relock): the common acquisition never reads them. */
 #define FLAGS_OF_MUTEX 0xffffffffu
+#define FLAGS_OF_MUTEX_OR_0(kind) ((kind) == HS_LOCK_MUTEX ? FLAGS_OF_MUTEX : 0u) /* a spin lock has none */
 static inline unsigned flags_of(const struct acq *a, unsigned flags)
 {
 	return flags == FLAGS_OF_MUTEX ? hs_mutex_flags((const void *)(uintptr_t)a->addr) : flags;
@@ -675,6 +677,115 @@ void hs_acq_after(struct hs_tls *t, struct acq *a, int rc)
 	acq_after(t, a, rc);
 }
 
+/* acq_first's rare cases, out of line: the lock not identified by the slot's
+ * cached id (a new lock, another lock at this depth, a new segment), and the
+ * GIL -> lock edge of an acquisition with the GIL held.  Returns the lock's
+ * id (0: untracked, the lock table full). */
+static __attribute__((noinline)) uint32_t acq_first_identify(struct hs_tls *t, struct held_chain *p, uint64_t addr,
+							   unsigned kind, uint32_t stack, uint64_t now, uint32_t gen)
+{
+	struct acq a = {.addr = addr, .kind = (uint8_t)kind, .stack = stack, .t0 = now};
+	uint32_t id = hs_lock_id(&hs_seg, addr, kind, flags_of(&a, FLAGS_OF_MUTEX_OR_0(kind)), stack, t->tid, now);
+	p->lock_addr = addr;
+	p->lock_id = id;
+	p->lock_gen = gen;
+	if (id)
+		lock_named_first_use(&a, id, FLAGS_OF_MUTEX_OR_0(kind));
+	return id;
+}
+
+static __attribute__((noinline)) void acq_first_gil_edge(struct hs_tls *t, uint64_t addr, uint64_t site,
+							 unsigned kind, uint32_t id, uint32_t stack, uint64_t now)
+{
+	struct acq a = {.addr = addr, .site = site, .kind = (uint8_t)kind, .acq_mode = HS_MODE_WRITE,
+			.hold_mode = HS_MODE_WRITE, .id = id, .stack = stack, .t0 = now, .holds_gil = 1};
+	acq_edges(t, &a, 0);
+}
+
+/*
+ * The common acquisition, after the real one: a blocking mutex or spin
+ * lock taken at the first try by a thread that holds nothing else (the
+ * held-lock stack empty, the thread's area there).  Nothing is held, so
+ * there is no relock to catch, no entry another thread released, and no
+ * edge held -> this lock; the one edge it can make, GIL -> lock, does not
+ * depend on having blocked, so it is added after the acquisition as well as
+ * before (out of line, with the GIL only).  What is left is what
+ * acq_before and acq_after do for it, in registers (no struct acq): one
+ * clock read (the release reads the other), the chain read into held chain
+ * slot 0, the site's stack and the lock's id checked against that slot's
+ * last ones, the held entry in four stores under the seqlock, the
+ * shared-instance check, the hand-over order, the ring record.  kind:
+ * HS_LOCK_MUTEX or HS_LOCK_SPIN.  docs/design.md "Lock order", "Cost".
+ */
+_Static_assert(offsetof(struct hs_held, lock) == 8 && offsetof(struct hs_held, mode) == 12 &&
+		       offsetof(struct hs_held, trylock) == 13 && offsetof(struct hs_held, recursion) == 14 &&
+		       offsetof(struct hs_held, stack) == 16 && offsetof(struct hs_held, flags) == 20,
+	       "acq_first writes a held entry's lock..recursion and stack, flags as two 64-bit words");
+static inline __attribute__((always_inline)) void acq_first(struct hs_tls *t, struct held_chain *p, uint64_t addr,
+							    uint64_t site, uint64_t cfa, unsigned kind)
+{
+	struct hs_thread *th = t->slot;
+	uint64_t now = lock_now();
+	uint32_t gen, id, stack;
+	int holds_gil;
+	if (p->addr != addr)
+		p->addr = addr;
+	if (p->exact)
+		p->exact = 0;
+	if (hs_py_frames_maybe())
+		hs_chain_read_lazy(&p->c, site, cfa);
+	else
+		hs_chain_read_inline(&p->c, site, cfa);
+	gen = __atomic_load_n(&hs_seg_gen, __ATOMIC_RELAXED);
+	if (HS_UNLIKELY(p->stack_site != site || !p->site_stack || p->site_gen != gen)) {
+		p->site_stack = hs_stack_site(site);
+		p->stack_site = site;
+		p->site_gen = gen;
+	}
+	stack = p->site_stack;
+	id = p->lock_id;
+	if (HS_UNLIKELY(p->lock_addr != addr || !id || p->lock_gen != gen ||
+			__atomic_load_n(&hs_seg.locks[id].addr, __ATOMIC_RELAXED) != addr ||
+			(__atomic_load_n(&hs_seg.locks[id].flags, __ATOMIC_RELAXED) & HS_LOCKF_DEAD))) {
+		id = acq_first_identify(t, p, addr, kind, stack, now, gen);
+		if (!id)
+			return;
+	}
+	holds_gil = __atomic_load_n(&hs_py_present, __ATOMIC_RELAXED) && hs_py_holds_gil();
+	if (HS_UNLIKELY(holds_gil))
+		acq_first_gil_edge(t, addr, site, kind, id, stack, now);
+	/* the held entry: four 64-bit stores under the seqlock (held_push's fields) */
+	{
+		uint64_t s = __atomic_load_n(&th->lock_seq, __ATOMIC_RELAXED);
+		struct hs_held *e = &th->held[0];
+		uint64_t w1 = (uint64_t)id | (uint64_t)HS_MODE_WRITE << 32; /* lock, mode; trylock 0, recursion 0 */
+		uint64_t w2 = (uint64_t)stack | (uint64_t)((holds_gil ? HS_HELDF_GIL : 0) |
+							    relgen_of(id) << HS_HELDF_RELGEN_SHIFT) << 32;
+		__atomic_store_n(&th->lock_seq, s + 1, __ATOMIC_RELAXED);
+		__atomic_thread_fence(__ATOMIC_RELEASE);
+		e->addr = addr;
+		memcpy(&e->lock, &w1, sizeof w1);
+		memcpy(&e->stack, &w2, sizeof w2);
+		e->since_ns = now;
+		th->held_count = 1;
+		__atomic_store_n(&th->lock_seq, s + 2, __ATOMIC_RELEASE);
+	}
+	if (p->c.lazy && !holds_gil)
+		lazy_nogil = 1; /* completed before this thread takes the GIL, if still held */
+	{
+		struct hs_lock *l = &hs_seg.locks[id];
+		int32_t last = __atomic_load_n(&l->last_tid, __ATOMIC_RELAXED);
+		if (HS_UNLIKELY(last != t->tid) && !(__atomic_load_n(&l->flags, __ATOMIC_RELAXED) & HS_LOCKF_SHARED)) {
+			/* a second thread (acq_after) */
+			if (last)
+				hs_order_acquirer_changed(t, id, addr, last, 1, stack, now);
+			__atomic_store_n(&l->last_tid, t->tid, __ATOMIC_RELAXED);
+		}
+	}
+	hs_order_acquire(t, addr);
+	hs_rec(t, now, HS_REC_LOCK_ACQUIRED, stack, addr, id, (uint64_t)HS_MODE_WRITE);
+}
+
 /*
  * Lock-order edges known to be in the graph: a process-private
  * direct-mapped memo of edge keys (hs_edge_key) and the segment generation
@@ -907,17 +1018,20 @@ static inline __attribute__((always_inline)) void release_end(struct hs_tls *t, 
 			he->recursion--;
 			hs_lockstate_end(th);
 		} else if (HS_LIKELY((uint32_t)i + 1 == th->held_count)) {
-			/* the top entry (last in, first out): its chain slot stays as the next shadow */
-			hs_lockstate_begin(th);
-			th->held_count = (uint32_t)i;
-			hs_lockstate_end(th);
+			/* the top entry (last in, first out): its chain slot stays as the next shadow.
+			 * One store, outside the seqlock: the entries stay as they are, so a reader
+			 * copying meanwhile gets the stack before or after this release, each whole;
+			 * the next push rewrites the entry under the seqlock (format.h, struct
+			 * hs_thread; docs/design.md "Lock order") */
+			__atomic_store_n(&th->held_count, (uint32_t)i, __ATOMIC_RELEASE);
 		} else {
 			held_remove(th, i);
 		}
 	}
-	if (!th->held_count)
-		lazy_nogil = 0; /* nothing held: nothing to complete */
-	else {
+	if (!th->held_count) {
+		if (HS_UNLIKELY(lazy_nogil))
+			lazy_nogil = 0; /* nothing held: nothing to complete */
+	} else {
 		/* the other entries another thread released since (the scan inline, the purge out of line) */
 		uint32_t n = th->held_count < HS_HELD_MAX ? th->held_count : HS_HELD_MAX;
 		for (uint32_t k = 0; k < n; k++)
@@ -1060,11 +1174,64 @@ void hs_locks_on_free(void *p, size_t size)
 
 #define MUTEX_TRY HS_REAL(pthread_mutex_trylock)(lock)
 
+/* Every other blocking mutex acquisition (something held, the lock busy, a
+ * thread without its area, the GIL's own mutex): the shared body. */
+static __attribute__((noinline)) int mutex_lock_slow(pthread_mutex_t *lock, uint64_t site, uint64_t cfa)
+{
+	ACQUIRE(HS_LOCK_MUTEX, HS_MODE_WRITE, HS_MODE_WRITE, FLAGS_OF_MUTEX, 0, MUTEX_TRY,
+		HS_REAL(pthread_mutex_lock)(lock));
+}
+
+/*
+ * A blocking acquisition by a thread that holds nothing is tried first and
+ * recorded after (acq_first): nothing held, nothing to check before it;
+ * only when the try fails (the lock busy: it will block) does the shared
+ * body run its steps before blocking, and tries again.
+ */
+/* The first try of a thread holding nothing ended other than 0 or EBUSY
+ * (EOWNERDEAD: a robust mutex acquired whose owner died; an error): it is
+ * not tried again, its result is recorded as the shared body would. */
+static __attribute__((noinline)) int mutex_lock_tried(struct hs_tls *t, pthread_mutex_t *lock, uint64_t site,
+						      uint64_t cfa, int rc)
+{
+	struct acq a = {.addr = (uint64_t)(uintptr_t)lock,
+			.site = site,
+			.cfa = cfa,
+			.kind = HS_LOCK_MUTEX,
+			.acq_mode = HS_MODE_WRITE,
+			.hold_mode = HS_MODE_WRITE};
+	acq_before(t, &a, FLAGS_OF_MUTEX);
+	if (a.id)
+		acq_after(t, &a, rc);
+	if (rc == 0 || rc == EOWNERDEAD)
+		HS_CHAOS(HS_CHAOS_LOCK);
+	hs_leave(t);
+	return rc;
+}
+
 HS_EXPORT int pthread_mutex_lock(pthread_mutex_t *lock)
 {
 	uint64_t site = RET_ADDR(), cfa = CALLER_SP();
-	ACQUIRE(HS_LOCK_MUTEX, HS_MODE_WRITE, HS_MODE_WRITE, FLAGS_OF_MUTEX, 0, MUTEX_TRY,
-		HS_REAL(pthread_mutex_lock)(lock));
+	if (HS_LIKELY(!hs_py_internal(lock))) {
+		struct hs_tls *t = hs_enter();
+		if (HS_LIKELY(t != NULL)) {
+			struct held_chain *held_chains = held_chains_of();
+			if (HS_LIKELY(t->slot->held_count == 0 && held_chains != NULL)) {
+				int rc = MUTEX_TRY;
+				if (HS_LIKELY(rc == 0)) {
+					acq_first(t, &held_chains[0], (uint64_t)(uintptr_t)lock, site, cfa,
+						  HS_LOCK_MUTEX);
+					hs_leave(t);
+					HS_CHAOS(HS_CHAOS_LOCK); /* chaos.c: --chaos, holding it longer */
+					return 0;
+				}
+				if (rc != EBUSY)
+					return mutex_lock_tried(t, lock, site, cfa, rc);
+			}
+			hs_leave(t);
+		}
+	}
+	return mutex_lock_slow(lock, site, cfa);
 }
 
 HS_EXPORT int pthread_mutex_trylock(pthread_mutex_t *lock)
@@ -1087,9 +1254,39 @@ HS_EXPORT int pthread_mutex_clocklock(pthread_mutex_t *lock, clockid_t clock, co
 		HS_REAL(pthread_mutex_clocklock)(lock, clock, abstime));
 }
 
-HS_EXPORT int pthread_mutex_unlock(pthread_mutex_t *lock)
+/* Every other mutex release (not the innermost entry, a recursive one, an
+ * entry released by another thread, a lock this thread does not hold). */
+static __attribute__((noinline)) int mutex_unlock_slow(pthread_mutex_t *lock)
 {
 	RELEASE(1, HS_REAL(pthread_mutex_unlock)(lock));
+}
+
+/* The release of the innermost held entry, taken once and still this
+ * thread's (the common case, last in first out): release_begin's search is
+ * one compare. */
+HS_EXPORT int pthread_mutex_unlock(pthread_mutex_t *lock)
+{
+	if (HS_LIKELY(!hs_py_internal(lock))) {
+		struct hs_tls *t = hs_enter();
+		if (HS_LIKELY(t != NULL)) {
+			struct hs_thread *th = t->slot;
+			uint32_t i = th->held_count - 1;
+			uint64_t addr = (uint64_t)(uintptr_t)lock;
+			if (HS_LIKELY(i < HS_HELD_MAX) && HS_LIKELY(th->held[i].addr == addr) &&
+			    HS_LIKELY(!th->held[i].recursion) &&
+			    HS_LIKELY((th->held[i].flags >> HS_HELDF_RELGEN_SHIFT) == relgen_of(th->held[i].lock))) {
+				int rc;
+				hs_order_release(t, addr);
+				rc = HS_REAL(pthread_mutex_unlock)(lock);
+				release_end(t, addr, (int)i, 0, rc);
+				hs_leave(t);
+				HS_CHAOS(HS_CHAOS_UNLOCK); /* chaos.c: --chaos */
+				return rc;
+			}
+			hs_leave(t);
+		}
+	}
+	return mutex_unlock_slow(lock);
 }
 
 HS_EXPORT int pthread_mutex_destroy(pthread_mutex_t *lock)
