@@ -1046,6 +1046,53 @@ static inline __attribute__((always_inline)) void release_end(struct hs_tls *t, 
 		hs_rec(t, lock_now(), HS_REC_LOCK_ERROR, 0, addr, id, (uint64_t)rc);
 }
 
+/* 1 when the thread's innermost held entry is addr's, taken once and still
+ * this thread's (not released by another since, see relgen): the common
+ * release, whose search (release_begin) is this one compare. */
+static inline __attribute__((always_inline)) int release_is_top(const struct hs_thread *th, uint64_t addr)
+{
+	uint32_t i = th->held_count - 1;
+	return HS_LIKELY(i < HS_HELD_MAX) && HS_LIKELY(th->held[i].addr == addr) && HS_LIKELY(!th->held[i].recursion) &&
+	       HS_LIKELY((th->held[i].flags >> HS_HELDF_RELGEN_SHIFT) == relgen_of(th->held[i].lock));
+}
+
+/* release_end for the entry release_is_top found (rc: the real release's
+ * result), everything read again after the real call (nothing of the
+ * thread's held stack changed meanwhile: the guard is held), so that little
+ * lives across it. */
+static __attribute__((noinline)) void release_top_failed(struct hs_tls *t, uint64_t addr, int rc)
+{
+	release_end(t, addr, (int)t->slot->held_count - 1, 0, rc);
+}
+
+static inline __attribute__((always_inline)) void release_top_end(struct hs_tls *t, uint64_t addr, int rc)
+{
+	struct hs_thread *th = t->slot;
+	uint32_t i = th->held_count - 1;
+	struct hs_held *he = &th->held[i];
+	uint32_t id = he->lock;
+	if (HS_UNLIKELY(rc != 0)) {
+		release_top_failed(t, addr, rc);
+		return;
+	}
+	if (!(he->flags & HS_HELDF_GIL) && __atomic_load_n(&hs_py_present, __ATOMIC_RELAXED) && hs_py_holds_gil())
+		release_gil_edge(t, (int)i);
+	/* one store outside the seqlock (release_end) */
+	__atomic_store_n(&th->held_count, i, __ATOMIC_RELEASE);
+	if (!i) {
+		if (HS_UNLIKELY(lazy_nogil))
+			lazy_nogil = 0; /* nothing held: nothing to complete */
+	} else {
+		/* the other entries another thread released since (release_end) */
+		for (uint32_t k = 0; k < i && k < HS_HELD_MAX; k++)
+			if (HS_UNLIKELY((th->held[k].flags >> HS_HELDF_RELGEN_SHIFT) != relgen_of(th->held[k].lock))) {
+				held_purge_slow(th);
+				break;
+			}
+	}
+	hs_rec_released(t, lock_now(), addr, id);
+}
+
 void hs_release(struct hs_tls *t, uint64_t addr)
 {
 	uint32_t id;
@@ -1209,7 +1256,7 @@ static __attribute__((noinline)) int mutex_lock_tried(struct hs_tls *t, pthread_
 	return rc;
 }
 
-HS_EXPORT int pthread_mutex_lock(pthread_mutex_t *lock)
+HS_EXPORT HS_HOT int pthread_mutex_lock(pthread_mutex_t *lock)
 {
 	uint64_t site = RET_ADDR(), cfa = CALLER_SP();
 	if (HS_LIKELY(!hs_py_internal(lock))) {
@@ -1264,21 +1311,17 @@ static __attribute__((noinline)) int mutex_unlock_slow(pthread_mutex_t *lock)
 /* The release of the innermost held entry, taken once and still this
  * thread's (the common case, last in first out): release_begin's search is
  * one compare. */
-HS_EXPORT int pthread_mutex_unlock(pthread_mutex_t *lock)
+HS_EXPORT HS_HOT int pthread_mutex_unlock(pthread_mutex_t *lock)
 {
 	if (HS_LIKELY(!hs_py_internal(lock))) {
 		struct hs_tls *t = hs_enter();
 		if (HS_LIKELY(t != NULL)) {
-			struct hs_thread *th = t->slot;
-			uint32_t i = th->held_count - 1;
 			uint64_t addr = (uint64_t)(uintptr_t)lock;
-			if (HS_LIKELY(i < HS_HELD_MAX) && HS_LIKELY(th->held[i].addr == addr) &&
-			    HS_LIKELY(!th->held[i].recursion) &&
-			    HS_LIKELY((th->held[i].flags >> HS_HELDF_RELGEN_SHIFT) == relgen_of(th->held[i].lock))) {
+			if (HS_LIKELY(release_is_top(t->slot, addr))) {
 				int rc;
 				hs_order_release(t, addr);
 				rc = HS_REAL(pthread_mutex_unlock)(lock);
-				release_end(t, addr, (int)i, 0, rc);
+				release_top_end(t, addr, rc);
 				hs_leave(t);
 				HS_CHAOS(HS_CHAOS_UNLOCK); /* chaos.c: --chaos */
 				return rc;
