@@ -677,10 +677,10 @@ void hs_acq_after(struct hs_tls *t, struct acq *a, int rc)
 	acq_after(t, a, rc);
 }
 
-/* acq_first's rare cases, out of line: the lock not identified by the slot's
- * cached id (a new lock, another lock at this depth, a new segment), and the
- * GIL -> lock edge of an acquisition with the GIL held.  Returns the lock's
- * id (0: untracked, the lock table full). */
+/* acq_first's steps out of line: the lock not identified by the slot's
+ * cached id (a new lock, another lock at this depth, a new segment; returns
+ * the lock's id, 0: untracked, the lock table full), and the edges held ->
+ * lock and GIL -> lock (acq_edges: most chains' edges are known). */
 static __attribute__((noinline)) uint32_t acq_first_identify(struct hs_tls *t, struct held_chain *p, uint64_t addr,
 							   unsigned kind, uint32_t stack, uint64_t now, uint32_t gen)
 {
@@ -694,37 +694,44 @@ static __attribute__((noinline)) uint32_t acq_first_identify(struct hs_tls *t, s
 	return id;
 }
 
-static __attribute__((noinline)) void acq_first_gil_edge(struct hs_tls *t, uint64_t addr, uint64_t site,
-							 unsigned kind, uint32_t id, uint32_t stack, uint64_t now)
+static __attribute__((noinline)) void acq_first_edges(struct hs_tls *t, uint64_t addr, uint64_t site,
+						      unsigned kind, uint32_t id, uint32_t stack, uint64_t now,
+						      int holds_gil, uint32_t n)
 {
 	struct acq a = {.addr = addr, .site = site, .kind = (uint8_t)kind, .acq_mode = HS_MODE_WRITE,
-			.hold_mode = HS_MODE_WRITE, .id = id, .stack = stack, .t0 = now, .holds_gil = 1};
-	acq_edges(t, &a, 0);
+			.hold_mode = HS_MODE_WRITE, .id = id, .stack = stack, .t0 = now, .holds_gil = holds_gil};
+	acq_edges(t, &a, n);
 }
 
 /*
  * The common acquisition, after the real one: a blocking mutex or spin
- * lock taken at the first try by a thread that holds nothing else (the
- * held-lock stack empty, the thread's area there).  Nothing is held, so
- * there is no relock to catch, no entry another thread released, and no
- * edge held -> this lock; the one edge it can make, GIL -> lock, does not
- * depend on having blocked, so it is added after the acquisition as well as
- * before (out of line, with the GIL only).  What is left is what
- * acq_before and acq_after do for it, in registers (no struct acq): one
- * clock read (the release reads the other), the chain read into held chain
- * slot 0, the site's stack and the lock's id checked against that slot's
- * last ones, the held entry in four stores under the seqlock, the
- * shared-instance check, the hand-over order, the ring record.  kind:
- * HS_LOCK_MUTEX or HS_LOCK_SPIN.  docs/design.md "Lock order", "Cost".
+ * lock taken at the first try by a thread that holds n < HELD_CHAINS other
+ * locks (its area there; p its held chain slot n).  It did not block, so
+ * nothing had to be done before it: its edges held -> lock and GIL -> lock
+ * are the same added now (out of line, acq_edges: with something held or
+ * the GIL only).  A lock already in the held stack (a recursive re-entry)
+ * or an entry another thread released is left to the shared steps: returns
+ * 0 then, having done nothing.  Otherwise what acq_before and acq_after do,
+ * in registers (no struct acq): one clock read (the release reads the
+ * other), the chain read into held chain slot n, the site's stack and the
+ * lock's id checked against that slot's last ones, the held entry in four
+ * stores under the seqlock, the shared-instance check, the hand-over order,
+ * the ring record; returns 1.  kind: HS_LOCK_MUTEX or HS_LOCK_SPIN.
+ * docs/design.md "Lock order", "Cost".
  */
 _Static_assert(offsetof(struct hs_held, lock) == 8 && offsetof(struct hs_held, mode) == 12 &&
 		       offsetof(struct hs_held, trylock) == 13 && offsetof(struct hs_held, recursion) == 14 &&
 		       offsetof(struct hs_held, stack) == 16 && offsetof(struct hs_held, flags) == 20,
 	       "acq_first writes a held entry's lock..recursion and stack, flags as two 64-bit words");
-static inline __attribute__((always_inline)) void acq_first(struct hs_tls *t, struct held_chain *p, uint64_t addr,
-							    uint64_t site, uint64_t cfa, unsigned kind)
+_Static_assert(HELD_CHAINS < HS_HELD_MAX, "acq_first's entry n < HELD_CHAINS has room");
+static inline __attribute__((always_inline)) int acq_first(struct hs_tls *t, struct held_chain *p, uint64_t addr,
+							   uint64_t site, uint64_t cfa, unsigned kind, uint32_t n)
 {
 	struct hs_thread *th = t->slot;
+	for (uint32_t i = 0; i < n; i++)
+		if (th->held[i].addr == addr ||
+		    HS_UNLIKELY((th->held[i].flags >> HS_HELDF_RELGEN_SHIFT) != relgen_of(th->held[i].lock)))
+			return 0;
 	uint64_t now = lock_now();
 	uint32_t gen, id, stack;
 	int holds_gil;
@@ -749,15 +756,15 @@ static inline __attribute__((always_inline)) void acq_first(struct hs_tls *t, st
 			(__atomic_load_n(&hs_seg.locks[id].flags, __ATOMIC_RELAXED) & HS_LOCKF_DEAD))) {
 		id = acq_first_identify(t, p, addr, kind, stack, now, gen);
 		if (!id)
-			return;
+			return 1; /* untracked */
 	}
 	holds_gil = __atomic_load_n(&hs_py_present, __ATOMIC_RELAXED) && hs_py_holds_gil();
-	if (HS_UNLIKELY(holds_gil))
-		acq_first_gil_edge(t, addr, site, kind, id, stack, now);
+	if (n || HS_UNLIKELY(holds_gil))
+		acq_first_edges(t, addr, site, kind, id, stack, now, holds_gil, n);
 	/* the held entry: four 64-bit stores under the seqlock (held_push's fields) */
 	{
 		uint64_t s = __atomic_load_n(&th->lock_seq, __ATOMIC_RELAXED);
-		struct hs_held *e = &th->held[0];
+		struct hs_held *e = &th->held[n];
 		uint64_t w1 = (uint64_t)id | (uint64_t)HS_MODE_WRITE << 32; /* lock, mode; trylock 0, recursion 0 */
 		uint64_t w2 = (uint64_t)stack | (uint64_t)((holds_gil ? HS_HELDF_GIL : 0) |
 							    relgen_of(id) << HS_HELDF_RELGEN_SHIFT) << 32;
@@ -767,7 +774,7 @@ static inline __attribute__((always_inline)) void acq_first(struct hs_tls *t, st
 		memcpy(&e->lock, &w1, sizeof w1);
 		memcpy(&e->stack, &w2, sizeof w2);
 		e->since_ns = now;
-		th->held_count = 1;
+		th->held_count = n + 1;
 		__atomic_store_n(&th->lock_seq, s + 2, __ATOMIC_RELEASE);
 	}
 	if (p->c.lazy && !holds_gil)
@@ -784,6 +791,7 @@ static inline __attribute__((always_inline)) void acq_first(struct hs_tls *t, st
 	}
 	hs_order_acquire(t, addr);
 	hs_rec(t, now, HS_REC_LOCK_ACQUIRED, stack, addr, id, (uint64_t)HS_MODE_WRITE);
+	return 1;
 }
 
 /*
@@ -1149,10 +1157,16 @@ void hs_locks_on_free(void *p, size_t size)
 		} else {                                                                         \
 			t = hs_enter();                                                          \
 		}                                                                                \
-		struct acq a;                                                                    \
-		int rc;                                                                          \
 		if (!t)                                                                          \
 			return is_try ? (TRY) : (BLOCK);                                         \
+		ACQUIRE_ENTERED(kind_, acq_mode_, hold_mode_, flags_, is_try, TRY, BLOCK);       \
+	} while (0)
+
+/* ACQUIRE's body once the hook holds the guard (t). */
+#define ACQUIRE_ENTERED(kind_, acq_mode_, hold_mode_, flags_, is_try, TRY, BLOCK)                \
+	do {                                                                                     \
+		struct acq a;                                                                    \
+		int rc;                                                                          \
 		/* every other member 0 */                                                      \
 		a = (struct acq){.addr = (uint64_t)(uintptr_t)lock,                              \
 				 .site = site,                                                   \
@@ -1221,23 +1235,20 @@ void hs_locks_on_free(void *p, size_t size)
 
 #define MUTEX_TRY HS_REAL(pthread_mutex_trylock)(lock)
 
-/* Every other blocking mutex acquisition (something held, the lock busy, a
- * thread without its area, the GIL's own mutex): the shared body. */
-static __attribute__((noinline)) int mutex_lock_slow(pthread_mutex_t *lock, uint64_t site, uint64_t cfa)
+/* A blocking mutex acquisition the first try does not cover (the lock
+ * busy, HELD_CHAINS or more held, a thread without its area): the shared
+ * body, the guard held (t). */
+static __attribute__((noinline)) int mutex_lock_entered(struct hs_tls *t, pthread_mutex_t *lock, uint64_t site,
+							uint64_t cfa)
 {
-	ACQUIRE(HS_LOCK_MUTEX, HS_MODE_WRITE, HS_MODE_WRITE, FLAGS_OF_MUTEX, 0, MUTEX_TRY,
-		HS_REAL(pthread_mutex_lock)(lock));
+	ACQUIRE_ENTERED(HS_LOCK_MUTEX, HS_MODE_WRITE, HS_MODE_WRITE, FLAGS_OF_MUTEX, 0, MUTEX_TRY,
+			HS_REAL(pthread_mutex_lock)(lock));
 }
 
-/*
- * A blocking acquisition by a thread that holds nothing is tried first and
- * recorded after (acq_first): nothing held, nothing to check before it;
- * only when the try fails (the lock busy: it will block) does the shared
- * body run its steps before blocking, and tries again.
- */
-/* The first try of a thread holding nothing ended other than 0 or EBUSY
- * (EOWNERDEAD: a robust mutex acquired whose owner died; an error): it is
- * not tried again, its result is recorded as the shared body would. */
+/* The first try ended other than 0 or EBUSY (EOWNERDEAD: a robust mutex
+ * acquired whose owner died; an error), or it took a lock acq_first leaves
+ * to the shared steps (a relock, an entry another thread released): it is
+ * not tried again, its result (rc) is recorded as the shared body would. */
 static __attribute__((noinline)) int mutex_lock_tried(struct hs_tls *t, pthread_mutex_t *lock, uint64_t site,
 						      uint64_t cfa, int rc)
 {
@@ -1256,29 +1267,46 @@ static __attribute__((noinline)) int mutex_lock_tried(struct hs_tls *t, pthread_
 	return rc;
 }
 
-HS_EXPORT HS_HOT int pthread_mutex_lock(pthread_mutex_t *lock)
+/*
+ * A blocking acquisition is tried first and recorded after (acq_first) when
+ * fewer than HELD_CHAINS locks are held: an acquisition that did not block
+ * needs nothing done before it (its edges held -> lock and GIL -> lock are
+ * the same added after).  Only when the try finds the lock busy (it will
+ * block) does the shared body run its steps before blocking, and try again.
+ */
+HS_EXPORT HS_HOT __attribute__((flatten)) int pthread_mutex_lock(pthread_mutex_t *lock)
 {
 	uint64_t site = RET_ADDR(), cfa = CALLER_SP();
-	if (HS_LIKELY(!hs_py_internal(lock))) {
-		struct hs_tls *t = hs_enter();
-		if (HS_LIKELY(t != NULL)) {
-			struct held_chain *held_chains = held_chains_of();
-			if (HS_LIKELY(t->slot->held_count == 0 && held_chains != NULL)) {
-				int rc = MUTEX_TRY;
-				if (HS_LIKELY(rc == 0)) {
-					acq_first(t, &held_chains[0], (uint64_t)(uintptr_t)lock, site, cfa,
-						  HS_LOCK_MUTEX);
-					hs_leave(t);
-					HS_CHAOS(HS_CHAOS_LOCK); /* chaos.c: --chaos, holding it longer */
-					return 0;
-				}
-				if (rc != EBUSY)
-					return mutex_lock_tried(t, lock, site, cfa, rc);
-			}
-			hs_leave(t);
-		}
+	struct hs_tls *t;
+	uint32_t n;
+	if (HS_UNLIKELY(hs_py_internal(lock))) {
+		/* the GIL's own mutex: passed through (ACQUIRE) */
+		if (HS_UNLIKELY(lazy_nogil))
+			gil_mutex_locked(); /* a GIL take may follow */
+		return HS_REAL(pthread_mutex_lock)(lock);
 	}
-	return mutex_lock_slow(lock, site, cfa);
+	t = hs_enter();
+	if (HS_UNLIKELY(t == NULL))
+		return HS_REAL(pthread_mutex_lock)(lock);
+	n = t->slot->held_count;
+	if (HS_LIKELY(n < HELD_CHAINS && t->area != NULL)) {
+		int rc = MUTEX_TRY;
+		if (HS_LIKELY(rc == 0)) {
+			struct held_chain *p = (struct held_chain *)(void *)(t->area + HS_AREA_LOCKS);
+			/* nothing held (a C program's common case) apart, so that it compiles without the
+			 * held-stack scan and the edge call */
+			if (HS_LIKELY(n == 0))
+				(void)acq_first(t, p, (uint64_t)(uintptr_t)lock, site, cfa, HS_LOCK_MUTEX, 0);
+			else if (HS_UNLIKELY(!acq_first(t, p + n, (uint64_t)(uintptr_t)lock, site, cfa, HS_LOCK_MUTEX, n)))
+				return mutex_lock_tried(t, lock, site, cfa, 0);
+			hs_leave(t);
+			HS_CHAOS(HS_CHAOS_LOCK); /* chaos.c: --chaos, holding it longer */
+			return 0;
+		}
+		if (rc != EBUSY)
+			return mutex_lock_tried(t, lock, site, cfa, rc);
+	}
+	return mutex_lock_entered(t, lock, site, cfa);
 }
 
 HS_EXPORT int pthread_mutex_trylock(pthread_mutex_t *lock)
@@ -1302,10 +1330,19 @@ HS_EXPORT int pthread_mutex_clocklock(pthread_mutex_t *lock, clockid_t clock, co
 }
 
 /* Every other mutex release (not the innermost entry, a recursive one, an
- * entry released by another thread, a lock this thread does not hold). */
-static __attribute__((noinline)) int mutex_unlock_slow(pthread_mutex_t *lock)
+ * entry released by another thread, a lock this thread does not hold):
+ * RELEASE's body, the guard held (t). */
+static __attribute__((noinline)) int mutex_unlock_entered(struct hs_tls *t, pthread_mutex_t *lock)
 {
-	RELEASE(1, HS_REAL(pthread_mutex_unlock)(lock));
+	uint64_t addr = (uint64_t)(uintptr_t)lock;
+	uint32_t id;
+	int rc, i = release_begin(t, addr, &id);
+	hs_order_release(t, addr);
+	rc = HS_REAL(pthread_mutex_unlock)(lock);
+	release_end(t, addr, i, id, rc);
+	hs_leave(t);
+	HS_CHAOS(HS_CHAOS_UNLOCK); /* chaos.c: --chaos */
+	return rc;
 }
 
 /* The release of the innermost held entry, taken once and still this
@@ -1313,23 +1350,22 @@ static __attribute__((noinline)) int mutex_unlock_slow(pthread_mutex_t *lock)
  * one compare. */
 HS_EXPORT HS_HOT int pthread_mutex_unlock(pthread_mutex_t *lock)
 {
-	if (HS_LIKELY(!hs_py_internal(lock))) {
-		struct hs_tls *t = hs_enter();
-		if (HS_LIKELY(t != NULL)) {
-			uint64_t addr = (uint64_t)(uintptr_t)lock;
-			if (HS_LIKELY(release_is_top(t->slot, addr))) {
-				int rc;
-				hs_order_release(t, addr);
-				rc = HS_REAL(pthread_mutex_unlock)(lock);
-				release_top_end(t, addr, rc);
-				hs_leave(t);
-				HS_CHAOS(HS_CHAOS_UNLOCK); /* chaos.c: --chaos */
-				return rc;
-			}
-			hs_leave(t);
-		}
-	}
-	return mutex_unlock_slow(lock);
+	struct hs_tls *t;
+	uint64_t addr = (uint64_t)(uintptr_t)lock;
+	int rc;
+	if (HS_UNLIKELY(hs_py_internal(lock)))
+		return HS_REAL(pthread_mutex_unlock)(lock); /* the GIL's own mutex: passed through (RELEASE) */
+	t = hs_enter();
+	if (HS_UNLIKELY(t == NULL))
+		return HS_REAL(pthread_mutex_unlock)(lock);
+	if (HS_UNLIKELY(!release_is_top(t->slot, addr)))
+		return mutex_unlock_entered(t, lock);
+	hs_order_release(t, addr);
+	rc = HS_REAL(pthread_mutex_unlock)(lock);
+	release_top_end(t, addr, rc);
+	hs_leave(t);
+	HS_CHAOS(HS_CHAOS_UNLOCK); /* chaos.c: --chaos */
+	return rc;
 }
 
 HS_EXPORT int pthread_mutex_destroy(pthread_mutex_t *lock)
