@@ -704,37 +704,46 @@ static __attribute__((noinline)) void acq_first_edges(struct hs_tls *t, uint64_t
 }
 
 /*
- * The common acquisition, after the real one: a blocking mutex or spin
- * lock taken at the first try by a thread that holds n < HELD_CHAINS other
- * locks (its area there; p its held chain slot n).  It did not block, so
- * nothing had to be done before it: its edges held -> lock and GIL -> lock
- * are the same added now (out of line, acq_edges: with something held or
- * the GIL only).  A lock already in the held stack (a recursive re-entry)
- * or an entry another thread released is left to the shared steps: returns
- * 0 then, having done nothing.  Otherwise what acq_before and acq_after do,
- * in registers (no struct acq): one clock read (the release reads the
- * other), the chain read into held chain slot n, the site's stack and the
- * lock's id checked against that slot's last ones, the held entry in four
- * stores under the seqlock, the shared-instance check, the hand-over order,
- * the ring record; returns 1.  kind: HS_LOCK_MUTEX or HS_LOCK_SPIN.
- * docs/design.md "Lock order", "Cost".
+ * The common blocking acquisition of a mutex or spin lock, in two halves
+ * around the real call, by a thread that holds n < HELD_CHAINS locks (its
+ * area there; p its held chain slot n): what acq_before and acq_after do for
+ * it, in registers (no struct acq, no second pass over the held stack).
+ *
+ * acq_first_before, before the real call (outside the lock's critical
+ * section, as acq_before): a lock already in the held stack (a relock or a
+ * recursive re-entry) or an entry another thread released is left to the
+ * shared steps: returns 0 then, having done nothing.  Otherwise one clock
+ * read (the release reads the other), the chain read into held chain slot
+ * n, the site's stack and the lock's id checked against that slot's last
+ * ones (*id 0: untracked, the lock table full), the GIL question, and the
+ * edges held -> lock and GIL -> lock when something is held or the GIL is
+ * (acq_edges, out of line: most chains' edges are known); returns 1.
+ *
+ * acq_first_after, once the real call took the lock (the values from
+ * acq_first_before; nothing of the held stack changed in between: the
+ * guard is held): the held entry in four stores under the seqlock, the
+ * shared-instance check, the hand-over order, the ring record.  kind:
+ * HS_LOCK_MUTEX or HS_LOCK_SPIN.  docs/design.md "Lock order", "Cost".
  */
 _Static_assert(offsetof(struct hs_held, lock) == 8 && offsetof(struct hs_held, mode) == 12 &&
 		       offsetof(struct hs_held, trylock) == 13 && offsetof(struct hs_held, recursion) == 14 &&
 		       offsetof(struct hs_held, stack) == 16 && offsetof(struct hs_held, flags) == 20,
-	       "acq_first writes a held entry's lock..recursion and stack, flags as two 64-bit words");
+	       "acq_first_after writes a held entry's lock..recursion and stack, flags as two 64-bit words");
 _Static_assert(HELD_CHAINS < HS_HELD_MAX, "acq_first's entry n < HELD_CHAINS has room");
-static inline __attribute__((always_inline)) int acq_first(struct hs_tls *t, struct held_chain *p, uint64_t addr,
-							   uint64_t site, uint64_t cfa, unsigned kind, uint32_t n)
+static inline __attribute__((always_inline)) int acq_first_before(struct hs_tls *t, struct held_chain *p,
+								  uint64_t addr, uint64_t site, uint64_t cfa,
+								  unsigned kind, uint32_t n, uint64_t *now_,
+								  uint32_t *id_, uint32_t *stack_, int *gil_)
 {
 	struct hs_thread *th = t->slot;
+	uint64_t now;
+	uint32_t gen, id, stack;
+	int holds_gil;
 	for (uint32_t i = 0; i < n; i++)
 		if (th->held[i].addr == addr ||
 		    HS_UNLIKELY((th->held[i].flags >> HS_HELDF_RELGEN_SHIFT) != relgen_of(th->held[i].lock)))
 			return 0;
-	uint64_t now = lock_now();
-	uint32_t gen, id, stack;
-	int holds_gil;
+	now = lock_now();
 	if (p->addr != addr)
 		p->addr = addr;
 	if (p->exact)
@@ -753,14 +762,23 @@ static inline __attribute__((always_inline)) int acq_first(struct hs_tls *t, str
 	id = p->lock_id;
 	if (HS_UNLIKELY(p->lock_addr != addr || !id || p->lock_gen != gen ||
 			__atomic_load_n(&hs_seg.locks[id].addr, __ATOMIC_RELAXED) != addr ||
-			(__atomic_load_n(&hs_seg.locks[id].flags, __ATOMIC_RELAXED) & HS_LOCKF_DEAD))) {
+			(__atomic_load_n(&hs_seg.locks[id].flags, __ATOMIC_RELAXED) & HS_LOCKF_DEAD)))
 		id = acq_first_identify(t, p, addr, kind, stack, now, gen);
-		if (!id)
-			return 1; /* untracked */
-	}
-	holds_gil = __atomic_load_n(&hs_py_present, __ATOMIC_RELAXED) && hs_py_holds_gil();
-	if (n || HS_UNLIKELY(holds_gil))
+	holds_gil = id && __atomic_load_n(&hs_py_present, __ATOMIC_RELAXED) && hs_py_holds_gil();
+	if (id && (n || HS_UNLIKELY(holds_gil)))
 		acq_first_edges(t, addr, site, kind, id, stack, now, holds_gil, n);
+	*now_ = now;
+	*id_ = id;
+	*stack_ = stack;
+	*gil_ = holds_gil;
+	return 1;
+}
+
+static inline __attribute__((always_inline)) void acq_first_after(struct hs_tls *t, const struct held_chain *p,
+								  uint64_t addr, uint32_t n, uint64_t now,
+								  uint32_t id, uint32_t stack, int holds_gil)
+{
+	struct hs_thread *th = t->slot;
 	/* the held entry: four 64-bit stores under the seqlock (held_push's fields) */
 	{
 		uint64_t s = __atomic_load_n(&th->lock_seq, __ATOMIC_RELAXED);
@@ -791,8 +809,8 @@ static inline __attribute__((always_inline)) int acq_first(struct hs_tls *t, str
 	}
 	hs_order_acquire(t, addr);
 	hs_rec(t, now, HS_REC_LOCK_ACQUIRED, stack, addr, id, (uint64_t)HS_MODE_WRITE);
-	return 1;
 }
+
 
 /*
  * Lock-order edges known to be in the graph: a process-private
@@ -1245,40 +1263,60 @@ static __attribute__((noinline)) int mutex_lock_entered(struct hs_tls *t, pthrea
 			HS_REAL(pthread_mutex_lock)(lock));
 }
 
-/* The first try ended other than 0 or EBUSY (EOWNERDEAD: a robust mutex
- * acquired whose owner died; an error), or it took a lock acq_first leaves
- * to the shared steps (a relock, an entry another thread released): it is
- * not tried again, its result (rc) is recorded as the shared body would. */
-static __attribute__((noinline)) int mutex_lock_tried(struct hs_tls *t, pthread_mutex_t *lock, uint64_t site,
-						      uint64_t cfa, int rc)
+/* The try after acq_first_before did not take the lock (rc: EBUSY, it will
+ * block; EOWNERDEAD, a robust mutex acquired whose owner died; an error):
+ * the rest of the shared body with acq_first_before's results, the wait
+ * published before blocking as ACQUIRE does. */
+static __attribute__((noinline)) int mutex_lock_rest(struct hs_tls *t, pthread_mutex_t *lock, uint64_t site,
+						     uint64_t cfa, struct held_chain *p, uint64_t now, uint32_t id,
+						     uint32_t stack, int holds_gil, int rc)
 {
 	struct acq a = {.addr = (uint64_t)(uintptr_t)lock,
 			.site = site,
 			.cfa = cfa,
+			.t0 = now,
+			.id = id,
+			.stack = stack,
 			.kind = HS_LOCK_MUTEX,
 			.acq_mode = HS_MODE_WRITE,
-			.hold_mode = HS_MODE_WRITE};
-	acq_before(t, &a, FLAGS_OF_MUTEX);
+			.hold_mode = HS_MODE_WRITE,
+			.holds_gil = holds_gil};
+	pending = p; /* acq_after's chain: read into slot p */
+	if (rc == EBUSY) {
+		a.waited = 1;
+		a.t0 = hs_now(); /* the wait begins: the precise clock */
+		/* it blocks: the wait gets this call's whole stack, Python frames too */
+		if ((a.stack = hs_stack_here()) != 0)
+			p->exact = 1; /* the held entry keeps it */
+		else
+			a.stack = hs_stack_site(site);
+		hs_wait_begin(t, &a, HS_WAIT_LOCK, a.addr);
+		rc = HS_REAL(pthread_mutex_lock)(lock);
+		hs_wait_end(t);
+	}
 	if (a.id)
 		acq_after(t, &a, rc);
-	if (rc == 0 || rc == EOWNERDEAD)
-		HS_CHAOS(HS_CHAOS_LOCK);
+	if (rc == 0)
+		HS_CHAOS(HS_CHAOS_LOCK); /* chaos.c: --chaos, holding it longer */
 	hs_leave(t);
 	return rc;
 }
 
 /*
- * A blocking acquisition is tried first and recorded after (acq_first) when
- * fewer than HELD_CHAINS locks are held: an acquisition that did not block
- * needs nothing done before it (its edges held -> lock and GIL -> lock are
- * the same added after).  Only when the try finds the lock busy (it will
- * block) does the shared body run its steps before blocking, and try again.
+ * The common acquisition (fewer than HELD_CHAINS locks held, the thread's
+ * area there) runs acq_first_before and acq_first_after around the real
+ * try, and blocks (mutex_lock_rest) only when the try finds the lock busy;
+ * nothing held, a C program's common case, is compiled apart (no held-stack
+ * scan, no edge call).  Everything else takes the shared body.
  */
 HS_EXPORT HS_HOT __attribute__((flatten)) int pthread_mutex_lock(pthread_mutex_t *lock)
 {
 	uint64_t site = RET_ADDR(), cfa = CALLER_SP();
+	uint64_t addr = (uint64_t)(uintptr_t)lock, now;
 	struct hs_tls *t;
-	uint32_t n;
+	struct held_chain *p;
+	uint32_t n, id, stack;
+	int holds_gil, rc;
 	if (HS_UNLIKELY(hs_py_internal(lock))) {
 		/* the GIL's own mutex: passed through (ACQUIRE) */
 		if (HS_UNLIKELY(lazy_nogil))
@@ -1289,24 +1327,26 @@ HS_EXPORT HS_HOT __attribute__((flatten)) int pthread_mutex_lock(pthread_mutex_t
 	if (HS_UNLIKELY(t == NULL))
 		return HS_REAL(pthread_mutex_lock)(lock);
 	n = t->slot->held_count;
-	if (HS_LIKELY(n < HELD_CHAINS && t->area != NULL)) {
-		int rc = MUTEX_TRY;
-		if (HS_LIKELY(rc == 0)) {
-			struct held_chain *p = (struct held_chain *)(void *)(t->area + HS_AREA_LOCKS);
-			/* nothing held (a C program's common case) apart, so that it compiles without the
-			 * held-stack scan and the edge call */
-			if (HS_LIKELY(n == 0))
-				(void)acq_first(t, p, (uint64_t)(uintptr_t)lock, site, cfa, HS_LOCK_MUTEX, 0);
-			else if (HS_UNLIKELY(!acq_first(t, p + n, (uint64_t)(uintptr_t)lock, site, cfa, HS_LOCK_MUTEX, n)))
-				return mutex_lock_tried(t, lock, site, cfa, 0);
-			hs_leave(t);
-			HS_CHAOS(HS_CHAOS_LOCK); /* chaos.c: --chaos, holding it longer */
-			return 0;
-		}
-		if (rc != EBUSY)
-			return mutex_lock_tried(t, lock, site, cfa, rc);
+	if (HS_UNLIKELY(n >= HELD_CHAINS || t->area == NULL))
+		return mutex_lock_entered(t, lock, site, cfa);
+	p = (struct held_chain *)(void *)(t->area + HS_AREA_LOCKS) + n;
+	if (HS_LIKELY(n == 0)) {
+		(void)acq_first_before(t, p, addr, site, cfa, HS_LOCK_MUTEX, 0, &now, &id, &stack, &holds_gil);
+		rc = MUTEX_TRY;
+		if (HS_LIKELY(rc == 0) && HS_LIKELY(id != 0))
+			acq_first_after(t, p, addr, 0, now, id, stack, holds_gil);
+	} else {
+		if (!acq_first_before(t, p, addr, site, cfa, HS_LOCK_MUTEX, n, &now, &id, &stack, &holds_gil))
+			return mutex_lock_entered(t, lock, site, cfa);
+		rc = MUTEX_TRY;
+		if (HS_LIKELY(rc == 0) && HS_LIKELY(id != 0))
+			acq_first_after(t, p, addr, n, now, id, stack, holds_gil);
 	}
-	return mutex_lock_entered(t, lock, site, cfa);
+	if (HS_UNLIKELY(rc != 0))
+		return mutex_lock_rest(t, lock, site, cfa, p, now, id, stack, holds_gil, rc);
+	hs_leave(t);
+	HS_CHAOS(HS_CHAOS_LOCK); /* chaos.c: --chaos, holding it longer */
+	return 0;
 }
 
 HS_EXPORT int pthread_mutex_trylock(pthread_mutex_t *lock)

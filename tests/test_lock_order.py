@@ -121,8 +121,8 @@ def test_foreign_unlock_refused_by_an_error_checking_mutex_keeps_its_owner_holdi
 
 def test_robust_mutex_taken_over_from_a_dead_owner_is_held_and_ordered(heisen, way):
     """A loader thread ends holding a robust mutex; the recovery thread, holding
-    nothing, locks it and gets EOWNERDEAD with the lock acquired (the first try
-    of an uncontended acquisition returns it): it holds lock_a when it takes
+    nothing (and past its first lock: the common acquisition path), locks it
+    and gets EOWNERDEAD with the lock acquired: it holds lock_a when it takes
     lock_b, so with the later lock_b -> lock_a the ABBA is predicted, and its
     ring shows lock_a acquired and released, not a lock error."""
     p, report = run_target(heisen, way, "robust_owner_died")
