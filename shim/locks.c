@@ -261,13 +261,33 @@ static inline struct edge_chains *edge_chains_of(void)
 		 : NULL;
 }
 
-/* The key of acquiring a->id (mode a->acq_mode, GIL id gil or 0) over held[0 .. n-1]. */
-static inline uint64_t edge_chain_key(const struct hs_thread *th, uint32_t n, const struct acq *a, uint32_t gil)
+/* The key of acquiring lock id in mode acq_mode (GIL id gil or 0) over held[0 .. n-1]. */
+static inline uint64_t edge_chain_key_of(const struct hs_thread *th, uint32_t n, uint32_t id, unsigned acq_mode,
+					 uint32_t gil)
 {
-	uint64_t k = hs_mix64((uint64_t)a->id << 8 | a->acq_mode | (uint64_t)gil << 40);
+	uint64_t k = hs_mix64((uint64_t)id << 8 | acq_mode | (uint64_t)gil << 40);
 	for (uint32_t i = 0; i < n; i++)
 		k = hs_mix64(k ^ ((uint64_t)th->held[i].lock << 8 | th->held[i].mode));
 	return k | 1; /* never 0: an empty entry */
+}
+
+static inline uint64_t edge_chain_key(const struct hs_thread *th, uint32_t n, const struct acq *a, uint32_t gil)
+{
+	return edge_chain_key_of(th, n, a->id, a->acq_mode, gil);
+}
+
+/* 1 when the chain cache holds the key of acquiring lock id in mode
+ * acq_mode over held[0 .. n-1] (GIL id gil or 0): every edge it adds is in
+ * the graph already (acq_edges would return at its first look). */
+static inline int edge_chain_known(const struct hs_thread *th, uint32_t n, uint32_t id, unsigned acq_mode,
+				   uint32_t gil)
+{
+	const struct edge_chains *ec = edge_chains_of();
+	uint64_t key;
+	if (HS_UNLIKELY(!ec) || HS_UNLIKELY(ec->gen != __atomic_load_n(&hs_seg_gen, __ATOMIC_RELAXED)))
+		return 0;
+	key = edge_chain_key_of(th, n, id, acq_mode, gil);
+	return ec->key[key & (EDGE_CHAINS - 1)] == key;
 }
 
 /* The edges held -> a->id of a blocking acquisition (n held entries), and
@@ -765,7 +785,10 @@ static inline __attribute__((always_inline)) int acq_first_before(struct hs_tls 
 			(__atomic_load_n(&hs_seg.locks[id].flags, __ATOMIC_RELAXED) & HS_LOCKF_DEAD)))
 		id = acq_first_identify(t, p, addr, kind, stack, now, gen);
 	holds_gil = id && __atomic_load_n(&hs_py_present, __ATOMIC_RELAXED) && hs_py_holds_gil();
-	if (id && (n || HS_UNLIKELY(holds_gil)))
+	/* the edges held -> lock and GIL -> lock: the chain cache looked at inline, acq_edges
+	 * (out of line) for a chain not known */
+	if (id && (n || HS_UNLIKELY(holds_gil)) &&
+	    !edge_chain_known(th, n, id, HS_MODE_WRITE, holds_gil ? hs_py_gil_lock() : 0))
 		acq_first_edges(t, addr, site, kind, id, stack, now, holds_gil, n);
 	*now_ = now;
 	*id_ = id;
