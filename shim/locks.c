@@ -697,7 +697,7 @@ void hs_acq_after(struct hs_tls *t, struct acq *a, int rc)
 	acq_after(t, a, rc);
 }
 
-/* acq_first's steps out of line: the lock not identified by the slot's
+/* acq_first_before's steps out of line: the lock not identified by the slot's
  * cached id (a new lock, another lock at this depth, a new segment; returns
  * the lock's id, 0: untracked, the lock table full), and the edges held ->
  * lock and GIL -> lock (acq_edges: most chains' edges are known). */
@@ -1276,9 +1276,9 @@ void hs_locks_on_free(void *p, size_t size)
 
 #define MUTEX_TRY HS_REAL(pthread_mutex_trylock)(lock)
 
-/* A blocking mutex acquisition the first try does not cover (the lock
- * busy, HELD_CHAINS or more held, a thread without its area): the shared
- * body, the guard held (t). */
+/* A blocking mutex acquisition the common path leaves (the lock already in
+ * the held stack, an entry another thread released, HELD_CHAINS or more
+ * held, a thread without its area): the shared body, the guard held (t). */
 static __attribute__((noinline)) int mutex_lock_entered(struct hs_tls *t, pthread_mutex_t *lock, uint64_t site,
 							uint64_t cfa)
 {
@@ -1330,7 +1330,9 @@ static __attribute__((noinline)) int mutex_lock_rest(struct hs_tls *t, pthread_m
  * area there) runs acq_first_before and acq_first_after around the real
  * try, and blocks (mutex_lock_rest) only when the try finds the lock busy;
  * nothing held, a C program's common case, is compiled apart (no held-stack
- * scan, no edge call).  Everything else takes the shared body.
+ * scan, no edge call).  Everything else takes the shared body.  flatten:
+ * the inline helpers of shim.h and handover.h (hs_rec, hs_order_acquire)
+ * stay inline in this large body, where GCC would otherwise call them.
  */
 HS_EXPORT HS_HOT __attribute__((flatten)) int pthread_mutex_lock(pthread_mutex_t *lock)
 {
