@@ -14,6 +14,7 @@
  * "Rules of the code", 4).
  */
 #include <errno.h>
+#include <stddef.h>
 #include <malloc.h>
 #include <pthread.h>
 #include <string.h>
@@ -260,13 +261,33 @@ static inline struct edge_chains *edge_chains_of(void)
 		 : NULL;
 }
 
-/* The key of acquiring a->id (mode a->acq_mode, GIL id gil or 0) over held[0 .. n-1]. */
-static inline uint64_t edge_chain_key(const struct hs_thread *th, uint32_t n, const struct acq *a, uint32_t gil)
+/* The key of acquiring lock id in mode acq_mode (GIL id gil or 0) over held[0 .. n-1]. */
+static inline uint64_t edge_chain_key_of(const struct hs_thread *th, uint32_t n, uint32_t id, unsigned acq_mode,
+					 uint32_t gil)
 {
-	uint64_t k = hs_mix64((uint64_t)a->id << 8 | a->acq_mode | (uint64_t)gil << 40);
+	uint64_t k = hs_mix64((uint64_t)id << 8 | acq_mode | (uint64_t)gil << 40);
 	for (uint32_t i = 0; i < n; i++)
 		k = hs_mix64(k ^ ((uint64_t)th->held[i].lock << 8 | th->held[i].mode));
 	return k | 1; /* never 0: an empty entry */
+}
+
+static inline uint64_t edge_chain_key(const struct hs_thread *th, uint32_t n, const struct acq *a, uint32_t gil)
+{
+	return edge_chain_key_of(th, n, a->id, a->acq_mode, gil);
+}
+
+/* 1 when the chain cache holds the key of acquiring lock id in mode
+ * acq_mode over held[0 .. n-1] (GIL id gil or 0): every edge it adds is in
+ * the graph already (acq_edges would return at its first look). */
+static inline int edge_chain_known(const struct hs_thread *th, uint32_t n, uint32_t id, unsigned acq_mode,
+				   uint32_t gil)
+{
+	const struct edge_chains *ec = edge_chains_of();
+	uint64_t key;
+	if (HS_UNLIKELY(!ec) || HS_UNLIKELY(ec->gen != __atomic_load_n(&hs_seg_gen, __ATOMIC_RELAXED)))
+		return 0;
+	key = edge_chain_key_of(th, n, id, acq_mode, gil);
+	return ec->key[key & (EDGE_CHAINS - 1)] == key;
 }
 
 /* The edges held -> a->id of a blocking acquisition (n held entries), and
@@ -328,6 +349,7 @@ static __attribute__((noinline)) void acq_edges(struct hs_tls *t, struct acq *a,
 /* flags of acq_before: a mutex's flags, read from the mutex only where they
  * are needed (a new lock, a relock): the common acquisition never reads them. */
 #define FLAGS_OF_MUTEX 0xffffffffu
+#define FLAGS_OF_MUTEX_OR_0(kind) ((kind) == HS_LOCK_MUTEX ? FLAGS_OF_MUTEX : 0u) /* a spin lock has none */
 static inline unsigned flags_of(const struct acq *a, unsigned flags)
 {
 	return flags == FLAGS_OF_MUTEX ? hs_mutex_flags((const void *)(uintptr_t)a->addr) : flags;
@@ -675,6 +697,144 @@ void hs_acq_after(struct hs_tls *t, struct acq *a, int rc)
 	acq_after(t, a, rc);
 }
 
+/* acq_first_before's steps out of line: the lock not identified by the slot's
+ * cached id (a new lock, another lock at this depth, a new segment; returns
+ * the lock's id, 0: untracked, the lock table full), and the edges held ->
+ * lock and GIL -> lock (acq_edges: most chains' edges are known). */
+static __attribute__((noinline)) uint32_t acq_first_identify(struct hs_tls *t, struct held_chain *p, uint64_t addr,
+							   unsigned kind, uint32_t stack, uint64_t now, uint32_t gen)
+{
+	struct acq a = {.addr = addr, .kind = (uint8_t)kind, .stack = stack, .t0 = now};
+	uint32_t id = hs_lock_id(&hs_seg, addr, kind, flags_of(&a, FLAGS_OF_MUTEX_OR_0(kind)), stack, t->tid, now);
+	p->lock_addr = addr;
+	p->lock_id = id;
+	p->lock_gen = gen;
+	if (id)
+		lock_named_first_use(&a, id, FLAGS_OF_MUTEX_OR_0(kind));
+	return id;
+}
+
+static __attribute__((noinline)) void acq_first_edges(struct hs_tls *t, uint64_t addr, uint64_t site,
+						      unsigned kind, uint32_t id, uint32_t stack, uint64_t now,
+						      int holds_gil, uint32_t n)
+{
+	struct acq a = {.addr = addr, .site = site, .kind = (uint8_t)kind, .acq_mode = HS_MODE_WRITE,
+			.hold_mode = HS_MODE_WRITE, .id = id, .stack = stack, .t0 = now, .holds_gil = holds_gil};
+	acq_edges(t, &a, n);
+}
+
+/*
+ * The common blocking acquisition of a mutex or spin lock, in two halves
+ * around the real call, by a thread that holds n < HELD_CHAINS locks (its
+ * area there; p its held chain slot n): what acq_before and acq_after do for
+ * it, in registers (no struct acq, no second pass over the held stack).
+ *
+ * acq_first_before, before the real call (outside the lock's critical
+ * section, as acq_before): a lock already in the held stack (a relock or a
+ * recursive re-entry) or an entry another thread released is left to the
+ * shared steps: returns 0 then, having done nothing.  Otherwise one clock
+ * read (the release reads the other), the chain read into held chain slot
+ * n, the site's stack and the lock's id checked against that slot's last
+ * ones (*id 0: untracked, the lock table full), the GIL question, and the
+ * edges held -> lock and GIL -> lock when something is held or the GIL is
+ * (acq_edges, out of line: most chains' edges are known); returns 1.
+ *
+ * acq_first_after, once the real call took the lock (the values from
+ * acq_first_before; nothing of the held stack changed in between: the
+ * guard is held): the held entry in four stores under the seqlock, the
+ * shared-instance check, the hand-over order, the ring record.  kind:
+ * HS_LOCK_MUTEX or HS_LOCK_SPIN.  docs/design.md "Lock order", "Cost".
+ */
+_Static_assert(offsetof(struct hs_held, lock) == 8 && offsetof(struct hs_held, mode) == 12 &&
+		       offsetof(struct hs_held, trylock) == 13 && offsetof(struct hs_held, recursion) == 14 &&
+		       offsetof(struct hs_held, stack) == 16 && offsetof(struct hs_held, flags) == 20,
+	       "acq_first_after writes a held entry's lock..recursion and stack, flags as two 64-bit words");
+_Static_assert(HELD_CHAINS < HS_HELD_MAX, "acq_first's entry n < HELD_CHAINS has room");
+static inline __attribute__((always_inline)) int acq_first_before(struct hs_tls *t, struct held_chain *p,
+								  uint64_t addr, uint64_t site, uint64_t cfa,
+								  unsigned kind, uint32_t n, uint64_t *now_,
+								  uint32_t *id_, uint32_t *stack_, int *gil_)
+{
+	struct hs_thread *th = t->slot;
+	uint64_t now;
+	uint32_t gen, id, stack;
+	int holds_gil;
+	for (uint32_t i = 0; i < n; i++)
+		if (th->held[i].addr == addr ||
+		    HS_UNLIKELY((th->held[i].flags >> HS_HELDF_RELGEN_SHIFT) != relgen_of(th->held[i].lock)))
+			return 0;
+	now = lock_now();
+	if (p->addr != addr)
+		p->addr = addr;
+	if (p->exact)
+		p->exact = 0;
+	if (hs_py_frames_maybe())
+		hs_chain_read_lazy(&p->c, site, cfa);
+	else
+		hs_chain_read_inline(&p->c, site, cfa);
+	gen = __atomic_load_n(&hs_seg_gen, __ATOMIC_RELAXED);
+	if (HS_UNLIKELY(p->stack_site != site || !p->site_stack || p->site_gen != gen)) {
+		p->site_stack = hs_stack_site(site);
+		p->stack_site = site;
+		p->site_gen = gen;
+	}
+	stack = p->site_stack;
+	id = p->lock_id;
+	if (HS_UNLIKELY(p->lock_addr != addr || !id || p->lock_gen != gen ||
+			__atomic_load_n(&hs_seg.locks[id].addr, __ATOMIC_RELAXED) != addr ||
+			(__atomic_load_n(&hs_seg.locks[id].flags, __ATOMIC_RELAXED) & HS_LOCKF_DEAD)))
+		id = acq_first_identify(t, p, addr, kind, stack, now, gen);
+	holds_gil = id && __atomic_load_n(&hs_py_present, __ATOMIC_RELAXED) && hs_py_holds_gil();
+	/* the edges held -> lock and GIL -> lock: the chain cache looked at inline, acq_edges
+	 * (out of line) for a chain not known */
+	if (id && (n || HS_UNLIKELY(holds_gil)) &&
+	    !edge_chain_known(th, n, id, HS_MODE_WRITE, holds_gil ? hs_py_gil_lock() : 0))
+		acq_first_edges(t, addr, site, kind, id, stack, now, holds_gil, n);
+	*now_ = now;
+	*id_ = id;
+	*stack_ = stack;
+	*gil_ = holds_gil;
+	return 1;
+}
+
+static inline __attribute__((always_inline)) void acq_first_after(struct hs_tls *t, const struct held_chain *p,
+								  uint64_t addr, uint32_t n, uint64_t now,
+								  uint32_t id, uint32_t stack, int holds_gil)
+{
+	struct hs_thread *th = t->slot;
+	/* the held entry: four 64-bit stores under the seqlock (held_push's fields) */
+	{
+		uint64_t s = __atomic_load_n(&th->lock_seq, __ATOMIC_RELAXED);
+		struct hs_held *e = &th->held[n];
+		uint64_t w1 = (uint64_t)id | (uint64_t)HS_MODE_WRITE << 32; /* lock, mode; trylock 0, recursion 0 */
+		uint64_t w2 = (uint64_t)stack | (uint64_t)((holds_gil ? HS_HELDF_GIL : 0) |
+							    relgen_of(id) << HS_HELDF_RELGEN_SHIFT) << 32;
+		__atomic_store_n(&th->lock_seq, s + 1, __ATOMIC_RELAXED);
+		__atomic_thread_fence(__ATOMIC_RELEASE);
+		e->addr = addr;
+		memcpy(&e->lock, &w1, sizeof w1);
+		memcpy(&e->stack, &w2, sizeof w2);
+		e->since_ns = now;
+		th->held_count = n + 1;
+		__atomic_store_n(&th->lock_seq, s + 2, __ATOMIC_RELEASE);
+	}
+	if (p->c.lazy && !holds_gil)
+		lazy_nogil = 1; /* completed before this thread takes the GIL, if still held */
+	{
+		struct hs_lock *l = &hs_seg.locks[id];
+		int32_t last = __atomic_load_n(&l->last_tid, __ATOMIC_RELAXED);
+		if (HS_UNLIKELY(last != t->tid) && !(__atomic_load_n(&l->flags, __ATOMIC_RELAXED) & HS_LOCKF_SHARED)) {
+			/* a second thread (acq_after) */
+			if (last)
+				hs_order_acquirer_changed(t, id, addr, last, 1, stack, now);
+			__atomic_store_n(&l->last_tid, t->tid, __ATOMIC_RELAXED);
+		}
+	}
+	hs_order_acquire(t, addr);
+	hs_rec(t, now, HS_REC_LOCK_ACQUIRED, stack, addr, id, (uint64_t)HS_MODE_WRITE);
+}
+
+
 /*
  * Lock-order edges known to be in the graph: a process-private
  * direct-mapped memo of edge keys (hs_edge_key) and the segment generation
@@ -907,17 +1067,20 @@ static inline __attribute__((always_inline)) void release_end(struct hs_tls *t, 
 			he->recursion--;
 			hs_lockstate_end(th);
 		} else if (HS_LIKELY((uint32_t)i + 1 == th->held_count)) {
-			/* the top entry (last in, first out): its chain slot stays as the next shadow */
-			hs_lockstate_begin(th);
-			th->held_count = (uint32_t)i;
-			hs_lockstate_end(th);
+			/* the top entry (last in, first out): its chain slot stays as the next shadow.
+			 * One store, outside the seqlock: the entries stay as they are, so a reader
+			 * copying meanwhile gets the stack before or after this release, each whole;
+			 * the next push rewrites the entry under the seqlock (format.h, struct
+			 * hs_thread; docs/design.md "Lock order") */
+			__atomic_store_n(&th->held_count, (uint32_t)i, __ATOMIC_RELEASE);
 		} else {
 			held_remove(th, i);
 		}
 	}
-	if (!th->held_count)
-		lazy_nogil = 0; /* nothing held: nothing to complete */
-	else {
+	if (!th->held_count) {
+		if (HS_UNLIKELY(lazy_nogil))
+			lazy_nogil = 0; /* nothing held: nothing to complete */
+	} else {
 		/* the other entries another thread released since (the scan inline, the purge out of line) */
 		uint32_t n = th->held_count < HS_HELD_MAX ? th->held_count : HS_HELD_MAX;
 		for (uint32_t k = 0; k < n; k++)
@@ -930,6 +1093,53 @@ static inline __attribute__((always_inline)) void release_end(struct hs_tls *t, 
 		hs_rec_released(t, lock_now(), addr, id);
 	else
 		hs_rec(t, lock_now(), HS_REC_LOCK_ERROR, 0, addr, id, (uint64_t)rc);
+}
+
+/* 1 when the thread's innermost held entry is addr's, taken once and still
+ * this thread's (not released by another since, see relgen): the common
+ * release, whose search (release_begin) is this one compare. */
+static inline __attribute__((always_inline)) int release_is_top(const struct hs_thread *th, uint64_t addr)
+{
+	uint32_t i = th->held_count - 1;
+	return HS_LIKELY(i < HS_HELD_MAX) && HS_LIKELY(th->held[i].addr == addr) && HS_LIKELY(!th->held[i].recursion) &&
+	       HS_LIKELY((th->held[i].flags >> HS_HELDF_RELGEN_SHIFT) == relgen_of(th->held[i].lock));
+}
+
+/* release_end for the entry release_is_top found (rc: the real release's
+ * result), everything read again after the real call (nothing of the
+ * thread's held stack changed meanwhile: the guard is held), so that little
+ * lives across it. */
+static __attribute__((noinline)) void release_top_failed(struct hs_tls *t, uint64_t addr, int rc)
+{
+	release_end(t, addr, (int)t->slot->held_count - 1, 0, rc);
+}
+
+static inline __attribute__((always_inline)) void release_top_end(struct hs_tls *t, uint64_t addr, int rc)
+{
+	struct hs_thread *th = t->slot;
+	uint32_t i = th->held_count - 1;
+	struct hs_held *he = &th->held[i];
+	uint32_t id = he->lock;
+	if (HS_UNLIKELY(rc != 0)) {
+		release_top_failed(t, addr, rc);
+		return;
+	}
+	if (!(he->flags & HS_HELDF_GIL) && __atomic_load_n(&hs_py_present, __ATOMIC_RELAXED) && hs_py_holds_gil())
+		release_gil_edge(t, (int)i);
+	/* one store outside the seqlock (release_end) */
+	__atomic_store_n(&th->held_count, i, __ATOMIC_RELEASE);
+	if (!i) {
+		if (HS_UNLIKELY(lazy_nogil))
+			lazy_nogil = 0; /* nothing held: nothing to complete */
+	} else {
+		/* the other entries another thread released since (release_end) */
+		for (uint32_t k = 0; k < i && k < HS_HELD_MAX; k++)
+			if (HS_UNLIKELY((th->held[k].flags >> HS_HELDF_RELGEN_SHIFT) != relgen_of(th->held[k].lock))) {
+				held_purge_slow(th);
+				break;
+			}
+	}
+	hs_rec_released(t, lock_now(), addr, id);
 }
 
 void hs_release(struct hs_tls *t, uint64_t addr)
@@ -988,10 +1198,16 @@ void hs_locks_on_free(void *p, size_t size)
 		} else {                                                                         \
 			t = hs_enter();                                                          \
 		}                                                                                \
-		struct acq a;                                                                    \
-		int rc;                                                                          \
 		if (!t)                                                                          \
 			return is_try ? (TRY) : (BLOCK);                                         \
+		ACQUIRE_ENTERED(kind_, acq_mode_, hold_mode_, flags_, is_try, TRY, BLOCK);       \
+	} while (0)
+
+/* ACQUIRE's body once the hook holds the guard (t). */
+#define ACQUIRE_ENTERED(kind_, acq_mode_, hold_mode_, flags_, is_try, TRY, BLOCK)                \
+	do {                                                                                     \
+		struct acq a;                                                                    \
+		int rc;                                                                          \
 		/* every other member 0 */                                                      \
 		a = (struct acq){.addr = (uint64_t)(uintptr_t)lock,                              \
 				 .site = site,                                                   \
@@ -1060,11 +1276,102 @@ void hs_locks_on_free(void *p, size_t size)
 
 #define MUTEX_TRY HS_REAL(pthread_mutex_trylock)(lock)
 
-HS_EXPORT int pthread_mutex_lock(pthread_mutex_t *lock)
+/* A blocking mutex acquisition the common path leaves (the lock already in
+ * the held stack, an entry another thread released, HELD_CHAINS or more
+ * held, a thread without its area): the shared body, the guard held (t). */
+static __attribute__((noinline)) int mutex_lock_entered(struct hs_tls *t, pthread_mutex_t *lock, uint64_t site,
+							uint64_t cfa)
+{
+	ACQUIRE_ENTERED(HS_LOCK_MUTEX, HS_MODE_WRITE, HS_MODE_WRITE, FLAGS_OF_MUTEX, 0, MUTEX_TRY,
+			HS_REAL(pthread_mutex_lock)(lock));
+}
+
+/* The try after acq_first_before did not take the lock (rc: EBUSY, it will
+ * block; EOWNERDEAD, a robust mutex acquired whose owner died; an error):
+ * the rest of the shared body with acq_first_before's results, the wait
+ * published before blocking as ACQUIRE does. */
+static __attribute__((noinline)) int mutex_lock_rest(struct hs_tls *t, pthread_mutex_t *lock, uint64_t site,
+						     uint64_t cfa, struct held_chain *p, uint64_t now, uint32_t id,
+						     uint32_t stack, int holds_gil, int rc)
+{
+	struct acq a = {.addr = (uint64_t)(uintptr_t)lock,
+			.site = site,
+			.cfa = cfa,
+			.t0 = now,
+			.id = id,
+			.stack = stack,
+			.kind = HS_LOCK_MUTEX,
+			.acq_mode = HS_MODE_WRITE,
+			.hold_mode = HS_MODE_WRITE,
+			.holds_gil = holds_gil};
+	pending = p; /* acq_after's chain: read into slot p */
+	if (rc == EBUSY) {
+		a.waited = 1;
+		a.t0 = hs_now(); /* the wait begins: the precise clock */
+		/* it blocks: the wait gets this call's whole stack, Python frames too */
+		if ((a.stack = hs_stack_here()) != 0)
+			p->exact = 1; /* the held entry keeps it */
+		else
+			a.stack = hs_stack_site(site);
+		hs_wait_begin(t, &a, HS_WAIT_LOCK, a.addr);
+		rc = HS_REAL(pthread_mutex_lock)(lock);
+		hs_wait_end(t);
+	}
+	if (a.id)
+		acq_after(t, &a, rc);
+	if (rc == 0)
+		HS_CHAOS(HS_CHAOS_LOCK); /* chaos.c: --chaos, holding it longer */
+	hs_leave(t);
+	return rc;
+}
+
+/*
+ * The common acquisition (fewer than HELD_CHAINS locks held, the thread's
+ * area there) runs acq_first_before and acq_first_after around the real
+ * try, and blocks (mutex_lock_rest) only when the try finds the lock busy;
+ * nothing held, a C program's common case, is compiled apart (no held-stack
+ * scan, no edge call).  Everything else takes the shared body.  flatten:
+ * the inline helpers of shim.h and handover.h (hs_rec, hs_order_acquire)
+ * stay inline in this large body, where GCC would otherwise call them.
+ */
+HS_EXPORT HS_HOT __attribute__((flatten)) int pthread_mutex_lock(pthread_mutex_t *lock)
 {
 	uint64_t site = RET_ADDR(), cfa = CALLER_SP();
-	ACQUIRE(HS_LOCK_MUTEX, HS_MODE_WRITE, HS_MODE_WRITE, FLAGS_OF_MUTEX, 0, MUTEX_TRY,
-		HS_REAL(pthread_mutex_lock)(lock));
+	uint64_t addr = (uint64_t)(uintptr_t)lock, now;
+	struct hs_tls *t;
+	struct held_chain *p;
+	uint32_t n, id, stack;
+	int holds_gil, rc;
+	if (HS_UNLIKELY(hs_py_internal(lock))) {
+		/* the GIL's own mutex: passed through (ACQUIRE) */
+		if (HS_UNLIKELY(lazy_nogil))
+			gil_mutex_locked(); /* a GIL take may follow */
+		return HS_REAL(pthread_mutex_lock)(lock);
+	}
+	t = hs_enter();
+	if (HS_UNLIKELY(t == NULL))
+		return HS_REAL(pthread_mutex_lock)(lock);
+	n = t->slot->held_count;
+	if (HS_UNLIKELY(n >= HELD_CHAINS || t->area == NULL))
+		return mutex_lock_entered(t, lock, site, cfa);
+	p = (struct held_chain *)(void *)(t->area + HS_AREA_LOCKS) + n;
+	if (HS_LIKELY(n == 0)) {
+		(void)acq_first_before(t, p, addr, site, cfa, HS_LOCK_MUTEX, 0, &now, &id, &stack, &holds_gil);
+		rc = MUTEX_TRY;
+		if (HS_LIKELY(rc == 0) && HS_LIKELY(id != 0))
+			acq_first_after(t, p, addr, 0, now, id, stack, holds_gil);
+	} else {
+		if (!acq_first_before(t, p, addr, site, cfa, HS_LOCK_MUTEX, n, &now, &id, &stack, &holds_gil))
+			return mutex_lock_entered(t, lock, site, cfa);
+		rc = MUTEX_TRY;
+		if (HS_LIKELY(rc == 0) && HS_LIKELY(id != 0))
+			acq_first_after(t, p, addr, n, now, id, stack, holds_gil);
+	}
+	if (HS_UNLIKELY(rc != 0))
+		return mutex_lock_rest(t, lock, site, cfa, p, now, id, stack, holds_gil, rc);
+	hs_leave(t);
+	HS_CHAOS(HS_CHAOS_LOCK); /* chaos.c: --chaos, holding it longer */
+	return 0;
 }
 
 HS_EXPORT int pthread_mutex_trylock(pthread_mutex_t *lock)
@@ -1087,9 +1394,43 @@ HS_EXPORT int pthread_mutex_clocklock(pthread_mutex_t *lock, clockid_t clock, co
 		HS_REAL(pthread_mutex_clocklock)(lock, clock, abstime));
 }
 
-HS_EXPORT int pthread_mutex_unlock(pthread_mutex_t *lock)
+/* Every other mutex release (not the innermost entry, a recursive one, an
+ * entry released by another thread, a lock this thread does not hold):
+ * RELEASE's body, the guard held (t). */
+static __attribute__((noinline)) int mutex_unlock_entered(struct hs_tls *t, pthread_mutex_t *lock)
 {
-	RELEASE(1, HS_REAL(pthread_mutex_unlock)(lock));
+	uint64_t addr = (uint64_t)(uintptr_t)lock;
+	uint32_t id;
+	int rc, i = release_begin(t, addr, &id);
+	hs_order_release(t, addr);
+	rc = HS_REAL(pthread_mutex_unlock)(lock);
+	release_end(t, addr, i, id, rc);
+	hs_leave(t);
+	HS_CHAOS(HS_CHAOS_UNLOCK); /* chaos.c: --chaos */
+	return rc;
+}
+
+/* The release of the innermost held entry, taken once and still this
+ * thread's (the common case, last in first out): release_begin's search is
+ * one compare. */
+HS_EXPORT HS_HOT int pthread_mutex_unlock(pthread_mutex_t *lock)
+{
+	struct hs_tls *t;
+	uint64_t addr = (uint64_t)(uintptr_t)lock;
+	int rc;
+	if (HS_UNLIKELY(hs_py_internal(lock)))
+		return HS_REAL(pthread_mutex_unlock)(lock); /* the GIL's own mutex: passed through (RELEASE) */
+	t = hs_enter();
+	if (HS_UNLIKELY(t == NULL))
+		return HS_REAL(pthread_mutex_unlock)(lock);
+	if (HS_UNLIKELY(!release_is_top(t->slot, addr)))
+		return mutex_unlock_entered(t, lock);
+	hs_order_release(t, addr);
+	rc = HS_REAL(pthread_mutex_unlock)(lock);
+	release_top_end(t, addr, rc);
+	hs_leave(t);
+	HS_CHAOS(HS_CHAOS_UNLOCK); /* chaos.c: --chaos */
+	return rc;
 }
 
 HS_EXPORT int pthread_mutex_destroy(pthread_mutex_t *lock)

@@ -480,7 +480,11 @@ static inline struct hs_tls *hs_enter_op(int heap_op)
 		    hs_fork_segment(heap_op) != 0)
 			return NULL;
 	}
-	if (t->in_hook || t->dead)
+	/* two 4-byte loads, not one 8-byte load of both: the last hs_leave stored in_hook
+	 * alone, and a load wider than a store still in the store buffer is not forwarded
+	 * from it but waits for it to reach the cache (about 2-3 ns a mutex pair,
+	 * bench/README.md "The uncontended mutex pair in registers") */
+	if (__atomic_load_n(&t->in_hook, __ATOMIC_RELAXED) || __atomic_load_n(&t->dead, __ATOMIC_RELAXED))
 		return NULL;
 	if (HS_UNLIKELY(t->vfork_pid != 0) && hs_vfork_child(t))
 		return NULL;

@@ -119,6 +119,34 @@ def test_foreign_unlock_refused_by_an_error_checking_mutex_keeps_its_owner_holdi
                    for t in proc["threads"] if t["tid"] not in (tid_ab, tid_ba) for e in t["events"])
 
 
+def test_robust_mutex_taken_over_from_a_dead_owner_is_held_and_ordered(heisen, way):
+    """A loader thread ends holding a robust mutex; the recovery thread, holding
+    nothing (and past its first lock: the common acquisition path), locks it
+    and gets EOWNERDEAD with the lock acquired: it holds lock_a when it takes
+    lock_b, so with the later lock_b -> lock_a the ABBA is predicted, and its
+    ring shows lock_a acquired and released, not a lock error."""
+    p, report = run_target(heisen, way, "robust_owner_died")
+    assert "died" in p.stdout.split(), p.stdout
+    pid, tid_ab, tid_ba = (fact_int(p.stdout, k) for k in ("pid", "tid_ab", "tid_ba"))
+
+    f = one_potential_deadlock(report, pid)
+    assert sorted(f["tids"]) == sorted([tid_ab, tid_ba])
+    assert sorted(lockname(l) for l in f["locks"]) == ["lock_a", "lock_b"]
+    assert_cycle_is_closed(f)
+    ab, ba = edge(f, "lock_a", "lock_b"), edge(f, "lock_b", "lock_a")
+    assert ab["tid"] == tid_ab and ba["tid"] == tid_ba
+    for e, fn in ((ab, "take_a_then_b"), (ba, "take_b_then_a")):
+        assert frame_functions(e["from_stack"])[0] == fn, e["from_stack"]
+        assert frame_functions(e["to_stack"])[0] == fn, e["to_stack"]
+
+    proc = process_of(report, pid)
+    (rec,) = [t for t in proc["threads"] if t["tid"] == tid_ab]
+    kinds = [(e["type"], lockname(e["lock"])) for e in rec["events"]
+             if e["type"].startswith("lock-") and e.get("lock")]
+    assert ("lock-acquired", "lock_a") in kinds and ("lock-released", "lock_a") in kinds, rec["events"]
+    assert not any(k == "lock-error" for k, _ in kinds), rec["events"]
+
+
 def test_heisen_disable_records_nothing(heisen, session):
     p = heisen.preload([target(heisen, "abba_sequential")], session,
                        env={"HEISEN_DISABLE": "1"})

@@ -485,6 +485,10 @@ struct hs_held {
  * A thread slot.  Its thread writes it; anyone may read it.  The lock state
  * (held[], held_count and the wait_* words) is guarded by a seqlock: the
  * writer makes lock_seq odd, changes the fields, makes it even again (release).
+ * One change is made outside it: the release of the top held entry lowers
+ * held_count by one store (no entry changes; the next push, under the
+ * seqlock, is what rewrites that entry), so a copy that sees either count
+ * is a stack the thread had.
  * A reader copies the fields between two equal even reads of lock_seq;
  * after a few failed tries it may use a torn copy but must say so.
  */
