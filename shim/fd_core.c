@@ -1031,6 +1031,38 @@ static inline __attribute__((always_inline)) void created(struct hs_tls *t, int 
 
 
 /*
+ * The close of generation gen of fd in the thread's ring: folded into its
+ * creation's record when that is the thread's newest (a loop's open and
+ * close, nothing recorded between: format.h HS_REC_FD_FOLD_CALL_SHIFT),
+ * as hs_rec_released folds a lock's release — the close then writes no
+ * record line of its own; else an HS_REC_FD_CLOSED record.  The record at
+ * head - 1 is the last this thread wrote, whole (its only writer; a signal
+ * handler that interrupts a hook skips its record), or one never written
+ * (type 0).  c before b: a reader that sees the folded b sees this c
+ * (dumper/snapshot.c read_record).  Does hs_rec's memory sample.
+ */
+static inline __attribute__((always_inline)) void rec_closed(struct hs_tls *t, uint64_t now, uint32_t stack, int fd,
+							     uint32_t gen, unsigned call)
+{
+	uint64_t pos = __atomic_load_n(&t->ring->head, __ATOMIC_RELAXED), dt;
+	struct hs_record *r = &t->recs[(pos - 1) & t->ring_mask];
+	/* b == gen: a creation not folded yet (its high half 0; so c's high bits are 0:
+	 * only this thread folds, whole, before it records anything else) */
+	if (HS_LIKELY(r->type == HS_REC_FD_CREATED && r->b == gen && r->a == (uint64_t)(uint32_t)fd) &&
+	    HS_LIKELY((dt = now - r->ts_ns) <= HS_REC_FOLD_MAX_NS)) {
+		__atomic_store_n(&r->c,
+				 r->c | (uint64_t)(call & 0xffu) << HS_REC_FD_FOLD_CALL_SHIFT |
+					 (uint64_t)stack << HS_REC_FD_FOLD_STACK_SHIFT,
+				 __ATOMIC_RELAXED);
+		__atomic_store_n(&r->b, (uint64_t)gen | (dt + 1) << HS_REC_FOLD_SHIFT, __ATOMIC_RELEASE);
+		if (HS_UNLIKELY(now >= __atomic_load_n(&hs_mem_next_ns, __ATOMIC_RELAXED)))
+			hs_mem_sample(t, now, HS_MEMW_TIME, 0);
+		return;
+	}
+	hs_rec(t, now, HS_REC_FD_CLOSED, stack, (uint64_t)fd, gen, call);
+}
+
+/*
  * Before fd is closed (or after dup2 replaced it): mark its open generation
  * closed by this call.  *p says what the slot held.  With the guard held.
  */
@@ -1079,7 +1111,7 @@ static inline __attribute__((always_inline)) void closing(struct hs_tls *t, int 
 	release(s, q);
 	if (p->state == HS_FDS_OPEN) {
 		count_one(&x->hdr->fd_closed, one);
-		hs_rec(t, now, HS_REC_FD_CLOSED, stack, (uint64_t)fd, p->gen, call);
+		rec_closed(t, now, stack, fd, p->gen, call);
 	}
 }
 
