@@ -88,17 +88,33 @@ int hs_read_thread(struct hs_seg *seg, uint32_t slot, struct hs_tsnap *out)
 static int read_record(const struct hs_record *r, uint64_t pos, struct hs_record *out)
 {
 	/* acquire: pairs with the writer's release of seq after the payload */
+	uint64_t b;
 	if (__atomic_load_n(&r->seq, __ATOMIC_ACQUIRE) != pos + 1)
 		return -1;
+	/* b whole and first: a fold (format.h HS_REC_FOLD_SHIFT) is one 64-bit store to
+	   b, and a close folded into an fd creation stores its c before that b (acquire:
+	   a folded b comes with its c) */
+	b = __atomic_load_n(&r->b, __ATOMIC_ACQUIRE);
 	memcpy(out, r, sizeof *out);
-	/* b whole: a release folded into it while we copied (format.h HS_REC_FOLD_SHIFT) is
-	   one 64-bit store, seen entirely or not at all */
-	out->b = __atomic_load_n(&r->b, __ATOMIC_RELAXED);
+	out->b = b;
+	if (out->type == HS_REC_FD_CREATED && (b >> HS_REC_FOLD_SHIFT) == 0)
+		out->c &= 0xffffu; /* a close's fold caught half-way: the plain creation */
 	/* acquire fence: the copy happens before the re-check of seq */
 	__atomic_thread_fence(__ATOMIC_ACQUIRE);
 	if (__atomic_load_n(&r->seq, __ATOMIC_RELAXED) != pos + 1)
 		return -1;
 	return 0;
+}
+
+struct hs_record hs_folded_fd_close(const struct hs_record *cr)
+{
+	struct hs_record cl = *cr;
+	cl.ts_ns = cr->ts_ns + (cr->b >> HS_REC_FOLD_SHIFT) - 1;
+	cl.type = HS_REC_FD_CLOSED;
+	cl.stack = (uint32_t)(cr->c >> HS_REC_FD_FOLD_STACK_SHIFT);
+	cl.b = cr->b & 0xffffffffu;
+	cl.c = (cr->c >> HS_REC_FD_FOLD_CALL_SHIFT) & 0xffu;
+	return cl;
 }
 
 struct hs_record hs_folded_release(const struct hs_record *acq)
@@ -134,6 +150,13 @@ size_t hs_read_ring(struct hs_seg *seg, uint32_t slot, struct hs_record *out, si
 			/* a folded release: the release (newer) first, then the plain acquisition */
 			out[max - 1 - n++] = hs_folded_release(&r);
 			r.b &= 0xffffffffu;
+			if (n == max)
+				break;
+		} else if (r.type == HS_REC_FD_CREATED && (r.b >> HS_REC_FOLD_SHIFT) != 0) {
+			/* a folded close: the close (newer) first, then the plain creation */
+			out[max - 1 - n++] = hs_folded_fd_close(&r);
+			r.b &= 0xffffffffu;
+			r.c &= 0xffffu;
 			if (n == max)
 				break;
 		}

@@ -35,8 +35,10 @@ int hs_read_thread(struct hs_seg *seg, uint32_t slot, struct hs_tsnap *out);
  * thread's records are returned.  Overwritten or torn records are skipped.
  * An acquisition with its release folded in (format.h HS_REC_FOLD_SHIFT)
  * comes out as two records, the plain acquisition (b = the lock id) and
- * the release after it (hs_folded_release), both counted against max: a
- * caller that wants a whole ring passes twice ring_records.  Returns the
+ * the release after it (hs_folded_release), and an fd creation with its
+ * close folded in as the plain creation and the close after it
+ * (hs_folded_fd_close), both counted against max: a caller that wants a
+ * whole ring passes twice ring_records.  Returns the
  * number copied into out; 0 when the slot has no ring.
  */
 size_t hs_read_ring(struct hs_seg *seg, uint32_t slot, struct hs_record *out, size_t max);
@@ -49,6 +51,12 @@ size_t hs_read_ring(struct hs_seg *seg, uint32_t slot, struct hs_record *out, si
  * nonzero): an HS_REC_LOCK_RELEASED at the release's time, the same lock
  * (a, b = the lock id), stack 0, c = HS_REC_RELEASE_FOLDED, acq's seq. */
 struct hs_record hs_folded_release(const struct hs_record *acq);
+
+/* The close folded into fd creation record cr (cr->b >> HS_REC_FOLD_SHIFT
+ * nonzero, format.h HS_REC_FD_FOLD_*): an HS_REC_FD_CLOSED at the close's
+ * time with its stack, a = the number, b = the generation, c = its call,
+ * cr's seq. */
+struct hs_record hs_folded_fd_close(const struct hs_record *cr);
 
 /*
  * Copy stack `id`.  Returns 0 with depth clamped to HS_STACK_DEPTH, or -1

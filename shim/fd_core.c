@@ -75,10 +75,6 @@
 #include "fd_core.h"
 #include "shim.h"
 
-/* Every hook's CFA (fd_core.h, HS_FD_SITE): fd_stack() reads the call's own
- * chain of return addresses from it. */
-__thread uint64_t hs_fd_call_cfa __attribute__((tls_model("initial-exec")));
-
 #define CLAIM_SPINS 100000u     /* pauses before a slot update is given up (fd_torn) */
 #define CHAIN_MAX 32            /* events of one number looked at, newest first */
 
@@ -105,6 +101,7 @@ static __attribute__((noinline, cold)) void hot_load(uint32_t g)
 {
 	struct hs_header *h = hs_seg.hdr;
 	const struct hs_table *tf, *te;
+	__atomic_store_n(&hs_fd_hot.committed_lo, 0, __ATOMIC_RELAXED);
 	if (!h) {
 		hs_fd_hot.slots_cap = 0;
 		hs_fd_hot.ring = NULL;
@@ -115,7 +112,7 @@ static __attribute__((noinline, cold)) void hot_load(uint32_t g)
 	hs_fd_hot.slots = (struct hs_fd *)((char *)h + tf->offset);
 	hs_fd_hot.slots_cap = tf->capacity;
 	hs_fd_hot.ring = te->capacity ? (struct hs_fd_event *)((char *)h + te->offset) : NULL;
-	hs_fd_hot.ring_mask = te->capacity ? (uint64_t)te->capacity - 1 : 0;
+	hs_fd_hot.ring_mask = te->capacity ? te->capacity - 1 : 0;
 	hs_fd_hot.hdr = h;
 	/* release: the fields above are visible to whoever sees gen */
 	__atomic_store_n(&hs_fd_hot.gen, g, __ATOMIC_RELEASE);
@@ -139,18 +136,32 @@ static __attribute__((noinline)) int block_commit(const struct hs_table *t, int 
 {
 	uint64_t first = (uint64_t)fd & ~(uint64_t)(HS_FD_SEEN_BLOCK - 1);
 	uint64_t n = t->capacity - first < HS_FD_SEEN_BLOCK ? t->capacity - first : HS_FD_SEEN_BLOCK;
+	uint64_t w;
+	uint16_t lo, was;
 	if (hs_seg_commit(&hs_seg, t->offset + first * sizeof(struct hs_fd), n * sizeof(struct hs_fd)) != 0)
 		return -1;
 	hs_fd_seen_note((uint32_t)fd);
+	/* the prefix of committed blocks within hs_fd_seen's first word (fds 0
+	 * to 1023, the default table) into the hot line: slot_of's first test */
+	w = __atomic_load_n(&hs_fd_seen[0], __ATOMIC_ACQUIRE);
+	lo = (uint16_t)((w == ~0ull ? 64u : (unsigned)__builtin_ctzll(~w)) << HS_FD_SEEN_SHIFT);
+	if (lo > hs_fd_hot.slots_cap)
+		lo = (uint16_t)hs_fd_hot.slots_cap;
+	was = __atomic_load_n(&hs_fd_hot.committed_lo, __ATOMIC_RELAXED);
+	while (lo > was && !__atomic_compare_exchange_n(&hs_fd_hot.committed_lo, &was, lo, 1, __ATOMIC_RELAXED,
+							 __ATOMIC_RELAXED))
+		;
 	return 0;
 }
 
 /* fd's slot, with store; NULL when fd is beyond the table (or, rarely, the
- * directory has no room for its block: the same to the callers). */
-static inline struct hs_fd *slot_of(int fd)
+ * directory has no room for its block: the same to the callers).  h: hot()'s. */
+static inline struct hs_fd *slot_in(struct hs_fd_hot *h, int fd)
 {
-	struct hs_fd_hot *h = hot();
-	/* unsigned: a negative fd is beyond the table */
+	/* unsigned: a negative fd is beyond the table.  Below committed_lo: in
+	 * the table, with store (block_commit), without hs_fd_seen's line */
+	if (HS_LIKELY((uint32_t)fd < __atomic_load_n(&h->committed_lo, __ATOMIC_RELAXED)))
+		return h->slots + fd;
 	if ((uint32_t)fd >= h->slots_cap)
 		return NULL;
 	/* fd < capacity <= 2^20: its bit is inside hs_fd_seen */
@@ -159,6 +170,11 @@ static inline struct hs_fd *slot_of(int fd)
 	    block_commit(&hs_seg.hdr->tables[HS_T_FDS], fd) != 0)
 		return NULL;
 	return h->slots + fd;
+}
+
+static inline struct hs_fd *slot_of(int fd)
+{
+	return slot_in(hot(), fd);
 }
 
 /*
@@ -195,9 +211,9 @@ static __attribute__((noinline, cold)) int claim_spin(struct hs_fd *s, uint32_t 
 /* Claim slot s for writing (its seqlock odd).  The slots' writers are short
  * and never call out, so the spin is bounded; on give-up, count it.  The
  * first try is inline: a slot is almost never contended. */
-static inline int claim(struct hs_fd *s, uint32_t *q)
+static inline int claim_one(struct hs_fd *s, uint32_t *q, int one)
 {
-	if (one_thread()) {
+	if (one) {
 		uint32_t v = __atomic_load_n(&s->seq, __ATOMIC_RELAXED);
 		if (HS_LIKELY(!(v & 1))) {
 			/* as hs_seq_write_try, without the compare-and-swap: no other writer */
@@ -208,6 +224,12 @@ static inline int claim(struct hs_fd *s, uint32_t *q)
 		}
 	}
 	return HS_LIKELY(hs_seq_write_try(&s->seq, q)) || claim_spin(s, q);
+}
+
+/* claim_one with one_thread() read here. */
+static inline int claim(struct hs_fd *s, uint32_t *q)
+{
+	return claim_one(s, q, one_thread());
 }
 
 static inline void release(struct hs_fd *s, uint32_t q)
@@ -270,16 +292,15 @@ static __attribute__((noinline, cold)) int ring_commit(const struct hs_table *t,
 	return 0;
 }
 
-static inline struct hs_fd_event *event_begin(uint64_t *pos)
+static inline struct hs_fd_event *event_begin_in(struct hs_fd_hot *h, int one, uint64_t *pos)
 {
-	struct hs_fd_hot *h = hot();
 	uint64_t *head;
 	struct hs_fd_event *d;
 	if (!h->ring)
 		return NULL;
 	head = &h->hdr->fd_event_head;
 	/* relaxed: the position only has to be unique; the entry's seq publishes it */
-	if (one_thread()) {
+	if (one) {
 		*pos = __atomic_load_n(head, __ATOMIC_RELAXED);
 		__atomic_store_n(head, *pos + 1, __ATOMIC_RELAXED);
 	} else {
@@ -294,6 +315,11 @@ static inline struct hs_fd_event *event_begin(uint64_t *pos)
 	/* orders the invalidation above before the caller's payload stores */
 	__atomic_thread_fence(__ATOMIC_RELEASE);
 	return d;
+}
+
+static inline struct hs_fd_event *event_begin(uint64_t *pos)
+{
+	return event_begin_in(hot(), one_thread(), pos);
 }
 
 /*
@@ -528,28 +554,40 @@ static __attribute__((noinline)) uint64_t fd_clock_read(void)
  * and data cold after each system call, were ~20 ns of it (bench/README.md
  * "fd stacks shared by a loop's open and close").  Only with an invariant
  * TSC (CPUID 0x80000007, EDX bit 8: a constant rate, never stopped;
- * fd_tsc_ok, set at start): without it every record reads the clock.  A
+ * hs_fd_hot.tsc_ok, set at start): without it every record reads the clock.  A
  * TSC behind the last reading (another CPU's, out of step) reads the
  * clock too.  Times stay monotonic per thread; across threads the ring's
  * positions give the order (see fd_clock_read's clock above).  Per thread:
- * static TLS of 16 bytes.
+ * two words of hs_tls.
  */
 #define CLOCK_REUSE_CYCLES (1ull << 19)
-static int fd_tsc_ok;  /* invariant TSC (hs_fds_init) */
-static __thread uint64_t clock_tsc __attribute__((tls_model("initial-exec")));  /* TSC at the last reading */
-static __thread uint64_t clock_ns __attribute__((tls_model("initial-exec")));   /* the last reading */
 
-static inline uint64_t fd_clock(void)
+/* t: hs_enter()'s; the TSC and the reading are t's (hs_tls.fd_clock_tsc, fd_clock_ns). */
+static inline uint64_t fd_clock(struct hs_tls *t)
 {
 	uint64_t c;
-	if (HS_UNLIKELY(!fd_tsc_ok))
+	if (HS_UNLIKELY(!hs_fd_hot.tsc_ok))
 		return fd_clock_read();
 	c = __builtin_ia32_rdtsc();
-	if (c - clock_tsc < CLOCK_REUSE_CYCLES)
-		return clock_ns;
-	clock_ns = fd_clock_read();
-	clock_tsc = c;
-	return clock_ns;
+	if (c - t->fd_clock_tsc < CLOCK_REUSE_CYCLES)
+		return t->fd_clock_ns;
+	t->fd_clock_ns = fd_clock_read();
+	t->fd_clock_tsc = c;
+	return t->fd_clock_ns;
+}
+
+/*
+ * The calling thread's errno, by the address kept in hs_tls.fd_errno:
+ * __errno_location() once per thread (a fork child's thread-local storage
+ * stays where its parent's was), not a call into libc's code, cold after
+ * the system call, at each record.  t: &hs_tls (the guard need not be held).
+ */
+static inline int *fd_errno(struct hs_tls *t)
+{
+	int *p = t->fd_errno;
+	if (HS_UNLIKELY(p == NULL))
+		t->fd_errno = p = __errno_location();
+	return p;
 }
 
 /* Invariant TSC (CPUID leaf 0x80000007, EDX bit 8). */
@@ -657,7 +695,7 @@ static __attribute__((noinline)) uint32_t fd_stack_slow(struct hs_tls *t, uint64
 		if (!(area = hs_area()))
 			return hs_stack_site(site); /* no area: the site's stack */
 		k = fd_chain_for(area, site, &ch, &m);
-		depth = hs_chain_read(ch, site, hs_fd_call_cfa);
+		depth = hs_chain_read(ch, site, hs_tls.fd_call_cfa);
 	}
 	if (depth == 0)
 		return 0;
@@ -801,7 +839,7 @@ static __attribute__((noinline)) uint32_t fd_stack_read(struct hs_tls *t, uint64
 	if (HS_UNLIKELY(full_stacks || !area))
 		return fd_stack_slow(t, site, NULL, NULL, 0, 0);
 	k = fd_chain_for(area, site, &ch, &m);
-	depth = hs_chain_read(ch, site, hs_fd_call_cfa);
+	depth = hs_chain_read(ch, site, hs_tls.fd_call_cfa);
 	if (depth && ch->unchanged && !ch->python && m->id[k] && m->gen[k] == t->seg_gen)
 		id = m->id[k];
 	else
@@ -813,7 +851,7 @@ static __attribute__((noinline)) uint32_t fd_stack_read(struct hs_tls *t, uint64
 /*
  * This call's stack id (hs_stack_call's, or hs_stack_here's with
  * HEISEN_FD_STACKS=full), 0 when none could be read or kept.  site and
- * hs_fd_call_cfa are the hook's (HS_FD_SITE); t is hs_enter()'s.  Inline
+ * hs_tls.fd_call_cfa are the hook's (HS_FD_SITE); t is hs_enter()'s.  Inline
  * for its common case, a loop's call: the frames above the call are the
  * ones read for this site last time (fd_stack_fast), the id given them
  * then, exactly this call's.
@@ -821,18 +859,23 @@ static __attribute__((noinline)) uint32_t fd_stack_read(struct hs_tls *t, uint64
 static inline __attribute__((always_inline)) uint32_t fd_stack(struct hs_tls *t, uint64_t site)
 {
 	uint32_t id;
-	if (HS_LIKELY(!full_stacks && t->area) && (id = fd_stack_fast(t, t->area, site, hs_fd_call_cfa)) != 0)
+	if (HS_LIKELY(!full_stacks && t->area) && (id = fd_stack_fast(t, t->area, site, t->fd_call_cfa)) != 0)
 		return id;
 	return fd_stack_read(t, site);
 }
 
-static inline void count(uint64_t *c)
+static inline void count_one(uint64_t *c, int one)
 {
 	/* relaxed: counters, ordered with nothing else */
-	if (one_thread())
+	if (one)
 		__atomic_store_n(c, __atomic_load_n(c, __ATOMIC_RELAXED) + 1, __ATOMIC_RELAXED);
 	else
 		__atomic_add_fetch(c, 1, __ATOMIC_RELAXED);
+}
+
+static inline void count(uint64_t *c)
+{
+	count_one(c, one_thread());
 }
 
 /* An event of this thread about fd's generation gen. */
@@ -885,17 +928,25 @@ static void fd_max_raise(struct hs_header *h, uint32_t fd)
  * seven instructions a byte (a path is copied on every open): a word of p
  * is read whole when it lies in one page — every page is mapped or none
  * is, so the bytes after the NUL such a word may hold can be read, as
- * glibc's own strlen reads them — and a word with a zero byte, or one
- * that would cross a page, is finished byte by byte.
+ * glibc's own strlen reads them — a word with a zero byte is stored up
+ * to it (zeros after it), and a word that would cross a page is finished
+ * byte by byte.
  */
 static inline int copy_fits(char *restrict dst, const char *restrict p)
 {
 	unsigned i = 0;
 	for (; i + 8 <= HS_FD_PATH_MAX && ((uintptr_t)(p + i) & 4095) <= 4096 - 8; i += 8) {
-		uint64_t w;
+		uint64_t w, z;
 		memcpy(&w, p + i, 8);
-		if ((w - 0x0101010101010101ull) & ~w & 0x8080808080808080ull)
-			break; /* a zero byte in this word */
+		z = (w - 0x0101010101010101ull) & ~w & 0x8080808080808080ull;
+		if (z) {
+			/* a zero byte in this word: the lowest flagged byte is the first
+			 * NUL (a flag above it may be a borrow's, never one below); the
+			 * word up to it stored whole, the bytes after it as zeros */
+			w &= ~0ull >> (56 - (__builtin_ctzll(z) & ~7u));
+			memcpy(dst + i, &w, 8);
+			return 1;
+		}
 		memcpy(dst + i, &w, 8);
 	}
 	for (; i < HS_FD_PATH_MAX; i++)
@@ -909,8 +960,8 @@ static inline int copy_fits(char *restrict dst, const char *restrict p)
  * relative to b->dirfd when b->at (at_path).  Inline for the common case,
  * an absolute path or one relative to the working directory that fits:
  * copied as its NUL is looked for, in the slot's size only (copy_fits).
- * (The bytes after the NUL are what the slot held before, this process's
- * own.)
+ * (The bytes after the NUL's word are what the slot held before, this
+ * process's own.)
  */
 static inline void describe(char *restrict dst, const struct birth *b)
 {
@@ -926,18 +977,21 @@ static inline void describe(char *restrict dst, const struct birth *b)
 static inline __attribute__((always_inline)) void created(struct hs_tls *t, int fd, const struct birth *b,
 							  uint32_t stack, uint64_t now)
 {
-	struct hs_fd *s = slot_of(fd);
-	struct hs_header *h = hs_fd_hot.hdr; /* slot_of took it (hot) */
+	/* the hot line, the thread count: read once for the record */
+	struct hs_fd_hot *x = hot();
+	int one = one_thread();
+	struct hs_fd *s = slot_in(x, fd);
+	struct hs_header *h = x->hdr;
 	struct hs_fd_event *e;
 	uint32_t q, gen = 0;
 	uint64_t pos;
 
-	count(&h->fd_created);
+	count_one(&h->fd_created, one);
 	if (HS_UNLIKELY((uint32_t)fd > __atomic_load_n(&h->fd_max, __ATOMIC_RELAXED)))
 		fd_max_raise(h, (uint32_t)fd);
 	if (HS_UNLIKELY(!s)) {
 		__atomic_add_fetch(&h->fd_beyond, 1, __ATOMIC_RELAXED);
-	} else if (claim(s, &q)) {
+	} else if (claim_one(s, &q, one)) {
 		gen = s->gen + 1;
 		s->gen = gen;
 		s->state = HS_FDS_OPEN;
@@ -953,7 +1007,7 @@ static inline __attribute__((always_inline)) void created(struct hs_tls *t, int 
 		s->close_stack = 0;
 		s->close_ns = 0;
 		describe(s->path, b);
-		if ((e = event_begin(&pos)) != NULL) {
+		if ((e = event_begin_in(x, one, &pos)) != NULL) {
 			/* in place in the ring; the slot's path whole (a fixed-size copy) */
 			e->ts_ns = now;
 			e->owner = b->owner;
@@ -977,18 +1031,52 @@ static inline __attribute__((always_inline)) void created(struct hs_tls *t, int 
 
 
 /*
+ * The close of generation gen of fd in the thread's ring: folded into its
+ * creation's record when that is the thread's newest (a loop's open and
+ * close, nothing recorded between: format.h HS_REC_FD_FOLD_CALL_SHIFT),
+ * as hs_rec_released folds a lock's release — the close then writes no
+ * record line of its own; else an HS_REC_FD_CLOSED record.  The record at
+ * head - 1 is the last this thread wrote, whole (its only writer; a signal
+ * handler that interrupts a hook skips its record), or one never written
+ * (type 0).  c before b: a reader that sees the folded b sees this c
+ * (dumper/snapshot.c read_record).  Does hs_rec's memory sample.
+ */
+static inline __attribute__((always_inline)) void rec_closed(struct hs_tls *t, uint64_t now, uint32_t stack, int fd,
+							     uint32_t gen, unsigned call)
+{
+	uint64_t pos = __atomic_load_n(&t->ring->head, __ATOMIC_RELAXED), dt;
+	struct hs_record *r = &t->recs[(pos - 1) & t->ring_mask];
+	/* b == gen: a creation not folded yet (its high half 0; so c's high bits are 0:
+	 * only this thread folds, whole, before it records anything else) */
+	if (HS_LIKELY(r->type == HS_REC_FD_CREATED && r->b == gen && r->a == (uint64_t)(uint32_t)fd) &&
+	    HS_LIKELY((dt = now - r->ts_ns) <= HS_REC_FOLD_MAX_NS)) {
+		__atomic_store_n(&r->c,
+				 r->c | (uint64_t)(call & 0xffu) << HS_REC_FD_FOLD_CALL_SHIFT |
+					 (uint64_t)stack << HS_REC_FD_FOLD_STACK_SHIFT,
+				 __ATOMIC_RELAXED);
+		__atomic_store_n(&r->b, (uint64_t)gen | (dt + 1) << HS_REC_FOLD_SHIFT, __ATOMIC_RELEASE);
+		if (HS_UNLIKELY(now >= __atomic_load_n(&hs_mem_next_ns, __ATOMIC_RELAXED)))
+			hs_mem_sample(t, now, HS_MEMW_TIME, 0);
+		return;
+	}
+	hs_rec(t, now, HS_REC_FD_CLOSED, stack, (uint64_t)fd, gen, call);
+}
+
+/*
  * Before fd is closed (or after dup2 replaced it): mark its open generation
  * closed by this call.  *p says what the slot held.  With the guard held.
  */
 static inline __attribute__((always_inline)) void closing(struct hs_tls *t, int fd, unsigned call, uint32_t stack,
 								uint64_t now, struct hs_fd_pre *p)
 {
-	struct hs_fd *s = slot_of(fd);
+	struct hs_fd_hot *x = hot();
+	int one = one_thread();
+	struct hs_fd *s = slot_in(x, fd);
 	struct hs_fd_event *e;
 	uint64_t pos;
 	uint32_t q;
 	memset(p, 0, sizeof *p);
-	if (!s || !claim(s, &q))
+	if (!s || !claim_one(s, &q, one))
 		return;
 	p->tracked = 1;
 	p->state = s->state;
@@ -1003,7 +1091,7 @@ static inline __attribute__((always_inline)) void closing(struct hs_tls *t, int 
 		s->close_tid = t->tid;
 		s->close_stack = stack;
 		s->close_ns = now;
-		if ((e = event_begin(&pos)) != NULL) {
+		if ((e = event_begin_in(x, one, &pos)) != NULL) {
 			/* in place in the ring; a close carries no path */
 			e->ts_ns = now;
 			e->owner = p->owner;
@@ -1022,8 +1110,8 @@ static inline __attribute__((always_inline)) void closing(struct hs_tls *t, int 
 	}
 	release(s, q);
 	if (p->state == HS_FDS_OPEN) {
-		count(&hs_fd_hot.hdr->fd_closed); /* slot_of took it (hot) */
-		hs_rec(t, now, HS_REC_FD_CLOSED, stack, (uint64_t)fd, p->gen, call);
+		count_one(&x->hdr->fd_closed, one);
+		rec_closed(t, now, stack, fd, p->gen, call);
 	}
 }
 
@@ -1484,16 +1572,17 @@ static void object_closing(struct hs_tls *t, int fd, uint64_t owner, uint32_t ow
  */
 static inline __attribute__((always_inline)) void note_created(int fd, const struct birth *b, uint64_t site)
 {
-	int e = errno;
+	int *ep = fd_errno(&hs_tls), e = *ep;
 	struct hs_tls *t = hs_enter();
 	if (t) {
-		created(t, fd, b, fd_stack(t, site), fd_clock());
+		created(t, fd, b, fd_stack(t, site), fd_clock(t));
 		hs_leave(t);
 	}
-	errno = e;
+	*ep = e;
 }
 
-int hs_fd_opened(int fd, int dirfd, const char *path, int flags, unsigned call, uint64_t site)
+static inline __attribute__((always_inline)) int opened(int fd, int dirfd, const char *path, int flags, unsigned call,
+							uint64_t site)
 {
 	if (fd >= 0 && hs_fd_on()) {
 		struct birth b = {.kind = (flags & O_DIRECTORY) && (flags & O_TMPFILE) != O_TMPFILE ? HS_FDK_DIR : HS_FDK_FILE,
@@ -1505,6 +1594,22 @@ int hs_fd_opened(int fd, int dirfd, const char *path, int flags, unsigned call, 
 		note_created(fd, &b, site);
 	}
 	return fd;
+}
+
+int hs_fd_opened(int fd, int dirfd, const char *path, int flags, unsigned call, uint64_t site)
+{
+	return opened(fd, dirfd, path, flags, call, site);
+}
+
+int hs_fd_open64(const char *path, int flags, unsigned mode, uint64_t site)
+{
+	int fd;
+	/* acquire: real_open64 was set before mode turned ON (hs_fds_init) */
+	if (HS_LIKELY(__atomic_load_n(&hs_fd_hot.mode, __ATOMIC_ACQUIRE) == HS_FD_MODE_ON))
+		fd = hs_fd_hot.real_open64(path, flags, mode);
+	else
+		fd = HS_REAL(open64)(path, flags, mode);
+	return opened(fd, AT_FDCWD, path, flags, HS_FDC_OPEN, site);
 }
 
 int hs_fd_made(int fd, unsigned kind, unsigned call, int cloexec, const char *text, uint64_t site)
@@ -1643,7 +1748,7 @@ static inline __attribute__((always_inline)) void duplicated(int old, int fd, in
 		char text[HS_FD_PATH_MAX];
 		struct birth b = {.call = (uint8_t)call, .flags = cloexec ? HS_FDF_CLOEXEC : 0, .path = text};
 		uint32_t stack = fd_stack(t, site);
-		uint64_t now = fd_clock();
+		uint64_t now = fd_clock(t);
 		size_t n;
 		struct hs_fd_pre p;
 		if (replaces)
@@ -1721,7 +1826,7 @@ static int take_over(struct hs_tls *t, int fd, uint64_t owner, uint32_t owner_fl
 	if (!s)
 		return -1;
 	stack = fd_stack(t, site);
-	now = fd_clock();
+	now = fd_clock(t);
 	if (!claim(s, &q))
 		return -1;
 	if (s->state != HS_FDS_OPEN)
@@ -1749,7 +1854,7 @@ FILE *hs_fd_fopened(FILE *fp, const char *path, const char *mode, unsigned call,
 		struct birth b = {.kind = HS_FDK_FILE, .call = (uint8_t)call, .owner = (uint64_t)(uintptr_t)fp,
 				  .flags = HS_FDF_OWNER_FILE | (mode && strchr(mode, 'e') ? HS_FDF_CLOEXEC : 0),
 				  .path = path ? path : "(reopened)"};
-		created(t, fd, &b, fd_stack(t, site), fd_clock());
+		created(t, fd, &b, fd_stack(t, site), fd_clock(t));
 	}
 	hs_leave(t);
 	errno = e;
@@ -1807,7 +1912,7 @@ static void object_close_begin(struct hs_fd_closing *c, int fd, uint64_t owner, 
 	}
 	c->fd = fd;
 	c->stack = fd_stack(t, site);
-	c->now = fd_clock();
+	c->now = fd_clock(t);
 	object_closing(t, fd, owner, owner_flag, rule, call, c->stack, c->now, &c->p);
 	hs_leave(t);
 	errno = e;
@@ -1853,7 +1958,7 @@ static inline __attribute__((always_inline)) void close_begin(struct hs_fd_closi
 		struct hs_fd_pre *p = &c->p;
 		e = errno;
 		c->stack = fd_stack(t, site);
-		c->now = fd_clock();
+		c->now = fd_clock(t);
 		closing(t, fd, call, c->stack, c->now, p);
 		if (call == HS_FDC_CLOSE && p->state == HS_FDS_OPEN && (p->flags & HS_FDF_OWNERS))
 			owned_by_tag_closed(t, fd, p, c->stack,
@@ -1912,15 +2017,21 @@ int hs_fd_close(int fd, unsigned call, uint64_t site)
 	struct hs_fd_pre p;
 	uint32_t stack;
 	uint64_t now;
-	int e, rc;
+	int e, rc, *ep;
 
-	if (HS_UNLIKELY(__atomic_load_n(&hs_fork_pending, __ATOMIC_RELAXED)) && hs_fork_close(fd, &rc))
+	/* hs_fork_pending is 1 only while hs_recording is 0 (init.c atfork_child):
+	 * its line is read only then */
+	if (HS_UNLIKELY(!__atomic_load_n(&hs_recording, __ATOMIC_RELAXED)) &&
+	    HS_UNLIKELY(__atomic_load_n(&hs_fork_pending, __ATOMIC_RELAXED)) && hs_fork_close(fd, &rc))
 		return rc; /* a fork child before its first event (init.c) */
-	if (!hs_fd_on() || !(t = hs_enter()))
+	if (!hs_fd_on())
 		return HS_REAL(close)(fd);
-	e = errno;
+	ep = fd_errno(&hs_tls);
+	e = *ep;
+	if (!(t = hs_enter()))
+		return hs_fd_hot.real_close(fd);
 	stack = fd_stack(t, site);
-	now = fd_clock();
+	now = fd_clock(t);
 	closing(t, fd, call, stack, now, &p);
 	if (HS_UNLIKELY(call == HS_FDC_CLOSE && p.state == HS_FDS_OPEN && (p.flags & HS_FDF_OWNERS)))
 		owned_by_tag_closed(t, fd, &p, stack,
@@ -1928,8 +2039,9 @@ int hs_fd_close(int fd, unsigned call, uint64_t site)
 				    : (p.flags & HS_FDF_OWNER_FILE) ? HS_FD_RULE_FILENO
 								    : HS_FD_RULE_DIRFD);
 	hs_leave(t);
-	errno = e;
-	rc = HS_REAL(close)(fd);
+	*ep = e;
+	/* mode is ON (hs_fd_on above, acquire): real_close is set */
+	rc = hs_fd_hot.real_close(fd);
 	if (HS_LIKELY(rc == 0 && p.state == HS_FDS_OPEN)) {
 		/* it closed what the table said was open: only the sweep detector's
 		 * note (this thread's own state) changes */
@@ -1964,7 +2076,7 @@ static void closing_range(unsigned first, unsigned last, uint64_t site)
 		return;
 	cap = hs_seg.hdr->tables[HS_T_FDS].capacity;
 	stack = fd_stack(t, site);
-	now = fd_clock();
+	now = fd_clock(t);
 	/* only the blocks of slots this process wrote (shim.h): a close-everything
 	   sweep touches no page of the table where nothing was ever recorded */
 	for (uint32_t fd = first < cap ? first : cap; hs_fd_seen_next(&fd, cap);) {
@@ -2303,8 +2415,10 @@ HS_HIDDEN void hs_fds_init(void)
 		return;
 	}
 	static const char *const fd_stacks[] = {"site", "full"};
-	full_stacks = hs_getenv_enum("HEISEN_FD_STACKS", fd_stacks, 2, 0) == 1;
-	fd_tsc_ok = tsc_invariant();
+	full_stacks = (uint8_t)(hs_getenv_enum("HEISEN_FD_STACKS", fd_stacks, 2, 0) == 1);
+	hs_fd_hot.tsc_ok = (uint8_t)tsc_invariant();
+	hs_fd_hot.real_open64 = HS_REAL(open64);
+	hs_fd_hot.real_close = HS_REAL(close);
 	t->fd_last = -1;
 	mark_header();
 	scan_inherited();

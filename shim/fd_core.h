@@ -34,20 +34,21 @@
 #include "shim.h"
 
 /*
- * The hook's CFA, set by HS_FD_SITE() in the hook itself: its caller's
- * stack pointer at the return address, so that the core reads this call's
- * own chain of return addresses (hs_stack_call) instead of a stack cached
- * for the site, whose callers were another call's.  A nested hook
- * overwrites it; hs_stack_call checks that the return address sits at
+ * The hook's CFA, set by HS_FD_SITE() in the hook itself into
+ * hs_tls.fd_call_cfa (shim.h: the line every hook reads anyway, where a
+ * __thread of its own was one more GOT entry and TLS line per hook): its
+ * caller's stack pointer at the return address, so that the core reads
+ * this call's own chain of return addresses (hs_stack_call) instead of a
+ * stack cached for the site, whose callers were another call's.  A nested
+ * hook overwrites it; hs_stack_call checks that the return address sits at
  * CFA - 8 and unwinds when not.  The shim keeps frame pointers.
  */
-extern HS_HIDDEN __thread uint64_t hs_fd_call_cfa __attribute__((tls_model("initial-exec")));
 
 /* The hook's caller's return address (its call site), noting the hook's
- * CFA in hs_fd_call_cfa.  Only in the exported function itself: the frame
- * address is the hook's. */
+ * CFA in hs_tls.fd_call_cfa.  Only in the exported function itself: the
+ * frame address is the hook's. */
 #define HS_FD_SITE()                                                                    \
-	(hs_fd_call_cfa = (uint64_t)(uintptr_t)__builtin_frame_address(0) + 16,          \
+	(hs_tls.fd_call_cfa = (uint64_t)(uintptr_t)__builtin_frame_address(0) + 16,      \
 	 (uint64_t)(uintptr_t)__builtin_extract_return_addr(__builtin_return_address(0)))
 
 /* fd tracking on (HEISEN_FDS, default on)?  The first hook call starts it
@@ -66,16 +67,23 @@ enum { HS_FD_MODE_UNKNOWN = 0, HS_FD_MODE_INIT = 1, HS_FD_MODE_OFF = 2, HS_FD_MO
  */
 struct hs_fd_hot {
 	int mode;                  /* [atomic] HS_FD_MODE_* */
-	int full_stacks;           /* HEISEN_FD_STACKS=full */
+	uint8_t full_stacks;       /* HEISEN_FD_STACKS=full */
+	uint8_t tsc_ok;            /* an invariant TSC (fd_core.c fd_clock) */
+	uint16_t committed_lo;     /* [atomic] the numbers below it have their slots' store (a prefix of
+				      hs_fd_seen's blocks, this generation's); 0 = none known */
 	uint32_t gen;              /* [atomic] hs_seg_gen + 1 the fields below were taken for; 0 = none */
 	uint32_t slots_cap;        /* the fd table's capacity (HS_T_FDS), 0 = no table */
+	uint32_t ring_mask;        /* the event ring's capacity - 1 (a power of two) */
+	uint32_t ring_backed;      /* [atomic] gen, once the ring is known committed end to end; else 0 */
 	struct hs_fd *slots;       /* the fd table */
 	struct hs_fd_event *ring;  /* the event ring (HS_T_FD_EVENTS), NULL = none */
-	uint64_t ring_mask;        /* its capacity - 1 (a power of two) */
 	struct hs_header *hdr;     /* the segment's header (its fd counters and the ring's head) */
-	uint32_t ring_backed;      /* [atomic] gen, once the ring is known committed end to end; else 0 */
-	uint32_t pad;
+	/* the real open64 and close (HS_REAL's, set before mode turns ON): the
+	 * two hottest hooks call through this line instead of hooks.c's */
+	int (*real_open64)(const char *, int, ...);
+	int (*real_close)(int);
 } __attribute__((aligned(64)));
+_Static_assert(sizeof(struct hs_fd_hot) == 64, "what every fd hook reads is one cache line");
 extern HS_HIDDEN struct hs_fd_hot hs_fd_hot;
 
 static inline int hs_fd_on(void)
@@ -92,6 +100,11 @@ static inline int hs_fd_on(void)
 
 /* ---- creations: each returns its first argument ------------------------------ */
 
+/* open64(path, flags, mode), the real call made here, then recorded as
+ * hs_fd_opened: the hottest creation in one frame with its record, the
+ * real function from hs_fd_hot's line.  mode: the hook's (0 without
+ * O_CREAT or O_TMPFILE).  Returns open64's result, errno open64's. */
+int hs_fd_open64(const char *path, int flags, unsigned mode, uint64_t site);
 /* open, openat, creat and their 64 and _FORTIFY variants returned fd: a
  * file (a directory with O_DIRECTORY), path relative to dirfd (AT_FDCWD),
  * close-on-exec from flags. */

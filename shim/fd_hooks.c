@@ -78,7 +78,6 @@ HS_HIDDEN void *hs_vfork_prepare(void)
  */
 #define FD_OPEN_HOOKS(X)                                                                                              \
 	X(open, (const char *path, int flags, ...), (path, flags, OPEN_MODE(flags)), AT_FDCWD, flags, HS_FDC_OPEN)     \
-	X(open64, (const char *path, int flags, ...), (path, flags, OPEN_MODE(flags)), AT_FDCWD, flags, HS_FDC_OPEN)   \
 	X(openat, (int dirfd, const char *path, int flags, ...), (dirfd, path, flags, OPEN_MODE(flags)), dirfd, flags, \
 	  HS_FDC_OPENAT)                                                                                              \
 	X(openat64, (int dirfd, const char *path, int flags, ...), (dirfd, path, flags, OPEN_MODE(flags)), dirfd,      \
@@ -98,6 +97,17 @@ HS_HIDDEN void *hs_vfork_prepare(void)
 		return hs_fd_opened(HS_REAL(name) args, dir, path, fl, call, site);                  \
 	}
 FD_OPEN_HOOKS(FD_OPEN_HOOK)
+
+/* open64, the open that programs built with large-file support (CPython,
+ * most distributions' binaries) call: the real call and its record in one
+ * frame of the core (hs_fd_open64), which takes the real open64 from the
+ * line the record reads anyway. */
+HS_EXPORT int open64(const char *path, int flags, ...)
+{
+	HS_FAULT_OPEN(); /* faults.c: --fail open */
+	uint64_t site = HS_FD_SITE();
+	return hs_fd_open64(path, flags, OPEN_MODE(flags), site);
+}
 
 /* The creations described by a fixed text: name, parameters, the real
  * call's arguments, kind, call, close-on-exec, text. */

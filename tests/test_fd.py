@@ -148,6 +148,36 @@ def test_helper_called_from_two_callers_at_one_frame_address_keeps_each_callers_
     assert [h["path"].endswith("/empty") for h in f["history"] if h["op"] == "open"] == [True]
 
 
+def test_a_loops_closes_read_back_in_the_thread_timeline_after_their_opens(heisen, session, tmp_path):
+    """A settings reader opens, reads and closes its file a thousand times
+    in a loop, then once for a reload whose empty file makes it close the
+    number twice.  The main thread's timeline shows each generation's
+    creation (open) then its close (close), the same number and generation,
+    the close no earlier than the creation, and the reload's failed second
+    close after its own pair: a loop's close is kept in its open's ring
+    record and reads back as the two events."""
+    status, empty = tmp_path / "status", tmp_path / "empty"
+    status.write_text("ok\n")
+    empty.write_text("")
+    p = heisen.preload([target(heisen, "fd_two_callers"), str(status), str(empty)], session)
+    assert p.returncode == 0, (p.returncode, p.stderr)
+    pid, fd = fact_int(p.stdout, "pid"), fact_int(p.stdout, "fd")
+    (main,) = [t for t in process_of(heisen.dump_json(session, expect_rc=1), pid)["threads"] if t["tid"] == pid]
+    ev = [e for e in main["events"] if e["type"].startswith("fd-") and e["fd"] == fd]
+    seen = [(e["type"], e["generation"], e["call"]) for e in ev]
+    last = max(i for i, e in enumerate(ev) if e["type"] == "fd-close-failed")
+    g = ev[last]["generation"]
+    assert last >= 6 and seen[last - 2:last + 1] == [("fd-created", g, "open"), ("fd-closed", g, "close"),
+                                                     ("fd-close-failed", g, "close")], seen
+    # the poller's pairs before it, oldest to newest, one generation each
+    pairs = seen[last - 2 - 2 * ((last - 2) // 2):last - 2]
+    n = len(pairs) // 2
+    assert n >= 2 and pairs == [x for k in range(n, 0, -1)
+                                for x in (("fd-created", g - k, "open"), ("fd-closed", g - k, "close"))], seen
+    for a, b in zip(ev, ev[1:]):
+        assert a["ts_ns"] <= b["ts_ns"], seen
+
+
 def test_close_of_a_dirs_number_behind_its_back_is_a_stale_close_there(heisen, session):
     """A DIR owns its number as a FILE does: close(dirfd(d)) is seen where it
     is made (rule dirfd), and the closedir that then closes the writer's file

@@ -568,7 +568,9 @@ enum hs_record_type {
 	HS_REC_GIL_RELEASED = 18,  /* a = which */
 	HS_REC_SNAPSHOT = 19,      /* this thread recorded its stack: a = HS_SNAPF_* */
 	/* file descriptors: 20..29; stack = the creation or close stack */
-	HS_REC_FD_CREATED = 20,    /* a = fd, b = generation, c = kind | call << 8 (enum hs_fd_kind, hs_fd_call) */
+	HS_REC_FD_CREATED = 20,    /* a = fd, b = generation | folded close << 32 (HS_REC_FOLD_SHIFT),
+				      c = kind | call << 8 (enum hs_fd_kind, hs_fd_call)
+				      | folded close's call << 16 | its stack << 32 */
 	HS_REC_FD_CLOSED = 21,     /* a = fd, b = generation closed, c = call (enum hs_fd_call) */
 	HS_REC_FD_CLOSE_FAILED = 22, /* a close that failed: a = fd, b = generation, c = errno | call << 16 */
 	/* 30..39 */
@@ -651,6 +653,24 @@ enum hs_gil_entry {
  */
 #define HS_REC_FOLD_SHIFT 32
 #define HS_REC_FOLD_MAX_NS 0xfffffffeull /* ~4.29 s: a longer hold is a record of its own */
+
+/*
+ * A close folded into its generation's creation record the same way
+ * (HS_REC_FD_CREATED, whose b's low 32 bits are the generation): b >>
+ * HS_REC_FOLD_SHIFT is 0 for a plain creation, else the generation was
+ * closed at ts_ns + (b >> HS_REC_FOLD_SHIFT) - 1 by call (c >> 16) & 0xff
+ * with stack c >> 32 (the HS_REC_FD_CLOSED record it stands for).  Only a
+ * close that comes right after the creation in its thread's ring (no
+ * record of the thread in between, the same number and generation), at
+ * most HS_REC_FOLD_MAX_NS after it, is folded: a loop's open and close.
+ * The writer stores c first, then b (release); a reader loads b first
+ * (acquire), then the rest: a folded b comes with its close's c.  A plain
+ * b with c's high bits set is a fold caught half-way: read as the plain
+ * creation (c & 0xffff).  Segments written before have b's and c's high
+ * bits 0 (docs/design.md "File descriptors").
+ */
+#define HS_REC_FD_FOLD_CALL_SHIFT 16
+#define HS_REC_FD_FOLD_STACK_SHIFT 32
 
 /*
  * A ring record.  Publication protocol (a seqlock per record): the writer

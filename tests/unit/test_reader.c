@@ -429,6 +429,48 @@ static void test_folded_release_reads_as_two_events(void)
 	synth_free(&s);
 }
 
+/* A close folded into its fd creation's record (format.h HS_REC_FD_FOLD_*)
+ * reads as the creation and the close, each with its own time, call and
+ * stack; a plain creation whose c's high bits are set (a fold caught
+ * half-way, b not yet stored) reads as the plain creation alone. */
+static void test_folded_fd_close_reads_as_two_events(void)
+{
+	struct synth s;
+	struct hs_seg seg;
+	struct hs_record rec[16];
+	char err[HS_MSG_MAX];
+	struct hs_record *r;
+
+	synth_make(&s, true); /* positions 0..3: a thread start, three records */
+	r = (struct hs_record *)((struct hs_ring_header *)entry(&s, HS_T_RINGS, 0) + 1);
+	/* position 2: fd 7's generation 3, opened by open() with stack 1, closed by
+	   close() with stack 2, 4,000 ns later */
+	r[2].type = HS_REC_FD_CREATED;
+	r[2].stack = 1;
+	r[2].a = 7;
+	r[2].b = 3 | (4000ull + 1) << HS_REC_FOLD_SHIFT;
+	r[2].c = HS_FDK_FILE | HS_FDC_OPEN << 8 | (uint64_t)HS_FDC_CLOSE << HS_REC_FD_FOLD_CALL_SHIFT |
+		 2ull << HS_REC_FD_FOLD_STACK_SHIFT;
+	CHECK(open_bytes(s.buf, s.size, &seg, err, sizeof err) == HS_SEG_OK);
+	CHECK(hs_read_ring(&seg, 0, rec, 16) == 5);
+	CHECK(rec[2].type == HS_REC_FD_CREATED && rec[2].a == 7 && rec[2].b == 3 && rec[2].stack == 1 &&
+	      rec[2].c == (HS_FDK_FILE | HS_FDC_OPEN << 8) && rec[2].ts_ns == s.h->start_mono_ns + 2);
+	CHECK(rec[3].type == HS_REC_FD_CLOSED && rec[3].a == 7 && rec[3].b == 3 && rec[3].stack == 2 &&
+	      rec[3].c == HS_FDC_CLOSE && rec[3].ts_ns == s.h->start_mono_ns + 2 + 4000);
+	CHECK(rec[4].type == HS_REC_LOCK_ACQUIRED && rec[4].seq == 4);
+	/* the newest first when max cuts: the close, then its creation */
+	CHECK(hs_read_ring(&seg, 0, rec, 2) == 2 && rec[0].type == HS_REC_FD_CLOSED && rec[1].seq == 4);
+	hs_seg_close(&seg);
+	/* c stored, b not yet: the plain creation, no close made up */
+	r[2].b = 3;
+	CHECK(open_bytes(s.buf, s.size, &seg, err, sizeof err) == HS_SEG_OK);
+	CHECK(hs_read_ring(&seg, 0, rec, 16) == 4 && rec[2].type == HS_REC_FD_CREATED && rec[2].b == 3 &&
+	      rec[2].c == (HS_FDK_FILE | HS_FDC_OPEN << 8) && rec[3].type == HS_REC_LOCK_ACQUIRED);
+	CHECK(seg.ncomplaints == 0);
+	hs_seg_close(&seg);
+	synth_free(&s);
+}
+
 static void test_deadlock_found(void)
 {
 	struct synth s;
@@ -1836,6 +1878,7 @@ int main(void)
 	test_proc_stat();
 	test_ring_heads_sum();
 	test_folded_release_reads_as_two_events();
+	test_folded_fd_close_reads_as_two_events();
 	test_thread_progress();
 	test_string_accessor();
 	test_symbolize();
