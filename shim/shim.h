@@ -430,10 +430,46 @@ extern int (*hs_vdso_clock_gettime)(clockid_t, struct timespec *);
  * (compare two coarse reads for "no update in between", never a coarse
  * read with a precise one; docs/design.md "Cost").
  */
+/*
+ * Where the kernel keeps the coarse clocks' time (clock.c): the sequence
+ * count of its vDSO data (the clock mode follows it) and basetime
+ * [CLOCK_MONOTONIC_COARSE] (seconds, nanoseconds), found once per process
+ * by hs_vclock_find; state [atomic] 0 not looked for yet, 1 found (seq and
+ * mono set before it), -1 none (hs_now_coarse calls the vDSO).
+ */
+struct hs_vclock {
+	const uint32_t *seq;
+	const uint64_t *mono;
+	int state;
+};
+extern struct hs_vclock hs_vclock HS_HIDDEN;
+void hs_vclock_find(void) HS_HIDDEN;
+#define HS_VCLOCK_MODE_TIMENS 0x7fffffffu /* the clock mode of a time namespace's page: not the time */
+
 static inline uint64_t hs_now_coarse(void)
 {
 	struct timespec ts;
 	int (*f)(clockid_t, struct timespec *) = hs_vdso_clock_gettime;
+	int st = __atomic_load_n(&hs_vclock.state, __ATOMIC_ACQUIRE);
+	if (HS_LIKELY(st > 0)) {
+		/* the vDSO's own read, inline: the two words between two equal even counts */
+		const uint32_t *seq = hs_vclock.seq;
+		const uint64_t *mono = hs_vclock.mono;
+		for (int tries = 0; tries < 16; tries++) {
+			uint32_t s = __atomic_load_n(&seq[0], __ATOMIC_ACQUIRE);
+			uint64_t sec = __atomic_load_n(&mono[0], __ATOMIC_RELAXED);
+			uint64_t nsec = __atomic_load_n(&mono[1], __ATOMIC_RELAXED);
+			uint32_t mode = __atomic_load_n(&seq[1], __ATOMIC_RELAXED);
+			__atomic_thread_fence(__ATOMIC_ACQUIRE);
+			if (HS_LIKELY(!(s & 1)) && HS_LIKELY(__atomic_load_n(&seq[0], __ATOMIC_RELAXED) == s) &&
+			    HS_LIKELY(mode != HS_VCLOCK_MODE_TIMENS))
+				return sec * 1000000000ull + nsec;
+			if (mode == HS_VCLOCK_MODE_TIMENS)
+				break; /* a time namespace's page now (a fork child's): the call */
+		}
+	} else if (HS_UNLIKELY(st == 0)) {
+		hs_vclock_find();
+	}
 	if (HS_LIKELY(f != NULL) && HS_LIKELY(f(CLOCK_MONOTONIC_COARSE, &ts) == 0))
 		return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
 	clock_gettime(CLOCK_MONOTONIC_COARSE, &ts);
