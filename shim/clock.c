@@ -144,3 +144,31 @@ void hs_vclock_find(void)
 #endif
 	__atomic_store_n(&hs_vclock.state, -1, __ATOMIC_RELEASE);
 }
+
+uint64_t hs_now_coarse_slow(void)
+{
+	struct timespec ts;
+	int (*f)(clockid_t, struct timespec *) = hs_vdso_clock_gettime;
+	int st = __atomic_load_n(&hs_vclock.state, __ATOMIC_ACQUIRE);
+	if (st == 0) {
+		hs_vclock_find();
+		st = __atomic_load_n(&hs_vclock.state, __ATOMIC_ACQUIRE);
+	}
+	for (int tries = 0; st > 0 && tries < 64; tries++) {
+		/* hs_now_coarse's read again, while a tick is written */
+		const uint32_t *seq = hs_vclock.seq;
+		uint32_t s = __atomic_load_n(&seq[0], __ATOMIC_ACQUIRE);
+		uint32_t mode = __atomic_load_n(&seq[1], __ATOMIC_RELAXED);
+		uint64_t sec = __atomic_load_n(&hs_vclock.mono[0], __ATOMIC_RELAXED);
+		uint64_t nsec = __atomic_load_n(&hs_vclock.mono[1], __ATOMIC_RELAXED);
+		__atomic_thread_fence(__ATOMIC_ACQUIRE);
+		if (mode == HS_VCLOCK_MODE_TIMENS)
+			break; /* a time namespace's page there now (a fork child's): the call */
+		if (!(s & 1) && __atomic_load_n(&seq[0], __ATOMIC_RELAXED) == s)
+			return sec * 1000000000ull + nsec;
+	}
+	if (HS_LIKELY(f != NULL) && HS_LIKELY(f(CLOCK_MONOTONIC_COARSE, &ts) == 0))
+		return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+	clock_gettime(CLOCK_MONOTONIC_COARSE, &ts);
+	return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
