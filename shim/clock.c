@@ -16,11 +16,10 @@
  *
  * The page's layout is the kernel's (struct vdso_data in
  * include/vdso/datapage.h, struct vdso_clock since Linux 6.15), not an
- * ABI, so it is found, never assumed: the pages right below the vDSO
- * image (where every x86-64 kernel since 3.x maps its vvar area) are read
- * with process_vm_readv (a page that is not mapped, or faults, is skipped
- * without a signal), and a place is taken only when, at the offsets of one
- * of the generic layouts (the data at the page's start or 128 bytes in;
+ * ABI, so it is found, never assumed: only the first page of the mapping
+ * /proc/self/maps names [vvar] is read (the data; the pages after it may
+ * fault when read: a paravirtual clock's page on another hypervisor), and
+ * a place is taken only when, at the offsets of one of the generic layouts (the data at the page's start or 128 bytes in;
  * a 32- or 40-byte header before basetime[]: with or without max_cycles),
  * the sequence count is even and the same before and after, the clock
  * mode is a small number (not a time namespace's), and basetime[] holds
@@ -33,10 +32,10 @@
  * enters a new time namespace (unshare(CLONE_NEWTIME) in its parent) has
  * a namespace page mapped at the same place, and falls back to the call.
  *
- * The search runs once per process, at its first coarse read (no cost to
- * a process that takes no lock): async-signal-safe (no allocation, no
- * lock; raw system calls), a few microseconds.  Two threads may both run
- * it: they find the same place.
+ * The search runs once per process, once a thread has made HS_VCLOCK_AFTER
+ * coarse reads through the call (below): async-signal-safe (no allocation,
+ * no lock; raw system calls).  Two threads may both run it: they find the
+ * same place.
  */
 #include <fcntl.h>
 #include <string.h>
@@ -45,6 +44,17 @@
 #include "shim.h"
 
 struct hs_vclock hs_vclock;
+
+/*
+ * The search reads /proc/self/maps, which the kernel writes out whole: 20
+ * to 80 us in a Python process, the cost of ~20,000 lock pairs' calls.  A
+ * thread looks only after it has read the coarse clock HS_VCLOCK_AFTER
+ * times through the call: a process that takes a few hundred locks (a
+ * short script, a process start) never pays for it; a service taking
+ * locks in a loop pays once.
+ */
+#define HS_VCLOCK_AFTER 65536u
+static __thread uint32_t vclock_calls __attribute__((tls_model("initial-exec")));
 
 #define VCLOCK_PAGE 4096u
 #define VCLOCK_MODE_MAX 15          /* VDSO_CLOCKMODE_NONE, _TSC, _PVCLOCK, _HVCLOCK, ...; a time namespace's is INT_MAX */
@@ -150,7 +160,7 @@ uint64_t hs_now_coarse_slow(void)
 	struct timespec ts;
 	int (*f)(clockid_t, struct timespec *) = hs_vdso_clock_gettime;
 	int st = __atomic_load_n(&hs_vclock.state, __ATOMIC_ACQUIRE);
-	if (st == 0) {
+	if (st == 0 && ++vclock_calls >= HS_VCLOCK_AFTER) {
 		hs_vclock_find();
 		st = __atomic_load_n(&hs_vclock.state, __ATOMIC_ACQUIRE);
 	}
