@@ -6,7 +6,8 @@
  * Every lock acquisition and release reads CLOCK_MONOTONIC_COARSE once.
  * The vDSO's clock_gettime costs about 2 ns a call on a 2-vCPU KVM guest
  * (its stack alignment, the clock id's decoding, the registers it clears
- * on return: bench/README.md "A Python lock pair at +20 ns"), more than
+ * on return: bench/README.md "Python lock pairs that repeat, and the
+ * coarse clock read inline"), more than
  * what it reads: for the coarse clocks the kernel keeps, in a read-only
  * page it maps into every process ([vvar] in /proc/self/maps), the
  * seconds and nanoseconds of its last tick under a sequence count, and
@@ -19,16 +20,16 @@
  * ABI, so it is found, never assumed: only the first page of the mapping
  * /proc/self/maps names [vvar] is read (the data; the pages after it may
  * fault when read: a paravirtual clock's page on another hypervisor), and
- * a place is taken only when, at the offsets of one of the generic layouts (the data at the page's start or 128 bytes in;
- * a 32- or 40-byte header before basetime[]: with or without max_cycles),
- * the sequence count is even and the same before and after, the clock
+ * a place is taken only when, at the offsets of one of the generic
+ * layouts (the data at the page's start or 128 bytes in; a 32- or 40-byte
+ * header before basetime[]: with or without max_cycles), the sequence count is even and the same before and after, the clock
  * mode is a small number (not a time namespace's), and basetime[] holds
  * exactly what clock_gettime answers at that moment for both
  * CLOCK_MONOTONIC_COARSE and CLOCK_REALTIME_COARSE (two 16-byte values
- * that no other place matches by chance).  Anything else -- no vDSO
- * (valgrind), another architecture, a kernel with another layout, a time
- * namespace -- leaves the state "none" and hs_now_coarse calls the vDSO
- * as before.  Each read also checks the clock mode: a fork child that
+ * that no other place matches by chance).  Anything else -- no [vvar]
+ * mapping or no /proc, another architecture, a kernel with another
+ * layout, a time namespace -- leaves the state "none" and hs_now_coarse
+ * calls the vDSO (or libc, where there is none: valgrind) as before.  Each read also checks the clock mode: a fork child that
  * enters a new time namespace (unshare(CLONE_NEWTIME) in its parent) has
  * a namespace page mapped at the same place, and falls back to the call.
  *
@@ -47,9 +48,9 @@ struct hs_vclock hs_vclock;
 
 /*
  * The search reads /proc/self/maps, which the kernel writes out whole: 20
- * to 80 us in a Python process, the cost of ~20,000 lock pairs' calls.  A
- * thread looks only after it has read the coarse clock HS_VCLOCK_AFTER
- * times through the call: a process that takes a few hundred locks (a
+ * to 90 us (a Python process, a loaded machine), the cost of some 20,000
+ * lock pairs' calls.  A thread looks only after it has read the coarse
+ * clock HS_VCLOCK_AFTER times through the call: a process that takes a few hundred locks (a
  * short script, a process start) never pays for it; a service taking
  * locks in a loop pays once.
  */
