@@ -429,16 +429,23 @@ struct hs_vclock {
 	int state;
 };
 extern struct hs_vclock hs_vclock HS_HIDDEN;
+/* Look for the place once (clock.c): sets hs_vclock.state to 1 or -1; a
+ * no-op once it is set.  Async-signal-safe (raw system calls, no
+ * allocation, no lock); reads /proc/self/maps, 20-90 us. */
 void hs_vclock_find(void) HS_HIDDEN;
 #define HS_VCLOCK_MODE_TIMENS 0x7fffffffu /* the clock mode of a time namespace's page: not the time */
+
+/* hs_now_coarse's other cases, out of line (clock.c), in ns: a tick being
+ * written, a time namespace's page, the place not looked for yet (a
+ * thread's first 65,536 reads) or not found: the vDSO's call, or libc's. */
+uint64_t hs_now_coarse_slow(void) HS_HIDDEN;
 
 /*
  * CLOCK_MONOTONIC_COARSE in ns: the time of the kernel's last timekeeping
  * update, read from the vDSO's data without the clock source: inline
  * where clock.c found the data's place (about 1 ns), else the vDSO's
- * clock_gettime (about 3 ns).  Never
- * ahead of hs_now() read at the same moment, but behind it by as long as
- * the last update is ago: 0 to one tick (4 ms at HZ=250) on a machine that
+ * clock_gettime (about 3 ns).  Never ahead of hs_now() read at the same
+ * moment, but behind it by as long as the last update is ago: 0 to one tick (4 ms at HZ=250) on a machine that
  * keeps its ticks, more where ticks are skipped (a virtual CPU descheduled
  * by its host): 3 to 9 ms measured on a 2-vCPU VM, and the value stood
  * still for up to 20 ms under load (bench/README.md "Python locks within
@@ -448,11 +455,6 @@ void hs_vclock_find(void) HS_HIDDEN;
  * (compare two coarse reads for "no update in between", never a coarse
  * read with a precise one; docs/design.md "Cost").
  */
-/* hs_now_coarse's other cases, out of line (clock.c): a tick being written, a
- * time namespace's page, the place not looked for yet or not found (the vDSO
- * call, or libc's). */
-uint64_t hs_now_coarse_slow(void) HS_HIDDEN;
-
 static inline __attribute__((always_inline)) uint64_t hs_now_coarse(void)
 {
 	if (HS_LIKELY(__atomic_load_n(&hs_vclock.state, __ATOMIC_ACQUIRE) > 0)) {
