@@ -7,9 +7,22 @@
  * generic layouts (every x86-64 kernel here), the place is found, and
  * each read lies between two clock_gettime(CLOCK_MONOTONIC_COARSE) reads
  * around it, across ticks; where it is not found, hs_now_coarse is the
- * call, and bracketed alike.
+ * call, and bracketed alike.  A fork child that enters a new time
+ * namespace (its parent's unshare(CLONE_NEWTIME), the monotonic clocks
+ * 1000 s ahead) has the namespace's page where the data was (an odd count
+ * that never changes, the namespace's clock mode): it reads the
+ * namespace's time, through the call (where the namespace cannot be made,
+ * without privilege, that part says so and is not run).
  */
+#ifndef _GNU_SOURCE
+#define _GNU_SOURCE
+#endif
+#include <errno.h>
+#include <fcntl.h>
+#include <sched.h>
+#include <sys/wait.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "unit.h"
 
@@ -34,6 +47,45 @@ static int has_vvar(void)
 	if (f)
 		fclose(f);
 	return found;
+}
+
+/* The child's reads, bracketed by its clock_gettime's (the namespace's time): 0 when all are. */
+static int child_reads(void)
+{
+	for (int i = 0; i < 1000; i++) {
+		uint64_t before = coarse(), now = hs_now_coarse(), after = coarse();
+		if (before > now || now > after) {
+			fprintf(stderr, "time namespace child: %llu not within [%llu, %llu]\n", (unsigned long long)now,
+				(unsigned long long)before, (unsigned long long)after);
+			return 1;
+		}
+	}
+	return 0;
+}
+
+static void time_namespace_child(void)
+{
+	static const char offsets[] = "monotonic 1000 0\n";
+	uint64_t outside = coarse();
+	int fd, status = 0;
+	pid_t pid;
+	if (unshare(CLONE_NEWTIME) != 0) {
+		printf("test_clock: no time namespace here (%s): not checked\n", strerror(errno));
+		return;
+	}
+	fd = open("/proc/self/timens_offsets", O_WRONLY | O_CLOEXEC);
+	CHECK(fd >= 0 && write(fd, offsets, sizeof offsets - 1) == (ssize_t)(sizeof offsets - 1));
+	if (fd >= 0)
+		close(fd);
+	fflush(stdout);
+	pid = fork();
+	if (pid == 0) {
+		/* in the namespace: its clocks 1000 s ahead of the parent's */
+		int bad = coarse() < outside + 999000000000ull || child_reads();
+		_exit(bad);
+	}
+	CHECK(pid > 0 && waitpid(pid, &status, 0) == pid);
+	CHECK(WIFEXITED(status) && WEXITSTATUS(status) == 0);
 }
 
 int main(void)
@@ -69,6 +121,7 @@ int main(void)
 		last = now;
 	}
 	CHECK(ticks >= 1);
+	time_namespace_child();
 	printf("test_clock: %llu ticks seen, state %d\n", (unsigned long long)ticks, hs_vclock.state);
 	return unit_done("test_clock");
 }
