@@ -1146,6 +1146,37 @@ static inline __attribute__((always_inline)) int token_read(const struct py_layo
 	p = (const unsigned char *)(uintptr_t)fp;
 	code = u64_at(p, L->f_code);
 	prev = u64_at(p, L->f_back);
+	if (L->chain != CHAIN_FRAME_OBJECT && HS_LIKELY(fp == tk->fp && code == tk->code && prev == tk->prev) &&
+	    HS_LIKELY(u64_at(p, L->f_instr) == tk->instr)) {
+		/* tk's frame still runs at tk's instruction under tk's next frame out (the lock
+		 * token of a `with lock:` in a loop): it was checked then (its code a code
+		 * object, a shown frame, started) and cannot have changed since, only what the
+		 * next frame out holds can (a caller's instruction pointer names its code on
+		 * 3.11+, so an unchanged one is the same caller, caller_code too) */
+		q = (const unsigned char *)(uintptr_t)prev;
+		if (L->chain == CHAIN_IS_ENTRY) {
+			if ((uint32_t)(p[L->f_is_entry] != 0) == tk->entry &&
+			    (!prev || u64_at(q, L->f_instr) == tk->prev_instr))
+				return 1;
+		} else if (!prev) {
+			return 1; /* no next frame out: no entry, no caller */
+		} else {
+			prev_instr = u64_at(q, L->f_instr);
+			caller = prev;
+			if (q[L->f_owner] == L->owner_cstack) {
+				uint64_t c = u64_at(q, L->f_back);
+				caller = c < 4096 ? 0 : c;
+			}
+			if (prev_instr == tk->prev_instr && (q[L->f_owner] == L->owner_cstack) == (tk->entry != 0) &&
+			    caller == tk->caller &&
+			    (!caller || caller == prev ||
+			     u64_at((const unsigned char *)(uintptr_t)caller, L->f_instr) == tk->caller_instr))
+				return 1;
+		}
+		prev_instr = 0;
+		caller = 0;
+		/* what the next frame out holds changed: read it all again */
+	}
 	if (HS_UNLIKELY(code < 4096))
 		return 0;
 	co = (const unsigned char *)(uintptr_t)code;

@@ -352,6 +352,91 @@ static __attribute__((noinline, cold)) int sem_acquire_real(sem_t *sem, const st
 }
 
 /*
+ * Two per-thread memos of the wait hooks' fast path (a `with lock:` in a
+ * loop meets the same semaphore under the same held stack again and again):
+ *
+ * sem_seen: the last semaphore whose tag sem_lock accepted (its address,
+ * its whole tag and the segment generation), so that the next acquisition
+ * of it reads its tag and compares three words instead of checking the
+ * tag against the lock table again.  The tag names its class for as long
+ * as it is unchanged: sem_init and sem_destroy rewrite it, and a class
+ * entry lives as long as its segment.  Only the class's counter flag can
+ * change, and it is read each time.
+ *
+ * sem_ordered: the held entry under the last acquisition hs_acq_ordered
+ * cleared with exactly one lock held -- on CPython 3.8 to 3.12 every
+ * thread holds its own thread-state lock (threading's _tstate_lock) for
+ * its whole life, so one held entry is the common case -- as its address,
+ * lock id, mode and flags, with the acquired class and the generation:
+ * the same entry under the same class again has its edge in the graph
+ * already (edges are never removed from a segment), so hs_acq_ordered's
+ * edge lookup is skipped.  Kept only for an entry of a semaphore lock
+ * (whose release count, relgen in locks.c, no other thread moves: a post
+ * by a thread that does not hold it makes the class a counter instead),
+ * and never for a fresh acquisition (hs_acq_ordered clears those without
+ * looking for the edge).  With no lock held there is no edge to look for.
+ */
+static __thread struct {
+	uint64_t sem, tag;
+	uint32_t gen, id;
+} sem_seen __attribute__((tls_model("initial-exec")));
+
+static __thread struct {
+	uint64_t addr;          /* held[0].addr */
+	uint32_t lock, flags;   /* held[0].lock, held[0].flags */
+	uint32_t id, gen;       /* the class acquired under it, hs_seg_gen; id 0: none */
+	uint8_t mode;           /* held[0].mode */
+} sem_ordered __attribute__((tls_model("initial-exec")));
+
+/* sem_lock through sem_seen. */
+static inline __attribute__((always_inline)) uint32_t sem_lock_seen(struct hs_tls *t, sem_t *sem, int *fresh)
+{
+	uint64_t tag;
+	uint32_t id, gen = __atomic_load_n(&hs_seg_gen, __ATOMIC_RELAXED);
+	memcpy(&tag, (const char *)sem + SEM_TAG_OFF, sizeof tag);
+	if (HS_LIKELY(tag == sem_seen.tag && (uint64_t)(uintptr_t)sem == sem_seen.sem && gen == sem_seen.gen) &&
+	    HS_LIKELY(!(__atomic_load_n(&hs_seg.locks[sem_seen.id].flags, __ATOMIC_ACQUIRE) & HS_LOCKF_COUNTER))) {
+		*fresh = 0;
+		return sem_seen.id;
+	}
+	id = sem_lock(t, sem, fresh);
+	if (id && !*fresh) {
+		sem_seen.sem = (uint64_t)(uintptr_t)sem;
+		sem_seen.tag = tag;
+		sem_seen.gen = gen;
+		sem_seen.id = id;
+	}
+	return id;
+}
+
+/* hs_acq_ordered through sem_ordered (a: the acquisition, its class a->id). */
+static inline __attribute__((always_inline)) int sem_acq_ordered(struct hs_tls *t, const struct acq *a)
+{
+	const struct hs_thread *th = t->slot;
+	const struct hs_held *he = &th->held[0];
+	uint32_t n = th->held_count, gen;
+	if (n == 0)
+		return 1; /* nothing held: no edge into it */
+	gen = __atomic_load_n(&hs_seg_gen, __ATOMIC_RELAXED);
+	if (n == 1 && HS_LIKELY(sem_ordered.id == a->id && he->addr == sem_ordered.addr &&
+				he->lock == sem_ordered.lock && he->flags == sem_ordered.flags &&
+				he->mode == sem_ordered.mode && sem_ordered.gen == gen))
+		return 1;
+	if (!hs_acq_ordered(t, a))
+		return 0;
+	if (n == 1 && !a->fresh && he->addr != a->addr &&
+	    (he->lock == 0 || hs_seg.locks[he->lock].kind == HS_LOCK_SEMAPHORE)) {
+		sem_ordered.addr = he->addr;
+		sem_ordered.lock = he->lock;
+		sem_ordered.flags = he->flags;
+		sem_ordered.mode = he->mode;
+		sem_ordered.id = a->id;
+		sem_ordered.gen = gen;
+	}
+	return 1;
+}
+
+/*
  * The body of the four waits, inlined into each (site and cfa: the hook's
  * return address and CFA).  Its fast path, the common `with lock:` (a lock
  * semaphore the thread does not hold, every held lock ordered before it,
@@ -368,7 +453,7 @@ static inline __attribute__((always_inline)) int sem_acquire(sem_t *sem, const s
 	int fresh = 0;
 	if (HS_UNLIKELY(!t))
 		return sem_acquire_real(sem, c);
-	if (HS_UNLIKELY(!sem_on()) || HS_UNLIKELY((id = sem_lock(t, sem, &fresh)) == 0) ||
+	if (HS_UNLIKELY(!sem_on()) || HS_UNLIKELY((id = sem_lock_seen(t, sem, &fresh)) == 0) ||
 	    HS_UNLIKELY(t->slot->held_count && sem_held(t->slot, addr) >= 0))
 		return sem_acquire_slow(t, sem, c, id, fresh, NULL);
 	memset(&a, 0, sizeof a);
@@ -381,7 +466,7 @@ static inline __attribute__((always_inline)) int sem_acquire(sem_t *sem, const s
 	a.hold_mode = HS_MODE_WRITE;
 	a.gil_safe = 1;
 	a.fresh = HS_UNLIKELY(fresh) && sem_made_here(sem);
-	if (HS_LIKELY(hs_acq_ordered(t, &a)) && HS_LIKELY(HS_REAL(sem_trywait)(sem) == 0)) {
+	if (HS_LIKELY(sem_acq_ordered(t, &a)) && HS_LIKELY(HS_REAL(sem_trywait)(sem) == 0)) {
 		/* the fast path: every held lock is ordered before it already */
 		if (HS_UNLIKELY(fresh))
 			sem_tag_used(sem);

@@ -421,10 +421,35 @@ static inline uint64_t hs_now(void)
 extern int (*hs_vdso_clock_gettime)(clockid_t, struct timespec *);
 
 /*
+ * Where the kernel keeps the coarse clocks' time (clock.c): the sequence
+ * count of its vDSO data (the clock mode follows it) and basetime
+ * [CLOCK_MONOTONIC_COARSE] (seconds, nanoseconds), found once per process
+ * by hs_vclock_find; state [atomic] 0 not looked for yet, 1 found (seq and
+ * mono set before it), -1 none (hs_now_coarse calls the vDSO).
+ */
+struct hs_vclock {
+	const uint32_t *seq;
+	const uint64_t *mono;
+	int state;
+};
+extern struct hs_vclock hs_vclock HS_HIDDEN;
+/* Look for the place once (clock.c): sets hs_vclock.state to 1 or -1; a
+ * no-op once it is set.  Async-signal-safe (raw system calls, no
+ * allocation, no lock); reads /proc/self/maps, 20-90 us. */
+void hs_vclock_find(void) HS_HIDDEN;
+#define HS_VCLOCK_MODE_TIMENS 0x7fffffffu /* the clock mode of a time namespace's page: not the time */
+
+/* hs_now_coarse's other cases, out of line (clock.c), in ns: a tick being
+ * written, a time namespace's page, the place not looked for yet (a
+ * thread's first 65,536 reads) or not found: the vDSO's call, or libc's. */
+uint64_t hs_now_coarse_slow(void) HS_HIDDEN;
+
+/*
  * CLOCK_MONOTONIC_COARSE in ns: the time of the kernel's last timekeeping
- * update, read from the vDSO without the clock source (about 3 ns).  Never
- * ahead of hs_now() read at the same moment, but behind it by as long as
- * the last update is ago: 0 to one tick (4 ms at HZ=250) on a machine that
+ * update, read from the vDSO's data without the clock source: inline
+ * where clock.c found the data's place (about 1 ns), else the vDSO's
+ * clock_gettime (about 3 ns).  Never ahead of hs_now() read at the same
+ * moment, but behind it by as long as the last update is ago: 0 to one tick (4 ms at HZ=250) on a machine that
  * keeps its ticks, more where ticks are skipped (a virtual CPU descheduled
  * by its host): 3 to 9 ms measured on a 2-vCPU VM, and the value stood
  * still for up to 20 ms under load (bench/README.md "Python locks within
@@ -434,14 +459,22 @@ extern int (*hs_vdso_clock_gettime)(clockid_t, struct timespec *);
  * (compare two coarse reads for "no update in between", never a coarse
  * read with a precise one; docs/design.md "Cost").
  */
-static inline uint64_t hs_now_coarse(void)
+static inline __attribute__((always_inline)) uint64_t hs_now_coarse(void)
 {
-	struct timespec ts;
-	int (*f)(clockid_t, struct timespec *) = hs_vdso_clock_gettime;
-	if (HS_LIKELY(f != NULL) && HS_LIKELY(f(CLOCK_MONOTONIC_COARSE, &ts) == 0))
-		return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
-	clock_gettime(CLOCK_MONOTONIC_COARSE, &ts);
-	return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+	if (HS_LIKELY(__atomic_load_n(&hs_vclock.state, __ATOMIC_ACQUIRE) > 0)) {
+		/* the vDSO's own read, inline: the two words between two equal even counts */
+		const uint32_t *seq = hs_vclock.seq;
+		const uint64_t *mono = hs_vclock.mono;
+		uint32_t s = __atomic_load_n(&seq[0], __ATOMIC_ACQUIRE);
+		uint32_t mode = __atomic_load_n(&seq[1], __ATOMIC_RELAXED);
+		uint64_t sec = __atomic_load_n(&mono[0], __ATOMIC_RELAXED);
+		uint64_t nsec = __atomic_load_n(&mono[1], __ATOMIC_RELAXED);
+		__atomic_thread_fence(__ATOMIC_ACQUIRE);
+		if (HS_LIKELY(!(s & 1)) && HS_LIKELY(mode != HS_VCLOCK_MODE_TIMENS) &&
+		    HS_LIKELY(__atomic_load_n(&seq[0], __ATOMIC_RELAXED) == s))
+			return sec * 1000000000ull + nsec;
+	}
+	return hs_now_coarse_slow();
 }
 
 /* ---- threads and the reentrancy guard (threads.c) ------------------------ */
