@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * heisen/format.h — the on-shm segment format, ABI version 6 (HS_ABI_VERSION).
+ * heisen/format.h — the on-shm segment format, ABI version 7 (HS_ABI_VERSION).
  *
  * One segment file per process image lives in the session directory as
  * "<pid>.<image>.seg" (image counts execs of that pid within the session,
@@ -38,13 +38,16 @@
 
 #define HS_MAGIC "HEISENSG"      /* 8 bytes, no terminator stored */
 #define HS_MAGIC_LEN 8
-#define HS_ABI_VERSION 6u  /* 2: Python frames, GIL wait flags, thread snapshots, 64-deep stacks; 3: heap findings and counters;
+#define HS_ABI_VERSION 7u  /* 2: Python frames, GIL wait flags, thread snapshots, 64-deep stacks; 3: heap findings and counters;
 				    4: processes and environment; file descriptors: fd table,
 				    fd event ring, fd finding history; 5: sparse segments (HS_HDR_SPARSE),
 				    cycles of any length (HS_T_CYCLE_EDGES), lock classes reuse dead lock ids,
 				    semaphore locks (HS_LOCK_SEMAPHORE, HS_LOCKF_COUNTER); 6: privilege drops
 				    (HS_HDR_UID_CHANGED, HS_REC_UID_CHANGED), injected faults and chaos
-				    decisions (HS_REC_FAULT_INJECTED, HS_REC_CHAOS) */
+				    decisions (HS_REC_FAULT_INJECTED, HS_REC_CHAOS); 7: a release folded into its
+				    lock's acquisition record and a loop's close into its fd's creation record
+				    (HS_REC_FOLD_SHIFT: the high half of b, which an ABI 6 reader takes for the
+				    lock id or generation) */
 #define HS_ENDIAN_TAG 0x01020304u /* reads back as 0x04030201 on a foreign-endian host */
 
 /* Fixed shapes.  Changing any of these changes the ABI version. */
