@@ -612,9 +612,10 @@ HS_HOT HS_EXPORT int sem_post(sem_t *sem)
 		/* its edge to the GIL is there already: hs_release need not ask
 		 * whether the GIL is held nor look the edge up */
 		if (HS_LIKELY(sem_gil_edge_known(id))) {
-			th->held[h].flags |= HS_HELDF_GIL;
-			if (!hs_release_top(t, addr))
+			if (!hs_release_top(t, addr)) {
+				th->held[h].flags |= HS_HELDF_GIL;
 				hs_release(t, addr);
+			}
 		} else {
 			sem_post_release(t, addr, id);
 		}
