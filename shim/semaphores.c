@@ -90,6 +90,16 @@ static inline int sem_held(const struct hs_thread *th, uint64_t addr)
 	return -1;
 }
 
+/* 1 when the thread holds addr: sem_held with the common stacks (nothing held,
+ * one entry: 3.8-3.12's thread-state lock) inline, without the loop. */
+static inline __attribute__((always_inline)) int sem_holds(const struct hs_thread *th, uint64_t addr)
+{
+	uint32_t n = th->held_count;
+	if (HS_LIKELY(n <= 1))
+		return n && th->held[0].addr == addr;
+	return sem_held(th, addr) >= 0;
+}
+
 /* The tag sem_init leaves in the unused tail of a lock semaphore. */
 struct sem_tag {
 	uint32_t magic;
@@ -454,7 +464,7 @@ static inline __attribute__((always_inline)) int sem_acquire(sem_t *sem, const s
 	if (HS_UNLIKELY(!t))
 		return sem_acquire_real(sem, c);
 	if (HS_UNLIKELY(!sem_on()) || HS_UNLIKELY((id = sem_lock_seen(t, sem, &fresh)) == 0) ||
-	    HS_UNLIKELY(t->slot->held_count && sem_held(t->slot, addr) >= 0))
+	    HS_UNLIKELY(sem_holds(t->slot, addr)))
 		return sem_acquire_slow(t, sem, c, id, fresh, NULL);
 	memset(&a, 0, sizeof a);
 	a.id = id;
