@@ -942,32 +942,32 @@ HS_HOT void hs_acq_uncontended(struct hs_tls *t, struct acq *a)
 			hs_order_acquirer_changed(t, a->id, a->addr, last, 0, a->stack, a->t0);
 		__atomic_store_n(&l->last_tid, t->tid, __ATOMIC_RELAXED);
 	}
-	/* held_push, its chain in place already */
-	hs_lockstate_begin(th);
-	if (HS_LIKELY(n < HS_HELD_MAX)) {
+	/* held_push, its chain in place already: four stores under the seqlock, as
+	 * acq_first_after's (n <= HELD_CHAINS: room) */
+	{
+		uint64_t s = __atomic_load_n(&th->lock_seq, __ATOMIC_RELAXED);
 		struct hs_held *h = &th->held[n];
+		uint64_t w1 = (uint64_t)a->id | (uint64_t)a->hold_mode << 32 | (uint64_t)a->trylock << 40;
+		uint64_t w2 = (uint64_t)a->stack | (uint64_t)(relgen_of(a->id) << HS_HELDF_RELGEN_SHIFT) << 32;
+		__atomic_store_n(&th->lock_seq, s + 1, __ATOMIC_RELAXED);
+		__atomic_thread_fence(__ATOMIC_RELEASE);
 		h->addr = a->addr;
-		h->lock = a->id;
-		h->mode = a->hold_mode;
-		h->trylock = a->trylock;
-		h->recursion = 0;
-		h->stack = a->stack;
-		h->flags = relgen_of(a->id) << HS_HELDF_RELGEN_SHIFT;
+		memcpy(&h->lock, &w1, sizeof w1);
+		memcpy(&h->stack, &w2, sizeof w2);
 		h->since_ns = a->t0;
 		th->held_count = n + 1;
-	} else {
-		th->held_overflow++;
+		__atomic_store_n(&th->lock_seq, s + 2, __ATOMIC_RELEASE);
 	}
-	hs_lockstate_end(th);
 	hs_rec(t, a->t0, HS_REC_LOCK_ACQUIRED, a->stack, a->addr, a->id,
 	       (uint64_t)a->hold_mode | (uint64_t)a->trylock << 8);
 }
 
 /*
- * The release of the thread's innermost held entry when it is addr's, taken
- * once, and needs no edge to the GIL (held[].flags has HS_HELDF_GIL: taken
- * with it, or the caller knows the edge is there): hs_release without its
- * searches.  Returns 0, doing nothing, in any other case: hs_release then.
+ * The release of the thread's innermost held entry when it is addr's and
+ * taken once, its edge to the GIL known to be there (the caller's memo):
+ * hs_release without its searches, the pop one store outside the seqlock
+ * (release_end).  Returns 0, doing nothing, in any other case: hs_release
+ * then.
  */
 HS_HOT int hs_release_top(struct hs_tls *t, uint64_t addr)
 {
@@ -977,13 +977,12 @@ HS_HOT int hs_release_top(struct hs_tls *t, uint64_t addr)
 	if (HS_UNLIKELY(n == 0 || n > HS_HELD_MAX))
 		return 0;
 	h = &th->held[n - 1];
-	if (h->addr != addr || h->recursion || !(h->flags & HS_HELDF_GIL) ||
+	if (h->addr != addr || h->recursion ||
 	    HS_UNLIKELY((h->flags >> HS_HELDF_RELGEN_SHIFT) != relgen_of(h->lock)))
 		return 0;
 	uint32_t id = h->lock;
-	hs_lockstate_begin(th);
-	th->held_count = n - 1;
-	hs_lockstate_end(th);
+	/* one store outside the seqlock (release_end) */
+	__atomic_store_n(&th->held_count, n - 1, __ATOMIC_RELEASE);
 	hs_rec_released(t, lock_now(), addr, id);
 	return 1;
 }

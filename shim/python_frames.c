@@ -1123,6 +1123,50 @@ unsigned hs_py_chain_frames(struct hs_seg *s, const uint64_t *pcs, unsigned n, u
 _Static_assert(sizeof layouts / sizeof layouts[0] == 6, "hs_py_chain_frames has a case per row of layouts[]");
 
 /*
+ * 1 when the token tk (a whole one, the last this thread read) still names
+ * the calling thread's innermost Python frame, L a constant row of
+ * layouts[] (3.11+: not CHAIN_FRAME_OBJECT): the same frame still runs at
+ * tk's instruction under tk's next frame out, which holds what it held
+ * (the lock token of a `with lock:` in a loop).  Nothing written; 0: read
+ * it whole (token_read).  Kept apart from token_read so that this check,
+ * the common case, is a leaf with few registers (no saves, no frame).
+ */
+static inline __attribute__((always_inline)) int token_same(const struct py_layout *L, const struct hs_pytoken *tk)
+{
+	uint64_t ts = tstate_of_thread(L), at = ts, fp, prev, prev_instr, caller;
+	const unsigned char *p, *q;
+	if (HS_UNLIKELY(!ts))
+		return 0;
+	if (L->ts_cframe != PYL_NONE && (at = u64_at((const unsigned char *)(uintptr_t)ts, L->ts_cframe)) < 4096)
+		return 0;
+	fp = u64_at((const unsigned char *)(uintptr_t)at, L->ts_frame);
+	if (fp != tk->fp || fp < 4096)
+		return 0;
+	p = (const unsigned char *)(uintptr_t)fp;
+	prev = u64_at(p, L->f_back);
+	if (HS_UNLIKELY(u64_at(p, L->f_code) != tk->code || prev != tk->prev || u64_at(p, L->f_instr) != tk->instr))
+		return 0;
+	/* it was checked then (its code a code object, a shown frame, started) and cannot have
+	 * changed since, only what the next frame out holds can (a caller's instruction pointer
+	 * names its code on 3.11+, so an unchanged one is the same caller, caller_code too) */
+	q = (const unsigned char *)(uintptr_t)prev;
+	if (L->chain == CHAIN_IS_ENTRY)
+		return (uint32_t)(p[L->f_is_entry] != 0) == tk->entry && (!prev || u64_at(q, L->f_instr) == tk->prev_instr);
+	if (!prev)
+		return 1; /* no next frame out: no entry, no caller */
+	prev_instr = u64_at(q, L->f_instr);
+	if (prev_instr != tk->prev_instr)
+		return 0;
+	if (q[L->f_owner] != L->owner_cstack)
+		return tk->entry == 0 && tk->caller == prev; /* called from Python: the caller is prev */
+	/* called from C: the caller is past the evaluation loop's shim */
+	caller = u64_at(q, L->f_back);
+	caller = caller < 4096 ? 0 : caller;
+	return tk->entry != 0 && caller == tk->caller &&
+	       (!caller || u64_at((const unsigned char *)(uintptr_t)caller, L->f_instr) == tk->caller_instr);
+}
+
+/*
  * The token of the innermost Python frame fp (hs_py_token), L a constant
  * row of layouts[] at each call.  Direct loads: the thread's own live
  * frames.  The frame must be one interleave() shows: a code object, not
@@ -1146,37 +1190,6 @@ static inline __attribute__((always_inline)) int token_read(const struct py_layo
 	p = (const unsigned char *)(uintptr_t)fp;
 	code = u64_at(p, L->f_code);
 	prev = u64_at(p, L->f_back);
-	if (L->chain != CHAIN_FRAME_OBJECT && HS_LIKELY(fp == tk->fp && code == tk->code && prev == tk->prev) &&
-	    HS_LIKELY(u64_at(p, L->f_instr) == tk->instr)) {
-		/* tk's frame still runs at tk's instruction under tk's next frame out (the lock
-		 * token of a `with lock:` in a loop): it was checked then (its code a code
-		 * object, a shown frame, started) and cannot have changed since, only what the
-		 * next frame out holds can (a caller's instruction pointer names its code on
-		 * 3.11+, so an unchanged one is the same caller, caller_code too) */
-		q = (const unsigned char *)(uintptr_t)prev;
-		if (L->chain == CHAIN_IS_ENTRY) {
-			if ((uint32_t)(p[L->f_is_entry] != 0) == tk->entry &&
-			    (!prev || u64_at(q, L->f_instr) == tk->prev_instr))
-				return 1;
-		} else if (!prev) {
-			return 1; /* no next frame out: no entry, no caller */
-		} else {
-			prev_instr = u64_at(q, L->f_instr);
-			caller = prev;
-			if (q[L->f_owner] == L->owner_cstack) {
-				uint64_t c = u64_at(q, L->f_back);
-				caller = c < 4096 ? 0 : c;
-			}
-			if (prev_instr == tk->prev_instr && (q[L->f_owner] == L->owner_cstack) == (tk->entry != 0) &&
-			    caller == tk->caller &&
-			    (!caller || caller == prev ||
-			     u64_at((const unsigned char *)(uintptr_t)caller, L->f_instr) == tk->caller_instr))
-				return 1;
-		}
-		prev_instr = 0;
-		caller = 0;
-		/* what the next frame out holds changed: read it all again */
-	}
 	if (HS_UNLIKELY(code < 4096))
 		return 0;
 	co = (const unsigned char *)(uintptr_t)code;
@@ -1237,12 +1250,9 @@ static inline __attribute__((always_inline)) int token_read(const struct py_layo
 	return 1;
 }
 
-HS_HOT int hs_py_token(struct hs_pytoken *tk)
+/* token_read by row, out of line: the common case (token_same) stays a leaf. */
+static __attribute__((noinline)) int token_read_row(struct hs_pytoken *tk)
 {
-	if (HS_UNLIKELY(!__atomic_load_n(&pf.ready, __ATOMIC_ACQUIRE)) && !frames_ready())
-		return 0;
-	if (hs_py_careful)
-		return 0;
 	switch (pf.row) {
 	case 0:
 		return token_read(&layouts[0], tk);
@@ -1258,6 +1268,43 @@ HS_HOT int hs_py_token(struct hs_pytoken *tk)
 		return token_read(&layouts[5], tk);
 	}
 	return 0;
+}
+
+HS_HOT int hs_py_token(struct hs_pytoken *tk)
+{
+	if (HS_UNLIKELY(!__atomic_load_n(&pf.ready, __ATOMIC_ACQUIRE)) && !frames_ready())
+		return 0;
+	if (hs_py_careful)
+		return 0;
+	/* tk unchanged (a `with lock:` in a loop): the rows of 3.11+, whose frames say their
+	 * instruction as an address */
+	switch (pf.row) {
+	case 0:
+		if (layouts[0].chain != CHAIN_FRAME_OBJECT && token_same(&layouts[0], tk))
+			return 1;
+		break;
+	case 1:
+		if (layouts[1].chain != CHAIN_FRAME_OBJECT && token_same(&layouts[1], tk))
+			return 1;
+		break;
+	case 2:
+		if (layouts[2].chain != CHAIN_FRAME_OBJECT && token_same(&layouts[2], tk))
+			return 1;
+		break;
+	case 3:
+		if (layouts[3].chain != CHAIN_FRAME_OBJECT && token_same(&layouts[3], tk))
+			return 1;
+		break;
+	case 4:
+		if (layouts[4].chain != CHAIN_FRAME_OBJECT && token_same(&layouts[4], tk))
+			return 1;
+		break;
+	case 5:
+		if (layouts[5].chain != CHAIN_FRAME_OBJECT && token_same(&layouts[5], tk))
+			return 1;
+		break;
+	}
+	return token_read_row(tk);
 }
 
 _Static_assert(sizeof layouts / sizeof layouts[0] == 6, "hs_py_token has a case per row of layouts[]");

@@ -90,6 +90,16 @@ static inline int sem_held(const struct hs_thread *th, uint64_t addr)
 	return -1;
 }
 
+/* 1 when the thread holds addr: sem_held with the common stacks (nothing held,
+ * one entry: 3.8-3.12's thread-state lock) inline, without the loop. */
+static inline __attribute__((always_inline)) int sem_holds(const struct hs_thread *th, uint64_t addr)
+{
+	uint32_t n = th->held_count;
+	if (HS_LIKELY(n <= 1))
+		return n && th->held[0].addr == addr;
+	return sem_held(th, addr) >= 0;
+}
+
 /* The tag sem_init leaves in the unused tail of a lock semaphore. */
 struct sem_tag {
 	uint32_t magic;
@@ -367,7 +377,7 @@ static __attribute__((noinline, cold)) int sem_acquire_real(sem_t *sem, const st
  * cleared with exactly one lock held -- on CPython 3.8 to 3.12 every
  * thread holds its own thread-state lock (threading's _tstate_lock) for
  * its whole life, so one held entry is the common case -- as its address,
- * lock id, mode and flags, with the acquired class and the generation:
+ * lock id, mode (with its trylock and recursion) and flags, with the acquired class and the generation:
  * the same entry under the same class again has its edge in the graph
  * already (edges are never removed from a segment), so hs_acq_ordered's
  * edge lookup is skipped.  Kept only for an entry of a semaphore lock
@@ -383,10 +393,20 @@ static __thread struct {
 
 static __thread struct {
 	uint64_t addr;          /* held[0].addr */
-	uint32_t lock, flags;   /* held[0].lock, held[0].flags */
-	uint32_t id, gen;       /* the class acquired under it, hs_seg_gen; id 0: none */
-	uint8_t mode;           /* held[0].mode */
+	uint64_t lock_mode;     /* held[0]'s lock, mode, trylock, recursion: one word (sem_held_word) */
+	uint64_t id_gen;        /* the class acquired under it | hs_seg_gen << 32; id 0: none */
+	uint32_t flags;         /* held[0].flags */
 } sem_ordered __attribute__((tls_model("initial-exec")));
+
+/* A held entry's lock, mode, trylock and recursion as one word (locks.c writes them so too). */
+_Static_assert(offsetof(struct hs_held, lock) == 8 && offsetof(struct hs_held, recursion) == 14,
+	       "a held entry's lock..recursion are one 64-bit word");
+static inline uint64_t sem_held_word(const struct hs_held *he)
+{
+	uint64_t w;
+	memcpy(&w, &he->lock, sizeof w);
+	return w;
+}
 
 /* sem_lock through sem_seen. */
 static inline __attribute__((always_inline)) uint32_t sem_lock_seen(struct hs_tls *t, sem_t *sem, int *fresh)
@@ -418,20 +438,18 @@ static inline __attribute__((always_inline)) int sem_acq_ordered(struct hs_tls *
 	if (n == 0)
 		return 1; /* nothing held: no edge into it */
 	gen = __atomic_load_n(&hs_seg_gen, __ATOMIC_RELAXED);
-	if (n == 1 && HS_LIKELY(sem_ordered.id == a->id && he->addr == sem_ordered.addr &&
-				he->lock == sem_ordered.lock && he->flags == sem_ordered.flags &&
-				he->mode == sem_ordered.mode && sem_ordered.gen == gen))
+	if (n == 1 && HS_LIKELY(sem_ordered.id_gen == ((uint64_t)a->id | (uint64_t)gen << 32) &&
+				he->addr == sem_ordered.addr && sem_held_word(he) == sem_ordered.lock_mode &&
+				he->flags == sem_ordered.flags))
 		return 1;
 	if (!hs_acq_ordered(t, a))
 		return 0;
 	if (n == 1 && !a->fresh && he->addr != a->addr &&
 	    (he->lock == 0 || hs_seg.locks[he->lock].kind == HS_LOCK_SEMAPHORE)) {
 		sem_ordered.addr = he->addr;
-		sem_ordered.lock = he->lock;
+		sem_ordered.lock_mode = sem_held_word(he);
 		sem_ordered.flags = he->flags;
-		sem_ordered.mode = he->mode;
-		sem_ordered.id = a->id;
-		sem_ordered.gen = gen;
+		sem_ordered.id_gen = (uint64_t)a->id | (uint64_t)gen << 32;
 	}
 	return 1;
 }
@@ -454,7 +472,7 @@ static inline __attribute__((always_inline)) int sem_acquire(sem_t *sem, const s
 	if (HS_UNLIKELY(!t))
 		return sem_acquire_real(sem, c);
 	if (HS_UNLIKELY(!sem_on()) || HS_UNLIKELY((id = sem_lock_seen(t, sem, &fresh)) == 0) ||
-	    HS_UNLIKELY(t->slot->held_count && sem_held(t->slot, addr) >= 0))
+	    HS_UNLIKELY(sem_holds(t->slot, addr)))
 		return sem_acquire_slow(t, sem, c, id, fresh, NULL);
 	memset(&a, 0, sizeof a);
 	a.id = id;
@@ -612,9 +630,10 @@ HS_HOT HS_EXPORT int sem_post(sem_t *sem)
 		/* its edge to the GIL is there already: hs_release need not ask
 		 * whether the GIL is held nor look the edge up */
 		if (HS_LIKELY(sem_gil_edge_known(id))) {
-			th->held[h].flags |= HS_HELDF_GIL;
-			if (!hs_release_top(t, addr))
+			if (!hs_release_top(t, addr)) {
+				th->held[h].flags |= HS_HELDF_GIL;
 				hs_release(t, addr);
+			}
 		} else {
 			sem_post_release(t, addr, id);
 		}

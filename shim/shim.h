@@ -1278,8 +1278,9 @@ int hs_acq_ordered(struct hs_tls *t, const struct acq *a);
  * succeeded: the chain read and hs_acq_after (locks.c; semaphores.c's fast
  * path). */
 void hs_acq_uncontended(struct hs_tls *t, struct acq *a);
-/* hs_release of the innermost held entry when it is addr's, taken once, and
- * needs no edge to the GIL (its HS_HELDF_GIL set); 0, nothing done, when
+/* hs_release of the innermost held entry when it is addr's and taken once,
+ * the caller knowing that it needs no edge to the GIL (its lock's edge to
+ * the GIL is in the graph: semaphores.c's memo); 0, nothing done, when
  * not: call hs_release. */
 int hs_release_top(struct hs_tls *t, uint64_t addr);
 
