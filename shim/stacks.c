@@ -880,7 +880,7 @@ static inline struct chain_memo *chain_memo_of(void)
 }
 static inline unsigned chain_memo_set(uint64_t site, uint64_t cfa)
 {
-	return (unsigned)(((site ^ cfa) * 0x9e3779b97f4a7c15ull) >> 60) & (CHAIN_MEMO_SETS - 1);
+	return (unsigned)(((site ^ cfa) * 0x9e3779b97f4a7c15ull) >> 56) & (CHAIN_MEMO_SETS - 1);
 }
 
 /* c from a memo entry of (site, cfa, want) whose slots still hold its frames; 1 on a hit. */
