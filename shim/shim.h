@@ -251,7 +251,9 @@ extern __thread struct hs_tls hs_tls __attribute__((tls_model("initial-exec")));
 #define HS_AREA_FDS3_SIZE    1280u
 #define HS_AREA_FD_SCRATCH   16384u  /* fd_core.c: a finding's event buffers (touched only by a finding) */
 #define HS_AREA_FD_SCRATCH_SIZE 9216u
-#define HS_AREA_SIZE         28672u  /* pages never touched are never backed */
+#define HS_AREA_CHAINMEMO    25600u  /* stacks.c: chain_memo, the thread's recent lazy chains */
+#define HS_AREA_CHAINMEMO_SIZE 15360u
+#define HS_AREA_SIZE         40960u  /* pages never touched are never backed */
 char *hs_area_map(void);
 void hs_area_release(struct hs_tls *t);
 static inline char *hs_area(void)

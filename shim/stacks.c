@@ -831,6 +831,111 @@ done:
 	return d;
 }
 
+/*
+ * The thread's recent lazy chains (hs_chain_read_lazy), in front of the
+ * walk.  One held chain slot serves every acquisition at its held-stack
+ * depth, so a lock taken from several call paths in turn (sqlite's
+ * mutexes, from each API function) finds the slot's last chain from
+ * another path and walks the frames that differ each time
+ * (chain_walk_eval, ~450 instructions under py_workload).  The memo keeps
+ * CHAIN_MEMO_SETS x CHAIN_MEMO_WAYS of the thread's lazy chains, whichever
+ * slot read them, in sets by (site, CFA): a call whose site, CFA,
+ * learnt-distance generation and evaluation-loop count (lazy) match an
+ * entry, and each of whose return-address slots at the entry's CFAs still
+ * holds the entry's address, has that entry's chain, by the argument of
+ * the shadow compare (hs_chain_read's: each distance is a function of its
+ * return address alone, so the same slots give the same CFAs; each CFA was
+ * below chain_top when walked, and chain_top only grows): a load and a
+ * compare per frame and a copy instead of the walk.  Under py_workload a
+ * worker thread cycles through 30 to 60 such chains (LRU simulation of a
+ * trace: 12 entries 65 % hits, 32 70 %, 64 95 %; these 64 in sets: about
+ * 83 %).  Entries of CHAIN_MEMO_DEPTH frames at most (a deeper chain is
+ * not kept; CFAs kept as they are: the same CFA, the same frames),
+ * replaced round-robin within a set;
+ * an entry is written with site zero first and site last.  In the
+ * thread's area (shim.h, HS_AREA_CHAINMEMO): zero-filled for a new thread,
+ * never shared, 13.5 KiB of address space backed as it is touched.
+ * docs/design.md "Lock order" (the chain memo).
+ */
+#define CHAIN_MEMO_SETS 16u
+#define CHAIN_MEMO_WAYS 4u
+#define CHAIN_MEMO_DEPTH 12u
+struct chain_memo_entry {
+	uint64_t site, cfa;     /* site 0: empty */
+	uint32_t gen;           /* pcoff_gen the chain was walked under */
+	uint8_t depth, lazy;    /* frames in pc[]/sp[]; the chain's lazy (1 or 2) */
+	uint8_t pad[2];
+	uint64_t pc[CHAIN_MEMO_DEPTH];  /* as struct hs_chain's; past depth: stale, copied unread */
+	uint64_t sp[CHAIN_MEMO_DEPTH];
+};
+struct chain_memo {
+	struct chain_memo_entry e[CHAIN_MEMO_SETS][CHAIN_MEMO_WAYS];
+	uint8_t next[CHAIN_MEMO_SETS]; /* the way replaced next */
+};
+_Static_assert(sizeof(struct chain_memo) <= HS_AREA_CHAINMEMO_SIZE, "the chain memo fits the area");
+_Static_assert(CHAIN_MEMO_DEPTH <= CHAIN_MAX, "a memo entry fits a chain");
+static inline struct chain_memo *chain_memo_of(void)
+{
+	char *a = hs_area();
+	return a ? (struct chain_memo *)(void *)(a + HS_AREA_CHAINMEMO) : NULL;
+}
+static inline unsigned chain_memo_set(uint64_t site, uint64_t cfa)
+{
+	return (unsigned)(((site ^ cfa) * 0x9e3779b97f4a7c15ull) >> 56) & (CHAIN_MEMO_SETS - 1);
+}
+
+/* c from a memo entry of (site, cfa, want) whose slots still hold its frames; 1 on a hit. */
+static inline int chain_memo_get(struct chain_memo *mm, struct hs_chain *c, uint64_t site, uint64_t cfa,
+				 unsigned want, uint32_t gen)
+{
+	const struct chain_memo_entry *set = mm->e[chain_memo_set(site, cfa)];
+	for (unsigned i = 0; i < CHAIN_MEMO_WAYS; i++) {
+		const struct chain_memo_entry *e = &set[i];
+		unsigned m, d;
+		if (e->cfa != cfa || e->site != site || e->gen != gen || e->lazy != want)
+			continue;
+		d = e->depth;
+		for (m = 1; m < d; m++)
+			if (slot_at(e->sp[m]) != e->pc[m])
+				break;
+		if (m != d)
+			continue;
+		/* whole arrays, a fixed size: a few vector moves, no length loop */
+		memcpy(c->pc, e->pc, sizeof e->pc);
+		memcpy(c->sp, e->sp, sizeof e->sp);
+		c->depth = d;
+		c->site = site;
+		c->cfa = cfa;
+		c->gen = gen;
+		c->walked = 1;
+		c->ended = 0;
+		return 1;
+	}
+	return 0;
+}
+
+/* c's lazy chain (just walked) into its set's next way. */
+static inline void chain_memo_put(struct chain_memo *mm, const struct hs_chain *c, unsigned want)
+{
+	unsigned d = c->depth, s = chain_memo_set(c->site, c->cfa), w;
+	struct chain_memo_entry *e;
+	if (d > CHAIN_MEMO_DEPTH || d == 0)
+		return;
+	w = mm->next[s];
+	mm->next[s] = (uint8_t)(w + 1 < CHAIN_MEMO_WAYS ? w + 1 : 0);
+	e = &mm->e[s][w];
+	__atomic_store_n(&e->site, 0, __ATOMIC_RELAXED);
+	__atomic_signal_fence(__ATOMIC_SEQ_CST);
+	e->cfa = c->cfa;
+	e->gen = c->gen;
+	e->depth = (uint8_t)d;
+	e->lazy = (uint8_t)want;
+	memcpy(e->pc, c->pc, sizeof e->pc);
+	memcpy(e->sp, c->sp, sizeof e->sp);
+	__atomic_signal_fence(__ATOMIC_SEQ_CST);
+	__atomic_store_n(&e->site, c->site, __ATOMIC_RELAXED);
+}
+
 HS_HOT unsigned hs_chain_read_lazy(struct hs_chain *c, uint64_t site, uint64_t cfa)
 {
 	unsigned m, e, k, want;
@@ -854,9 +959,20 @@ HS_HOT unsigned hs_chain_read_lazy(struct hs_chain *c, uint64_t site, uint64_t c
 	 * more stack than a small thread stack has: chain_read_native asks after its room check) */
 	hs_py_eval_range(&ev_lo, &ev_span);
 	if (ev_span && !(site - ev_lo - 1 < ev_span) && hs_py_token(&tok)) {
+		struct chain_memo *mm = chain_memo_of();
 		want = tok.entry ? 2 : 1;
 		c->lazy = 0;
+		if (mm && chain_top && slot_at(cfa) == site &&
+		    chain_memo_get(mm, c, site, cfa, want, __atomic_load_n(&pcoff_gen, __ATOMIC_ACQUIRE))) {
+			c->tok = tok;
+			c->lazy = (uint8_t)want;
+			c->python = 0;
+			c->unchanged = 0;
+			return c->depth;
+		}
 		if (chain_walk_eval(c, site, cfa, want)) {
+			if (mm)
+				chain_memo_put(mm, c, want);
 			c->tok = tok;
 			c->lazy = (uint8_t)want;
 			c->python = 0;
