@@ -708,6 +708,19 @@ unsigned hs_chain_read(struct hs_chain *c, uint64_t site, uint64_t cfa)
 	return c->depth;
 }
 
+
+/* A lazy chain of depth d read at (site, cfa) under learnt-distance
+ * generation gen, walked or taken from the memo: the shadow for the next
+ * read, cut at the evaluation loop (not ended). */
+static inline void lazy_walked(struct hs_chain *c, unsigned d, uint64_t site, uint64_t cfa, uint32_t gen)
+{
+	c->depth = d;
+	c->site = site;
+	c->cfa = cfa;
+	c->gen = gen;
+	c->walked = 1;
+	c->ended = 0;
+}
 /*
  * hs_chain_read_lazy's walk: only the native frames up to the want-th
  * evaluation-loop call (the return address into it included), through the
@@ -822,12 +835,7 @@ static __attribute__((noinline)) unsigned chain_walk_eval(struct hs_chain *c, ui
 done:
 	if (!d)
 		return 0;
-	c->depth = d;
-	c->site = site;
-	c->cfa = cfa;
-	c->gen = gen;
-	c->walked = 1;
-	c->ended = 0;
+	lazy_walked(c, d, site, cfa, gen);
 	return d;
 }
 
@@ -903,12 +911,7 @@ static inline int chain_memo_get(struct chain_memo *mm, struct hs_chain *c, uint
 		/* whole arrays, a fixed size: a few vector moves, no length loop */
 		memcpy(c->pc, e->pc, sizeof e->pc);
 		memcpy(c->sp, e->sp, sizeof e->sp);
-		c->depth = d;
-		c->site = site;
-		c->cfa = cfa;
-		c->gen = gen;
-		c->walked = 1;
-		c->ended = 0;
+		lazy_walked(c, d, site, cfa, gen);
 		return 1;
 	}
 	return 0;
