@@ -143,7 +143,7 @@ struct hs_tjudge {
 	enum hs_tverdict verdict;
 	int32_t peers[HS_TJUDGE_PEERS];  /* HS_TV_PEER: the processes it waits on */
 	uint32_t npeers;
-	bool busy;                       /* on the CPU while heisen judged (runnable in half its looks, or computing half the time) */
+	bool busy;                       /* on the CPU while heisen judged (stall.c sample_busy: its process's active threads busy) */
 	char what[320];                  /* the wait in words: "poll on fd 12 (eventfd)" */
 };
 

@@ -791,55 +791,78 @@ static void fixpoint(struct suspect *sus, size_t ns)
 }
 
 /*
- * Mark the active threads of the hung suspects that are on the CPU:
- * computing for half of BUSY_SAMPLE_MS at least, or runnable (state R) in
- * at least half of BUSY_LOOKS reads spread over it — a thread that computes
- * on a loaded machine waits for a CPU in state R without the CPU time to
- * show for it.  A thread that only wakes now and then (an I/O thread that
- * retries a connection every 100 ms) is runnable for an instant at most:
- * one read that happens to land on that instant does not make it busy.
- * (It did: pyzmq's Context.term() beside its retrying I/O thread was
- * cleared about one time in ten.)  Returns whether one was found.
+ * Mark the active threads of the hung suspects that are on the CPU.  A
+ * process's active threads are busy together when, over BUSY_SAMPLE_MS,
+ * they computed for half of it between them, or one of them at least was
+ * runnable (state R) in at least half of BUSY_LOOKS reads spread over it:
+ * four workers that share the GIL are each runnable a quarter of the time,
+ * but one of them nearly always, and a thread that computes on a loaded
+ * machine waits for a CPU in state R without the CPU time to show for it.
+ * A thread that only wakes now and then (an I/O thread that retries a
+ * connection every 100 ms) is runnable for an instant at most: one read
+ * that happens to land on that instant does not make it busy.  (It did:
+ * pyzmq's Context.term() beside its retrying I/O thread was cleared about
+ * one time in ten.)  The marked threads are the active ones that ran or
+ * were runnable during the look.  Returns whether one was found.
  */
 static bool sample_busy(struct suspect *sus, size_t ns)
 {
-	uint64_t *before;
-	unsigned *runnable;
+	uint64_t *before, *used;
+	unsigned *runnable, *any_runnable;
 	size_t total = 0, k = 0;
 	bool any = false, r;
 	long ticks_per_s = sysconf(_SC_CLK_TCK) > 0 ? sysconf(_SC_CLK_TCK) : 100;
 	for (size_t i = 0; i < ns; i++)
 		total += sus[i].hung ? sus[i].nt : 0;
-	if (!total || !(before = calloc(total, sizeof *before)))
+	if (!total)
 		return false;
-	if (!(runnable = calloc(total, sizeof *runnable))) {
-		free(before);
-		return false;
-	}
-	for (size_t i = 0; i < ns; i++)
-		for (uint32_t q = 0; sus[i].hung && q < sus[i].nt; q++, k++) {
-			before[k] = task_cpu(sus[i].p->seg.hdr.pid, sus[i].t[q].tid, &r);
-			runnable[k] += r;
-		}
-	for (unsigned look = 1; look < BUSY_LOOKS; look++) {
-		sleep_ms(BUSY_SAMPLE_MS / (BUSY_LOOKS - 1));
+	before = calloc(total, sizeof *before);
+	used = calloc(total, sizeof *used);
+	runnable = calloc(total, sizeof *runnable);
+	any_runnable = calloc(ns, sizeof *any_runnable);
+	if (!before || !used || !runnable || !any_runnable)
+		goto out;
+	for (unsigned look = 0; look < BUSY_LOOKS; look++) {
+		if (look)
+			sleep_ms(BUSY_SAMPLE_MS / (BUSY_LOOKS - 1));
 		k = 0;
-		for (size_t i = 0; i < ns; i++)
+		for (size_t i = 0; i < ns; i++) {
+			bool some = false;
 			for (uint32_t q = 0; sus[i].hung && q < sus[i].nt; q++, k++) {
 				uint64_t now = task_cpu(sus[i].p->seg.hdr.pid, sus[i].t[q].tid, &r);
+				if (sus[i].t[q].verdict != HS_TV_ACTIVE)
+					continue; /* a wait that lasted the timeout: not the waker */
 				runnable[k] += r;
-				if (look + 1 < BUSY_LOOKS)
-					continue;
-				struct hs_tjudge *t = &sus[i].t[q];
-				double used_ms = now > before[k] ? (double)(now - before[k]) * 1000.0 / (double)ticks_per_s : 0;
-				t->busy = used_ms >= BUSY_SAMPLE_MS / 2.0 || 2 * runnable[k] >= BUSY_LOOKS;
-				if (t->verdict != HS_TV_ACTIVE)
-					t->busy = false; /* a wait that lasted the timeout: not the waker */
-				any |= t->busy;
+				some |= r;
+				if (look == 0)
+					before[k] = now;
+				else if (look + 1 == BUSY_LOOKS)
+					used[k] = now > before[k] ? now - before[k] : 0;
 			}
+			any_runnable[i] += some;
+		}
 	}
+	k = 0;
+	for (size_t i = 0; i < ns; i++) {
+		uint64_t ticks = 0;
+		size_t first = k;
+		if (!sus[i].hung)
+			continue;
+		for (uint32_t q = 0; q < sus[i].nt; q++)
+			ticks += used[first + q];
+		double used_ms = (double)ticks * 1000.0 / (double)ticks_per_s;
+		bool busy = used_ms >= BUSY_SAMPLE_MS / 2.0 || 2 * any_runnable[i] >= BUSY_LOOKS;
+		for (uint32_t q = 0; q < sus[i].nt; q++, k++) {
+			struct hs_tjudge *t = &sus[i].t[q];
+			t->busy = busy && t->verdict == HS_TV_ACTIVE && (runnable[k] || used[k]);
+			any |= t->busy;
+		}
+	}
+out:
 	free(before);
+	free(used);
 	free(runnable);
+	free(any_runnable);
 	return any;
 }
 

@@ -16,8 +16,8 @@ import time
 
 import pytest
 
-from conftest import (all_frame_functions, fact_int, facts, findings_of, lockname, marker_line, process_of,
-                      target)
+from conftest import (SYSTEM_PYTHON, all_frame_functions, fact_int, facts, findings_of, lockname, marker_line,
+                      process_of, target)
 
 
 def start_preloaded(heisen, session, cmd):
@@ -173,6 +173,40 @@ def test_busy_correct_programs_are_not_hangs(heisen, session, name):
                     target(heisen, name)], timeout=60)
     assert p.returncode == 0, (p.returncode, p.stderr)
     assert "hang detected" not in p.stderr and "heisen: hang" not in p.stderr, p.stderr
+
+
+GIL_SHARING_WORKERS = r'''
+import hashlib, threading, time
+def work():
+    end = time.monotonic() + 5
+    x = b"a" * 64
+    while time.monotonic() < end:
+        for _ in range(200):
+            x = hashlib.sha256(x).digest() + x[:32]
+ts = [threading.Thread(target=work) for _ in range(4)]
+for t in ts:
+    t.start()
+for t in ts:
+    t.join()
+print("done", flush=True)
+'''
+
+
+def test_main_thread_joining_workers_that_share_the_gil_is_not_a_hang(heisen, session, tmp_path):
+    """The main thread waits in join() (a futex with no timeout: with Python
+    locks off it is not a lock wait) for 5 s, past the 2 s hang timeout,
+    while four workers compute in turns on the GIL: each worker is runnable
+    about a quarter of the time, but one of them nearly always, so the
+    process is busy and its main thread's wait may still end.  (A rule that
+    asked each worker alone to be runnable half of the time called this a
+    hang about one run in three.)"""
+    prog = tmp_path / "workers.py"
+    prog.write_text(GIL_SHARING_WORKERS)
+    p = heisen.run(["--dir", session, "--hang-timeout", "2", "--on-hang", "kill", "--", SYSTEM_PYTHON, prog],
+                   timeout=120, env={"HEISEN_PY_LOCKS": "0"})
+    assert p.returncode == 0, (p.returncode, p.stderr[-3000:])
+    assert "done" in p.stdout.split()
+    assert "hang detected" not in p.stderr and "heisen: hang" not in p.stderr, p.stderr[-3000:]
 
 
 IDLE_THEN_DEADLOCKED = r'''
