@@ -88,16 +88,12 @@ def test_abba_sequential_is_predicted(heisen, way):
         assert "take_b_then_a" in p.stderr and str(way.session) in p.stderr
 
 
-def test_foreign_unlock_refused_by_an_error_checking_mutex_keeps_its_owner_holding_it(heisen, way):
-    """A completion callback on a worker thread unlocks the request lock its
-    dispatcher took; the error-checking mutex refuses (EPERM), so the
-    dispatcher still holds it when it takes lock_b: the lock_a -> lock_b
-    edge is there, and with the later lock_b -> lock_a the ABBA is predicted.
-    The refused unlock is in the worker's ring as a lock error, not a release."""
-    p, report = run_target(heisen, way, "errcheck_foreign_unlock")
-    assert "refused" in p.stdout.split(), p.stdout
+def the_take_a_then_b_abba(p, report):
+    """The ABBA of a target whose take_a_then_b and take_b_then_a threads
+    (tid_ab, tid_ba in its facts) take lock_a and lock_b in opposite orders:
+    predicted once, closed, each edge by its thread with its function on top
+    of both stacks.  Returns (pid, tid_ab, tid_ba)."""
     pid, tid_ab, tid_ba = (fact_int(p.stdout, k) for k in ("pid", "tid_ab", "tid_ba"))
-
     f = one_potential_deadlock(report, pid)
     assert sorted(f["tids"]) == sorted([tid_ab, tid_ba])
     assert sorted(lockname(l) for l in f["locks"]) == ["lock_a", "lock_b"]
@@ -107,6 +103,18 @@ def test_foreign_unlock_refused_by_an_error_checking_mutex_keeps_its_owner_holdi
     for e, fn in ((ab, "take_a_then_b"), (ba, "take_b_then_a")):
         assert frame_functions(e["from_stack"])[0] == fn, e["from_stack"]
         assert frame_functions(e["to_stack"])[0] == fn, e["to_stack"]
+    return pid, tid_ab, tid_ba
+
+
+def test_foreign_unlock_refused_by_an_error_checking_mutex_keeps_its_owner_holding_it(heisen, way):
+    """A completion callback on a worker thread unlocks the request lock its
+    dispatcher took; the error-checking mutex refuses (EPERM), so the
+    dispatcher still holds it when it takes lock_b: the lock_a -> lock_b
+    edge is there, and with the later lock_b -> lock_a the ABBA is predicted.
+    The refused unlock is in the worker's ring as a lock error, not a release."""
+    p, report = run_target(heisen, way, "errcheck_foreign_unlock")
+    assert "refused" in p.stdout.split(), p.stdout
+    pid, tid_ab, tid_ba = the_take_a_then_b_abba(p, report)
 
     proc = process_of(report, pid)
     (disp,) = [t for t in proc["threads"] if t["tid"] == tid_ab]
@@ -127,17 +135,7 @@ def test_robust_mutex_taken_over_from_a_dead_owner_is_held_and_ordered(heisen, w
     ring shows lock_a acquired and released, not a lock error."""
     p, report = run_target(heisen, way, "robust_owner_died")
     assert "died" in p.stdout.split(), p.stdout
-    pid, tid_ab, tid_ba = (fact_int(p.stdout, k) for k in ("pid", "tid_ab", "tid_ba"))
-
-    f = one_potential_deadlock(report, pid)
-    assert sorted(f["tids"]) == sorted([tid_ab, tid_ba])
-    assert sorted(lockname(l) for l in f["locks"]) == ["lock_a", "lock_b"]
-    assert_cycle_is_closed(f)
-    ab, ba = edge(f, "lock_a", "lock_b"), edge(f, "lock_b", "lock_a")
-    assert ab["tid"] == tid_ab and ba["tid"] == tid_ba
-    for e, fn in ((ab, "take_a_then_b"), (ba, "take_b_then_a")):
-        assert frame_functions(e["from_stack"])[0] == fn, e["from_stack"]
-        assert frame_functions(e["to_stack"])[0] == fn, e["to_stack"]
+    pid, tid_ab, tid_ba = the_take_a_then_b_abba(p, report)
 
     proc = process_of(report, pid)
     (rec,) = [t for t in proc["threads"] if t["tid"] == tid_ab]
