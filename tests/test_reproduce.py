@@ -95,7 +95,8 @@ def test_until_fail_stops_at_first_failing_run_and_prints_replay(heisen, tmp_pat
     cmd = replay_of(s)
     assert cmd[0] == str(heisen.run_bin) and "--seed" in cmd and cmd[cmd.index("--seed") + 1] == "101"
     assert "--repeat" not in cmd and "--until-fail" not in cmd
-    r = subprocess.run(cmd, env=heisen.env(), capture_output=True, text=True, timeout=60)
+    # its session in the test's directory (HEISEN_DIR): a failing run's session is kept
+    r = subprocess.run(cmd, env=heisen.env(tmp_path / "replay"), capture_output=True, text=True, timeout=60)
     assert r.returncode == 128 + signal.SIGSEGV and "seed 101" in r.stdout, (r.returncode, r.stderr[-1000:])
 
 
@@ -400,7 +401,8 @@ def test_until_fail_with_faults_replays_the_same_decisions(heisen, tmp_path):
     (log,) = [x for x in parent.iterdir() if x.name.endswith(".log")]
     at = memory_error_at(log.read_text())
     assert at is not None
-    r = subprocess.run(replay_of(s), env=heisen.env(), capture_output=True, text=True, timeout=120)
+    r = subprocess.run(replay_of(s), env=heisen.env(tmp_path / "replay"), capture_output=True, text=True,
+                       timeout=120)  # its kept session in the test's directory, not /dev/shm/heisen-$UID
     assert memory_error_at(r.stdout) == at, (at, r.stdout)
 
 
