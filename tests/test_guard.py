@@ -54,16 +54,23 @@ CASES = {
 }
 
 
-@pytest.mark.parametrize("mode", list(CASES))
-def test_guard_fault_found(heisen, way, mode):
-    kind, access, offset, size, access_fn, freed = CASES[mode]
-    p = way.run([target(heisen, "guard_faults"), mode], env=GUARD)
-    # the process dies of the fault as it would have without heisen
-    assert p.returncode == way.killed_by(signal.SIGSEGV), (p.returncode, p.stderr)
+def run_guard_faults(heisen, way, mode, env, dies_of):
+    """guard_faults MODE under way with env: it dies of dies_of (as it would
+    without heisen, or of heisen's abort); returns (pid, tid_main, the block's
+    address, the report)."""
+    p = way.run([target(heisen, "guard_faults"), mode], env=env)
+    assert p.returncode == way.killed_by(dies_of), (p.returncode, p.stderr)
     assert "done ok" not in p.stdout
     pid, tid = fact_int(p.stdout, "pid"), fact_int(p.stdout, "tid_main")
     block = int(facts(p.stdout)["block"][0], 16)
-    r = heisen.dump_json(way.session, expect_rc=1)
+    return pid, tid, block, heisen.dump_json(way.session, expect_rc=1)
+
+
+@pytest.mark.parametrize("mode", list(CASES))
+def test_guard_fault_found(heisen, way, mode):
+    kind, access, offset, size, access_fn, freed = CASES[mode]
+    # the process dies of the fault as it would have without heisen
+    pid, tid, block, r = run_guard_faults(heisen, way, mode, GUARD, signal.SIGSEGV)
     f = one(r, kind)
     assert f["pid"] == pid and set(f["tids"]) == {tid}
     assert f["access"] == access and f["offset"] == offset and f["size"] == size
@@ -94,11 +101,7 @@ def test_guard_fault_found(heisen, way, mode):
 
 def test_guard_double_free(heisen, way):
     """With the heap checker off (HEISEN_HEAP=0), the guard pages alone find it."""
-    p = way.run([target(heisen, "guard_faults"), "double-free"], env={**GUARD, "HEISEN_HEAP": "0"})
-    assert p.returncode == way.killed_by(signal.SIGABRT), (p.returncode, p.stderr)
-    pid, tid = fact_int(p.stdout, "pid"), fact_int(p.stdout, "tid_main")
-    block = int(facts(p.stdout)["block"][0], 16)
-    r = heisen.dump_json(way.session, expect_rc=1)
+    pid, tid, block, r = run_guard_faults(heisen, way, "double-free", {**GUARD, "HEISEN_HEAP": "0"}, signal.SIGABRT)
     f = one(r, "double-free")
     assert hexint(f["address"]) == block and f["size"] == 40 and f["tids"] == [tid, tid, tid]
     assert frame_functions(stack_by_role(f, "second free"))[:2] == ["drop_again", "main"]
@@ -113,11 +116,7 @@ def test_guard_slack_overflow_found_at_the_free(heisen, way):
     heap checker off, the guard pages alone find it at the free, as the
     canary of an unsampled block would: a heap-overflow with the free's and
     the allocation's stacks, then heisen's abort."""
-    p = way.run([target(heisen, "guard_faults"), "slack"], env={**GUARD, "HEISEN_HEAP": "0"})
-    assert p.returncode == way.killed_by(signal.SIGABRT), (p.returncode, p.stderr)
-    pid, tid = fact_int(p.stdout, "pid"), fact_int(p.stdout, "tid_main")
-    block = int(facts(p.stdout)["block"][0], 16)
-    r = heisen.dump_json(way.session, expect_rc=1)
+    pid, tid, block, r = run_guard_faults(heisen, way, "slack", {**GUARD, "HEISEN_HEAP": "0"}, signal.SIGABRT)
     f = one(r, "heap-overflow")
     assert hexint(f["address"]) == block and f["size"] == 40 and f["tids"] == [tid, tid]
     assert [s["role"] for s in f["stacks"]] == ["free", "allocation"]

@@ -62,20 +62,26 @@ static void *reader(void *arg)
 	return NULL;
 }
 
+/* A fresh private ring of RECORDS records in the globals ring/recs, and a
+ * thread state t writing to it (its other fields zero). */
+static void ring_new(struct hs_tls *t)
+{
+	ring = calloc(1, sizeof(struct hs_ring_header) + RECORDS * sizeof(struct hs_record));
+	recs = (struct hs_record *)(ring + 1);
+	memset(t, 0, sizeof *t);
+	t->ring = ring;
+	t->recs = recs;
+	t->ring_mask = RECORDS - 1;
+}
+
 static void test_concurrent_reader(void)
 {
-	size_t size = sizeof(struct hs_ring_header) + RECORDS * sizeof(struct hs_record);
 	struct hs_tls t;
 	pthread_t th;
 	uint64_t stats[2] = {0, 0};
 	struct hs_record r;
 
-	ring = calloc(1, size);
-	recs = (struct hs_record *)(ring + 1);
-	memset(&t, 0, sizeof t);
-	t.ring = ring;
-	t.recs = recs;
-	t.ring_mask = RECORDS - 1;
+	ring_new(&t);
 	pthread_create(&th, NULL, reader, stats);
 	for (uint64_t p = 0; p < WRITES; p++) {
 		hs_rec(&t, p + 7, HS_REC_LOCK_ACQUIRED, (uint32_t)p, p, ~p, p * 3);
@@ -140,18 +146,12 @@ static void *fold_reader(void *arg)
 
 static void test_release_folded(void)
 {
-	size_t size = sizeof(struct hs_ring_header) + RECORDS * sizeof(struct hs_record);
 	struct hs_tls t;
 	pthread_t th;
 	uint64_t stats[3] = {0, 0, 0}, releases = 0, others = 0, last, misplaced = 0;
 	struct hs_record r;
 
-	ring = calloc(1, size);
-	recs = (struct hs_record *)(ring + 1);
-	memset(&t, 0, sizeof t);
-	t.ring = ring;
-	t.recs = recs;
-	t.ring_mask = RECORDS - 1;
+	ring_new(&t);
 	done = 0;
 	pthread_create(&th, NULL, fold_reader, stats);
 	for (uint64_t k = 1; k <= FOLD_PAIRS; k++) {
