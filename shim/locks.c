@@ -697,6 +697,35 @@ void hs_acq_after(struct hs_tls *t, struct acq *a, int rc)
 	acq_after(t, a, rc);
 }
 
+/*
+ * Held entry n (n < HS_HELD_MAX, room checked by the caller) pushed in four
+ * stores under the seqlock: addr, then lock..recursion and stack..flags as
+ * two 64-bit words (recursion 0; flags: extra | the lock's release
+ * generation), then since_ns; held_count n + 1.  held_push's fields, for the
+ * common acquisitions (acq_first_after, hs_acq_uncontended).
+ */
+_Static_assert(offsetof(struct hs_held, lock) == 8 && offsetof(struct hs_held, mode) == 12 &&
+		       offsetof(struct hs_held, trylock) == 13 && offsetof(struct hs_held, recursion) == 14 &&
+		       offsetof(struct hs_held, stack) == 16 && offsetof(struct hs_held, flags) == 20,
+	       "held_push4 writes a held entry's lock..recursion and stack, flags as two 64-bit words");
+static inline __attribute__((always_inline)) void held_push4(struct hs_thread *th, uint32_t n, uint64_t addr,
+							     uint32_t id, unsigned mode, unsigned trylock,
+							     uint32_t stack, uint32_t extra, uint64_t now)
+{
+	uint64_t s = __atomic_load_n(&th->lock_seq, __ATOMIC_RELAXED);
+	struct hs_held *e = &th->held[n];
+	uint64_t w1 = (uint64_t)id | (uint64_t)mode << 32 | (uint64_t)trylock << 40;
+	uint64_t w2 = (uint64_t)stack | (uint64_t)(extra | relgen_of(id) << HS_HELDF_RELGEN_SHIFT) << 32;
+	__atomic_store_n(&th->lock_seq, s + 1, __ATOMIC_RELAXED);
+	__atomic_thread_fence(__ATOMIC_RELEASE);
+	e->addr = addr;
+	memcpy(&e->lock, &w1, sizeof w1);
+	memcpy(&e->stack, &w2, sizeof w2);
+	e->since_ns = now;
+	th->held_count = n + 1;
+	__atomic_store_n(&th->lock_seq, s + 2, __ATOMIC_RELEASE);
+}
+
 /* acq_first_before's steps out of line: the lock not identified by the slot's
  * cached id (a new lock, another lock at this depth, a new segment; returns
  * the lock's id, 0: untracked, the lock table full), and the edges held ->
@@ -745,10 +774,6 @@ static __attribute__((noinline)) void acq_first_edges(struct hs_tls *t, uint64_t
  * shared-instance check, the hand-over order, the ring record.  kind:
  * HS_LOCK_MUTEX or HS_LOCK_SPIN.  docs/design.md "Lock order", "Cost".
  */
-_Static_assert(offsetof(struct hs_held, lock) == 8 && offsetof(struct hs_held, mode) == 12 &&
-		       offsetof(struct hs_held, trylock) == 13 && offsetof(struct hs_held, recursion) == 14 &&
-		       offsetof(struct hs_held, stack) == 16 && offsetof(struct hs_held, flags) == 20,
-	       "acq_first_after writes a held entry's lock..recursion and stack, flags as two 64-bit words");
 _Static_assert(HELD_CHAINS < HS_HELD_MAX, "acq_first's entry n < HELD_CHAINS has room");
 static inline __attribute__((always_inline)) int acq_first_before(struct hs_tls *t, struct held_chain *p,
 								  uint64_t addr, uint64_t site, uint64_t cfa,
@@ -802,22 +827,7 @@ static inline __attribute__((always_inline)) void acq_first_after(struct hs_tls 
 								  uint32_t id, uint32_t stack, int holds_gil)
 {
 	struct hs_thread *th = t->slot;
-	/* the held entry: four 64-bit stores under the seqlock (held_push's fields) */
-	{
-		uint64_t s = __atomic_load_n(&th->lock_seq, __ATOMIC_RELAXED);
-		struct hs_held *e = &th->held[n];
-		uint64_t w1 = (uint64_t)id | (uint64_t)HS_MODE_WRITE << 32; /* lock, mode; trylock 0, recursion 0 */
-		uint64_t w2 = (uint64_t)stack | (uint64_t)((holds_gil ? HS_HELDF_GIL : 0) |
-							    relgen_of(id) << HS_HELDF_RELGEN_SHIFT) << 32;
-		__atomic_store_n(&th->lock_seq, s + 1, __ATOMIC_RELAXED);
-		__atomic_thread_fence(__ATOMIC_RELEASE);
-		e->addr = addr;
-		memcpy(&e->lock, &w1, sizeof w1);
-		memcpy(&e->stack, &w2, sizeof w2);
-		e->since_ns = now;
-		th->held_count = n + 1;
-		__atomic_store_n(&th->lock_seq, s + 2, __ATOMIC_RELEASE);
-	}
+	held_push4(th, n, addr, id, HS_MODE_WRITE, 0, stack, holds_gil ? HS_HELDF_GIL : 0, now);
 	if (p->c.lazy && !holds_gil)
 		lazy_nogil = 1; /* completed before this thread takes the GIL, if still held */
 	{
@@ -942,22 +952,8 @@ HS_HOT void hs_acq_uncontended(struct hs_tls *t, struct acq *a)
 			hs_order_acquirer_changed(t, a->id, a->addr, last, 0, a->stack, a->t0);
 		__atomic_store_n(&l->last_tid, t->tid, __ATOMIC_RELAXED);
 	}
-	/* held_push, its chain in place already: four stores under the seqlock, as
-	 * acq_first_after's (n <= HELD_CHAINS: room) */
-	{
-		uint64_t s = __atomic_load_n(&th->lock_seq, __ATOMIC_RELAXED);
-		struct hs_held *h = &th->held[n];
-		uint64_t w1 = (uint64_t)a->id | (uint64_t)a->hold_mode << 32 | (uint64_t)a->trylock << 40;
-		uint64_t w2 = (uint64_t)a->stack | (uint64_t)(relgen_of(a->id) << HS_HELDF_RELGEN_SHIFT) << 32;
-		__atomic_store_n(&th->lock_seq, s + 1, __ATOMIC_RELAXED);
-		__atomic_thread_fence(__ATOMIC_RELEASE);
-		h->addr = a->addr;
-		memcpy(&h->lock, &w1, sizeof w1);
-		memcpy(&h->stack, &w2, sizeof w2);
-		h->since_ns = a->t0;
-		th->held_count = n + 1;
-		__atomic_store_n(&th->lock_seq, s + 2, __ATOMIC_RELEASE);
-	}
+	/* held_push, its chain in place already (n <= HELD_CHAINS: room) */
+	held_push4(th, n, a->addr, a->id, a->hold_mode, a->trylock, a->stack, 0, a->t0);
 	hs_rec(t, a->t0, HS_REC_LOCK_ACQUIRED, a->stack, a->addr, a->id,
 	       (uint64_t)a->hold_mode | (uint64_t)a->trylock << 8);
 }
@@ -1030,6 +1026,23 @@ static inline int release_begin(struct hs_tls *t, uint64_t addr, uint32_t *id)
 	return -1;
 }
 
+/* After a release left n entries held: nothing held, nothing for the lazy
+ * chain to complete; else the entries another thread released since are
+ * purged (the scan inline, the purge out of line). */
+static inline __attribute__((always_inline)) void after_release(struct hs_thread *th, uint32_t n)
+{
+	if (!n) {
+		if (HS_UNLIKELY(lazy_nogil))
+			lazy_nogil = 0;
+		return;
+	}
+	for (uint32_t k = 0; k < n && k < HS_HELD_MAX; k++)
+		if (HS_UNLIKELY((th->held[k].flags >> HS_HELDF_RELGEN_SHIFT) != relgen_of(th->held[k].lock))) {
+			held_purge_slow(th);
+			return;
+		}
+}
+
 /* Held entry i, taken without the GIL, is released with it: the GIL was
  * taken while holding it (the edge lock -> GIL); out of line. */
 static __attribute__((noinline)) void release_gil_edge(struct hs_tls *t, int i)
@@ -1076,18 +1089,7 @@ static inline __attribute__((always_inline)) void release_end(struct hs_tls *t, 
 			held_remove(th, i);
 		}
 	}
-	if (!th->held_count) {
-		if (HS_UNLIKELY(lazy_nogil))
-			lazy_nogil = 0; /* nothing held: nothing to complete */
-	} else {
-		/* the other entries another thread released since (the scan inline, the purge out of line) */
-		uint32_t n = th->held_count < HS_HELD_MAX ? th->held_count : HS_HELD_MAX;
-		for (uint32_t k = 0; k < n; k++)
-			if (HS_UNLIKELY((th->held[k].flags >> HS_HELDF_RELGEN_SHIFT) != relgen_of(th->held[k].lock))) {
-				held_purge_slow(th);
-				break;
-			}
-	}
+	after_release(th, th->held_count);
 	if (HS_LIKELY(rc == 0))
 		hs_rec_released(t, lock_now(), addr, id);
 	else
@@ -1127,17 +1129,7 @@ static inline __attribute__((always_inline)) void release_top_end(struct hs_tls 
 		release_gil_edge(t, (int)i);
 	/* one store outside the seqlock (release_end) */
 	__atomic_store_n(&th->held_count, i, __ATOMIC_RELEASE);
-	if (!i) {
-		if (HS_UNLIKELY(lazy_nogil))
-			lazy_nogil = 0; /* nothing held: nothing to complete */
-	} else {
-		/* the other entries another thread released since (release_end) */
-		for (uint32_t k = 0; k < i && k < HS_HELD_MAX; k++)
-			if (HS_UNLIKELY((th->held[k].flags >> HS_HELDF_RELGEN_SHIFT) != relgen_of(th->held[k].lock))) {
-				held_purge_slow(th);
-				break;
-			}
-	}
+	after_release(th, i);
 	hs_rec_released(t, lock_now(), addr, id);
 }
 
