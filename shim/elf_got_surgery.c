@@ -679,6 +679,55 @@ static const ElfW(Sym) *gnu_hash_find(const struct dl_phdr_info *info, const str
 	}
 }
 
+/* hs_elf_may_define's walk: the name looked for and the answer so far. */
+struct may_define {
+	const char *name;
+	int maybe; /* an object defines it, or cannot be searched without a lookup */
+};
+
+static int may_define_cb(struct dl_phdr_info *info, size_t size, void *arg)
+{
+	struct may_define *m = arg;
+	struct obj_view v;
+	const ElfW(Dyn) *dyn = NULL;
+	uintptr_t gnu_hash = 0;
+	(void)size;
+	for (unsigned i = 0; i < info->dlpi_phnum; i++)
+		if (info->dlpi_phdr[i].p_type == PT_DYNAMIC)
+			dyn = (const ElfW(Dyn) *)(info->dlpi_addr + info->dlpi_phdr[i].p_vaddr);
+	if (!dyn)
+		return 0; /* a static executable's own image: nothing it exports */
+	for (const ElfW(Dyn) *d = dyn; d->d_tag != DT_NULL; d++)
+		if (d->d_tag == DT_GNU_HASH)
+			gnu_hash = d->d_un.d_ptr;
+	/* no GNU hash table, or one we cannot read: only dlsym can say */
+	if (!gnu_hash || obj_read(info, dyn, &v) != 0 || !dyn_addr(info, gnu_hash, 16) ||
+	    gnu_hash_find(info, &v, gnu_hash, m->name)) {
+		m->maybe = 1;
+		return 1;
+	}
+	return 0;
+}
+
+/*
+ * 0 when no loaded object defines a function `name` (each one's GNU hash
+ * table, as gnu_hash_find reads it, says so), 1 when one does or an object
+ * has no table we can read.  Lets a caller skip a dlsym that would fail: a
+ * failed dlsym formats its error message with malloc, and in a process
+ * that never allocates (most short commands) that first malloc sets up
+ * glibc's heap (getrandom, two brk) and the heap checker's, ~10 page faults
+ * (bench/README.md "Process start: fewer pages, fewer lookups").  Every
+ * loaded object is asked, not only RTLD_DEFAULT's scope, so 1 never means
+ * dlsym will succeed.  Takes the loader's lock (dl_iterate_phdr): not
+ * async-signal-safe.
+ */
+int hs_elf_may_define(const char *name)
+{
+	struct may_define m = {name, 0};
+	dl_iterate_phdr(may_define_cb, &m);
+	return m.maybe;
+}
+
 static int libc_find_cb(struct dl_phdr_info *info, size_t size, void *arg)
 {
 	struct libc_find *out = arg;

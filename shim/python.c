@@ -271,6 +271,9 @@ static int resolve(void)
 	Dl_info info;
 	const ElfW(Sym) *es = NULL;
 
+	/* no object defines it (the common case): no dlsym, whose failure mallocs */
+	if (!hs_elf_may_define("Py_IsInitialized"))
+		return 0;
 	py.is_initialized = (int (*)(void))sym("Py_IsInitialized");
 	if (!py.is_initialized)
 		return 0; /* the common case outside Python: one lookup */

@@ -1129,10 +1129,12 @@ static void fill_identity(struct hs_header *h, const struct hs_header *parent)
  * its name through /proc/self/fd/N (linkat with AT_SYMLINK_FOLLOW needs no
  * privilege, unlike AT_EMPTY_PATH).  Where O_TMPFILE or /proc is missing:
  * a temporary name readers skip (".<pid>.new", not "*.seg") in tmp, linked
- * to the real name and removed.  Returns the fd (tmp "" for an unnamed file)
- * or -1 with errno.  Async-signal-safe.
+ * to the real name and removed.  proc_ok: this process read /proc/self
+ * already (its start time), so /proc/self/fd/N is there and is not checked
+ * with an lstat.  Returns the fd (tmp "" for an unnamed file) or -1 with
+ * errno.  Async-signal-safe.
  */
-static int open_unnamed(char *tmp, size_t cap)
+static int open_unnamed(char *tmp, size_t cap, int proc_ok)
 {
 	char num[24], proc[48];
 	size_t n;
@@ -1140,6 +1142,8 @@ static int open_unnamed(char *tmp, size_t cap)
 	struct stat st;
 	tmp[0] = '\0';
 	if (fd >= 0) {
+		if (proc_ok)
+			return fd;
 		hs_fmt_u64(num, (uint64_t)fd);
 		cat(proc, cat(proc, 0, sizeof proc, "/proc/self/fd/"), sizeof proc, num);
 		if (hs_sys.lstat(proc, &st) == 0)
@@ -1190,7 +1194,7 @@ int hs_segment_create(int forked)
 		modules_lock = 0; /* a thread that held it does not exist in the child */
 		refs_fork_child();
 	}
-	fd = open_unnamed(tmp, sizeof tmp);
+	fd = open_unnamed(tmp, sizeof tmp, ticks != 0);
 	if (fd < 0) {
 		warn3("cannot create a segment in ", session_dir, "; not recording this process", errno);
 		return -1;

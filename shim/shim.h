@@ -1494,6 +1494,12 @@ int hs_got_patch(const struct hs_got_hook *hooks, size_t n);
 /* Put every patched slot back as it was (the symmetric undo). */
 void hs_got_unpatch_all(void);
 
+/* 0 when no loaded object defines a function `name` (their GNU hash tables
+ * say so), 1 when one may: a dlsym(RTLD_DEFAULT, name) that returns 0 can
+ * then be skipped, and with it the malloc of its error message.  Not
+ * async-signal-safe (dl_iterate_phdr). */
+int hs_elf_may_define(const char *name);
+
 /* ---- the dlsym and dlvsym trampolines (dl_trampoline.S, elf_got_surgery.c) ---- */
 
 /*

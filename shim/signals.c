@@ -336,6 +336,16 @@ static void term_handler(int sig, siginfo_t *si, void *uc)
 	errno = saved_errno;
 }
 
+/* user_action[sig] = *act, stored only when it changes: a shell's fork
+ * child puts back the actions its parent had, and each store to this table
+ * is then a copy-on-write fault on a page shared with the parent (two per
+ * fork of bash before its exec, two more in bash after). */
+static void user_action_set(int sig, const struct sigaction *act)
+{
+	if (memcmp(&user_action[sig], act, sizeof *act) != 0)
+		user_action[sig] = *act;
+}
+
 static void sentinel_action(struct sigaction *sa)
 {
 	memset(sa, 0, sizeof *sa);
@@ -355,7 +365,7 @@ static int term_sigaction(int sig, const struct sigaction *act, struct sigaction
 		if (!act)
 			return 0;
 		if (act->sa_handler == SIG_DFL) {
-			user_action[sig] = *act;
+			user_action_set(sig, act);
 			return 0;
 		}
 		/* the program takes the signal itself: its action, for real */
@@ -370,7 +380,7 @@ static int term_sigaction(int sig, const struct sigaction *act, struct sigaction
 	sentinel_action(&sentinel);
 	rc = HS_REAL(sigaction)(sig, &sentinel, old);
 	if (rc == 0) {
-		user_action[sig] = *act;
+		user_action_set(sig, act);
 		__atomic_store_n(&term_armed[sig], 1, __ATOMIC_RELEASE);
 	}
 	return rc;
@@ -418,7 +428,7 @@ HS_EXPORT int sigaction(int sig, const struct sigaction *act, struct sigaction *
 	if (old)
 		*old = user_action[sig];
 	if (act)
-		user_action[sig] = *act;
+		user_action_set(sig, act);
 	return 0;
 }
 

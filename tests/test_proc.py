@@ -822,3 +822,36 @@ def test_a_command_that_never_allocates_starts_without_setenv_or_libunwind_start
     r = heisen.dump_json(session, expect_rc=0)
     pr = proc_by_pid(r, p.pid)
     assert pr["state"] == "exited" and pr["exit_status"] == 0, pr
+
+
+def test_a_command_that_never_allocates_gets_no_heap_from_the_python_probe(heisen, session):
+    """The constructor asks whether the process is a CPython (is there a
+    Py_IsInitialized?) in every image; in a command that is not, a failed
+    dlsym would format its error message with malloc, and glibc's first
+    malloc makes the heap (getrandom, brk, its pages) in a program that
+    never allocates.  The probe reads the loaded objects' hash tables
+    instead: such a command has no [heap] mapping, as without heisen, and is
+    still recorded, exited 0."""
+    env = heisen.env(session)
+    env.pop("HEISEN_SESSION_AUTO", None)
+    env["LD_PRELOAD"] = str(heisen.lib)
+    native = subprocess.Popen([str(target(heisen, "start_footprint"))], env=heisen.env(), stdin=subprocess.PIPE,
+                              stdout=subprocess.PIPE, text=True)
+    p = subprocess.Popen([str(target(heisen, "start_footprint"))], env=env, stdin=subprocess.PIPE,
+                         stdout=subprocess.PIPE, text=True)
+    try:
+        native.stdout.readline()
+        p.stdout.readline()
+        native_maps = Path(f"/proc/{native.pid}/maps").read_text()
+        maps = Path(f"/proc/{p.pid}/maps").read_text()
+    finally:
+        for q in (native, p):
+            q.stdin.close()
+            assert q.wait(timeout=60) == 0
+    assert "libheisen.so" in maps
+    assert "[heap]" not in native_maps, "the target itself allocates: it cannot show the probe's heap"
+    heap = [ln for ln in maps.splitlines() if ln.endswith("[heap]")]
+    assert not heap, f"a heap was made in a program that never allocates: {heap}"
+    r = heisen.dump_json(session, expect_rc=0)
+    pr = proc_by_pid(r, p.pid)
+    assert pr["state"] == "exited" and pr["exit_status"] == 0, pr
