@@ -273,14 +273,15 @@ static void atfork_prepare(void)
  * fault injection or chaos on, the segment is made at the fork as before
  * (their decisions need the recording state).  docs/design.md "Processes".
  */
-int hs_fork_pending;
-static struct hs_seg fork_parent;    /* the parent's segment, still mapped (read only from here on) */
-static pid_t fork_pid;               /* this child's pid, noted at the fork */
-static pid_t fork_tid;               /* the thread that forked (it holds fork_held) */
-static int fork_oslot;               /* that thread had a slot of the parent's segment */
-static uint64_t fork_mono_ns, fork_real_ns; /* when the fork happened */
-static uint32_t fork_quiet_ops;      /* [atomic] heap operations and closes while pending */
-static int fork_joined;              /* hs_session_fork_child counted this child (here, not in
+HS_HOT_BSS int hs_fork_pending;
+HS_HOT_BSS static struct hs_seg fork_parent;    /* the parent's segment, still mapped (read only from here on) */
+HS_HOT_BSS static pid_t fork_pid;               /* this child's pid, noted at the fork */
+HS_HOT_BSS static pid_t fork_tid;               /* the thread that forked (it holds fork_held) */
+HS_HOT_BSS static int fork_oslot;               /* that thread had a slot of the parent's segment */
+HS_HOT_BSS static uint64_t fork_mono_ns;
+HS_HOT_BSS static uint64_t fork_real_ns; /* when the fork happened */
+HS_HOT_BSS static uint32_t fork_quiet_ops;      /* [atomic] heap operations and closes while pending */
+HS_HOT_BSS static int fork_joined;              /* hs_session_fork_child counted this child (here, not in
 					segment.c: a page the fork handler writes anyway) */
 
 /* ---- sites a fork child learnt, for its parent's next children (shim.h) ---- */
@@ -298,9 +299,9 @@ struct learn_page {
 };
 enum { LEARN_FREE = 0, LEARN_WRITING = 1, LEARN_READY = 2, LEARN_TAKEN = 3 };
 void *hs_learn_post;                  /* the parent's page (a fork child) */
-static struct learn_page *learn_own;  /* this process's page, for its children (made at its first fork) */
-static uint32_t learn_done;           /* entries of learn_own before this are taken */
-static uint32_t learn_posted;         /* [atomic] sites this child posted */
+HS_HOT_BSS static struct learn_page *learn_own;  /* this process's page, for its children (made at its first fork) */
+HS_HOT_BSS static uint32_t learn_done;           /* entries of learn_own before this are taken */
+HS_HOT_BSS static uint32_t learn_posted;         /* [atomic] sites this child posted */
 
 void hs_fork_learn_post(uint64_t key, const struct hs_stack *st)
 {
@@ -319,7 +320,7 @@ void hs_fork_learn_post(uint64_t key, const struct hs_stack *st)
  * while writing leaves its entry WRITING: skipped for good). */
 static void learn_absorb(void)
 {
-	static int lock; /* two threads forking at once: one absorbs */
+	HS_HOT_BSS static int lock; /* two threads forking at once: one absorbs */
 	struct learn_page *p = learn_own;
 	uint32_t n;
 	if (!hs_spin_trylock(&lock))

@@ -43,17 +43,17 @@
 #include "hooks.h"
 #include "shim.h"
 
-uint64_t hs_mem_next_ns;              /* [atomic] a time-driven sample is due at or after this */
-static uint64_t mem_last_ns;          /* [atomic] when the last sample was taken */
-static uint64_t mem_big;              /* [atomic] bytes of large allocations since then */
+HS_HOT_BSS uint64_t hs_mem_next_ns;              /* [atomic] a time-driven sample is due at or after this */
+HS_HOT_BSS static uint64_t mem_last_ns;          /* [atomic] when the last sample was taken */
+HS_HOT_BSS static uint64_t mem_big;              /* [atomic] bytes of large allocations since then */
 static uint64_t mem_step = 1u << 20;  /* [atomic] mem_big that makes a sample due */
-static uint64_t mem_recheck;          /* [atomic] mem_big at which the gap is next judged on the precise clock */
+HS_HOT_BSS static uint64_t mem_recheck;          /* [atomic] mem_big at which the gap is next judged on the precise clock */
 static uint64_t mem_early_ns;         /* [atomic] when an owed sample was last let past the gap */
-static int mem_owed;                  /* [atomic] the next recorded event takes a sample the gap held back */
-static int mem_sampling;              /* [atomic] a sample is being taken (one at a time) */
-static int32_t maxrss_pid;            /* the process maxrss_base is of: a fork child (another pid)
+HS_HOT_BSS static int mem_owed;                  /* [atomic] the next recorded event takes a sample the gap held back */
+HS_HOT_BSS static int mem_sampling;              /* [atomic] a sample is being taken (one at a time) */
+HS_HOT_BSS static int32_t maxrss_pid;            /* the process maxrss_base is of: a fork child (another pid)
 					 starts from 0 without a store of its own */
-static uint64_t maxrss_base;          /* ru_maxrss (KiB) when this image started: exec keeps the
+HS_HOT_BSS static uint64_t maxrss_base;          /* ru_maxrss (KiB) when this image started: exec keeps the
 					 previous image's high-water mark there, so only a larger
 					 value is this image's own (a fork child starts from 0) */
 static uint64_t page_bytes = 4096;

@@ -31,17 +31,17 @@
 
 #include "shim.h"
 
-struct hs_seg hs_seg;
-int hs_recording;
-uint32_t hs_seg_gen;
-int hs_seg_inherited;
-int hs_quiet;
+HS_HOT_BSS struct hs_seg hs_seg;
+HS_HOT_BSS int hs_recording;
+HS_HOT_BSS uint32_t hs_seg_gen;
+HS_HOT_BSS int hs_seg_inherited;
+HS_HOT_BSS int hs_quiet;
 uint64_t hs_self_lo, hs_self_hi;
 
 static char session_dir[PATH_MAX];
-static int session_default;    /* the session is under /dev/shm/heisen-$UID (not HEISEN_DIR) */
+HS_HOT_BSS static int session_default;    /* the session is under /dev/shm/heisen-$UID (not HEISEN_DIR) */
 static struct hs_geometry geometry = HS_GEOMETRY_DEFAULT;
-static int modules_lock;       /* [atomic] serializes module table appends */
+HS_HOT_BSS static int modules_lock;       /* [atomic] serializes module table appends */
 
 /* ---- small async-signal-safe helpers ------------------------------------ */
 
@@ -228,9 +228,9 @@ static int session_dir_open(const char *path, char *out)
 
 /* ---- clean sessions do not pile up -------------------------------------- */
 
-static struct hs_session_refs *refs;  /* <session>/session.refs, NULL = the session is kept */
+HS_HOT_BSS static struct hs_session_refs *refs;  /* <session>/session.refs, NULL = the session is kept */
 static __thread int fork_counted;     /* the forking thread counted the child before fork() */
-static int refs_left;                 /* [atomic] this image gave its reference back (or kept it) */
+HS_HOT_BSS static int refs_left;                 /* [atomic] this image gave its reference back (or kept it) */
 
 static void path2(char *out, size_t cap, const char *dir, const char *name)
 {
@@ -794,7 +794,7 @@ static int size_file(int fd, uint64_t size)
 #define COMMIT_WORDS 1024
 uint64_t hs_commit_map[COMMIT_WORDS]; /* [atomic] bit c: chunk c has backing store */
 unsigned hs_commit_shift = 12;
-int hs_commit_lazy;                        /* 0: the whole segment was allocated at creation */
+HS_HOT_BSS int hs_commit_lazy;                        /* 0: the whole segment was allocated at creation */
 static int commit_warned;                 /* [atomic] the out-of-space warning was given */
 
 static int populate(void *base, uint64_t off, uint64_t len)
@@ -1073,8 +1073,8 @@ static struct hs_header *map_segment(int fd, const struct hs_header *layout, int
 	return NULL;
 }
 
-int hs_start_argc;    /* set by init.c's constructor */
-char **hs_start_argv;
+HS_HOT_BSS int hs_start_argc;    /* set by init.c's constructor */
+HS_HOT_BSS char **hs_start_argv;
 
 static void fill_identity(struct hs_header *h, const struct hs_header *parent)
 {

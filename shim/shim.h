@@ -79,6 +79,16 @@
 
 #define HS_EXPORT __attribute__((visibility("default")))
 #define HS_HIDDEN __attribute__((visibility("hidden")))
+/*
+ * A zero-initialised variable every image or fork child writes (start-up,
+ * the fork handlers, the exit): libheisen.so's link (shim/hot_bss.ld) puts
+ * all of them together before the rest of .bss, on the page ld.so already
+ * writes when it zeroes the tail of .data.  Spread over .bss among the big
+ * tables they touched a page each: a zero-fill fault in every image, a
+ * copy-on-write fault in every fork child and in its parent (bench/README.md
+ * "Process start: fewer pages, fewer lookups").  Zero-initialised only.
+ */
+#define HS_HOT_BSS __attribute__((section(".bss.hs_hot")))
 #define HS_LIKELY(x) __builtin_expect(!!(x), 1)
 #define HS_UNLIKELY(x) __builtin_expect(!!(x), 0)
 /*

@@ -78,12 +78,12 @@ static const int crash_signals[] = {SIGSEGV, SIGBUS, SIGILL, SIGFPE, SIGABRT};
 /* Signals whose default action ends the process and that others send. */
 static const int term_signals[] = {SIGHUP, SIGINT, SIGQUIT, SIGTERM, SIGUSR1, SIGUSR2,
 				   SIGPIPE, SIGALRM, SIGXCPU, SIGXFSZ, SIGVTALRM, SIGPROF};
-static int term_armed[NSIG];    /* [atomic] the sentinel is installed: the program sees SIG_DFL */
+HS_HOT_BSS static int term_armed[NSIG];    /* [atomic] the sentinel is installed: the program sees SIG_DFL */
 
 /* The program's view of each crash signal's action (and the snapshot signal's). */
 static struct sigaction user_action[NSIG];
-static int installed;           /* our handler is in place */
-static int snap_sig;            /* [atomic] the snapshot signal, 0 = not installed */
+HS_HOT_BSS static int installed;           /* our handler is in place */
+HS_HOT_BSS static int snap_sig;            /* [atomic] the snapshot signal, 0 = not installed */
 
 /* The crash path asks the other threads with this bit added to the magic:
  * a snapshot "because another thread crashed".  Only this process sends it. */

@@ -58,11 +58,11 @@
 #include "unwind_mask.h"
 
 /* set once libunwind's sigprocmask calls come here (hs_unwind_mask_init) */
-static int unw_patched;
+HS_HOT_BSS static int unw_patched;
 /* every signal but the crash signals heisen handles (and SIGKILL, SIGSTOP,
  * which the kernel never blocks) */
-static sigset_t unwind_block;
-static uint64_t unwind_block_k; /* the same as the kernel's 64-bit mask */
+HS_HOT_BSS static sigset_t unwind_block;
+HS_HOT_BSS static uint64_t unwind_block_k; /* the same as the kernel's 64-bit mask */
 
 /* 24 bytes of static TLS (every thread's stack pays for it): the kernel's
  * masks, not glibc's 128-byte sigset_t */
