@@ -38,7 +38,7 @@ HS_HOT_BSS int hs_seg_inherited;
 HS_HOT_BSS int hs_quiet;
 uint64_t hs_self_lo, hs_self_hi;
 
-static char session_dir[PATH_MAX];
+HS_HOT_BSS_TAIL static char session_dir[PATH_MAX];
 HS_HOT_BSS static int session_default;    /* the session is under /dev/shm/heisen-$UID (not HEISEN_DIR) */
 static struct hs_geometry geometry = HS_GEOMETRY_DEFAULT;
 HS_HOT_BSS static int modules_lock;       /* [atomic] serializes module table appends */
@@ -205,7 +205,10 @@ static int check_base(const char *base)
  */
 static int session_dir_open(const char *path, char *out)
 {
-	static struct hs_walk_fail f; /* init runs once, before any thread: no stack for a PATH_MAX buffer */
+	/* on the stack: init runs on the main thread, whose stack ld.so's start-up
+	   has already made resident this deep; a static one was two pages of .bss
+	   (its head and its tail) written by every image */
+	struct hs_walk_fail f;
 	char num[24], msg[160];
 	size_t n = 0;
 	int fd = hs_dir_walk(path, HS_WALK_CREATE_ALL, 0700, out, PATH_MAX, &f);

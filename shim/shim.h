@@ -89,6 +89,10 @@
  * "Process start: fewer pages, fewer lookups").  Zero-initialised only.
  */
 #define HS_HOT_BSS __attribute__((section(".bss.hs_hot")))
+/* A large zero-initialised buffer of which every image writes the first
+ * bytes (the session directory's path): right after the HS_HOT_BSS
+ * variables, so those bytes share their page. */
+#define HS_HOT_BSS_TAIL __attribute__((section(".bss.hs_hot_tail")))
 #define HS_LIKELY(x) __builtin_expect(!!(x), 1)
 #define HS_UNLIKELY(x) __builtin_expect(!!(x), 0)
 /*

@@ -80,10 +80,36 @@ static const int term_signals[] = {SIGHUP, SIGINT, SIGQUIT, SIGTERM, SIGUSR1, SI
 				   SIGPIPE, SIGALRM, SIGXCPU, SIGXFSZ, SIGVTALRM, SIGPROF};
 HS_HOT_BSS static int term_armed[NSIG];    /* [atomic] the sentinel is installed: the program sees SIG_DFL */
 
-/* The program's view of each crash signal's action (and the snapshot signal's). */
-static struct sigaction user_action[NSIG];
 HS_HOT_BSS static int installed;           /* our handler is in place */
 HS_HOT_BSS static int snap_sig;            /* [atomic] the snapshot signal, 0 = not installed */
+
+/*
+ * The program's view of the action of each signal heisen keeps one for:
+ * the crash signals, the terminating signals and the snapshot signal, a
+ * slot each (one more for a signal none of these are, never expected).
+ * 19 slots of 152 bytes among the variables every image writes
+ * (HS_HOT_BSS) instead of 65 entries over three pages of .bss of their
+ * own, two of them copied by every fork child of a shell that sets its
+ * handlers back (bench/README.md "Process start: fewer pages, fewer
+ * lookups").
+ */
+#define N_CRASH (sizeof crash_signals / sizeof crash_signals[0])
+#define N_TERM (sizeof term_signals / sizeof term_signals[0])
+#define SLOT_SNAPSHOT (N_CRASH + N_TERM)
+HS_HOT_BSS static struct sigaction user_slots[N_CRASH + N_TERM + 2];
+
+/* sig's slot of user_slots.  Async-signal-safe. */
+static struct sigaction *user_action_of(int sig)
+{
+	for (size_t i = 0; i < N_CRASH; i++)
+		if (crash_signals[i] == sig)
+			return &user_slots[i];
+	for (size_t i = 0; i < N_TERM; i++)
+		if (term_signals[i] == sig)
+			return &user_slots[N_CRASH + i];
+	/* the snapshot signal's number, whether or not it is installed yet */
+	return &user_slots[sig == SIGRTMAX - HS_SNAPSHOT_SIGNAL_OFFSET ? SLOT_SNAPSHOT : SLOT_SNAPSHOT + 1];
+}
 
 /* The crash path asks the other threads with this bit added to the magic:
  * a snapshot "because another thread crashed".  Only this process sends it. */
@@ -204,7 +230,7 @@ static void commit_crash(struct hs_tls *t, int sig, int code, uint64_t addr, uin
  */
 static void call_user_handler(struct hs_tls *t, int was, int sig, siginfo_t *si, void *uc)
 {
-	struct sigaction *ua = &user_action[sig], copy = *ua;
+	struct sigaction *ua = user_action_of(sig), copy = *ua;
 	sigset_t old, mask = ua->sa_mask;
 	if (!(ua->sa_flags & SA_NODEFER))
 		sigaddset(&mask, sig);
@@ -230,7 +256,7 @@ static void crash_handler(int sig, siginfo_t *si, void *uc)
 {
 	int saved_errno = errno;
 	struct hs_tls *t = &hs_tls;
-	struct sigaction *ua = &user_action[sig];
+	struct sigaction *ua = user_action_of(sig);
 	int was = t->in_hook;
 	/* the heap checker's probe of a wild pointer's header: not a crash */
 	if ((sig == SIGSEGV || sig == SIGBUS) && hs_safe_read_fixup(uc)) {
@@ -290,7 +316,7 @@ void hs_signals_install(void)
 		int sig = crash_signals[i];
 		struct sigaction old;
 		if (HS_REAL(sigaction)(sig, &sa, &old) == 0)
-			user_action[sig] = old; /* whatever was there before us */
+			*user_action_of(sig) = old; /* whatever was there before us */
 	}
 	__atomic_store_n(&installed, 1, __ATOMIC_RELEASE);
 }
@@ -336,14 +362,15 @@ static void term_handler(int sig, siginfo_t *si, void *uc)
 	errno = saved_errno;
 }
 
-/* user_action[sig] = *act, stored only when it changes: a shell's fork
+/* sig's slot = *act, stored only when it changes: a shell's fork
  * child puts back the actions its parent had, and each store to this table
  * is then a copy-on-write fault on a page shared with the parent (two per
  * fork of bash before its exec, two more in bash after). */
 static void user_action_set(int sig, const struct sigaction *act)
 {
-	if (memcmp(&user_action[sig], act, sizeof *act) != 0)
-		user_action[sig] = *act;
+	struct sigaction *ua = user_action_of(sig);
+	if (memcmp(ua, act, sizeof *act) != 0)
+		*ua = *act;
 }
 
 static void sentinel_action(struct sigaction *sa)
@@ -361,7 +388,7 @@ static int term_sigaction(int sig, const struct sigaction *act, struct sigaction
 	int rc;
 	if (__atomic_load_n(&term_armed[sig], __ATOMIC_ACQUIRE)) {
 		if (old)
-			*old = user_action[sig];
+			*old = *user_action_of(sig);
 		if (!act)
 			return 0;
 		if (act->sa_handler == SIG_DFL) {
@@ -411,7 +438,7 @@ void hs_term_signals_install(void)
 			HS_REAL(sigaction)(sig, &cur, NULL); /* ignored, or handled by the program already: leave it */
 			continue;
 		}
-		user_action[sig] = cur;
+		*user_action_of(sig) = cur;
 		__atomic_store_n(&term_armed[sig], 1, __ATOMIC_RELEASE);
 	}
 	sigprocmask(SIG_SETMASK, &prev, NULL);
@@ -426,7 +453,7 @@ HS_EXPORT int sigaction(int sig, const struct sigaction *act, struct sigaction *
 		return term_sigaction(sig, act, old);
 	/* keep heisen's handler in place; the program sees its own view */
 	if (old)
-		*old = user_action[sig];
+		*old = *user_action_of(sig);
 	if (act)
 		user_action_set(sig, act);
 	return 0;
@@ -514,7 +541,7 @@ static void snapshot_handler(int sig, siginfo_t *si, void *uc)
 	int saved_errno = errno;
 	uint64_t v = (uint64_t)(uintptr_t)si->si_value.sival_ptr;
 	struct hs_tls *t = &hs_tls;
-	struct sigaction *ua = &user_action[sig];
+	struct sigaction *ua = user_action_of(sig);
 
 	if (si->si_code == SI_QUEUE && hs_seg.hdr &&
 	    (v & ~SNAP_CRASH_BIT) == hs_snapshot_value(__atomic_load_n(&hs_seg.hdr->start_real_ns, __ATOMIC_RELAXED))) {
@@ -554,7 +581,7 @@ void hs_snapshot_install(void)
 	sigemptyset(&sa.sa_mask);
 	if (HS_REAL(sigaction)(sig, &sa, &old) != 0)
 		return;
-	user_action[sig] = old; /* whatever was there before us */
+	*user_action_of(sig) = old; /* whatever was there before us */
 	__atomic_store_n(&snap_sig, sig, __ATOMIC_RELEASE);
 	hs_seg.hdr->snapshot_signal = sig;
 	/* registered after init.c's handler, so it runs after the child's segment exists */
