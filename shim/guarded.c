@@ -63,6 +63,7 @@
 #include <unistd.h>
 
 #include "shim.h"
+#include "unwind_mask.h"
 
 #define GUARD_RATE_DEFAULT 5000u
 #define GUARD_SLOTS_DEFAULT 64u
@@ -259,7 +260,8 @@ static __attribute__((noinline)) void capture_unwind(struct gstack *g)
 {
 	void *buf[HS_STACK_DEPTH + 12];
 	uint64_t pcs[2 * HS_STACK_DEPTH + 13];
-	int n = unw_backtrace(buf, (int)(sizeof buf / sizeof buf[0])), python = 0;
+	int entered = hs_unwind_enter(), n = hs_backtrace(buf, (int)(sizeof buf / sizeof buf[0])), python = 0;
+	hs_unwind_leave(entered);
 	unsigned depth = 0, skip = 0, flags = 0;
 	while (skip < (unsigned)(n > 0 ? n : 0) && (uint64_t)(uintptr_t)buf[skip] >= hs_self_lo &&
 	       (uint64_t)(uintptr_t)buf[skip] < hs_self_hi)

@@ -965,6 +965,9 @@ int hs_getenv_enum(const char *name, const char *const *words, int nwords, int d
 /* Capture the calling thread's stack, dropping the shim's own frames, and
  * intern it.  Returns a stack id, 0 when the table is full. */
 uint32_t hs_stack_here(void);
+/* unw_backtrace(buf, size), without libunwind's 256 KiB per-thread trace
+ * cache for a thread's first unwinds (stacks.c); signal mask as the caller has it. */
+int hs_backtrace(void **buf, int size);
 
 /* The representative stack of call site `site` (a return address): the stack
  * of the first call from there, captured once and cached. */
