@@ -246,6 +246,41 @@ static __attribute__((noinline)) void capture_unwind(struct gstack *g);
  * libunwind's cursor and the buffers below would overflow the program's
  * stack, so g is left empty and marked truncated (the finding then says
  * its stack was not recorded), as stacks.c does for its own unwinds. */
+static void capture(struct gstack *g);
+
+/*
+ * This call's stack into g, from the chain of return addresses above the
+ * guard's entry (site: its return address, cfa: its caller's stack pointer
+ * there; stacks.c hs_chain_call): the frame distances learnt once per
+ * return address and shared by all threads, Python frames included, at
+ * most HS_CHAIN_MAX entries.  site and cfa are the exported hook's
+ * (shim.h HS_GUARD_SITE): a return address inside the shim is never
+ * learnt, so a walk that started there would unwind every time.  A sample's two unwinds were most of its
+ * cost in user space: libunwind reads DWARF that is cold again by the next
+ * sample (bench/README.md "Guard pages: the sample's stacks from the
+ * learnt chain").  The unwinder (capture) when the thread has no area or
+ * the chain is empty.  The shim's own frames are dropped from the top.
+ */
+static __attribute__((noinline)) void capture_call(struct gstack *g, uint64_t site, uint64_t cfa)
+{
+	const struct hs_chain *c = hs_chain_call(site, cfa);
+	uint64_t pcs[HS_CHAIN_MAX];
+	unsigned n, skip = 0, i;
+	if (!c || c->lazy || !c->depth) {
+		capture(g);
+		return;
+	}
+	n = hs_chain_pcs(c, pcs);
+	while (skip < n && !(pcs[skip] & HS_PC_PYTHON) && pcs[skip] >= hs_self_lo && pcs[skip] < hs_self_hi)
+		skip++;
+	for (i = skip; i < n; i++)
+		if (!(pcs[i] & HS_PC_PYTHON) && !hs_module_known(pcs[i]))
+			hs_module_note_pc(pcs[i], 1); /* loaded by dlopen since: record it while it is here */
+	memcpy(g->pc, pcs + skip, (n - skip) * sizeof *pcs);
+	g->flags = (uint16_t)((c->python ? HS_STACK_PYTHON : 0u) | (c->ended ? 0u : HS_STACK_TRUNCATED));
+	g->depth = (uint16_t)(n - skip);
+}
+
 static void capture(struct gstack *g)
 {
 	if (HS_UNLIKELY(hs_stack_room((uintptr_t)__builtin_frame_address(0)) < HS_UNWIND_ROOM)) {
@@ -368,7 +403,7 @@ static inline uintptr_t slack_end(uintptr_t base, uintptr_t u, size_t n)
 	return e < base + page ? e : base + page;
 }
 
-HS_HIDDEN void *hs_guard_malloc(size_t n, size_t align, int zero)
+HS_HIDDEN void *hs_guard_malloc(size_t n, size_t align, int zero, uint64_t site, uint64_t cfa)
 {
 	struct hs_tls *t;
 	struct gslot *s;
@@ -421,7 +456,7 @@ HS_HIDDEN void *hs_guard_malloc(size_t n, size_t align, int zero)
 	memset((void *)(u + n), SLACK_BYTE, slack_end(base, u, n) - (u + n));
 	s->user = u;
 	s->size = n;
-	capture(&s->alloc);
+	capture_call(&s->alloc, site, cfa);
 	s->alloc_tid = t->tid;
 	s->free.depth = 0;
 	s->free_tid = 0;
@@ -536,7 +571,7 @@ static void slack_overflow(struct hs_tls *t, struct gslot *s)
 	}
 }
 
-HS_HIDDEN void hs_guard_free(void *p)
+HS_HIDDEN void hs_guard_free(void *p, uint64_t site, uint64_t cfa)
 {
 	struct hs_tls *t = &hs_tls;
 	uintptr_t u = (uintptr_t)p;
@@ -552,7 +587,7 @@ HS_HIDDEN void hs_guard_free(void *p)
 		uintptr_t base = slot_page((uint32_t)i), end = slack_end(base, u, s->size), b;
 		count(-(int64_t)s->size, 0);
 		if (!quiet && t)
-			capture(&s->free);
+			capture_call(&s->free, site, cfa);
 		else
 			s->free.depth = 0;
 		s->free_tid = (!quiet && t) ? t->tid : (int32_t)hs_sys.gettid();
@@ -597,25 +632,25 @@ HS_HIDDEN size_t hs_guard_usable_size(const void *p)
 	return slots[i].size - ((uintptr_t)p - slots[i].user);
 }
 
-HS_HIDDEN void *hs_guard_realloc(void *p, size_t n)
+HS_HIDDEN void *hs_guard_realloc(void *p, size_t n, uint64_t site, uint64_t cfa)
 {
 	long i = slot_of((uintptr_t)p);
 	struct gslot *s = i >= 0 ? &slots[i] : NULL;
 	void *q;
 	if (!s || __atomic_load_n(&s->state, __ATOMIC_ACQUIRE) != SLOT_LIVE || (uintptr_t)p != s->user) {
-		hs_guard_free(p); /* reports it; with "continue", realloc fails */
+		hs_guard_free(p, site, cfa); /* reports it; with "continue", realloc fails */
 		errno = EINVAL;
 		return NULL;
 	}
 	if (n == 0) {
-		hs_guard_free(p);
+		hs_guard_free(p, site, cfa);
 		return NULL;
 	}
 	q = malloc(n); /* the exported hook: it may be sampled again */
 	if (!q)
 		return NULL;
 	memcpy(q, p, s->size < n ? s->size : n);
-	hs_guard_free(p);
+	hs_guard_free(p, site, cfa);
 	return q;
 }
 

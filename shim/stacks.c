@@ -1110,6 +1110,18 @@ static uint32_t chain_stack_lazy(const struct hs_chain *c)
 	return hs_stack_intern(&hs_seg, out, o, HS_STACK_PYTHON | (whole ? 0u : HS_STACK_TRUNCATED));
 }
 
+/* c's frames as a stack's pc[] (Python frames interleaved), at most
+ * CHAIN_MAX; c read by hs_chain_read (not lazy).  For a caller that keeps
+ * a stack without interning it (guarded.c's sampled blocks). */
+unsigned hs_chain_pcs(const struct hs_chain *c, uint64_t *out)
+{
+	unsigned n = c->depth < CHAIN_MAX ? c->depth : CHAIN_MAX;
+	if (c->python)
+		return chain_interleave(c, out);
+	memcpy(out, c->pc, n * sizeof *out);
+	return n;
+}
+
 uint32_t hs_chain_stack(const struct hs_chain *c)
 {
 	if (c->lazy)
