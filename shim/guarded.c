@@ -110,6 +110,8 @@ HS_HIDDEN uintptr_t hs_guard_lo;   /* [atomic] the pool: [lo, lo + len); 0 until
 HS_HIDDEN uintptr_t hs_guard_len;  /* [atomic] */
 
 static int guard_mode;             /* [atomic] GUARD_* */
+static int rate_default;           /* HEISEN_GUARD_RATE unset: the sample budget applies (budget_take) */
+static uint64_t budget_tat;        /* [atomic] the budget's next conforming time, ns (hs_now) */
 static uint32_t rate = GUARD_RATE_DEFAULT;
 static uint32_t nslots = GUARD_SLOTS_DEFAULT;
 static int on_error_continue;      /* HEISEN_ON_HEAP_ERROR=continue */
@@ -180,6 +182,7 @@ HS_HIDDEN void hs_guard_init(void)
 	t->in_hook = 1;
 	page = (size_t)sysconf(_SC_PAGESIZE);
 	rate = (uint32_t)hs_getenv_num("HEISEN_GUARD_RATE", GUARD_RATE_DEFAULT, 0, UINT32_MAX, &rate_set);
+	rate_default = !rate_set;
 	nslots = (uint32_t)hs_getenv_num("HEISEN_GUARD_SLOTS", GUARD_SLOTS_DEFAULT, 1, GUARD_SLOTS_MAX, NULL);
 	on_error_continue = hs_getenv_enum("HEISEN_ON_HEAP_ERROR", on_heap_error_words, 2, 0) == 1;
 	/* the guard pages are part of heap checking: HEISEN_HEAP=0 turns them off
@@ -363,6 +366,37 @@ static inline uint64_t next_rand(void)
 	return x;
 }
 
+/*
+ * The default rate's sample budget: at most GUARD_BUDGET_PER_S samples a
+ * second in the process after a first GUARD_BUDGET_BURST (the generic cell
+ * rate algorithm: a sample conforms when the budget's next conforming time
+ * is at most BURST sample intervals ahead of now).  What a sample costs is
+ * the kernel's (the close's TLB shootdown to the other processors running
+ * the process, the open's and close's memory-map lock), so the cost at the
+ * default rate grew with the allocation rate: 1,600 samples a second on a
+ * 4-thread C++ churn, 1.7-1.9% of its CPU (bench/README.md "Guard pages:
+ * the sample's stacks from the learnt chain; a sample budget").  With the
+ * budget it is bounded by what 250 samples a second cost (~0.3% of one
+ * processor at ~10 us each); a program allocating less (py_workload: about
+ * 200 samples a second) is sampled as before.  An explicit
+ * HEISEN_GUARD_RATE (tests: 1) is exact: no budget.  Called only when a
+ * countdown ends (one allocation in `rate`): one clock read there.
+ */
+#define GUARD_BUDGET_PER_S 250u
+#define GUARD_BUDGET_BURST 64u
+static int budget_take(void)
+{
+	const uint64_t t = 1000000000ull / GUARD_BUDGET_PER_S, tau = t * GUARD_BUDGET_BURST;
+	uint64_t now = hs_now(), tat = __atomic_load_n(&budget_tat, __ATOMIC_RELAXED), base;
+	do {
+		base = tat > now ? tat : now;
+		if (base - now > tau)
+			return 0;
+		/* relaxed: a counter of time, ordered with nothing else */
+	} while (!__atomic_compare_exchange_n(&budget_tat, &tat, base + t, 1, __ATOMIC_RELAXED, __ATOMIC_RELAXED));
+	return 1;
+}
+
 HS_HIDDEN int hs_guard_sample_slow(size_t n)
 {
 	int m = __atomic_load_n(&guard_mode, __ATOMIC_ACQUIRE);
@@ -377,7 +411,7 @@ HS_HIDDEN int hs_guard_sample_slow(size_t n)
 	int fresh = hs_guard_countdown < 0 && rate > 1;
 	/* a countdown drawn from [1, 2 * rate - 1]: one in `rate` on average, never in lockstep with the program */
 	hs_guard_countdown = rate <= 1 ? 1 : (int32_t)(1 + next_rand() % (2ull * rate - 1));
-	return !fresh && n != 0 && n <= page && !hs_tls.in_hook && !hs_tls.dead;
+	return !fresh && n != 0 && n <= page && !hs_tls.in_hook && !hs_tls.dead && (!rate_default || budget_take());
 }
 
 /* Re-protect a guard page that "continue" opened. */
