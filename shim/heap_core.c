@@ -719,6 +719,13 @@ static uint32_t wrapper_stack(uint64_t site)
 	uint64_t lo = __atomic_load_n(&wrapper_lo, __ATOMIC_RELAXED);
 	uint64_t hi = __atomic_load_n(&wrapper_hi, __ATOMIC_RELAXED);
 	uint64_t cfa = hs_heap_cfa, slot, pc, w;
+	/* the top of the thread's own stack when cfa lies in it (slot >= cfa
+	   then; 8 bytes below the top: the last whole word), else 0: every
+	   read through the probe */
+	uint64_t stack_hi;
+	if (HS_UNLIKELY(!hs_tls.stack_hi))
+		(void)hs_stack_room(cfa); /* reads the bounds, once per thread */
+	stack_hi = hs_tls.stack_hi > 8 && cfa >= hs_tls.stack_lo && cfa < hs_tls.stack_hi ? hs_tls.stack_hi - 8 : 0;
 	int i;
 	if (!lo || !cfa)
 		return hs_stack_here();
@@ -731,8 +738,14 @@ static uint32_t wrapper_stack(uint64_t site)
 		if (!w)
 			break;
 		slot += 8 * w;
-		/* through the probe: a frame size that was wrong after all must not
-		   walk off the top of the thread's stack into a fault */
+		/* a slot between the hook's frame and the top of the thread's own
+		   stack (bounds read once per thread, area.c) is mapped: a plain
+		   load.  Elsewhere through the probe: a frame size that was wrong
+		   after all must not walk off the top of the stack into a fault */
+		if (HS_LIKELY(slot < stack_hi)) {
+			pc = *(const uint64_t *)(uintptr_t)slot;
+			continue;
+		}
 		if (!hs_safe_read16((const void *)(uintptr_t)(slot & ~(uint64_t)15), two)) {
 			pc = 0;
 			break;
