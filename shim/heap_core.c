@@ -807,15 +807,30 @@ static uint32_t site_stack_key(uint64_t key, uint64_t site, int first_sight)
  * The calling thread's last two plain sites and their stacks, in front of
  * the site cache: a loop that allocates and frees meets the same two sites
  * again and again, and a compare is cheaper than the cache's hash and load.
- * Cleared in a fork child whose site cache is cleared.
+ * Behind them MEMO_L2 more, direct-mapped by the site (memo_l2): a C++
+ * `delete` reaches free() through two tail calls, so the free's site is
+ * each inlined `delete` of the program, and a churning C++ thread's frees
+ * missed the two entries five times in six (bench/README.md "The C++
+ * churn's heap path").  Filled together (site_stack); cleared together in
+ * a fork child whose site cache is cleared.
  */
+#define MEMO_L2 16u
 struct site_memo {
 	uint64_t site[2];
 	uint32_t id[2];
+	uint64_t l2site[MEMO_L2];
+	uint32_t l2id[MEMO_L2];
 };
 static __thread struct site_memo site_memo __attribute__((tls_model("initial-exec")));
 
 #define MEMO_WRAPPER (1u << 31) /* in site_memo.id: a wrapper site, see wrapper_stack */
+
+/* site's entry in the memo's second level (one multiply: return addresses
+ * of nearby call sites differ in their low bits) */
+static inline unsigned memo_l2(uint64_t site)
+{
+	return (unsigned)((site * 0x9e3779b97f4a7c15ull) >> 60) & (MEMO_L2 - 1);
+}
 
 static inline uint32_t site_stack(uint64_t site)
 {
@@ -836,6 +851,7 @@ static inline uint32_t site_stack(uint64_t site)
 		id = v & SITE_WRAPPER ? MEMO_WRAPPER : (uint32_t)(v & 0xffffffu);
 		m->site[1] = m->site[0], m->id[1] = m->id[0];
 		m->site[0] = site, m->id[0] = id;
+		m->l2site[memo_l2(site)] = site, m->l2id[memo_l2(site)] = id;
 	}
 	return HS_UNLIKELY(id & MEMO_WRAPPER) ? wrapper_stack(site) : id;
 }
@@ -895,10 +911,13 @@ static inline __attribute__((always_inline)) uint32_t heap_stack(uint64_t site)
 {
 	struct site_memo *m = &site_memo;
 	uint32_t id;
+	unsigned k;
 	if (m->site[0] == site)
 		id = m->id[0];
 	else if (m->site[1] == site)
 		id = m->id[1];
+	else if (m->l2site[k = memo_l2(site)] == site)
+		id = m->l2id[k];
 	else
 		return heap_stack_slow(site);
 	if (HS_LIKELY(!(id & MEMO_WRAPPER)))
