@@ -63,6 +63,7 @@
 #include <unistd.h>
 
 #include "shim.h"
+#include "unwind_mask.h"
 
 #define GUARD_RATE_DEFAULT 5000u
 #define GUARD_SLOTS_DEFAULT 64u
@@ -109,6 +110,8 @@ HS_HIDDEN uintptr_t hs_guard_lo;   /* [atomic] the pool: [lo, lo + len); 0 until
 HS_HIDDEN uintptr_t hs_guard_len;  /* [atomic] */
 
 static int guard_mode;             /* [atomic] GUARD_* */
+static int rate_default;           /* HEISEN_GUARD_RATE unset: the sample budget applies (budget_take) */
+static uint64_t budget_tat;        /* [atomic] the budget's next conforming time, ns (hs_now) */
 static uint32_t rate = GUARD_RATE_DEFAULT;
 static uint32_t nslots = GUARD_SLOTS_DEFAULT;
 static int on_error_continue;      /* HEISEN_ON_HEAP_ERROR=continue */
@@ -179,6 +182,7 @@ HS_HIDDEN void hs_guard_init(void)
 	t->in_hook = 1;
 	page = (size_t)sysconf(_SC_PAGESIZE);
 	rate = (uint32_t)hs_getenv_num("HEISEN_GUARD_RATE", GUARD_RATE_DEFAULT, 0, UINT32_MAX, &rate_set);
+	rate_default = !rate_set;
 	nslots = (uint32_t)hs_getenv_num("HEISEN_GUARD_SLOTS", GUARD_SLOTS_DEFAULT, 1, GUARD_SLOTS_MAX, NULL);
 	on_error_continue = hs_getenv_enum("HEISEN_ON_HEAP_ERROR", on_heap_error_words, 2, 0) == 1;
 	/* the guard pages are part of heap checking: HEISEN_HEAP=0 turns them off
@@ -245,6 +249,41 @@ static __attribute__((noinline)) void capture_unwind(struct gstack *g);
  * libunwind's cursor and the buffers below would overflow the program's
  * stack, so g is left empty and marked truncated (the finding then says
  * its stack was not recorded), as stacks.c does for its own unwinds. */
+static void capture(struct gstack *g);
+
+/*
+ * This call's stack into g, from the chain of return addresses above the
+ * guard's entry (site: its return address, cfa: its caller's stack pointer
+ * there; stacks.c hs_chain_call): the frame distances learnt once per
+ * return address and shared by all threads, Python frames included, at
+ * most HS_CHAIN_MAX entries.  site and cfa are the exported hook's
+ * (shim.h HS_GUARD_SITE): a return address inside the shim is never
+ * learnt, so a walk that started there would unwind every time.  A sample's two unwinds were most of its
+ * cost in user space: libunwind reads DWARF that is cold again by the next
+ * sample (bench/README.md "Guard pages: the sample's stacks from the
+ * learnt chain").  The unwinder (capture) when the thread has no area or
+ * the chain is empty.  The shim's own frames are dropped from the top.
+ */
+static __attribute__((noinline)) void capture_call(struct gstack *g, uint64_t site, uint64_t cfa)
+{
+	const struct hs_chain *c = hs_chain_call(site, cfa);
+	uint64_t pcs[HS_CHAIN_MAX];
+	unsigned n, skip = 0, i;
+	if (!c || c->lazy || !c->depth) {
+		capture(g);
+		return;
+	}
+	n = hs_chain_pcs(c, pcs);
+	while (skip < n && !(pcs[skip] & HS_PC_PYTHON) && pcs[skip] >= hs_self_lo && pcs[skip] < hs_self_hi)
+		skip++;
+	for (i = skip; i < n; i++)
+		if (!(pcs[i] & HS_PC_PYTHON) && !hs_module_known(pcs[i]))
+			hs_module_note_pc(pcs[i], 1); /* loaded by dlopen since: record it while it is here */
+	memcpy(g->pc, pcs + skip, (n - skip) * sizeof *pcs);
+	g->flags = (uint16_t)((c->python ? HS_STACK_PYTHON : 0u) | (c->ended ? 0u : HS_STACK_TRUNCATED));
+	g->depth = (uint16_t)(n - skip);
+}
+
 static void capture(struct gstack *g)
 {
 	if (HS_UNLIKELY(hs_stack_room((uintptr_t)__builtin_frame_address(0)) < HS_UNWIND_ROOM)) {
@@ -259,7 +298,8 @@ static __attribute__((noinline)) void capture_unwind(struct gstack *g)
 {
 	void *buf[HS_STACK_DEPTH + 12];
 	uint64_t pcs[2 * HS_STACK_DEPTH + 13];
-	int n = unw_backtrace(buf, (int)(sizeof buf / sizeof buf[0])), python = 0;
+	int entered = hs_unwind_enter(), n = hs_backtrace(buf, (int)(sizeof buf / sizeof buf[0])), python = 0;
+	hs_unwind_leave(entered);
 	unsigned depth = 0, skip = 0, flags = 0;
 	while (skip < (unsigned)(n > 0 ? n : 0) && (uint64_t)(uintptr_t)buf[skip] >= hs_self_lo &&
 	       (uint64_t)(uintptr_t)buf[skip] < hs_self_hi)
@@ -326,6 +366,37 @@ static inline uint64_t next_rand(void)
 	return x;
 }
 
+/*
+ * The default rate's sample budget: at most GUARD_BUDGET_PER_S samples a
+ * second in the process after a first GUARD_BUDGET_BURST (the generic cell
+ * rate algorithm: a sample conforms when the budget's next conforming time
+ * is at most BURST sample intervals ahead of now).  What a sample costs is
+ * the kernel's (the close's TLB shootdown to the other processors running
+ * the process, the open's and close's memory-map lock), so the cost at the
+ * default rate grew with the allocation rate: 1,600 samples a second on a
+ * 4-thread C++ churn, 1.7-1.9% of its CPU (bench/README.md "Guard pages:
+ * the sample's stacks from the learnt chain; a sample budget").  With the
+ * budget it is bounded by what 250 samples a second cost (~0.3% of one
+ * processor at ~10 us each); a program allocating less (py_workload: about
+ * 200 samples a second) is sampled as before.  An explicit
+ * HEISEN_GUARD_RATE (tests: 1) is exact: no budget.  Called only when a
+ * countdown ends (one allocation in `rate`): one clock read there.
+ */
+#define GUARD_BUDGET_PER_S 250u
+#define GUARD_BUDGET_BURST 64u
+static int budget_take(void)
+{
+	const uint64_t t = 1000000000ull / GUARD_BUDGET_PER_S, tau = t * GUARD_BUDGET_BURST;
+	uint64_t now = hs_now(), tat = __atomic_load_n(&budget_tat, __ATOMIC_RELAXED), base;
+	do {
+		base = tat > now ? tat : now;
+		if (base - now > tau)
+			return 0;
+		/* relaxed: a counter of time, ordered with nothing else */
+	} while (!__atomic_compare_exchange_n(&budget_tat, &tat, base + t, 1, __ATOMIC_RELAXED, __ATOMIC_RELAXED));
+	return 1;
+}
+
 HS_HIDDEN int hs_guard_sample_slow(size_t n)
 {
 	int m = __atomic_load_n(&guard_mode, __ATOMIC_ACQUIRE);
@@ -340,7 +411,7 @@ HS_HIDDEN int hs_guard_sample_slow(size_t n)
 	int fresh = hs_guard_countdown < 0 && rate > 1;
 	/* a countdown drawn from [1, 2 * rate - 1]: one in `rate` on average, never in lockstep with the program */
 	hs_guard_countdown = rate <= 1 ? 1 : (int32_t)(1 + next_rand() % (2ull * rate - 1));
-	return !fresh && n != 0 && n <= page && !hs_tls.in_hook && !hs_tls.dead;
+	return !fresh && n != 0 && n <= page && !hs_tls.in_hook && !hs_tls.dead && (!rate_default || budget_take());
 }
 
 /* Re-protect a guard page that "continue" opened. */
@@ -366,7 +437,7 @@ static inline uintptr_t slack_end(uintptr_t base, uintptr_t u, size_t n)
 	return e < base + page ? e : base + page;
 }
 
-HS_HIDDEN void *hs_guard_malloc(size_t n, size_t align, int zero)
+HS_HIDDEN void *hs_guard_malloc(size_t n, size_t align, int zero, uint64_t site, uint64_t cfa)
 {
 	struct hs_tls *t;
 	struct gslot *s;
@@ -419,7 +490,7 @@ HS_HIDDEN void *hs_guard_malloc(size_t n, size_t align, int zero)
 	memset((void *)(u + n), SLACK_BYTE, slack_end(base, u, n) - (u + n));
 	s->user = u;
 	s->size = n;
-	capture(&s->alloc);
+	capture_call(&s->alloc, site, cfa);
 	s->alloc_tid = t->tid;
 	s->free.depth = 0;
 	s->free_tid = 0;
@@ -534,7 +605,7 @@ static void slack_overflow(struct hs_tls *t, struct gslot *s)
 	}
 }
 
-HS_HIDDEN void hs_guard_free(void *p)
+HS_HIDDEN void hs_guard_free(void *p, uint64_t site, uint64_t cfa)
 {
 	struct hs_tls *t = &hs_tls;
 	uintptr_t u = (uintptr_t)p;
@@ -550,7 +621,7 @@ HS_HIDDEN void hs_guard_free(void *p)
 		uintptr_t base = slot_page((uint32_t)i), end = slack_end(base, u, s->size), b;
 		count(-(int64_t)s->size, 0);
 		if (!quiet && t)
-			capture(&s->free);
+			capture_call(&s->free, site, cfa);
 		else
 			s->free.depth = 0;
 		s->free_tid = (!quiet && t) ? t->tid : (int32_t)hs_sys.gettid();
@@ -595,25 +666,25 @@ HS_HIDDEN size_t hs_guard_usable_size(const void *p)
 	return slots[i].size - ((uintptr_t)p - slots[i].user);
 }
 
-HS_HIDDEN void *hs_guard_realloc(void *p, size_t n)
+HS_HIDDEN void *hs_guard_realloc(void *p, size_t n, uint64_t site, uint64_t cfa)
 {
 	long i = slot_of((uintptr_t)p);
 	struct gslot *s = i >= 0 ? &slots[i] : NULL;
 	void *q;
 	if (!s || __atomic_load_n(&s->state, __ATOMIC_ACQUIRE) != SLOT_LIVE || (uintptr_t)p != s->user) {
-		hs_guard_free(p); /* reports it; with "continue", realloc fails */
+		hs_guard_free(p, site, cfa); /* reports it; with "continue", realloc fails */
 		errno = EINVAL;
 		return NULL;
 	}
 	if (n == 0) {
-		hs_guard_free(p);
+		hs_guard_free(p, site, cfa);
 		return NULL;
 	}
 	q = malloc(n); /* the exported hook: it may be sampled again */
 	if (!q)
 		return NULL;
 	memcpy(q, p, s->size < n ? s->size : n);
-	hs_guard_free(p);
+	hs_guard_free(p, site, cfa);
 	return q;
 }
 

@@ -719,6 +719,13 @@ static uint32_t wrapper_stack(uint64_t site)
 	uint64_t lo = __atomic_load_n(&wrapper_lo, __ATOMIC_RELAXED);
 	uint64_t hi = __atomic_load_n(&wrapper_hi, __ATOMIC_RELAXED);
 	uint64_t cfa = hs_heap_cfa, slot, pc, w;
+	/* the top of the thread's own stack when cfa lies in it (slot >= cfa
+	   then; 8 bytes below the top: the last whole word), else 0: every
+	   read through the probe */
+	uint64_t stack_hi;
+	if (HS_UNLIKELY(!hs_tls.stack_hi))
+		(void)hs_stack_room(cfa); /* reads the bounds, once per thread */
+	stack_hi = hs_tls.stack_hi > 8 && cfa >= hs_tls.stack_lo && cfa < hs_tls.stack_hi ? hs_tls.stack_hi - 8 : 0;
 	int i;
 	if (!lo || !cfa)
 		return hs_stack_here();
@@ -731,8 +738,14 @@ static uint32_t wrapper_stack(uint64_t site)
 		if (!w)
 			break;
 		slot += 8 * w;
-		/* through the probe: a frame size that was wrong after all must not
-		   walk off the top of the thread's stack into a fault */
+		/* a slot between the hook's frame and the top of the thread's own
+		   stack (bounds read once per thread, area.c) is mapped: a plain
+		   load.  Elsewhere through the probe: a frame size that was wrong
+		   after all must not walk off the top of the stack into a fault */
+		if (HS_LIKELY(slot < stack_hi)) {
+			pc = *(const uint64_t *)(uintptr_t)slot;
+			continue;
+		}
 		if (!hs_safe_read16((const void *)(uintptr_t)(slot & ~(uint64_t)15), two)) {
 			pc = 0;
 			break;
@@ -794,15 +807,30 @@ static uint32_t site_stack_key(uint64_t key, uint64_t site, int first_sight)
  * The calling thread's last two plain sites and their stacks, in front of
  * the site cache: a loop that allocates and frees meets the same two sites
  * again and again, and a compare is cheaper than the cache's hash and load.
- * Cleared in a fork child whose site cache is cleared.
+ * Behind them MEMO_L2 more, direct-mapped by the site (memo_l2): a C++
+ * `delete` reaches free() through two tail calls, so the free's site is
+ * each inlined `delete` of the program, and a churning C++ thread's frees
+ * missed the two entries five times in six (bench/README.md "The C++
+ * churn's heap path").  Filled together (site_stack); cleared together in
+ * a fork child whose site cache is cleared.
  */
+#define MEMO_L2 16u
 struct site_memo {
 	uint64_t site[2];
 	uint32_t id[2];
+	uint64_t l2site[MEMO_L2];
+	uint32_t l2id[MEMO_L2];
 };
 static __thread struct site_memo site_memo __attribute__((tls_model("initial-exec")));
 
 #define MEMO_WRAPPER (1u << 31) /* in site_memo.id: a wrapper site, see wrapper_stack */
+
+/* site's entry in the memo's second level (one multiply: return addresses
+ * of nearby call sites differ in their low bits) */
+static inline unsigned memo_l2(uint64_t site)
+{
+	return (unsigned)((site * 0x9e3779b97f4a7c15ull) >> 60) & (MEMO_L2 - 1);
+}
 
 static inline uint32_t site_stack(uint64_t site)
 {
@@ -823,6 +851,7 @@ static inline uint32_t site_stack(uint64_t site)
 		id = v & SITE_WRAPPER ? MEMO_WRAPPER : (uint32_t)(v & 0xffffffu);
 		m->site[1] = m->site[0], m->id[1] = m->id[0];
 		m->site[0] = site, m->id[0] = id;
+		m->l2site[memo_l2(site)] = site, m->l2id[memo_l2(site)] = id;
 	}
 	return HS_UNLIKELY(id & MEMO_WRAPPER) ? wrapper_stack(site) : id;
 }
@@ -882,10 +911,13 @@ static inline __attribute__((always_inline)) uint32_t heap_stack(uint64_t site)
 {
 	struct site_memo *m = &site_memo;
 	uint32_t id;
+	unsigned k;
 	if (m->site[0] == site)
 		id = m->id[0];
 	else if (m->site[1] == site)
 		id = m->id[1];
+	else if (m->l2site[k = memo_l2(site)] == site)
+		id = m->l2id[k];
 	else
 		return heap_stack_slow(site);
 	if (HS_LIKELY(!(id & MEMO_WRAPPER)))

@@ -76,7 +76,7 @@ HS_EXPORT void free(void *p)
 		return;
 	HS_CHAOS(HS_CHAOS_FREE); /* chaos.c: --chaos */
 	if (hs_guard_owns(p)) { /* guarded.c: sampled guard pages */
-		hs_guard_free(p);
+		hs_guard_free(p, HS_GUARD_SITE(), HS_GUARD_CFA());
 		return;
 	}
 	if (!hs_heap_on()) {
@@ -95,7 +95,7 @@ HS_EXPORT void *realloc(void *p, size_t n)
 	if (n) HS_FAULT_ALLOC(n); /* faults.c, chaos.c: --fail malloc, --heap-limit, --chaos (the old block stays) */
 	note_size(n);
 	if (hs_guard_owns(p)) /* guarded.c: sampled guard pages */
-		return hs_guard_realloc(p, n);
+		return hs_guard_realloc(p, n, HS_GUARD_SITE(), HS_GUARD_CFA());
 	if (!hs_heap_on())
 		return __libc_realloc(p, n);
 	return hs_heap_realloc(p, n, HS_HEAP_SITE());
@@ -110,7 +110,7 @@ HS_EXPORT void *reallocarray(void *p, size_t n, size_t m)
 	}
 	note_size(total);
 	if (hs_guard_owns(p)) /* guarded.c: sampled guard pages */
-		return hs_guard_realloc(p, total);
+		return hs_guard_realloc(p, total, HS_GUARD_SITE(), HS_GUARD_CFA());
 	if (!hs_heap_on())
 		return __libc_realloc(p, total);
 	return hs_heap_realloc(p, total, HS_HEAP_SITE());
@@ -142,7 +142,7 @@ HS_EXPORT int posix_memalign(void **pp, size_t align, size_t n)
 	if (align % sizeof(void *) != 0 || (align & (align - 1)) != 0 || align == 0)
 		return EINVAL;
 	note_size(n);
-	if (HS_UNLIKELY(hs_guard_sample(n)) && (p = hs_guard_malloc(n, align, 0)) != NULL) { /* guarded.c */
+	if (HS_UNLIKELY(hs_guard_sample(n)) && (p = hs_guard_malloc(n, align, 0, HS_GUARD_SITE(), HS_GUARD_CFA())) != NULL) { /* guarded.c */
 		*pp = p;
 		return 0;
 	}

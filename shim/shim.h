@@ -979,6 +979,9 @@ int hs_getenv_enum(const char *name, const char *const *words, int nwords, int d
 /* Capture the calling thread's stack, dropping the shim's own frames, and
  * intern it.  Returns a stack id, 0 when the table is full. */
 uint32_t hs_stack_here(void);
+/* unw_backtrace(buf, size), without libunwind's 256 KiB per-thread trace
+ * cache for a thread's first unwinds (stacks.c); signal mask as the caller has it. */
+int hs_backtrace(void **buf, int size);
 
 /* The representative stack of call site `site` (a return address): the stack
  * of the first call from there, captured once and cached. */
@@ -1114,6 +1117,10 @@ unsigned hs_chain_read_lazy(struct hs_chain *c, uint64_t site, uint64_t cfa);
  * 1 when c was completed.
  */
 int hs_chain_complete(struct hs_chain *c);
+
+/* c's frames as a stack's pc[] (Python frames interleaved; at most
+ * HS_CHAIN_MAX entries into out); c not lazy.  Returns the count. */
+unsigned hs_chain_pcs(const struct hs_chain *c, uint64_t *out);
 
 /* Copy the valid part of chain src into dst (no shadow use is lost: dst
  * becomes src's). */
@@ -1615,11 +1622,19 @@ static inline int hs_guard_sample(size_t n)
 	return hs_guard_sample_slow(n);
 }
 
+/* The hook's call site (the return address into its caller) and CFA (its
+ * caller's stack pointer there; the shim keeps frame pointers): where a
+ * sampled block's stacks start (guarded.c capture_call).  In the exported
+ * hook itself only. */
+#define HS_GUARD_SITE() ((uint64_t)(uintptr_t)__builtin_extract_return_addr(__builtin_return_address(0)))
+#define HS_GUARD_CFA() ((uint64_t)(uintptr_t)__builtin_frame_address(0) + 16)
+
 /* The allocating hooks' one line: return a sampled block when this allocation is sampled and a slot is free. */
 #define HS_GUARD_ALLOC(n, align, zero)                                            \
 	do {                                                                      \
 		if (HS_UNLIKELY(hs_guard_sample(n))) {                            \
-			void *hs_g_ = hs_guard_malloc((n), (align), (zero));      \
+			void *hs_g_ = hs_guard_malloc((n), (align), (zero),       \
+						      HS_GUARD_SITE(), HS_GUARD_CFA()); \
 			if (hs_g_)                                                \
 				return hs_g_;                                     \
 		}                                                                 \
@@ -1627,8 +1642,9 @@ static inline int hs_guard_sample(size_t n)
 
 /* A block of n bytes (1..page) aligned to align (0: 16) in a guarded slot,
  * zeroed when zero; NULL when it cannot be had (no free slot, not
- * recording): the caller then allocates normally.  Keeps errno. */
-void *hs_guard_malloc(size_t n, size_t align, int zero);
+ * recording): the caller then allocates normally.  Keeps errno.  site and
+ * cfa: the hook's (HS_GUARD_SITE, HS_GUARD_CFA). */
+void *hs_guard_malloc(size_t n, size_t align, int zero, uint64_t site, uint64_t cfa);
 
 /* 1 when p lies in the guard pool (a sampled block, or a pointer into a
  * guard page): it must go to hs_guard_free/realloc/usable_size, never to
@@ -1643,11 +1659,12 @@ static inline int hs_guard_owns(const void *p)
 /* Free a pointer the pool owns: the page becomes inaccessible, the slot
  * goes to the tail of the free FIFO.  A second free, or a pointer that is
  * not a block's start, is a double-free / invalid-free finding (abort
- * unless HEISEN_ON_HEAP_ERROR=continue).  Keeps errno. */
-void hs_guard_free(void *p);
+ * unless HEISEN_ON_HEAP_ERROR=continue).  Keeps errno.  site and cfa: the
+ * hook's (HS_GUARD_SITE, HS_GUARD_CFA). */
+void hs_guard_free(void *p, uint64_t site, uint64_t cfa);
 
 /* realloc of a pointer the pool owns (the new block may be sampled again). */
-void *hs_guard_realloc(void *p, size_t n);
+void *hs_guard_realloc(void *p, size_t n, uint64_t site, uint64_t cfa);
 
 /* malloc_usable_size of a pointer the pool owns: the requested size. */
 size_t hs_guard_usable_size(const void *p);

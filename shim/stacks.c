@@ -24,11 +24,43 @@
  * frames: one more than a stack keeps, so hs_stack_intern sees the cut. */
 #define PY_ROOM (HS_STACK_DEPTH + 1)
 
+/*
+ * unw_backtrace without its per-thread trace cache until a thread has made
+ * HS_LEAN_UNWINDS unwinds: libunwind 1.6 maps and fills a 256 KiB cache
+ * (16,384 frame records) in every thread at its first unw_backtrace, and
+ * heisen's first-sight stacks reached it in every thread (py_workload:
+ * ten threads, 2.5 MiB resident of 13.8 MiB).  A step-by-step unwind costs
+ * ~300 instructions a frame more; a thread that unwinds often (full
+ * stacks) switches to the cache.  Same frames as unw_backtrace: the first
+ * is the return address in the caller.  bench/README.md "libunwind's
+ * per-thread trace cache".
+ */
+#define HS_LEAN_UNWINDS 512u
+HS_HIDDEN __attribute__((noinline)) int hs_backtrace(void **buf, int size)
+{
+	static __thread unsigned lean __attribute__((tls_model("initial-exec")));
+	unw_context_t uc;
+	unw_cursor_t c;
+	int n = 0;
+	if (lean >= HS_LEAN_UNWINDS)
+		return unw_backtrace(buf, size);
+	lean++;
+	if (unw_getcontext(&uc) < 0 || unw_init_local(&c, &uc) < 0)
+		return 0;
+	while (n < size && unw_step(&c) > 0) { /* the first step leaves this frame */
+		unw_word_t ip = 0;
+		if (unw_get_reg(&c, UNW_REG_IP, &ip) < 0 || ip == 0)
+			break;
+		buf[n++] = (void *)(uintptr_t)ip;
+	}
+	return n;
+}
+
 /* unw_backtrace inside one signal-mask change (unwind_mask.c), inlined so
  * the frames it returns are the caller's as before. */
 static inline __attribute__((always_inline)) int backtrace_masked(void **buf, int size)
 {
-	int entered = hs_unwind_enter(), n = unw_backtrace(buf, size);
+	int entered = hs_unwind_enter(), n = hs_backtrace(buf, size);
 	hs_unwind_leave(entered);
 	return n;
 }
@@ -1076,6 +1108,18 @@ static uint32_t chain_stack_lazy(const struct hs_chain *c)
 			      c->lazy == 2 && e1 + 1 < c->depth ? c->depth - 2 - e1 : 0, &c->tok, cur, n, out, CHAIN_MAX,
 			      &whole);
 	return hs_stack_intern(&hs_seg, out, o, HS_STACK_PYTHON | (whole ? 0u : HS_STACK_TRUNCATED));
+}
+
+/* c's frames as a stack's pc[] (Python frames interleaved), at most
+ * CHAIN_MAX; c read by hs_chain_read (not lazy).  For a caller that keeps
+ * a stack without interning it (guarded.c's sampled blocks). */
+unsigned hs_chain_pcs(const struct hs_chain *c, uint64_t *out)
+{
+	unsigned n = c->depth < CHAIN_MAX ? c->depth : CHAIN_MAX;
+	if (c->python)
+		return chain_interleave(c, out);
+	memcpy(out, c->pc, n * sizeof *out);
+	return n;
 }
 
 uint32_t hs_chain_stack(const struct hs_chain *c)
