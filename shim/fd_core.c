@@ -76,7 +76,7 @@
 #include "shim.h"
 
 #define CLAIM_SPINS 100000u     /* pauses before a slot update is given up (fd_torn) */
-#define CHAIN_MAX 32            /* events of one number looked at, newest first */
+#define CHAIN_MAX 30            /* events of one number looked at, newest first (2 x 30 of 152 bytes: fd_scratch) */
 
 #define full_stacks hs_fd_hot.full_stacks
 
@@ -259,6 +259,12 @@ static void event_copy(struct hs_fd_event *d, const struct hs_fd_event *e)
 	d->kind = e->kind;
 	d->err = e->err;
 	d->flags = e->flags;
+	/* a folded close (format.h hs_fd_event.close_dt): event_get loads
+	 * close_dt first; relaxed here, where a fold may land in the ring */
+	d->close_dt = __atomic_load_n(&e->close_dt, __ATOMIC_RELAXED);
+	d->close_tid = e->close_tid;
+	d->close_stack = e->close_stack;
+	d->close_call = e->close_call;
 	/* only a creation has a path: the others' is empty (event_init) */
 	if (e->op == HS_FDE_CREATE)
 		memcpy(d->path, e->path, sizeof d->path);
@@ -355,25 +361,66 @@ static int event_get(uint64_t at, struct hs_fd_event *out)
 	struct hs_fd_event *d;
 	if (at == 0 || hs_seg.hdr->tables[HS_T_FD_EVENTS].capacity == 0)
 		return -1;
+	uint32_t dt;
 	d = ring_entry(at - 1);
 	if (__atomic_load_n(&d->seq, __ATOMIC_ACQUIRE) != at)
 		return -1;
+	/* acquire: a folded close's fields (stored before close_dt) come with it */
+	dt = __atomic_load_n(&d->close_dt, __ATOMIC_ACQUIRE);
 	event_copy(out, d);
+	out->close_dt = dt; /* 0: read as the plain creation, whatever came after */
 	/* the copy happens before the second look at seq */
 	__atomic_thread_fence(__ATOMIC_ACQUIRE);
 	return __atomic_load_n(&d->seq, __ATOMIC_RELAXED) == at ? 0 : -1;
 }
 
+/* A folded creation read from the ring (event_get) as its plain creation. */
+static void unfold(struct hs_fd_event *e)
+{
+	e->close_dt = 0;
+	e->close_tid = 0;
+	e->close_stack = 0;
+	e->close_call = 0;
+}
+
+/* A folded creation read from the ring as the close folded into it: the
+ * HS_FDE_CLOSE event the close would have written (format.h hs_fd_event). */
+static void folded_close(struct hs_fd_event *e)
+{
+	e->ts_ns += (uint64_t)e->close_dt - 1;
+	e->tid = e->close_tid;
+	e->stack = e->close_stack;
+	e->op = HS_FDE_CLOSE;
+	e->call = e->close_call;
+	e->err = 0;
+	e->path[0] = '\0';
+	unfold(e);
+}
+
 /*
  * The events of number fd still in the ring, newest first, from position
- * + 1 `at`: at most max of them into out.  Returns how many.
+ * + 1 `at`: at most max of them into out, a creation with a close folded
+ * into it (fold_close) as the two events.  Returns how many.
  */
 static unsigned chain(int fd, uint64_t at, struct hs_fd_event *out, unsigned max)
 {
 	unsigned n = 0;
 	while (at && n < max && event_get(at, &out[n]) == 0 && out[n].fd == fd) {
 		uint64_t prev = out[n].prev;
-		n++;
+		if (out[n].close_dt && out[n].op == HS_FDE_CREATE) {
+			/* a folded close (format.h): the close, then its creation when it fits */
+			if (n + 1 < max) {
+				out[n + 1] = out[n];
+				unfold(&out[n + 1]);
+				folded_close(&out[n]);
+				n += 2;
+			} else {
+				folded_close(&out[n]);
+				n++;
+			}
+		} else {
+			n++;
+		}
 		if (prev >= at)
 			break; /* a chain only goes back in time */
 		at = prev;
@@ -660,7 +707,7 @@ static inline unsigned fd_chain_for(char *area, uint64_t site, struct hs_chain *
 
 /*
  * A finding's event buffers (a number's last CHAIN_MAX events and the story
- * told from them: 2 x 32 x 136 bytes), in the thread's area rather than on
+ * told from them: 2 x 30 x 152 bytes), in the thread's area rather than on
  * the hook's stack, where a failed close() in a PTHREAD_STACK_MIN thread
  * would overflow it.  Hooks do not nest (in_hook), so one per thread.
  * NULL when the thread has no area: the finding is not made.
@@ -890,6 +937,10 @@ static void event_init(struct hs_fd_event *e, struct hs_tls *t, int fd, uint32_t
 	e->err = 0;
 	e->flags = 0;
 	e->path[0] = '\0';
+	e->close_dt = 0;
+	e->close_tid = 0;
+	e->close_stack = 0;
+	e->close_call = 0;
 	e->ts_ns = now;
 	e->fd = fd;
 	e->gen = gen;
@@ -1020,6 +1071,10 @@ static inline __attribute__((always_inline)) void created(struct hs_tls *t, int 
 			e->kind = b->kind;
 			e->err = 0;
 			e->flags = b->flags;
+			e->close_dt = 0; /* no close folded yet (fold_close) */
+			e->close_tid = 0;
+			e->close_stack = 0;
+			e->close_call = 0;
 			memcpy(e->path, s->path, sizeof e->path);
 			event_publish(s, e, pos);
 		}
@@ -1063,6 +1118,43 @@ static inline __attribute__((always_inline)) void rec_closed(struct hs_tls *t, u
 }
 
 /*
+ * The close of slot s's open generation (fd) folded into that generation's
+ * creation event (format.h hs_fd_event.close_dt), when the creation is
+ * still the number's newest event in the ring, with the generation's flags,
+ * owner and kind as the slot has them now, at most HS_FD_FOLD_MAX_NS
+ * before now (a loop's open and close; a clock reading of another thread
+ * behind the creation's is not folded): then 1, and the close writes no
+ * ring entry of its own — no header line, no cold entry — only the first
+ * line or two of its creation's, which the open wrote.  The caller holds
+ * s's seqlock, so no other writer of this number's chain is at work; an
+ * entry the ring's writers reach again meanwhile (a wrap of all its
+ * entries while this thread is between the check and the stores) may get
+ * the fold's fields, as a slow writer's entry may get a faster one's
+ * payload already (a reader checks seq, not the payload).  0: the caller
+ * writes an HS_FDE_CLOSE event.
+ */
+static inline int fold_close(struct hs_fd_hot *x, const struct hs_fd *s, int fd, int32_t tid, uint32_t stack,
+			     uint64_t now, unsigned call)
+{
+	uint64_t at = s->last_event, dt;
+	struct hs_fd_event *d;
+	if (HS_UNLIKELY(!at || !x->ring))
+		return 0;
+	d = &x->ring[(at - 1) & x->ring_mask];
+	if (HS_UNLIKELY(__atomic_load_n(&d->seq, __ATOMIC_ACQUIRE) != at || d->op != HS_FDE_CREATE ||
+			d->gen != s->gen || d->fd != fd || __atomic_load_n(&d->close_dt, __ATOMIC_RELAXED) != 0 ||
+			d->flags != s->flags || d->owner != s->owner || d->kind != s->kind ||
+			(dt = now - d->ts_ns) > HS_FD_FOLD_MAX_NS))
+		return 0;
+	d->close_tid = tid;
+	d->close_stack = stack;
+	d->close_call = (uint8_t)call;
+	/* release: a reader that sees close_dt (acquire) sees the fields above */
+	__atomic_store_n(&d->close_dt, (uint32_t)(dt + 1), __ATOMIC_RELEASE);
+	return 1;
+}
+
+/*
  * Before fd is closed (or after dup2 replaced it): mark its open generation
  * closed by this call.  *p says what the slot held.  With the guard held.
  */
@@ -1091,7 +1183,9 @@ static inline __attribute__((always_inline)) void closing(struct hs_tls *t, int 
 		s->close_tid = t->tid;
 		s->close_stack = stack;
 		s->close_ns = now;
-		if ((e = event_begin_in(x, one, &pos)) != NULL) {
+		if (fold_close(x, s, fd, t->tid, stack, now, call)) {
+			/* folded into its creation's event: no entry of its own */
+		} else if ((e = event_begin_in(x, one, &pos)) != NULL) {
 			/* in place in the ring; a close carries no path */
 			e->ts_ns = now;
 			e->owner = p->owner;
@@ -1104,6 +1198,10 @@ static inline __attribute__((always_inline)) void closing(struct hs_tls *t, int 
 			e->kind = s->kind;
 			e->err = 0;
 			e->flags = p->flags;
+			e->close_dt = 0;
+			e->close_tid = 0;
+			e->close_stack = 0;
+			e->close_call = 0;
 			e->path[0] = '\0';
 			event_publish(s, e, pos);
 		}
