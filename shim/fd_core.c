@@ -73,6 +73,7 @@
 #include "heisen/heisen.h"
 #include "hooks.h"
 #include "fd_core.h"
+#include "inject.h" /* open64 and close: fault injection and chaos */
 #include "shim.h"
 
 #define CLAIM_SPINS 100000u     /* pauses before a slot update is given up (fd_torn) */
@@ -1118,7 +1119,7 @@ static inline __attribute__((always_inline)) void rec_closed(struct hs_tls *t, u
 }
 
 /*
- * The close of slot s's open generation (fd) folded into that generation's
+ * The close of slot s's open generation folded into that generation's
  * creation event (format.h hs_fd_event.close_dt), when the creation is
  * still the number's newest event in the ring, with the generation's flags,
  * owner and kind as the slot has them now, at most HS_FD_FOLD_MAX_NS
@@ -1133,17 +1134,19 @@ static inline __attribute__((always_inline)) void rec_closed(struct hs_tls *t, u
  * payload already (a reader checks seq, not the payload).  0: the caller
  * writes an HS_FDE_CLOSE event.
  */
-static inline int fold_close(struct hs_fd_hot *x, const struct hs_fd *s, int fd, int32_t tid, uint32_t stack,
-			     uint64_t now, unsigned call)
+static inline int fold_close(struct hs_fd_hot *x, const struct hs_fd *s, int32_t tid, uint32_t stack, uint64_t now,
+			     unsigned call)
 {
 	uint64_t at = s->last_event, dt;
 	struct hs_fd_event *d;
 	if (HS_UNLIKELY(!at || !x->ring))
 		return 0;
 	d = &x->ring[(at - 1) & x->ring_mask];
+	/* the entry still holds position at, the number's newest event (so its
+	 * number's, and a creation: this generation's, not folded yet; gen is
+	 * checked all the same) */
 	if (HS_UNLIKELY(__atomic_load_n(&d->seq, __ATOMIC_ACQUIRE) != at || d->op != HS_FDE_CREATE ||
-			d->gen != s->gen || d->fd != fd || __atomic_load_n(&d->close_dt, __ATOMIC_RELAXED) != 0 ||
-			d->flags != s->flags || d->owner != s->owner || d->kind != s->kind ||
+			d->gen != s->gen || d->flags != s->flags || d->owner != s->owner ||
 			(dt = now - d->ts_ns) > HS_FD_FOLD_MAX_NS))
 		return 0;
 	d->close_tid = tid;
@@ -1183,7 +1186,7 @@ static inline __attribute__((always_inline)) void closing(struct hs_tls *t, int 
 		s->close_tid = t->tid;
 		s->close_stack = stack;
 		s->close_ns = now;
-		if (fold_close(x, s, fd, t->tid, stack, now, call)) {
+		if (fold_close(x, s, t->tid, stack, now, call)) {
 			/* folded into its creation's event: no entry of its own */
 		} else if ((e = event_begin_in(x, one, &pos)) != NULL) {
 			/* in place in the ring; a close carries no path */
@@ -1679,10 +1682,11 @@ static inline __attribute__((always_inline)) void note_created(int fd, const str
 	*ep = e;
 }
 
-static inline __attribute__((always_inline)) int opened(int fd, int dirfd, const char *path, int flags, unsigned call,
-							uint64_t site)
+/* opened() once hs_fd_on() said yes. */
+static inline __attribute__((always_inline)) int opened_on(int fd, int dirfd, const char *path, int flags,
+							   unsigned call, uint64_t site)
 {
-	if (fd >= 0 && hs_fd_on()) {
+	if (fd >= 0) {
 		struct birth b = {.kind = (flags & O_DIRECTORY) && (flags & O_TMPFILE) != O_TMPFILE ? HS_FDK_DIR : HS_FDK_FILE,
 				  .call = (uint8_t)call,
 				  .flags = (flags & O_CLOEXEC) ? HS_FDF_CLOEXEC : 0,
@@ -1694,19 +1698,37 @@ static inline __attribute__((always_inline)) int opened(int fd, int dirfd, const
 	return fd;
 }
 
+static inline __attribute__((always_inline)) int opened(int fd, int dirfd, const char *path, int flags, unsigned call,
+							uint64_t site)
+{
+	return fd >= 0 && hs_fd_on() ? opened_on(fd, dirfd, path, flags, call, site) : fd;
+}
+
 int hs_fd_opened(int fd, int dirfd, const char *path, int flags, unsigned call, uint64_t site)
 {
 	return opened(fd, dirfd, path, flags, call, site);
 }
 
-int hs_fd_open64(const char *path, int flags, unsigned mode, uint64_t site)
+/*
+ * open64, the open that programs built with large-file support (CPython,
+ * most distributions' binaries) call: the interceptor, the real call and
+ * its record in one frame, the real function from the line the record reads
+ * anyway (hs_fd_hot) — the only interceptor outside fd_hooks.c besides
+ * close: a hook of its own calling into the core was one more frame, ~20
+ * instructions and two lines of code, cold after each system call
+ * (bench/README.md "The open/close pair: a close folded into its
+ * creation's event").
+ */
+HS_EXPORT int open64(const char *path, int flags, ...)
 {
 	int fd;
+	HS_FAULT_OPEN(); /* faults.c: --fail open */
+	uint64_t site = HS_FD_SITE();
+	mode_t mode = OPEN_MODE(flags);
 	/* acquire: real_open64 was set before mode turned ON (hs_fds_init) */
 	if (HS_LIKELY(__atomic_load_n(&hs_fd_hot.mode, __ATOMIC_ACQUIRE) == HS_FD_MODE_ON))
-		fd = hs_fd_hot.real_open64(path, flags, mode);
-	else
-		fd = HS_REAL(open64)(path, flags, mode);
+		return opened_on(hs_fd_hot.real_open64(path, flags, mode), AT_FDCWD, path, flags, HS_FDC_OPEN, site);
+	fd = HS_REAL(open64)(path, flags, mode);
 	return opened(fd, AT_FDCWD, path, flags, HS_FDC_OPEN, site);
 }
 
@@ -2108,8 +2130,8 @@ int hs_fd_close_end(struct hs_fd_closing *c, int rc)
  * already be someone else's), look at the result.  close_begin and
  * close_end written out for close() alone: its common case, a number the
  * table says open closed with success, touches only this thread's state
- * after the call. */
-int hs_fd_close(int fd, unsigned call, uint64_t site)
+ * after the call.  In close itself (below) and in hs_fd_close. */
+static inline __attribute__((always_inline)) int close_record(int fd, unsigned call, uint64_t site)
 {
 	struct hs_tls *t;
 	struct hs_fd_pre p;
@@ -2154,6 +2176,25 @@ int hs_fd_close(int fd, unsigned call, uint64_t site)
 	}
 	errno = e;
 	return rc;
+}
+
+int hs_fd_close(int fd, unsigned call, uint64_t site)
+{
+	return close_record(fd, call, site);
+}
+
+/*
+ * close: the interceptor and close_record in one frame, as open64 above
+ * (the other interceptor outside fd_hooks.c).  libunwind's validation
+ * pipe (VALIDATE_FD) closes nothing; faults.c and chaos.c: --fail close,
+ * --chaos (an injected failure still closes).
+ */
+HS_EXPORT int close(int fd)
+{
+	if (HS_UNLIKELY(fd == VALIDATE_FD))
+		return 0; /* libunwind closing the pipe it never had (fd_hooks.c, VALIDATE_FD) */
+	HS_FAULT_CLOSE(fd, hs_fd_close(fd, HS_FDC_CLOSE, HS_FD_SITE()));
+	return close_record(fd, HS_FDC_CLOSE, HS_FD_SITE());
 }
 
 /*

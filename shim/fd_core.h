@@ -26,6 +26,8 @@
 #define HEISEN_FD_CORE_H
 
 #include <dirent.h>
+#include <fcntl.h>
+#include <stdarg.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <sys/socket.h>
@@ -50,6 +52,24 @@
 #define HS_FD_SITE()                                                                    \
 	(hs_tls.fd_call_cfa = (uint64_t)(uintptr_t)__builtin_frame_address(0) + 16,      \
 	 (uint64_t)(uintptr_t)__builtin_extract_return_addr(__builtin_return_address(0)))
+
+/* The mode argument of open/openat: there only with O_CREAT or O_TMPFILE.
+ * In the variadic hook itself (it reads the hook's va_list). */
+#define OPEN_MODE(flags)                                                                   \
+	({                                                                                 \
+		mode_t m_ = 0;                                                             \
+		if (((flags) & O_CREAT) || ((flags) & O_TMPFILE) == O_TMPFILE) {           \
+			va_list ap_;                                                       \
+			va_start(ap_, flags);                                              \
+			m_ = (mode_t)va_arg(ap_, unsigned int);                            \
+			va_end(ap_);                                                       \
+		}                                                                          \
+		m_;                                                                        \
+	})
+
+/* The number libunwind's validation pipe gets from heisen (fd_hooks.c, the
+ * pipe2 hook, says why): no descriptor can have it, and its close is a no-op. */
+#define VALIDATE_FD (-0x4853)
 
 /* fd tracking on (HEISEN_FDS, default on)?  The first hook call starts it
  * (hs_fds_init) when the constructor has not yet. */
@@ -100,11 +120,8 @@ static inline int hs_fd_on(void)
 
 /* ---- creations: each returns its first argument ------------------------------ */
 
-/* open64(path, flags, mode), the real call made here, then recorded as
- * hs_fd_opened: the hottest creation in one frame with its record, the
- * real function from hs_fd_hot's line.  mode: the hook's (0 without
- * O_CREAT or O_TMPFILE).  Returns open64's result, errno open64's. */
-int hs_fd_open64(const char *path, int flags, unsigned mode, uint64_t site);
+/* open64 itself, the hottest creation, is defined in fd_core.c: the hook,
+ * the real call (from hs_fd_hot's line) and its record in one frame. */
 /* open, openat, creat and their 64 and _FORTIFY variants returned fd: a
  * file (a directory with O_DIRECTORY), path relative to dirfd (AT_FDCWD),
  * close-on-exec from flags. */
