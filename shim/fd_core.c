@@ -52,6 +52,7 @@
 #include <arpa/inet.h>
 #include <cpuid.h>
 #include <dirent.h>
+#include <dlfcn.h>
 #include <elf.h>
 #include <link.h>
 #include <errno.h>
@@ -1710,6 +1711,44 @@ int hs_fd_opened(int fd, int dirfd, const char *path, int flags, unsigned call, 
 }
 
 /*
+ * The system calls of glibc's own open64 and close, made in the hook's
+ * frame (hs_fd_hot.raw_calls).  With one thread in the process glibc's
+ * open64 and close are each one system call and nothing else — openat(AT_FDCWD,
+ * path, flags, mode) and close(fd), no cancellation point, errno set from
+ * the kernel's negative result (glibc 2.36's __libc_open64 and __close:
+ * SYSCALL_CANCEL skips the cancellation when SINGLE_THREAD_P) — so making
+ * that call here is the same call; what it saves is a frame between the
+ * system call and the program: right after a system call returns here, each
+ * return above it costs ~20 ns (bench/README.md "The open/close pair: a
+ * close folded into its creation's event"; a plain program with one wrapper
+ * function around its open pays the same), and libc's wrapper was one more.
+ * Only when the real functions heisen resolved are libc's own (no other
+ * interposer after heisen, hs_fds_init); with threads, libc's (its
+ * cancellation).  x86-64 only.
+ */
+static inline long fd_sys(long nr, long a, long b, long c, long d)
+{
+#if defined(__x86_64__)
+	long r;
+	register long r10 __asm__("r10") = d;
+	__asm__ volatile("syscall" : "=a"(r) : "0"(nr), "D"(a), "S"(b), "d"(c), "r"(r10) : "rcx", "r11", "memory");
+	return r;
+#else
+	return syscall(nr, a, b, c, d);
+#endif
+}
+
+/* A raw system call's result as libc returns it: -1 with *ep the error. */
+static inline int sys_result(long r, int *ep)
+{
+	if (HS_UNLIKELY((unsigned long)r > -4096ul)) {
+		*ep = (int)-r;
+		return -1;
+	}
+	return (int)r;
+}
+
+/*
  * open64, the open that programs built with large-file support (CPython,
  * most distributions' binaries) call: the interceptor, the real call and
  * its record in one frame, the real function from the line the record reads
@@ -1726,8 +1765,13 @@ HS_EXPORT int open64(const char *path, int flags, ...)
 	uint64_t site = HS_FD_SITE();
 	mode_t mode = OPEN_MODE(flags);
 	/* acquire: real_open64 was set before mode turned ON (hs_fds_init) */
-	if (HS_LIKELY(__atomic_load_n(&hs_fd_hot.mode, __ATOMIC_ACQUIRE) == HS_FD_MODE_ON))
-		return opened_on(hs_fd_hot.real_open64(path, flags, mode), AT_FDCWD, path, flags, HS_FDC_OPEN, site);
+	if (HS_LIKELY(__atomic_load_n(&hs_fd_hot.mode, __ATOMIC_ACQUIRE) == HS_FD_MODE_ON)) {
+		/* glibc's open64 with one thread: openat(AT_FDCWD, ...), no cancellation point (raw_calls) */
+		fd = HS_LIKELY(hs_fd_hot.raw_calls) && one_thread()
+			     ? sys_result(fd_sys(SYS_openat, AT_FDCWD, (long)(uintptr_t)path, flags, mode), fd_errno(&hs_tls))
+			     : hs_fd_hot.real_open64(path, flags, mode);
+		return opened_on(fd, AT_FDCWD, path, flags, HS_FDC_OPEN, site);
+	}
 	fd = HS_REAL(open64)(path, flags, mode);
 	return opened(fd, AT_FDCWD, path, flags, HS_FDC_OPEN, site);
 }
@@ -2160,8 +2204,9 @@ static inline __attribute__((always_inline)) int close_record(int fd, unsigned c
 								    : HS_FD_RULE_DIRFD);
 	hs_leave(t);
 	*ep = e;
-	/* mode is ON (hs_fd_on above, acquire): real_close is set */
-	rc = hs_fd_hot.real_close(fd);
+	/* mode is ON (hs_fd_on above, acquire): real_close and raw_calls are set */
+	rc = HS_LIKELY(hs_fd_hot.raw_calls) && one_thread() ? sys_result(fd_sys(SYS_close, fd, 0, 0, 0), ep)
+							    : hs_fd_hot.real_close(fd);
 	if (HS_LIKELY(rc == 0 && p.state == HS_FDS_OPEN)) {
 		/* it closed what the table said was open: only the sweep detector's
 		 * note (this thread's own state) changes */
@@ -2538,9 +2583,20 @@ void hs_fds_after_fork_child(void)
 	scan_inherited();
 }
 
+/* f is libc's own (libc.so.6's), not another interposer's: fd_sys. */
+static int libc_own(void *f)
+{
+	Dl_info i;
+	const char *b;
+	if (!f || !dladdr(f, &i) || !i.dli_fname)
+		return 0;
+	b = strrchr(i.dli_fname, '/');
+	return strcmp(b ? b + 1 : i.dli_fname, "libc.so.6") == 0;
+}
+
 HS_HIDDEN void hs_fds_init(void)
 {
-	int expect = HS_FD_MODE_UNKNOWN;
+	uint8_t expect = HS_FD_MODE_UNKNOWN;
 	struct hs_tls *t = &hs_tls;
 	int was = t->in_hook;
 	if (!__atomic_load_n(&hs_recording, __ATOMIC_ACQUIRE))
@@ -2558,6 +2614,9 @@ HS_HIDDEN void hs_fds_init(void)
 	hs_fd_hot.tsc_ok = (uint8_t)tsc_invariant();
 	hs_fd_hot.real_open64 = HS_REAL(open64);
 	hs_fd_hot.real_close = HS_REAL(close);
+#if defined(__x86_64__)
+	hs_fd_hot.raw_calls = (uint8_t)(libc_own((void *)hs_fd_hot.real_open64) && libc_own((void *)hs_fd_hot.real_close));
+#endif
 	t->fd_last = -1;
 	mark_header();
 	scan_inherited();

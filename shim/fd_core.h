@@ -86,7 +86,9 @@ enum { HS_FD_MODE_UNKNOWN = 0, HS_FD_MODE_INIT = 1, HS_FD_MODE_OFF = 2, HS_FD_MO
  * segment's base and four scattered globals were one line each.
  */
 struct hs_fd_hot {
-	int mode;                  /* [atomic] HS_FD_MODE_* */
+	uint8_t mode;              /* [atomic] HS_FD_MODE_* */
+	uint8_t raw_calls;         /* open64's and close's system calls made in the hook with one thread
+				      (fd_core.c fd_sys): the real ones are libc's own */
 	uint8_t full_stacks;       /* HEISEN_FD_STACKS=full */
 	uint8_t tsc_ok;            /* an invariant TSC (fd_core.c fd_clock) */
 	uint16_t committed_lo;     /* [atomic] the numbers below it have their slots' store (a prefix of
@@ -108,7 +110,7 @@ extern HS_HIDDEN struct hs_fd_hot hs_fd_hot;
 
 static inline int hs_fd_on(void)
 {
-	int m = __atomic_load_n(&hs_fd_hot.mode, __ATOMIC_ACQUIRE);
+	unsigned m = __atomic_load_n(&hs_fd_hot.mode, __ATOMIC_ACQUIRE);
 	if (HS_LIKELY(m >= HS_FD_MODE_OFF))
 		return m == HS_FD_MODE_ON;
 	if (m == HS_FD_MODE_UNKNOWN && !hs_tls.in_hook) {
