@@ -215,7 +215,7 @@ static __attribute__((noinline, cold)) int claim_spin(struct hs_fd *s, uint32_t 
  * first try is inline: a slot is almost never contended. */
 static inline int claim_one(struct hs_fd *s, uint32_t *q, int one)
 {
-	if (one) {
+	if (HS_LIKELY(one)) {
 		uint32_t v = __atomic_load_n(&s->seq, __ATOMIC_RELAXED);
 		if (HS_LIKELY(!(v & 1))) {
 			/* as hs_seq_write_try, without the compare-and-swap: no other writer */
@@ -308,7 +308,7 @@ static inline struct hs_fd_event *event_begin_in(struct hs_fd_hot *h, int one, u
 		return NULL;
 	head = &h->hdr->fd_event_head;
 	/* relaxed: the position only has to be unique; the entry's seq publishes it */
-	if (one) {
+	if (HS_LIKELY(one)) {
 		*pos = __atomic_load_n(head, __ATOMIC_RELAXED);
 		__atomic_store_n(head, *pos + 1, __ATOMIC_RELAXED);
 	} else {
@@ -820,12 +820,12 @@ static inline uint32_t fd_stack_fast(const struct hs_tls *t, const char *area, u
 {
 	const struct fd_fast *f = (const struct fd_fast *)(const void *)(area + HS_AREA_FDS3);
 	unsigned k = f->site[0] == site ? 0 : 1;
-	if (f->site[k] != site || f->cfa != cfa || f->seg_gen != t->seg_gen ||
-	    f->gen != __atomic_load_n(&hs_pcoff_gen, __ATOMIC_ACQUIRE) || !hs_chain_top || hs_py_frames_maybe() ||
-	    *(const uint64_t *)(uintptr_t)(cfa - 8) != site)
+	if (HS_UNLIKELY(f->site[k] != site || f->cfa != cfa || f->seg_gen != t->seg_gen ||
+			f->gen != __atomic_load_n(&hs_pcoff_gen, __ATOMIC_ACQUIRE) || !hs_chain_top ||
+			hs_py_frames_maybe() || *(const uint64_t *)(uintptr_t)(cfa - 8) != site))
 		return 0;
 	for (unsigned i = 0; i < f->n; i++)
-		if (*(const uint64_t *)(uintptr_t)(f->f[i].sp - 8) != f->f[i].pc)
+		if (HS_UNLIKELY(*(const uint64_t *)(uintptr_t)(f->f[i].sp - 8) != f->f[i].pc))
 			return 0;
 	return f->id[k];
 }
@@ -908,7 +908,7 @@ static __attribute__((noinline)) uint32_t fd_stack_read(struct hs_tls *t, uint64
 static inline __attribute__((always_inline)) uint32_t fd_stack(struct hs_tls *t, uint64_t site)
 {
 	uint32_t id;
-	if (HS_LIKELY(!full_stacks && t->area) && (id = fd_stack_fast(t, t->area, site, t->fd_call_cfa)) != 0)
+	if (HS_LIKELY(!full_stacks && t->area && (id = fd_stack_fast(t, t->area, site, t->fd_call_cfa)) != 0))
 		return id;
 	return fd_stack_read(t, site);
 }
@@ -916,7 +916,7 @@ static inline __attribute__((always_inline)) uint32_t fd_stack(struct hs_tls *t,
 static inline void count_one(uint64_t *c, int one)
 {
 	/* relaxed: counters, ordered with nothing else */
-	if (one)
+	if (HS_LIKELY(one))
 		__atomic_store_n(c, __atomic_load_n(c, __ATOMIC_RELAXED) + 1, __ATOMIC_RELAXED);
 	else
 		__atomic_add_fetch(c, 1, __ATOMIC_RELAXED);
@@ -1181,13 +1181,13 @@ static inline __attribute__((always_inline)) void closing(struct hs_tls *t, int 
 	p->owner = s->owner;
 	p->tid = s->tid;
 	p->stack = s->stack;
-	if (s->state == HS_FDS_OPEN) {
+	if (HS_LIKELY(s->state == HS_FDS_OPEN)) {
 		s->state = HS_FDS_CLOSED;
 		s->close_call = (uint8_t)call;
 		s->close_tid = t->tid;
 		s->close_stack = stack;
 		s->close_ns = now;
-		if (fold_close(x, s, t->tid, stack, now, call)) {
+		if (HS_LIKELY(fold_close(x, s, t->tid, stack, now, call))) {
 			/* folded into its creation's event: no entry of its own */
 		} else if ((e = event_begin_in(x, one, &pos)) != NULL) {
 			/* in place in the ring; a close carries no path */
@@ -1211,7 +1211,7 @@ static inline __attribute__((always_inline)) void closing(struct hs_tls *t, int 
 		}
 	}
 	release(s, q);
-	if (p->state == HS_FDS_OPEN) {
+	if (HS_LIKELY(p->state == HS_FDS_OPEN)) {
 		count_one(&x->hdr->fd_closed, one);
 		rec_closed(t, now, stack, fd, p->gen, call);
 	}
@@ -1767,7 +1767,7 @@ HS_EXPORT int open64(const char *path, int flags, ...)
 	/* acquire: real_open64 was set before mode turned ON (hs_fds_init) */
 	if (HS_LIKELY(__atomic_load_n(&hs_fd_hot.mode, __ATOMIC_ACQUIRE) == HS_FD_MODE_ON)) {
 		/* glibc's open64 with one thread: openat(AT_FDCWD, ...), no cancellation point (raw_calls) */
-		fd = HS_LIKELY(hs_fd_hot.raw_calls) && one_thread()
+		fd = HS_LIKELY(hs_fd_hot.raw_calls && one_thread())
 			     ? sys_result(fd_sys(SYS_openat, AT_FDCWD, (long)(uintptr_t)path, flags, mode), fd_errno(&hs_tls))
 			     : hs_fd_hot.real_open64(path, flags, mode);
 		return opened_on(fd, AT_FDCWD, path, flags, HS_FDC_OPEN, site);
@@ -2205,7 +2205,7 @@ static inline __attribute__((always_inline)) int close_record(int fd, unsigned c
 	hs_leave(t);
 	*ep = e;
 	/* mode is ON (hs_fd_on above, acquire): real_close and raw_calls are set */
-	rc = HS_LIKELY(hs_fd_hot.raw_calls) && one_thread() ? sys_result(fd_sys(SYS_close, fd, 0, 0, 0), ep)
+	rc = HS_LIKELY(hs_fd_hot.raw_calls && one_thread()) ? sys_result(fd_sys(SYS_close, fd, 0, 0, 0), ep)
 							    : hs_fd_hot.real_close(fd);
 	if (HS_LIKELY(rc == 0 && p.state == HS_FDS_OPEN)) {
 		/* it closed what the table said was open: only the sweep detector's
