@@ -820,14 +820,17 @@ static inline uint32_t fd_stack_fast(const struct hs_tls *t, const char *area, u
 {
 	const struct fd_fast *f = (const struct fd_fast *)(const void *)(area + HS_AREA_FDS3);
 	unsigned k = f->site[0] == site ? 0 : 1;
-	if (HS_UNLIKELY(f->site[k] != site || f->cfa != cfa || f->seg_gen != t->seg_gen ||
+	uint32_t id = f->id[k]; /* read first: the path after the frames' loop falls through to its return */
+	if (HS_UNLIKELY(!id || f->site[k] != site || f->cfa != cfa || f->seg_gen != t->seg_gen ||
 			f->gen != __atomic_load_n(&hs_pcoff_gen, __ATOMIC_ACQUIRE) || !hs_chain_top ||
 			hs_py_frames_maybe() || *(const uint64_t *)(uintptr_t)(cfa - 8) != site))
 		return 0;
+	/* every return-address slot above as it was, the differences or-ed
+	 * together: one test, no branch per frame */
+	uint64_t diff = 0;
 	for (unsigned i = 0; i < f->n; i++)
-		if (HS_UNLIKELY(*(const uint64_t *)(uintptr_t)(f->f[i].sp - 8) != f->f[i].pc))
-			return 0;
-	return f->id[k];
+		diff |= *(const uint64_t *)(uintptr_t)(f->f[i].sp - 8) ^ f->f[i].pc;
+	return HS_LIKELY(diff == 0) ? id : 0;
 }
 
 /* Keep chain ch (read for site, given stack id) in the thread's fd_fast:
@@ -2197,7 +2200,8 @@ static inline __attribute__((always_inline)) int close_record(int fd, unsigned c
 	stack = fd_stack(t, site);
 	now = fd_clock(t);
 	closing(t, fd, call, stack, now, &p);
-	if (HS_UNLIKELY(call == HS_FDC_CLOSE && p.state == HS_FDS_OPEN && (p.flags & HS_FDF_OWNERS)))
+	/* the flags first: the common path falls through after one test */
+	if (HS_UNLIKELY(p.flags & HS_FDF_OWNERS) && call == HS_FDC_CLOSE && p.state == HS_FDS_OPEN)
 		owned_by_tag_closed(t, fd, &p, stack,
 				    (p.flags & HS_FDF_OWNER_TAG)    ? HS_FD_RULE_OWNER
 				    : (p.flags & HS_FDF_OWNER_FILE) ? HS_FD_RULE_FILENO
