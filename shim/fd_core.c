@@ -43,7 +43,8 @@
  *
  * The annotation API's fd calls (heisen_fd_set_owner, heisen_fd_close_owned)
  * are the core's own front end and live here; the interposed functions are
- * all in fd_hooks.c.
+ * in fd_hooks.c, but for open64 and close, the hottest, defined here in
+ * one frame with their records (see open64).
  */
 /* As in fd_hooks.c: the libc declarations the interface names (FILE, DIR,
  * struct msghdr) seen the same way on both sides. */

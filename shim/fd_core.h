@@ -1,7 +1,8 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * shim/fd_core.h — the fd tracker's interface between its interceptors
- * (fd_hooks.c: thin, each calls the real function and one entry here) and
+ * (fd_hooks.c: thin, each calls the real function and one entry here;
+ * open64 and close, the hottest, are defined in fd_core.c itself) and
  * its core (fd_core.c: the fd table and its generations, the event ring,
  * findings and their history, the inherited-fd scan, the exit check), as
  * ThreadSanitizer's fd tracker is split from its interceptors and Scudo's
