@@ -1126,8 +1126,8 @@ static inline __attribute__((always_inline)) void rec_closed(struct hs_tls *t, u
 /*
  * The close of slot s's open generation folded into that generation's
  * creation event (format.h hs_fd_event.close_dt), when the creation is
- * still the number's newest event in the ring, with the generation's flags,
- * owner and kind as the slot has them now, at most HS_FD_FOLD_MAX_NS
+ * still the number's newest event in the ring, with the generation's flags
+ * and owner as the slot has them now, at most HS_FD_FOLD_MAX_NS
  * before now (a loop's open and close; a clock reading of another thread
  * behind the creation's is not folded): then 1, and the close writes no
  * ring entry of its own — no header line, no cold entry — only the first
