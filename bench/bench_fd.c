@@ -7,6 +7,15 @@
  * compare.  Prints one line per case, "name ns_per_pair".  Results:
  * bench/README.md.
  *
+ * A single-threaded case's figure is the thread's CPU time per pair
+ * (CLOCK_THREAD_CPUTIME_ID: user and system time, the system calls
+ * included): what the loop costs the thread, not the time it waited for a
+ * CPU, which on a loaded machine moved the wall-clock mean of one run by
+ * up to 15% — native's open_close by 300 ns between runs, twice heisen's
+ * cost (bench/README.md "The open/close pair: a close folded into its
+ * creation's event; what bench_fd measures").  NAME_wall is that mean by
+ * the wall clock, the earlier figure, kept for comparison.
+ *
  * Cases (each timed after an untimed warm-up of N/10, so the first call's
  * stack capture at each call site is not counted):
  *   open_close    open("/dev/null", O_RDONLY | O_CLOEXEC) + close
@@ -27,11 +36,16 @@
 
 #define THREADS 4
 
-static double now_s(void)
+static double clock_s(clockid_t id)
 {
 	struct timespec ts;
-	clock_gettime(CLOCK_MONOTONIC, &ts);
+	clock_gettime(id, &ts);
 	return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+static double now_s(void)
+{
+	return clock_s(CLOCK_MONOTONIC);
 }
 
 static void fail(const char *what)
@@ -67,13 +81,19 @@ __attribute__((noinline)) static void pipe_close(long n)
 	}
 }
 
-static double timed(void (*fn)(long), long n)
+/* Run fn(n) after an untimed warm-up; print "name CPU-ns-per-pair" and
+ * "name_wall wall-ns-per-pair". */
+static void timed(const char *name, void (*fn)(long), long n)
 {
-	double t0;
+	double t0, c0, t1, c1;
 	fn(n / 10 > 0 ? n / 10 : 1);
 	t0 = now_s();
+	c0 = clock_s(CLOCK_THREAD_CPUTIME_ID);
 	fn(n);
-	return (now_s() - t0) * 1e9 / (double)n;
+	c1 = clock_s(CLOCK_THREAD_CPUTIME_ID);
+	t1 = now_s();
+	printf("%s %.1f\n", name, (c1 - c0) * 1e9 / (double)n);
+	printf("%s_wall %.1f\n", name, (t1 - t0) * 1e9 / (double)n);
 }
 
 static pthread_barrier_t start;
@@ -93,9 +113,9 @@ int main(int argc, char **argv)
 	pthread_t t[THREADS];
 	double t0;
 
-	printf("open_close %.1f\n", timed(open_close, n));
-	printf("socket_close %.1f\n", timed(socket_close, n));
-	printf("pipe_close %.1f\n", timed(pipe_close, n / 2));
+	timed("open_close", open_close, n);
+	timed("socket_close", socket_close, n);
+	timed("pipe_close", pipe_close, n / 2);
 	per_thread = n / THREADS;
 	pthread_barrier_init(&start, NULL, THREADS + 1);
 	for (int i = 0; i < THREADS; i++)

@@ -11,6 +11,12 @@
  *                              the 10th percentile and the median ns per
  *                              pair (the 10th percentile: the batches no
  *                              other process interrupted)
+ *   fd_pair wrapped [BATCHES]  the same, each open and close called
+ *                              through one function of this program's
+ *                              (noinline): what one more return between
+ *                              a system call and the loop costs natively
+ *                              (bench/README.md "The open/close pair: a
+ *                              close folded into its creation's event")
  *   fd_pair count N [PATH]     N pairs and nothing else, for callgrind:
  *                              instructions per pair = (Ir(N2) - Ir(N1)) /
  *                              (N2 - N1)
@@ -25,6 +31,20 @@
 #include <time.h>
 #include <unistd.h>
 
+__attribute__((noinline)) static int wrapped_open(const char *path, int flags)
+{
+	int fd = open(path, flags);
+	__asm__ volatile("" ::: "memory"); /* a real frame: no tail call */
+	return fd;
+}
+
+__attribute__((noinline)) static int wrapped_close(int fd)
+{
+	int rc = close(fd);
+	__asm__ volatile("" ::: "memory");
+	return rc;
+}
+
 static int cmp(const void *a, const void *b)
 {
 	double x = *(const double *)a, y = *(const double *)b;
@@ -37,6 +57,7 @@ int main(int argc, char **argv)
 	const char *path = "/dev/null";
 	double *v;
 	long n;
+	int wrap;
 
 	if (argc >= 3 && strcmp(argv[1], "count") == 0) {
 		n = atol(argv[2]);
@@ -46,10 +67,11 @@ int main(int argc, char **argv)
 			close(open(path, O_RDONLY | O_CLOEXEC));
 		return 0;
 	}
-	if (argc < 2 || strcmp(argv[1], "time") != 0) {
-		fprintf(stderr, "usage: fd_pair time [BATCHES] | fd_pair count N [PATH]\n");
+	if (argc < 2 || (strcmp(argv[1], "time") != 0 && strcmp(argv[1], "wrapped") != 0)) {
+		fprintf(stderr, "usage: fd_pair time|wrapped [BATCHES] | fd_pair count N [PATH]\n");
 		return 2;
 	}
+	wrap = strcmp(argv[1], "wrapped") == 0;
 	n = argc >= 3 ? atol(argv[2]) : 150;
 	if (n < 1 || !(v = malloc(sizeof *v * (size_t)n)))
 		return 2;
@@ -57,8 +79,12 @@ int main(int argc, char **argv)
 		close(open(path, O_RDONLY | O_CLOEXEC));
 	for (long k = 0; k < n; k++) {
 		clock_gettime(CLOCK_MONOTONIC, &t0);
-		for (int i = 0; i < 1000; i++)
-			close(open(path, O_RDONLY | O_CLOEXEC));
+		if (wrap)
+			for (int i = 0; i < 1000; i++)
+				wrapped_close(wrapped_open(path, O_RDONLY | O_CLOEXEC));
+		else
+			for (int i = 0; i < 1000; i++)
+				close(open(path, O_RDONLY | O_CLOEXEC));
 		clock_gettime(CLOCK_MONOTONIC, &t1);
 		v[k] = ((double)(t1.tv_sec - t0.tv_sec) * 1e9 + (double)(t1.tv_nsec - t0.tv_nsec)) / 1000.0;
 	}

@@ -43,7 +43,8 @@
  *
  * The annotation API's fd calls (heisen_fd_set_owner, heisen_fd_close_owned)
  * are the core's own front end and live here; the interposed functions are
- * all in fd_hooks.c.
+ * in fd_hooks.c, but for open64 and close, the hottest, defined here in
+ * one frame with their records (see open64).
  */
 /* As in fd_hooks.c: the libc declarations the interface names (FILE, DIR,
  * struct msghdr) seen the same way on both sides. */
@@ -52,6 +53,7 @@
 #include <arpa/inet.h>
 #include <cpuid.h>
 #include <dirent.h>
+#include <dlfcn.h>
 #include <elf.h>
 #include <link.h>
 #include <errno.h>
@@ -73,10 +75,11 @@
 #include "heisen/heisen.h"
 #include "hooks.h"
 #include "fd_core.h"
+#include "inject.h" /* open64 and close: fault injection and chaos */
 #include "shim.h"
 
 #define CLAIM_SPINS 100000u     /* pauses before a slot update is given up (fd_torn) */
-#define CHAIN_MAX 32            /* events of one number looked at, newest first */
+#define CHAIN_MAX 30            /* events of one number looked at, newest first (2 x 30 of 152 bytes: fd_scratch) */
 
 #define full_stacks hs_fd_hot.full_stacks
 
@@ -213,7 +216,7 @@ static __attribute__((noinline, cold)) int claim_spin(struct hs_fd *s, uint32_t 
  * first try is inline: a slot is almost never contended. */
 static inline int claim_one(struct hs_fd *s, uint32_t *q, int one)
 {
-	if (one) {
+	if (HS_LIKELY(one)) {
 		uint32_t v = __atomic_load_n(&s->seq, __ATOMIC_RELAXED);
 		if (HS_LIKELY(!(v & 1))) {
 			/* as hs_seq_write_try, without the compare-and-swap: no other writer */
@@ -259,6 +262,12 @@ static void event_copy(struct hs_fd_event *d, const struct hs_fd_event *e)
 	d->kind = e->kind;
 	d->err = e->err;
 	d->flags = e->flags;
+	/* a folded close (format.h hs_fd_event.close_dt): event_get loads
+	 * close_dt first; relaxed here, where a fold may land in the ring */
+	d->close_dt = __atomic_load_n(&e->close_dt, __ATOMIC_RELAXED);
+	d->close_tid = e->close_tid;
+	d->close_stack = e->close_stack;
+	d->close_call = e->close_call;
 	/* only a creation has a path: the others' is empty (event_init) */
 	if (e->op == HS_FDE_CREATE)
 		memcpy(d->path, e->path, sizeof d->path);
@@ -300,7 +309,7 @@ static inline struct hs_fd_event *event_begin_in(struct hs_fd_hot *h, int one, u
 		return NULL;
 	head = &h->hdr->fd_event_head;
 	/* relaxed: the position only has to be unique; the entry's seq publishes it */
-	if (one) {
+	if (HS_LIKELY(one)) {
 		*pos = __atomic_load_n(head, __ATOMIC_RELAXED);
 		__atomic_store_n(head, *pos + 1, __ATOMIC_RELAXED);
 	} else {
@@ -355,25 +364,66 @@ static int event_get(uint64_t at, struct hs_fd_event *out)
 	struct hs_fd_event *d;
 	if (at == 0 || hs_seg.hdr->tables[HS_T_FD_EVENTS].capacity == 0)
 		return -1;
+	uint32_t dt;
 	d = ring_entry(at - 1);
 	if (__atomic_load_n(&d->seq, __ATOMIC_ACQUIRE) != at)
 		return -1;
+	/* acquire: a folded close's fields (stored before close_dt) come with it */
+	dt = __atomic_load_n(&d->close_dt, __ATOMIC_ACQUIRE);
 	event_copy(out, d);
+	out->close_dt = dt; /* 0: read as the plain creation, whatever came after */
 	/* the copy happens before the second look at seq */
 	__atomic_thread_fence(__ATOMIC_ACQUIRE);
 	return __atomic_load_n(&d->seq, __ATOMIC_RELAXED) == at ? 0 : -1;
 }
 
+/* A folded creation read from the ring (event_get) as its plain creation. */
+static void unfold(struct hs_fd_event *e)
+{
+	e->close_dt = 0;
+	e->close_tid = 0;
+	e->close_stack = 0;
+	e->close_call = 0;
+}
+
+/* A folded creation read from the ring as the close folded into it: the
+ * HS_FDE_CLOSE event the close would have written (format.h hs_fd_event). */
+static void folded_close(struct hs_fd_event *e)
+{
+	e->ts_ns += (uint64_t)e->close_dt - 1;
+	e->tid = e->close_tid;
+	e->stack = e->close_stack;
+	e->op = HS_FDE_CLOSE;
+	e->call = e->close_call;
+	e->err = 0;
+	e->path[0] = '\0';
+	unfold(e);
+}
+
 /*
  * The events of number fd still in the ring, newest first, from position
- * + 1 `at`: at most max of them into out.  Returns how many.
+ * + 1 `at`: at most max of them into out, a creation with a close folded
+ * into it (fold_close) as the two events.  Returns how many.
  */
 static unsigned chain(int fd, uint64_t at, struct hs_fd_event *out, unsigned max)
 {
 	unsigned n = 0;
 	while (at && n < max && event_get(at, &out[n]) == 0 && out[n].fd == fd) {
 		uint64_t prev = out[n].prev;
-		n++;
+		if (out[n].close_dt && out[n].op == HS_FDE_CREATE) {
+			/* a folded close (format.h): the close, then its creation when it fits */
+			if (n + 1 < max) {
+				out[n + 1] = out[n];
+				unfold(&out[n + 1]);
+				folded_close(&out[n]);
+				n += 2;
+			} else {
+				folded_close(&out[n]);
+				n++;
+			}
+		} else {
+			n++;
+		}
 		if (prev >= at)
 			break; /* a chain only goes back in time */
 		at = prev;
@@ -660,7 +710,7 @@ static inline unsigned fd_chain_for(char *area, uint64_t site, struct hs_chain *
 
 /*
  * A finding's event buffers (a number's last CHAIN_MAX events and the story
- * told from them: 2 x 32 x 136 bytes), in the thread's area rather than on
+ * told from them: 2 x 30 x 152 bytes), in the thread's area rather than on
  * the hook's stack, where a failed close() in a PTHREAD_STACK_MIN thread
  * would overflow it.  Hooks do not nest (in_hook), so one per thread.
  * NULL when the thread has no area: the finding is not made.
@@ -771,14 +821,17 @@ static inline uint32_t fd_stack_fast(const struct hs_tls *t, const char *area, u
 {
 	const struct fd_fast *f = (const struct fd_fast *)(const void *)(area + HS_AREA_FDS3);
 	unsigned k = f->site[0] == site ? 0 : 1;
-	if (f->site[k] != site || f->cfa != cfa || f->seg_gen != t->seg_gen ||
-	    f->gen != __atomic_load_n(&hs_pcoff_gen, __ATOMIC_ACQUIRE) || !hs_chain_top || hs_py_frames_maybe() ||
-	    *(const uint64_t *)(uintptr_t)(cfa - 8) != site)
+	uint32_t id = f->id[k]; /* read first: the path after the frames' loop falls through to its return */
+	if (HS_UNLIKELY(!id || f->site[k] != site || f->cfa != cfa || f->seg_gen != t->seg_gen ||
+			f->gen != __atomic_load_n(&hs_pcoff_gen, __ATOMIC_ACQUIRE) || !hs_chain_top ||
+			hs_py_frames_maybe() || *(const uint64_t *)(uintptr_t)(cfa - 8) != site))
 		return 0;
+	/* every return-address slot above as it was, the differences or-ed
+	 * together: one test, no branch per frame */
+	uint64_t diff = 0;
 	for (unsigned i = 0; i < f->n; i++)
-		if (*(const uint64_t *)(uintptr_t)(f->f[i].sp - 8) != f->f[i].pc)
-			return 0;
-	return f->id[k];
+		diff |= *(const uint64_t *)(uintptr_t)(f->f[i].sp - 8) ^ f->f[i].pc;
+	return HS_LIKELY(diff == 0) ? id : 0;
 }
 
 /* Keep chain ch (read for site, given stack id) in the thread's fd_fast:
@@ -859,7 +912,7 @@ static __attribute__((noinline)) uint32_t fd_stack_read(struct hs_tls *t, uint64
 static inline __attribute__((always_inline)) uint32_t fd_stack(struct hs_tls *t, uint64_t site)
 {
 	uint32_t id;
-	if (HS_LIKELY(!full_stacks && t->area) && (id = fd_stack_fast(t, t->area, site, t->fd_call_cfa)) != 0)
+	if (HS_LIKELY(!full_stacks && t->area && (id = fd_stack_fast(t, t->area, site, t->fd_call_cfa)) != 0))
 		return id;
 	return fd_stack_read(t, site);
 }
@@ -867,7 +920,7 @@ static inline __attribute__((always_inline)) uint32_t fd_stack(struct hs_tls *t,
 static inline void count_one(uint64_t *c, int one)
 {
 	/* relaxed: counters, ordered with nothing else */
-	if (one)
+	if (HS_LIKELY(one))
 		__atomic_store_n(c, __atomic_load_n(c, __ATOMIC_RELAXED) + 1, __ATOMIC_RELAXED);
 	else
 		__atomic_add_fetch(c, 1, __ATOMIC_RELAXED);
@@ -890,6 +943,10 @@ static void event_init(struct hs_fd_event *e, struct hs_tls *t, int fd, uint32_t
 	e->err = 0;
 	e->flags = 0;
 	e->path[0] = '\0';
+	e->close_dt = 0;
+	e->close_tid = 0;
+	e->close_stack = 0;
+	e->close_call = 0;
 	e->ts_ns = now;
 	e->fd = fd;
 	e->gen = gen;
@@ -1020,6 +1077,10 @@ static inline __attribute__((always_inline)) void created(struct hs_tls *t, int 
 			e->kind = b->kind;
 			e->err = 0;
 			e->flags = b->flags;
+			e->close_dt = 0; /* no close folded yet (fold_close) */
+			e->close_tid = 0;
+			e->close_stack = 0;
+			e->close_call = 0;
 			memcpy(e->path, s->path, sizeof e->path);
 			event_publish(s, e, pos);
 		}
@@ -1063,6 +1124,45 @@ static inline __attribute__((always_inline)) void rec_closed(struct hs_tls *t, u
 }
 
 /*
+ * The close of slot s's open generation folded into that generation's
+ * creation event (format.h hs_fd_event.close_dt), when the creation is
+ * still the number's newest event in the ring, with the generation's flags
+ * and owner as the slot has them now, at most HS_FD_FOLD_MAX_NS
+ * before now (a loop's open and close; a clock reading of another thread
+ * behind the creation's is not folded): then 1, and the close writes no
+ * ring entry of its own — no header line, no cold entry — only the first
+ * line or two of its creation's, which the open wrote.  The caller holds
+ * s's seqlock, so no other writer of this number's chain is at work; an
+ * entry the ring's writers reach again meanwhile (a wrap of all its
+ * entries while this thread is between the check and the stores) may get
+ * the fold's fields, as a slow writer's entry may get a faster one's
+ * payload already (a reader checks seq, not the payload).  0: the caller
+ * writes an HS_FDE_CLOSE event.
+ */
+static inline int fold_close(struct hs_fd_hot *x, const struct hs_fd *s, int32_t tid, uint32_t stack, uint64_t now,
+			     unsigned call)
+{
+	uint64_t at = s->last_event, dt;
+	struct hs_fd_event *d;
+	if (HS_UNLIKELY(!at || !x->ring))
+		return 0;
+	d = &x->ring[(at - 1) & x->ring_mask];
+	/* the entry still holds position at, the number's newest event (so its
+	 * number's, and a creation: this generation's, not folded yet; gen is
+	 * checked all the same) */
+	if (HS_UNLIKELY(__atomic_load_n(&d->seq, __ATOMIC_ACQUIRE) != at || d->op != HS_FDE_CREATE ||
+			d->gen != s->gen || d->flags != s->flags || d->owner != s->owner ||
+			(dt = now - d->ts_ns) > HS_FD_FOLD_MAX_NS))
+		return 0;
+	d->close_tid = tid;
+	d->close_stack = stack;
+	d->close_call = (uint8_t)call;
+	/* release: a reader that sees close_dt (acquire) sees the fields above */
+	__atomic_store_n(&d->close_dt, (uint32_t)(dt + 1), __ATOMIC_RELEASE);
+	return 1;
+}
+
+/*
  * Before fd is closed (or after dup2 replaced it): mark its open generation
  * closed by this call.  *p says what the slot held.  With the guard held.
  */
@@ -1085,13 +1185,15 @@ static inline __attribute__((always_inline)) void closing(struct hs_tls *t, int 
 	p->owner = s->owner;
 	p->tid = s->tid;
 	p->stack = s->stack;
-	if (s->state == HS_FDS_OPEN) {
+	if (HS_LIKELY(s->state == HS_FDS_OPEN)) {
 		s->state = HS_FDS_CLOSED;
 		s->close_call = (uint8_t)call;
 		s->close_tid = t->tid;
 		s->close_stack = stack;
 		s->close_ns = now;
-		if ((e = event_begin_in(x, one, &pos)) != NULL) {
+		if (HS_LIKELY(fold_close(x, s, t->tid, stack, now, call))) {
+			/* folded into its creation's event: no entry of its own */
+		} else if ((e = event_begin_in(x, one, &pos)) != NULL) {
 			/* in place in the ring; a close carries no path */
 			e->ts_ns = now;
 			e->owner = p->owner;
@@ -1104,12 +1206,16 @@ static inline __attribute__((always_inline)) void closing(struct hs_tls *t, int 
 			e->kind = s->kind;
 			e->err = 0;
 			e->flags = p->flags;
+			e->close_dt = 0;
+			e->close_tid = 0;
+			e->close_stack = 0;
+			e->close_call = 0;
 			e->path[0] = '\0';
 			event_publish(s, e, pos);
 		}
 	}
 	release(s, q);
-	if (p->state == HS_FDS_OPEN) {
+	if (HS_LIKELY(p->state == HS_FDS_OPEN)) {
 		count_one(&x->hdr->fd_closed, one);
 		rec_closed(t, now, stack, fd, p->gen, call);
 	}
@@ -1581,10 +1687,11 @@ static inline __attribute__((always_inline)) void note_created(int fd, const str
 	*ep = e;
 }
 
-static inline __attribute__((always_inline)) int opened(int fd, int dirfd, const char *path, int flags, unsigned call,
-							uint64_t site)
+/* opened() once hs_fd_on() said yes. */
+static inline __attribute__((always_inline)) int opened_on(int fd, int dirfd, const char *path, int flags,
+							   unsigned call, uint64_t site)
 {
-	if (fd >= 0 && hs_fd_on()) {
+	if (fd >= 0) {
 		struct birth b = {.kind = (flags & O_DIRECTORY) && (flags & O_TMPFILE) != O_TMPFILE ? HS_FDK_DIR : HS_FDK_FILE,
 				  .call = (uint8_t)call,
 				  .flags = (flags & O_CLOEXEC) ? HS_FDF_CLOEXEC : 0,
@@ -1596,19 +1703,80 @@ static inline __attribute__((always_inline)) int opened(int fd, int dirfd, const
 	return fd;
 }
 
+static inline __attribute__((always_inline)) int opened(int fd, int dirfd, const char *path, int flags, unsigned call,
+							uint64_t site)
+{
+	return fd >= 0 && hs_fd_on() ? opened_on(fd, dirfd, path, flags, call, site) : fd;
+}
+
 int hs_fd_opened(int fd, int dirfd, const char *path, int flags, unsigned call, uint64_t site)
 {
 	return opened(fd, dirfd, path, flags, call, site);
 }
 
-int hs_fd_open64(const char *path, int flags, unsigned mode, uint64_t site)
+/*
+ * The system calls of glibc's own open64 and close, made in the hook's
+ * frame (hs_fd_hot.raw_calls).  With one thread in the process glibc's
+ * open64 and close are each one system call and nothing else — openat(AT_FDCWD,
+ * path, flags, mode) and close(fd), no cancellation point, errno set from
+ * the kernel's negative result (glibc 2.36's __libc_open64 and __close:
+ * SYSCALL_CANCEL skips the cancellation when SINGLE_THREAD_P) — so making
+ * that call here is the same call; what it saves is a frame between the
+ * system call and the program: right after a system call returns here, each
+ * return above it costs ~20 ns (bench/README.md "The open/close pair: a
+ * close folded into its creation's event"; a plain program with one wrapper
+ * function around its open pays the same), and libc's wrapper was one more.
+ * Only when the real functions heisen resolved are libc's own (no other
+ * interposer after heisen, hs_fds_init); with threads, libc's (its
+ * cancellation).  x86-64 only.
+ */
+static inline long fd_sys(long nr, long a, long b, long c, long d)
+{
+#if defined(__x86_64__)
+	long r;
+	register long r10 __asm__("r10") = d;
+	__asm__ volatile("syscall" : "=a"(r) : "0"(nr), "D"(a), "S"(b), "d"(c), "r"(r10) : "rcx", "r11", "memory");
+	return r;
+#else
+	return syscall(nr, a, b, c, d);
+#endif
+}
+
+/* A raw system call's result as libc returns it: -1 with *ep the error. */
+static inline int sys_result(long r, int *ep)
+{
+	if (HS_UNLIKELY((unsigned long)r > -4096ul)) {
+		*ep = (int)-r;
+		return -1;
+	}
+	return (int)r;
+}
+
+/*
+ * open64, the open that programs built with large-file support (CPython,
+ * most distributions' binaries) call: the interceptor, the real call and
+ * its record in one frame, the real function from the line the record reads
+ * anyway (hs_fd_hot) — the only interceptor outside fd_hooks.c besides
+ * close: a hook of its own calling into the core was one more frame, ~20
+ * instructions and two lines of code, cold after each system call
+ * (bench/README.md "The open/close pair: a close folded into its
+ * creation's event").
+ */
+HS_EXPORT int open64(const char *path, int flags, ...)
 {
 	int fd;
+	HS_FAULT_OPEN(); /* faults.c: --fail open */
+	uint64_t site = HS_FD_SITE();
+	mode_t mode = OPEN_MODE(flags);
 	/* acquire: real_open64 was set before mode turned ON (hs_fds_init) */
-	if (HS_LIKELY(__atomic_load_n(&hs_fd_hot.mode, __ATOMIC_ACQUIRE) == HS_FD_MODE_ON))
-		fd = hs_fd_hot.real_open64(path, flags, mode);
-	else
-		fd = HS_REAL(open64)(path, flags, mode);
+	if (HS_LIKELY(__atomic_load_n(&hs_fd_hot.mode, __ATOMIC_ACQUIRE) == HS_FD_MODE_ON)) {
+		/* glibc's open64 with one thread: openat(AT_FDCWD, ...), no cancellation point (raw_calls) */
+		fd = HS_LIKELY(hs_fd_hot.raw_calls && one_thread())
+			     ? sys_result(fd_sys(SYS_openat, AT_FDCWD, (long)(uintptr_t)path, flags, mode), fd_errno(&hs_tls))
+			     : hs_fd_hot.real_open64(path, flags, mode);
+		return opened_on(fd, AT_FDCWD, path, flags, HS_FDC_OPEN, site);
+	}
+	fd = HS_REAL(open64)(path, flags, mode);
 	return opened(fd, AT_FDCWD, path, flags, HS_FDC_OPEN, site);
 }
 
@@ -2010,8 +2178,8 @@ int hs_fd_close_end(struct hs_fd_closing *c, int rc)
  * already be someone else's), look at the result.  close_begin and
  * close_end written out for close() alone: its common case, a number the
  * table says open closed with success, touches only this thread's state
- * after the call. */
-int hs_fd_close(int fd, unsigned call, uint64_t site)
+ * after the call.  In close itself (below) and in hs_fd_close. */
+static inline __attribute__((always_inline)) int close_record(int fd, unsigned call, uint64_t site)
 {
 	struct hs_tls *t;
 	struct hs_fd_pre p;
@@ -2033,15 +2201,17 @@ int hs_fd_close(int fd, unsigned call, uint64_t site)
 	stack = fd_stack(t, site);
 	now = fd_clock(t);
 	closing(t, fd, call, stack, now, &p);
-	if (HS_UNLIKELY(call == HS_FDC_CLOSE && p.state == HS_FDS_OPEN && (p.flags & HS_FDF_OWNERS)))
+	/* the flags first: the common path falls through after one test */
+	if (HS_UNLIKELY(p.flags & HS_FDF_OWNERS) && call == HS_FDC_CLOSE && p.state == HS_FDS_OPEN)
 		owned_by_tag_closed(t, fd, &p, stack,
 				    (p.flags & HS_FDF_OWNER_TAG)    ? HS_FD_RULE_OWNER
 				    : (p.flags & HS_FDF_OWNER_FILE) ? HS_FD_RULE_FILENO
 								    : HS_FD_RULE_DIRFD);
 	hs_leave(t);
 	*ep = e;
-	/* mode is ON (hs_fd_on above, acquire): real_close is set */
-	rc = hs_fd_hot.real_close(fd);
+	/* mode is ON (hs_fd_on above, acquire): real_close and raw_calls are set */
+	rc = HS_LIKELY(hs_fd_hot.raw_calls && one_thread()) ? sys_result(fd_sys(SYS_close, fd, 0, 0, 0), ep)
+							    : hs_fd_hot.real_close(fd);
 	if (HS_LIKELY(rc == 0 && p.state == HS_FDS_OPEN)) {
 		/* it closed what the table said was open: only the sweep detector's
 		 * note (this thread's own state) changes */
@@ -2056,6 +2226,25 @@ int hs_fd_close(int fd, unsigned call, uint64_t site)
 	}
 	errno = e;
 	return rc;
+}
+
+int hs_fd_close(int fd, unsigned call, uint64_t site)
+{
+	return close_record(fd, call, site);
+}
+
+/*
+ * close: the interceptor and close_record in one frame, as open64 above
+ * (the other interceptor outside fd_hooks.c).  libunwind's validation
+ * pipe (VALIDATE_FD) closes nothing; faults.c and chaos.c: --fail close,
+ * --chaos (an injected failure still closes).
+ */
+HS_EXPORT int close(int fd)
+{
+	if (HS_UNLIKELY(fd == VALIDATE_FD))
+		return 0; /* libunwind closing the pipe it never had (fd_hooks.c, VALIDATE_FD) */
+	HS_FAULT_CLOSE(fd, hs_fd_close(fd, HS_FDC_CLOSE, HS_FD_SITE()));
+	return close_record(fd, HS_FDC_CLOSE, HS_FD_SITE());
 }
 
 /*
@@ -2399,9 +2588,20 @@ void hs_fds_after_fork_child(void)
 	scan_inherited();
 }
 
+/* f is libc's own (libc.so.6's), not another interposer's: fd_sys. */
+static int libc_own(void *f)
+{
+	Dl_info i;
+	const char *b;
+	if (!f || !dladdr(f, &i) || !i.dli_fname)
+		return 0;
+	b = strrchr(i.dli_fname, '/');
+	return strcmp(b ? b + 1 : i.dli_fname, "libc.so.6") == 0;
+}
+
 HS_HIDDEN void hs_fds_init(void)
 {
-	int expect = HS_FD_MODE_UNKNOWN;
+	uint8_t expect = HS_FD_MODE_UNKNOWN;
 	struct hs_tls *t = &hs_tls;
 	int was = t->in_hook;
 	if (!__atomic_load_n(&hs_recording, __ATOMIC_ACQUIRE))
@@ -2419,6 +2619,9 @@ HS_HIDDEN void hs_fds_init(void)
 	hs_fd_hot.tsc_ok = (uint8_t)tsc_invariant();
 	hs_fd_hot.real_open64 = HS_REAL(open64);
 	hs_fd_hot.real_close = HS_REAL(close);
+#if defined(__x86_64__)
+	hs_fd_hot.raw_calls = (uint8_t)(libc_own((void *)hs_fd_hot.real_open64) && libc_own((void *)hs_fd_hot.real_close));
+#endif
 	t->fd_last = -1;
 	mark_header();
 	scan_inherited();

@@ -1,7 +1,8 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * shim/fd_core.h — the fd tracker's interface between its interceptors
- * (fd_hooks.c: thin, each calls the real function and one entry here) and
+ * (fd_hooks.c: thin, each calls the real function and one entry here;
+ * open64 and close, the hottest, are defined in fd_core.c itself) and
  * its core (fd_core.c: the fd table and its generations, the event ring,
  * findings and their history, the inherited-fd scan, the exit check), as
  * ThreadSanitizer's fd tracker is split from its interceptors and Scudo's
@@ -26,6 +27,8 @@
 #define HEISEN_FD_CORE_H
 
 #include <dirent.h>
+#include <fcntl.h>
+#include <stdarg.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <sys/socket.h>
@@ -51,6 +54,24 @@
 	(hs_tls.fd_call_cfa = (uint64_t)(uintptr_t)__builtin_frame_address(0) + 16,      \
 	 (uint64_t)(uintptr_t)__builtin_extract_return_addr(__builtin_return_address(0)))
 
+/* The mode argument of open/openat: there only with O_CREAT or O_TMPFILE.
+ * In the variadic hook itself (it reads the hook's va_list). */
+#define OPEN_MODE(flags)                                                                   \
+	({                                                                                 \
+		mode_t m_ = 0;                                                             \
+		if (((flags) & O_CREAT) || ((flags) & O_TMPFILE) == O_TMPFILE) {           \
+			va_list ap_;                                                       \
+			va_start(ap_, flags);                                              \
+			m_ = (mode_t)va_arg(ap_, unsigned int);                            \
+			va_end(ap_);                                                       \
+		}                                                                          \
+		m_;                                                                        \
+	})
+
+/* The number libunwind's validation pipe gets from heisen (fd_hooks.c, the
+ * pipe2 hook, says why): no descriptor can have it, and its close is a no-op. */
+#define VALIDATE_FD (-0x4853)
+
 /* fd tracking on (HEISEN_FDS, default on)?  The first hook call starts it
  * (hs_fds_init) when the constructor has not yet. */
 enum { HS_FD_MODE_UNKNOWN = 0, HS_FD_MODE_INIT = 1, HS_FD_MODE_OFF = 2, HS_FD_MODE_ON = 3 };
@@ -66,7 +87,9 @@ enum { HS_FD_MODE_UNKNOWN = 0, HS_FD_MODE_INIT = 1, HS_FD_MODE_OFF = 2, HS_FD_MO
  * segment's base and four scattered globals were one line each.
  */
 struct hs_fd_hot {
-	int mode;                  /* [atomic] HS_FD_MODE_* */
+	uint8_t mode;              /* [atomic] HS_FD_MODE_* */
+	uint8_t raw_calls;         /* open64's and close's system calls made in the hook with one thread
+				      (fd_core.c fd_sys): the real ones are libc's own */
 	uint8_t full_stacks;       /* HEISEN_FD_STACKS=full */
 	uint8_t tsc_ok;            /* an invariant TSC (fd_core.c fd_clock) */
 	uint16_t committed_lo;     /* [atomic] the numbers below it have their slots' store (a prefix of
@@ -88,7 +111,7 @@ extern HS_HIDDEN struct hs_fd_hot hs_fd_hot;
 
 static inline int hs_fd_on(void)
 {
-	int m = __atomic_load_n(&hs_fd_hot.mode, __ATOMIC_ACQUIRE);
+	unsigned m = __atomic_load_n(&hs_fd_hot.mode, __ATOMIC_ACQUIRE);
 	if (HS_LIKELY(m >= HS_FD_MODE_OFF))
 		return m == HS_FD_MODE_ON;
 	if (m == HS_FD_MODE_UNKNOWN && !hs_tls.in_hook) {
@@ -100,11 +123,8 @@ static inline int hs_fd_on(void)
 
 /* ---- creations: each returns its first argument ------------------------------ */
 
-/* open64(path, flags, mode), the real call made here, then recorded as
- * hs_fd_opened: the hottest creation in one frame with its record, the
- * real function from hs_fd_hot's line.  mode: the hook's (0 without
- * O_CREAT or O_TMPFILE).  Returns open64's result, errno open64's. */
-int hs_fd_open64(const char *path, int flags, unsigned mode, uint64_t site);
+/* open64 itself, the hottest creation, is defined in fd_core.c: the hook,
+ * the real call (from hs_fd_hot's line) and its record in one frame. */
 /* open, openat, creat and their 64 and _FORTIFY variants returned fd: a
  * file (a directory with O_DIRECTORY), path relative to dirfd (AT_FDCWD),
  * close-on-exec from flags. */

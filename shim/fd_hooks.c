@@ -5,8 +5,8 @@
  * descriptors" block), each as thin as its shape allows: take the call
  * site, call the real function, hand the result to one entry of the core
  * (fd_core.h, fd_core.c), as ThreadSanitizer's fd interceptors call its fd
- * tracker.  close() alone hands the real call to the core (hs_fd_close),
- * for its cost: see there.  The families of one shape (the open family with its 64 and
+ * tracker.  open64() and close(), the hottest, are defined in the core
+ * itself (fd_core.c), each one frame with its record, for their cost.  The families of one shape (the open family with its 64 and
  * _FORTIFY_SOURCE variants, the fixed-text creations, fopen) are generated
  * from the X-macro lists below; a hook whose real prototype differs from
  * libc's declaration, or from hooks.def's, does not compile.
@@ -57,19 +57,6 @@ HS_HIDDEN void *hs_vfork_prepare(void)
 
 /* ---- creation ----------------------------------------------------------------------- */
 
-/* The mode argument of open/openat: there only with O_CREAT or O_TMPFILE. */
-#define OPEN_MODE(flags)                                                                   \
-	({                                                                                 \
-		mode_t m_ = 0;                                                             \
-		if (((flags) & O_CREAT) || ((flags) & O_TMPFILE) == O_TMPFILE) {           \
-			va_list ap_;                                                       \
-			va_start(ap_, flags);                                              \
-			m_ = (mode_t)va_arg(ap_, unsigned int);                            \
-			va_end(ap_);                                                       \
-		}                                                                          \
-		m_;                                                                        \
-	})
-
 /*
  * The open family: name, parameters, the real call's arguments, the
  * directory the path is relative to, the flags that say what was opened,
@@ -98,16 +85,9 @@ HS_HIDDEN void *hs_vfork_prepare(void)
 	}
 FD_OPEN_HOOKS(FD_OPEN_HOOK)
 
-/* open64, the open that programs built with large-file support (CPython,
- * most distributions' binaries) call: the real call and its record in one
- * frame of the core (hs_fd_open64), which takes the real open64 from the
- * line the record reads anyway. */
-HS_EXPORT int open64(const char *path, int flags, ...)
-{
-	HS_FAULT_OPEN(); /* faults.c: --fail open */
-	uint64_t site = HS_FD_SITE();
-	return hs_fd_open64(path, flags, OPEN_MODE(flags), site);
-}
+/* open64 (the open that programs built with large-file support call) and
+ * close are defined in the core (fd_core.c), each one frame with its
+ * record: see there. */
 
 /* The creations described by a fixed text: name, parameters, the real
  * call's arguments, kind, call, close-on-exec, text. */
@@ -212,7 +192,7 @@ HS_EXPORT int pipe(int fds[2])
  * msync's, which libunwind asked just before.  heisen holds no
  * descriptor of the program's between its own calls.
  */
-#define VALIDATE_FD (-0x4853)
+/* VALIDATE_FD: fd_core.h */
 
 static int from_libunwind(uint64_t site)
 {
@@ -367,19 +347,6 @@ HS_EXPORT int closedir(DIR *d)
 }
 
 /* ---- closing ------------------------------------------------------------------------ */
-
-/* close is the one interceptor whose real call the core makes (hs_fd_close):
- * the record before it, the call and the look at its result share one
- * frame; as _begin/_end across the interface it cost ~70 instructions more
- * per close (bench/README.md "Stack use of the fd hooks"). */
-HS_EXPORT int close(int fd)
-{
-	if (HS_UNLIKELY(fd == VALIDATE_FD))
-		return 0; /* libunwind closing the pipe it never had (see VALIDATE_FD) */
-	/* faults.c, chaos.c: --fail close, --chaos (an injected failure still closes) */
-	HS_FAULT_CLOSE(fd, hs_fd_close(fd, HS_FDC_CLOSE, HS_FD_SITE()));
-	return hs_fd_close(fd, HS_FDC_CLOSE, HS_FD_SITE());
-}
 
 HS_EXPORT int close_range(unsigned int first, unsigned int last, int flags)
 {

@@ -148,6 +148,34 @@ def test_helper_called_from_two_callers_at_one_frame_address_keeps_each_callers_
     assert [h["path"].endswith("/empty") for h in f["history"] if h["op"] == "open"] == [True]
 
 
+def test_double_close_after_a_batch_of_other_files_keeps_the_first_close(heisen, way, tmp_path):
+    """A daemon moves its log to number 100, closes it at a rotation
+    without forgetting the number, reads a batch of 3,000 files (each
+    opened, read and closed on the low numbers), then closes the log's
+    number again at shutdown.  The double close names the second close
+    (shutdown_log), the first close (rotate_log) and the creation
+    (open_log), its history the log's open, close and failed close: the
+    batch's pairs, each one event in the fd event ring (a loop's close
+    folded into its open's), leave the log's events in it."""
+    log, batch = tmp_path / "daemon.log", tmp_path / "item"
+    batch.write_text("item\n")
+    p = way.run([target(heisen, "fd_log_rotate"), log, batch, "3000"])
+    assert p.returncode == 0, (p.returncode, p.stderr)
+    out = facts(p.stdout)
+    assert out["second_close"] == ["EBADF"] and out["batch_fds_below"] == ["1"], p.stdout
+    pid, fd = fact_int(p.stdout, "pid"), fact_int(p.stdout, "fd")
+    assert fd == 100
+    f = one(heisen.dump_json(way.session, expect_rc=1), "double-close")
+    assert f["pid"] == pid and f["fd"] == fd and f["rule"] == "ebadf" and f["count"] == 1
+    assert [s["role"] for s in f["stacks"]] == ["second close", "first close", "creation"]
+    assert frame_functions(stack_by_role(f, "second close"))[:2] == ["shutdown_log", "main"]
+    assert frame_functions(stack_by_role(f, "first close"))[:2] == ["rotate_log", "main"]
+    assert frame_functions(stack_by_role(f, "creation"))[:2] == ["open_log", "main"]
+    g = f["generation"]
+    assert [(h[0], h[1], h[4]) for h in story(f)] == [(g, "open", "open_log"), (g, "close", "rotate_log"),
+                                                     (g, "close-failed", "shutdown_log")], story(f)
+
+
 def test_a_loops_closes_read_back_in_the_thread_timeline_after_their_opens(heisen, session, tmp_path):
     """A settings reader opens, reads and closes its file a thousand times
     in a loop, then once for a reload whose empty file makes it close the

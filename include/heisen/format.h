@@ -38,7 +38,7 @@
 
 #define HS_MAGIC "HEISENSG"      /* 8 bytes, no terminator stored */
 #define HS_MAGIC_LEN 8
-#define HS_ABI_VERSION 7u  /* 2: Python frames, GIL wait flags, thread snapshots, 64-deep stacks; 3: heap findings and counters;
+#define HS_ABI_VERSION 8u  /* 2: Python frames, GIL wait flags, thread snapshots, 64-deep stacks; 3: heap findings and counters;
 				    4: processes and environment; file descriptors: fd table,
 				    fd event ring, fd finding history; 5: sparse segments (HS_HDR_SPARSE),
 				    cycles of any length (HS_T_CYCLE_EDGES), lock classes reuse dead lock ids,
@@ -47,7 +47,8 @@
 				    decisions (HS_REC_FAULT_INJECTED, HS_REC_CHAOS); 7: a release folded into its
 				    lock's acquisition record and a loop's close into its fd's creation record
 				    (HS_REC_FOLD_SHIFT: the high half of b, which an ABI 6 reader takes for the
-				    lock id or generation) */
+				    lock id or generation); 8: a close folded into its generation's creation
+				    event in the fd event ring (hs_fd_event.close_dt, 136 -> 152 bytes) */
 #define HS_ENDIAN_TAG 0x01020304u /* reads back as 0x04030201 on a foreign-endian host */
 
 /* Fixed shapes.  Changing any of these changes the ABI version. */
@@ -935,7 +936,23 @@ enum hs_fd_op {
  * reader stops where an entry no longer holds the position it expects.  In
  * HS_T_FD_HISTORY (copies kept for findings, reserved by a fetch-add on
  * the table's count) seq is 1 once the copy is complete, and prev is 0.
+ *
+ * A close folded into its creation (ABI 8; in the ring only, op
+ * HS_FDE_CREATE): a close that finds its generation's creation still the
+ * number's newest event in the ring (hs_fd.last_event, the entry still
+ * holding that position) with the generation's flags and owner unchanged,
+ * at most HS_FD_FOLD_MAX_NS after it, writes no event of its own: it
+ * stores close_tid, close_stack and close_call into the creation, then
+ * close_dt (release); close_dt - 1 is its time after ts_ns, 0 = not
+ * folded.  It stands for the HS_FDE_CLOSE event (owner, kind and flags the
+ * creation's, err 0, no path) that comes right after the creation in the
+ * number's chain; a reader loads close_dt first (acquire), then the close
+ * fields, and expands the two (the shim's findings copy them into
+ * HS_T_FD_HISTORY expanded: a history entry is never folded).  The idea is
+ * the ring records' folded close (HS_REC_FD_FOLD_CALL_SHIFT): a loop's
+ * close costs no ring entry of its own (docs/design.md "File descriptors").
  */
+#define HS_FD_FOLD_MAX_NS 0xfffffffeull /* ~4.29 s: a longer-lived generation's close is an event of its own */
 struct hs_fd_event {
 	uint64_t seq;              /* [atomic] */
 	uint64_t ts_ns;
@@ -950,8 +967,14 @@ struct hs_fd_event {
 	uint8_t kind;              /* enum hs_fd_kind */
 	uint8_t err;               /* errno of a failed close */
 	uint32_t flags;            /* HS_FDF_* of the generation at the time */
+	uint32_t close_dt;         /* [atomic] a creation's folded close: its time - ts_ns + 1; 0 = none (above) */
+	int32_t close_tid;         /* the folded close's thread, */
+	uint32_t close_stack;      /* stack */
+	uint8_t close_call;        /* and enum hs_fd_call */
+	uint8_t pad[3];
 	char path[HS_FD_PATH_MAX]; /* creations: as hs_fd.path */
 };
+_Static_assert(sizeof(struct hs_fd_event) == 152, "an fd event is 152 bytes (ABI 8)");
 
 /* ---- session reference count ---------------------------------------------- */
 
