@@ -12,11 +12,14 @@ way: each side's figure in a round is the minimum over its PROCS
 processes (the fast placement, on both sides), and the median of the
 rounds' differences is the figure printed.
 
-Usage: python3 bench/pylock_pairs.py [--procs N] BUILD_DIR [ROUNDS [PYTHON ...]]
+Usage: python3 bench/pylock_pairs.py [--procs N] BUILD_DIR[,BUILD_DIR...] [ROUNDS [PYTHON ...]]
   (defaults: 3 processes a side, 11 rounds; /usr/bin/python3 and every
   CPython 3.8 to 3.13 found under ~/.pyenv/versions)
 Prints one line per interpreter: native median, heisen's added median and
-range (the load average before and after).
+range (the load average before and after).  With several builds (a
+comma-separated list, e.g. main's and a branch's), each round runs every
+build's processes alternating with the native ones, and each build gets
+its line ("PYTHON [BUILD_DIR]: ...").
 """
 import glob
 import os
@@ -51,9 +54,11 @@ def main():
         args = args[2:]
     if not args or procs < 1:
         sys.exit(__doc__)
-    lib = os.path.join(os.path.abspath(args[0]), "shim", "libheisen.so")
-    if not os.path.exists(lib):
-        sys.exit("pylock_pairs: no %s: build first (./dev build)" % lib)
+    builds = [b for b in args[0].split(",") if b]
+    libs = [os.path.join(os.path.abspath(b), "shim", "libheisen.so") for b in builds]
+    for lib in libs:
+        if not os.path.exists(lib):
+            sys.exit("pylock_pairs: no %s: build first (./dev build)" % lib)
     rounds = int(args[1]) if len(args) > 1 else 11
     pys = args[2:] or default_pythons()
     missing = [p for p in pys if not os.path.exists(p)]
@@ -68,19 +73,24 @@ def main():
 
     print("load average %s" % open("/proc/loadavg").read().split()[:3])
     for py in pys:
-        added, native = [], []
+        added = [[] for _ in libs]
+        native = []
         for _ in range(rounds):
-            n, h = [], []
+            n, h = [], [[] for _ in libs]
             for _ in range(procs):
                 n.append(run(py, {}))
-                shutil.rmtree(sess, ignore_errors=True)
-                h.append(run(py, {"LD_PRELOAD": lib, "HEISEN_DIR": sess, "HEISEN_SESSION_AUTO": "1"}))
-            added.append(min(h) - min(n))
+                for i, lib in enumerate(libs):
+                    shutil.rmtree(sess, ignore_errors=True)
+                    h[i].append(run(py, {"LD_PRELOAD": lib, "HEISEN_DIR": sess, "HEISEN_SESSION_AUTO": "1"}))
             native.append(min(n))
-        print("%s: native median %.1f ns; heisen adds median %+.1f ns (range %+.1f to %+.1f, %d interleaved rounds"
-              " of %d processes a side, each side its fastest)"
-              % (py, statistics.median(native), statistics.median(added), min(added), max(added), rounds, procs),
-              flush=True)
+            for i in range(len(libs)):
+                added[i].append(min(h[i]) - min(n))
+        for i, b in enumerate(builds):
+            name = py if len(builds) == 1 else "%s [%s]" % (py, b)
+            print("%s: native median %.1f ns; heisen adds median %+.1f ns (range %+.1f to %+.1f, %d interleaved rounds"
+                  " of %d processes a side, each side its fastest)"
+                  % (name, statistics.median(native), statistics.median(added[i]), min(added[i]), max(added[i]),
+                     rounds, procs), flush=True)
     shutil.rmtree(sess, ignore_errors=True)
     print("load average %s" % open("/proc/loadavg").read().split()[:3])
 
