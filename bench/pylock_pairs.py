@@ -1,55 +1,96 @@
 # SPDX-License-Identifier: MIT
 """pylock_pairs — what heisen adds to a Python `with lock:` pair, per interpreter.
 
-For each interpreter, ROUNDS rounds of one native process and one process
-under heisen (LD_PRELOAD=BUILD/shim/libheisen.so, its session in /dev/shm),
-each running bench_pylock.py 200000 15 cpu (the thread's CPU time per pair,
-median of 15 repeats).  A process runs natively at one of two or three
-speeds, fixed for its life (code placement), so one pair of processes can
-differ by several ns: the median of the rounds' differences is the figure.
+For each interpreter, ROUNDS rounds; a round runs PROCS native processes
+and PROCS processes under heisen (LD_PRELOAD=BUILD/shim/libheisen.so, its
+session in /dev/shm), alternating native / heisen, each running
+bench_pylock.py 200000 9 cpu (the thread's CPU time per pair; the
+process's figure is the minimum of its 9 repeats).  A process runs at one
+of two or three speeds fixed for its life (code placement, the layout of
+its heap and stacks), so one pair of processes can differ by 10 ns either
+way: each side's figure in a round is the minimum over its PROCS
+processes (the fast placement, on both sides), and the median of the
+rounds' differences is the figure printed.
 
-Usage: python3 bench/pylock_pairs.py BUILD_DIR [ROUNDS [PYTHON ...]]
-  (defaults: 9 rounds; /usr/bin/python3 and the pyenv 3.12 and 3.13 builds
-  found under ~/.pyenv/versions)
-Prints one line per interpreter: native median, heisen's added median and range.
+Usage: python3 bench/pylock_pairs.py [--procs N] BUILD_DIR[,BUILD_DIR...] [ROUNDS [PYTHON ...]]
+  (defaults: 3 processes a side, 11 rounds; /usr/bin/python3 and every
+  CPython 3.8 to 3.13 found under ~/.pyenv/versions)
+Prints one line per interpreter: native median, heisen's added median and
+range (the load average before and after).  With several builds (a
+comma-separated list, e.g. main's and a branch's), each round runs every
+build's processes alternating with the native ones, and each build gets
+its line ("PYTHON [BUILD_DIR]: ...").
 """
 import glob
 import os
+import re
 import shutil
 import statistics
 import subprocess
 import sys
 
 HERE = os.path.dirname(os.path.abspath(__file__))
+LOOPS, REPEATS = "200000", "9"
+
+
+def default_pythons():
+    """/usr/bin/python3 and the pyenv builds of 3.8 to 3.13, oldest first."""
+    found = []
+    for p in glob.glob(os.path.expanduser("~/.pyenv/versions/3.*/bin/python3")):
+        m = re.search(r"/3\.(\d+)\.(\d+)[^/]*/bin/python3$", p)
+        if m and 8 <= int(m.group(1)) <= 13:
+            found.append(((int(m.group(1)), int(m.group(2))), p))
+    pys = [p for _, p in sorted(found)]
+    if os.path.exists("/usr/bin/python3"):
+        pys.insert(0, "/usr/bin/python3")
+    return pys
 
 
 def main():
-    if len(sys.argv) < 2:
+    args = sys.argv[1:]
+    procs = 3
+    if args[:1] == ["--procs"] and len(args) > 1:
+        procs = int(args[1])
+        args = args[2:]
+    if not args or procs < 1:
         sys.exit(__doc__)
-    lib = os.path.join(os.path.abspath(sys.argv[1]), "shim", "libheisen.so")
-    if not os.path.exists(lib):
-        sys.exit("pylock_pairs: no %s: build first (./dev build)" % lib)
-    rounds = int(sys.argv[2]) if len(sys.argv) > 2 else 9
-    pys = sys.argv[3:] or (["/usr/bin/python3"] + sorted(
-        p for v in ("3.12", "3.13") for p in glob.glob(os.path.expanduser("~/.pyenv/versions/%s*/bin/python3" % v))))
+    builds = [b for b in args[0].split(",") if b]
+    libs = [os.path.join(os.path.abspath(b), "shim", "libheisen.so") for b in builds]
+    for lib in libs:
+        if not os.path.exists(lib):
+            sys.exit("pylock_pairs: no %s: build first (./dev build)" % lib)
+    rounds = int(args[1]) if len(args) > 1 else 11
+    pys = args[2:] or default_pythons()
+    missing = [p for p in pys if not os.path.exists(p)]
+    if missing:
+        sys.exit("pylock_pairs: no such interpreter: %s" % ", ".join(missing))
     sess = "/dev/shm/heisen-bench-pylock-%d" % os.getpid()
 
     def run(py, env):
-        out = subprocess.run([py, os.path.join(HERE, "bench_pylock.py"), "200000", "15", "cpu"],
+        out = subprocess.run([py, os.path.join(HERE, "bench_pylock.py"), LOOPS, REPEATS, "cpu"],
                              capture_output=True, text=True, check=True, env=dict(os.environ, **env)).stdout.split()
-        return float(out[2])
+        return float(out[4])  # "with-lock median_ns N min_ns M": the process's minimum
 
     print("load average %s" % open("/proc/loadavg").read().split()[:3])
     for py in pys:
-        added, native = [], []
+        added = [[] for _ in libs]
+        native = []
         for _ in range(rounds):
-            n = run(py, {})
-            shutil.rmtree(sess, ignore_errors=True)
-            h = run(py, {"LD_PRELOAD": lib, "HEISEN_DIR": sess, "HEISEN_SESSION_AUTO": "1"})
-            added.append(h - n)
-            native.append(n)
-        print("%s: native median %.1f ns; heisen adds median %+.1f ns (range %+.1f to %+.1f, %d interleaved rounds)"
-              % (py, statistics.median(native), statistics.median(added), min(added), max(added), rounds))
+            n, h = [], [[] for _ in libs]
+            for _ in range(procs):
+                n.append(run(py, {}))
+                for i, lib in enumerate(libs):
+                    shutil.rmtree(sess, ignore_errors=True)
+                    h[i].append(run(py, {"LD_PRELOAD": lib, "HEISEN_DIR": sess, "HEISEN_SESSION_AUTO": "1"}))
+            native.append(min(n))
+            for i in range(len(libs)):
+                added[i].append(min(h[i]) - min(n))
+        for i, b in enumerate(builds):
+            name = py if len(builds) == 1 else "%s [%s]" % (py, b)
+            print("%s: native median %.1f ns; heisen adds median %+.1f ns (range %+.1f to %+.1f, %d interleaved rounds"
+                  " of %d processes a side, each side its fastest)"
+                  % (name, statistics.median(native), statistics.median(added[i]), min(added[i]), max(added[i]),
+                     rounds, procs), flush=True)
     shutil.rmtree(sess, ignore_errors=True)
     print("load average %s" % open("/proc/loadavg").read().split()[:3])
 

@@ -1125,11 +1125,13 @@ _Static_assert(sizeof layouts / sizeof layouts[0] == 6, "hs_py_chain_frames has 
 /*
  * 1 when the token tk (a whole one, the last this thread read) still names
  * the calling thread's innermost Python frame, L a constant row of
- * layouts[] (3.11+: not CHAIN_FRAME_OBJECT): the same frame still runs at
- * tk's instruction under tk's next frame out, which holds what it held
- * (the lock token of a `with lock:` in a loop).  Nothing written; 0: read
- * it whole (token_read).  Kept apart from token_read so that this check,
- * the common case, is a leaf with few registers (no saves, no frame).
+ * layouts[]: the same frame still runs at tk's instruction under tk's next
+ * frame out, which holds what it held (the lock token of a `with lock:` in
+ * a loop).  Nothing written; 0: read it whole (token_read).  Kept apart
+ * from token_read so that this check, the common case, is a leaf with few
+ * registers (no saves, no frame).  On 3.8-3.10 (CHAIN_FRAME_OBJECT) an
+ * instruction is an offset (f_lasti), which does not name its code as
+ * 3.11's pointer does: the caller's code object is compared too.
  */
 static inline __attribute__((always_inline)) int token_same(const struct py_layout *L, const struct hs_pytoken *tk)
 {
@@ -1144,6 +1146,19 @@ static inline __attribute__((always_inline)) int token_same(const struct py_layo
 		return 0;
 	p = (const unsigned char *)(uintptr_t)fp;
 	prev = u64_at(p, L->f_back);
+	if (L->chain == CHAIN_FRAME_OBJECT) {
+		/* a frame object: it holds its code and its f_back, which holds its own code, so
+		 * the same objects at the same offsets give token_read's token (entry 1, the
+		 * caller prev; a prev below 4096 is none: tk->prev 0) */
+		if (HS_UNLIKELY(u64_at(p, L->f_code) != tk->code || (prev < 4096 ? 0 : prev) != tk->prev ||
+				(uint64_t)(int64_t)i32_at(p, L->f_instr) != tk->instr))
+			return 0;
+		if (!tk->prev)
+			return 1;
+		q = (const unsigned char *)(uintptr_t)prev;
+		return (uint64_t)(int64_t)i32_at(q, L->f_instr) == tk->prev_instr && tk->caller_code &&
+		       u64_at(q, L->f_code) == tk->caller_code;
+	}
 	if (HS_UNLIKELY(u64_at(p, L->f_code) != tk->code || prev != tk->prev || u64_at(p, L->f_instr) != tk->instr))
 		return 0;
 	/* it was checked then (its code a code object, a shown frame, started) and cannot have
@@ -1276,31 +1291,30 @@ HS_HOT int hs_py_token(struct hs_pytoken *tk)
 		return 0;
 	if (hs_py_careful)
 		return 0;
-	/* tk unchanged (a `with lock:` in a loop): the rows of 3.11+, whose frames say their
-	 * instruction as an address */
+	/* tk unchanged (a `with lock:` in a loop): every row */
 	switch (pf.row) {
 	case 0:
-		if (layouts[0].chain != CHAIN_FRAME_OBJECT && token_same(&layouts[0], tk))
+		if (token_same(&layouts[0], tk))
 			return 1;
 		break;
 	case 1:
-		if (layouts[1].chain != CHAIN_FRAME_OBJECT && token_same(&layouts[1], tk))
+		if (token_same(&layouts[1], tk))
 			return 1;
 		break;
 	case 2:
-		if (layouts[2].chain != CHAIN_FRAME_OBJECT && token_same(&layouts[2], tk))
+		if (token_same(&layouts[2], tk))
 			return 1;
 		break;
 	case 3:
-		if (layouts[3].chain != CHAIN_FRAME_OBJECT && token_same(&layouts[3], tk))
+		if (token_same(&layouts[3], tk))
 			return 1;
 		break;
 	case 4:
-		if (layouts[4].chain != CHAIN_FRAME_OBJECT && token_same(&layouts[4], tk))
+		if (token_same(&layouts[4], tk))
 			return 1;
 		break;
 	case 5:
-		if (layouts[5].chain != CHAIN_FRAME_OBJECT && token_same(&layouts[5], tk))
+		if (token_same(&layouts[5], tk))
 			return 1;
 		break;
 	}

@@ -73,6 +73,7 @@
 
 #include "handover.h" /* the hand-over order (GIL rule) */
 #include "hooks.h"
+#include "lockpath.h" /* the pair's two halves, inline */
 #include "shim.h"
 
 #define RET_ADDR() ((uint64_t)(uintptr_t)__builtin_extract_return_addr(__builtin_return_address(0)))
@@ -373,14 +374,15 @@ static __attribute__((noinline, cold)) int sem_acquire_real(sem_t *sem, const st
  * entry lives as long as its segment.  Only the class's counter flag can
  * change, and it is read each time.
  *
- * sem_ordered: the held entry under the last acquisition hs_acq_ordered
- * cleared with exactly one lock held -- on CPython 3.8 to 3.12 every
+ * sem_ordered: the held entries under the last acquisition hs_acq_ordered
+ * cleared with one or two locks held -- on CPython 3.8 to 3.12 every
  * thread holds its own thread-state lock (threading's _tstate_lock) for
- * its whole life, so one held entry is the common case -- as its address,
- * lock id, mode (with its trylock and recursion) and flags, with the acquired class and the generation:
- * the same entry under the same class again has its edge in the graph
- * already (edges are never removed from a segment), so hs_acq_ordered's
- * edge lookup is skipped.  Kept only for an entry of a semaphore lock
+ * its whole life, so one held entry is the common case, and 3.8's main
+ * thread holds one more, made by the interpreter in C -- as each one's
+ * address, lock id, mode (with its trylock and recursion) and flags, with
+ * the acquired class and the generation: the same entries under the same
+ * class again have their edges in the graph already (edges are never
+ * removed from a segment), so hs_acq_ordered's edge lookups are skipped.  Kept only for an entry of a semaphore lock
  * (whose release count, relgen in locks.c, no other thread moves: a post
  * by a thread that does not hold it makes the class a counter instead),
  * and never for a fresh acquisition (hs_acq_ordered clears those without
@@ -391,11 +393,13 @@ static __thread struct {
 	uint32_t gen, id;
 } sem_seen __attribute__((tls_model("initial-exec")));
 
+#define SEM_ORDERED_MAX 2u
 static __thread struct {
-	uint64_t addr;          /* held[0].addr */
-	uint64_t lock_mode;     /* held[0]'s lock, mode, trylock, recursion: one word (sem_held_word) */
-	uint64_t id_gen;        /* the class acquired under it | hs_seg_gen << 32; id 0: none */
-	uint32_t flags;         /* held[0].flags */
+	uint64_t id_gen;        /* the class acquired under them | hs_seg_gen << 32; id 0: none */
+	uint32_t n;             /* entries kept: the held count then (1 or 2) */
+	uint32_t flags[SEM_ORDERED_MAX];     /* held[i].flags */
+	uint64_t addr[SEM_ORDERED_MAX];      /* held[i].addr */
+	uint64_t lock_mode[SEM_ORDERED_MAX]; /* held[i]'s lock, mode, trylock, recursion: one word (sem_held_word) */
 } sem_ordered __attribute__((tls_model("initial-exec")));
 
 /* A held entry's lock, mode, trylock and recursion as one word (locks.c writes them so too). */
@@ -429,27 +433,45 @@ static inline __attribute__((always_inline)) uint32_t sem_lock_seen(struct hs_tl
 	return id;
 }
 
+/* 1 when held entry i is sem_ordered's entry i. */
+static inline __attribute__((always_inline)) int sem_ordered_same(const struct hs_held *he, unsigned i)
+{
+	return he->addr == sem_ordered.addr[i] && sem_held_word(he) == sem_ordered.lock_mode[i] &&
+	       he->flags == sem_ordered.flags[i];
+}
+
+/* 1 when held entry he can stand in sem_ordered (not a, not a lock whose
+ * release count other threads move: a semaphore's, or a probed holding). */
+static inline int sem_ordered_keeps(const struct hs_held *he, const struct acq *a)
+{
+	return he->addr != a->addr && (he->lock == 0 || hs_seg.locks[he->lock].kind == HS_LOCK_SEMAPHORE);
+}
+
 /* hs_acq_ordered through sem_ordered (a: the acquisition, its class a->id). */
 static inline __attribute__((always_inline)) int sem_acq_ordered(struct hs_tls *t, const struct acq *a)
 {
 	const struct hs_thread *th = t->slot;
-	const struct hs_held *he = &th->held[0];
+	const struct hs_held *he = th->held;
 	uint32_t n = th->held_count, gen;
+	uint64_t id_gen;
 	if (n == 0)
 		return 1; /* nothing held: no edge into it */
 	gen = __atomic_load_n(&hs_seg_gen, __ATOMIC_RELAXED);
-	if (n == 1 && HS_LIKELY(sem_ordered.id_gen == ((uint64_t)a->id | (uint64_t)gen << 32) &&
-				he->addr == sem_ordered.addr && sem_held_word(he) == sem_ordered.lock_mode &&
-				he->flags == sem_ordered.flags))
+	id_gen = (uint64_t)a->id | (uint64_t)gen << 32;
+	if (HS_LIKELY(n == sem_ordered.n && sem_ordered.id_gen == id_gen && sem_ordered_same(&he[0], 0)) &&
+	    (n == 1 || HS_LIKELY(sem_ordered_same(&he[1], 1))))
 		return 1;
 	if (!hs_acq_ordered(t, a))
 		return 0;
-	if (n == 1 && !a->fresh && he->addr != a->addr &&
-	    (he->lock == 0 || hs_seg.locks[he->lock].kind == HS_LOCK_SEMAPHORE)) {
-		sem_ordered.addr = he->addr;
-		sem_ordered.lock_mode = sem_held_word(he);
-		sem_ordered.flags = he->flags;
-		sem_ordered.id_gen = (uint64_t)a->id | (uint64_t)gen << 32;
+	if (n <= SEM_ORDERED_MAX && !a->fresh && sem_ordered_keeps(&he[0], a) &&
+	    (n == 1 || sem_ordered_keeps(&he[1], a))) {
+		sem_ordered.n = n;
+		for (uint32_t i = 0; i < n; i++) {
+			sem_ordered.addr[i] = he[i].addr;
+			sem_ordered.lock_mode[i] = sem_held_word(&he[i]);
+			sem_ordered.flags[i] = he[i].flags;
+		}
+		sem_ordered.id_gen = id_gen;
 	}
 	return 1;
 }
@@ -488,7 +510,7 @@ static inline __attribute__((always_inline)) int sem_acquire(sem_t *sem, const s
 		/* the fast path: every held lock is ordered before it already */
 		if (HS_UNLIKELY(fresh))
 			sem_tag_used(sem);
-		hs_acq_uncontended(t, &a);
+		lock_acq_uncontended(t, &a);
 		hs_order_acquire(t, addr);
 		hs_leave(t);
 		return 0;
@@ -630,7 +652,7 @@ HS_HOT HS_EXPORT int sem_post(sem_t *sem)
 		/* its edge to the GIL is there already: hs_release need not ask
 		 * whether the GIL is held nor look the edge up */
 		if (HS_LIKELY(sem_gil_edge_known(id))) {
-			if (!hs_release_top(t, addr)) {
+			if (!lock_release_top(t, addr)) {
 				th->held[h].flags |= HS_HELDF_GIL;
 				hs_release(t, addr);
 			}

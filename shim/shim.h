@@ -1297,15 +1297,9 @@ void hs_release(struct hs_tls *t, uint64_t addr);
  * innermost chains' count) is ordered before it in the graph already.
  * Drops entries released by other threads first.  0: take hs_acq_before. */
 int hs_acq_ordered(struct hs_tls *t, const struct acq *a);
-/* The uncontended acquisition hs_acq_ordered cleared, after the real call
- * succeeded: the chain read and hs_acq_after (locks.c; semaphores.c's fast
- * path). */
-void hs_acq_uncontended(struct hs_tls *t, struct acq *a);
-/* hs_release of the innermost held entry when it is addr's and taken once,
- * the caller knowing that it needs no edge to the GIL (its lock's edge to
- * the GIL is in the graph: semaphores.c's memo); 0, nothing done, when
- * not: call hs_release. */
-int hs_release_top(struct hs_tls *t, uint64_t addr);
+/* The uncontended acquisition hs_acq_ordered cleared and the release of
+ * the innermost held entry: lockpath.h (lock_acq_uncontended,
+ * lock_release_top), inline in semaphores.c. */
 
 /* ---- hand-over order (handover.c) ------------------------------------------ */
 

@@ -1,0 +1,215 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * shim/lockpath.h — what the pthread lock hooks (locks.c) and the
+ * semaphore hooks (semaphores.c) share inline: the held chains kept per
+ * held entry, the release counts of locks released by another thread
+ * (hs_relgen), the held entry pushed in four stores, and the common Python
+ * lock pair's two halves (lock_acq_uncontended, lock_release_top), inline
+ * in sem_trywait's fast path and sem_post so that a `with lock:` pair is
+ * two calls fewer.  docs/design.md "Lock order".  Included by locks.c and
+ * semaphores.c only.
+ */
+#ifndef HEISEN_LOCKPATH_H
+#define HEISEN_LOCKPATH_H
+
+#include <stddef.h>
+#include <string.h>
+
+#include "shim.h"
+
+/*
+ * This thread's chain of return addresses for each held entry (same index
+ * as held[], checked by address), kept raw and interned only when an edge,
+ * a self-deadlock or a wait needs the exact stack (hs_chain_read,
+ * hs_chain_stack).  held[].stack is the call site's cached stack until
+ * then, the exact one after.  An acquisition reads its chain straight into
+ * the slot of the entry it will push (no copy), and what that slot held
+ * last (the previous acquisition at the same nesting depth, released since)
+ * is the shadow the read reuses; the slot also remembers the last site's
+ * cached stack and the last lock's id, each checked before it is used.
+ */
+struct held_chain {
+	uint64_t addr;          /* the held entry's lock */
+	uint32_t exact;         /* 1: held[].stack is already this chain, interned */
+	uint32_t site_stack;    /* hs_stack_site(stack_site) in the segment of generation site_gen */
+	uint32_t site_gen;
+	uint64_t stack_site;
+	uint64_t lock_addr;     /* lock_id is hs_lock_id(lock_addr) while that lock lives */
+	uint32_t lock_id;       /* ... in the segment of generation lock_gen (ids grow within one) */
+	uint32_t lock_gen;
+	struct hs_chain c;
+};
+#define HELD_CHAINS 8 /* the innermost 8 held entries keep a chain; deeper ones the site's stack */
+/* [HELD_CHAINS]: the acquisition in progress when HELD_CHAINS are held
+ * already.  In the thread's area (shim.h, hs_area), not in static TLS; NULL
+ * when the area could not be mapped: no chains then, the sites' stacks. */
+_Static_assert(sizeof(struct held_chain) * (HELD_CHAINS + 1) <= HS_AREA_LOCKS_SIZE, "held chains fit the area");
+static inline struct held_chain *held_chains_of(void)
+{
+	char *a = hs_area();
+	return a ? (struct held_chain *)(void *)(a + HS_AREA_LOCKS) : NULL;
+}
+
+/*
+ * The time of an uncontended acquisition or a release: CLOCK_MONOTONIC_COARSE
+ * (the last tick, read from the vDSO without the clock source: 4 ms
+ * resolution at HZ=250, never ahead of CLOCK_MONOTONIC).  A precise read
+ * costs 20-60 ns under a paravirtual clock (kvm-clock), more than the rest of
+ * the hook; a wait re-reads the precise clock where it begins and ends.
+ */
+static inline uint64_t lock_now(void)
+{
+	return hs_now_coarse();
+}
+
+/*
+ * Releases by a thread that did not hold the lock (a mutex handed over, a
+ * lock unlocked by its waker): counted per lock id (modulo RELGEN_SLOTS,
+ * process-private).  A held entry keeps the count it was taken at in flags
+ * bits 16..31; when the count moved, another thread released it and the
+ * entry is dropped the next time its thread looks (held_purge).  The
+ * holder's slot is never written by another thread.
+ */
+#define RELGEN_SLOTS 65536u
+extern uint16_t hs_relgen[RELGEN_SLOTS] HS_HIDDEN; /* defined in locks.c */
+
+static inline uint32_t relgen_of(uint32_t id)
+{
+	return __atomic_load_n(&hs_relgen[id & (RELGEN_SLOTS - 1)], __ATOMIC_RELAXED);
+}
+
+/*
+ * Held entry n (n < HS_HELD_MAX, room checked by the caller) pushed in four
+ * stores under the seqlock: addr, then lock..recursion and stack..flags as
+ * two 64-bit words (recursion 0; flags: extra | the lock's release
+ * generation), then since_ns; held_count n + 1.  held_push's fields, for the
+ * common acquisitions (locks.c acq_first_after, lock_acq_uncontended).
+ */
+_Static_assert(offsetof(struct hs_held, lock) == 8 && offsetof(struct hs_held, mode) == 12 &&
+		       offsetof(struct hs_held, trylock) == 13 && offsetof(struct hs_held, recursion) == 14 &&
+		       offsetof(struct hs_held, stack) == 16 && offsetof(struct hs_held, flags) == 20,
+	       "held_push4 writes a held entry's lock..recursion and stack, flags as two 64-bit words");
+static inline __attribute__((always_inline)) void held_push4(struct hs_thread *th, uint32_t n, uint64_t addr,
+							     uint32_t id, unsigned mode, unsigned trylock,
+							     uint32_t stack, uint32_t extra, uint64_t now)
+{
+	uint64_t s = __atomic_load_n(&th->lock_seq, __ATOMIC_RELAXED);
+	struct hs_held *e = &th->held[n];
+	uint64_t w1 = (uint64_t)id | (uint64_t)mode << 32 | (uint64_t)trylock << 40;
+	uint64_t w2 = (uint64_t)stack | (uint64_t)(extra | relgen_of(id) << HS_HELDF_RELGEN_SHIFT) << 32;
+	__atomic_store_n(&th->lock_seq, s + 1, __ATOMIC_RELAXED);
+	__atomic_thread_fence(__ATOMIC_RELEASE);
+	e->addr = addr;
+	memcpy(&e->lock, &w1, sizeof w1);
+	memcpy(&e->stack, &w2, sizeof w2);
+	e->since_ns = now;
+	th->held_count = n + 1;
+	__atomic_store_n(&th->lock_seq, s + 2, __ATOMIC_RELEASE);
+}
+
+/*
+ * hs_chain_read_lazy's common case inline (stacks.c has the argument): the
+ * chain read last time into c at the same site and CFA, under the same
+ * learnt distances, whose return-address slots up to the evaluation loop
+ * still hold the same addresses, under the same Python frame token
+ * (hs_py_token) -- a `with lock:` in a loop.  Anything else, or a token
+ * that changed its evaluation-loop count, is hs_chain_read_lazy's (which
+ * looks again from the start).  Returns the depth as hs_chain_read_lazy.
+ */
+static inline __attribute__((always_inline)) unsigned lock_chain_read_lazy(struct hs_chain *c, uint64_t site,
+									   uint64_t cfa)
+{
+	if (HS_LIKELY(c->lazy && c->site == site && c->cfa == cfa && c->walked &&
+		      c->gen == __atomic_load_n(&hs_pcoff_gen, __ATOMIC_ACQUIRE) && hs_chain_top &&
+		      *(const uint64_t *)(uintptr_t)(cfa - 8) == site)) {
+		unsigned m, d = c->depth;
+		for (m = 1; m < d; m++)
+			if (*(const uint64_t *)(uintptr_t)(c->sp[m] - 8) != c->pc[m])
+				break;
+		if (m == d && HS_LIKELY(hs_py_token(&c->tok) && (c->tok.entry ? 2u : 1u) == c->lazy)) {
+			c->unchanged = 1;
+			return d;
+		}
+	}
+	return hs_chain_read_lazy(c, site, cfa);
+}
+
+/*
+ * An uncontended acquisition that adds no edge (hs_acq_ordered said so),
+ * recorded after the real call succeeded (semaphores.c's fast path, the
+ * common `with lock:`).  a->gil_safe leaves no GIL question: of
+ * hs_acq_before only the chain read stays (this call's exact stack, kept
+ * lazily in the slot of the entry it pushes, hs_chain_read_lazy, and
+ * interned only when an edge, a finding or a snapshot needs it), then what
+ * hs_acq_after does for an acquisition that did not wait: the shared-
+ * instance check, the held entry, the ring record.  a: id, addr, site,
+ * cfa, kind and modes set.  Inline in its one caller, sem_trywait's fast
+ * path, so that the pair is one call fewer (bench/README.md, "Python lock
+ * pairs in fewer calls").  locks.c's `pending` (the chain of an
+ * acquisition between acq_before and acq_after) is not set: no acq_after
+ * follows.
+ */
+static inline __attribute__((always_inline)) void lock_acq_uncontended(struct hs_tls *t, struct acq *a)
+{
+	struct hs_thread *th = t->slot;
+	struct held_chain *held_chains = held_chains_of();
+	struct hs_lock *l = &hs_seg.locks[a->id];
+	uint32_t n = th->held_count; /* at most HELD_CHAINS: hs_acq_ordered */
+	int32_t last = __atomic_load_n(&l->last_tid, __ATOMIC_RELAXED);
+	a->t0 = lock_now();
+	if (HS_UNLIKELY(!held_chains)) {
+		if (!a->stack)
+			a->stack = hs_stack_site(a->site);
+	} else {
+		uint32_t gen = __atomic_load_n(&hs_seg_gen, __ATOMIC_RELAXED);
+		struct held_chain *c = &held_chains[n];
+		c->addr = a->addr;
+		c->exact = 0;
+		/* the stack is needed only if an edge is made from it later: read lazily */
+		lock_chain_read_lazy(&c->c, a->site, a->cfa);
+		if (HS_UNLIKELY(c->stack_site != a->site || !c->site_stack || c->site_gen != gen)) {
+			c->site_stack = hs_stack_site(a->site);
+			c->stack_site = a->site;
+			c->site_gen = gen;
+		}
+		if (!a->stack)
+			a->stack = c->site_stack;
+	}
+	if (HS_UNLIKELY(last != t->tid) && !(__atomic_load_n(&l->flags, __ATOMIC_RELAXED) & HS_LOCKF_SHARED)) {
+		/* a second thread, an instance not known shared (hs_acq_after) */
+		if (last)
+			hs_order_acquirer_changed(t, a->id, a->addr, last, 0, a->stack, a->t0);
+		__atomic_store_n(&l->last_tid, t->tid, __ATOMIC_RELAXED);
+	}
+	/* held_push, its chain in place already (n <= HELD_CHAINS: room) */
+	held_push4(th, n, a->addr, a->id, a->hold_mode, a->trylock, a->stack, 0, a->t0);
+	hs_rec(t, a->t0, HS_REC_LOCK_ACQUIRED, a->stack, a->addr, a->id,
+	       (uint64_t)a->hold_mode | (uint64_t)a->trylock << 8);
+}
+
+/*
+ * The release of the thread's innermost held entry when it is addr's and
+ * taken once, its edge to the GIL known to be there (the caller's memo):
+ * hs_release without its searches, the pop one store outside the seqlock
+ * (release_end).  Returns 0, doing nothing, in any other case: hs_release
+ * then.  Inline in its one caller, sem_post.
+ */
+static inline __attribute__((always_inline)) int lock_release_top(struct hs_tls *t, uint64_t addr)
+{
+	struct hs_thread *th = t->slot;
+	uint32_t n = th->held_count;
+	const struct hs_held *h;
+	if (HS_UNLIKELY(n == 0 || n > HS_HELD_MAX))
+		return 0;
+	h = &th->held[n - 1];
+	if (h->addr != addr || h->recursion ||
+	    HS_UNLIKELY((h->flags >> HS_HELDF_RELGEN_SHIFT) != relgen_of(h->lock)))
+		return 0;
+	uint32_t id = h->lock;
+	/* one store outside the seqlock (release_end) */
+	__atomic_store_n(&th->held_count, n - 1, __ATOMIC_RELEASE);
+	hs_rec_released(t, lock_now(), addr, id);
+	return 1;
+}
+
+#endif
