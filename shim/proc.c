@@ -562,9 +562,25 @@ static long count_fds_tracked(const struct hs_header *h)
 	return n;
 }
 
-static void note_fds(struct hs_header *h, uint64_t now, int at_start)
+/*
+ * The count of open descriptors for a sample (why: HS_MEMW_*).  The table's
+ * count (count_fds_tracked) at the start sample: fd_core.c has just read
+ * /proc/self/fd.  At exit, when the last count is less than
+ * HS_FDS_INTERVAL_NS old, the table's count too: hs_fds_verify_open has just
+ * asked the kernel about every descriptor the table says is open, so it is
+ * exact for every descriptor made through a hooked call; one made by a raw
+ * system call in that last interval is missed, as the time-driven count
+ * misses it between two counts.  Spares a short process a second read of
+ * /proc/self/fd (open, two getdents64, close).  Otherwise, and at a death by
+ * signal (no verification ran), /proc/self/fd.  README "Processes".
+ */
+static void note_fds(struct hs_header *h, uint64_t now, unsigned why)
 {
-	long n = at_start ? count_fds_tracked(h) : -1;
+	long n = why == HS_MEMW_START ||
+			 (why == HS_MEMW_EXIT && now - __atomic_load_n(&h->fds_sample_ns, __ATOMIC_RELAXED) <
+							 HS_FDS_INTERVAL_NS)
+		 ? count_fds_tracked(h)
+		 : -1;
 	if (n < 0)
 		n = count_fds();
 	if (n < 0)
@@ -635,9 +651,9 @@ void hs_mem_sample(struct hs_tls *t, uint64_t now, unsigned why, uint64_t size)
 	if (peak > __atomic_load_n(&h->rss_peak_bytes, __ATOMIC_RELAXED))
 		__atomic_store_n(&h->rss_peak_bytes, peak, __ATOMIC_RELAXED);
 	if (why != HS_MEMW_TIME && why != HS_MEMW_ALLOC)
-		note_fds(h, now, why == HS_MEMW_START);
+		note_fds(h, now, why);
 	else if (now - __atomic_load_n(&h->fds_sample_ns, __ATOMIC_RELAXED) >= HS_FDS_INTERVAL_NS)
-		note_fds(h, now, 0);
+		note_fds(h, now, HS_MEMW_TIME);
 	/* release: our stores are done before another sampler may start */
 	__atomic_store_n(&mem_sampling, 0, __ATOMIC_RELEASE);
 }

@@ -855,3 +855,39 @@ def test_a_command_that_never_allocates_gets_no_heap_from_the_python_probe(heise
     r = heisen.dump_json(session, expect_rc=0)
     pr = proc_by_pid(r, p.pid)
     assert pr["state"] == "exited" and pr["exit_status"] == 0, pr
+
+
+KEEPS_FDS_OPEN = r"""
+import os, socket, sys
+kept = [os.open("/dev/null", os.O_RDONLY) for _ in range(5)] + list(os.pipe())
+kept.append(socket.socket(socket.AF_UNIX, socket.SOCK_STREAM).detach())
+print("main", os.getpid(), flush=True)
+print("open", len(os.listdir("/proc/self/fd")) - 1, flush=True)
+"""
+
+
+def test_a_short_process_counts_its_open_fds_at_exit_from_the_fd_table(heisen, session, tmp_path):
+    """A process that ends within a second of its last count takes the count
+    at exit from heisen's fd table (each descriptor it says is open checked
+    with the kernel just before) instead of reading /proc/self/fd a second
+    time: strace sees the one read of the directory at start (the inherited
+    scan), and the count at exit is still the process's own count of its
+    open descriptors (files, a pipe and a socket kept open to the end)."""
+    if not shutil.which("strace"):
+        pytest.skip("strace is not installed")
+    script = tmp_path / "keep.py"
+    script.write_text(KEEPS_FDS_OPEN)
+    trace = tmp_path / "trace"
+    env = heisen.env(session)
+    env["LD_PRELOAD"] = str(heisen.lib)
+    p = subprocess.run(["strace", "-f", "-qq", "-e", "trace=openat", "-o", trace, SYSTEM_PYTHON, script],
+                       capture_output=True, text=True, timeout=120, env=env)
+    assert p.returncode == 0, p.stderr[-2000:]
+    pid, said = fact_int(p.stdout, "main"), fact_int(p.stdout, "open")
+    # the script's own listdir is one; heisen's scan at start the other
+    reads = [ln for ln in trace.read_text().splitlines()
+             if ln.split()[0] == str(pid) and '"/proc/self/fd"' in ln]
+    assert len(reads) == 2, reads
+    pr = proc_by_pid(heisen.dump_json(session, expect_rc=0), pid)
+    assert pr["state"] == "exited" and pr["exit_status"] == 0, pr
+    assert pr["memory"]["fds_open"] == said >= 11, (pr["memory"], said)
