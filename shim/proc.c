@@ -624,7 +624,12 @@ void hs_mem_sample(struct hs_tls *t, uint64_t now, unsigned why, uint64_t size)
 	__atomic_store_n(&mem_recheck, 0, __ATOMIC_RELAXED);
 	__atomic_store_n(&mem_owed, 0, __ATOMIC_RELAXED);
 	__atomic_store_n(&mem_last_ns, now, __ATOMIC_RELAXED);
-	if (hs_read_small("/proc/self/statm", buf, sizeof buf) > 0) {
+	if (why == HS_MEMW_START && !__atomic_load_n(&h->rss_samples, __ATOMIC_RELAXED) &&
+	    (rss = __atomic_load_n(&h->rss_bytes, __ATOMIC_RELAXED)) != 0) {
+		/* the start sample, the segment's first: the resident set its creation
+		   read with the start time (/proc/self/stat field 24, a few hundred
+		   microseconds ago), not a second /proc read (statm) */
+	} else if (hs_read_small("/proc/self/statm", buf, sizeof buf) > 0) {
 		/* "size resident shared text lib data dt", in pages */
 		parse_u64(&p);
 		if (*p == ' ')
