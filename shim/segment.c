@@ -1245,7 +1245,9 @@ int hs_segment_create(int forked)
 	h->ppid = (int32_t)hs_sys.getppid();
 	h->uid = getuid();
 	h->start_ticks = ticks;
-	/* resident at creation, no sample yet (rss_samples 0): the start sample's */
+	/* resident at creation, no sample yet (rss_samples 0): the start sample's
+	   (sysconf(_SC_PAGESIZE) returns the loader's value: no lock, no malloc,
+	   as a fork child needs) */
 	h->rss_bytes = rss_pages * (uint64_t)sysconf(_SC_PAGESIZE);
 	{
 		struct timespec ts;
