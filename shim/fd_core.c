@@ -2498,12 +2498,22 @@ static int inherited_entry(void *arg, const char *name, unsigned type)
  * inherited: a later close of one is an unseen generation's (after_close),
  * never a finding; the numbers seen before a failure are marked.
  */
+#define SCAN_RING_AHEAD 3 /* 0, 1 and 2: what nearly every process inherits */
 static void scan_inherited(void)
 {
 	struct inherited_scan sc = {.now = hs_now()};
+	const struct hs_table *te = &hs_seg.hdr->tables[HS_T_FD_EVENTS];
+	uint64_t head = __atomic_load_n(&hs_seg.hdr->fd_event_head, __ATOMIC_RELAXED);
 	sc.dfd = hs_sys.open("/proc/self/fd", O_RDONLY | O_DIRECTORY | O_CLOEXEC, 0);
 	if (sc.dfd < 0)
 		return;
+	/* the event ring's store for the first inherited fds' events in one
+	   system call (they straddle a page in the default layout: two
+	   MADV_POPULATE_WRITE otherwise); a failure is left to ring_commit,
+	   which says it */
+	if (te->capacity >= SCAN_RING_AHEAD && (head & (te->capacity - 1)) <= te->capacity - SCAN_RING_AHEAD)
+		(void)hs_seg_commit(&hs_seg, te->offset + (head & (te->capacity - 1)) * te->entry_size,
+				    (uint64_t)SCAN_RING_AHEAD * te->entry_size);
 	hs_dir_each(sc.dfd, inherited_entry, &sc);
 	hs_sys.close(sc.dfd);
 }

@@ -562,9 +562,25 @@ static long count_fds_tracked(const struct hs_header *h)
 	return n;
 }
 
-static void note_fds(struct hs_header *h, uint64_t now, int at_start)
+/*
+ * The count of open descriptors for a sample (why: HS_MEMW_*).  The table's
+ * count (count_fds_tracked) at the start sample: fd_core.c has just read
+ * /proc/self/fd.  At exit, when the last count is less than
+ * HS_FDS_INTERVAL_NS old, the table's count too: hs_fds_verify_open has just
+ * asked the kernel about every descriptor the table says is open, so it is
+ * exact for every descriptor made through a hooked call; one made by a raw
+ * system call in that last interval is missed, as the time-driven count
+ * misses it between two counts.  Spares a short process a second read of
+ * /proc/self/fd (open, two getdents64, close).  Otherwise, and at a death by
+ * signal (no verification ran), /proc/self/fd.  README "Processes".
+ */
+static void note_fds(struct hs_header *h, uint64_t now, unsigned why)
 {
-	long n = at_start ? count_fds_tracked(h) : -1;
+	long n = why == HS_MEMW_START ||
+			 (why == HS_MEMW_EXIT && now - __atomic_load_n(&h->fds_sample_ns, __ATOMIC_RELAXED) <
+							 HS_FDS_INTERVAL_NS)
+		 ? count_fds_tracked(h)
+		 : -1;
 	if (n < 0)
 		n = count_fds();
 	if (n < 0)
@@ -608,7 +624,12 @@ void hs_mem_sample(struct hs_tls *t, uint64_t now, unsigned why, uint64_t size)
 	__atomic_store_n(&mem_recheck, 0, __ATOMIC_RELAXED);
 	__atomic_store_n(&mem_owed, 0, __ATOMIC_RELAXED);
 	__atomic_store_n(&mem_last_ns, now, __ATOMIC_RELAXED);
-	if (hs_read_small("/proc/self/statm", buf, sizeof buf) > 0) {
+	if (why == HS_MEMW_START && !__atomic_load_n(&h->rss_samples, __ATOMIC_RELAXED) &&
+	    (rss = __atomic_load_n(&h->rss_bytes, __ATOMIC_RELAXED)) != 0) {
+		/* the start sample, the segment's first: the resident set its creation
+		   read with the start time (/proc/self/stat field 24, a few hundred
+		   microseconds ago), not a second /proc read (statm) */
+	} else if (hs_read_small("/proc/self/statm", buf, sizeof buf) > 0) {
 		/* "size resident shared text lib data dt", in pages */
 		parse_u64(&p);
 		if (*p == ' ')
@@ -635,9 +656,9 @@ void hs_mem_sample(struct hs_tls *t, uint64_t now, unsigned why, uint64_t size)
 	if (peak > __atomic_load_n(&h->rss_peak_bytes, __ATOMIC_RELAXED))
 		__atomic_store_n(&h->rss_peak_bytes, peak, __ATOMIC_RELAXED);
 	if (why != HS_MEMW_TIME && why != HS_MEMW_ALLOC)
-		note_fds(h, now, why == HS_MEMW_START);
+		note_fds(h, now, why);
 	else if (now - __atomic_load_n(&h->fds_sample_ns, __ATOMIC_RELAXED) >= HS_FDS_INTERVAL_NS)
-		note_fds(h, now, 0);
+		note_fds(h, now, HS_MEMW_TIME);
 	/* release: our stores are done before another sampler may start */
 	__atomic_store_n(&mem_sampling, 0, __ATOMIC_RELEASE);
 }

@@ -140,12 +140,16 @@ ssize_t hs_read_small(const char *path, char *buf, size_t cap)
 	return n;
 }
 
-/* Field 22 (starttime) of /proc/self/stat: tells a reused pid apart. */
-static uint64_t read_start_ticks(void)
+/* Field 22 (starttime) of /proc/self/stat: tells a reused pid apart.  Field
+ * 24 (rss, pages: the resident set statm's second field gives) of the same
+ * read into *rss_pages (left alone when absent): the new header's rss_bytes
+ * before any sample, which the start sample takes (proc.c hs_mem_sample). */
+static uint64_t read_start_ticks(uint64_t *rss_pages)
 {
 	char buf[1024];
-	char *p;
+	char *p, *end;
 	int field = 2;
+	uint64_t ticks;
 	if (hs_read_small("/proc/self/stat", buf, sizeof buf) <= 0)
 		return 0;
 	p = strrchr(buf, ')');
@@ -154,7 +158,14 @@ static uint64_t read_start_ticks(void)
 	for (; *p && field < 22; p++)
 		if (*p == ' ')
 			field++;
-	return strtoull(p, NULL, 10);
+	ticks = strtoull(p, &end, 10);
+	/* " vsize rss": two fields on */
+	for (p = end; *p && field < 24; p++)
+		if (*p == ' ')
+			field++;
+	if (field == 24 && *p >= '0' && *p <= '9')
+		*rss_pages = strtoull(p, NULL, 10);
+	return ticks;
 }
 
 /* ---- session directory ---------------------------------------------------- */
@@ -1186,7 +1197,7 @@ int hs_segment_create(int forked)
 	struct hs_header *h;
 	char path[PATH_MAX], tmp[PATH_MAX];
 	pid_t pid = hs_sys.getpid();
-	uint64_t ticks = read_start_ticks();
+	uint64_t rss_pages = 0, ticks = read_start_ticks(&rss_pages);
 	uint32_t flags = 0;
 	unsigned image;
 	int fd = -1;
@@ -1234,6 +1245,10 @@ int hs_segment_create(int forked)
 	h->ppid = (int32_t)hs_sys.getppid();
 	h->uid = getuid();
 	h->start_ticks = ticks;
+	/* resident at creation, no sample yet (rss_samples 0): the start sample's
+	   (sysconf(_SC_PAGESIZE) returns the loader's value: no lock, no malloc,
+	   as a fork child needs) */
+	h->rss_bytes = rss_pages * (uint64_t)sysconf(_SC_PAGESIZE);
 	{
 		struct timespec ts;
 		clock_gettime(CLOCK_REALTIME, &ts);

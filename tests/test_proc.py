@@ -855,3 +855,62 @@ def test_a_command_that_never_allocates_gets_no_heap_from_the_python_probe(heise
     r = heisen.dump_json(session, expect_rc=0)
     pr = proc_by_pid(r, p.pid)
     assert pr["state"] == "exited" and pr["exit_status"] == 0, pr
+
+
+KEEPS_FDS_OPEN = r"""
+import os, socket, sys
+kept = [os.open("/dev/null", os.O_RDONLY) for _ in range(5)] + list(os.pipe())
+kept.append(socket.socket(socket.AF_UNIX, socket.SOCK_STREAM).detach())
+print("main", os.getpid(), flush=True)
+print("open", len(os.listdir("/proc/self/fd")) - 1, flush=True)
+"""
+
+
+def test_a_short_process_counts_its_open_fds_at_exit_from_the_fd_table(heisen, session, tmp_path):
+    """A process that ends within a second of its last count takes the count
+    at exit from heisen's fd table (each descriptor it says is open checked
+    with the kernel just before) instead of reading /proc/self/fd a second
+    time (a Python program lives longer than that under load: then the
+    directory is read): either way the count at exit is the process's own
+    count of its open descriptors (files, a pipe and a socket kept open to
+    the end)."""
+    script = tmp_path / "keep.py"
+    script.write_text(KEEPS_FDS_OPEN)
+    p = heisen.preload([SYSTEM_PYTHON, script], session)
+    assert p.returncode == 0, p.stderr[-2000:]
+    pid, said = fact_int(p.stdout, "main"), fact_int(p.stdout, "open")
+    pr = proc_by_pid(heisen.dump_json(session, expect_rc=0), pid)
+    assert pr["state"] == "exited" and pr["exit_status"] == 0, pr
+    assert pr["memory"]["fds_open"] == said >= 11, (pr["memory"], said)
+
+
+def test_a_short_command_reads_statm_and_its_fd_directory_once_and_keeps_its_memory_figures(heisen, session,
+                                                                                             tmp_path):
+    """A shell's short command (/bin/true) pays one /proc read for each of its
+    figures: its start sample takes the resident set from the /proc/self/stat
+    read that gives its segment its start time, its exit counts its fds from
+    the fd table the start scan filled.  So /proc/self/statm is read once
+    (the exit's) and /proc/self/fd once (the start's scan); the record still
+    has a resident set and a peak at least as large.  (Under load a
+    time-driven sample can come in between: one more statm read for each,
+    one more directory read if a second passed.)"""
+    if not shutil.which("strace"):
+        pytest.skip("strace is not installed")
+    trace = tmp_path / "trace"
+    env = heisen.env(session)
+    env["LD_PRELOAD"] = str(heisen.lib)
+    p = subprocess.run(["strace", "-f", "-qq", "-e", "trace=openat", "-o", trace, "/bin/true"],
+                       capture_output=True, text=True, timeout=120, env=env)
+    assert p.returncode == 0, p.stderr[-2000:]
+    lines = trace.read_text().splitlines()
+    pid = int(lines[0].split()[0])
+    mine = [ln for ln in lines if ln.split()[0] == str(pid)]
+    pr = proc_by_pid(heisen.dump_json(session, expect_rc=0), pid)
+    assert pr["state"] == "exited" and pr["exit_status"] == 0, pr
+    m = pr["memory"]
+    assert m["samples"] >= 2 and m["rss_bytes"] > 0 and m["peak_rss_bytes"] >= m["rss_bytes"], m
+    # every sample but the start's reads statm
+    assert len([ln for ln in mine if '"/proc/self/statm"' in ln]) == m["samples"] - 1, (mine, m)
+    # the start's scan; a time-driven count only after a second
+    assert len([ln for ln in mine if '"/proc/self/fd"' in ln]) <= 1 + (m["samples"] - 2), (mine, m)
+    assert m["fds_open"] >= 3, m
