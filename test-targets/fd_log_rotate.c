@@ -20,12 +20,11 @@
  * every batch file got a number below the log's) and "second_close EBADF".
  */
 #include <fcntl.h>
-#include <semaphore.h>
 #include <stdint.h>
 
 #include "tt.h"
 
-static sem_t stop;
+static struct tt_bystander bystander;
 static int log_fd = -1;
 
 static __attribute__((noinline)) int open_log(const char *path)
@@ -65,23 +64,14 @@ static __attribute__((noinline)) int shutdown_log(void)
 	return close(log_fd) != 0 ? errno : 0;
 }
 
-static void *idle(void *arg)
-{
-	(void)arg;
-	sem_wait(&stop);
-	return NULL;
-}
-
 int main(int argc, char **argv)
 {
-	pthread_t t;
 	int below, err;
 	if (argc != 4) {
 		fprintf(stderr, "usage: fd_log_rotate LOG_FILE BATCH_FILE N\n");
 		return 2;
 	}
-	sem_init(&stop, 0, 0);
-	TT_CHECK(pthread_create(&t, NULL, idle, NULL));
+	tt_bystander_start(&bystander);
 	printf("pid %d\n", (int)getpid());
 	if ((log_fd = open_log(argv[1])) < 0) {
 		perror(argv[1]);
@@ -94,7 +84,6 @@ int main(int argc, char **argv)
 	printf("batch_fds_below %d\n", below);
 	printf("second_close %s\n", err == EBADF ? "EBADF" : "other");
 	fflush(stdout);
-	sem_post(&stop);
-	TT_CHECK(pthread_join(t, NULL));
+	tt_bystander_stop(&bystander);
 	return 0;
 }

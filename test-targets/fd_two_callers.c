@@ -22,12 +22,11 @@
  * "second_close EBADF".
  */
 #include <fcntl.h>
-#include <semaphore.h>
 #include <stdint.h>
 
 #include "tt.h"
 
-static sem_t stop;
+static struct tt_bystander bystander;
 static uintptr_t frame_seen[2]; /* the helper's frame address under each caller */
 static int twice_fd = -1, twice_errno;
 
@@ -72,23 +71,14 @@ static __attribute__((noinline)) int reload_config(const char *path, int times)
 	return bad;
 }
 
-static void *idle(void *arg)
-{
-	(void)arg;
-	sem_wait(&stop);
-	return NULL;
-}
-
 int main(int argc, char **argv)
 {
-	pthread_t t;
 	int bad;
 	if (argc != 3) {
 		fprintf(stderr, "usage: fd_two_callers STATUS_FILE EMPTY_FILE\n");
 		return 2;
 	}
-	sem_init(&stop, 0, 0);
-	TT_CHECK(pthread_create(&t, NULL, idle, NULL));
+	tt_bystander_start(&bystander);
 	printf("pid %d\n", (int)getpid());
 	bad = poll_status(argv[1], 1000);
 	bad += reload_config(argv[2], 1);
@@ -97,7 +87,6 @@ int main(int argc, char **argv)
 	printf("second_close %s\n", twice_errno == EBADF ? "EBADF" : "other");
 	printf("failed_reads %d\n", bad);
 	fflush(stdout);
-	sem_post(&stop);
-	TT_CHECK(pthread_join(t, NULL));
+	tt_bystander_stop(&bystander);
 	return 0;
 }

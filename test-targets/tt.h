@@ -14,6 +14,7 @@
 
 #include <errno.h>
 #include <pthread.h>
+#include <semaphore.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -49,6 +50,35 @@ static inline void tt_run_thread(void *(*fn)(void *), void *arg)
 	pthread_t t;
 	TT_CHECK(pthread_create(&t, NULL, fn, arg));
 	TT_CHECK(pthread_join(t, NULL));
+}
+
+/*
+ * A bystander: a second thread that only waits, so the process has threads
+ * (glibc's single-threaded shortcuts off, the fd checker's rules for a
+ * threaded process on) until tt_bystander_stop() lets it finish and joins
+ * it.  Its semaphore starts at 0: a counter, never a lock node.
+ */
+struct tt_bystander {
+	pthread_t thread;
+	sem_t stop;
+};
+
+static inline void *tt_bystander_wait(void *arg)
+{
+	sem_wait(&((struct tt_bystander *)arg)->stop);
+	return NULL;
+}
+
+static inline void tt_bystander_start(struct tt_bystander *b)
+{
+	sem_init(&b->stop, 0, 0);
+	TT_CHECK(pthread_create(&b->thread, NULL, tt_bystander_wait, b));
+}
+
+static inline void tt_bystander_stop(struct tt_bystander *b)
+{
+	sem_post(&b->stop);
+	TT_CHECK(pthread_join(b->thread, NULL));
 }
 
 #endif /* HEISEN_TT_H */
