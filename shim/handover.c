@@ -25,12 +25,20 @@
  *     semaphore available); it lives per slot, not per thread, so it keeps
  *     growing across the threads that reuse a slot (a stale count of a
  *     slot's earlier thread is always lower than its later thread's);
- *   - each sync object has a record in a direct-mapped table keyed by its
- *     address (ORDER_RECS records): the last release (slot, count) and, in
- *     ORDER_WAYS ways indexed by slot, each releasing slot's last count.
- *     A collision (another object's record in the way) loses orderings: an
- *     acquirer then learns nothing, and a lock checked against it counts as
- *     shared.  Never the reverse: each word is stored with a check word
+ *   - each sync object has two records (two-choice hashing, two places
+ *     picked by different bits of its address's hash, ORDER_RECS records
+ *     in all), each holding the last release (slot, count, way 0) and, in
+ *     ORDER_WAYS ways indexed by slot, each releasing slot's last count;
+ *     a release writes both, a reader takes each word from whichever
+ *     record still holds it.  A collision (another object's record in
+ *     the same place) overwrites way 0 and the other object's releasing
+ *     slot's way; an ordering is lost only when that happens in both
+ *     records (with one record, a thread's own other objects sharing the
+ *     entry lost it in about one run in 30 of the connection pool of
+ *     tests/test_gil_order.py).  A lost way 0 still leaves the other
+ *     ways: an acquirer learns them, and a lock's last release is read
+ *     from its last acquirer's way.  A lost ordering makes the lock
+ *     shared, never the reverse: each word is stored with a check word
  *     (the address's hash xor the value), so a torn or foreign word is
  *     never read as this object's;
  *   - each thread has "seen" (in its area, HS_AREA_ORDER): per releasing
@@ -61,10 +69,11 @@
  * thread takes and drops it all the time, so it would order everything.
  *
  * Cost (handover.h, inline in the hooks): a release of the object this
- * thread released last is a compare and two stores, another is a multiply,
- * a count and four stores; an acquisition whose object this thread
- * released last is two loads and a compare; only an acquisition from
- * another thread reads the ways.  Async-signal-safe, no allocation; the
+ * thread released last is a compare and four stores, another is a
+ * multiply, a count and eight stores (two records); an acquisition whose
+ * object this thread released last is two loads and a compare; only an
+ * acquisition from another thread reads the ways (bench/README.md
+ * "Hand-over order").  Async-signal-safe, no allocation; the
  * pending list has a spin lock, taken only inside a hook (the guard held),
  * never while waiting.
  */
