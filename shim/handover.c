@@ -148,9 +148,10 @@ void hs_order_acquire_by(uint32_t slot, uint64_t *seen, uint64_t addr)
 /*
  * The last release of the lock of key: way 0 of either record when it is
  * the lock's; else (other objects took way 0 of both: collisions) the
- * lock's way of slot `from` when it holds from's release.  That is the lock's last release
- * when `from` is the slot of its last acquirer: a lock is released by its
- * holder, and each release by a slot writes its way.  0 when unknown.
+ * lock's way of slot `from` in either record when it holds from's
+ * release.  That is the lock's last release when `from` is the slot of its
+ * last acquirer: a lock is released by its holder, and each release by a
+ * slot writes its way.  0 when unknown.
  */
 static uint64_t lock_last_release(uint64_t key, uint32_t from)
 {
@@ -287,9 +288,9 @@ void hs_order_release_new(struct order_self *me, uint64_t addr)
 }
 
 /*
- * The slot of thread tid among the releases in the ways of the record of
- * key (the lock's last acquirer, for lock_last_release when way 0 was taken
- * by another object); ORDER_SLOTS when none is its.
+ * The slot of thread tid among the releases in the ways of the records of
+ * key (the lock's last acquirer, for lock_last_release when way 0 of both
+ * was taken by other objects); ORDER_SLOTS when none is its.
  */
 static uint32_t way_slot_of(uint64_t key, int32_t tid)
 {

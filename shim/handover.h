@@ -103,8 +103,8 @@ void hs_order_learn(const struct order_rec *r, const struct order_rec *r2, uint6
 void hs_order_pending_settle(struct hs_tls *t, uint32_t slot, int32_t tid, int ended) HS_HIDDEN;
 /* hs_order_handed_over_by (shim.h) when the lock's last release is known to
  * be by slot `from` (the slot of its last acquirer; ORDER_SLOTS: unknown):
- * with its record's way 0 taken by another object (a collision), the lock's
- * way of `from` still gives that release.  For hs_order_acquirer_changed and
+ * with way 0 of both its records taken by other objects (collisions), the
+ * lock's way of `from` still gives that release.  For hs_order_acquirer_changed and
  * unit tests. */
 int hs_order_handed_over_from(uint32_t slot, const uint64_t *seen, uint64_t addr, uint32_t from) HS_HIDDEN;
 
