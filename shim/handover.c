@@ -25,12 +25,20 @@
  *     semaphore available); it lives per slot, not per thread, so it keeps
  *     growing across the threads that reuse a slot (a stale count of a
  *     slot's earlier thread is always lower than its later thread's);
- *   - each sync object has a record in a direct-mapped table keyed by its
- *     address (ORDER_RECS records): the last release (slot, count) and, in
- *     ORDER_WAYS ways indexed by slot, each releasing slot's last count.
- *     A collision (another object's record in the way) loses orderings: an
- *     acquirer then learns nothing, and a lock checked against it counts as
- *     shared.  Never the reverse: each word is stored with a check word
+ *   - each sync object has two records (two-choice hashing, two places
+ *     picked by different bits of its address's hash, ORDER_RECS records
+ *     in all), each holding the last release (slot, count, way 0) and, in
+ *     ORDER_WAYS ways indexed by slot, each releasing slot's last count;
+ *     a release writes both, a reader takes each word from whichever
+ *     record still holds it.  A collision (another object's record in
+ *     the same place) overwrites way 0 and the other object's releasing
+ *     slot's way; an ordering is lost only when that happens in both
+ *     records (with one record, a thread's own other objects sharing the
+ *     entry lost it in about one run in 30 of the connection pool of
+ *     tests/test_gil_order.py).  A lost way 0 still leaves the other
+ *     ways: an acquirer learns them, and a lock's last release is read
+ *     from its last acquirer's way.  A lost ordering makes the lock
+ *     shared, never the reverse: each word is stored with a check word
  *     (the address's hash xor the value), so a torn or foreign word is
  *     never read as this object's;
  *   - each thread has "seen" (in its area, HS_AREA_ORDER): per releasing
@@ -61,10 +69,11 @@
  * thread takes and drops it all the time, so it would order everything.
  *
  * Cost (handover.h, inline in the hooks): a release of the object this
- * thread released last is a compare and two stores, another is a multiply,
- * a count and four stores; an acquisition whose object this thread
- * released last is two loads and a compare; only an acquisition from
- * another thread reads the ways.  Async-signal-safe, no allocation; the
+ * thread released last is a compare and four stores, another is a
+ * multiply, a count and eight stores (two records); an acquisition whose
+ * object this thread released last is two loads and a compare; only an
+ * acquisition from another thread reads the ways (bench/README.md
+ * "Hand-over order").  Async-signal-safe, no allocation; the
  * pending list has a spin lock, taken only inside a hook (the guard held),
  * never while waiting.
  */
@@ -76,12 +85,15 @@ struct order_rec hs_order_tab[ORDER_RECS] __attribute__((aligned(64)));
 uint32_t hs_order_pending_n[ORDER_SLOTS]; /* [atomic] hand-overs pending per slot (below) */
 static uint64_t order_clock[ORDER_SLOTS]; /* each slot's release count; written by the slot's thread only */
 
-/* A release by slot of the object of key, at record r; returns the value stored. */
-static inline uint64_t order_release_at(struct order_rec *r, uint32_t slot, unsigned way, uint64_t key)
+/* A release by slot of the object of key, at its records r and r2; returns the value stored. */
+static inline uint64_t order_release_at(struct order_rec *r, struct order_rec *r2, uint32_t slot, unsigned way,
+					uint64_t key)
 {
 	uint64_t v = (uint64_t)(slot + 1) << 48 | (++order_clock[slot] & COUNT_MASK);
 	order_put(r, way, key, v);
 	order_put(r, 0, key, v);
+	order_put(r2, way, key, v);
+	order_put(r2, 0, key, v);
 	return v;
 }
 
@@ -89,7 +101,14 @@ void hs_order_release_by(uint32_t slot, uint64_t addr)
 {
 	uint64_t key = order_key(addr);
 	if (slot < ORDER_SLOTS)
-		(void)order_release_at(order_rec_of(key), slot, 1 + slot % ORDER_WAYS, key);
+		(void)order_release_at(order_rec_of(key), order_rec2_of(key), slot, 1 + slot % ORDER_WAYS, key);
+}
+
+/* The last release of the object of key as way 0 of either record holds it, else 0. */
+static uint64_t order_last(uint64_t key)
+{
+	uint64_t v = order_word(order_rec_of(key), 0, key);
+	return v ? v : order_word(order_rec2_of(key), 0, key);
 }
 
 /* Learn v (a release of its slot) into seen. */
@@ -100,51 +119,81 @@ static inline void seen_learn(uint64_t *seen, uint64_t v)
 		*e = v; /* another slot in the entry: the newer one wins (the older's orderings are lost) */
 }
 
-/* Learn the releases of record r (its last one: last) into seen; out of line (the rare path). */
-void hs_order_learn(const struct order_rec *r, uint64_t *seen, uint64_t key,
-						  uint64_t last)
+/* Learn the releases of the records r and r2 of key (its last one: last, 0 when
+ * unknown) into seen; out of line (the rare path). */
+void hs_order_learn(const struct order_rec *r, const struct order_rec *r2, uint64_t *seen, uint64_t key,
+		    uint64_t last)
 {
-	seen_learn(seen, last);
+	if (last)
+		seen_learn(seen, last);
 	for (unsigned i = 1; i <= ORDER_WAYS; i++) {
-		uint64_t v = order_word(r, i, key);
+		uint64_t v = order_word(r, i, key), v2 = order_word(r2, i, key);
 		if (v)
 			seen_learn(seen, v);
+		if (v2)
+			seen_learn(seen, v2);
 	}
-}
-
-/* An acquisition by slot of the object of key at record r: learn its releases into seen. */
-static inline void order_acquire_at(const struct order_rec *r, uint32_t slot, uint64_t *seen, uint64_t key)
-{
-	uint64_t last = order_word(r, 0, key);
-	if (!last || (last >> 48) == (uint64_t)slot + 1)
-		return; /* unknown, or this thread released it last: nothing new to learn */
-	hs_order_learn(r, seen, key, last);
 }
 
 void hs_order_acquire_by(uint32_t slot, uint64_t *seen, uint64_t addr)
 {
 	uint64_t key = order_key(addr);
-	order_acquire_at(order_rec_of(key), slot, seen, key);
+	uint64_t last = order_last(key);
+	if ((last >> 48) == (uint64_t)slot + 1)
+		return; /* this thread released it last: nothing new to learn */
+	/* way 0 lost in both records (last 0): the ways may still be its */
+	hs_order_learn(order_rec_of(key), order_rec2_of(key), seen, key, last);
+}
+
+/*
+ * The last release of the lock of key: way 0 of either record when it is
+ * the lock's; else (other objects took way 0 of both: collisions) the
+ * lock's way of slot `from` in either record when it holds from's
+ * release.  That is the lock's last release when `from` is the slot of its
+ * last acquirer: a lock is released by its holder, and each release by a
+ * slot writes its way.  0 when unknown.
+ */
+static uint64_t lock_last_release(uint64_t key, uint32_t from)
+{
+	uint64_t v = order_last(key);
+	if (v || from >= ORDER_SLOTS)
+		return v;
+	v = order_word(order_rec_of(key), 1 + from % ORDER_WAYS, key);
+	if ((v >> 48) != (uint64_t)from + 1)
+		v = order_word(order_rec2_of(key), 1 + from % ORDER_WAYS, key);
+	return (v >> 48) == (uint64_t)from + 1 ? v : 0;
+}
+
+/* Whether this thread (slot, seen) is ordered after release v of another slot. */
+static int seen_after(uint32_t slot, const uint64_t *seen, uint64_t v)
+{
+	uint64_t e;
+	if (!v || (v >> 48) == (uint64_t)slot + 1)
+		return 0; /* no record (lost to a collision), or released last by this thread for another holder */
+	e = seen[(v >> 48) & (ORDER_SEEN - 1)];
+	return (e >> 48) == (v >> 48) && (e & COUNT_MASK) > (v & COUNT_MASK);
+}
+
+int hs_order_handed_over_from(uint32_t slot, const uint64_t *seen, uint64_t addr, uint32_t from)
+{
+	return seen_after(slot, seen, lock_last_release(order_key(addr), from));
 }
 
 int hs_order_handed_over_by(uint32_t slot, const uint64_t *seen, uint64_t addr)
 {
-	uint64_t key = order_key(addr);
-	uint64_t last = order_word(order_rec_of(key), 0, key), e;
-	if (!last || (last >> 48) == (uint64_t)slot + 1)
-		return 0; /* no record (lost to a collision), or released last by this thread for another holder */
-	e = seen[(last >> 48) & (ORDER_SEEN - 1)];
-	return (e >> 48) == (last >> 48) && (e & COUNT_MASK) > (last & COUNT_MASK);
+	return hs_order_handed_over_from(slot, seen, addr, ORDER_SLOTS);
 }
 
 void hs_order_forget(uint64_t addr)
 {
 	uint64_t key = order_key(addr);
-	struct order_rec *r = order_rec_of(key);
-	if (order_word(r, 0, key))
-		for (unsigned i = 0; i <= ORDER_WAYS; i++)
-			if (order_word(r, i, key))
-				order_put(r, i, key, 0);
+	struct order_rec *r = order_rec_of(key), *r2 = order_rec2_of(key);
+	for (unsigned i = 0; i <= ORDER_WAYS; i++) { /* each word: way 0 may be another object's, the ways still its */
+		if (order_word(r, i, key))
+			order_put(r, i, key, 0);
+		if (order_word(r2, i, key))
+			order_put(r2, i, key, 0);
+	}
 }
 
 #ifndef HS_CORE_ONLY
@@ -234,7 +283,27 @@ void hs_order_release_new(struct order_self *me, uint64_t addr)
 	me->rel_addr = addr;
 	me->rel_key = order_key(addr);
 	me->rel_rec = order_rec_of(me->rel_key);
-	me->rel_v = order_release_at(me->rel_rec, me->slot, me->way, me->rel_key);
+	me->rel_rec2 = order_rec2_of(me->rel_key);
+	me->rel_v = order_release_at(me->rel_rec, me->rel_rec2, me->slot, me->way, me->rel_key);
+}
+
+/*
+ * The slot of thread tid among the releases in the ways of the records of
+ * key (the lock's last acquirer, for lock_last_release when way 0 of both
+ * was taken by other objects); ORDER_SLOTS when none is its.
+ */
+static uint32_t way_slot_of(uint64_t key, int32_t tid)
+{
+	uint32_t cap = hs_seg.hdr->tables[HS_T_THREADS].capacity;
+	const struct order_rec *rs[2] = {order_rec_of(key), order_rec2_of(key)};
+	for (unsigned k = 0; k < 2; k++)
+		for (unsigned i = 1; i <= ORDER_WAYS; i++) {
+			uint64_t v = order_word(rs[k], i, key);
+			uint32_t s = (uint32_t)(v >> 48) - 1;
+			if (v && s < ORDER_SLOTS && s < cap && hs_seg.threads[s].tid == tid)
+				return s;
+		}
+	return ORDER_SLOTS;
 }
 
 void hs_order_acquirer_changed(struct hs_tls *t, uint32_t id, uint64_t addr, int32_t last, int ordered,
@@ -242,12 +311,16 @@ void hs_order_acquirer_changed(struct hs_tls *t, uint32_t id, uint64_t addr, int
 {
 	struct order_self *me = ordered ? order_self(t) : NULL;
 	uint32_t from;
-	uint64_t rec;
+	uint64_t rec = 0, key = order_key(addr);
 	uint64_t ident = __atomic_load_n(&hs_seg.locks[id].addr, __ATOMIC_RELAXED); /* a class's key, else addr */
-	if (me && hs_order_handed_over_by(me->slot, me->seen, addr)) {
-		rec = order_word(order_rec_of(order_key(addr)), 0, order_key(addr));
+	if (me) {
+		rec = order_last(key);
+		if (!rec) /* way 0 lost to collisions in both records: the last acquirer's own way */
+			rec = lock_last_release(key, way_slot_of(key, last));
+	}
+	if (me && seen_after(me->slot, me->seen, rec)) {
 		from = (uint32_t)(rec >> 48) - 1;
-		if (!rec || from >= ORDER_SLOTS || from >= hs_seg.hdr->tables[HS_T_THREADS].capacity ||
+		if (from >= ORDER_SLOTS || from >= hs_seg.hdr->tables[HS_T_THREADS].capacity ||
 		    __atomic_load_n(&hs_seg.threads[from].state, __ATOMIC_ACQUIRE) != HS_THREAD_LIVE ||
 		    hs_seg.threads[from].tid != last) {
 			/* handed over by a thread that has ended since: outlived */

@@ -18,7 +18,7 @@
 
 #include "shim.h"
 
-#define ORDER_RECS 2048u         /* records in the table (a power of two) */
+#define ORDER_RECS 8192u         /* records in the table (a power of two; 1 MiB, touched where used) */
 #define ORDER_WAYS 7u            /* per-slot ways of a record (way 0 is the last release) */
 #define ORDER_SEEN HS_ORDER_SEEN /* a thread's seen entries (a power of two) */
 #define ORDER_SLOTS 4096u        /* thread slots (HEISEN_THREADS is at most 4096) */
@@ -42,11 +42,24 @@ static inline uint64_t order_key(uint64_t addr)
 	return (addr * 0x9e3779b97f4a7c15ull) | 1;
 }
 
+/*
+ * An object's two records (two-choice hashing): each release is written to
+ * both, a reader takes whichever still holds the word, so an ordering is
+ * lost only when other objects took that word in both.  One record alone
+ * lost it whenever another object of the same thread shared the entry
+ * (the thread's own releases write the same way): a false hand-over miss
+ * in about one run in 30 of tests/test_gil_order.py's connection pool.
+ */
 static inline struct order_rec *order_rec_of(uint64_t key)
 {
-	return &hs_order_tab[key >> (64 - 11)];
+	return &hs_order_tab[key >> (64 - 13)];
 }
-_Static_assert(ORDER_RECS == 1u << 11, "order_rec_of takes the key's top 11 bits");
+
+static inline struct order_rec *order_rec2_of(uint64_t key)
+{
+	return &hs_order_tab[(key >> 32) & (ORDER_RECS - 1)];
+}
+_Static_assert(ORDER_RECS == 1u << 13, "order_rec_of takes the key's top 13 bits");
 
 /* Word i of r when it belongs to key, else 0. */
 static inline uint64_t order_word(const struct order_rec *r, unsigned i, uint64_t key)
@@ -75,9 +88,9 @@ struct order_self {
 	const struct hs_thread *slot_of;   /* t->slot the index below is for */
 	uint32_t slot, way;
 	uint64_t rel_addr, rel_key, rel_v; /* the last release: rel_v as stored */
-	struct order_rec *rel_rec;
+	struct order_rec *rel_rec, *rel_rec2;
 	uint64_t acq_addr, acq_key;        /* the last acquisition looked up */
-	const struct order_rec *acq_rec;
+	const struct order_rec *acq_rec, *acq_rec2;
 	uint64_t seen[ORDER_SEEN];
 };
 _Static_assert(sizeof(struct order_self) <= HS_AREA_ORDER_SIZE, "the order state fits the area");
@@ -85,8 +98,15 @@ _Static_assert(sizeof(struct order_self) <= HS_AREA_ORDER_SIZE, "the order state
 /* Out of line (handover.c): the rare paths of the functions below. */
 struct order_self *hs_order_self_bind(struct order_self *me, const struct hs_tls *t) HS_HIDDEN;
 void hs_order_release_new(struct order_self *me, uint64_t addr) HS_HIDDEN;
-void hs_order_learn(const struct order_rec *r, uint64_t *seen, uint64_t key, uint64_t last) HS_HIDDEN;
+void hs_order_learn(const struct order_rec *r, const struct order_rec *r2, uint64_t *seen, uint64_t key,
+		    uint64_t last) HS_HIDDEN;
 void hs_order_pending_settle(struct hs_tls *t, uint32_t slot, int32_t tid, int ended) HS_HIDDEN;
+/* hs_order_handed_over_by (shim.h) when the lock's last release is known to
+ * be by slot `from` (the slot of its last acquirer; ORDER_SLOTS: unknown):
+ * with way 0 of both its records taken by other objects (collisions), the
+ * lock's way of `from` still gives that release.  For hs_order_acquirer_changed and
+ * unit tests. */
+int hs_order_handed_over_from(uint32_t slot, const uint64_t *seen, uint64_t addr, uint32_t from) HS_HIDDEN;
 
 /* The calling thread's order state, NULL when it has no area or no slot index. */
 static inline struct order_self *order_self(const struct hs_tls *t)
@@ -108,6 +128,7 @@ static inline void hs_order_release(struct hs_tls *t, uint64_t addr)
 		return;
 	if (HS_LIKELY(addr == me->rel_addr)) {
 		order_put(me->rel_rec, 0, me->rel_key, me->rel_v);
+		order_put(me->rel_rec2, 0, me->rel_key, me->rel_v);
 		return;
 	}
 	hs_order_release_new(me, addr);
@@ -124,11 +145,16 @@ static inline void hs_order_acquire(struct hs_tls *t, uint64_t addr)
 		me->acq_addr = addr;
 		me->acq_key = order_key(addr);
 		me->acq_rec = order_rec_of(me->acq_key);
+		me->acq_rec2 = order_rec2_of(me->acq_key);
 	}
 	{
 		uint64_t last = order_word(me->acq_rec, 0, me->acq_key);
-		if (last && (last >> 48) != (uint64_t)me->slot + 1)
-			hs_order_learn(me->acq_rec, me->seen, me->acq_key, last); /* another thread released it last */
+		if (HS_UNLIKELY(!last))
+			last = order_word(me->acq_rec2, 0, me->acq_key);
+		/* another thread released it last, or its way 0 is another object's in both
+		 * records (or it was never released): its ways may still hold its releases */
+		if ((last >> 48) != (uint64_t)me->slot + 1)
+			hs_order_learn(me->acq_rec, me->acq_rec2, me->seen, me->acq_key, last);
 	}
 }
 
