@@ -1080,6 +1080,29 @@ chain_frames(struct hs_seg *s, const struct py_layout *L, const uint64_t *pcs, u
 	return k;
 }
 
+/*
+ * BY_ROW(STMT): STMT run with `row` the running CPython's row of layouts[]
+ * (pf.row) as a constant, one case per row, so the inlined reader in STMT
+ * has that row's offsets as immediates where a layouts[pf.row] pointer
+ * would load each one (hs_py_chain_frames's loop, the token's read and
+ * its unchanged check).  Falls through when STMT does not return.
+ */
+#define BY_ROW_CASE(k, STMT)                                              \
+	case k: {                                                         \
+		const struct py_layout *const row = &layouts[k];          \
+		STMT;                                                     \
+	} break;
+#define BY_ROW(STMT)                                                      \
+	switch (pf.row) {                                                 \
+		BY_ROW_CASE(0, STMT)                                      \
+		BY_ROW_CASE(1, STMT)                                      \
+		BY_ROW_CASE(2, STMT)                                      \
+		BY_ROW_CASE(3, STMT)                                      \
+		BY_ROW_CASE(4, STMT)                                      \
+		BY_ROW_CASE(5, STMT)                                      \
+	}
+_Static_assert(sizeof layouts / sizeof layouts[0] == 6, "BY_ROW has a case per row of layouts[]");
+
 unsigned hs_py_chain_frames(struct hs_seg *s, const uint64_t *pcs, unsigned n, unsigned cap,
 			    struct hs_pychain *py)
 {
@@ -1103,24 +1126,9 @@ unsigned hs_py_chain_frames(struct hs_seg *s, const uint64_t *pcs, unsigned n, u
 		return 0;
 	first = pcs[0] - lo - 1 < span ? 0 : i;
 	/* one loop per row of layouts[], its offsets constants */
-	switch (pf.row) {
-	case 0:
-		return chain_frames(s, &layouts[0], pcs, n, cap, first, fp, py);
-	case 1:
-		return chain_frames(s, &layouts[1], pcs, n, cap, first, fp, py);
-	case 2:
-		return chain_frames(s, &layouts[2], pcs, n, cap, first, fp, py);
-	case 3:
-		return chain_frames(s, &layouts[3], pcs, n, cap, first, fp, py);
-	case 4:
-		return chain_frames(s, &layouts[4], pcs, n, cap, first, fp, py);
-	case 5:
-		return chain_frames(s, &layouts[5], pcs, n, cap, first, fp, py);
-	}
+	BY_ROW(return chain_frames(s, row, pcs, n, cap, first, fp, py));
 	return 0;
 }
-
-_Static_assert(sizeof layouts / sizeof layouts[0] == 6, "hs_py_chain_frames has a case per row of layouts[]");
 
 /*
  * 1 when the token tk (a whole one, the last this thread read) still names
@@ -1268,20 +1276,7 @@ static inline __attribute__((always_inline)) int token_read(const struct py_layo
 /* token_read by row, out of line: the common case (token_same) stays a leaf. */
 static __attribute__((noinline)) int token_read_row(struct hs_pytoken *tk)
 {
-	switch (pf.row) {
-	case 0:
-		return token_read(&layouts[0], tk);
-	case 1:
-		return token_read(&layouts[1], tk);
-	case 2:
-		return token_read(&layouts[2], tk);
-	case 3:
-		return token_read(&layouts[3], tk);
-	case 4:
-		return token_read(&layouts[4], tk);
-	case 5:
-		return token_read(&layouts[5], tk);
-	}
+	BY_ROW(return token_read(row, tk));
 	return 0;
 }
 
@@ -1292,36 +1287,9 @@ HS_HOT int hs_py_token(struct hs_pytoken *tk)
 	if (hs_py_careful)
 		return 0;
 	/* tk unchanged (a `with lock:` in a loop): every row */
-	switch (pf.row) {
-	case 0:
-		if (token_same(&layouts[0], tk))
-			return 1;
-		break;
-	case 1:
-		if (token_same(&layouts[1], tk))
-			return 1;
-		break;
-	case 2:
-		if (token_same(&layouts[2], tk))
-			return 1;
-		break;
-	case 3:
-		if (token_same(&layouts[3], tk))
-			return 1;
-		break;
-	case 4:
-		if (token_same(&layouts[4], tk))
-			return 1;
-		break;
-	case 5:
-		if (token_same(&layouts[5], tk))
-			return 1;
-		break;
-	}
+	BY_ROW(if (token_same(row, tk)) return 1);
 	return token_read_row(tk);
 }
-
-_Static_assert(sizeof layouts / sizeof layouts[0] == 6, "hs_py_token has a case per row of layouts[]");
 
 /* The pyframe id of (code, instr) kept in a token, read with care when the
  * frame is gone (its code object may be too). */
