@@ -46,11 +46,49 @@ static void *resolve(const char *name, const char *version)
 	return p;
 }
 
+/* The unversioned hooks' names, in hooks.def's order, and their indexes. */
+static const char *const unversioned_names[] = {
+#define HS_HOOK(ret, name, params) #name,
+#define HS_HOOK_V(ret, name, params, version)
+#include "hooks.def"
+#undef HS_HOOK
+#undef HS_HOOK_V
+};
+enum {
+#define HS_HOOK(ret, name, params) UNVERSIONED_##name,
+#define HS_HOOK_V(ret, name, params, version)
+#include "hooks.def"
+#undef HS_HOOK
+#undef HS_HOOK_V
+	N_UNVERSIONED
+};
+_Static_assert(N_UNVERSIONED <= HS_NEXT_FUNCS_MAX, "hs_elf_next_funcs takes every unversioned hook");
+
+/*
+ * Every hs_real_ pointer still NULL: the unversioned ones from the hash
+ * tables (hs_elf_next_funcs: what dlsym(RTLD_NEXT) gives, at ~100
+ * instructions a name instead of ~700; bench/README.md "Process start: no
+ * symbol scans, no CPUID, ..."), each one it cannot answer and the
+ * versioned ones by dlsym/dlvsym.  Aborts, saying which, when a function
+ * is nowhere.
+ */
 void hs_resolve_all(void)
 {
+	void *next[N_UNVERSIONED] = {0};
+	int missing = 0;
+#define HS_HOOK(ret, name, params) missing |= hs_real_##name == NULL;
+#define HS_HOOK_V(ret, name, params, version)
+#include "hooks.def"
+#undef HS_HOOK
+#undef HS_HOOK_V
+	if (missing)
+		hs_elf_next_funcs(unversioned_names, next, N_UNVERSIONED);
 #define HS_HOOK(ret, name, params)                                                       \
 	if (!hs_real_##name)                                                             \
-		__atomic_store_n(&hs_real_##name, (ret(*) params)resolve(#name, NULL), __ATOMIC_RELEASE);
+		__atomic_store_n(&hs_real_##name,                                        \
+				 (ret(*) params)(next[UNVERSIONED_##name] ? next[UNVERSIONED_##name] \
+									  : resolve(#name, NULL)), \
+				 __ATOMIC_RELEASE);
 #define HS_HOOK_V(ret, name, params, version)                                            \
 	if (!hs_real_##name)                                                             \
 		__atomic_store_n(&hs_real_##name, (ret(*) params)resolve(#name, version), __ATOMIC_RELEASE);
