@@ -336,7 +336,7 @@ struct learn_page {
 	} e[LEARN_MAX];
 };
 enum { LEARN_FREE = 0, LEARN_WRITING = 1, LEARN_READY = 2, LEARN_TAKEN = 3 };
-void *hs_learn_post;                  /* the parent's page (a fork child) */
+HS_HOT_BSS void *hs_learn_post;       /* the parent's page (a fork child; written by every fork child: with the other fork state) */
 HS_HOT_BSS static struct learn_page *learn_own;  /* this process's page, for its children (made at its first fork) */
 HS_HOT_BSS static uint32_t learn_done;           /* entries of learn_own before this are taken */
 HS_HOT_BSS static uint32_t learn_posted;         /* [atomic] sites this child posted */

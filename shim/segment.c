@@ -258,7 +258,7 @@ static int path_canonical(const char *path)
  * the path in out[PATH_MAX], or -1: then the walk decides (an older kernel
  * without openat2, a symbolic link on the way, another directory, no id).
  */
-static int session_dir_reopen(const char *path, char *out)
+static __attribute__((noinline)) int session_dir_reopen(const char *path, char *out)
 {
 	struct open_how how = {.flags = O_RDONLY | O_DIRECTORY | O_CLOEXEC,
 			       .resolve = RESOLVE_NO_SYMLINKS | RESOLVE_NO_MAGICLINKS};
@@ -323,7 +323,10 @@ static void export_dir_id(const char *id)
 	environ = env_slots;
 }
 
-static int session_dir_open(const char *path, char *out)
+/* The walk and its refusal (session_dir_open): a frame of its own, ~20 KiB
+ * of buffers (the walk's, the failure's path), which an image that reopens
+ * its directory never touches (5 fresh stack pages less). */
+static __attribute__((noinline)) int session_dir_walk(const char *path, char *out)
 {
 	/* on the stack: init runs on the main thread, whose stack ld.so's start-up
 	   has already made resident this deep; a static one was two pages of .bss
@@ -331,10 +334,7 @@ static int session_dir_open(const char *path, char *out)
 	struct hs_walk_fail f;
 	char num[24], msg[160];
 	size_t n = 0;
-	int fd;
-	if (session_dir_reopen(path, out) == 0)
-		return 0;
-	fd = hs_dir_walk(path, HS_WALK_CREATE_ALL, 0700, out, PATH_MAX, &f);
+	int fd = hs_dir_walk(path, HS_WALK_CREATE_ALL, 0700, out, PATH_MAX, &f);
 	if (fd >= 0) {
 		struct stat st;
 		char id[48];
@@ -357,6 +357,13 @@ static int session_dir_open(const char *path, char *out)
 	cat(msg, n, sizeof msg, "; not recording this process");
 	warn3("refusing session directory ", f.at[0] ? f.at : path, msg, f.err);
 	return -1;
+}
+
+static int session_dir_open(const char *path, char *out)
+{
+	if (session_dir_reopen(path, out) == 0)
+		return 0;
+	return session_dir_walk(path, out);
 }
 
 /* ---- clean sessions do not pile up -------------------------------------- */
@@ -1298,13 +1305,21 @@ static int open_unnamed(char *tmp, size_t cap, int proc_ok)
 }
 
 /* Name the fully formed file fd (open_unnamed's tmp) path, never replacing
- * a file of that name: 0, or -1 with errno (EEXIST: the name is taken). */
+ * a file of that name: 0, or -1 with errno (EEXIST: the name is taken).
+ * An unnamed file is linked by its descriptor (AT_EMPTY_PATH: Linux 6.10
+ * lets the process that opened it do so without CAP_DAC_READ_SEARCH),
+ * ~3 us where the /proc/self/fd/N path's lookup took ~13 (bench/README.md
+ * "Process start: no symbol scans, no CPUID, ..."); an older kernel
+ * refuses it (ENOENT) and gets the path. */
 static int publish(int fd, const char *tmp, const char *path)
 {
 	char num[24], proc[48];
 	if (tmp[0])
 		return hs_sys.linkat(tmp, path, 0);
-	hs_fmt_u64(num, (uint64_t)fd);
+	if (syscall(SYS_linkat, fd, "", AT_FDCWD, path, AT_EMPTY_PATH) == 0)
+		return 0;
+	if (errno == EEXIST)
+		return -1;
 	cat(proc, cat(proc, 0, sizeof proc, "/proc/self/fd/"), sizeof proc, num);
 	return hs_sys.linkat(proc, path, AT_SYMLINK_FOLLOW);
 }
