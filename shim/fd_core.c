@@ -644,7 +644,7 @@ static inline int *fd_errno(struct hs_tls *t)
  * CPUID leaves glibc made at start (<sys/platform/x86.h>): a CPUID
  * instruction traps to the hypervisor in a virtual machine (two of them
  * were ~20 us of every image's start, bench/README.md "Process start: no
- * symbol scans, no CPUID"). */
+ * symbol scans, no CPUID, fewer system calls"). */
 static int tsc_invariant(void)
 {
 	return CPU_FEATURE_PRESENT(INVARIANT_TSC) != 0;

@@ -66,9 +66,9 @@ _Static_assert(N_UNVERSIONED <= HS_NEXT_FUNCS_MAX, "hs_elf_next_funcs takes ever
 
 /*
  * Every hs_real_ pointer still NULL: the unversioned ones from the hash
- * tables (hs_elf_next_funcs: what dlsym(RTLD_NEXT) gives, at ~100
- * instructions a name instead of ~700; bench/README.md "Process start: no
- * symbol scans, no CPUID, ..."), each one it cannot answer and the
+ * tables (hs_elf_next_funcs: what dlsym(RTLD_NEXT) gives, at ~420
+ * instructions a name instead of ~1,000; bench/README.md "Process start: no
+ * symbol scans, no CPUID, fewer system calls"), each one it cannot answer and the
  * versioned ones by dlsym/dlvsym.  Aborts, saying which, when a function
  * is nowhere.
  */

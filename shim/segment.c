@@ -254,7 +254,7 @@ static int path_canonical(const char *path)
  * another directory at this path, never this one, and any other one fails
  * the identity check.  Replaces the walk's 12 system calls and its 16 KiB of
  * stack (4 fresh stack pages) in every image but a session's first
- * (bench/README.md "Process start: no symbol scans, no CPUID, ...").  0 and
+ * (bench/README.md "Process start: no symbol scans, no CPUID, fewer system calls").  0 and
  * the path in out[PATH_MAX], or -1: then the walk decides (an older kernel
  * without openat2, a symbolic link on the way, another directory, no id).
  */
@@ -1309,7 +1309,7 @@ static int open_unnamed(char *tmp, size_t cap, int proc_ok)
  * An unnamed file is linked by its descriptor (AT_EMPTY_PATH: Linux 6.10
  * lets the process that opened it do so without CAP_DAC_READ_SEARCH),
  * ~3 us where the /proc/self/fd/N path's lookup took ~13 (bench/README.md
- * "Process start: no symbol scans, no CPUID, ..."); an older kernel
+ * "Process start: no symbol scans, no CPUID, fewer system calls"); an older kernel
  * refuses it (ENOENT) and gets the path. */
 static int publish(int fd, const char *tmp, const char *path)
 {

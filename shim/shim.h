@@ -1526,9 +1526,9 @@ int hs_elf_may_define(const char *name);
  * caller must ask dlsym: an object on the way defines it (another
  * interposer, whose definition RTLD_NEXT gives), libc's symbol is an IFUNC
  * or has hidden versions only, an object has no GNU hash table, libheisen
- * or libc is not found after it, or n > HS_NEXT_FUNCS_MAX.  ~100
- * instructions a name where dlsym takes ~700 (bench/README.md "Process
- * start: no symbol scans, no CPUID, ...").  Takes the loader's lock
+ * or libc is not found after it, or n > HS_NEXT_FUNCS_MAX.  ~420
+ * instructions a name where dlsym takes ~1,000 (bench/README.md "Process
+ * start: no symbol scans, no CPUID, fewer system calls").  Takes the loader's lock
  * (dl_iterate_phdr): not async-signal-safe.
  */
 #define HS_NEXT_FUNCS_MAX 256

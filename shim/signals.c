@@ -151,7 +151,7 @@ static void snapshot_others(void);
  * attaches in the constructor): in .bss, whose pages stay untouched until
  * a handler runs on them, instead of an mmap (a system call and a mapping
  * made and unmade in every image; bench/README.md "Process start: no
- * symbol scans, no CPUID, ...").  A fork child's copy is its own. */
+ * symbol scans, no CPUID, fewer system calls").  A fork child's copy is its own. */
 static char first_altstack[ALTSTACK_SIZE] __attribute__((aligned(16)));
 static int first_altstack_used; /* [atomic] */
 
