@@ -267,11 +267,26 @@ static void atfork_prepare(void)
 	fh = s || t->area ? fork_held_of() : NULL;
 	if (!fh)
 		return;
+	if (!s || !hs_seg.hdr || !__atomic_load_n(&hs_recording, __ATOMIC_ACQUIRE)) {
+		fh->valid = 0;
+		fh->count = 0;
+		return;
+	}
+	n = s->held_count < HS_HELD_MAX ? s->held_count : HS_HELD_MAX;
+	if (n == 0) {
+		/* nothing held: stores only where the value changes.  After a fork
+		   the parent's pages are copy-on-write, and nothing else writes this
+		   page of the area: a shell forking with no lock held took a fault
+		   here at every command (bench/README.md "Process start: no symbol
+		   scans, no CPUID, fewer system calls") */
+		if (fh->count)
+			fh->count = 0;
+		if (!fh->valid)
+			fh->valid = 1;
+		return;
+	}
 	fh->valid = 0;
 	fh->count = 0;
-	if (!s || !hs_seg.hdr || !__atomic_load_n(&hs_recording, __ATOMIC_ACQUIRE))
-		return;
-	n = s->held_count < HS_HELD_MAX ? s->held_count : HS_HELD_MAX;
 	for (uint32_t i = 0; i < n; i++) {
 		const struct hs_held *h = &s->held[i];
 		fh->held[i] = *h;
