@@ -29,7 +29,9 @@ Runs, in this order, and prints one table per part:
      descriptors), bench_bigalloc (ns per malloc 256 KiB / mmap 1 MiB pair,
      where allocation-driven samples are taken) natively, under heisen with
      the heap off and on and with HEISEN_DISABLE=1, interleaved; and the cost
-     of starting a process (/bin/true) natively, under heisen and disabled.
+     of starting a process (/bin/true) natively, under heisen (each a
+     session's first image, and as a session's later images start: with
+     HEISEN_SESSION_DIR_ID) and disabled.
   8. file descriptors: bench_fd (ns per open/close, socket/close,
      pipe2/close pair, one thread and 4) natively and under heisen with fd
      tracking on (stacks site, the default, and full) and off (HEISEN_FDS=0),
@@ -596,7 +598,15 @@ def proc_cost(build, shim, dump, sess, quick, notes):
     # the sessions in /dev/shm (sess), as heisen's own default puts them (a file
     # system in memory); one more row with them under TMPDIR, a disk here
     disk = Session(tempfile.gettempdir())
+
+    def later_image():
+        # each /bin/true as a session's later images start: with the identity of
+        # the directory its first image walked (segment.c session_dir_reopen)
+        d = sess.new()
+        st = os.stat(d)
+        return {"LD_PRELOAD": shim, "HEISEN_DIR": d, "HEISEN_SESSION_DIR_ID": "%d:%d" % (st.st_dev, st.st_ino)}
     configs = heisen_configs(shim, sess) + [
+        ("heisen, a later image (HEISEN_SESSION_DIR_ID)", later_image),
         ("heisen, sessions under %s" % tempfile.gettempdir(), lambda: {"LD_PRELOAD": shim, "HEISEN_DIR": disk.new()})]
     try:
         st, checked = interleaved(configs, reps, starts,

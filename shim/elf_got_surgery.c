@@ -744,6 +744,175 @@ int hs_elf_may_define(const char *name)
 	return m.maybe;
 }
 
+/* ---- RTLD_NEXT for libheisen's hooks, from the hash tables ---------------------- */
+
+/* hs_elf_next_funcs's walk: the names, the answers, where the walk is. */
+struct next_funcs {
+	const char *const *names;
+	void **out;
+	uint32_t *hash;          /* each name's GNU hash */
+	unsigned char *undecided; /* 1: an object before libc may define it, or libc's symbol is not plain */
+	size_t n;
+	uintptr_t self;          /* an address inside libheisen */
+	int after_self;          /* the walk has passed libheisen */
+};
+
+/* One object's GNU hash table, read once for all the names (next_funcs_cb). */
+struct gnu_table {
+	const ElfW(Addr) *bloom;  /* NULL: no filter (every name may be there) */
+	uint32_t bloom_size, shift, nbuckets, symoffset;
+	const uint32_t *buckets, *chain;
+	uintptr_t chain_end;      /* the end of the PT_LOAD holding the chain: no chain entry at or past it */
+	uintptr_t sym_end;        /* likewise for the symbol table */
+	const ElfW(Half) *versym; /* NULL: unversioned object */
+};
+
+/* t from the GNU hash table at gnu_hash of the object v reads: 0, or -1
+ * when a part of it does not lie in the object. */
+static int gnu_table_read(const struct dl_phdr_info *info, const struct obj_view *v, uintptr_t gnu_hash, uintptr_t vs,
+			  struct gnu_table *t)
+{
+	const uint32_t *w = dyn_addr(info, gnu_hash, 16);
+	const ElfW(Phdr) *ph;
+	if (!w || !w[0])
+		return -1;
+	t->nbuckets = w[0];
+	t->symoffset = w[1];
+	t->bloom_size = w[2];
+	t->shift = w[3];
+	t->bloom = t->bloom_size ? dyn_addr(info, (uintptr_t)(w + 4), (size_t)t->bloom_size * sizeof(ElfW(Addr))) : NULL;
+	t->buckets = (const uint32_t *)(const void *)((const char *)(w + 4) + (size_t)t->bloom_size * sizeof(ElfW(Addr)));
+	t->chain = t->buckets + t->nbuckets;
+	if ((t->bloom_size && !t->bloom) || !load_of(info, (uintptr_t)t->buckets, (size_t)t->nbuckets * 4) ||
+	    (ph = load_of(info, (uintptr_t)t->chain, 0)) == NULL)
+		return -1;
+	t->chain_end = info->dlpi_addr + ph->p_vaddr + ph->p_memsz;
+	if ((ph = load_of(info, (uintptr_t)v->symtab, sizeof(ElfW(Sym)))) == NULL)
+		return -1;
+	t->sym_end = info->dlpi_addr + ph->p_vaddr + ph->p_memsz;
+	t->versym = vs ? dyn_addr(info, vs, sizeof *t->versym) : NULL;
+	return 0;
+}
+
+/*
+ * name's (GNU hash h) default definition in the object of v and t, as an
+ * unversioned dlsym takes it: among the defined symbols of that name in
+ * its hash chain, the one whose version is not hidden (VERSYM bit 15
+ * clear: "name@@VERSION", or unversioned).  The table is walked as ld.so
+ * walks it (glibc's dl-lookup.c, binutils' layout): the Bloom filter
+ * first, the bucket of h % nbuckets gives the chain's first symbol, an
+ * entry whose hash (low bit cleared) matches is compared by name, the
+ * entry with the low bit set ends the chain.  *plain 0 when the answer
+ * needs ld.so's own rules (an IFUNC, whose resolver must run; data; only
+ * hidden versions; a chain that leaves the object): the caller asks
+ * dlsym.  NULL when the object defines no such symbol.
+ */
+static const ElfW(Sym) *default_func(const struct obj_view *v, const struct gnu_table *t, const char *name, uint32_t h,
+				     int *plain)
+{
+	const ElfW(Sym) *found = NULL;
+	uint32_t sym;
+	int named = 0;
+	*plain = 1;
+	if (t->bloom) {
+		ElfW(Addr) word = t->bloom[(h / (8 * sizeof word)) % t->bloom_size];
+		ElfW(Addr) bits = ((ElfW(Addr))1 << (h % (8 * sizeof word))) |
+				  ((ElfW(Addr))1 << ((h >> t->shift) % (8 * sizeof word)));
+		if ((word & bits) != bits)
+			return NULL;
+	}
+	sym = t->buckets[h % t->nbuckets];
+	if (sym < t->symoffset)
+		return NULL;
+	for (;; sym++) {
+		const ElfW(Sym) *s = &v->symtab[sym];
+		uint32_t ch;
+		if ((uintptr_t)&t->chain[sym - t->symoffset] + 4 > t->chain_end || (uintptr_t)(s + 1) > t->sym_end) {
+			*plain = 0;
+			return NULL;
+		}
+		ch = t->chain[sym - t->symoffset];
+		if ((ch | 1) == (h | 1) && s->st_shndx != SHN_UNDEF && s->st_name < v->strsz &&
+		    strcmp(v->strtab + s->st_name, name) == 0) {
+			named = 1;
+			if (ELF64_ST_TYPE(s->st_info) != STT_FUNC)
+				*plain = 0; /* an IFUNC or data: ld.so's answer */
+			else if (!found && (!t->versym || !(t->versym[sym] & 0x8000)))
+				found = s;
+		}
+		if (ch & 1)
+			break;
+	}
+	if (named && !found)
+		*plain = 0; /* hidden versions only: dlsym's own choice */
+	return *plain ? found : NULL;
+}
+
+static int next_funcs_cb(struct dl_phdr_info *info, size_t size, void *arg)
+{
+	struct next_funcs *nf = arg;
+	const ElfW(Dyn) *dyn = NULL;
+	uintptr_t gnu_hash = 0, vs = 0;
+	struct gnu_table t;
+	struct obj_view v;
+	int is_libc;
+	(void)size;
+	if (!nf->after_self) {
+		nf->after_self = load_of(info, nf->self, 1) != NULL;
+		return 0;
+	}
+	is_libc = load_of(info, (uintptr_t)&__libc_free, 1) != NULL;
+	for (unsigned i = 0; i < info->dlpi_phnum; i++)
+		if (info->dlpi_phdr[i].p_type == PT_DYNAMIC)
+			dyn = (const ElfW(Dyn) *)(info->dlpi_addr + info->dlpi_phdr[i].p_vaddr);
+	if (dyn)
+		for (const ElfW(Dyn) *d = dyn; d->d_tag != DT_NULL; d++) {
+			if (d->d_tag == DT_GNU_HASH)
+				gnu_hash = d->d_un.d_ptr;
+			else if (d->d_tag == DT_VERSYM)
+				vs = d->d_un.d_ptr;
+		}
+	if (!dyn || !gnu_hash || obj_read(info, dyn, &v) != 0 || gnu_table_read(info, &v, gnu_hash, vs, &t) != 0) {
+		/* an object we cannot search: every name not answered yet goes to dlsym */
+		for (size_t i = 0; i < nf->n; i++)
+			nf->undecided[i] = 1;
+		return 1;
+	}
+	for (size_t i = 0; i < nf->n; i++) {
+		const ElfW(Sym) *s;
+		int plain;
+		if (nf->out[i] || nf->undecided[i])
+			continue;
+		s = default_func(&v, &t, nf->names[i], nf->hash[i], &plain);
+		if (is_libc && s && plain)
+			nf->out[i] = (void *)(info->dlpi_addr + s->st_value);
+		else if (s || !plain)
+			nf->undecided[i] = 1; /* an object before libc defines it, or not plainly: dlsym decides */
+	}
+	return is_libc; /* past libc the answers are dlsym's (RTLD_LOCAL objects, ld.so) */
+}
+
+void hs_elf_next_funcs(const char *const *names, void **out, size_t n)
+{
+	uint32_t hash[HS_NEXT_FUNCS_MAX];
+	unsigned char undecided[HS_NEXT_FUNCS_MAX];
+	struct next_funcs nf = {names, out, hash, undecided, n, (uintptr_t)&hs_elf_next_funcs, 0};
+	for (size_t i = 0; i < n; i++)
+		out[i] = NULL;
+	if (n > HS_NEXT_FUNCS_MAX)
+		return;
+	for (size_t i = 0; i < n; i++) {
+		hash[i] = 5381;
+		for (const unsigned char *c = (const unsigned char *)names[i]; *c; c++)
+			hash[i] = hash[i] * 33 + *c;
+		undecided[i] = 0;
+	}
+	dl_iterate_phdr(next_funcs_cb, &nf);
+	if (!nf.after_self)
+		for (size_t i = 0; i < n; i++)
+			out[i] = NULL;
+}
+
 static int libc_find_cb(struct dl_phdr_info *info, size_t size, void *arg)
 {
 	struct libc_find *out = arg;

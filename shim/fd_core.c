@@ -51,7 +51,6 @@
 #undef _FORTIFY_SOURCE
 #undef _FILE_OFFSET_BITS
 #include <arpa/inet.h>
-#include <cpuid.h>
 #include <dirent.h>
 #include <dlfcn.h>
 #include <elf.h>
@@ -64,6 +63,7 @@
 #include <string.h>
 #include <sys/auxv.h>
 #include <sys/mman.h>
+#include <sys/platform/x86.h>
 #include <sys/resource.h>
 #include <sys/single_threaded.h>
 #include <sys/socket.h>
@@ -640,14 +640,14 @@ static inline int *fd_errno(struct hs_tls *t)
 	return p;
 }
 
-/* Invariant TSC (CPUID leaf 0x80000007, EDX bit 8). */
+/* Invariant TSC (CPUID leaf 0x80000007, EDX bit 8), from the copy of the
+ * CPUID leaves glibc made at start (<sys/platform/x86.h>): a CPUID
+ * instruction traps to the hypervisor in a virtual machine (two of them
+ * were ~20 us of every image's start, bench/README.md "Process start: no
+ * symbol scans, no CPUID, fewer system calls"). */
 static int tsc_invariant(void)
 {
-	unsigned a, b, c, d;
-	if (!__get_cpuid(0x80000000u, &a, &b, &c, &d) || a < 0x80000007u)
-		return 0;
-	__get_cpuid(0x80000007u, &a, &b, &c, &d);
-	return (d >> 8) & 1;
+	return CPU_FEATURE_PRESENT(INVARIANT_TSC) != 0;
 }
 
 /*
@@ -2598,15 +2598,18 @@ void hs_fds_after_fork_child(void)
 	scan_inherited();
 }
 
-/* f is libc's own (libc.so.6's), not another interposer's: fd_sys. */
+/* f is libc's own (libc.so.6's), not another interposer's: fd_sys.  The
+ * object is glibc's _dl_find_object's (a lock-free search of the loaded
+ * objects' ranges), not dladdr's, which also scans libc's ~3,000 symbols
+ * for the nearest one (~90,000 instructions a call at every start). */
 static int libc_own(void *f)
 {
-	Dl_info i;
-	const char *b;
-	if (!f || !dladdr(f, &i) || !i.dli_fname)
+	struct dl_find_object o;
+	const char *n, *b;
+	if (!f || _dl_find_object(f, &o) != 0 || !o.dlfo_link_map || !(n = o.dlfo_link_map->l_name))
 		return 0;
-	b = strrchr(i.dli_fname, '/');
-	return strcmp(b ? b + 1 : i.dli_fname, "libc.so.6") == 0;
+	b = strrchr(n, '/');
+	return strcmp(b ? b + 1 : n, "libc.so.6") == 0;
 }
 
 HS_HIDDEN void hs_fds_init(void)

@@ -46,11 +46,49 @@ static void *resolve(const char *name, const char *version)
 	return p;
 }
 
+/* The unversioned hooks' names, in hooks.def's order, and their indexes. */
+static const char *const unversioned_names[] = {
+#define HS_HOOK(ret, name, params) #name,
+#define HS_HOOK_V(ret, name, params, version)
+#include "hooks.def"
+#undef HS_HOOK
+#undef HS_HOOK_V
+};
+enum {
+#define HS_HOOK(ret, name, params) UNVERSIONED_##name,
+#define HS_HOOK_V(ret, name, params, version)
+#include "hooks.def"
+#undef HS_HOOK
+#undef HS_HOOK_V
+	N_UNVERSIONED
+};
+_Static_assert(N_UNVERSIONED <= HS_NEXT_FUNCS_MAX, "hs_elf_next_funcs takes every unversioned hook");
+
+/*
+ * Every hs_real_ pointer still NULL: the unversioned ones from the hash
+ * tables (hs_elf_next_funcs: what dlsym(RTLD_NEXT) gives, at ~420
+ * instructions a name instead of ~1,000; bench/README.md "Process start: no
+ * symbol scans, no CPUID, fewer system calls"), each one it cannot answer and the
+ * versioned ones by dlsym/dlvsym.  Aborts, saying which, when a function
+ * is nowhere.
+ */
 void hs_resolve_all(void)
 {
+	void *next[N_UNVERSIONED] = {0};
+	int missing = 0;
+#define HS_HOOK(ret, name, params) missing |= hs_real_##name == NULL;
+#define HS_HOOK_V(ret, name, params, version)
+#include "hooks.def"
+#undef HS_HOOK
+#undef HS_HOOK_V
+	if (missing)
+		hs_elf_next_funcs(unversioned_names, next, N_UNVERSIONED);
 #define HS_HOOK(ret, name, params)                                                       \
 	if (!hs_real_##name)                                                             \
-		__atomic_store_n(&hs_real_##name, (ret(*) params)resolve(#name, NULL), __ATOMIC_RELEASE);
+		__atomic_store_n(&hs_real_##name,                                        \
+				 (ret(*) params)(next[UNVERSIONED_##name] ? next[UNVERSIONED_##name] \
+									  : resolve(#name, NULL)), \
+				 __ATOMIC_RELEASE);
 #define HS_HOOK_V(ret, name, params, version)                                            \
 	if (!hs_real_##name)                                                             \
 		__atomic_store_n(&hs_real_##name, (ret(*) params)resolve(#name, version), __ATOMIC_RELEASE);
@@ -229,11 +267,26 @@ static void atfork_prepare(void)
 	fh = s || t->area ? fork_held_of() : NULL;
 	if (!fh)
 		return;
+	if (!s || !hs_seg.hdr || !__atomic_load_n(&hs_recording, __ATOMIC_ACQUIRE)) {
+		fh->valid = 0;
+		fh->count = 0;
+		return;
+	}
+	n = s->held_count < HS_HELD_MAX ? s->held_count : HS_HELD_MAX;
+	if (n == 0) {
+		/* nothing held: stores only where the value changes.  After a fork
+		   the parent's pages are copy-on-write, and nothing else writes this
+		   page of the area: a shell forking with no lock held took a fault
+		   here at every command (bench/README.md "Process start: no symbol
+		   scans, no CPUID, fewer system calls") */
+		if (fh->count)
+			fh->count = 0;
+		if (!fh->valid)
+			fh->valid = 1;
+		return;
+	}
 	fh->valid = 0;
 	fh->count = 0;
-	if (!s || !hs_seg.hdr || !__atomic_load_n(&hs_recording, __ATOMIC_ACQUIRE))
-		return;
-	n = s->held_count < HS_HELD_MAX ? s->held_count : HS_HELD_MAX;
 	for (uint32_t i = 0; i < n; i++) {
 		const struct hs_held *h = &s->held[i];
 		fh->held[i] = *h;
@@ -298,7 +351,7 @@ struct learn_page {
 	} e[LEARN_MAX];
 };
 enum { LEARN_FREE = 0, LEARN_WRITING = 1, LEARN_READY = 2, LEARN_TAKEN = 3 };
-void *hs_learn_post;                  /* the parent's page (a fork child) */
+HS_HOT_BSS void *hs_learn_post;       /* the parent's page (a fork child; written by every fork child: with the other fork state) */
 HS_HOT_BSS static struct learn_page *learn_own;  /* this process's page, for its children (made at its first fork) */
 HS_HOT_BSS static uint32_t learn_done;           /* entries of learn_own before this are taken */
 HS_HOT_BSS static uint32_t learn_posted;         /* [atomic] sites this child posted */

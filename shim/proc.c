@@ -266,8 +266,10 @@ int hs_oom_kills_read(const struct hs_env *e, uint64_t *out)
 }
 
 /* The memory and cpu controllers from self (/proc/self/cgroup): version,
- * directories, limits.  The OOM-kill counter is the caller's. */
-static void read_cgroups(struct hs_env *e, const char *self)
+ * directories, limits.  The OOM-kill counter is the caller's.  Not inlined:
+ * its ~8 KiB of path buffers stay off the stack of an image that takes the
+ * environment cache (fewer fresh stack pages at every start). */
+static __attribute__((noinline)) void read_cgroups(struct hs_env *e, const char *self)
 {
 	static const char *const cpu_mounts[] = {"/sys/fs/cgroup/cpu", "/sys/fs/cgroup/cpu,cpuacct",
 						 "/sys/fs/cgroup/cpuacct,cpu"};
@@ -603,6 +605,7 @@ void hs_mem_sample(struct hs_tls *t, uint64_t now, unsigned why, uint64_t size)
 	struct rusage ru;
 	uint64_t rss = 0, peak;
 	const char *p = buf;
+	int at_creation = 0;
 
 	/* relaxed: a schedule, ordered with nothing else; a lost race costs one extra sample */
 	__atomic_store_n(&hs_mem_next_ns, now + HS_MEM_INTERVAL_NS, __ATOMIC_RELAXED);
@@ -629,6 +632,7 @@ void hs_mem_sample(struct hs_tls *t, uint64_t now, unsigned why, uint64_t size)
 		/* the start sample, the segment's first: the resident set its creation
 		   read with the start time (/proc/self/stat field 24, a few hundred
 		   microseconds ago), not a second /proc read (statm) */
+		at_creation = 1;
 	} else if (hs_read_small("/proc/self/statm", buf, sizeof buf) > 0) {
 		/* "size resident shared text lib data dt", in pages */
 		parse_u64(&p);
@@ -637,7 +641,13 @@ void hs_mem_sample(struct hs_tls *t, uint64_t now, unsigned why, uint64_t size)
 		rss = parse_u64(&p) * page_bytes;
 	}
 	peak = rss;
-	if (hs_sys.getrusage(RUSAGE_SELF, &ru) == 0 && (uint64_t)ru.ru_maxrss > (h->pid == maxrss_pid ? maxrss_base : 0) &&
+	/* an image's start sample: hs_proc_init read the high-water mark a few
+	   hundred microseconds ago (maxrss_base, what it inherited across exec);
+	   it counts only above that, and the resident set read at creation is
+	   the peak so far: no second getrusage.  A fork child's start sample
+	   (another pid) still asks, as every later sample does */
+	if (!(at_creation && why == HS_MEMW_START && h->pid == maxrss_pid) &&
+	    hs_sys.getrusage(RUSAGE_SELF, &ru) == 0 && (uint64_t)ru.ru_maxrss > (h->pid == maxrss_pid ? maxrss_base : 0) &&
 	    (uint64_t)ru.ru_maxrss * 1024 > peak)
 		peak = (uint64_t)ru.ru_maxrss * 1024;
 	if (rss) {

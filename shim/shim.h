@@ -1515,6 +1515,25 @@ void hs_got_unpatch_all(void);
  * async-signal-safe (dl_iterate_phdr). */
 int hs_elf_may_define(const char *name);
 
+/*
+ * dlsym(RTLD_NEXT, names[i]) for libheisen's hooks (init.c hs_resolve_all),
+ * from the loaded objects' GNU hash tables: dl_iterate_phdr's order (the
+ * load order, which is the global scope's for the objects loaded at start:
+ * the program, the preloads, then their dependencies) from the object after
+ * libheisen to glibc's libc.so.6.  out[i] is libc's default definition of
+ * the function ("name@@VERSION", as an unversioned dlsym takes it) when no
+ * object between libheisen and libc may define the name; NULL when the
+ * caller must ask dlsym: an object on the way defines it (another
+ * interposer, whose definition RTLD_NEXT gives), libc's symbol is an IFUNC
+ * or has hidden versions only, an object has no GNU hash table, libheisen
+ * or libc is not found after it, or n > HS_NEXT_FUNCS_MAX.  ~420
+ * instructions a name where dlsym takes ~1,000 (bench/README.md "Process
+ * start: no symbol scans, no CPUID, fewer system calls").  Takes the loader's lock
+ * (dl_iterate_phdr): not async-signal-safe.
+ */
+#define HS_NEXT_FUNCS_MAX 256
+void hs_elf_next_funcs(const char *const *names, void **out, size_t n);
+
 /* ---- the dlsym and dlvsym trampolines (dl_trampoline.S, elf_got_surgery.c) ---- */
 
 /*

@@ -147,20 +147,35 @@ static int is_ours(int sig)
 
 static void snapshot_others(void);
 
+/* The first thread's alternate stack (the process's main thread, which
+ * attaches in the constructor): in .bss, whose pages stay untouched until
+ * a handler runs on them, instead of an mmap (a system call and a mapping
+ * made and unmade in every image; bench/README.md "Process start: no
+ * symbol scans, no CPUID, fewer system calls").  A fork child's copy is its own. */
+static char first_altstack[ALTSTACK_SIZE] __attribute__((aligned(16)));
+static int first_altstack_used; /* [atomic] */
+
 int hs_altstack_setup(struct hs_tls *t)
 {
 	stack_t ss, old;
 	void *p;
+	int expect = 0;
 	if (sigaltstack(NULL, &old) == 0 && !(old.ss_flags & SS_DISABLE))
 		return 0; /* the program has its own */
-	p = hs_sys.mmap(NULL, ALTSTACK_SIZE, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+	if (__atomic_compare_exchange_n(&first_altstack_used, &expect, 1, 0, __ATOMIC_ACQ_REL, __ATOMIC_RELAXED))
+		p = first_altstack;
+	else
+		p = hs_sys.mmap(NULL, ALTSTACK_SIZE, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
 	if (p == MAP_FAILED)
 		return -1;
 	ss.ss_sp = p;
 	ss.ss_size = ALTSTACK_SIZE;
 	ss.ss_flags = 0;
 	if (sigaltstack(&ss, NULL) != 0) {
-		hs_sys.munmap(p, ALTSTACK_SIZE);
+		if (p == first_altstack)
+			__atomic_store_n(&first_altstack_used, 0, __ATOMIC_RELEASE);
+		else
+			hs_sys.munmap(p, ALTSTACK_SIZE);
 		return -1;
 	}
 	t->altstack = p;
@@ -175,8 +190,12 @@ void hs_altstack_teardown(struct hs_tls *t)
 	if (sigaltstack(NULL, &cur) == 0 && cur.ss_sp == t->altstack && !(cur.ss_flags & SS_ONSTACK)) {
 		memset(&ss, 0, sizeof ss);
 		ss.ss_flags = SS_DISABLE;
-		if (sigaltstack(&ss, NULL) == 0)
-			hs_sys.munmap(t->altstack, ALTSTACK_SIZE);
+		if (sigaltstack(&ss, NULL) == 0) {
+			if (t->altstack == first_altstack)
+				__atomic_store_n(&first_altstack_used, 0, __ATOMIC_RELEASE);
+			else
+				hs_sys.munmap(t->altstack, ALTSTACK_SIZE);
+		}
 	}
 	t->altstack = NULL;
 }

@@ -15,6 +15,38 @@
 
 #include "shim.h"
 
+/*
+ * The system call made right here, not through syscall(3): libheisen
+ * exports a syscall hook of its own (fd_hooks.c), so each of these went
+ * through the PLT, the hook and libc's syscall, three more pages of code
+ * to fault in where a fork child between fork and exec runs one
+ * (bench/README.md "Process start: no symbol scans, no CPUID, fewer system
+ * calls").  x86_64's convention (arguments in rdi, rsi, rdx, r10, r8, r9;
+ * rcx and r11 clobbered; -4095..-1 is -errno), as glibc's own
+ * INTERNAL_SYSCALL makes it; elsewhere syscall(3).
+ */
+#if defined(__x86_64__)
+static inline long raw_syscall6(long n, long a, long b, long c, long d, long e, long f)
+{
+	long ret;
+	register long r10 __asm__("r10") = d;
+	register long r8 __asm__("r8") = e;
+	register long r9 __asm__("r9") = f;
+	__asm__ volatile("syscall"
+			 : "=a"(ret)
+			 : "a"(n), "D"(a), "S"(b), "d"(c), "r"(r10), "r"(r8), "r"(r9)
+			 : "rcx", "r11", "memory");
+	if ((unsigned long)ret > -4096ul) {
+		errno = (int)-ret;
+		return -1;
+	}
+	return ret;
+}
+#define RAW7(n, a, b, c, d, e, f, ...)                                                              \
+	raw_syscall6((long)(n), (long)(a), (long)(b), (long)(c), (long)(d), (long)(e), (long)(f))
+#define syscall(...) RAW7(__VA_ARGS__, 0, 0, 0, 0, 0, 0, 0)
+#endif
+
 static int sys_open(const char *path, int flags, int mode)
 {
 	return (int)syscall(SYS_openat, AT_FDCWD, path, flags, mode);

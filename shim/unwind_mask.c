@@ -210,7 +210,7 @@ static void **plt_slot(const struct link_map *lm, const struct unw_find *f, cons
 
 void hs_unwind_mask_init(void)
 {
-	Dl_info di;
+	struct dl_find_object fo;
 	void *lm = NULL, **mask_slot, **phdr_slot;
 	struct unw_find f = {0, 0, 0, 0};
 	static const int crash[] = {SIGSEGV, SIGBUS, SIGILL, SIGFPE, SIGABRT};
@@ -221,7 +221,9 @@ void hs_unwind_mask_init(void)
 	sigdelset(&unwind_block, SIGKILL);
 	sigdelset(&unwind_block, SIGSTOP);
 	memcpy(&unwind_block_k, &unwind_block, sizeof unwind_block_k);
-	if (dladdr1((void *)(uintptr_t)&unw_backtrace, &di, &lm, RTLD_DL_LINKMAP) == 0 || lm == NULL)
+	/* libunwind's link map from glibc's _dl_find_object (a search of the
+	   objects' ranges), not dladdr1, which also scans its symbols */
+	if (_dl_find_object((void *)(uintptr_t)&unw_backtrace, &fo) != 0 || (lm = fo.dlfo_link_map) == NULL)
 		return; /* libunwind not found: it masks for itself, as without heisen */
 	f.base = (uintptr_t)((struct link_map *)lm)->l_addr; /* the load bias, dl_iterate_phdr's dlpi_addr */
 	dl_iterate_phdr(find_relro, &f);

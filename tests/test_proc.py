@@ -914,3 +914,53 @@ def test_a_short_command_reads_statm_and_its_fd_directory_once_and_keeps_its_mem
     # the start's scan; a time-driven count only after a second
     assert len([ln for ln in mine if '"/proc/self/fd"' in ln]) <= 1 + (m["samples"] - 2), (mine, m)
     assert m["fds_open"] >= 3, m
+
+
+def test_an_interposer_preloaded_after_heisen_still_gets_the_calls_heisen_passes_on(heisen, session, tmp_path):
+    """heisen finds the functions its hooks wrap in the loaded objects' hash
+    tables instead of asking dlsym(RTLD_NEXT) ~90 times at every start; the
+    answer must stay RTLD_NEXT's: with another library preloaded after
+    heisen that wraps close and open (a sandbox's, a tracer's, a test
+    double's), heisen's hooks call that library's definitions, which call
+    libc's; the program's calls reach it, and heisen still records them."""
+    src = tmp_path / "counter.c"
+    src.write_text(r'''
+#define _GNU_SOURCE
+#include <dlfcn.h>
+#include <fcntl.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <unistd.h>
+static int closes, opens;
+int close(int fd) { static int (*real)(int); if (!real) real = (int (*)(int))dlsym(RTLD_NEXT, "close");
+                    closes++; return real(fd); }
+int open(const char *p, int fl, ...) { static int (*real)(const char *, int, ...);
+    va_list ap; int mode; va_start(ap, fl); mode = va_arg(ap, int); va_end(ap);
+    if (!real) real = (int (*)(const char *, int, ...))dlsym(RTLD_NEXT, "open");
+    opens++; return real(p, fl, mode); }
+__attribute__((destructor)) static void said(void) {
+    char b[64]; int n = snprintf(b, sizeof b, "counter: open %d close %d\n", opens, closes);
+    (void)!write(2, b, (size_t)n); }
+''')
+    lib = tmp_path / "counter.so"
+    subprocess.run(["cc", "-shared", "-fPIC", "-O2", "-o", str(lib), str(src), "-ldl"], check=True, timeout=60)
+    prog = tmp_path / "opener.c"
+    prog.write_text(r'''
+#include <fcntl.h>
+#include <stdio.h>
+#include <unistd.h>
+int main(void) { for (int i = 0; i < 3; i++) { int fd = open("/dev/null", O_RDONLY); if (fd < 0 || close(fd) != 0) return 1; }
+                 puts("done"); return 0; }
+''')
+    exe = tmp_path / "opener"
+    subprocess.run(["cc", "-O0", "-o", str(exe), str(prog)], check=True, timeout=60)
+    env = heisen.env(session)
+    env["LD_PRELOAD"] = f"{heisen.lib}:{lib}"
+    p = subprocess.run([str(exe)], env=env, capture_output=True, text=True, timeout=60)
+    assert (p.returncode, p.stdout) == (0, "done\n"), (p.returncode, p.stdout, p.stderr)
+    opens, closes = (int(x) for x in p.stderr.split("counter: open ")[1].split()[0:3:2])
+    assert opens >= 3 and closes >= 3, p.stderr
+    r = heisen.dump_json(session, expect_rc=0)
+    events = [(e["type"], e["call"]) for proc in r["processes"] for t in proc["threads"] for e in t["events"]
+              if e["type"] in ("fd-created", "fd-closed")]
+    assert events.count(("fd-created", "open")) >= 3 and events.count(("fd-closed", "close")) >= 3, events

@@ -294,6 +294,40 @@ def test_own_symlink_to_the_session_directory_is_followed(heisen, tmp_path):
     assert len(list((real / "run").glob("*.seg"))) == 1
 
 
+def test_a_later_image_reopens_the_directory_the_first_one_walked(heisen, tmp_path):
+    # the first image walks the path and exports the directory's identity; the
+    # images after it reopen that same directory in one openat2 (no symbolic link
+    # on the way) and record there
+    session = tmp_path / "sess"
+    p = heisen.preload(["sh", "-c", 'echo "$HEISEN_SESSION_DIR_ID"; /bin/true; echo done'], session)
+    assert p.returncode == 0 and p.stderr == "", p.stderr
+    st = session.stat()
+    assert p.stdout == f"{st.st_dev}:{st.st_ino}\ndone\n", p.stdout
+    assert len(list(session.glob("*.seg"))) == 2
+
+
+def test_another_users_symlink_planted_after_the_first_image_is_refused(heisen, tmp_path):
+    # the first image (sh) walked the path; then the session directory is moved away
+    # and uid nobody's link to a root-only directory put in its place: the next
+    # image's reopen follows no link (openat2 RESOLVE_NO_SYMLINKS) and the walk
+    # refuses the link, as for a first image
+    needs_root()
+    shared = tmp_path / "shared"
+    shared.mkdir()
+    shared.chmod(0o1777)
+    secret = tmp_path / "secret"
+    secret.mkdir(mode=0o700)
+    session = shared / "sess"
+    plant = (f"mv {session} {shared}/old && ln -s {secret} {session} && "
+             f"chown -h {NOBODY}:{NOBODY} {session}")
+    p = heisen.preload(["sh", "-c", f"env -u LD_PRELOAD sh -c '{plant}' && /bin/echo out"], session)
+    assert (p.returncode, p.stdout) == (0, "out\n"), (p.returncode, p.stdout, p.stderr)
+    assert list(secret.iterdir()) == [], "segments written through another user's symlink"
+    assert f"refusing session directory {session} is a symbolic link owned by another user (uid {NOBODY})" \
+        in p.stderr, p.stderr
+    assert len(list((shared / "old").glob("*.seg"))) == 2  # sh's and env's, before the plant
+
+
 # ---- heisen-run always runs the program -------------------------------------
 
 
