@@ -1161,7 +1161,7 @@ static inline int fold_close(struct hs_fd_hot *x, const struct hs_fd *s, int32_t
 {
 	uint64_t at = s->last_event, dt;
 	struct hs_fd_event *d;
-	if (HS_UNLIKELY(!at || !x->ring))
+	if (HS_UNLIKELY(!at)) /* else the ring exists: only event_publish sets it */
 		return 0;
 	d = &x->ring[(at - 1) & x->ring_mask];
 	/* the entry still holds position at, the number's newest event (so its
