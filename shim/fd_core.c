@@ -1803,8 +1803,14 @@ static inline int sys_result_t(long r, struct hs_tls *t)
  */
 HS_EXPORT int open64(const char *path, int flags, ...)
 {
-	int fd;
-	HS_FAULT_OPEN(); /* faults.c: --fail open */
+	int fd, fe;
+	/* faults.c: --fail open, as HS_FAULT_OPEN, from the flag close reads
+	 * (hs_inject_on has HS_INJECT_FAULTS exactly when hs_faults_on is set,
+	 * faults.c): a pair reads one of faults.c's lines, not two */
+	if (HS_UNLIKELY(__atomic_load_n(&hs_inject_on, __ATOMIC_RELAXED) & HS_INJECT_FAULTS) && (fe = hs_fault_open())) {
+		errno = fe;
+		return -1;
+	}
 	uint64_t site = HS_FD_SITE();
 	mode_t mode = OPEN_MODE(flags);
 	/* acquire: real_open64 was set before mode turned ON (hs_fds_init) */
