@@ -60,6 +60,7 @@
 #include <fcntl.h>
 #include <netinet/in.h>
 #include <stdio.h>
+#include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/auxv.h>
@@ -962,6 +963,12 @@ static void event_init(struct hs_fd_event *e, struct hs_tls *t, int fd, uint32_t
 	e->call = (uint8_t)call;
 }
 
+_Static_assert(offsetof(struct hs_fd_event, call) == offsetof(struct hs_fd_event, op) + 1 &&
+		       offsetof(struct hs_fd_event, kind) == offsetof(struct hs_fd_event, op) + 2 &&
+		       offsetof(struct hs_fd_event, err) == offsetof(struct hs_fd_event, op) + 3 &&
+		       __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__,
+	       "an event's op, call, kind and err are one little-endian 32-bit word (created_one)");
+
 /* A new generation of fd: what created it.  path may be NULL. */
 struct birth {
 	uint8_t kind, call;
@@ -1083,10 +1090,13 @@ static inline __attribute__((always_inline)) void created_one(struct hs_tls *t, 
 			e->gen = gen;
 			e->tid = t->tid;
 			e->stack = stack;
-			e->op = HS_FDE_CREATE;
-			e->call = b->call;
-			e->kind = b->kind;
-			e->err = 0;
+			/* op, call, kind and err (0) in one 32-bit store: merged by the
+			 * compiler into a 16-bit one, their constant was a load from
+			 * .rodata, one more data line a pair (x86-64: little-endian) */
+			{
+				uint32_t w = (uint32_t)HS_FDE_CREATE | (uint32_t)b->call << 8 | (uint32_t)b->kind << 16;
+				memcpy((char *)e + offsetof(struct hs_fd_event, op), &w, sizeof w);
+			}
 			e->flags = b->flags;
 			e->close_dt = 0; /* no close folded yet (fold_close) */
 			e->close_tid = 0;
