@@ -1228,10 +1228,11 @@ static inline __attribute__((always_inline)) void closing_one(struct hs_tls *t, 
 			e->gen = p->gen;
 			e->tid = t->tid;
 			e->stack = stack;
-			e->op = HS_FDE_CLOSE;
-			e->call = (uint8_t)call;
-			e->kind = s->kind;
-			e->err = 0;
+			/* op, call, kind, err (0): one 32-bit store, as created_one's */
+			{
+				uint32_t w = (uint32_t)HS_FDE_CLOSE | (uint32_t)(call & 0xffu) << 8 | (uint32_t)s->kind << 16;
+				memcpy((char *)e + offsetof(struct hs_fd_event, op), &w, sizeof w);
+			}
 			e->flags = p->flags;
 			e->close_dt = 0;
 			e->close_tid = 0;
