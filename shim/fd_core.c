@@ -59,6 +59,7 @@
 #include <fcntl.h>
 #include <netinet/in.h>
 #include <stdio.h>
+#include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/auxv.h>
@@ -815,7 +816,10 @@ _Static_assert(sizeof(struct fd_fast) <= HS_AREA_FDS3_SIZE && HS_AREA_ORDER + HS
  * unchanged chain (the same site at the same CFA, its return address at
  * CFA - 8, each return-address slot above as it was, the learnt distances
  * of then, hs_chain_top set), so the id is exactly this call's stack.  0
- * when not (fd_stack_read then reads the chain).
+ * when not (fd_stack_read then reads the chain).  hs_chain_top is not read
+ * here: fd_fast_keep keeps a chain only while it is set, and a thread's
+ * hs_chain_top never goes back to 0 (stacks.c only raises it), so a kept
+ * f[] implies it — one TLS line and a GOT entry fewer per record.
  */
 static inline uint32_t fd_stack_fast(const struct hs_tls *t, const char *area, uint64_t site, uint64_t cfa)
 {
@@ -823,8 +827,8 @@ static inline uint32_t fd_stack_fast(const struct hs_tls *t, const char *area, u
 	unsigned k = f->site[0] == site ? 0 : 1;
 	uint32_t id = f->id[k]; /* read first: the path after the frames' loop falls through to its return */
 	if (HS_UNLIKELY(!id || f->site[k] != site || f->cfa != cfa || f->seg_gen != t->seg_gen ||
-			f->gen != __atomic_load_n(&hs_pcoff_gen, __ATOMIC_ACQUIRE) || !hs_chain_top ||
-			hs_py_frames_maybe() || *(const uint64_t *)(uintptr_t)(cfa - 8) != site))
+			f->gen != __atomic_load_n(&hs_pcoff_gen, __ATOMIC_ACQUIRE) || hs_py_frames_maybe() ||
+			*(const uint64_t *)(uintptr_t)(cfa - 8) != site))
 		return 0;
 	/* every return-address slot above as it was, the differences or-ed
 	 * together: one test, no branch per frame */
@@ -907,12 +911,15 @@ static __attribute__((noinline)) uint32_t fd_stack_read(struct hs_tls *t, uint64
  * hs_tls.fd_call_cfa are the hook's (HS_FD_SITE); t is hs_enter()'s.  Inline
  * for its common case, a loop's call: the frames above the call are the
  * ones read for this site last time (fd_stack_fast), the id given them
- * then, exactly this call's.
+ * then, exactly this call's.  full_stacks is not tested first: fd_fast is
+ * filled only by fd_stack_read, which never keeps a chain with full stacks
+ * (set once, before fd tracking turns on), so with them the first look
+ * finds no id and fd_stack_read takes hs_stack_here's.
  */
 static inline __attribute__((always_inline)) uint32_t fd_stack(struct hs_tls *t, uint64_t site)
 {
 	uint32_t id;
-	if (HS_LIKELY(!full_stacks && t->area && (id = fd_stack_fast(t, t->area, site, t->fd_call_cfa)) != 0))
+	if (HS_LIKELY(t->area && (id = fd_stack_fast(t, t->area, site, t->fd_call_cfa)) != 0))
 		return id;
 	return fd_stack_read(t, site);
 }
@@ -956,6 +963,12 @@ static void event_init(struct hs_fd_event *e, struct hs_tls *t, int fd, uint32_t
 	e->call = (uint8_t)call;
 }
 
+_Static_assert(offsetof(struct hs_fd_event, call) == offsetof(struct hs_fd_event, op) + 1 &&
+		       offsetof(struct hs_fd_event, kind) == offsetof(struct hs_fd_event, op) + 2 &&
+		       offsetof(struct hs_fd_event, err) == offsetof(struct hs_fd_event, op) + 3 &&
+		       __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__,
+	       "an event's op, call, kind and err are one little-endian 32-bit word (created_one)");
+
 /* A new generation of fd: what created it.  path may be NULL. */
 struct birth {
 	uint8_t kind, call;
@@ -991,8 +1004,12 @@ static void fd_max_raise(struct hs_header *h, uint32_t fd)
  */
 static inline int copy_fits(char *restrict dst, const char *restrict p)
 {
-	unsigned i = 0;
-	for (; i + 8 <= HS_FD_PATH_MAX && ((uintptr_t)(p + i) & 4095) <= 4096 - 8; i += 8) {
+	/* the words read whole: those that end within the slot's size and
+	 * within p's page (room: the bytes from p to its page's end), one
+	 * bound computed once instead of two tests a word */
+	unsigned i = 0, room = 4096u - (unsigned)((uintptr_t)p & 4095u);
+	unsigned lim = room < HS_FD_PATH_MAX ? room : HS_FD_PATH_MAX;
+	for (; i + 8 <= lim; i += 8) {
 		uint64_t w, z;
 		memcpy(&w, p + i, 8);
 		z = (w - 0x0101010101010101ull) & ~w & 0x8080808080808080ull;
@@ -1031,12 +1048,13 @@ static inline void describe(char *restrict dst, const struct birth *b)
 		put_text(dst, p); /* longer: its tail */
 }
 
-static inline __attribute__((always_inline)) void created(struct hs_tls *t, int fd, const struct birth *b,
-							  uint32_t stack, uint64_t now)
+/* one: one_thread() as the caller read it (the hook's, before its system
+ * call: only this thread could have started another since). */
+static inline __attribute__((always_inline)) void created_one(struct hs_tls *t, int fd, const struct birth *b,
+							      uint32_t stack, uint64_t now, int one)
 {
-	/* the hot line, the thread count: read once for the record */
+	/* the hot line: read once for the record */
 	struct hs_fd_hot *x = hot();
-	int one = one_thread();
 	struct hs_fd *s = slot_in(x, fd);
 	struct hs_header *h = x->hdr;
 	struct hs_fd_event *e;
@@ -1072,10 +1090,13 @@ static inline __attribute__((always_inline)) void created(struct hs_tls *t, int 
 			e->gen = gen;
 			e->tid = t->tid;
 			e->stack = stack;
-			e->op = HS_FDE_CREATE;
-			e->call = b->call;
-			e->kind = b->kind;
-			e->err = 0;
+			/* op, call, kind and err (0) in one 32-bit store: merged by the
+			 * compiler into a 16-bit one, their constant was a load from
+			 * .rodata, one more data line a pair (x86-64: little-endian) */
+			{
+				uint32_t w = (uint32_t)HS_FDE_CREATE | (uint32_t)b->call << 8 | (uint32_t)b->kind << 16;
+				memcpy((char *)e + offsetof(struct hs_fd_event, op), &w, sizeof w);
+			}
 			e->flags = b->flags;
 			e->close_dt = 0; /* no close folded yet (fold_close) */
 			e->close_tid = 0;
@@ -1087,6 +1108,12 @@ static inline __attribute__((always_inline)) void created(struct hs_tls *t, int 
 		release(s, q);
 	}
 	hs_rec(t, now, HS_REC_FD_CREATED, stack, (uint64_t)fd, gen, (uint64_t)b->kind | (uint64_t)b->call << 8);
+}
+
+static inline __attribute__((always_inline)) void created(struct hs_tls *t, int fd, const struct birth *b,
+							  uint32_t stack, uint64_t now)
+{
+	created_one(t, fd, b, stack, now, one_thread());
 }
 
 
@@ -1144,7 +1171,7 @@ static inline int fold_close(struct hs_fd_hot *x, const struct hs_fd *s, int32_t
 {
 	uint64_t at = s->last_event, dt;
 	struct hs_fd_event *d;
-	if (HS_UNLIKELY(!at || !x->ring))
+	if (HS_UNLIKELY(!at)) /* else the ring exists: only event_publish sets it */
 		return 0;
 	d = &x->ring[(at - 1) & x->ring_mask];
 	/* the entry still holds position at, the number's newest event (so its
@@ -1165,12 +1192,12 @@ static inline int fold_close(struct hs_fd_hot *x, const struct hs_fd *s, int32_t
 /*
  * Before fd is closed (or after dup2 replaced it): mark its open generation
  * closed by this call.  *p says what the slot held.  With the guard held.
+ * one: one_thread(), read by the caller.
  */
-static inline __attribute__((always_inline)) void closing(struct hs_tls *t, int fd, unsigned call, uint32_t stack,
-								uint64_t now, struct hs_fd_pre *p)
+static inline __attribute__((always_inline)) void closing_one(struct hs_tls *t, int fd, unsigned call, uint32_t stack,
+								    uint64_t now, struct hs_fd_pre *p, int one)
 {
 	struct hs_fd_hot *x = hot();
-	int one = one_thread();
 	struct hs_fd *s = slot_in(x, fd);
 	struct hs_fd_event *e;
 	uint64_t pos;
@@ -1201,10 +1228,11 @@ static inline __attribute__((always_inline)) void closing(struct hs_tls *t, int 
 			e->gen = p->gen;
 			e->tid = t->tid;
 			e->stack = stack;
-			e->op = HS_FDE_CLOSE;
-			e->call = (uint8_t)call;
-			e->kind = s->kind;
-			e->err = 0;
+			/* op, call, kind, err (0): one 32-bit store, as created_one's */
+			{
+				uint32_t w = (uint32_t)HS_FDE_CLOSE | (uint32_t)(call & 0xffu) << 8 | (uint32_t)s->kind << 16;
+				memcpy((char *)e + offsetof(struct hs_fd_event, op), &w, sizeof w);
+			}
 			e->flags = p->flags;
 			e->close_dt = 0;
 			e->close_tid = 0;
@@ -1219,6 +1247,12 @@ static inline __attribute__((always_inline)) void closing(struct hs_tls *t, int 
 		count_one(&x->hdr->fd_closed, one);
 		rec_closed(t, now, stack, fd, p->gen, call);
 	}
+}
+
+static inline __attribute__((always_inline)) void closing(struct hs_tls *t, int fd, unsigned call, uint32_t stack,
+								uint64_t now, struct hs_fd_pre *p)
+{
+	closing_one(t, fd, call, stack, now, p, one_thread());
 }
 
 /*
@@ -1676,20 +1710,26 @@ static void object_closing(struct hs_tls *t, int fd, uint64_t owner, uint32_t ow
  * keeps errno.  The description is cut into the slot by created(): b->path
  * relative to b->dirfd when b->at (at_path), else its tail (put_text).
  */
-static inline __attribute__((always_inline)) void note_created(int fd, const struct birth *b, uint64_t site)
+static inline __attribute__((always_inline)) void note_created_one(int fd, const struct birth *b, uint64_t site,
+								    int one)
 {
 	int *ep = fd_errno(&hs_tls), e = *ep;
 	struct hs_tls *t = hs_enter();
 	if (t) {
-		created(t, fd, b, fd_stack(t, site), fd_clock(t));
+		created_one(t, fd, b, fd_stack(t, site), fd_clock(t), one);
 		hs_leave(t);
 	}
 	*ep = e;
 }
 
-/* opened() once hs_fd_on() said yes. */
+static inline __attribute__((always_inline)) void note_created(int fd, const struct birth *b, uint64_t site)
+{
+	note_created_one(fd, b, site, one_thread());
+}
+
+/* opened() once hs_fd_on() said yes; one: one_thread() as the hook read it. */
 static inline __attribute__((always_inline)) int opened_on(int fd, int dirfd, const char *path, int flags,
-							   unsigned call, uint64_t site)
+							   unsigned call, uint64_t site, int one)
 {
 	if (fd >= 0) {
 		struct birth b = {.kind = (flags & O_DIRECTORY) && (flags & O_TMPFILE) != O_TMPFILE ? HS_FDK_DIR : HS_FDK_FILE,
@@ -1698,7 +1738,7 @@ static inline __attribute__((always_inline)) int opened_on(int fd, int dirfd, co
 				  .at = 1,
 				  .dirfd = dirfd,
 				  .path = path ? path : ""};
-		note_created(fd, &b, site);
+		note_created_one(fd, &b, site, one);
 	}
 	return fd;
 }
@@ -1706,7 +1746,7 @@ static inline __attribute__((always_inline)) int opened_on(int fd, int dirfd, co
 static inline __attribute__((always_inline)) int opened(int fd, int dirfd, const char *path, int flags, unsigned call,
 							uint64_t site)
 {
-	return fd >= 0 && hs_fd_on() ? opened_on(fd, dirfd, path, flags, call, site) : fd;
+	return fd >= 0 && hs_fd_on() ? opened_on(fd, dirfd, path, flags, call, site, one_thread()) : fd;
 }
 
 int hs_fd_opened(int fd, int dirfd, const char *path, int flags, unsigned call, uint64_t site)
@@ -1752,6 +1792,16 @@ static inline int sys_result(long r, int *ep)
 	return (int)r;
 }
 
+/* sys_result with errno's address taken only for an error (t: &hs_tls). */
+static inline int sys_result_t(long r, struct hs_tls *t)
+{
+	if (HS_UNLIKELY((unsigned long)r > -4096ul)) {
+		*fd_errno(t) = (int)-r;
+		return -1;
+	}
+	return (int)r;
+}
+
 /*
  * open64, the open that programs built with large-file support (CPython,
  * most distributions' binaries) call: the interceptor, the real call and
@@ -1764,17 +1814,26 @@ static inline int sys_result(long r, int *ep)
  */
 HS_EXPORT int open64(const char *path, int flags, ...)
 {
-	int fd;
-	HS_FAULT_OPEN(); /* faults.c: --fail open */
+	int fd, fe;
+	/* faults.c: --fail open, as HS_FAULT_OPEN, from the flag close reads
+	 * (hs_inject_on has HS_INJECT_FAULTS exactly when hs_faults_on is set,
+	 * faults.c): a pair reads one of faults.c's lines, not two */
+	if (HS_UNLIKELY(__atomic_load_n(&hs_inject_on, __ATOMIC_RELAXED) & HS_INJECT_FAULTS) && (fe = hs_fault_open())) {
+		errno = fe;
+		return -1;
+	}
 	uint64_t site = HS_FD_SITE();
 	mode_t mode = OPEN_MODE(flags);
 	/* acquire: real_open64 was set before mode turned ON (hs_fds_init) */
 	if (HS_LIKELY(__atomic_load_n(&hs_fd_hot.mode, __ATOMIC_ACQUIRE) == HS_FD_MODE_ON)) {
+		/* one thread: read once, for the call and the record (only this
+		 * thread, in this hook, could start another) */
+		int one = one_thread();
 		/* glibc's open64 with one thread: openat(AT_FDCWD, ...), no cancellation point (raw_calls) */
-		fd = HS_LIKELY(hs_fd_hot.raw_calls && one_thread())
-			     ? sys_result(fd_sys(SYS_openat, AT_FDCWD, (long)(uintptr_t)path, flags, mode), fd_errno(&hs_tls))
+		fd = HS_LIKELY(hs_fd_hot.raw_calls && one)
+			     ? sys_result_t(fd_sys(SYS_openat, AT_FDCWD, (long)(uintptr_t)path, flags, mode), &hs_tls)
 			     : hs_fd_hot.real_open64(path, flags, mode);
-		return opened_on(fd, AT_FDCWD, path, flags, HS_FDC_OPEN, site);
+		return opened_on(fd, AT_FDCWD, path, flags, HS_FDC_OPEN, site, one);
 	}
 	fd = HS_REAL(open64)(path, flags, mode);
 	return opened(fd, AT_FDCWD, path, flags, HS_FDC_OPEN, site);
@@ -2185,7 +2244,7 @@ static inline __attribute__((always_inline)) int close_record(int fd, unsigned c
 	struct hs_fd_pre p;
 	uint32_t stack;
 	uint64_t now;
-	int e, rc, *ep;
+	int e, rc, *ep, one;
 
 	/* hs_fork_pending is 1 only while hs_recording is 0 (init.c atfork_child):
 	 * its line is read only then */
@@ -2200,7 +2259,8 @@ static inline __attribute__((always_inline)) int close_record(int fd, unsigned c
 		return hs_fd_hot.real_close(fd);
 	stack = fd_stack(t, site);
 	now = fd_clock(t);
-	closing(t, fd, call, stack, now, &p);
+	one = one_thread(); /* for the record and the call: only this thread could start another */
+	closing_one(t, fd, call, stack, now, &p, one);
 	/* the flags first: the common path falls through after one test */
 	if (HS_UNLIKELY(p.flags & HS_FDF_OWNERS) && call == HS_FDC_CLOSE && p.state == HS_FDS_OPEN)
 		owned_by_tag_closed(t, fd, &p, stack,
@@ -2210,8 +2270,8 @@ static inline __attribute__((always_inline)) int close_record(int fd, unsigned c
 	hs_leave(t);
 	*ep = e;
 	/* mode is ON (hs_fd_on above, acquire): real_close and raw_calls are set */
-	rc = HS_LIKELY(hs_fd_hot.raw_calls && one_thread()) ? sys_result(fd_sys(SYS_close, fd, 0, 0, 0), ep)
-							    : hs_fd_hot.real_close(fd);
+	rc = HS_LIKELY(hs_fd_hot.raw_calls && one) ? sys_result(fd_sys(SYS_close, fd, 0, 0, 0), ep)
+						   : hs_fd_hot.real_close(fd);
 	if (HS_LIKELY(rc == 0 && p.state == HS_FDS_OPEN)) {
 		/* it closed what the table said was open: only the sweep detector's
 		 * note (this thread's own state) changes */

@@ -953,3 +953,26 @@ def test_heisen_takes_none_of_the_programs_descriptors_under_ulimit_64(heisen, w
     under = run(way.run([SYSTEM_PYTHON, "-c", FD_BUDGET_SCRIPT], preexec_fn=limit))
     # the /proc/self/fd listing includes its own directory fd, natively too
     assert under == native, (under, native)
+
+
+def test_names_ending_at_the_end_of_a_mapped_page_are_recorded_whole(heisen, session, tmp_path):
+    """A loader opens files named in a manifest it maps, in place: each
+    name's NUL is the last byte of its page and the next page is not
+    readable.  The open's record copies the name a word at a time up to
+    the page's end (shim/fd_core.c copy_fits): the program runs to its end
+    (no SIGSEGV) and the fd table holds each name whole, for every length
+    from 5 to 20 bytes with its NUL (every alignment of the name to the
+    page's end, and names longer than a word)."""
+    d = tmp_path / "d"
+    d.mkdir()
+    (d / "f").write_text("x\n")
+    p = heisen.preload([target(heisen, "fd_page_end_path"), d], session)
+    assert p.returncode == 0, (p.returncode, p.stderr)
+    out = facts(p.stdout)
+    opened = {int(out[f"fd_{k}"][0]): out[f"path_{k}"][0] for k in range(1, 17)}
+    assert sorted(len(v) + 1 for v in opened.values()) == list(range(5, 21))
+    r = heisen.dump_json(session)
+    table = {x["fd"]: x for x in process_of(r, fact_int(p.stdout, "pid"))["fds"]["open"]}
+    for fd, name in opened.items():
+        assert fd in table, (fd, name, sorted(table))
+        assert table[fd]["path"] == name and table[fd]["kind"] == "file", (fd, name, table[fd])
