@@ -797,6 +797,12 @@ static int edge_found(uint64_t key, uint32_t gen)
 	return 1;
 }
 
+int hs_edge_known(uint64_t key)
+{
+	uint32_t gen = __atomic_load_n(&hs_seg_gen, __ATOMIC_RELAXED);
+	return edge_memoised(key, gen) || edge_found(key, gen);
+}
+
 HS_HOT int hs_acq_ordered(struct hs_tls *t, const struct acq *a)
 {
 	const struct hs_thread *th = t->slot;
