@@ -30,8 +30,8 @@
  * writes way 0 and its own way (one line, or two when the way is 4..7),
  * an acquisition that finds its own release last reads one line.  (With
  * the checks apart from the words, each was two lines, passed between the
- * cores of threads that take a lock in turn; bench/README.md "The GIL's
- * take on the coarse clock; the order records' lines".) */
+ * cores of threads that take a lock in turn; bench/README.md "The lock
+ * path by time".) */
 struct order_pair {
 	uint64_t chk, val;
 };

@@ -139,7 +139,7 @@ static void gil_wait_begin(struct hs_tls *t, unsigned which, uint64_t site, uint
  * under a paravirtual clock, at every take, and a threaded Python program
  * makes ~10^5 GIL cycles a second through extension modules (perf of
  * bench/py_workload.py: ~1 % of its CPU, the take's largest single cost;
- * bench/README.md "The GIL's take on the coarse clock").  The wait begins
+ * bench/README.md "The lock path by time").  The wait begins
  * at the coarse time (the wait word's since, the GIL_WAIT record and its
  * new edges) and the take ends at the coarse time again: a wait is
  * measured to a tick (4 ms at HZ=250, more where ticks are skipped), and
