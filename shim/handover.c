@@ -69,9 +69,8 @@
  * thread takes and drops it all the time, so it would order everything.
  *
  * Cost (handover.h, inline in the hooks): a release of the object this
- * thread released last is a compare and four loads (four stores when
- * another release came in between), another is a multiply, a count and
- * eight stores (two records; each word beside its check, so one or two
+ * thread released last is a compare and four stores, another is a
+ * multiply, a count and eight stores (two records; each word beside its check, so one or two
  * lines a record); an acquisition whose object this thread released last
  * is two loads (one line) and a compare; only an acquisition from another
  * thread reads the ways (bench/README.md "Hand-over order").  Async-signal-safe, no allocation; the

@@ -83,16 +83,6 @@ static inline void order_put(struct order_rec *r, unsigned i, uint64_t key, uint
 	__atomic_store_n(&r->w[i].chk, key ^ v, __ATOMIC_RELAXED);
 }
 
-/* order_put of a word that may hold v already (a release of the object this
- * thread released last): stored only when changed, so that a line other
- * cores read (their acquisitions' checks) is not taken from them for a
- * write that changes nothing. */
-static inline void order_put_again(struct order_rec *r, unsigned i, uint64_t key, uint64_t v)
-{
-	if (__atomic_load_n(&r->w[i].val, __ATOMIC_RELAXED) != v ||
-	    __atomic_load_n(&r->w[i].chk, __ATOMIC_RELAXED) != (key ^ v))
-		order_put(r, i, key, v);
-}
 
 /*
  * The calling thread's state, in its area (HS_AREA_ORDER): its slot (the
@@ -146,8 +136,8 @@ static inline void hs_order_release(struct hs_tls *t, uint64_t addr)
 	if (HS_UNLIKELY(!me))
 		return;
 	if (HS_LIKELY(addr == me->rel_addr)) {
-		order_put_again(me->rel_rec, 0, me->rel_key, me->rel_v);
-		order_put_again(me->rel_rec2, 0, me->rel_key, me->rel_v);
+		order_put(me->rel_rec, 0, me->rel_key, me->rel_v);
+		order_put(me->rel_rec2, 0, me->rel_key, me->rel_v);
 		return;
 	}
 	hs_order_release_new(me, addr);
