@@ -70,10 +70,10 @@
  *
  * Cost (handover.h, inline in the hooks): a release of the object this
  * thread released last is a compare and four stores, another is a
- * multiply, a count and eight stores (two records); an acquisition whose
- * object this thread released last is two loads and a compare; only an
- * acquisition from another thread reads the ways (bench/README.md
- * "Hand-over order").  Async-signal-safe, no allocation; the
+ * multiply, a count and eight stores (two records; each word beside its check, so one or two
+ * lines a record); an acquisition whose object this thread released last
+ * is two loads (one line) and a compare; only an acquisition from another
+ * thread reads the ways (bench/README.md "Hand-over order").  Async-signal-safe, no allocation; the
  * pending list has a spin lock, taken only inside a hook (the guard held),
  * never while waiting.
  */
@@ -83,13 +83,21 @@
 
 struct order_rec hs_order_tab[ORDER_RECS] __attribute__((aligned(64)));
 uint32_t hs_order_pending_n[ORDER_SLOTS]; /* [atomic] hand-overs pending per slot (below) */
-static uint64_t order_clock[ORDER_SLOTS]; /* each slot's release count; written by the slot's thread only */
+/* each slot's release count; written by the slot's thread only, at each
+ * release of another object than its last: one cache line a slot, so that
+ * threads releasing at once on two cores do not pass one line between them
+ * (eight slots' counts shared one; 256 KiB of address space, a page per 64
+ * slots backed as they are used) */
+static struct {
+	uint64_t count;
+	char pad[56];
+} order_clock[ORDER_SLOTS] __attribute__((aligned(64)));
 
 /* A release by slot of the object of key, at its records r and r2; returns the value stored. */
 static inline uint64_t order_release_at(struct order_rec *r, struct order_rec *r2, uint32_t slot, unsigned way,
 					uint64_t key)
 {
-	uint64_t v = (uint64_t)(slot + 1) << 48 | (++order_clock[slot] & COUNT_MASK);
+	uint64_t v = (uint64_t)(slot + 1) << 48 | (++order_clock[slot].count & COUNT_MASK);
 	order_put(r, way, key, v);
 	order_put(r, 0, key, v);
 	order_put(r2, way, key, v);

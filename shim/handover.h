@@ -24,11 +24,19 @@
 #define ORDER_SLOTS 4096u        /* thread slots (HEISEN_THREADS is at most 4096) */
 #define COUNT_MASK 0xffffffffffffull /* a value: (slot + 1) << 48 | count (48 bits) */
 
-/* One object's record: val[0] the last release, val[1 + slot % ORDER_WAYS]
- * each slot's last; chk[i] = key ^ val[i] (key: the address's hash). */
+/* One object's record: w[0].val the last release, w[1 + slot % ORDER_WAYS].val
+ * each slot's last; w[i].chk = key ^ w[i].val (key: the address's hash).
+ * Each word beside its check, so that a word is one cache line: a release
+ * writes way 0 and its own way (one line, or two when the way is 4..7),
+ * an acquisition that finds its own release last reads one line.  (With
+ * the checks apart from the words, each was two lines, passed between the
+ * cores of threads that take a lock in turn; bench/README.md "The lock
+ * path by time".) */
+struct order_pair {
+	uint64_t chk, val;
+};
 struct order_rec {
-	uint64_t chk[ORDER_WAYS + 1];
-	uint64_t val[ORDER_WAYS + 1];
+	struct order_pair w[ORDER_WAYS + 1];
 };
 _Static_assert(sizeof(struct order_rec) == 128, "a record is two cache lines");
 _Static_assert(ORDER_SEEN * sizeof(uint64_t) <= HS_AREA_ORDER_SIZE, "seen fits the area");
@@ -64,16 +72,17 @@ _Static_assert(ORDER_RECS == 1u << 13, "order_rec_of takes the key's top 13 bits
 /* Word i of r when it belongs to key, else 0. */
 static inline uint64_t order_word(const struct order_rec *r, unsigned i, uint64_t key)
 {
-	uint64_t v = __atomic_load_n(&r->val[i], __ATOMIC_RELAXED);
-	uint64_t c = __atomic_load_n(&r->chk[i], __ATOMIC_RELAXED);
+	uint64_t v = __atomic_load_n(&r->w[i].val, __ATOMIC_RELAXED);
+	uint64_t c = __atomic_load_n(&r->w[i].chk, __ATOMIC_RELAXED);
 	return (c ^ v) == key ? v : 0;
 }
 
 static inline void order_put(struct order_rec *r, unsigned i, uint64_t key, uint64_t v)
 {
-	__atomic_store_n(&r->val[i], v, __ATOMIC_RELAXED);
-	__atomic_store_n(&r->chk[i], key ^ v, __ATOMIC_RELAXED);
+	__atomic_store_n(&r->w[i].val, v, __ATOMIC_RELAXED);
+	__atomic_store_n(&r->w[i].chk, key ^ v, __ATOMIC_RELAXED);
 }
+
 
 /*
  * The calling thread's state, in its area (HS_AREA_ORDER): its slot (the

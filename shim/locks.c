@@ -35,6 +35,57 @@ static __thread struct held_chain *pending __attribute__((tls_model("initial-exe
  * before the thread takes the GIL (hs_locks_before_gil_take) */
 static __thread int lazy_nogil __attribute__((tls_model("initial-exec")));
 
+/*
+ * "Does this thread hold the GIL?" asked once per change.  A thread takes
+ * and drops the GIL only by locking the GIL's own mutex (CPython 3.8-3.13
+ * take_gil and drop_gil both begin with MUTEX_LOCK(gil->mutex), a
+ * pthread_mutex_lock that the hooks pass through: hs_py_internal), so
+ * while this thread has not locked it since the last answer, the answer
+ * stands.  gil_mutex_epoch counts those lockings (the pass-through
+ * branches below); gil_q keeps the last answer with the epoch and segment
+ * generation it was given at (a fork child's new segment asks anew).  An
+ * epoch of 0 (no locking seen yet) always asks.  The question itself
+ * (python.c hs_py_holds_gil) is two calls into the interpreter and a
+ * thread-specific read, asked twice a mutex pair: ~4 % of the lock path's
+ * time under py_workload (bench/README.md "The lock path by time").
+ * Written epoch last, after a zero, so a signal handler of this thread
+ * never takes a half-written answer.  Limits: a signal handler that takes
+ * a mutex between take_gil's return and the thread state's swap (no
+ * program code runs there) could keep "not held" until the next take or
+ * drop; a sub-interpreter with a GIL of its own (3.12+, its state outside
+ * _PyRuntime) is not seen taking it, as its mutex is not passed through.
+ */
+static __thread uint64_t gil_mutex_epoch __attribute__((tls_model("initial-exec")));
+static __thread struct {
+	uint64_t epoch; /* gil_mutex_epoch of the answer, 0: none */
+	uint32_t gen;   /* hs_seg_gen of the answer */
+	int holds;
+} gil_q __attribute__((tls_model("initial-exec")));
+
+static inline void gil_mutex_locking(void)
+{
+	gil_mutex_epoch++;
+}
+
+/* hs_py_holds_gil(), asked only when this thread locked the GIL's mutex
+ * since the last answer (hs_py_present checked by the caller). */
+static inline int holds_gil_now(void)
+{
+	uint64_t e = gil_mutex_epoch;
+	uint32_t gen = __atomic_load_n(&hs_seg_gen, __ATOMIC_RELAXED);
+	int holds;
+	if (HS_LIKELY(e != 0 && gil_q.epoch == e && gil_q.gen == gen))
+		return gil_q.holds;
+	holds = hs_py_holds_gil();
+	gil_q.epoch = 0;
+	__atomic_signal_fence(__ATOMIC_SEQ_CST);
+	gil_q.gen = gen;
+	gil_q.holds = holds;
+	__atomic_signal_fence(__ATOMIC_SEQ_CST);
+	gil_q.epoch = e;
+	return holds;
+}
+
 
 
 uint16_t hs_relgen[RELGEN_SLOTS]; /* lockpath.h */
@@ -423,7 +474,7 @@ static inline __attribute__((always_inline)) void acq_before(struct hs_tls *t, s
 		acq_relock(t, a, flags, h);
 		return;
 	}
-	a->holds_gil = !a->gil_safe && __atomic_load_n(&hs_py_present, __ATOMIC_RELAXED) && hs_py_holds_gil();
+	a->holds_gil = !a->gil_safe && __atomic_load_n(&hs_py_present, __ATOMIC_RELAXED) && holds_gil_now();
 	if (a->trylock || a->fresh)
 		return; /* a trylock cannot block, nor can a fresh lock's first taking: no edge into it */
 	if (n || a->holds_gil)
@@ -726,7 +777,7 @@ static inline __attribute__((always_inline)) int acq_first_before(struct hs_tls 
 			__atomic_load_n(&hs_seg.locks[id].addr, __ATOMIC_RELAXED) != addr ||
 			(__atomic_load_n(&hs_seg.locks[id].flags, __ATOMIC_RELAXED) & HS_LOCKF_DEAD)))
 		id = acq_first_identify(t, p, addr, kind, stack, now, gen);
-	holds_gil = id && __atomic_load_n(&hs_py_present, __ATOMIC_RELAXED) && hs_py_holds_gil();
+	holds_gil = id && __atomic_load_n(&hs_py_present, __ATOMIC_RELAXED) && holds_gil_now();
 	/* the edges held -> lock and GIL -> lock: the chain cache looked at inline, acq_edges
 	 * (out of line) for a chain not known */
 	if (id && (n || HS_UNLIKELY(holds_gil)) &&
@@ -795,6 +846,12 @@ static int edge_found(uint64_t key, uint32_t gen)
 	__atomic_store_n(&edge_memo[i].gen, gen, __ATOMIC_RELAXED);
 	__atomic_store_n(&edge_memo[i].key, key, __ATOMIC_RELAXED);
 	return 1;
+}
+
+int hs_edge_known(uint64_t key)
+{
+	uint32_t gen = __atomic_load_n(&hs_seg_gen, __ATOMIC_RELAXED);
+	return edge_memoised(key, gen) || edge_found(key, gen);
 }
 
 HS_HOT int hs_acq_ordered(struct hs_tls *t, const struct acq *a)
@@ -915,7 +972,7 @@ static inline __attribute__((always_inline)) void release_end(struct hs_tls *t, 
 		struct hs_held *he = &th->held[i];
 		id = he->lock;
 		if (!(he->flags & HS_HELDF_GIL) && __atomic_load_n(&hs_py_present, __ATOMIC_RELAXED) &&
-		    hs_py_holds_gil())
+		    holds_gil_now())
 			release_gil_edge(t, i);
 		if (HS_UNLIKELY(he->recursion)) {
 			hs_lockstate_begin(th);
@@ -968,7 +1025,7 @@ static inline __attribute__((always_inline)) void release_top_end(struct hs_tls 
 		release_top_failed(t, addr, rc);
 		return;
 	}
-	if (!(he->flags & HS_HELDF_GIL) && __atomic_load_n(&hs_py_present, __ATOMIC_RELAXED) && hs_py_holds_gil())
+	if (!(he->flags & HS_HELDF_GIL) && __atomic_load_n(&hs_py_present, __ATOMIC_RELAXED) && holds_gil_now())
 		release_gil_edge(t, (int)i);
 	/* one store outside the seqlock (release_end) */
 	__atomic_store_n(&th->held_count, i, __ATOMIC_RELEASE);
@@ -1026,6 +1083,7 @@ void hs_locks_on_free(void *p, size_t size)
 	do {                                                                                     \
 		struct hs_tls *t;                                                                \
 		if (HS_UNLIKELY(hs_py_internal(lock))) {                                         \
+			gil_mutex_locking(); /* a GIL take or drop may follow */                 \
 			if (HS_UNLIKELY(lazy_nogil))                                             \
 				gil_mutex_locked(); /* a GIL take may follow */                  \
 			t = NULL;                                                                \
@@ -1178,6 +1236,7 @@ HS_EXPORT HS_HOT __attribute__((flatten)) int pthread_mutex_lock(pthread_mutex_t
 	int holds_gil, rc;
 	if (HS_UNLIKELY(hs_py_internal(lock))) {
 		/* the GIL's own mutex: passed through (ACQUIRE) */
+		gil_mutex_locking(); /* a GIL take or drop may follow */
 		if (HS_UNLIKELY(lazy_nogil))
 			gil_mutex_locked(); /* a GIL take may follow */
 		return HS_REAL(pthread_mutex_lock)(lock);

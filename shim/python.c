@@ -107,12 +107,14 @@ static void gil_wait_begin(struct hs_tls *t, unsigned which, uint64_t site, uint
 		uint32_t finding, e;
 		if (he->lock == 0 || he->lock == gil)
 			continue;
+		/* an edge in the graph already (edges are never removed): nothing to add,
+		 * nothing to report; the process's memo of known edges answers most takes
+		 * with a load and a compare (a thread holds its thread-state lock for life) */
+		if (hs_edge_known(hs_edge_key(he->lock, gil, he->mode, HS_MODE_WRITE)))
+			continue;
 		/* a new edge gets the held lock's exact stack, not its site's */
-		e = hs_graph_add(&hs_seg, he->lock, he->mode,
-				 hs_edge_find(&hs_seg, hs_edge_key(he->lock, gil, he->mode, HS_MODE_WRITE))
-					 ? he->stack
-					 : hs_locks_held_stack(th, (int)i),
-				 gil, HS_MODE_WRITE, 0, hs_stack_here, t->tid, now, &created, &finding);
+		e = hs_graph_add(&hs_seg, he->lock, he->mode, hs_locks_held_stack(th, (int)i), gil, HS_MODE_WRITE,
+				 0, hs_stack_here, t->tid, now, &created, &finding);
 		if (created)
 			hs_rec(t, now, HS_REC_NEW_EDGE, hs_seg.edges[e].to_stack, e, he->lock, gil);
 		if (finding)
@@ -131,39 +133,40 @@ static void gil_wait_begin(struct hs_tls *t, unsigned which, uint64_t site, uint
 }
 
 /*
- * The clocks of a GIL cycle (release, wait, take): one precise read, where
- * the wait begins (the wait word's since, the GIL_WAIT record and its new
- * edges), and the coarse clock beside it.  The take's end reads the coarse
- * clock again; only when it moved since the wait began (the kernel updated
- * its time during the wait: the wait may have been long, a contended GIL
- * waits the interpreter's switch interval, 5 ms) does it read the precise
- * clock for the waited time.  A take with no update in between waited
- * less than the time between two updates (a tick, 4 ms at HZ=250, more
- * where ticks are skipped: shim.h hs_now_coarse) and is recorded at the
- * wait's start with waited 0, as a lock acquisition that did not wait is
- * (locks.c).  (The coarse clock is never compared with the precise one:
- * it lags it by up to a tick or more, 3 to 9 ms on a VM, so "coarse past
- * the precise start" missed every wait shorter than that lag.)  A release
- * is the coarse clock, never before this thread's last GIL record
- * (gil_last_ns), so a thread's timeline never runs backwards; it may show
- * the release up to that lag early.  Readers judge GIL waits in seconds
- * (analyze.c, stall.c); a precise read costs 20-60 ns under a paravirtual
- * clock, and a threaded Python program makes ~10^5 GIL cycles a second
- * through extension modules.
+ * The clock of a GIL cycle (release, wait, take) is the coarse one alone
+ * (shim.h hs_now_coarse: the kernel's last tick, read from its vDSO data
+ * inline, a few ns), never the precise one: a precise read cost 20-60 ns
+ * under a paravirtual clock, at every take, and a threaded Python program
+ * makes ~10^5 GIL cycles a second through extension modules (perf of
+ * bench/py_workload.py: ~1 % of its CPU, the take's largest single cost;
+ * bench/README.md "The lock path by time").  The wait begins
+ * at the coarse time (the wait word's since, the GIL_WAIT record and its
+ * new edges) and the take ends at the coarse time again: a wait is
+ * measured to a tick (4 ms at HZ=250, more where ticks are skipped), and
+ * one within a tick is recorded with waited 0, as a lock acquisition that
+ * did not wait is (locks.c).  Readers judge GIL waits in seconds
+ * (analyze.c, stall.c); hang detection compares the wait word's since with
+ * a precise clock, for which it is at most a tick early.  (Coarse and
+ * precise readings are never mixed in one measure: the coarse clock lags
+ * the precise one by up to a tick or more, 3 to 9 ms on a VM, so a coarse
+ * end against a precise start missed every wait shorter than that lag.)
+ * No GIL record goes before this thread's last one (gil_last_ns), so a
+ * thread's GIL timeline never runs backwards.
  */
 static __thread uint64_t gil_last_ns __attribute__((tls_model("initial-exec")));
 
-static inline uint64_t gil_release_now(void)
+static inline uint64_t gil_now(void)
 {
 	uint64_t now = hs_now_coarse();
 	return now > gil_last_ns ? now : gil_last_ns;
 }
 
-static void gil_wait_end(struct hs_tls *t, unsigned which, uint64_t since, uint64_t since_coarse)
+static void gil_wait_end(struct hs_tls *t, unsigned which, uint64_t since)
 {
 	struct hs_thread *th = t->slot;
-	/* the coarse clock moved: the kernel updated its time during the wait */
-	uint64_t now = hs_now_coarse() != since_coarse ? hs_now() : since;
+	uint64_t now = hs_now_coarse();
+	if (now < since)
+		now = since;
 	gil_last_ns = now;
 	hs_lockstate_begin(th);
 	th->wait_kind = HS_WAIT_NONE;
@@ -175,7 +178,7 @@ static int hook_PyGILState_Ensure(void)
 {
 	uint64_t site = RET_ADDR();
 	struct hs_tls *t = hs_enter();
-	uint64_t now, coarse;
+	uint64_t now;
 	int rc;
 	if (!t)
 		return py.ensure();
@@ -185,12 +188,11 @@ static int hook_PyGILState_Ensure(void)
 		hs_leave(t);
 		return rc;
 	}
-	now = hs_now();
-	coarse = hs_now_coarse();
+	now = gil_now();
 	HS_CHAOS(HS_CHAOS_GIL_TAKE); /* chaos.c: --chaos */
 	gil_wait_begin(t, HS_GIL_ENSURE, site, now);
 	rc = py.ensure();
-	gil_wait_end(t, HS_GIL_ENSURE, now, coarse);
+	gil_wait_end(t, HS_GIL_ENSURE, now);
 	hs_leave(t);
 	return rc;
 }
@@ -201,7 +203,7 @@ static void hook_PyGILState_Release(int state)
 	if (t) {
 		/* PyGILState_UNLOCKED (1): Ensure took the GIL, Release gives it back */
 		if (state == 1)
-			hs_rec(t, gil_release_now(), HS_REC_GIL_RELEASED, 0, HS_GIL_RELEASE, 0, 0);
+			hs_rec(t, gil_now(), HS_REC_GIL_RELEASED, 0, HS_GIL_RELEASE, 0, 0);
 		hs_leave(t);
 	}
 	py.release(state);
@@ -211,7 +213,7 @@ static void *hook_PyEval_SaveThread(void)
 {
 	struct hs_tls *t = hs_enter();
 	if (t) {
-		hs_rec(t, gil_release_now(), HS_REC_GIL_RELEASED, 0, HS_GIL_SAVE, 0, 0);
+		hs_rec(t, gil_now(), HS_REC_GIL_RELEASED, 0, HS_GIL_SAVE, 0, 0);
 		HS_CHAOS(HS_CHAOS_GIL_DROP); /* chaos.c: --chaos (before the release: the holder keeps it longer) */
 		hs_leave(t);
 	}
@@ -222,17 +224,16 @@ static void *hook_PyEval_SaveThread(void)
 static void take_for(void (*real)(void *), void *tstate, unsigned which, uint64_t site)
 {
 	struct hs_tls *t = hs_enter();
-	uint64_t now, coarse;
+	uint64_t now;
 	if (!t) {
 		real(tstate);
 		return;
 	}
-	now = hs_now();
-	coarse = hs_now_coarse();
+	now = gil_now();
 	HS_CHAOS(HS_CHAOS_GIL_TAKE); /* chaos.c: --chaos */
 	gil_wait_begin(t, which, site, now);
 	real(tstate);
-	gil_wait_end(t, which, now, coarse);
+	gil_wait_end(t, which, now);
 	hs_leave(t);
 }
 
@@ -250,7 +251,7 @@ static void hook_PyEval_ReleaseThread(void *tstate)
 {
 	struct hs_tls *t = hs_enter();
 	if (t) {
-		hs_rec(t, gil_release_now(), HS_REC_GIL_RELEASED, 0, HS_GIL_RELEASE_THREAD, 0, 0);
+		hs_rec(t, gil_now(), HS_REC_GIL_RELEASED, 0, HS_GIL_RELEASE_THREAD, 0, 0);
 		hs_leave(t);
 	}
 	py.release_thread(tstate);

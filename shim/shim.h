@@ -1297,6 +1297,11 @@ void hs_release(struct hs_tls *t, uint64_t addr);
  * innermost chains' count) is ordered before it in the graph already.
  * Drops entries released by other threads first.  0: take hs_acq_before. */
 int hs_acq_ordered(struct hs_tls *t, const struct acq *a);
+/* 1 when the edge with this key (hs_edge_key) is in the graph: the
+ * process's memo of known edges first (a load and a compare), then the
+ * edge index, memoised when found.  0: not there (yet).  Lock-free; for the
+ * GIL take's held -> GIL edges (python.c).  docs/design.md "Lock order". */
+int hs_edge_known(uint64_t key);
 /* The uncontended acquisition hs_acq_ordered cleared and the release of
  * the innermost held entry: lockpath.h (lock_acq_uncontended,
  * lock_release_top), inline in semaphores.c. */
