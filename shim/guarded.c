@@ -380,10 +380,15 @@ static inline uint64_t next_rand(void)
  * processor at ~10 us each); a program allocating less (py_workload: about
  * 200 samples a second) is sampled as before.  An explicit
  * HEISEN_GUARD_RATE (tests: 1) is exact: no budget.  Called only when a
- * countdown ends (one allocation in `rate`): one clock read there.
+ * countdown ends (one allocation in `rate`): one clock read there.  The
+ * burst is small (8; it was 64) because a process's first samples are its
+ * dearest: they come while its threads grow their heaps, and each
+ * sample's mprotect waits for the address-space lock those page faults
+ * hold, and takes its slot's first page fault (bench/README.md "The heap
+ * checker's misses; the guard pages' burst").
  */
 #define GUARD_BUDGET_PER_S 250u
-#define GUARD_BUDGET_BURST 64u
+#define GUARD_BUDGET_BURST 8u
 static int budget_take(void)
 {
 	const uint64_t t = 1000000000ull / GUARD_BUDGET_PER_S, tau = t * GUARD_BUDGET_BURST;

@@ -1391,6 +1391,10 @@ static inline __attribute__((always_inline)) void release(struct hs_tls *t, int 
  * unmaps) still waits its turn like the others.
  */
 #define QUAR_THREAD_BLOCKS 512u
+/* The FIFO's victim whose header is fetched at a free: that many frees of
+ * its kind ahead of its release, so a memory access's latency (a few
+ * hundred ns) has passed when release() reads and writes it. */
+#define QUAR_PREFETCH_AHEAD 8u
 static uint32_t quar_thread_max = UINT32_MAX; /* QUAR_THREAD_BLOCKS unless HEISEN_QUARANTINE_MB was set */
 static uint64_t quar_floor;            /* the least quar_budget() can be: min(QUAR_FLOOR, quar_limit), or quar_limit when explicit */
 #define QUAR_LIVE_SHARE 32u
@@ -1546,10 +1550,10 @@ static inline __attribute__((always_inline)) void quarantine_put(struct hs_tls *
 	/* this FIFO's next victim was freed long ago and is cold: fetch its
 	   header and glibc's size word in front of it (chunk_damaged) now,
 	   so the next free of its kind finds them near */
-	if (HS_LIKELY(f->count)) {
-		char *n = f->ring[f->head].p;
-		__builtin_prefetch(n - 16);
-		__builtin_prefetch(n - 24);
+	if (HS_LIKELY(f->count > QUAR_PREFETCH_AHEAD)) {
+		char *n = f->ring[(f->head + QUAR_PREFETCH_AHEAD) & q->mask].p;
+		__builtin_prefetch(n - 16, 1);
+		__builtin_prefetch(n - 24, 1);
 	}
 }
 
