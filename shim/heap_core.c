@@ -811,10 +811,17 @@ static uint32_t site_stack_key(uint64_t key, uint64_t site, int first_sight)
  * `delete` reaches free() through two tail calls, so the free's site is
  * each inlined `delete` of the program, and a churning C++ thread's frees
  * missed the two entries five times in six (bench/README.md "The C++
- * churn's heap path").  Filled together (site_stack); cleared together in
- * a fork child whose site cache is cleared.
+ * churn's heap path").  128 of them: under PYTHONMALLOC=malloc CPython's
+ * allocator functions reach malloc and free through indirect tail calls,
+ * so every allocating place of the interpreter is a site, and a threaded
+ * Python service's working set of sites missed 16 entries 44% of the
+ * time (128: 13%, for 1.5 KiB a thread; bench/README.md "The heap
+ * checker's misses; the guard pages' burst").  Filled together
+ * (site_stack); cleared together in a fork child whose site cache is
+ * cleared.
  */
-#define MEMO_L2 16u
+#define MEMO_L2_BITS 7u
+#define MEMO_L2 (1u << MEMO_L2_BITS)
 struct site_memo {
 	uint64_t site[2];
 	uint32_t id[2];
@@ -829,7 +836,7 @@ static __thread struct site_memo site_memo __attribute__((tls_model("initial-exe
  * of nearby call sites differ in their low bits) */
 static inline unsigned memo_l2(uint64_t site)
 {
-	return (unsigned)((site * 0x9e3779b97f4a7c15ull) >> 60) & (MEMO_L2 - 1);
+	return (unsigned)((site * 0x9e3779b97f4a7c15ull) >> (64 - MEMO_L2_BITS));
 }
 
 static inline uint32_t site_stack(uint64_t site)
@@ -1391,9 +1398,9 @@ static inline __attribute__((always_inline)) void release(struct hs_tls *t, int 
  * unmaps) still waits its turn like the others.
  */
 #define QUAR_THREAD_BLOCKS 512u
-/* The FIFO's victim whose header is fetched at a free: that many frees of
- * its kind ahead of its release, so a memory access's latency (a few
- * hundred ns) has passed when release() reads and writes it. */
+/* The FIFO's victim whose header is fetched at a release (fifo_release):
+ * that many releases of its FIFO ahead of its own, so a memory access's
+ * latency (a few hundred ns) has passed when release() reads and writes it. */
 #define QUAR_PREFETCH_AHEAD 8u
 static uint32_t quar_thread_max = UINT32_MAX; /* QUAR_THREAD_BLOCKS unless HEISEN_QUARANTINE_MB was set */
 static uint64_t quar_floor;            /* the least quar_budget() can be: min(QUAR_FLOOR, quar_limit), or quar_limit when explicit */
@@ -1467,6 +1474,16 @@ static inline __attribute__((always_inline)) uint64_t fifo_release(struct hs_tls
 	uint64_t olive = o->live, ob = o->bytes;
 	f->head = (f->head + 1) & q->mask;
 	f->count--;
+	/* the victim QUAR_PREFETCH_AHEAD releases of this FIFO ahead was freed
+	   long ago and is cold: fetch its header and glibc's size word in
+	   front of it (chunk_damaged) now, so its release finds them near.
+	   Here, not at the queueing: the budget gives back from either FIFO
+	   (the heavier), and one free may give back several */
+	if (HS_LIKELY(f->count >= QUAR_PREFETCH_AHEAD)) {
+		char *n = f->ring[(f->head + QUAR_PREFETCH_AHEAD - 1) & q->mask].p;
+		__builtin_prefetch(n - 16, 1);
+		__builtin_prefetch(n - 24, 1);
+	}
 	f->bytes -= ob;
 	q->unsynced -= (int64_t)ob;
 	release(t, ring, op, olive);
@@ -1546,14 +1563,6 @@ static inline __attribute__((always_inline)) void quarantine_put(struct hs_tls *
 	if ((uint64_t)(q->unsynced + QUAR_SYNC - 1) > (uint64_t)(2 * QUAR_SYNC - 2)) {
 		__atomic_add_fetch(&quar_total, (uint64_t)q->unsynced, __ATOMIC_RELAXED);
 		q->unsynced = 0;
-	}
-	/* this FIFO's next victim was freed long ago and is cold: fetch its
-	   header and glibc's size word in front of it (chunk_damaged) now,
-	   so the next free of its kind finds them near */
-	if (HS_LIKELY(f->count > QUAR_PREFETCH_AHEAD)) {
-		char *n = f->ring[(f->head + QUAR_PREFETCH_AHEAD) & q->mask].p;
-		__builtin_prefetch(n - 16, 1);
-		__builtin_prefetch(n - 24, 1);
 	}
 }
 
