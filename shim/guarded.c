@@ -141,8 +141,8 @@ static inline uintptr_t slot_page(uint32_t i)
  * the count's bound.  An uncontended mprotect (2-5 us) charges nothing
  * more; one that waited for the address-space lock while the program's
  * threads fault their growing heaps in, with the close's TLB shootdown
- * to the other processors (50-100 us measured on a 4-thread C++ churn's
- * first 0.2 s, bench/README.md "The heap checker's misses; the guard
+ * to the other processors (about 50 us on a 4-thread C++ churn's first
+ * 0.2 s, bench/README.md "The heap checker's misses; the guard
  * pages' burst"), holds the next sample back by 10-50 ms.
  */
 #define GUARD_BUDGET_SHARE 500u

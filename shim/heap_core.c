@@ -814,8 +814,8 @@ static uint32_t site_stack_key(uint64_t key, uint64_t site, int first_sight)
  * churn's heap path").  128 of them: under PYTHONMALLOC=malloc CPython's
  * allocator functions reach malloc and free through indirect tail calls,
  * so every allocating place of the interpreter is a site, and a threaded
- * Python service's working set of sites missed 16 entries 44% of the
- * time (128: 13%, for 1.5 KiB a thread; bench/README.md "The heap
+ * Python service's working set of sites missed 16 entries a fifth of the
+ * time (128: 6%, for 1.5 KiB a thread; bench/README.md "The heap
  * checker's misses; the guard pages' burst").  Filled together
  * (site_stack); cleared together in a fork child whose site cache is
  * cleared.
