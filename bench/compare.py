@@ -13,13 +13,17 @@ preloaded (TSAN_OPTIONS=report_bugs=0), and valgrind --tool=memcheck
 tool (LD_PRELOAD, valgrind's --trace-children), so a child costs what it
 costs.
 
-Workloads (--only picks; the default is py,alloc,make,shell):
+Workloads (--only picks; the default is py,alloc,pythreads,make,shell):
   py      bench/py_workload.py under /usr/bin/python3 (threads, queue, json,
           sqlite3; the lock and GIL path)
   alloc   bench/alloc_workload (C++: 4 threads churning
           std::map<std::string, std::vector<std::string>>; the heap path)
+  pythreads bench/py_alloc_workload.py under /usr/bin/python3 with
+          PYTHONMALLOC=malloc in every config: 4 threads building and dropping
+          dicts of str and bytes, JSON round trips (the heap path from a
+          threaded Python service)
   pyalloc Python with PYTHONMALLOC=malloc in every config, churning dicts,
-          lists and bytes (the heap path from Python; optional)
+          lists and bytes in one thread (the heap path from Python; optional)
   make    make -j2 of a generated C project (40 files, gcc -O2), a clean
           rebuild per run (the process path: 127 process images per build)
   shell   bash starting /bin/true 200 times (the process start: the table
@@ -40,7 +44,7 @@ run, heisen-dump --json must exit 0 or 1 (not 2) and show at least the
 processes the workload started, so a preload that did not record cannot be
 measured as fast; otherwise compare.py stops with exit status 2.
 
-Usage: /usr/bin/python3 bench/compare.py BUILD_DIR [--runs N] [--only py,alloc,make,shell]
+Usage: /usr/bin/python3 bench/compare.py BUILD_DIR [--runs N] [--only py,alloc,pythreads,make,shell]
                                          [--detectors]
                                          [--quick] [--out FILE] [--memcheck-cap SECONDS]
   --runs N      interleaved rounds (default 5)
@@ -261,6 +265,11 @@ def workloads(keys, build, tmp, quick, notes):
             steps = 30000 if quick else 100000
             notes.append("alloc_workload: " + how)
             res.append(Workload("alloc", "alloc_workload %d (C++, 4 threads)" % steps, [exe, str(steps)], 1))
+        elif key == "pythreads":
+            steps = 4000 if quick else 12000
+            res.append(Workload("pythreads", "py_alloc_workload.py %d (4 threads, PYTHONMALLOC=malloc)" % steps,
+                                [PYTHON, os.path.join(HERE, "py_alloc_workload.py"), str(steps)], 1,
+                                env={"PYTHONMALLOC": "malloc"}))
         elif key == "pyalloc":
             steps = 40000 if quick else 150000
             res.append(Workload("pyalloc", "Python dict/bytes churn %d, PYTHONMALLOC=malloc" % steps,
@@ -283,7 +292,7 @@ def workloads(keys, build, tmp, quick, notes):
                                 ["/bin/bash", "-c", "for ((i = 0; i < %d; i++)); do /bin/true; done" % k],
                                 k + 1, check=lambda out: True, starts=k + 1))
         else:
-            die("unknown workload %r (py, alloc, pyalloc, make, shell)" % key)
+            die("unknown workload %r (py, alloc, pythreads, pyalloc, make, shell)" % key)
     return res
 
 
@@ -400,7 +409,8 @@ def main():
     ap = argparse.ArgumentParser(description="every detector at its default, side by side (bench/README.md)")
     ap.add_argument("build", help="a built meson build directory (its shim/libheisen.so, dumper/heisen-dump)")
     ap.add_argument("--runs", type=int, default=5, help="interleaved rounds (default 5)")
-    ap.add_argument("--only", default="py,alloc,make,shell", help="workloads: py,alloc,pyalloc,make,shell")
+    ap.add_argument("--only", default="py,alloc,pythreads,make,shell",
+                    help="workloads: py,alloc,pythreads,pyalloc,make,shell")
     ap.add_argument("--quick", action="store_true", help="smaller workloads: a smoke run")
     ap.add_argument("--out", help="also write the Markdown here")
     ap.add_argument("--detectors", action="store_true",

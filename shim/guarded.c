@@ -132,9 +132,32 @@ static inline uintptr_t slot_page(uint32_t i)
 	return hs_guard_lo + (2u * (uintptr_t)i + 1u) * page;
 }
 
+/*
+ * The default rate's budget (budget_take) also pays for what a sample's
+ * system calls took: each mprotect's duration times GUARD_BUDGET_SHARE,
+ * less the half of a sample's interval budget_take already charged, moves
+ * the budget's next conforming time on.  So the samples' mprotect calls
+ * take at most about 1/GUARD_BUDGET_SHARE of the process's time besides
+ * the count's bound.  An uncontended mprotect (2-5 us) charges nothing
+ * more; one that waited for the address-space lock while the program's
+ * threads fault their growing heaps in, with the close's TLB shootdown
+ * to the other processors (about 50 us on a 4-thread C++ churn's first
+ * 0.2 s, bench/README.md "The heap checker's misses; the guard
+ * pages' burst"), holds the next sample back by 10-50 ms.
+ */
+#define GUARD_BUDGET_SHARE 500u
+static void budget_charge(uint64_t took_ns);
+
 static int sys_mprotect(uintptr_t addr, size_t len, int prot)
 {
-	return hs_sys.mprotect((void *)addr, len, prot);
+	uint64_t t0;
+	int rc;
+	if (!rate_default)
+		return hs_sys.mprotect((void *)addr, len, prot);
+	t0 = hs_now();
+	rc = hs_sys.mprotect((void *)addr, len, prot);
+	budget_charge(hs_now() - t0);
+	return rc;
 }
 
 /*
@@ -380,10 +403,15 @@ static inline uint64_t next_rand(void)
  * processor at ~10 us each); a program allocating less (py_workload: about
  * 200 samples a second) is sampled as before.  An explicit
  * HEISEN_GUARD_RATE (tests: 1) is exact: no budget.  Called only when a
- * countdown ends (one allocation in `rate`): one clock read there.
+ * countdown ends (one allocation in `rate`): one clock read there.  The
+ * burst is small (8; it was 64) because a process's first samples are its
+ * dearest: they come while its threads grow their heaps, and each
+ * sample's mprotect waits for the address-space lock those page faults
+ * hold, and takes its slot's first page fault (bench/README.md "The heap
+ * checker's misses; the guard pages' burst").
  */
 #define GUARD_BUDGET_PER_S 250u
-#define GUARD_BUDGET_BURST 64u
+#define GUARD_BUDGET_BURST 8u
 static int budget_take(void)
 {
 	const uint64_t t = 1000000000ull / GUARD_BUDGET_PER_S, tau = t * GUARD_BUDGET_BURST;
@@ -395,6 +423,24 @@ static int budget_take(void)
 		/* relaxed: a counter of time, ordered with nothing else */
 	} while (!__atomic_compare_exchange_n(&budget_tat, &tat, base + t, 1, __ATOMIC_RELAXED, __ATOMIC_RELAXED));
 	return 1;
+}
+
+static void budget_charge(uint64_t took_ns)
+{
+	const uint64_t half = 1000000000ull / GUARD_BUDGET_PER_S / 2;
+	uint64_t extra, now, tat, base;
+	if (took_ns > 1000000000ull) /* a clock step, or a stop of the process: not the call's */
+		return;
+	extra = took_ns * GUARD_BUDGET_SHARE;
+	if (extra <= half)
+		return;
+	extra -= half;
+	now = hs_now();
+	tat = __atomic_load_n(&budget_tat, __ATOMIC_RELAXED);
+	do
+		base = tat > now ? tat : now;
+	/* relaxed: a counter of time, ordered with nothing else */
+	while (!__atomic_compare_exchange_n(&budget_tat, &tat, base + extra, 1, __ATOMIC_RELAXED, __ATOMIC_RELAXED));
 }
 
 HS_HIDDEN int hs_guard_sample_slow(size_t n)

@@ -811,17 +811,35 @@ static uint32_t site_stack_key(uint64_t key, uint64_t site, int first_sight)
  * `delete` reaches free() through two tail calls, so the free's site is
  * each inlined `delete` of the program, and a churning C++ thread's frees
  * missed the two entries five times in six (bench/README.md "The C++
- * churn's heap path").  Filled together (site_stack); cleared together in
- * a fork child whose site cache is cleared.
+ * churn's heap path").  128 of them: under PYTHONMALLOC=malloc CPython's
+ * allocator functions reach malloc and free through indirect tail calls,
+ * so every allocating place of the interpreter is a site, and a threaded
+ * Python service's working set of sites missed 16 entries a fifth of the
+ * time (128: 6%; bench/README.md "The heap checker's misses; the guard
+ * pages' burst").  The second level lives in the thread's area (shim.h
+ * HS_AREA_HEAPMEMO: 1.5 KiB would not fit the static TLS a small-stack
+ * thread can spare); without an area (not mapped yet, or the thread has
+ * exited) the site cache answers.  Filled together (site_stack); cleared
+ * together in a fork child whose site cache is cleared.
  */
-#define MEMO_L2 16u
+#define MEMO_L2_BITS 7u
+#define MEMO_L2 (1u << MEMO_L2_BITS)
 struct site_memo {
 	uint64_t site[2];
 	uint32_t id[2];
-	uint64_t l2site[MEMO_L2];
-	uint32_t l2id[MEMO_L2];
 };
 static __thread struct site_memo site_memo __attribute__((tls_model("initial-exec")));
+struct site_memo_l2 {
+	uint64_t site[MEMO_L2];
+	uint32_t id[MEMO_L2];
+};
+_Static_assert(sizeof(struct site_memo_l2) <= HS_AREA_HEAPMEMO_SIZE, "the memo's second level fits the area");
+
+/* The memo's second level in the thread's area a (not NULL). */
+static inline struct site_memo_l2 *memo_l2_in(char *a)
+{
+	return (struct site_memo_l2 *)(void *)(a + HS_AREA_HEAPMEMO);
+}
 
 #define MEMO_WRAPPER (1u << 31) /* in site_memo.id: a wrapper site, see wrapper_stack */
 
@@ -829,7 +847,7 @@ static __thread struct site_memo site_memo __attribute__((tls_model("initial-exe
  * of nearby call sites differ in their low bits) */
 static inline unsigned memo_l2(uint64_t site)
 {
-	return (unsigned)((site * 0x9e3779b97f4a7c15ull) >> 60) & (MEMO_L2 - 1);
+	return (unsigned)((site * 0x9e3779b97f4a7c15ull) >> (64 - MEMO_L2_BITS));
 }
 
 static inline uint32_t site_stack(uint64_t site)
@@ -851,7 +869,13 @@ static inline uint32_t site_stack(uint64_t site)
 		id = v & SITE_WRAPPER ? MEMO_WRAPPER : (uint32_t)(v & 0xffffffu);
 		m->site[1] = m->site[0], m->id[1] = m->id[0];
 		m->site[0] = site, m->id[0] = id;
-		m->l2site[memo_l2(site)] = site, m->l2id[memo_l2(site)] = id;
+		{
+			char *a = hs_area();
+			if (a) {
+				struct site_memo_l2 *l2 = memo_l2_in(a);
+				l2->site[memo_l2(site)] = site, l2->id[memo_l2(site)] = id;
+			}
+		}
 	}
 	return HS_UNLIKELY(id & MEMO_WRAPPER) ? wrapper_stack(site) : id;
 }
@@ -912,12 +936,13 @@ static inline __attribute__((always_inline)) uint32_t heap_stack(uint64_t site)
 	struct site_memo *m = &site_memo;
 	uint32_t id;
 	unsigned k;
+	char *a;
 	if (m->site[0] == site)
 		id = m->id[0];
 	else if (m->site[1] == site)
 		id = m->id[1];
-	else if (m->l2site[k = memo_l2(site)] == site)
-		id = m->l2id[k];
+	else if ((a = hs_tls.area) != NULL && memo_l2_in(a)->site[k = memo_l2(site)] == site)
+		id = memo_l2_in(a)->id[k];
 	else
 		return heap_stack_slow(site);
 	if (HS_LIKELY(!(id & MEMO_WRAPPER)))
@@ -1391,6 +1416,10 @@ static inline __attribute__((always_inline)) void release(struct hs_tls *t, int 
  * unmaps) still waits its turn like the others.
  */
 #define QUAR_THREAD_BLOCKS 512u
+/* The FIFO's victim whose header is fetched at a release (fifo_release):
+ * that many releases of its FIFO ahead of its own, so a memory access's
+ * latency (a few hundred ns) has passed when release() reads and writes it. */
+#define QUAR_PREFETCH_AHEAD 8u
 static uint32_t quar_thread_max = UINT32_MAX; /* QUAR_THREAD_BLOCKS unless HEISEN_QUARANTINE_MB was set */
 static uint64_t quar_floor;            /* the least quar_budget() can be: min(QUAR_FLOOR, quar_limit), or quar_limit when explicit */
 #define QUAR_LIVE_SHARE 32u
@@ -1463,6 +1492,16 @@ static inline __attribute__((always_inline)) uint64_t fifo_release(struct hs_tls
 	uint64_t olive = o->live, ob = o->bytes;
 	f->head = (f->head + 1) & q->mask;
 	f->count--;
+	/* the victim QUAR_PREFETCH_AHEAD releases of this FIFO ahead was freed
+	   long ago and is cold: fetch its header and glibc's size word in
+	   front of it (chunk_damaged) now, so its release finds them near.
+	   Here, not at the queueing: the budget gives back from either FIFO
+	   (the heavier), and one free may give back several */
+	if (HS_LIKELY(f->count >= QUAR_PREFETCH_AHEAD)) {
+		char *n = f->ring[(f->head + QUAR_PREFETCH_AHEAD - 1) & q->mask].p;
+		__builtin_prefetch(n - 16, 1);
+		__builtin_prefetch(n - 24, 1);
+	}
 	f->bytes -= ob;
 	q->unsynced -= (int64_t)ob;
 	release(t, ring, op, olive);
@@ -1542,14 +1581,6 @@ static inline __attribute__((always_inline)) void quarantine_put(struct hs_tls *
 	if ((uint64_t)(q->unsynced + QUAR_SYNC - 1) > (uint64_t)(2 * QUAR_SYNC - 2)) {
 		__atomic_add_fetch(&quar_total, (uint64_t)q->unsynced, __ATOMIC_RELAXED);
 		q->unsynced = 0;
-	}
-	/* this FIFO's next victim was freed long ago and is cold: fetch its
-	   header and glibc's size word in front of it (chunk_damaged) now,
-	   so the next free of its kind finds them near */
-	if (HS_LIKELY(f->count)) {
-		char *n = f->ring[f->head].p;
-		__builtin_prefetch(n - 16);
-		__builtin_prefetch(n - 24);
 	}
 }
 
@@ -1783,6 +1814,8 @@ HS_HIDDEN void hs_heap_after_fork_child(void)
 	if (!hs_seg_inherited) {
 		memset(site_cache, 0, sizeof site_cache);
 		memset(&site_memo, 0, sizeof site_memo);
+		if (hs_tls.area)
+			memset(memo_l2_in(hs_tls.area), 0, sizeof(struct site_memo_l2));
 		__atomic_add_fetch(&stack_epoch, 1, __ATOMIC_RELAXED);
 	}
 	/* the other threads' FIFOs stay allocated in the child; the total is this thread's */
