@@ -1,8 +1,8 @@
 #!/bin/sh
 # SPDX-License-Identifier: MIT
 # 20 Python starts (import json, sqlite3, threading) under the preload $1, for
-# farm-bench pairs (bench/README.md "A Python start: libunwind's signal masks"):
-#   farm-bench -n 15 --vs "bench/python_starts.sh /work/main/build/shim/libheisen.so" \
+# bench/pairs.py pairs (bench/README.md "A Python start: libunwind's signal masks"):
+#   bench/pairs.py -n 15 --vs "bench/python_starts.sh /work/main/build/shim/libheisen.so" \
 #       -- bench/python_starts.sh build/shim/libheisen.so
 # A path that does not exist runs native (the loader says so on stderr and goes on).
 dir=/dev/shm/heisen-python-starts.$$
