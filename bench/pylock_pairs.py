@@ -19,7 +19,10 @@ Prints one line per interpreter: native median, heisen's added median and
 range (the load average before and after).  With several builds (a
 comma-separated list, e.g. main's and a branch's), each round runs every
 build's processes alternating with the native ones, and each build gets
-its line ("PYTHON [BUILD_DIR]: ...").
+its line ("PYTHON [BUILD_DIR]: ..."), and at the end a table, one row per
+build: heisen's added median per interpreter and the worst of them (how a
+code layout is chosen: the one whose worst interpreter is best,
+bench/README.md "Python lock pairs at a fixed place").
 """
 import glob
 import os
@@ -72,6 +75,7 @@ def main():
         return float(out[4])  # "with-lock median_ns N min_ns M": the process's minimum
 
     print("load average %s" % open("/proc/loadavg").read().split()[:3])
+    table = {b: [] for b in builds}
     for py in pys:
         added = [[] for _ in libs]
         native = []
@@ -86,12 +90,18 @@ def main():
             for i in range(len(libs)):
                 added[i].append(min(h[i]) - min(n))
         for i, b in enumerate(builds):
+            table[b].append(statistics.median(added[i]))
             name = py if len(builds) == 1 else "%s [%s]" % (py, b)
             print("%s: native median %.1f ns; heisen adds median %+.1f ns (range %+.1f to %+.1f, %d interleaved rounds"
                   " of %d processes a side, each side its fastest)"
                   % (name, statistics.median(native), statistics.median(added[i]), min(added[i]), max(added[i]),
                      rounds, procs), flush=True)
     shutil.rmtree(sess, ignore_errors=True)
+    if len(builds) > 1:
+        short = [re.sub(r"^.*/versions/|/bin/python3$", "", p) for p in pys]
+        print("heisen adds, ns (median of the rounds) | " + " | ".join(short) + " | worst")
+        for b in builds:
+            print("%s | %s | %+.1f" % (b, " | ".join("%+.1f" % v for v in table[b]), max(table[b])))
     print("load average %s" % open("/proc/loadavg").read().split()[:3])
 
 

@@ -92,12 +92,15 @@ static inline int sem_held(const struct hs_thread *th, uint64_t addr)
 }
 
 /* 1 when the thread holds addr: sem_held with the common stacks (nothing held,
- * one entry: 3.8-3.12's thread-state lock) inline, without the loop. */
+ * one entry: 3.9-3.12's thread-state lock; two: 3.8's main thread, which also
+ * holds the faulthandler's lock) inline, without the loop. */
 static inline __attribute__((always_inline)) int sem_holds(const struct hs_thread *th, uint64_t addr)
 {
 	uint32_t n = th->held_count;
 	if (HS_LIKELY(n <= 1))
 		return n && th->held[0].addr == addr;
+	if (n == 2)
+		return (th->held[0].addr == addr) | (th->held[1].addr == addr);
 	return sem_held(th, addr) >= 0;
 }
 
@@ -192,7 +195,7 @@ void hs_sems_init(void)
 	__atomic_store_n(&sem_mode, hs_getenv_bool("HEISEN_PY_LOCKS", 1), __ATOMIC_RELAXED);
 }
 
-HS_HOT static uint32_t sem_lock(struct hs_tls *t, sem_t *sem, int *fresh)
+static __attribute__((noinline)) uint32_t sem_lock(struct hs_tls *t, sem_t *sem, int *fresh)
 {
 	struct sem_tag tag;
 	const struct hs_lock *l;
@@ -476,6 +479,13 @@ static inline __attribute__((always_inline)) int sem_acq_ordered(struct hs_tls *
 	return 1;
 }
 
+/* hs_order_acquire (handover.h) of the fast path, its out-of-line copy in
+ * the pair's block (hot_bss.ld) rather than anywhere in .text. */
+static __attribute__((hot, noinline, flatten)) void sem_order_acquired(struct hs_tls *t, uint64_t addr)
+{
+	hs_order_acquire(t, addr);
+}
+
 /*
  * The body of the four waits, inlined into each (site and cfa: the hook's
  * return address and CFA).  Its fast path, the common `with lock:` (a lock
@@ -511,7 +521,7 @@ static inline __attribute__((always_inline)) int sem_acquire(sem_t *sem, const s
 		if (HS_UNLIKELY(fresh))
 			sem_tag_used(sem);
 		lock_acq_uncontended(t, &a);
-		hs_order_acquire(t, addr);
+		sem_order_acquired(t, addr);
 		hs_leave(t);
 		return 0;
 	}
