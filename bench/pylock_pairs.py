@@ -12,6 +12,13 @@ way: each side's figure in a round is the minimum over its PROCS
 processes (the fast placement, on both sides), and the median of the
 rounds' differences is the figure printed.
 
+Each library's page cache is dropped first (written back, then
+POSIX_FADV_DONTNEED), so every build is measured as read from disk, as an
+installed library is: a library whose pages are still the ones the linker
+wrote (small pages scattered in memory) cost up to 20 ns more a pair on
+some interpreters than the same bytes read afresh (bench/README.md "Python
+lock pairs at a fixed place").
+
 Usage: python3 bench/pylock_pairs.py [--procs N] BUILD_DIR[,BUILD_DIR...] [ROUNDS [PYTHON ...]]
   (defaults: 3 processes a side, 11 rounds; /usr/bin/python3 and every
   CPython 3.8 to 3.13 found under ~/.pyenv/versions)
@@ -49,6 +56,16 @@ def default_pythons():
     return pys
 
 
+def drop_page_cache(path):
+    """Write back and drop path's cached pages: its next mapping reads it afresh."""
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+        os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+    finally:
+        os.close(fd)
+
+
 def main():
     args = sys.argv[1:]
     procs = 3
@@ -62,6 +79,8 @@ def main():
     for lib in libs:
         if not os.path.exists(lib):
             sys.exit("pylock_pairs: no %s: build first (./dev build)" % lib)
+    for lib in libs:
+        drop_page_cache(lib)
     rounds = int(args[1]) if len(args) > 1 else 11
     pys = args[2:] or default_pythons()
     missing = [p for p in pys if not os.path.exists(p)]
