@@ -12,6 +12,13 @@ way: each side's figure in a round is the minimum over its PROCS
 processes (the fast placement, on both sides), and the median of the
 rounds' differences is the figure printed.
 
+Each library's page cache is dropped first (written back, then
+POSIX_FADV_DONTNEED), so every build is measured as read from disk, as an
+installed library is: a library whose pages are still the ones the linker
+wrote (small pages scattered in memory) cost up to 20 ns more a pair on
+some interpreters than the same bytes read afresh (bench/README.md "Python
+lock pairs at a fixed place").
+
 Usage: python3 bench/pylock_pairs.py [--procs N] BUILD_DIR[,BUILD_DIR...] [ROUNDS [PYTHON ...]]
   (defaults: 3 processes a side, 11 rounds; /usr/bin/python3 and every
   CPython 3.8 to 3.13 found under ~/.pyenv/versions)
@@ -19,7 +26,10 @@ Prints one line per interpreter: native median, heisen's added median and
 range (the load average before and after).  With several builds (a
 comma-separated list, e.g. main's and a branch's), each round runs every
 build's processes alternating with the native ones, and each build gets
-its line ("PYTHON [BUILD_DIR]: ...").
+its line ("PYTHON [BUILD_DIR]: ..."), and at the end a table, one row per
+build: heisen's added median per interpreter and the worst of them (how a
+code layout is chosen: the one whose worst interpreter is best,
+bench/README.md "Python lock pairs at a fixed place").
 """
 import glob
 import os
@@ -46,6 +56,16 @@ def default_pythons():
     return pys
 
 
+def drop_page_cache(path):
+    """Write back and drop path's cached pages: its next mapping reads it afresh."""
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+        os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+    finally:
+        os.close(fd)
+
+
 def main():
     args = sys.argv[1:]
     procs = 3
@@ -59,6 +79,8 @@ def main():
     for lib in libs:
         if not os.path.exists(lib):
             sys.exit("pylock_pairs: no %s: build first (./dev build)" % lib)
+    for lib in libs:
+        drop_page_cache(lib)
     rounds = int(args[1]) if len(args) > 1 else 11
     pys = args[2:] or default_pythons()
     missing = [p for p in pys if not os.path.exists(p)]
@@ -72,6 +94,7 @@ def main():
         return float(out[4])  # "with-lock median_ns N min_ns M": the process's minimum
 
     print("load average %s" % open("/proc/loadavg").read().split()[:3])
+    table = {b: [] for b in builds}
     for py in pys:
         added = [[] for _ in libs]
         native = []
@@ -86,12 +109,18 @@ def main():
             for i in range(len(libs)):
                 added[i].append(min(h[i]) - min(n))
         for i, b in enumerate(builds):
+            table[b].append(statistics.median(added[i]))
             name = py if len(builds) == 1 else "%s [%s]" % (py, b)
             print("%s: native median %.1f ns; heisen adds median %+.1f ns (range %+.1f to %+.1f, %d interleaved rounds"
                   " of %d processes a side, each side its fastest)"
                   % (name, statistics.median(native), statistics.median(added[i]), min(added[i]), max(added[i]),
                      rounds, procs), flush=True)
     shutil.rmtree(sess, ignore_errors=True)
+    if len(builds) > 1:
+        short = [re.sub(r"^.*/versions/|/bin/python3$", "", p) for p in pys]
+        print("heisen adds, ns (median of the rounds) | " + " | ".join(short) + " | worst")
+        for b in builds:
+            print("%s | %s | %+.1f" % (b, " | ".join("%+.1f" % v for v in table[b]), max(table[b])))
     print("load average %s" % open("/proc/loadavg").read().split()[:3])
 
 

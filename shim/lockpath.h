@@ -135,56 +135,59 @@ static inline __attribute__((always_inline)) unsigned lock_chain_read_lazy(struc
 }
 
 /*
- * An uncontended acquisition that adds no edge (hs_acq_ordered said so),
- * recorded after the real call succeeded (semaphores.c's fast path, the
- * common `with lock:`).  a->gil_safe leaves no GIL question: of
- * hs_acq_before only the chain read stays (this call's exact stack, kept
- * lazily in the slot of the entry it pushes, hs_chain_read_lazy, and
- * interned only when an edge, a finding or a snapshot needs it), then what
- * hs_acq_after does for an acquisition that did not wait: the shared-
- * instance check, the held entry, the ring record.  a: id, addr, site,
- * cfa, kind and modes set.  Inline in its one caller, sem_trywait's fast
- * path, so that the pair is one call fewer (bench/README.md, "Python lock
- * pairs in fewer calls").  locks.c's `pending` (the chain of an
- * acquisition between acq_before and acq_after) is not set: no acq_after
- * follows.
+ * An uncontended acquisition that adds no edge (hs_acq_ordered or the
+ * caller's memo said so), recorded after the real call succeeded
+ * (semaphores.c's fast path, the common `with lock:`): of hs_acq_before
+ * only the chain read stays (this call's exact stack, kept lazily in the
+ * slot of the entry it pushes, hs_chain_read_lazy, and interned only when
+ * an edge, a finding or a snapshot needs it), then what hs_acq_after does
+ * for an acquisition that did not wait: the shared-instance check, the held
+ * entry, the ring record.  id, addr: the lock's id and address; site, cfa:
+ * the hook's return address and CFA; the held entry's mode hold_mode
+ * (enum hs_mode), trylock 0 or 1.  Scalars, not a struct acq: the caller's
+ * fast path keeps them in registers (no struct on the stack to fill and
+ * read back; bench/README.md "Python lock pairs at a fixed place").
+ * Inline in its callers in semaphores.c, so that the pair is one call
+ * fewer (bench/README.md, "Python lock pairs in fewer calls").  locks.c's
+ * `pending` (the chain of an acquisition between acq_before and acq_after)
+ * is not set: no acq_after follows.
  */
-static inline __attribute__((always_inline)) void lock_acq_uncontended(struct hs_tls *t, struct acq *a)
+static inline __attribute__((always_inline)) void lock_acq_uncontended(struct hs_tls *t, uint32_t id, uint64_t addr,
+									 uint64_t site, uint64_t cfa,
+									 unsigned hold_mode, unsigned trylock)
 {
 	struct hs_thread *th = t->slot;
 	struct held_chain *held_chains = held_chains_of();
-	struct hs_lock *l = &hs_seg.locks[a->id];
+	struct hs_lock *l = &hs_seg.locks[id];
 	uint32_t n = th->held_count; /* at most HELD_CHAINS: hs_acq_ordered */
 	int32_t last = __atomic_load_n(&l->last_tid, __ATOMIC_RELAXED);
-	a->t0 = lock_now();
+	uint64_t t0 = lock_now();
+	uint32_t stack;
 	if (HS_UNLIKELY(!held_chains)) {
-		if (!a->stack)
-			a->stack = hs_stack_site(a->site);
+		stack = hs_stack_site(site);
 	} else {
 		uint32_t gen = __atomic_load_n(&hs_seg_gen, __ATOMIC_RELAXED);
 		struct held_chain *c = &held_chains[n];
-		c->addr = a->addr;
+		c->addr = addr;
 		c->exact = 0;
 		/* the stack is needed only if an edge is made from it later: read lazily */
-		lock_chain_read_lazy(&c->c, a->site, a->cfa);
-		if (HS_UNLIKELY(c->stack_site != a->site || !c->site_stack || c->site_gen != gen)) {
-			c->site_stack = hs_stack_site(a->site);
-			c->stack_site = a->site;
+		lock_chain_read_lazy(&c->c, site, cfa);
+		if (HS_UNLIKELY(c->stack_site != site || !c->site_stack || c->site_gen != gen)) {
+			c->site_stack = hs_stack_site(site);
+			c->stack_site = site;
 			c->site_gen = gen;
 		}
-		if (!a->stack)
-			a->stack = c->site_stack;
+		stack = c->site_stack;
 	}
 	if (HS_UNLIKELY(last != t->tid) && !(__atomic_load_n(&l->flags, __ATOMIC_RELAXED) & HS_LOCKF_SHARED)) {
 		/* a second thread, an instance not known shared (hs_acq_after) */
 		if (last)
-			hs_order_acquirer_changed(t, a->id, a->addr, last, 0, a->stack, a->t0);
+			hs_order_acquirer_changed(t, id, addr, last, 0, stack, t0);
 		__atomic_store_n(&l->last_tid, t->tid, __ATOMIC_RELAXED);
 	}
 	/* held_push, its chain in place already (n <= HELD_CHAINS: room) */
-	held_push4(th, n, a->addr, a->id, a->hold_mode, a->trylock, a->stack, 0, a->t0);
-	hs_rec(t, a->t0, HS_REC_LOCK_ACQUIRED, a->stack, a->addr, a->id,
-	       (uint64_t)a->hold_mode | (uint64_t)a->trylock << 8);
+	held_push4(th, n, addr, id, hold_mode, trylock, stack, 0, t0);
+	hs_rec(t, t0, HS_REC_LOCK_ACQUIRED, stack, addr, id, (uint64_t)hold_mode | (uint64_t)trylock << 8);
 }
 
 /*

@@ -92,12 +92,15 @@ static inline int sem_held(const struct hs_thread *th, uint64_t addr)
 }
 
 /* 1 when the thread holds addr: sem_held with the common stacks (nothing held,
- * one entry: 3.8-3.12's thread-state lock) inline, without the loop. */
+ * one entry: 3.9-3.12's thread-state lock; two: 3.8's main thread, which also
+ * holds the faulthandler's lock) inline, without the loop. */
 static inline __attribute__((always_inline)) int sem_holds(const struct hs_thread *th, uint64_t addr)
 {
 	uint32_t n = th->held_count;
 	if (HS_LIKELY(n <= 1))
 		return n && th->held[0].addr == addr;
+	if (n == 2)
+		return (th->held[0].addr == addr) | (th->held[1].addr == addr);
 	return sem_held(th, addr) >= 0;
 }
 
@@ -192,7 +195,7 @@ void hs_sems_init(void)
 	__atomic_store_n(&sem_mode, hs_getenv_bool("HEISEN_PY_LOCKS", 1), __ATOMIC_RELAXED);
 }
 
-HS_HOT static uint32_t sem_lock(struct hs_tls *t, sem_t *sem, int *fresh)
+static __attribute__((noinline)) uint32_t sem_lock(struct hs_tls *t, sem_t *sem, int *fresh)
 {
 	struct sem_tag tag;
 	const struct hs_lock *l;
@@ -447,20 +450,31 @@ static inline int sem_ordered_keeps(const struct hs_held *he, const struct acq *
 	return he->addr != a->addr && (he->lock == 0 || hs_seg.locks[he->lock].kind == HS_LOCK_SEMAPHORE);
 }
 
-/* hs_acq_ordered through sem_ordered (a: the acquisition, its class a->id). */
-static inline __attribute__((always_inline)) int sem_acq_ordered(struct hs_tls *t, const struct acq *a)
+/* 1 when the thread's held entries are those sem_ordered kept for class id
+ * (its edges from them are in the graph), or nothing is held (no edge into
+ * it): hs_acq_ordered would say 1.  Scalars only: the fast path's check. */
+static inline __attribute__((always_inline)) int sem_ordered_hit(const struct hs_thread *th, uint32_t id)
+{
+	const struct hs_held *he = th->held;
+	uint32_t n = th->held_count;
+	uint64_t id_gen;
+	if (n == 0)
+		return 1;
+	id_gen = (uint64_t)id | (uint64_t)__atomic_load_n(&hs_seg_gen, __ATOMIC_RELAXED) << 32;
+	return HS_LIKELY(n == sem_ordered.n && sem_ordered.id_gen == id_gen && sem_ordered_same(&he[0], 0)) &&
+	       (n == 1 || HS_LIKELY(sem_ordered_same(&he[1], 1)));
+}
+
+/* hs_acq_ordered for an acquisition sem_ordered_hit did not clear (a: the
+ * acquisition, its class a->id), keeping the held entries in sem_ordered
+ * when they may stand there. */
+static int sem_acq_ordered_learn(struct hs_tls *t, const struct acq *a)
 {
 	const struct hs_thread *th = t->slot;
 	const struct hs_held *he = th->held;
-	uint32_t n = th->held_count, gen;
-	uint64_t id_gen;
+	uint32_t n = th->held_count;
 	if (n == 0)
 		return 1; /* nothing held: no edge into it */
-	gen = __atomic_load_n(&hs_seg_gen, __ATOMIC_RELAXED);
-	id_gen = (uint64_t)a->id | (uint64_t)gen << 32;
-	if (HS_LIKELY(n == sem_ordered.n && sem_ordered.id_gen == id_gen && sem_ordered_same(&he[0], 0)) &&
-	    (n == 1 || HS_LIKELY(sem_ordered_same(&he[1], 1))))
-		return 1;
 	if (!hs_acq_ordered(t, a))
 		return 0;
 	if (n <= SEM_ORDERED_MAX && !a->fresh && sem_ordered_keeps(&he[0], a) &&
@@ -471,24 +485,79 @@ static inline __attribute__((always_inline)) int sem_acq_ordered(struct hs_tls *
 			sem_ordered.lock_mode[i] = sem_held_word(&he[i]);
 			sem_ordered.flags[i] = he[i].flags;
 		}
-		sem_ordered.id_gen = id_gen;
+		sem_ordered.id_gen = (uint64_t)a->id | (uint64_t)__atomic_load_n(&hs_seg_gen, __ATOMIC_RELAXED) << 32;
 	}
 	return 1;
+}
+
+/* hs_order_acquire (handover.h) of the fast path, its out-of-line copy in
+ * the pair's block (hot_bss.ld) rather than anywhere in .text. */
+static __attribute__((hot, noinline, flatten)) void sem_order_acquired(struct hs_tls *t, uint64_t addr)
+{
+	hs_order_acquire(t, addr);
+}
+
+/* The acquisition of a lock semaphore (class id) as the pthread hooks describe one. */
+static inline void sem_acq_fill(struct acq *a, uint32_t id, uint64_t addr, uint64_t site, uint64_t cfa)
+{
+	memset(a, 0, sizeof *a);
+	a->id = id;
+	a->addr = addr;
+	a->site = site;
+	a->cfa = cfa;
+	a->kind = HS_LOCK_SEMAPHORE;
+	a->acq_mode = HS_MODE_WRITE;
+	a->hold_mode = HS_MODE_WRITE;
+	a->gil_safe = 1;
+}
+
+/*
+ * A lock semaphore's acquisition that sem_ordered does not clear (its first
+ * under these held entries, or a fresh lock's): hs_acq_ordered decides,
+ * then the fast path's steps when it adds no edge and the try succeeds,
+ * sem_acquire_slow otherwise.  Out of line: once per new held stack.
+ */
+static __attribute__((noinline)) int sem_acquire_unmemo(struct hs_tls *t, sem_t *sem, const struct sem_call *c,
+							 uint32_t id, int fresh, uint64_t site, uint64_t cfa)
+{
+	uint64_t addr = (uint64_t)(uintptr_t)sem;
+	struct acq a;
+	sem_acq_fill(&a, id, addr, site, cfa);
+	a.fresh = fresh && sem_made_here(sem);
+	if (sem_acq_ordered_learn(t, &a) && HS_REAL(sem_trywait)(sem) == 0) {
+		if (fresh)
+			sem_tag_used(sem);
+		lock_acq_uncontended(t, id, addr, site, cfa, a.hold_mode, a.trylock);
+		sem_order_acquired(t, addr);
+		hs_leave(t);
+		return 0;
+	}
+	return sem_acquire_slow(t, sem, c, id, fresh, &a);
+}
+
+/* The fast path's try failed (the lock is taken, or the call failed): sem_acquire_slow. */
+static __attribute__((noinline, cold)) int sem_acquire_busy(struct hs_tls *t, sem_t *sem, const struct sem_call *c,
+							    uint32_t id, uint64_t site, uint64_t cfa)
+{
+	struct acq a;
+	sem_acq_fill(&a, id, (uint64_t)(uintptr_t)sem, site, cfa);
+	return sem_acquire_slow(t, sem, c, id, 0, &a);
 }
 
 /*
  * The body of the four waits, inlined into each (site and cfa: the hook's
  * return address and CFA).  Its fast path, the common `with lock:` (a lock
- * semaphore the thread does not hold, every held lock ordered before it,
- * the real sem_trywait succeeding) is kept short and in .text.hot with
- * the steps it calls (shim.h HS_HOT); everything else is sem_acquire_slow.
+ * semaphore the thread does not hold, not fresh, its held entries those
+ * sem_ordered cleared for its class, the real sem_trywait succeeding) is
+ * kept short, in scalars, and in the pair's block (hot_bss.ld) with the
+ * steps it calls; everything else is out of line (sem_acquire_unmemo,
+ * sem_acquire_busy, sem_acquire_slow).
  */
 static inline __attribute__((always_inline)) int sem_acquire(sem_t *sem, const struct sem_call *c, uint64_t site,
 							     uint64_t cfa)
 {
 	uint64_t addr = (uint64_t)(uintptr_t)sem;
 	struct hs_tls *t = hs_py_internal(sem) ? NULL : hs_enter();
-	struct acq a;
 	uint32_t id = 0;
 	int fresh = 0;
 	if (HS_UNLIKELY(!t))
@@ -496,26 +565,15 @@ static inline __attribute__((always_inline)) int sem_acquire(sem_t *sem, const s
 	if (HS_UNLIKELY(!sem_on()) || HS_UNLIKELY((id = sem_lock_seen(t, sem, &fresh)) == 0) ||
 	    HS_UNLIKELY(sem_holds(t->slot, addr)))
 		return sem_acquire_slow(t, sem, c, id, fresh, NULL);
-	memset(&a, 0, sizeof a);
-	a.id = id;
-	a.addr = addr;
-	a.site = site;
-	a.cfa = cfa;
-	a.kind = HS_LOCK_SEMAPHORE;
-	a.acq_mode = HS_MODE_WRITE;
-	a.hold_mode = HS_MODE_WRITE;
-	a.gil_safe = 1;
-	a.fresh = HS_UNLIKELY(fresh) && sem_made_here(sem);
-	if (HS_LIKELY(sem_acq_ordered(t, &a)) && HS_LIKELY(HS_REAL(sem_trywait)(sem) == 0)) {
-		/* the fast path: every held lock is ordered before it already */
-		if (HS_UNLIKELY(fresh))
-			sem_tag_used(sem);
-		lock_acq_uncontended(t, &a);
-		hs_order_acquire(t, addr);
-		hs_leave(t);
-		return 0;
-	}
-	return sem_acquire_slow(t, sem, c, id, fresh, &a);
+	if (HS_UNLIKELY(fresh) || HS_UNLIKELY(!sem_ordered_hit(t->slot, id)))
+		return sem_acquire_unmemo(t, sem, c, id, fresh, site, cfa);
+	if (HS_UNLIKELY(HS_REAL(sem_trywait)(sem) != 0))
+		return sem_acquire_busy(t, sem, c, id, site, cfa);
+	/* the fast path: every held lock is ordered before it already */
+	lock_acq_uncontended(t, id, addr, site, cfa, HS_MODE_WRITE, 0);
+	sem_order_acquired(t, addr);
+	hs_leave(t);
+	return 0;
 }
 
 HS_EXPORT int sem_wait(sem_t *sem)
