@@ -389,7 +389,7 @@ static void learn_absorb(void)
 		n = LEARN_MAX;
 	for (uint32_t i = learn_done; i < n; i++)
 		if (__atomic_load_n(&p->e[i].state, __ATOMIC_ACQUIRE) == LEARN_READY) {
-			hs_stack_site_learn(p->e[i].key, &p->e[i].st);
+			hs_heap_site_learnt(p->e[i].key, hs_stack_site_learn(p->e[i].key, &p->e[i].st));
 			__atomic_store_n(&p->e[i].state, LEARN_TAKEN, __ATOMIC_RELEASE);
 		}
 	while (learn_done < n && __atomic_load_n(&p->e[learn_done].state, __ATOMIC_ACQUIRE) == LEARN_TAKEN)
