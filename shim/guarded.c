@@ -181,7 +181,7 @@ static void own_vma_mark(struct gslot *s, uintptr_t base)
 
 /* ---- configuration ------------------------------------------------------------ */
 
-HS_HIDDEN void hs_guard_after_fork_child(void)
+HS_FORK_TEXT HS_HIDDEN void hs_guard_after_fork_child(void)
 {
 	/* one thread: a lock another thread held at the fork is free again (stored
 	   only when held: a page written is a copy-on-write fault in every child) */

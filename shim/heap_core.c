@@ -1822,7 +1822,7 @@ static void heap_mark_header(void)
  * segment starts with the parent's live bytes.  Must run after init.c's
  * atfork_child has made the child's segment.  Idempotent.
  */
-HS_HIDDEN void hs_heap_after_fork_child(void)
+HS_FORK_TEXT HS_HIDDEN void hs_heap_after_fork_child(void)
 {
 	struct hs_header *h;
 	/* a child without its segment yet (init.c hs_fork_pending): all of it when

@@ -97,6 +97,13 @@
  * copy-on-write fault in the parent each time when it sits on a page of its
  * own): first of all, on the page the fork state (init.c) is on. */
 #define HS_HOT_BSS_HEAD __attribute__((section(".bss.hs_hot_head")))
+/* The code a fork child runs between fork and exec (the fork handlers, the
+ * hooks a shell's child calls): together, at the start of .text (the linker
+ * puts .text.hot.* there), so the child faults in one or two windows of
+ * libheisen's code instead of one per file (file pages are not copied by
+ * fork: each 64 KiB window of code a child runs is a page fault; bench/README.md
+ * "The fork child's heap"). */
+#define HS_FORK_TEXT __attribute__((section(".text.hot.hs_fork")))
 #define HS_LIKELY(x) __builtin_expect(!!(x), 1)
 #define HS_UNLIKELY(x) __builtin_expect(!!(x), 0)
 /*
