@@ -385,7 +385,7 @@ static void term_handler(int sig, siginfo_t *si, void *uc)
  * child puts back the actions its parent had, and each store to this table
  * is then a copy-on-write fault on a page shared with the parent (two per
  * fork of bash before its exec, two more in bash after). */
-static void user_action_set(int sig, const struct sigaction *act)
+HS_FORK_TEXT static void user_action_set(int sig, const struct sigaction *act)
 {
 	struct sigaction *ua = user_action_of(sig);
 	if (memcmp(ua, act, sizeof *act) != 0)
