@@ -956,14 +956,16 @@ static inline __attribute__((always_inline)) uint32_t heap_stack(uint64_t site)
  * A site stack a fork child learnt, interned by its parent as id under key
  * (init.c learn_absorb): into the site cache too, where the parent's next
  * children look (pending_stack) before its segment's site index, which they
- * read through the shared mapping: two page faults per child.  Only into an
- * empty entry (an entry keeps its kind).
+ * read through the shared mapping: two page faults per child.  It takes
+ * the entry whatever held it: a cache, whose displaced site is looked up
+ * again (its kind too) at its next use.
  */
 HS_HIDDEN void hs_heap_site_learnt(uint64_t key, uint32_t id)
 {
-	uint64_t h = site_hash(key), *e = &site_cache[h & (SITE_CACHE - 1)], none = 0;
+	uint64_t h = site_hash(key), *e = &site_cache[h & (SITE_CACHE - 1)];
+	/* relaxed: the word is self-contained, as site_stack_key's store */
 	if (id && id < (1u << 24) && heap_stacks == HS_HEAP_STACKS_SITE)
-		__atomic_compare_exchange_n(e, &none, (h >> 26) << 26 | id, 0, __ATOMIC_RELAXED, __ATOMIC_RELAXED);
+		__atomic_store_n(e, (h >> 26) << 26 | id, __ATOMIC_RELAXED);
 }
 
 /* ---- the guard ------------------------------------------------------------------ */
