@@ -181,11 +181,14 @@ static void own_vma_mark(struct gslot *s, uintptr_t base)
 
 /* ---- configuration ------------------------------------------------------------ */
 
-HS_HIDDEN void hs_guard_after_fork_child(void)
+HS_FORK_TEXT HS_HIDDEN void hs_guard_after_fork_child(void)
 {
-	/* one thread: a lock another thread held at the fork is free again */
-	__atomic_store_n(&fifo_lock, 0, __ATOMIC_RELEASE);
-	__atomic_store_n(&reserve_lock, 0, __ATOMIC_RELEASE);
+	/* one thread: a lock another thread held at the fork is free again (stored
+	   only when held: a page written is a copy-on-write fault in every child) */
+	if (__atomic_load_n(&fifo_lock, __ATOMIC_RELAXED))
+		__atomic_store_n(&fifo_lock, 0, __ATOMIC_RELEASE);
+	if (__atomic_load_n(&reserve_lock, __ATOMIC_RELAXED))
+		__atomic_store_n(&reserve_lock, 0, __ATOMIC_RELEASE);
 	/* stack ids are the parent's: valid in the child only when its tables were inherited */
 	if (!hs_seg_inherited && slots)
 		for (uint32_t i = 0; i < nslots; i++)

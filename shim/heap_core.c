@@ -952,6 +952,22 @@ static inline __attribute__((always_inline)) uint32_t heap_stack(uint64_t site)
 	return HS_LIKELY(__atomic_load_n(&hs_recording, __ATOMIC_ACQUIRE)) ? wrapper_stack(site) : heap_stack_slow(site);
 }
 
+/*
+ * A site stack a fork child learnt, interned by its parent as id under key
+ * (init.c learn_absorb): into the site cache too, where the parent's next
+ * children look (pending_stack) before its segment's site index, which they
+ * read through the shared mapping: two page faults per child.  It takes
+ * the entry whatever held it: a cache, whose displaced site is looked up
+ * again (its kind too) at its next use.
+ */
+HS_HIDDEN void hs_heap_site_learnt(uint64_t key, uint32_t id)
+{
+	uint64_t h = site_hash(key), *e = &site_cache[h & (SITE_CACHE - 1)];
+	/* relaxed: the word is self-contained, as site_stack_key's store */
+	if (id && id < (1u << 24) && heap_stacks == HS_HEAP_STACKS_SITE)
+		__atomic_store_n(e, (h >> 26) << 26 | id, __ATOMIC_RELAXED);
+}
+
 /* ---- the guard ------------------------------------------------------------------ */
 
 /*
@@ -1778,7 +1794,10 @@ static void blk_free_quiet(void *p)
 
 /* ---- initialisation and fork ---------------------------------------------------- */
 
-static uint64_t fork_live;              /* heap_live_bytes when fork was called */
+/* heap_live_bytes when fork was called; written before every fork, so on the
+   page of the fork state (shim.h HS_HOT_BSS_HEAD), which a forking process
+   writes anyway: not one more copy-on-write fault in the parent per fork */
+HS_HOT_BSS_HEAD static uint64_t fork_live;
 
 static void heap_before_fork(void)
 {
@@ -1805,10 +1824,13 @@ static void heap_mark_header(void)
  * segment starts with the parent's live bytes.  Must run after init.c's
  * atfork_child has made the child's segment.  Idempotent.
  */
-HS_HIDDEN void hs_heap_after_fork_child(void)
+HS_FORK_TEXT HS_HIDDEN void hs_heap_after_fork_child(void)
 {
 	struct hs_header *h;
-	if (__atomic_load_n(&hs_heap_mode, __ATOMIC_ACQUIRE) != HS_HEAP_MODE_ON)
+	/* a child without its segment yet (init.c hs_fork_pending): all of it when
+	   the segment is made, which calls this again; an exec first needs none */
+	if (__atomic_load_n(&hs_heap_mode, __ATOMIC_ACQUIRE) != HS_HEAP_MODE_ON ||
+	    __atomic_load_n(&hs_fork_pending, __ATOMIC_ACQUIRE) == 1)
 		return;
 	/* the site cache holds stack ids: valid here only when the tables were inherited */
 	if (!hs_seg_inherited) {

@@ -389,7 +389,7 @@ static void learn_absorb(void)
 		n = LEARN_MAX;
 	for (uint32_t i = learn_done; i < n; i++)
 		if (__atomic_load_n(&p->e[i].state, __ATOMIC_ACQUIRE) == LEARN_READY) {
-			hs_stack_site_learn(p->e[i].key, &p->e[i].st);
+			hs_heap_site_learnt(p->e[i].key, hs_stack_site_learn(p->e[i].key, &p->e[i].st));
 			__atomic_store_n(&p->e[i].state, LEARN_TAKEN, __ATOMIC_RELEASE);
 		}
 	while (learn_done < n && __atomic_load_n(&p->e[learn_done].state, __ATOMIC_ACQUIRE) == LEARN_TAKEN)
@@ -482,7 +482,7 @@ static void make_child_segment(struct hs_tls *t)
 	hs_mem_sample(t->slot ? t : NULL, hs_now(), HS_MEMW_START, 0);
 }
 
-int hs_fork_segment(int heap_op)
+HS_FORK_TEXT int hs_fork_segment(int heap_op)
 {
 	struct hs_tls *t = &hs_tls;
 	int expect = 1, was;
@@ -504,7 +504,7 @@ int hs_fork_segment(int heap_op)
 	return __atomic_load_n(&hs_recording, __ATOMIC_ACQUIRE) ? 0 : -1;
 }
 
-int hs_fork_close(int fd, int *rc)
+HS_FORK_TEXT int hs_fork_close(int fd, int *rc)
 {
 	if (hs_tls.in_hook || __atomic_load_n(&hs_fork_pending, __ATOMIC_ACQUIRE) != 1 ||
 	    __atomic_add_fetch(&fork_quiet_ops, 1, __ATOMIC_RELAXED) > HS_FORK_QUIET_OPS ||
@@ -520,10 +520,11 @@ int hs_fork_close(int fd, int *rc)
  * makes it now when the session's pending table is full or fault injection
  * or chaos is on.
  */
-static void atfork_child(void)
+HS_FORK_TEXT static void atfork_child(void)
 {
 	struct hs_tls *t = &hs_tls;
 	int was = t->in_hook, full;
+	int (*clk)(clockid_t, struct timespec *);
 	struct timespec ts;
 
 	if (!__atomic_load_n(&hs_recording, __ATOMIC_ACQUIRE))
@@ -542,8 +543,12 @@ static void atfork_child(void)
 	fork_pid = hs_sys.getpid();
 	t->tid = (int32_t)fork_pid; /* the child's one thread (the heap notes it before the segment is made) */
 	fork_tid = t->tid;
-	fork_mono_ns = hs_now();
-	clock_gettime(CLOCK_REALTIME, &ts);
+	/* the vDSO's function straight: libc's wrapper and the PLT entry are two
+	   more pages of code for every fork child to fault in before its exec */
+	clk = hs_vdso_clock_gettime ? hs_vdso_clock_gettime : clock_gettime;
+	clk(CLOCK_MONOTONIC, &ts);
+	fork_mono_ns = (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+	clk(CLOCK_REALTIME, &ts);
 	fork_real_ns = (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
 	__atomic_store_n(&fork_quiet_ops, 0, __ATOMIC_RELAXED);
 	hs_learn_post = learn_own; /* the parent's page; this child makes its own at its first fork */
@@ -560,7 +565,7 @@ static void atfork_child(void)
 	t->in_hook = was;
 }
 
-HS_EXPORT pid_t fork(void)
+HS_FORK_TEXT HS_EXPORT pid_t fork(void)
 {
 	pid_t pid;
 	hs_fork_segment_now(); /* a fork is an event: the child's parent must be in the tree */

@@ -740,7 +740,7 @@ void hs_proc_init(void)
 	__atomic_store_n(&hs_mem_next_ns, hs_now() + HS_MEM_INTERVAL_NS, __ATOMIC_RELAXED);
 }
 
-void hs_proc_after_fork(void)
+HS_FORK_TEXT void hs_proc_after_fork(void)
 {
 	/* a new process: its high-water mark is its own (it starts at the parent's RSS):
 	   maxrss_base is not its (maxrss_pid); no store here, each page of ours a fork

@@ -16,7 +16,8 @@
  */
 #if defined(__x86_64__)
 
-	.text
+	/* with the fork child's code (shim.h HS_FORK_TEXT): every free reads through it */
+	.section .text.hot.hs_fork,"ax",@progbits
 	.globl	hs_safe_read16
 	.hidden	hs_safe_read16
 	.globl	hs_safe_read16_fault

@@ -495,7 +495,7 @@ void hs_session_fork_parent(int failed)
 
 /* The fork child: a fork that did not come through our fork() (daemon(), a
  * library's internal fork) was not counted by the parent; count it here. */
-static void refs_fork_child(void)
+HS_FORK_TEXT static void refs_fork_child(void)
 {
 	/* stores only where the value changes: each page of ours a fork child writes
 	   is a copy-on-write fault before its exec (bench/README.md, "Process start:
@@ -507,7 +507,7 @@ static void refs_fork_child(void)
 	fork_counted = 0;
 }
 
-int hs_session_fork_child(pid_t pid)
+HS_FORK_TEXT int hs_session_fork_child(pid_t pid)
 {
 	/* a thread that held it does not exist in the child (read first: see refs_fork_child) */
 	if (__atomic_load_n(&modules_lock, __ATOMIC_RELAXED))

@@ -93,6 +93,17 @@
  * bytes (the session directory's path): right after the HS_HOT_BSS
  * variables, so those bytes share their page. */
 #define HS_HOT_BSS_TAIL __attribute__((section(".bss.hs_hot_tail")))
+/* A small variable a forking process writes at every fork (before it, so a
+ * copy-on-write fault in the parent each time when it sits on a page of its
+ * own): first of all, on the page the fork state (init.c) is on. */
+#define HS_HOT_BSS_HEAD __attribute__((section(".bss.hs_hot_head")))
+/* The code a fork child runs between fork and exec (the fork handlers, the
+ * hooks a shell's child calls): together, at the start of .text (the linker
+ * puts .text.hot.* there), so the child faults in one or two windows of
+ * libheisen's code instead of one per file (file pages are not copied by
+ * fork: each 64 KiB window of code a child runs is a page fault; bench/README.md
+ * "The fork child's heap"). */
+#define HS_FORK_TEXT __attribute__((section(".text.hot.hs_fork")))
 #define HS_LIKELY(x) __builtin_expect(!!(x), 1)
 #define HS_UNLIKELY(x) __builtin_expect(!!(x), 0)
 /*
@@ -353,6 +364,8 @@ void hs_fork_learn_post(uint64_t key, const struct hs_stack *st);
  * and the parent's side, st interned into hs_seg and cached under key. */
 uint32_t hs_site_peek(const struct hs_seg *s, uint64_t key);
 uint32_t hs_stack_site_learn(uint64_t key, const struct hs_stack *st);
+/* heap_core.c: that id into the heap checker's site cache too (its children look there first). */
+void hs_heap_site_learnt(uint64_t key, uint32_t id);
 static inline void hs_fork_segment_now(void)
 {
 	if (HS_UNLIKELY(__atomic_load_n(&hs_fork_pending, __ATOMIC_ACQUIRE) == 1))

@@ -99,7 +99,7 @@ HS_HOT_BSS static int snap_sig;            /* [atomic] the snapshot signal, 0 = 
 HS_HOT_BSS static struct sigaction user_slots[N_CRASH + N_TERM + 2];
 
 /* sig's slot of user_slots.  Async-signal-safe. */
-static struct sigaction *user_action_of(int sig)
+HS_FORK_TEXT static struct sigaction *user_action_of(int sig)
 {
 	for (size_t i = 0; i < N_CRASH; i++)
 		if (crash_signals[i] == sig)
@@ -385,7 +385,7 @@ static void term_handler(int sig, siginfo_t *si, void *uc)
  * child puts back the actions its parent had, and each store to this table
  * is then a copy-on-write fault on a page shared with the parent (two per
  * fork of bash before its exec, two more in bash after). */
-static void user_action_set(int sig, const struct sigaction *act)
+HS_FORK_TEXT static void user_action_set(int sig, const struct sigaction *act)
 {
 	struct sigaction *ua = user_action_of(sig);
 	if (memcmp(ua, act, sizeof *act) != 0)
@@ -401,7 +401,7 @@ static void sentinel_action(struct sigaction *sa)
 }
 
 /* sigaction() on a terminating signal (see the top comment). */
-static int term_sigaction(int sig, const struct sigaction *act, struct sigaction *old)
+HS_FORK_TEXT static int term_sigaction(int sig, const struct sigaction *act, struct sigaction *old)
 {
 	struct sigaction sentinel, prev;
 	int rc;
@@ -463,7 +463,7 @@ void hs_term_signals_install(void)
 	sigprocmask(SIG_SETMASK, &prev, NULL);
 }
 
-HS_EXPORT int sigaction(int sig, const struct sigaction *act, struct sigaction *old)
+HS_FORK_TEXT HS_EXPORT int sigaction(int sig, const struct sigaction *act, struct sigaction *old)
 {
 	if (!__atomic_load_n(&installed, __ATOMIC_ACQUIRE) || sig <= 0 || sig >= NSIG ||
 	    !(is_ours(sig) || is_term_signal(sig)) || in_vfork_child())
@@ -581,7 +581,7 @@ static void snapshot_handler(int sig, siginfo_t *si, void *uc)
 }
 
 /* The atfork child handler: the child's new segment says which signal, too. */
-void hs_snapshot_after_fork_child(void)
+HS_FORK_TEXT void hs_snapshot_after_fork_child(void)
 {
 	int sig = __atomic_load_n(&snap_sig, __ATOMIC_ACQUIRE);
 	if (sig && hs_seg.hdr)

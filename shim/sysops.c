@@ -157,7 +157,7 @@ static int sys_getrlimit(int resource, struct rlimit *rl)
 	return (int)syscall(SYS_prlimit64, 0, resource, NULL, rl);
 }
 
-static pid_t sys_getpid(void)
+HS_FORK_TEXT static pid_t sys_getpid(void)
 {
 	return (pid_t)syscall(SYS_getpid);
 }

@@ -700,6 +700,27 @@ def test_a_sigterm_at_sig_dfl_is_recorded_with_its_sender(heisen, session):
     assert "term-signal" in types
 
 
+def test_fork_children_take_learnt_sites_without_reading_the_parents_segment(heisen, session):
+    # a shell's shape: three children one after the other, each allocating and
+    # freeing at sites only the children meet, then exec.  The first makes its
+    # segment for them and its parent learns them; the next children find
+    # their stacks in the site cache they inherit, and read no page of their
+    # parent's segment (through the shared mapping: a page fault each) before
+    # their exec.  The target counts the pages of its shared mappings that
+    # come into its page table around the heap operations (/proc/self/pagemap;
+    # fork copies no page table entry of a shared mapping): the first child's
+    # count shows the measure sees a segment being read.
+    p = heisen.preload([target(heisen, "fork_learnt_sites")], session, env={"HEISEN_GUARD_RATE": "0"})
+    assert p.returncode == 0, p.stderr
+    read = {int(w[1]): int(w[3]) for w in (line.split() for line in p.stdout.splitlines()) if w[0] == "child"}
+    assert sorted(read) == [1, 2, 3] and p.stdout.endswith("done\n"), p.stdout
+    assert read[1] > 0, read  # the first child made its segment from its parent's
+    assert read[2] == 0 and read[3] == 0, read
+    r = heisen.dump_json(session, expect_rc=0)
+    assert r["errors"] == [] and r["findings"] == []
+    assert len([pr for pr in r["processes"] if pr["exe"].endswith("true")]) == 3, r["processes"]
+
+
 @pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGKILL], ids=["SIGTERM", "SIGKILL"])
 def test_fork_child_ended_before_its_first_event(heisen, session, sig):
     # a C fork child waiting in pause(), which heisen does not hook: it has
