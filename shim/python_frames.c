@@ -1131,7 +1131,8 @@ unsigned hs_py_chain_frames(struct hs_seg *s, const uint64_t *pcs, unsigned n, u
 }
 
 /* One frame's step of a token's outer hash (outer_walk, outer_live): its
- * address and its instruction (f_lasti on 3.8-3.10, sign-extended). */
+ * address and its instruction (f_lasti on 3.8-3.10, sign-extended, and
+ * then its code object: an offset does not name its code). */
 static inline uint64_t outer_step(uint64_t h, uint64_t fp, uint64_t instr)
 {
 	h = (h ^ fp ^ (instr << 1 | instr >> 63)) * 0x9e3779b97f4a7c15ull;
@@ -1157,6 +1158,8 @@ static inline __attribute__((always_inline)) uint64_t outer_walk(const struct py
 		uint64_t instr = L->chain == CHAIN_FRAME_OBJECT ? (uint64_t)(int64_t)i32_at(p, L->f_instr)
 								: u64_at(p, L->f_instr);
 		h = outer_step(h, fp, instr);
+		if (L->chain == CHAIN_FRAME_OBJECT)
+			h = outer_step(h, u64_at(p, L->f_code), 0); /* f_lasti does not name its code */
 		fp = u64_at(p, L->f_back);
 		k++;
 	}
@@ -1180,6 +1183,8 @@ static uint64_t outer_live(uint64_t fp, uint32_t *n)
 	while (fp >= 4096 && k < HS_PY_OUTER_MAX) {
 		uint64_t next = read_frame(fp, &f);
 		h = outer_step(h, fp, f.instr);
+		if (pf.L->chain == CHAIN_FRAME_OBJECT)
+			h = outer_step(h, f.code, 0);
 		fp = next;
 		k++;
 	}
