@@ -17,7 +17,7 @@ Target: test-targets/py_helper_lines.py.
 import pytest
 
 from conftest import SYSTEM_PYTHON, fact_int, findings_of, marker_line, process_of, python_frames
-from test_python_versions import MATRIX, py  # noqa: F401  (the interpreter matrix fixture)
+from test_python_versions import py  # noqa: F401  (the interpreter matrix fixture: 3.8-3.13, Debian's 3.11)
 
 
 def script(heisen):
