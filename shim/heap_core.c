@@ -136,7 +136,8 @@ HS_HIDDEN __thread uint64_t hs_heap_cfa __attribute__((tls_model("initial-exec")
  * p+8, p+16 (small_record), which those links do not reach.  Blocks of
  * 1 KiB and more are cut to a 48-byte tombstone chunk that keeps header
  * and record (release()); no block of ours asks glibc for a 48-byte chunk
- * (canary_len_s), so a tombstone stays until glibc merges it.
+ * (canary_len_s), and the freeing thread keeps its last TOMB_KEEP
+ * tombstones allocated (tomb_keep), so glibc cannot merge them away.
  */
 #define SMALL_MAX 960u                 /* small: 16 + n + canary stays under TOMBSTONE_MIN */
 #define HDR 16u
@@ -1281,9 +1282,10 @@ static int foreign_is_invalid(struct hs_tls *t, int ring, void *p, enum owner o)
  * unsorted bin, whose chunks glibc splits from their start for any
  * smaller request) is cut down in place with __libc_realloc to the 48-byte
  * chunk that holds its header and record (the rest goes back to glibc at
- * once), and that small chunk is then freed.  glibc gives a 48-byte chunk
- * only to requests of 25 to 40 bytes made around heisen (no block of ours
- * asks for one: canary_len_s), so the record stays for long, and the old
+ * once), and that small chunk is kept allocated among the thread's last
+ * TOMB_KEEP (tomb_keep), then freed.  glibc gives a 48-byte chunk only to
+ * requests of 25 to 40 bytes made around heisen (no block of ours asks
+ * for one: canary_len_s), so the record stays for long, and the old
  * pointer cannot become a chunk's start while the tombstone stands.
  * Blocks glibc mmapped are unmapped: a later free of one finds no memory
  * and is an invalid-free.  An aligned block whose tail word was damaged
