@@ -1368,12 +1368,15 @@ static __attribute__((noinline, cold)) void chunk_overrun(struct hs_tls *t, int 
  * glibc's own abort without stacks, or a silent free of another block.
  * Kept, a tombstone holds its record and the old address (no chunk can
  * start there) for the thread's next TOMB_KEEP releases of such blocks:
- * 48 bytes each, 24 KiB and the 4 KiB ring per thread at most.  Without
+ * 48 bytes each, 6 KiB and the 1 KiB ring per thread at most.  Kept, they
+ * also split glibc's free memory (a churn of 4 KiB blocks in 8 threads
+ * peaked 1.2 MiB higher with 128 kept, 3.1 MiB with 512: bench/README.md
+ * "Tombstones kept").  Without
  * a ring (no quarantine, or the thread past its exit cleanup) the
  * tombstone is freed at once, as before.  ASan's quarantine keeps whole
  * blocks for this; a tombstone is the 48 bytes a record needs.
  */
-#define TOMB_KEEP 512u /* a power of two */
+#define TOMB_KEEP 128u /* a power of two */
 
 static inline void tomb_keep(void *r)
 {

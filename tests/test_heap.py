@@ -183,7 +183,7 @@ def test_threads_racing_on_a_native_cache_double_free(heisen, way):
     assert "forward_pass (" in t and "[python]" in t
 
 
-@pytest.mark.parametrize("later", [32, 400])
+@pytest.mark.parametrize("later", [32, 120])
 def test_stalled_request_double_free_after_many_passes(heisen, way, later):
     """Seed 000's race in the order a loaded machine makes: one request thread
     stalls inside the kernel after reading the cache while another serves
@@ -191,7 +191,7 @@ def test_stalled_request_double_free_after_many_passes(heisen, way, later):
     workspaces after it (warm: 16 passes before, so the busy thread has given
     glibc many released buffers already).  The stalled thread's free is still
     the double free, naming both threads: the released workspace's tombstone
-    stays allocated (its record and address kept) for the thread's next 512
+    stays allocated (its record and address kept) for the thread's next 128
     releases.  Without that, glibc's fastbin consolidation merged it once the
     thread's tcache held 7, and the second free was an invalid-free, glibc's
     own abort or a silent free of a new workspace (the flake of the racing
