@@ -101,7 +101,7 @@ def stalled(warm, later):
 
 say("pid", os.getpid())
 if STALLED:
-    stalled(int(THREADS), int(SECONDS))
+    stalled(int(args[0]), int(args[1]))  # WARM, LATER
     say("done", "ok")
     sys.exit(0)
 workers = [threading.Thread(target=classify, args=(i,), name=f"request-{i}") for i in range(THREADS)]
