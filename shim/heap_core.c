@@ -1371,10 +1371,10 @@ static __attribute__((noinline, cold)) void chunk_overrun(struct hs_tls *t, int 
  * 48 bytes each, 6 KiB and the 1 KiB ring per thread at most.  Kept, they
  * also split glibc's free memory (a churn of 4 KiB blocks in 8 threads
  * peaked 1.2 MiB higher with 128 kept, 3.1 MiB with 512: bench/README.md
- * "Tombstones kept").  Without
- * a ring (no quarantine, or the thread past its exit cleanup) the
- * tombstone is freed at once, as before.  ASan's quarantine keeps whole
- * blocks for this; a tombstone is the 48 bytes a record needs.
+ * "Tombstones kept").  Without a ring (HEISEN_QUARANTINE_MB=0, or the
+ * thread past its exit cleanup) the tombstone is freed at once, as
+ * before.  ASan's quarantine keeps whole blocks for this; a tombstone is
+ * the 48 bytes a record needs.
  */
 #define TOMB_KEEP 128u /* a power of two */
 
