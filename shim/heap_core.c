@@ -136,7 +136,8 @@ HS_HIDDEN __thread uint64_t hs_heap_cfa __attribute__((tls_model("initial-exec")
  * p+8, p+16 (small_record), which those links do not reach.  Blocks of
  * 1 KiB and more are cut to a 48-byte tombstone chunk that keeps header
  * and record (release()); no block of ours asks glibc for a 48-byte chunk
- * (canary_len_s), so a tombstone stays until glibc merges it.
+ * (canary_len_s), and the freeing thread keeps its last TOMB_KEEP
+ * tombstones allocated (tomb_keep), so glibc cannot merge them away.
  */
 #define SMALL_MAX 960u                 /* small: 16 + n + canary stays under TOMBSTONE_MIN */
 #define HDR 16u
@@ -234,6 +235,8 @@ struct tquar {
 	int64_t unsynced;      /* bytes queued - bytes taken out, not yet added to quar_total */
 	int keyed;             /* the thread-exit destructor is armed */
 	int exited;            /* tquar_exit ran: later frees of this thread are released at once */
+	void **tomb;           /* TOMB_KEEP tombstone chunks (glibc's pointers), after the rings in their mapping */
+	uint32_t tomb_head, tomb_count; /* the oldest tombstone kept, and how many are */
 };
 #define QUAR_SYNC ((int64_t)64 << 10)
 static __thread struct tquar tquar __attribute__((tls_model("initial-exec")));
@@ -1295,9 +1298,10 @@ static int foreign_is_invalid(struct hs_tls *t, int ring, void *p, enum owner o)
  * unsorted bin, whose chunks glibc splits from their start for any
  * smaller request) is cut down in place with __libc_realloc to the 48-byte
  * chunk that holds its header and record (the rest goes back to glibc at
- * once), and that small chunk is then freed.  glibc gives a 48-byte chunk
- * only to requests of 25 to 40 bytes made around heisen (no block of ours
- * asks for one: canary_len_s), so the record stays for long, and the old
+ * once), and that small chunk is kept allocated among the thread's last
+ * TOMB_KEEP (tomb_keep), then freed.  glibc gives a 48-byte chunk only to
+ * requests of 25 to 40 bytes made around heisen (no block of ours asks
+ * for one: canary_len_s), so the record stays for long, and the old
  * pointer cannot become a chunk's start while the tombstone stands.
  * Blocks glibc mmapped are unmapped: a later free of one finds no memory
  * and is an invalid-free.  An aligned block whose tail word was damaged
@@ -1367,6 +1371,46 @@ static __attribute__((noinline, cold)) void chunk_overrun(struct hs_tls *t, int 
 	heap_finding(t, ring, &f);
 }
 
+/*
+ * The tombstones a thread keeps allocated: its last TOMB_KEEP, in a ring
+ * after its quarantine's two (quar_ring), the oldest given to glibc when
+ * a new one comes.  A tombstone freed at once went to the thread's tcache
+ * (7 chunks of a size), and past that to a fastbin, which glibc
+ * consolidates at its next request of 1 KiB or more (malloc_consolidate)
+ * or free of 64 KiB: it merged into its free neighbours, and the memory
+ * went out again with the record in it.  So a thread freeing buffers in a
+ * loop lost the record of all but its first seven: a second free of one
+ * then became an invalid-free (the pointer in the middle of a new block),
+ * glibc's own abort without stacks, or a silent free of another block.
+ * Kept, a tombstone holds its record and the old address (no chunk can
+ * start there) for the thread's next TOMB_KEEP releases of such blocks:
+ * 48 bytes each, 6 KiB and the 1 KiB ring per thread at most.  Kept, they
+ * also split glibc's free memory (a churn of 4 KiB blocks in 8 threads
+ * peaked 1.2 MiB higher with 128 kept, 3.1 MiB with 512: bench/README.md
+ * "Tombstones kept").  Without a ring (HEISEN_QUARANTINE_MB=0, or the
+ * thread past its exit cleanup) the tombstone is freed at once, as
+ * before.  ASan's quarantine keeps whole blocks for this; a tombstone is
+ * the 48 bytes a record needs.
+ */
+#define TOMB_KEEP 128u /* a power of two */
+
+static inline void tomb_keep(void *r)
+{
+	struct tquar *q = &tquar;
+	if (HS_UNLIKELY(!q->keyed || !q->tomb)) {
+		__libc_free(r);
+		return;
+	}
+	if (HS_UNLIKELY(q->tomb_count == TOMB_KEEP)) {
+		void *o = q->tomb[q->tomb_head];
+		q->tomb[q->tomb_head] = r;
+		q->tomb_head = (q->tomb_head + 1) & (TOMB_KEEP - 1);
+		__libc_free(o);
+		return;
+	}
+	q->tomb[(q->tomb_head + q->tomb_count++) & (TOMB_KEEP - 1)] = r;
+}
+
 static inline __attribute__((always_inline)) void release(struct hs_tls *t, int ring, void *p, uint64_t live)
 {
 	uint64_t *w = hw(p), *u = p;
@@ -1404,8 +1448,10 @@ static inline __attribute__((always_inline)) void release(struct hs_tls *t, int 
 	memcpy(&chunk, r - 8, sizeof chunk); /* glibc's chunk size word: size | flags (2: mmapped) */
 	if ((chunk & ~(size_t)7) >= TOMBSTONE_MIN && !(chunk & 2)) {
 		char *k = __libc_realloc(r, v.offset + 24);
-		if (k)
-			r = k;
+		if (k) {
+			tomb_keep(k);
+			return;
+		}
 	}
 	__libc_free(r);
 }
@@ -1484,16 +1530,23 @@ static inline int interior(const void *p, uint64_t size, uintptr_t *lo, uintptr_
  * HEISEN_QUARANTINE_MB (then the per-thread bound). */
 #define QUAR_RING_EXPLICIT 65536u
 
-/* Map the calling thread's two rings; 0 when it cannot (the block is released at once). */
+/* The bytes of a thread's rings: two of cap entries, then its tombstones' (tomb_keep). */
+static inline size_t quar_map_bytes(uint32_t cap)
+{
+	return 2 * (size_t)cap * sizeof(struct qent) + TOMB_KEEP * sizeof(void *);
+}
+
+/* Map the calling thread's two rings and its tombstones'; 0 when it cannot (the block is released at once). */
 static int quar_ring(struct tquar *q)
 {
 	uint32_t cap = quar_thread_max < QUAR_RING_EXPLICIT ? quar_thread_max : QUAR_RING_EXPLICIT;
-	struct qent *m = mmap(NULL, 2 * (size_t)cap * sizeof(struct qent), PROT_READ | PROT_WRITE,
-			      MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+	struct qent *m = mmap(NULL, quar_map_bytes(cap), PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
 	if (m == MAP_FAILED)
 		return 0;
 	q->cap = cap;
 	q->mask = cap - 1;
+	q->tomb = (void **)(void *)(m + 2 * (size_t)cap);
+	q->tomb_head = q->tomb_count = 0;
 	q->f[QF_LARGE] = (struct qfifo){.ring = m + cap};
 	q->f[QF_SMALL] = (struct qfifo){.ring = m};
 	return 1;
@@ -1622,9 +1675,15 @@ static void tquar_exit(void *arg)
 	}
 	__atomic_add_fetch(&quar_total, (uint64_t)q->unsynced, __ATOMIC_RELAXED); /* the part never added */
 	q->unsynced = 0;
+	while (q->tomb_count) { /* the thread's tombstones: no ring keeps them now */
+		__libc_free(q->tomb[q->tomb_head]);
+		q->tomb_head = (q->tomb_head + 1) & (TOMB_KEEP - 1);
+		q->tomb_count--;
+	}
 	if (q->f[QF_SMALL].ring) {
-		munmap(q->f[QF_SMALL].ring, 2 * (size_t)q->cap * sizeof(struct qent));
+		munmap(q->f[QF_SMALL].ring, quar_map_bytes(q->cap));
 		q->f[QF_SMALL].ring = q->f[QF_LARGE].ring = NULL;
+		q->tomb = NULL;
 	}
 	count_flush();
 	t->in_hook = was;

@@ -12,7 +12,6 @@ facts (pids, tids, addresses) the assertions compare with.
 import os
 import signal
 import subprocess
-import time
 from pathlib import Path
 
 import pytest
@@ -152,11 +151,14 @@ def test_threads_racing_on_a_native_cache_double_free(heisen, way):
     if not list(ext.glob("torchlike*.so")):
         pytest.fail(f"torchlike extension not built in {ext}")
     script = heisen.src_targets / "py_threads_double_free_cache.py"
-    t0 = time.monotonic()
-    p = way.run(["/usr/bin/python3", script, "10", "30", ext], env=HEAP, timeout=90)
-    took = time.monotonic() - t0
+    # Under load a racing thread can stall between reading the cache and its
+    # free while the first freeing thread serves on (tens of passes): the
+    # workspace has left the quarantine by then and only its tombstone
+    # names it (shim/heap_core.c tomb_keep); the stalled order is pinned down
+    # in test_stalled_request_double_free_after_many_passes.  The race must
+    # show within the run's 30 s (an abort), with no tighter timing asserted.
+    p = way.run(["/usr/bin/python3", script, "10", "30", ext], env=HEAP, timeout=120)
     assert p.returncode == way.killed_by(signal.SIGABRT), (p.returncode, p.stdout[-500:], p.stderr[-2000:])
-    assert took < 20, f"the race took {took:.1f} s to show"
     pid = fact_int(p.stdout, "pid")
     tids = {int(v) for k, vs in facts(p.stdout).items() if k.startswith("tid_request_") for v in vs}
     r = heisen.dump_json(way.session, expect_rc=1)
@@ -179,6 +181,38 @@ def test_threads_racing_on_a_native_cache_double_free(heisen, way):
     t = heisen.dump(way.session).stdout
     assert f"double free of {f['address']} (65536 bytes) in thread {second}" in t
     assert "forward_pass (" in t and "[python]" in t
+
+
+@pytest.mark.parametrize("later", [32, 120])
+def test_stalled_request_double_free_after_many_passes(heisen, way, later):
+    """Seed 000's race in the order a loaded machine makes: one request thread
+    stalls inside the kernel after reading the cache while another serves
+    `later` more passes, freeing the cached workspace in the first and 64 KiB
+    workspaces after it (warm: 16 passes before, so the busy thread has given
+    glibc many released buffers already).  The stalled thread's free is still
+    the double free, naming both threads: the released workspace's tombstone
+    stays allocated (its record and address kept) for the thread's next 128
+    releases.  Without that, glibc's fastbin consolidation merged it once the
+    thread's tcache held 7, and the second free was an invalid-free, glibc's
+    own abort or a silent free of a new workspace (the flake of the racing
+    test above under load)."""
+    ext = pyext_dir(heisen)
+    script = heisen.src_targets / "py_threads_double_free_cache.py"
+    p = way.run(["/usr/bin/python3", script, "stalled", "16", later, ext], env=HEAP, timeout=120)
+    assert p.returncode == way.killed_by(signal.SIGABRT), (p.returncode, p.stdout[-500:], p.stderr[-2000:])
+    pid, busy, slow = (fact_int(p.stdout, k) for k in ("pid", "tid_busy", "tid_stalled"))
+    r = heisen.dump_json(way.session, expect_rc=1)
+    f = one(r, "double-free")
+    assert f["tids"] == [slow, busy, busy], (f["tids"], slow, busy)
+    assert f["size"] == 64 * 1024
+    for role, fn in (("second free", "stalled_request"), ("first free", "busy_request")):
+        st = stack_by_role(f, role)
+        assert frame_functions(st)[:2] == ["workspace_cache_evict", "conv2d_kernel"], frame_functions(st)
+        assert find_python_frame(st, "forward_pass", "py_threads_double_free_cache.py",
+                                 marker_line(script, "forward")) is not None, st
+        assert find_python_frame(st, fn, "py_threads_double_free_cache.py") is not None, (role, st)
+    assert frame_functions(stack_by_role(f, "allocation"))[0] == "conv2d_kernel"
+    heap_abort_crash(r, pid)
 
 
 # ---- ctypes: the same pointer freed twice from Python -----------------------
