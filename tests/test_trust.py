@@ -214,15 +214,21 @@ def test_heisen_run_ends_with_the_programs_status_when_it_left_a_fifo_named_seg(
 # ---- the session directory: nobody else's path components -----------------
 
 
-def shared_with_a_planted_link(tmp_path):
-    """A sticky world-writable directory (like /tmp) where uid nobody planted
-    `sess` -> a root-only directory."""
+def sticky_shared_and_secret(tmp_path):
+    """A sticky world-writable directory (like /tmp) and a root-only one."""
     needs_root()
     shared = tmp_path / "shared"
     shared.mkdir()
     shared.chmod(0o1777)
     secret = tmp_path / "secret"
     secret.mkdir(mode=0o700)
+    return shared, secret
+
+
+def shared_with_a_planted_link(tmp_path):
+    """A sticky world-writable directory (like /tmp) where uid nobody planted
+    `sess` -> a root-only directory."""
+    shared, secret = sticky_shared_and_secret(tmp_path)
     link = shared / "sess"
     link.symlink_to(secret)
     os.chown(link, NOBODY, NOBODY, follow_symlinks=False)
@@ -311,12 +317,7 @@ def test_another_users_symlink_planted_after_the_first_image_is_refused(heisen, 
     # and uid nobody's link to a root-only directory put in its place: the next
     # image's reopen follows no link (openat2 RESOLVE_NO_SYMLINKS) and the walk
     # refuses the link, as for a first image
-    needs_root()
-    shared = tmp_path / "shared"
-    shared.mkdir()
-    shared.chmod(0o1777)
-    secret = tmp_path / "secret"
-    secret.mkdir(mode=0o700)
+    shared, secret = sticky_shared_and_secret(tmp_path)
     session = shared / "sess"
     plant = (f"mv {session} {shared}/old && ln -s {secret} {session} && "
              f"chown -h {NOBODY}:{NOBODY} {session}")
