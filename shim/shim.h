@@ -1057,7 +1057,7 @@ struct hs_pytoken {
 					       a new call of the same helpers at the same addresses from
 					       another line differs in it (docs/design.md "Lock order") */
 };
-#define HS_PY_OUTER_MAX 16u
+#define HS_PY_OUTER_MAX 64u
 
 /*
  * One call's chain of return addresses, kept raw by a hook and interned only
