@@ -1130,68 +1130,6 @@ unsigned hs_py_chain_frames(struct hs_seg *s, const uint64_t *pcs, unsigned n, u
 	return 0;
 }
 
-/* One frame's step of a token's outer hash (outer_walk, outer_live): its
- * address and its instruction (f_lasti on 3.8-3.10, sign-extended, and
- * then its code object: an offset does not name its code). */
-static inline uint64_t outer_step(uint64_t h, uint64_t fp, uint64_t instr)
-{
-	h = (h ^ fp ^ (instr << 1 | instr >> 63)) * 0x9e3779b97f4a7c15ull;
-	return h ^ h >> 29;
-}
-
-/*
- * The outer hash of the calling thread's live chain from frame fp (the
- * token's caller's next frame out; 0: none) outward, L a constant row of
- * layouts[], with direct loads (the thread's own live frames): up to
- * HS_PY_OUTER_MAX frames, *n how many, HS_PY_OUTER_MAX + 1 when the chain
- * goes on beyond them.  What tells a frame token's frames further out
- * apart: a helper of two or more levels called from two lines of one
- * function runs at the same addresses and instructions each time, only a
- * frame further out differs.
- */
-static inline __attribute__((always_inline)) uint64_t outer_walk(const struct py_layout *L, uint64_t fp, uint32_t *n)
-{
-	uint64_t h = 0x6a09e667f3bcc909ull;
-	unsigned k = 0;
-	while (fp >= 4096 && k < HS_PY_OUTER_MAX) {
-		const unsigned char *p = (const unsigned char *)(uintptr_t)fp;
-		uint64_t instr = L->chain == CHAIN_FRAME_OBJECT ? (uint64_t)(int64_t)i32_at(p, L->f_instr)
-								: u64_at(p, L->f_instr);
-		h = outer_step(h, fp, instr);
-		if (L->chain == CHAIN_FRAME_OBJECT)
-			h = outer_step(h, u64_at(p, L->f_code), 0); /* f_lasti does not name its code */
-		fp = u64_at(p, L->f_back);
-		k++;
-	}
-	*n = k + (fp >= 4096);
-	return h;
-}
-
-/* outer_walk for the token tk's caller, L a constant row: its caller's next frame out onward. */
-static inline __attribute__((always_inline)) uint64_t outer_of_caller(const struct py_layout *L, uint64_t caller,
-								      uint32_t *n)
-{
-	return outer_walk(L, caller ? u64_at((const unsigned char *)(uintptr_t)caller, L->f_back) : 0, n);
-}
-
-/* outer_walk with read_frame's careful reads, from a live frame found in the chain now. */
-static uint64_t outer_live(uint64_t fp, uint32_t *n)
-{
-	uint64_t h = 0x6a09e667f3bcc909ull;
-	unsigned k = 0;
-	struct pyf f;
-	while (fp >= 4096 && k < HS_PY_OUTER_MAX) {
-		uint64_t next = read_frame(fp, &f);
-		h = outer_step(h, fp, f.instr);
-		if (pf.L->chain == CHAIN_FRAME_OBJECT)
-			h = outer_step(h, f.code, 0);
-		fp = next;
-		k++;
-	}
-	*n = k + (fp >= 4096);
-	return h;
-}
-
 /*
  * 1 when the token tk (a whole one, the last this thread read) still names
  * the calling thread's innermost Python frame, L a constant row of
@@ -1332,7 +1270,6 @@ static inline __attribute__((always_inline)) int token_read(const struct py_layo
 	tk->caller_code = caller_code;
 	tk->caller_instr = caller_instr;
 	tk->entry = entry;
-	tk->outer = outer_of_caller(L, caller, &tk->outer_n);
 	return 1;
 }
 
@@ -1350,12 +1287,7 @@ HS_HOT int hs_py_token(struct hs_pytoken *tk)
 	if (hs_py_careful)
 		return 0;
 	/* tk unchanged (a `with lock:` in a loop): every row */
-	BY_ROW(if (token_same(row, tk)) {
-		/* the same two frames: the same call only when the frames further out are too */
-		uint32_t n;
-		if (outer_of_caller(row, tk->caller, &n) == tk->outer && n == tk->outer_n)
-			return 1;
-	});
+	BY_ROW(if (token_same(row, tk)) return 1);
 	return token_read_row(tk);
 }
 
@@ -1426,8 +1358,7 @@ unsigned hs_py_held_frames(struct hs_seg *s, const uint64_t *inner, unsigned ni,
 {
 	uint64_t fp, next = 0, lo, hi;
 	unsigned o = 0, b = 0, i, k, budget = PY_CHAIN_MAX;
-	unsigned outer_first = tk->caller && tk->caller != tk->prev ? 2 : 1; /* frames read before the hashed ones */
-	int same = 0, entry, capped;
+	int same = 0, entry;
 	struct pyf f;
 	uint32_t id;
 
@@ -1445,19 +1376,8 @@ unsigned hs_py_held_frames(struct hs_seg *s, const uint64_t *inner, unsigned ni,
 		same = f.code == tk->code && (next < 4096 ? 0 : next) == tk->prev;
 		if (same && tk->prev) {
 			struct pyf g;
-			uint64_t caller = read_frame(tk->prev, &g);
+			read_frame(tk->prev, &g);
 			same = g.instr == tk->prev_instr;
-			/* and the frames further out: a new call of the same helpers from another
-			 * line sits at the same addresses, only a frame further out differs */
-			caller = tk->caller == tk->prev ? tk->prev : caller < 4096 ? 0 : caller;
-			if (same && caller != tk->caller)
-				same = 0;
-			if (same && tk->caller) {
-				uint32_t on;
-				struct pyf h;
-				uint64_t h0 = outer_live(read_frame(tk->caller, &h), &on);
-				same = h0 == tk->outer && on == tk->outer_n;
-			}
 		}
 	}
 	/* the frame at the instruction it acquired at */
@@ -1483,17 +1403,8 @@ unsigned hs_py_held_frames(struct hs_seg *s, const uint64_t *inner, unsigned ni,
 		fp = read_frame(fp, &f);
 		if (f.code != tk->caller_code)
 			return o;
-		/* the caller's frames further out as at the acquisition, or nothing more */
-		uint32_t on;
-		if (outer_live(fp, &on) != tk->outer || on != tk->outer_n)
-			return o;
 		entry = f.entry;
-		outer_first = 0;
 	}
-	/* the frames hashed are the ones known to be the acquisition's: none read past them */
-	capped = tk->outer_n > HS_PY_OUTER_MAX;
-	if (capped && budget > outer_first + HS_PY_OUTER_MAX)
-		budget = outer_first + HS_PY_OUTER_MAX;
 	/* the callers in the same evaluation-loop call */
 	if (!entry)
 		o = frames_to_entry(s, &fp, &budget, out, o, cap, 1);
@@ -1512,7 +1423,7 @@ unsigned hs_py_held_frames(struct hs_seg *s, const uint64_t *inner, unsigned ni,
 		o = frames_to_entry(s, &fp, &budget, out, o, cap, 1);
 	}
 	o = frames_to_entry(s, &fp, &budget, out, o, cap, 0);
-	*whole = !(capped && fp);
+	*whole = 1;
 	return o;
 }
 

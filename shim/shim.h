@@ -1051,13 +1051,8 @@ struct hs_pytoken {
 					       evaluation loop; caller_code 0: none to name) */
 	uint32_t entry;                     /* the frame ends its evaluation-loop call: its caller runs in
 					       another, called from C (a `with` statement's __enter__) */
-	uint32_t outer_n;                   /* frames hashed into outer, HS_PY_OUTER_MAX + 1: more beyond */
-	uint64_t outer;                     /* a 64-bit hash of each frame's address and instruction from
-					       the caller's next frame out outward (up to HS_PY_OUTER_MAX):
-					       a new call of the same helpers at the same addresses from
-					       another line differs in it (docs/design.md "Lock order") */
+	uint32_t pad;
 };
-#define HS_PY_OUTER_MAX 64u
 
 /*
  * One call's chain of return addresses, kept raw by a hook and interned only

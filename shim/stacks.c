@@ -1061,11 +1061,8 @@ int hs_chain_complete(struct hs_chain *c)
 	if (!c->lazy || !c->walked || c->depth == 0 || c->depth >= CHAIN_MAX ||
 	    c->gen != __atomic_load_n(&pcoff_gen, __ATOMIC_ACQUIRE) || !chain_top)
 		return 0;
-	/* the innermost Python frame is still the one the lock was taken under, under the same
-	 * frames further out (a new call of the same helpers from another line: not the same) */
-	if (!hs_py_token(&now) || now.fp != c->tok.fp || now.code != c->tok.code || now.instr != c->tok.instr ||
-	    now.prev != c->tok.prev || now.prev_instr != c->tok.prev_instr || now.caller != c->tok.caller ||
-	    now.caller_instr != c->tok.caller_instr || now.outer != c->tok.outer || now.outer_n != c->tok.outer_n)
+	/* the innermost Python frame is still the one the lock was taken under */
+	if (!hs_py_token(&now) || now.fp != c->tok.fp || now.code != c->tok.code || now.instr != c->tok.instr)
 		return 0;
 	d = chain_extend(c, c->depth, chain_top);
 	chain_doubt = CHAIN_MAX;
