@@ -86,8 +86,6 @@ static inline int holds_gil_now(void)
 	return holds;
 }
 
-
-
 uint16_t hs_relgen[RELGEN_SLOTS]; /* lockpath.h */
 
 static void held_remove(struct hs_thread *th, int i);
