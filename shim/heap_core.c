@@ -393,6 +393,13 @@ static inline int canary_ok(const char *u, size_t n, size_t len)
 	return (c | (a ^ x) | (b ^ y)) == 0;
 }
 
+/* An exact fit's allocation: the canary in the room glibc gave, if any. */
+static __attribute__((noinline)) void exact_fit_put(char *u, size_t n)
+{
+	if (fit_of(u, n) == FIT_ROOM)
+		canary_put(u, n, FIT_CANARY);
+}
+
 /*
  * What a block of ours is: size as requested, allocation (stack | epoch
  * << 24), allocating thread, offset of p from glibc's pointer, format.
@@ -1820,8 +1827,8 @@ static inline __attribute__((always_inline)) void *blk_alloc(struct hs_tls *t, s
 		alloc = alloc_word(stack);
 		if (HS_LIKELY(after))
 			canary_put(u, n, after);
-		else if (HS_UNLIKELY(fit_of(u, n) == FIT_ROOM))
-			canary_put(u, n, FIT_CANARY);
+		else
+			exact_fit_put(u, n);
 		/* relaxed: the program's own hand-over of the pointer orders these stores for other threads */
 		__atomic_store_n(&hw(u)[1], ST_LIVE_S | (uint64_t)n << 8 | (uint64_t)alloc << 32, __ATOMIC_RELAXED);
 		__atomic_store_n(&hw(u)[0], tag_of(u, 1, t->tid), __ATOMIC_RELAXED);
@@ -1869,7 +1876,7 @@ static inline __attribute__((always_inline)) void *blk_alloc(struct hs_tls *t, s
 /* An exact-fit block's check at its free: the next chunk's size word
  * (fit_ok), or the canary in the room glibc gave (FIT_ROOM); a damaged
  * size word of its own is left to release() (chunk_damaged). */
-static inline int exact_fit_intact(const void *p, size_t n)
+static __attribute__((noinline)) int exact_fit_intact(const void *p, size_t n)
 {
 	switch (fit_of(p, n)) {
 	case FIT_EXACT:
