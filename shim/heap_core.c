@@ -1319,8 +1319,8 @@ static int front_overran(const void *p)
 	if (!a || !blk_view(a, &v) || v.offset != HDR)
 		return 0;
 	clen = v.small ? canary_len_s(v.size) : canary_len(v.size);
-	/* a small block's bytes end at the next chunk's size word, a large
-	   one's 8 bytes before it (its tail word is the prev_size slot) */
+	/* a small block's bytes end at the next chunk's size word; after a
+	   large one's canary come its tail word and glibc's prev_size slot */
 	end = a + v.size + clen + (v.small ? 0 : 16);
 	if (end != (const char *)p - HDR - 8)
 		return 0;
