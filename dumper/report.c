@@ -233,10 +233,10 @@ void hs_heap_message(const struct hs_fnd *f, char *msg, size_t len)
 			hs_appendf(msg, len, &used, "%s allocated by thread %d", r->tid2 ? "," : ":", r->tid3);
 		break;
 	case HS_F_HEAP_OVERFLOW:
-		if (r->offset && r->size) /* found at the release of the block after it (format.h) */
+		if (r->offset && r->size) /* found at the free or release of the block after it (format.h) */
 			hs_appendf(msg, len, &used,
 				   "heap overflow: the %llu-byte block at 0x%llx ran past its end into the chunk header of "
-				   "the block at 0x%llx, found in thread %d when that block went back to glibc",
+				   "the block at 0x%llx, found in thread %d when that block was freed or went back to glibc",
 				   (unsigned long long)r->size, (unsigned long long)r->addr,
 				   (unsigned long long)(r->addr + r->offset), r->tid);
 		else if (r->offset)

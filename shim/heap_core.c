@@ -51,11 +51,15 @@
  *     at most 8 KiB before the pointer's page (a bounded backward scan),
  *     and a pointer whose chunk header glibc's free would refuse;
  *   - heap-overflow: the tail canary (a small block's: glibc's slack, 1
- *     to 16 bytes after the requested size, 40 - n under 24 bytes; a large
- *     block's 8 to 23 bytes) changed, checked at free and realloc; or
- *     glibc's size word of the next chunk changed (an overflow past the
- *     canary), checked before that block goes back to glibc (not for a
- *     block aligned beyond 16).
+ *     to 15 bytes after the requested size, 40 - n up to 24 bytes, none
+ *     when the request fills glibc's chunk exactly; a large block's 8 to
+ *     23 bytes) changed, checked at free and realloc; for an exact fit,
+ *     the flags of glibc's size word of the next chunk, right after the
+ *     user bytes (fit_ok), checked at free and realloc; or glibc's size
+ *     word of the next chunk changed (an overflow past the canary),
+ *     checked before that block goes back to glibc (not for a block
+ *     aligned beyond 16), or found at the next block's free when the
+ *     overflow went on through its header (front_overran).
  * Out of scope: use after free, reads past the end, overflows that skip the
  * canary, a double free after glibc reused the address for a new block
  * (the second free then frees that block), and anything glibc hands out
@@ -126,7 +130,8 @@ HS_HIDDEN __thread uint64_t hs_heap_cfa __attribute__((tls_model("initial-exec")
  * and, for an aligned block, the offset from glibc's pointer.
  *
  * A free saves the live word in the block's user bytes (p+8; every block
- * has at least 24 bytes of user bytes and canary) before its
+ * has at least 24 bytes of user bytes and canary: an exact fit without a
+ * canary is 40 bytes or more) before its
  * compare-and-swap, so whoever finds the block freed can name its size and
  * allocation; the quarantine keeps its own copy (struct qent), so writes
  * into freed memory never derail the shim.  When the block goes back to
@@ -272,27 +277,75 @@ static inline size_t canary_len(size_t n)
 
 /*
  * A small block's canary: the slack glibc's chunk already has after the
- * header and the n user bytes, and 16 bytes more only when that slack is
- * none (the chunk of a request of 16 + n + 1 bytes: max(64, (n + 40) & ~15)
- * bytes, of which the last 8 are the next chunk's size word).  1 to 16
- * bytes for n >= 25; below, the chunk is 64 bytes (never the tombstones'
- * 48, and n plus canary is 40, room for the release record).  An
- * overflow's first byte always lands in the canary (caught at free); one
- * longer than the canary reaches glibc's size word of the next chunk,
- * which release() checks before glibc sees it (chunk_damaged, chunk_overrun).
- * Scudo's way of using glibc's rounding as its check space; the 8-byte
- * minimum it replaces cost 7 bytes a block on a C++ churn.
+ * header and the n user bytes, and nothing more.  0 to 15 bytes for n >=
+ * 25; below, 40 - n (the chunk is 64 bytes: never the tombstones' 48, and
+ * n plus canary is 40, room for the release record).  An overflow's first
+ * byte lands in the canary (caught at free) or, when the request fills its
+ * chunk exactly (n + 8 a multiple of 16: 40, 56, 88 — a std::map node —
+ * and so on; no canary), in glibc's size word of the next chunk, whose
+ * flag bits the free checks (fit_ok); one longer than the canary reaches
+ * that size word too, which release() checks before glibc sees it
+ * (chunk_damaged, chunk_overrun).  Scudo's way of using glibc's rounding
+ * as its check space: the 8-byte minimum it replaces cost 7 bytes a block
+ * on a C++ churn, and the 16-byte canary an exact fit had since cost 16
+ * more (bench/README.md "Exact-fit blocks without a canary").
  */
 static inline size_t small_chunk(size_t n)
 {
-	size_t c = (n + 40) & ~(size_t)15;
-	return c > 64 ? c : 64;
+	return n > 24 ? (n + 24 + 15) & ~(size_t)15 : 64;
 }
 
 static inline size_t canary_len_s(size_t n)
 {
-	/* small_chunk(n) - 8 - HDR - n, without the max: 16 - ((n + 40) mod 16) from n = 24 up */
-	return HS_LIKELY(n >= 24) ? 16 - ((n + 8) & 15) : 40 - n;
+	/* small_chunk(n) - 8 - HDR - n */
+	return HS_LIKELY(n > 24) ? (0 - (n + 8)) & 15 : 40 - n;
+}
+
+/*
+ * An exact fit (canary_len_s 0) whose chunk glibc made 16 bytes larger
+ * (a free chunk too small to split, handed out whole) or mmapped has room
+ * after the user bytes, which the overflow's first byte would reach
+ * unseen: it gets a 16-byte canary there.  Which case a block is comes
+ * from glibc's size word of its own chunk (p - 24), at its allocation and
+ * again at its free: FIT_EXACT (the user bytes end at the next chunk's
+ * size word), FIT_ROOM (16-byte canary), FIT_DAMAGED (neither: a write
+ * from the block in front, which release() reports).
+ */
+enum fit { FIT_EXACT, FIT_ROOM, FIT_DAMAGED };
+#define FIT_CANARY 16u
+
+static int glibc_would_refuse(const void *p, const uint64_t w[2]);
+
+static inline enum fit fit_of(const void *p, size_t n)
+{
+	const uint64_t *c = (const uint64_t *)p - 4; /* prev_size, size, then our header */
+	uint64_t s = c[1] & ~(uint64_t)7;
+	if (HS_LIKELY(s == n + 24 && !(c[1] & 2)))
+		return FIT_EXACT;
+	if (c[1] & 2) /* mmapped: a page or more, unless the word is damaged */
+		return glibc_would_refuse((const char *)p - HDR, c) ? FIT_DAMAGED : FIT_ROOM;
+	return s == n + 24 + 16 ? FIT_ROOM : FIT_DAMAGED;
+}
+
+/*
+ * 1 when glibc's size word of the chunk after the exact-fit block p of n
+ * bytes (the 8 bytes right after its user bytes) is one glibc could have
+ * written while p is in use: PREV_INUSE set (p's chunk is in use), not
+ * IS_MMAPPED, bit 3 clear (sizes are multiples of 16), NON_MAIN_ARENA
+ * clear when p's own chunk is the main arena's (no chunk of that heap has
+ * it), and a size under 2^47.  An off-by-one's NUL (strcpy into a block
+ * of strlen bytes) clears PREV_INUSE: always caught; a random byte passes
+ * one time in 16 (8 in a thread's arena) and is then found when the next
+ * block goes back to glibc, if it is one of ours (chunk_damaged).  The
+ * word's legal values change while p lives (the next chunk is split and
+ * merged), its flags do not.  The next chunk always exists (the top chunk
+ * at least): fit_of said p's chunk is not mmapped.
+ */
+static inline int fit_ok(const void *p, size_t n)
+{
+	uint64_t own = ((const uint64_t *)p)[-3], w;
+	memcpy(&w, (const char *)p + n, sizeof w);
+	return (w & (0xffff80000000000bull | (~own & 4))) == 1;
 }
 
 /* The canary's last 8-byte word: where it lies (it ends 8 past a 16-byte
@@ -338,6 +391,13 @@ static inline int canary_ok(const char *u, size_t n, size_t len)
 		memcpy(&y, CANARY + 8, 8);
 	}
 	return (c | (a ^ x) | (b ^ y)) == 0;
+}
+
+/* An exact fit's allocation: the canary in the room glibc gave, if any. */
+static __attribute__((noinline)) void exact_fit_put(char *u, size_t n)
+{
+	if (fit_of(u, n) == FIT_ROOM)
+		canary_put(u, n, FIT_CANARY);
 }
 
 /*
@@ -1121,6 +1181,7 @@ static void record_double_free(struct hs_tls *t, int ring, void *p, const uint64
 }
 
 static int foreign_is_invalid(struct hs_tls *t, int ring, void *p, enum owner o);
+static void chunk_overrun(struct hs_tls *t, int ring, void *p);
 static void *containing(const void *p, int *unmapped);
 
 /*
@@ -1239,6 +1300,36 @@ static int glibc_would_refuse(const void *p, const uint64_t w[2])
 }
 
 /*
+ * 1 when p, a pointer without our magic, is where a block of ours in
+ * front of it ends (its bytes reach p's chunk: glibc's prev_size slot and
+ * size word, then p's header) and that block's tail check fails: its
+ * canary, or for an exact fit the size word after it (fit_ok).  An
+ * overflow that ran through the size word into the next block's header
+ * took its magic, so the next block's free finds no block of ours: it is
+ * the overflow of the block in front (chunk_overrun), not an invalid free
+ * (or glibc's free of a chunk header made of the program's bytes).  Reads
+ * go through containing()'s probe, then inside that block's chunk.
+ */
+static int front_overran(const void *p)
+{
+	int unmapped;
+	struct bview v;
+	const char *a = containing((const char *)p - HDR - 17, &unmapped), *end;
+	size_t clen;
+	if (!a || !blk_view(a, &v) || v.offset != HDR)
+		return 0;
+	clen = v.small ? canary_len_s(v.size) : canary_len(v.size);
+	/* a small block's bytes end at the next chunk's size word; after a
+	   large one's canary come its tail word and glibc's prev_size slot */
+	end = a + v.size + clen + (v.small ? 0 : 16);
+	if (end != (const char *)p - HDR - 8)
+		return 0;
+	if (!v.small || clen)
+		return !canary_ok(a, v.size, clen);
+	return fit_of(a, v.size) == FIT_EXACT && !fit_ok(a, v.size);
+}
+
+/*
  * A pointer without our magic: glibc's, unless it is provably bad (see
  * the top comment): misaligned, inside one of our blocks, on the freeing
  * thread's own stack, with no readable memory in front of it (a wild
@@ -1259,6 +1350,11 @@ static int foreign_is_invalid(struct hs_tls *t, int ring, void *p, enum owner o)
 	if (!b && !unmapped && small_record(p, rec)) {
 		/* a small block of ours given back to glibc, and not handed out since */
 		record_double_free(t, ring, p, rec);
+		return 1;
+	}
+	if (!b && !unmapped && ((uintptr_t)p & 15) == 0 && front_overran(p)) {
+		/* p's header was written over by the block in front of it */
+		chunk_overrun(t, ring, p);
 		return 1;
 	}
 	if (!b && !unmapped && ((uintptr_t)p & 15) == 0 && !on_own_stack(p) &&
@@ -1729,7 +1825,10 @@ static inline __attribute__((always_inline)) void *blk_alloc(struct hs_tls *t, s
 			return alloc_failed(n, stack);
 		u = r + HDR;
 		alloc = alloc_word(stack);
-		canary_put(u, n, after);
+		if (HS_LIKELY(after))
+			canary_put(u, n, after);
+		else
+			exact_fit_put(u, n);
 		/* relaxed: the program's own hand-over of the pointer orders these stores for other threads */
 		__atomic_store_n(&hw(u)[1], ST_LIVE_S | (uint64_t)n << 8 | (uint64_t)alloc << 32, __ATOMIC_RELAXED);
 		__atomic_store_n(&hw(u)[0], tag_of(u, 1, t->tid), __ATOMIC_RELAXED);
@@ -1774,6 +1873,21 @@ static inline __attribute__((always_inline)) void *blk_alloc(struct hs_tls *t, s
 	return u;
 }
 
+/* An exact-fit block's check at its free: the next chunk's size word
+ * (fit_ok), or the canary in the room glibc gave (FIT_ROOM); a damaged
+ * size word of its own is left to release() (chunk_damaged). */
+static __attribute__((noinline)) int exact_fit_intact(const void *p, size_t n)
+{
+	switch (fit_of(p, n)) {
+	case FIT_EXACT:
+		return fit_ok(p, n);
+	case FIT_ROOM:
+		return canary_ok(p, n, FIT_CANARY);
+	default:
+		return 1;
+	}
+}
+
 /*
  * A checked free of p, which carries our magic.  With the guard held.
  * Returns 1 when the block was freed, 0 when it was reported instead
@@ -1794,7 +1908,10 @@ static inline __attribute__((always_inline)) int blk_free(struct hs_tls *t, int 
 		view_of_live(p, old, 0, &v);
 		/* the canary first: the saved live word may lie over it */
 		clen = v.small ? canary_len_s(v.size) : canary_len(v.size);
-		intact = canary_ok(p, v.size, clen);
+		if (HS_LIKELY(clen))
+			intact = canary_ok(p, v.size, clen);
+		else
+			intact = exact_fit_intact(p, v.size);
 		/* the live word, for whoever finds the block freed (blk_view);
 		   before the compare-and-swap, so that a racing second free that
 		   loses finds it there (both store the same value) */

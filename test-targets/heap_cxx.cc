@@ -17,10 +17,18 @@
 //                            its size and the stack of big_table().
 //   heap_cxx correct         containers, strings, shared_ptr, new/delete and
 //                            new[]/delete[] in four threads: no finding.
+//   heap_cxx index N         an index of N keys, each a 25-character key to a
+//                            vector of one 30-character value (a std::map
+//                            node of 88 bytes, blocks of 26, 32 and 31: four
+//                            blocks a key, none freed); prints "blocks B" and
+//                            "bytes U", glibc's own count of the bytes its
+//                            chunks hold in use (mallinfo2) grown by it.
 //
 // Prints "pid P", "tid_main T" and "done ok" when it gets to the end.
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
+#include <malloc.h>
 #include <map>
 #include <memory>
 #include <new>
@@ -89,6 +97,21 @@ void worker(int id)
 	}
 }
 
+// An index of n keys (see the top); the growth of glibc's in-use bytes.
+__attribute__((noinline)) size_t build_index(std::map<std::string, std::vector<std::string>> &index, long n)
+{
+	size_t before = mallinfo2().uordblks;
+	char key[32];
+	for (long i = 0; i < n; i++) {
+		std::snprintf(key, sizeof key, "request/%05ld/payload-key", i % 100000);
+		std::vector<std::string> vals;
+		vals.reserve(1);
+		vals.emplace_back(30, (char)('a' + i % 26));
+		index.emplace(std::string(key, 25), std::move(vals));
+	}
+	return mallinfo2().uordblks - before;
+}
+
 } // namespace
 
 int main(int argc, char **argv)
@@ -113,8 +136,13 @@ int main(int argc, char **argv)
 		for (auto &t : ts)
 			t.join();
 		delete warm_up();
+	} else if (std::strcmp(mode, "index") == 0 && argc > 2) {
+		long n = std::atol(argv[2]);
+		std::map<std::string, std::vector<std::string>> index;
+		size_t bytes = build_index(index, n);
+		std::printf("blocks %ld\nbytes %zu\n", 4 * (long)index.size(), bytes);
 	} else {
-		std::fprintf(stderr, "usage: heap_cxx double-delete|bad-alloc|correct\n");
+		std::fprintf(stderr, "usage: heap_cxx double-delete|bad-alloc|correct|index N\n");
 		return 2;
 	}
 	std::printf("done ok\n");

@@ -2,8 +2,10 @@
 /*
  * heap_overrun_next — a path copied into the FIELD-byte field of a
  * long-lived record with OVER bytes too many (strcpy of unchecked input):
- * the copy runs past the field, past heisen's canary, into the chunk
- * header glibc keeps in front of the next block, a scratch buffer of the
+ * the copy runs past the field, past heisen's canary (none after a field
+ * that fills glibc's chunk exactly, such as 40 bytes), into the chunk
+ * header glibc keeps in front of the next block, and with OVER large
+ * enough on through heisen's header of that block, a scratch buffer of the
  * same size the program frees at once.
  * Then it serves a thousand requests (a malloc and a free each: the scratch
  * buffer leaves the quarantine for glibc meanwhile) and frees the record

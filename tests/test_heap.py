@@ -314,13 +314,14 @@ def test_overflow_by_one(heisen, way):
     heap_abort_crash(r, pid)
 
 
-@pytest.mark.parametrize("field,over", [(40, 24), (2000, 32)])
+@pytest.mark.parametrize("field,over", [(40, 8), (48, 16), (2000, 32)])
 def test_overflow_into_the_next_chunk_found_when_it_is_given_back(heisen, way, field, over):
     """A field overrun by `over` bytes (strcpy of unchecked input): past the
-    canary, into glibc's size word of the next block, a scratch buffer of
+    canary (none after 40 bytes, which fill glibc's chunk exactly; 8 bytes
+    after 48), into glibc's size word of the next block, a scratch buffer of
     the same size freed at once and given back to glibc a thousand frees of
-    that size later, long before the record's own free (a small block, and
-    one of 2000 bytes: the tail word and glibc's prev_size slot lie
+    that size later, long before the record's own free (two small blocks,
+    and one of 2000 bytes: the tail word and glibc's prev_size slot lie
     between).  heisen checks that size word before glibc trusts it: a
     heap-overflow of the record with its allocation stack, found at the
     free that gave the scratch buffer back (glibc's own abort, with no
@@ -341,6 +342,82 @@ def test_overflow_into_the_next_chunk_found_when_it_is_given_back(heisen, way, f
         assert [s["role"] for s in f["stacks"]] == ["free", "allocation"]
         assert frame_functions(stack_by_role(f, "allocation"))[0] == "make_record"
     heap_abort_crash(r, pid)
+
+
+@pytest.mark.parametrize("field,over", [(40, 24), (41, 39), (2000, 48)])
+def test_overflow_through_the_next_header_found_at_the_next_free(heisen, way, field, over):
+    """The same overrun, long enough to run through glibc's size word into
+    the scratch buffer's own chunk header (heisen's magic and state), and
+    the scratch buffer freed next: that free finds no block of heisen's, but
+    the record in front of it ends right there with its tail broken (its
+    canary; after 40 bytes, the size word's flags): a heap-overflow of the
+    record with its allocation stack and the free that found it (an
+    invalid free of the scratch buffer, the wrong bug, before).  The
+    scratch buffer is kept from glibc, whose free would trust a chunk
+    header made of the path's bytes."""
+    p = way.run([target(heisen, "heap_overrun_next"), field, over], env=HEAP)
+    assert p.returncode == way.killed_by(signal.SIGABRT), (p.returncode, p.stderr)
+    assert "done ok" not in p.stdout
+    pid = fact_int(p.stdout, "pid")
+    block, nxt = (int(facts(p.stdout)[k][0], 16) for k in ("block", "next"))
+    r = heisen.dump_json(way.session, expect_rc=1)
+    assert findings_of(r, "invalid-free") == [], r["findings"]
+    f = one(r, "heap-overflow")
+    assert hexint(f["address"]) == block and f["size"] == field, f
+    assert hex(nxt) in f["message"] and "ran past its end" in f["message"], f["message"]
+    assert frame_functions(stack_by_role(f, "free"))[0] == "main"
+    if field < 960:
+        assert [s["role"] for s in f["stacks"]] == ["free", "allocation"]
+        assert frame_functions(stack_by_role(f, "allocation"))[0] == "make_record"
+    heap_abort_crash(r, pid)
+
+
+@pytest.mark.parametrize("length", [40, 88, 472, 47])
+def test_ctypes_off_by_one_found_at_the_free(heisen, session, length):
+    """A ctypes helper that copies a str into malloc(len(bytes)) with strcpy
+    (no room for the NUL), the block freed later: a heap-overflow at that
+    free with the Python lines of the allocation and the free.  Lengths of
+    40, 88 and 472 bytes fill glibc's chunk exactly (n + 8 a multiple of 16,
+    the blocks that carry no canary): the NUL lands in glibc's size word of
+    the next chunk, whose flags the free checks; 47 leaves slack for a
+    canary."""
+    script = heisen.src_targets / "py_ctypes_overflow.py"
+    p = heisen.preload(["/usr/bin/python3", script, length], session, env={**HEAP, "HEISEN_GUARD_RATE": "0"})
+    assert p.returncode == -signal.SIGABRT, (p.returncode, p.stderr)
+    assert "done ok" not in p.stdout
+    pid, tid = fact_int(p.stdout, "pid"), fact_int(p.stdout, "tid_main")
+    r = heisen.dump_json(session, expect_rc=1)
+    f = one(r, "heap-overflow")
+    assert f["tids"] == [tid, tid] and f["size"] == length, f
+    assert hexint(f["address"]) == int(facts(p.stdout)["pointer"][0], 16)
+    assert "found at its free" in f["message"], f["message"]
+    assert [s["role"] for s in f["stacks"]] == ["free", "allocation"]
+    for role, (fn, marker) in {"free": ("destroy", "free"), "allocation": ("to_c_string", "alloc")}.items():
+        py = python_frames(stack_by_role(f, role))
+        assert py and py[0]["function"] == fn, (role, [(x["function"], x["line"]) for x in py])
+        assert py[0]["line"] == marker_line(script, marker), (role, py[0])
+    heap_abort_crash(r, pid)
+
+
+def test_cxx_index_costs_the_header_alone(heisen, tmp_path):
+    """A C++ index (std::map of 25-character keys to vectors of one
+    30-character string: blocks of 88, 26, 32 and 31 bytes, the 88-byte map
+    node filling glibc's chunk exactly): by glibc's own count of the bytes
+    its chunks hold in use (mallinfo2), each block costs the 16-byte chunk
+    header over glibc alone and nothing more (an exact fit cost 32 with a
+    canary of its own).  Guard-page samples off: a sampled block is not in
+    glibc's count."""
+    cmd = [target(heisen, "heap_cxx"), "index", 20000]
+    native = subprocess.run([str(c) for c in cmd], env=heisen.env(), capture_output=True, text=True, timeout=60)
+    assert native.returncode == 0, native.stderr
+    p = heisen.preload(cmd, tmp_path / "s", env={**HEAP, "HEISEN_GUARD_RATE": "0"})
+    assert p.returncode == 0 and "done ok" in p.stdout, (p.returncode, p.stderr[-2000:])
+    blocks = fact_int(p.stdout, "blocks")
+    assert blocks == fact_int(native.stdout, "blocks") == 4 * 20000
+    extra = (fact_int(p.stdout, "bytes") - fact_int(native.stdout, "bytes")) / blocks
+    assert 15.5 <= extra <= 16.5, extra
+    r = heisen.dump_json(tmp_path / "s", expect_rc=0)
+    assert heap_findings(r) == []
 
 
 def test_frees_after_a_threads_exit_cleanup_keep_no_quarantine(heisen, tmp_path):
