@@ -1810,7 +1810,9 @@ static inline int sys_result_t(long r, struct hs_tls *t)
  * close: a hook of its own calling into the core was one more frame, ~20
  * instructions and two lines of code, cold after each system call
  * (bench/README.md "The open/close pair: a close folded into its
- * creation's event").
+ * creation's event").  With fd tracking off (HEISEN_FDS=0) the same call
+ * and no record: not glibc's open64 returning through this frame
+ * (bench/README.md "The open/close pair: what the hook layer costs").
  */
 HS_EXPORT int open64(const char *path, int flags, ...)
 {
