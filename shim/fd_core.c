@@ -1810,9 +1810,7 @@ static inline int sys_result_t(long r, struct hs_tls *t)
  * close: a hook of its own calling into the core was one more frame, ~20
  * instructions and two lines of code, cold after each system call
  * (bench/README.md "The open/close pair: a close folded into its
- * creation's event").  With fd tracking off (HEISEN_FDS=0) the same call
- * and no record: not glibc's open64 returning through this frame
- * (bench/README.md "The open/close pair: what the hook layer costs").
+ * creation's event").
  */
 HS_EXPORT int open64(const char *path, int flags, ...)
 {
@@ -1826,9 +1824,8 @@ HS_EXPORT int open64(const char *path, int flags, ...)
 	}
 	uint64_t site = HS_FD_SITE();
 	mode_t mode = OPEN_MODE(flags);
-	/* acquire: real_open64 and raw_calls were set before mode turned ON or OFF (hs_fds_init) */
-	unsigned m = __atomic_load_n(&hs_fd_hot.mode, __ATOMIC_ACQUIRE);
-	if (HS_LIKELY(m == HS_FD_MODE_ON)) {
+	/* acquire: real_open64 was set before mode turned ON (hs_fds_init) */
+	if (HS_LIKELY(__atomic_load_n(&hs_fd_hot.mode, __ATOMIC_ACQUIRE) == HS_FD_MODE_ON)) {
 		/* one thread: read once, for the call and the record (only this
 		 * thread, in this hook, could start another) */
 		int one = one_thread();
@@ -1838,10 +1835,6 @@ HS_EXPORT int open64(const char *path, int flags, ...)
 			     : hs_fd_hot.real_open64(path, flags, mode);
 		return opened_on(fd, AT_FDCWD, path, flags, HS_FDC_OPEN, site, one);
 	}
-	if (m == HS_FD_MODE_OFF) /* HEISEN_FDS=0: the call alone, made as with tracking on */
-		return HS_LIKELY(hs_fd_hot.raw_calls && one_thread())
-			       ? sys_result_t(fd_sys(SYS_openat, AT_FDCWD, (long)(uintptr_t)path, flags, mode), &hs_tls)
-			       : hs_fd_hot.real_open64(path, flags, mode);
 	fd = HS_REAL(open64)(path, flags, mode);
 	return opened(fd, AT_FDCWD, path, flags, HS_FDC_OPEN, site);
 }
@@ -2252,23 +2245,14 @@ static inline __attribute__((always_inline)) int close_record(int fd, unsigned c
 	uint32_t stack;
 	uint64_t now;
 	int e, rc, *ep, one;
-	unsigned m;
 
 	/* hs_fork_pending is 1 only while hs_recording is 0 (init.c atfork_child):
 	 * its line is read only then */
 	if (HS_UNLIKELY(!__atomic_load_n(&hs_recording, __ATOMIC_RELAXED)) &&
 	    HS_UNLIKELY(__atomic_load_n(&hs_fork_pending, __ATOMIC_RELAXED)) && hs_fork_close(fd, &rc))
 		return rc; /* a fork child before its first event (init.c) */
-	/* acquire: real_close and raw_calls were set before mode turned ON or OFF (hs_fds_init) */
-	m = __atomic_load_n(&hs_fd_hot.mode, __ATOMIC_ACQUIRE);
-	if (HS_UNLIKELY(m != HS_FD_MODE_ON)) {
-		if (m == HS_FD_MODE_OFF) /* HEISEN_FDS=0: the call alone, made as with tracking on */
-			return HS_LIKELY(hs_fd_hot.raw_calls && one_thread())
-				       ? sys_result_t(fd_sys(SYS_close, fd, 0, 0, 0), &hs_tls)
-				       : hs_fd_hot.real_close(fd);
-		if (!hs_fd_on()) /* not known yet: hs_fds_init */
-			return HS_REAL(close)(fd);
-	}
+	if (!hs_fd_on())
+		return HS_REAL(close)(fd);
 	ep = fd_errno(&hs_tls);
 	e = *ep;
 	if (!(t = hs_enter()))
@@ -2698,14 +2682,7 @@ HS_HIDDEN void hs_fds_init(void)
 	if (!__atomic_compare_exchange_n(&hs_fd_mode, &expect, HS_FD_MODE_INIT, 0, __ATOMIC_ACQ_REL, __ATOMIC_RELAXED))
 		return;
 	t->in_hook = 1;
-	/* the calls open64 and close make, tracked or not */
-	hs_fd_hot.real_open64 = HS_REAL(open64);
-	hs_fd_hot.real_close = HS_REAL(close);
-#if defined(__x86_64__)
-	hs_fd_hot.raw_calls = (uint8_t)(libc_own((void *)hs_fd_hot.real_open64) && libc_own((void *)hs_fd_hot.real_close));
-#endif
 	if (!hs_getenv_bool("HEISEN_FDS", 1)) { /* on unless HEISEN_FDS=0 */
-		/* release: real_open64, real_close and raw_calls are visible to a hook that sees OFF */
 		__atomic_store_n(&hs_fd_mode, HS_FD_MODE_OFF, __ATOMIC_RELEASE);
 		t->in_hook = was;
 		return;
@@ -2713,6 +2690,11 @@ HS_HIDDEN void hs_fds_init(void)
 	static const char *const fd_stacks[] = {"site", "full"};
 	full_stacks = (uint8_t)(hs_getenv_enum("HEISEN_FD_STACKS", fd_stacks, 2, 0) == 1);
 	hs_fd_hot.tsc_ok = (uint8_t)tsc_invariant();
+	hs_fd_hot.real_open64 = HS_REAL(open64);
+	hs_fd_hot.real_close = HS_REAL(close);
+#if defined(__x86_64__)
+	hs_fd_hot.raw_calls = (uint8_t)(libc_own((void *)hs_fd_hot.real_open64) && libc_own((void *)hs_fd_hot.real_close));
+#endif
 	t->fd_last = -1;
 	mark_header();
 	scan_inherited();

@@ -89,7 +89,7 @@ enum { HS_FD_MODE_UNKNOWN = 0, HS_FD_MODE_INIT = 1, HS_FD_MODE_OFF = 2, HS_FD_MO
 struct hs_fd_hot {
 	uint8_t mode;              /* [atomic] HS_FD_MODE_* */
 	uint8_t raw_calls;         /* open64's and close's system calls made in the hook with one thread
-				      (fd_core.c fd_sys), tracked or not: the real ones are libc's own */
+				      (fd_core.c fd_sys): the real ones are libc's own */
 	uint8_t full_stacks;       /* HEISEN_FD_STACKS=full */
 	uint8_t tsc_ok;            /* an invariant TSC (fd_core.c fd_clock) */
 	uint16_t committed_lo;     /* [atomic] the numbers below it have their slots' store (a prefix of
@@ -101,8 +101,8 @@ struct hs_fd_hot {
 	struct hs_fd *slots;       /* the fd table */
 	struct hs_fd_event *ring;  /* the event ring (HS_T_FD_EVENTS), NULL = none */
 	struct hs_header *hdr;     /* the segment's header (its fd counters and the ring's head) */
-	/* the real open64 and close (HS_REAL's, set before mode turns ON or
-	 * OFF): the two hottest hooks call through this line instead of hooks.c's */
+	/* the real open64 and close (HS_REAL's, set before mode turns ON): the
+	 * two hottest hooks call through this line instead of hooks.c's */
 	int (*real_open64)(const char *, int, ...);
 	int (*real_close)(int);
 } __attribute__((aligned(64)));

@@ -24,7 +24,6 @@ table, and the annotation API, end to end.
 
 Contracts: docs/interfaces.md "File descriptors"; the rules: README.md.
 """
-import errno
 import os
 import signal
 import subprocess
@@ -466,43 +465,6 @@ def test_fd_tracking_off(heisen, session):
     assert p.returncode == 0, p.stderr
     r = heisen.dump_json(session, expect_rc=0)
     assert r["findings"] == [] and process_of(r, fact_int(p.stdout, "pid"))["fds"] is None
-
-
-# A one-thread interpreter with fd tracking off: open64 and close make their
-# system calls in the hook (as with tracking on); each call must still return
-# what libc's would, set errno as libc's would, and pass the mode of O_CREAT.
-CALLS_UNTRACKED = """
-import os, sys, threading
-def err(f, *a):
-    try:
-        f(*a)
-        return 0
-    except OSError as e:
-        return e.errno
-print('threads', threading.active_count())
-print('missing', err(os.open, '/nonexistent-dir/x', os.O_RDONLY))
-os.umask(0)
-fd = os.open(sys.argv[1], os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o640)
-print('mode', oct(os.stat(sys.argv[1]).st_mode & 0o777))
-print('exists', err(os.open, sys.argv[1], os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600))
-print('close', err(os.close, fd))
-print('again', err(os.close, fd))
-print('pid', os.getpid())
-"""
-
-
-def test_fd_tracking_off_keeps_results_errno_and_mode(heisen, session, tmp_path):
-    src = tmp_path / "calls.py"
-    src.write_text(CALLS_UNTRACKED)
-    p = heisen.preload([SYSTEM_PYTHON, src, tmp_path / "made"], session, env={"HEISEN_FDS": "0"})
-    assert p.returncode == 0, p.stderr
-    f = {k: v[0] for k, v in facts(p.stdout).items()}
-    assert f["threads"] == "1"  # the hooks' one-thread path
-    assert f["missing"] == str(errno.ENOENT) and f["exists"] == str(errno.EEXIST)
-    assert f["mode"] == "0o640"
-    assert f["close"] == "0" and f["again"] == str(errno.EBADF)
-    r = heisen.dump_json(session, expect_rc=0)
-    assert r["findings"] == [] and process_of(r, int(f["pid"]))["fds"] is None
 
 
 # ---- the annotation API ---------------------------------------------------------------
