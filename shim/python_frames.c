@@ -1154,42 +1154,60 @@ unsigned hs_py_chain_frames(struct hs_seg *s, const uint64_t *pcs, unsigned n, u
  * rd()'s checked copies.
  */
 
-/* A frame address fit to dereference: past the first page, 8-aligned, a user-space address. */
+/* A frame address fit to dereference: past the first page, below 2^47 (user space), 8-aligned:
+ * (fp - 4096) & FP_BAD == 0, one test (0 and every small value wrap into the high bits). */
+#define FP_BAD 0xffff800000000007ull
 static inline __attribute__((always_inline)) int frame_ptr_ok(uint64_t fp)
 {
-	return fp >= 4096 && !(fp & 7) && fp < (1ull << 47);
+	return ((fp - 4096) & FP_BAD) == 0;
 }
 
-#define OUTER_ADDR ((1ull << 47) - 1) /* a key's code object address bits */
-#define OUTER_SHIM 1u                  /* the key of 3.12+'s shim frame of the evaluation loop */
+#define OUTER_ADDR ((1ull << 47) - 1) /* a key's address bits */
 
-/* The line key of frame p (outer[]) from its code object address and its instruction, L a
- * constant row of layouts[]: code | unit << 47, unit its f_lasti (3.8-3.10) or its instruction's
- * offset in code units (3.11+); 0 when it does not fit (an address past 47 bits, an offset of
- * 2^17 units or more: such a frame ends what a token keeps). */
+/* The line key of frame p (outer[]), L a constant row of layouts[]: 3.11+ its instruction
+ * pointer | unit << 47, unit the instruction's offset from its code object's instructions in
+ * code units (so the key gives the code object too: outer_code); 3.8-3.10 its code object |
+ * f_lasti << 47.  0 when it does not fit (an address past 47 bits, an offset of 2^17 units or
+ * more: such a frame ends what a token keeps).  3.12+'s shim frame of the evaluation loop (no
+ * Python function; 3.13's has no code object) gets a unit that makes its code address not
+ * 8-aligned, so that it never names a code object (outer_named). */
 static inline __attribute__((always_inline)) uint64_t outer_key(const struct py_layout *L, const unsigned char *p)
 {
-	uint64_t code = u64_at(p, L->f_code), unit;
-	if (L->chain == CHAIN_CSTACK && p[L->f_owner] == L->owner_cstack)
-		return OUTER_SHIM; /* (3.13's has no code object) */
-	if (L->chain == CHAIN_FRAME_OBJECT)
+	uint64_t code = u64_at(p, L->f_code), unit, at;
+	if (L->chain == CHAIN_FRAME_OBJECT) {
 		unit = (uint64_t)(int64_t)i32_at(p, L->f_instr);
-	else
-		unit = (u64_at(p, L->f_instr) - code - L->co_code) >> 1;
-	return code < 4096 || code > OUTER_ADDR || unit >= (1u << 17) ? 0 : code | unit << 47;
+		at = code;
+	} else {
+		at = u64_at(p, L->f_instr);
+		if (L->chain == CHAIN_CSTACK && p[L->f_owner] == L->owner_cstack)
+			unit = (at - L->co_code - 2) & 7 ? 1 : 2;
+		else
+			unit = (at - code - L->co_code) >> 1;
+	}
+	return at < 4096 || at > OUTER_ADDR || unit >= (1u << 17) ? 0 : at | unit << 47;
 }
 
-/* 1 when frame p runs where key (outer_key's, not 0) says, L a constant row of layouts[]: on
- * 3.11+ one load, its instruction pointer against the one the key gives (which names the code
- * object and the offset). */
+/* The code object a key names (outer_key's; 3.12+'s shims: an address not 8-aligned) and the
+ * instruction as pyframe_id takes it (3.11+ a pointer, 3.8-3.10 f_lasti). */
+static inline uint64_t outer_code(const struct py_layout *L, uint64_t key, uint64_t *instr)
+{
+	uint64_t at = key & OUTER_ADDR, unit = key >> 47;
+	if (L->chain == CHAIN_FRAME_OBJECT) {
+		*instr = unit;
+		return at;
+	}
+	*instr = at;
+	return at - L->co_code - unit * 2;
+}
+
+/* 1 when frame p runs where key (outer_key's, not 0) says: on 3.11+ one load, its instruction
+ * pointer against the key's address bits. */
 static inline __attribute__((always_inline)) int outer_at(const struct py_layout *L, const unsigned char *p,
 							  uint64_t key)
 {
 	if (L->chain == CHAIN_FRAME_OBJECT)
 		return (u64_at(p, L->f_code) | (uint64_t)(uint32_t)i32_at(p, L->f_instr) << 47) == key;
-	if (L->chain == CHAIN_CSTACK && HS_UNLIKELY(key == OUTER_SHIM))
-		return p[L->f_owner] == L->owner_cstack;
-	return u64_at(p, L->f_instr) == (key & OUTER_ADDR) + L->co_code + (key >> 47 << 1);
+	return u64_at(p, L->f_instr) == (key & OUTER_ADDR);
 }
 
 /* The keys of the frames further out than the live frame caller (0: none) into tk->outer[],
@@ -1200,7 +1218,7 @@ static inline __attribute__((always_inline)) void outer_fill(const struct py_lay
 {
 	uint64_t fp = caller ? u64_at((const unsigned char *)(uintptr_t)caller, L->f_back) : 0, key;
 	uint32_t k = 0;
-	while (fp >= 4096 && k < HS_PY_OUTER_MAX && frame_ptr_ok(fp)) {
+	while (k < HS_PY_OUTER_MAX && frame_ptr_ok(fp)) {
 		const unsigned char *p = (const unsigned char *)(uintptr_t)fp;
 		if ((key = outer_key(L, p)) == 0)
 			break;
@@ -1216,12 +1234,14 @@ static inline __attribute__((always_inline)) int outer_same(const struct py_layo
 							    const struct hs_pytoken *tk)
 {
 	uint64_t fp = caller ? u64_at((const unsigned char *)(uintptr_t)caller, L->f_back) : 0;
-	uint32_t n = tk->outer_n & 0xff;
-	if (HS_UNLIKELY(n > HS_PY_OUTER_MAX))
+	const uint64_t *k = tk->outer, *end = k + (tk->outer_n & 0xff);
+	if (HS_UNLIKELY(end > tk->outer + HS_PY_OUTER_MAX))
 		return 0;
-	for (uint32_t k = 0; k < n; k++) {
+	for (; k < end; k++) {
 		const unsigned char *p = (const unsigned char *)(uintptr_t)fp;
-		if (HS_UNLIKELY(!frame_ptr_ok(fp)) || !outer_at(L, p, tk->outer[k]))
+		if (HS_UNLIKELY(!frame_ptr_ok(fp)))
+			return 0;
+		if (!outer_at(L, p, *k))
 			return 0;
 		fp = u64_at(p, L->f_back);
 	}
@@ -1253,7 +1273,8 @@ static unsigned outer_verified(uint64_t caller, const struct hs_pytoken *tk, int
 	else if (caller)
 		goto out;
 	for (; k < n; k++) {
-		if (!frame_ptr_ok(fp) || (p = view(buf, fp, pf.frame_read)) == NULL || !outer_at(L, p, tk->outer[k]))
+		if (!frame_ptr_ok(fp) || (p = view(buf, fp, pf.frame_read)) == NULL ||
+		    !outer_at(L, p, tk->outer[k]))
 			goto out;
 		fp = u64_at(p, L->f_back);
 	}
@@ -1506,11 +1527,10 @@ static unsigned outer_named(struct hs_seg *s, const struct hs_pytoken *tk, unsig
 	const struct py_layout *L = pf.L;
 	uint32_t n = tk->outer_n & 0xff, id;
 	for (uint32_t k = from; k < n && k < HS_PY_OUTER_MAX && o < cap; k++) {
-		uint64_t code = tk->outer[k] & OUTER_ADDR, unit = tk->outer[k] >> 47;
-		if (tk->outer[k] == OUTER_SHIM)
-			continue;
-		id = token_frame_id(s, code, L->chain == CHAIN_FRAME_OBJECT ? unit : code + L->co_code + unit * 2, 1);
-		if (id)
+		uint64_t instr, code = outer_code(L, tk->outer[k], &instr);
+		if (code & 7)
+			continue; /* 3.12+'s shim (outer_key) */
+		if ((id = token_frame_id(s, code, instr, 1)) != 0)
 			out[o++] = HS_PC_PYTHON | id;
 	}
 	return o;
