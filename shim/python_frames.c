@@ -1591,11 +1591,12 @@ unsigned hs_py_held_frames(struct hs_seg *s, const uint64_t *inner, unsigned ni,
 		if (o < cap && (id = token_frame_id(s, tk->caller_code, tk->caller_instr, 1)) != 0)
 			out[o++] = HS_PC_PYTHON | id;
 		budget = PY_CHAIN_MAX;
+		/* the caller gone too: the frames further out as they were, named from their keys */
 		if ((caller = chain_find(tk->caller, &b, &budget)) == 0 || o >= cap)
-			return o;
+			return outer_named(s, tk, 0, out, o, cap);
 		fp = read_frame(caller, &f);
 		if (f.code != tk->caller_code)
-			return o;
+			return outer_named(s, tk, 0, out, o, cap);
 		entry = f.entry;
 		first = 0;
 	}

@@ -12,11 +12,14 @@ two-level function helper (take -> _take -> acquire), both in a loop, the
 first lock still held while the second is taken; audit() and backward()
 take each pair in the opposite order: two lock-order cycles, whose edges
 carry the stack of the lock held (taken at the first line), read while the
-second is taken (at the second line).
+second is taken (at the second line).  relay() does the same with a
+native pthread mutex (taken through ctypes.PyDLL, the GIL held) and a
+Python lock through hold -> _hold, relay_back() in the opposite order.
 
 Prints "pid P", "rounds N".
 """
 import contextlib
+import ctypes
 import os
 import threading
 
@@ -73,12 +76,55 @@ def backward():
             pass
 
 
+class NativeMutex:
+    """A pthread mutex taken with the GIL held (ctypes.PyDLL keeps it, as a C
+    extension that takes its own mutex without releasing the GIL does)."""
+
+    libc = ctypes.PyDLL(None)
+
+    def __init__(self):
+        self.m = ctypes.create_string_buffer(64)  # zeroed: PTHREAD_MUTEX_INITIALIZER
+
+    def acquire(self):
+        assert self.libc.pthread_mutex_lock(self.m) == 0
+
+    def release(self):
+        assert self.libc.pthread_mutex_unlock(self.m) == 0
+
+
+gate = NativeMutex()
+signal_lock = threading.Lock()
+
+
+def hold(lock):
+    _hold(lock)
+
+
+def _hold(lock):
+    lock.acquire()
+
+
+def relay():
+    hold(gate)  # marker: relay takes gate
+    hold(signal_lock)  # marker: relay takes signal
+    signal_lock.release()
+    gate.release()
+
+
+def relay_back():
+    with signal_lock:
+        gate.acquire()
+        gate.release()
+
+
 def locks():
     for _ in range(ROUNDS):
         transfer()
         forward()
+        relay()
     audit()
     backward()
+    relay_back()
 
 
 def main():

@@ -28,14 +28,17 @@ def lines_of(stack, function):
 @pytest.mark.parametrize("helper,function,first,second", [
     ("locked", "transfer", "transfer takes accounts", "transfer takes ledger"),
     ("_take", "forward", "forward takes queue", "forward takes stats"),
-], ids=["contextmanager", "two-level-function"])
+    ("_hold", "relay", "relay takes gate", "relay takes signal"),
+], ids=["contextmanager", "two-level-function", "native-mutex"])
 def test_a_lock_held_through_a_shared_helper_names_its_own_line(
         heisen, session, py, helper, function, first, second):  # noqa: F811
     """function takes lock X at line `first` through the helper, keeps it,
     and takes lock Y at line `second` through the same helper; elsewhere Y
     then X: a lock-order cycle.  The edge X -> Y carries X's acquisition
     stack, read when Y is taken, while a new call of the helper sits where
-    X's call was: it names `first` and not `second`; Y's names `second`."""
+    X's call was: it names `first` and not `second`; Y's names `second`.
+    native-mutex: X is a pthread mutex taken with the GIL held (its stack is
+    kept lazily by the pthread hook as a Python lock's is), Y a Python lock."""
     src = heisen.src_targets / "py_helper_lines.py"
     p = heisen.preload([py.exe, src], session, timeout=180)
     assert p.returncode == 0, (p.returncode, p.stderr[-3000:])
