@@ -1042,10 +1042,13 @@ struct hs_pychain {
 /*
  * The innermost Python frame of a call and its caller, kept instead of the
  * call's whole chain (hs_chain_read_lazy): each frame's address, code
- * object and instruction (a pointer on 3.11+, f_lasti before).  They say
- * later whether the frame is still the same call, and name the two frames
- * when it is not (hs_py_held_frames).  Thread-local; addresses in the
- * thread's own Python frame chain.
+ * object and instruction (a pointer on 3.11+, f_lasti before), and the line
+ * keys of up to HS_PY_OUTER_MAX frames further out.  They say later whether
+ * the frames are still the same calls, and name them when they are not
+ * (hs_py_held_frames).  Thread-local; addresses in the thread's own Python
+ * frame chain, compared, never dereferenced once kept (the frames may have
+ * returned).  72 + 8 * HS_PY_OUTER_MAX bytes, no more than hs_chain's
+ * struct hs_pychain it shares a union with.
  */
 struct hs_pytoken {
 	uint64_t fp, code, instr;
