@@ -1131,6 +1131,169 @@ unsigned hs_py_chain_frames(struct hs_seg *s, const uint64_t *pcs, unsigned n, u
 }
 
 /*
+ * The frames further out than a token's caller (struct hs_pytoken's outer[]).
+ * A helper of two or more Python levels (contextlib's @contextmanager, f()
+ * calling g() calling acquire()) runs at the same frame addresses and
+ * instructions whoever calls it; a lock taken through it and still held
+ * when the same helper runs again from another line has, in the thread's
+ * chain, the new call's frames where its own were: only a frame further
+ * out than the token's caller differs.  So each acquisition keeps the line
+ * key of up to HS_PY_OUTER_MAX frames further out (outer_fill) and checks
+ * them on a repeat (outer_same); a stack read later shows only the frames
+ * further out that still have the keys kept (outer_verified), and ends
+ * there, truncated (docs/design.md "Lock order").
+ *
+ * Every frame pointer walked here comes from the calling thread's live
+ * chain: its thread state's current frame and the f_back/previous of each
+ * frame read after it, never an address kept in a token (a token may be
+ * stale: the frames it names may have returned).  On the acquisition path
+ * (outer_fill, outer_same) the thread is inside a hook, called from C:
+ * its chain is consistent, and the loads are direct, as token_read's;
+ * each pointer is still checked before it is dereferenced (frame_ptr_ok)
+ * and the walk is bounded.  The later read (outer_verified) goes through
+ * rd()'s checked copies.
+ */
+
+/* A frame address fit to dereference: past the first page, below 2^47 (user space), 8-aligned:
+ * (fp - 4096) & FP_BAD == 0, one test (0 and every small value wrap into the high bits). */
+#define FP_BAD 0xffff800000000007ull
+static inline __attribute__((always_inline)) int frame_ptr_ok(uint64_t fp)
+{
+	return ((fp - 4096) & FP_BAD) == 0;
+}
+
+#define OUTER_ADDR ((1ull << 47) - 1) /* a key's address bits */
+
+/* The line key of frame p (outer[]), L a constant row of layouts[]: 3.11+ its instruction
+ * pointer | unit << 47, unit the instruction's offset from its code object's instructions in
+ * code units (so the key gives the code object too: outer_code); 3.8-3.10 its code object |
+ * f_lasti << 47.  0 when it does not fit (an address past 47 bits, an offset of 2^17 units or
+ * more: such a frame ends what a token keeps).  3.12+'s shim frame of the evaluation loop (no
+ * Python function; 3.13's has no code object) gets a unit that makes its code address not
+ * 8-aligned, so that it never names a code object (outer_named). */
+static inline __attribute__((always_inline)) uint64_t outer_key(const struct py_layout *L, const unsigned char *p)
+{
+	uint64_t code = u64_at(p, L->f_code), unit, at;
+	if (L->chain == CHAIN_FRAME_OBJECT) {
+		unit = (uint64_t)(int64_t)i32_at(p, L->f_instr);
+		at = code;
+	} else {
+		at = u64_at(p, L->f_instr);
+		if (L->chain == CHAIN_CSTACK && p[L->f_owner] == L->owner_cstack)
+			unit = (at - L->co_code - 2) & 7 ? 1 : 2;
+		else
+			unit = (at - code - L->co_code) >> 1;
+	}
+	return at < 4096 || at > OUTER_ADDR || unit >= (1u << 17) ? 0 : at | unit << 47;
+}
+
+/* The code object a key names (outer_key's; 3.12+'s shims: an address not 8-aligned) and the
+ * instruction as pyframe_id takes it (3.11+ a pointer, 3.8-3.10 f_lasti). */
+static inline uint64_t outer_code(const struct py_layout *L, uint64_t key, uint64_t *instr)
+{
+	uint64_t at = key & OUTER_ADDR, unit = key >> 47;
+	if (L->chain == CHAIN_FRAME_OBJECT) {
+		*instr = unit;
+		return at;
+	}
+	*instr = at;
+	return at - L->co_code - unit * 2;
+}
+
+/* 1 when frame p runs where key (outer_key's, not 0) says: on 3.11+ one load, its instruction
+ * pointer against the key's address bits. */
+static inline __attribute__((always_inline)) int outer_at(const struct py_layout *L, const unsigned char *p,
+							  uint64_t key)
+{
+	if (L->chain == CHAIN_FRAME_OBJECT)
+		return (u64_at(p, L->f_code) | (uint64_t)(uint32_t)i32_at(p, L->f_instr) << 47) == key;
+	return u64_at(p, L->f_instr) == (key & OUTER_ADDR);
+}
+
+/* The keys of the frames further out than the live frame caller (0: none) into tk->outer[],
+ * up to HS_PY_OUTER_MAX, and their count into tk->outer_n (| HS_PY_OUTER_MORE when the chain
+ * goes on). */
+static inline __attribute__((always_inline)) void outer_fill(const struct py_layout *L, uint64_t caller,
+							     struct hs_pytoken *tk)
+{
+	uint64_t fp = caller ? u64_at((const unsigned char *)(uintptr_t)caller, L->f_back) : 0, key;
+	uint32_t k = 0;
+	while (k < HS_PY_OUTER_MAX && frame_ptr_ok(fp)) {
+		const unsigned char *p = (const unsigned char *)(uintptr_t)fp;
+		if ((key = outer_key(L, p)) == 0)
+			break;
+		tk->outer[k++] = key;
+		fp = u64_at(p, L->f_back);
+	}
+	tk->outer_n = k | (fp >= 4096 ? HS_PY_OUTER_MORE : 0);
+}
+
+/* 1 when the frames further out than the live frame caller (0: none) run where tk's keys say,
+ * as many, and go on past them exactly when tk's did. */
+static inline __attribute__((always_inline)) int outer_same(const struct py_layout *L, uint64_t caller,
+							    const struct hs_pytoken *tk)
+{
+	uint64_t fp = caller ? u64_at((const unsigned char *)(uintptr_t)caller, L->f_back) : 0;
+	const uint64_t *k = tk->outer, *end = k + (tk->outer_n & 0xff);
+	if (HS_UNLIKELY(end > tk->outer + HS_PY_OUTER_MAX))
+		return 0;
+	for (; k < end; k++) {
+		const unsigned char *p = (const unsigned char *)(uintptr_t)fp;
+		if (HS_UNLIKELY(!frame_ptr_ok(fp)))
+			return 0;
+		if (!outer_at(L, p, *k))
+			return 0;
+		fp = u64_at(p, L->f_back);
+	}
+	return (fp >= 4096) == !!(tk->outer_n & HS_PY_OUTER_MORE);
+}
+
+/*
+ * How many of tk's outer[] the calling thread's chain still has, in order,
+ * from the frame further out than caller (a frame found in the live chain
+ * now), read with rd()'s checked copies: the frames further out a stack
+ * read now may show.  *all = 1 when every one is there and the chain ends
+ * where it ended (or goes on where it went on past them).
+ */
+static unsigned outer_verified(uint64_t caller, const struct hs_pytoken *tk, int *all)
+{
+	const struct py_layout *L = pf.L;
+	unsigned char buf[PY_FRAME_READ];
+	const unsigned char *p;
+	uint32_t n = tk->outer_n & 0xff, k = 0;
+	uint64_t fp = 0;
+	int was = hs_py_careful;
+
+	*all = 0;
+	if (n > HS_PY_OUTER_MAX)
+		return 0;
+	hs_py_careful = 1; /* rd() through process_vm_readv: a bad address fails, never faults */
+	if (caller && (p = view(buf, caller, pf.frame_read)) != NULL)
+		fp = u64_at(p, L->f_back);
+	else if (caller)
+		goto out;
+	for (; k < n; k++) {
+		if (!frame_ptr_ok(fp) || (p = view(buf, fp, pf.frame_read)) == NULL ||
+		    !outer_at(L, p, tk->outer[k]))
+			goto out;
+		fp = u64_at(p, L->f_back);
+	}
+	*all = !(tk->outer_n & HS_PY_OUTER_MORE) && fp < 4096; /* and nothing further out unchecked */
+out:
+	hs_py_careful = was;
+	return k;
+}
+
+int hs_py_token_same_call(const struct hs_pytoken *a, const struct hs_pytoken *b)
+{
+	uint32_t n = a->outer_n & 0xff;
+	return a->fp == b->fp && a->code == b->code && a->instr == b->instr && a->prev == b->prev &&
+	       a->prev_instr == b->prev_instr && a->caller == b->caller && a->caller_instr == b->caller_instr &&
+	       a->entry == b->entry && a->outer_n == b->outer_n && n <= HS_PY_OUTER_MAX &&
+	       memcmp(a->outer, b->outer, n * sizeof a->outer[0]) == 0;
+}
+
+/*
  * 1 when the token tk (a whole one, the last this thread read) still names
  * the calling thread's innermost Python frame, L a constant row of
  * layouts[]: the same frame still runs at tk's instruction under tk's next
@@ -1162,10 +1325,10 @@ static inline __attribute__((always_inline)) int token_same(const struct py_layo
 				(uint64_t)(int64_t)i32_at(p, L->f_instr) != tk->instr))
 			return 0;
 		if (!tk->prev)
-			return 1;
+			return outer_same(L, 0, tk);
 		q = (const unsigned char *)(uintptr_t)prev;
 		return (uint64_t)(int64_t)i32_at(q, L->f_instr) == tk->prev_instr && tk->caller_code &&
-		       u64_at(q, L->f_code) == tk->caller_code;
+		       u64_at(q, L->f_code) == tk->caller_code && outer_same(L, prev, tk);
 	}
 	if (HS_UNLIKELY(u64_at(p, L->f_code) != tk->code || prev != tk->prev || u64_at(p, L->f_instr) != tk->instr))
 		return 0;
@@ -1174,19 +1337,21 @@ static inline __attribute__((always_inline)) int token_same(const struct py_layo
 	 * names its code on 3.11+, so an unchanged one is the same caller, caller_code too) */
 	q = (const unsigned char *)(uintptr_t)prev;
 	if (L->chain == CHAIN_IS_ENTRY)
-		return (uint32_t)(p[L->f_is_entry] != 0) == tk->entry && (!prev || u64_at(q, L->f_instr) == tk->prev_instr);
+		return (uint32_t)(p[L->f_is_entry] != 0) == tk->entry &&
+		       (!prev || u64_at(q, L->f_instr) == tk->prev_instr) && outer_same(L, prev, tk);
 	if (!prev)
-		return 1; /* no next frame out: no entry, no caller */
+		return outer_same(L, 0, tk); /* no next frame out: no entry, no caller */
 	prev_instr = u64_at(q, L->f_instr);
 	if (prev_instr != tk->prev_instr)
 		return 0;
 	if (q[L->f_owner] != L->owner_cstack)
-		return tk->entry == 0 && tk->caller == prev; /* called from Python: the caller is prev */
+		return tk->entry == 0 && tk->caller == prev && outer_same(L, prev, tk); /* called from Python: the caller is prev */
 	/* called from C: the caller is past the evaluation loop's shim */
 	caller = u64_at(q, L->f_back);
 	caller = caller < 4096 ? 0 : caller;
 	return tk->entry != 0 && caller == tk->caller &&
-	       (!caller || u64_at((const unsigned char *)(uintptr_t)caller, L->f_instr) == tk->caller_instr);
+	       (!caller || u64_at((const unsigned char *)(uintptr_t)caller, L->f_instr) == tk->caller_instr) &&
+	       outer_same(L, caller, tk);
 }
 
 /*
@@ -1270,6 +1435,7 @@ static inline __attribute__((always_inline)) int token_read(const struct py_layo
 	tk->caller_code = caller_code;
 	tk->caller_instr = caller_instr;
 	tk->entry = entry;
+	outer_fill(L, caller, tk);
 	return 1;
 }
 
@@ -1352,13 +1518,31 @@ static unsigned frames_to_entry(struct hs_seg *s, uint64_t *fp, unsigned *budget
 	return o;
 }
 
+/* A token's kept frames further out from outer[from] on (not 3.12+'s shims) into
+ * out[o .. cap), each named from its key with care (its code object may be gone):
+ * the acquisition's lines.  Returns the new o. */
+static unsigned outer_named(struct hs_seg *s, const struct hs_pytoken *tk, unsigned from, uint64_t *out,
+			    unsigned o, unsigned cap)
+{
+	const struct py_layout *L = pf.L;
+	uint32_t n = tk->outer_n & 0xff, id;
+	for (uint32_t k = from; k < n && k < HS_PY_OUTER_MAX && o < cap; k++) {
+		uint64_t instr, code = outer_code(L, tk->outer[k], &instr);
+		if (code & 7)
+			continue; /* 3.12+'s shim (outer_key) */
+		if ((id = token_frame_id(s, code, instr, 1)) != 0)
+			out[o++] = HS_PC_PYTHON | id;
+	}
+	return o;
+}
+
 unsigned hs_py_held_frames(struct hs_seg *s, const uint64_t *inner, unsigned ni, const uint64_t *mid, unsigned nm,
 			   const struct hs_pytoken *tk, const uint64_t *cur, unsigned n, uint64_t *out, unsigned cap,
 			   int *whole)
 {
-	uint64_t fp, next = 0, lo, hi;
-	unsigned o = 0, b = 0, i, k, budget = PY_CHAIN_MAX;
-	int same = 0, entry;
+	uint64_t fp, next = 0, lo, hi, caller = 0;
+	unsigned o = 0, b = 0, i, k, budget = PY_CHAIN_MAX, first, verified;
+	int same = 0, entry, all = 0;
 	struct pyf f;
 	uint32_t id;
 
@@ -1376,8 +1560,16 @@ unsigned hs_py_held_frames(struct hs_seg *s, const uint64_t *inner, unsigned ni,
 		same = f.code == tk->code && (next < 4096 ? 0 : next) == tk->prev;
 		if (same && tk->prev) {
 			struct pyf g;
-			read_frame(tk->prev, &g);
+			/* tk->prev is the live next frame out (next): read, then its caller past a shim */
+			uint64_t c = read_frame(tk->prev, &g);
 			same = g.instr == tk->prev_instr;
+			caller = tk->caller == tk->prev ? tk->prev : c < 4096 ? 0 : c;
+			if (same && caller != tk->caller)
+				same = 0;
+			if (same && caller && caller != tk->prev) {
+				read_frame(caller, &g);
+				same = g.instr == tk->caller_instr;
+			}
 		}
 	}
 	/* the frame at the instruction it acquired at */
@@ -1386,6 +1578,7 @@ unsigned hs_py_held_frames(struct hs_seg *s, const uint64_t *inner, unsigned ni,
 	if (same) {
 		fp = next;
 		entry = f.entry;
+		first = caller && caller != tk->prev ? 2 : 1; /* frames up to the caller: the shim, the caller */
 	} else {
 		/* it returned (a helper such as Condition.__enter__ took the lock): the native
 		 * frames between it and its caller when it was called from C (kept: mid), its
@@ -1398,13 +1591,22 @@ unsigned hs_py_held_frames(struct hs_seg *s, const uint64_t *inner, unsigned ni,
 		if (o < cap && (id = token_frame_id(s, tk->caller_code, tk->caller_instr, 1)) != 0)
 			out[o++] = HS_PC_PYTHON | id;
 		budget = PY_CHAIN_MAX;
-		if ((fp = chain_find(tk->caller, &b, &budget)) == 0 || o >= cap)
-			return o;
-		fp = read_frame(fp, &f);
+		/* the caller gone too: the frames further out as they were, named from their keys */
+		if ((caller = chain_find(tk->caller, &b, &budget)) == 0 || o >= cap)
+			return outer_named(s, tk, 0, out, o, cap);
+		fp = read_frame(caller, &f);
 		if (f.code != tk->caller_code)
-			return o;
+			return outer_named(s, tk, 0, out, o, cap);
 		entry = f.entry;
+		first = 0;
 	}
+	/* the frames further out than the caller: only as many as still have the keys kept at the
+	 * acquisition (a new call of the same helpers from another line differs in one), then the
+	 * stack ends, truncated; whole when all are there and the chain ended with them */
+	verified = caller ? outer_verified(caller, tk, &all) : 0;
+	if (!caller)
+		all = (tk->outer_n & 0xff) == 0; /* no caller: nothing further out was kept */
+	budget = first + verified;
 	/* the callers in the same evaluation-loop call */
 	if (!entry)
 		o = frames_to_entry(s, &fp, &budget, out, o, cap, 1);
@@ -1414,8 +1616,8 @@ unsigned hs_py_held_frames(struct hs_seg *s, const uint64_t *inner, unsigned ni,
 			break;
 	if (i >= n)
 		return o;
-	/* further out, as interleave() does */
-	for (i++; i < n && o < cap; i++) {
+	/* further out, as interleave() does, as far as the frames checked go */
+	for (i++; i < n && o < cap && (budget || all); i++) {
 		if (!(cur[i] > lo && cur[i] <= hi) || !fp || !budget) {
 			out[o++] = cur[i];
 			continue;
@@ -1423,7 +1625,11 @@ unsigned hs_py_held_frames(struct hs_seg *s, const uint64_t *inner, unsigned ni,
 		o = frames_to_entry(s, &fp, &budget, out, o, cap, 1);
 	}
 	o = frames_to_entry(s, &fp, &budget, out, o, cap, 0);
-	*whole = 1;
+	/* past the frames still there: the ones kept, named from their keys (no native frames
+	 * between them), and the stack ends there */
+	if (!all && !budget)
+		o = outer_named(s, tk, verified, out, o, cap);
+	*whole = all;
 	return o;
 }
 

@@ -1036,13 +1036,19 @@ struct hs_pychain {
 	uint8_t at[HS_CHAIN_MAX];    /* the native frame each stands in for */
 };
 
+#define HS_PY_OUTER_MAX 12u      /* frames further out than the caller kept in a token (hs_pytoken.outer) */
+#define HS_PY_OUTER_MORE 0x100u  /* hs_pytoken.outer_n: the chain goes on past outer[] */
+
 /*
  * The innermost Python frame of a call and its caller, kept instead of the
  * call's whole chain (hs_chain_read_lazy): each frame's address, code
- * object and instruction (a pointer on 3.11+, f_lasti before).  They say
- * later whether the frame is still the same call, and name the two frames
- * when it is not (hs_py_held_frames).  Thread-local; addresses in the
- * thread's own Python frame chain.
+ * object and instruction (a pointer on 3.11+, f_lasti before), and the line
+ * keys of up to HS_PY_OUTER_MAX frames further out.  They say later whether
+ * the frames are still the same calls, and name them when they are not
+ * (hs_py_held_frames).  Thread-local; addresses in the thread's own Python
+ * frame chain, compared, never dereferenced once kept (the frames may have
+ * returned).  72 + 8 * HS_PY_OUTER_MAX bytes, no more than hs_chain's
+ * struct hs_pychain it shares a union with.
  */
 struct hs_pytoken {
 	uint64_t fp, code, instr;
@@ -1051,8 +1057,16 @@ struct hs_pytoken {
 					       evaluation loop; caller_code 0: none to name) */
 	uint32_t entry;                     /* the frame ends its evaluation-loop call: its caller runs in
 					       another, called from C (a `with` statement's __enter__) */
-	uint32_t pad;
+	uint32_t outer_n;                   /* keys in outer[], | HS_PY_OUTER_MORE when the chain went on
+					       past them (more than HS_PY_OUTER_MAX frames, or a pointer
+					       that is not a frame's) */
+	uint64_t outer[HS_PY_OUTER_MAX];    /* the frames further out than the caller, innermost first, each
+					       one's line key (3.11+: its instruction pointer, which names
+					       its code object and offset; 3.8-3.10: its code object | f_lasti
+					       << 47): a new call of the same helpers from another line differs
+					       in one of them (docs/design.md "Lock order") */
 };
+_Static_assert(sizeof(struct hs_pytoken) <= sizeof(struct hs_pychain), "a token fits hs_chain's union as it was");
 
 /*
  * One call's chain of return addresses, kept raw by a hook and interned only
@@ -1426,6 +1440,11 @@ unsigned hs_py_chain_frames(struct hs_seg *s, const uint64_t *pcs, unsigned n, u
  * incomplete, not a code object), or frames are not read.  Direct loads:
  * not from a signal handler. */
 int hs_py_token(struct hs_pytoken *tk);
+
+/* 1 when two tokens (hs_py_token's) name the same frames at the same
+ * instructions, the frames further out than the caller (outer[]) too:
+ * the same call as far as a token can tell. */
+int hs_py_token_same_call(const struct hs_pytoken *a, const struct hs_pytoken *b);
 
 /*
  * The interleaved stack of a lazy chain (hs_chain_read_lazy) into

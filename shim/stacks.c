@@ -1010,6 +1010,7 @@ HS_HOT unsigned hs_chain_read_lazy(struct hs_chain *c, uint64_t site, uint64_t c
 	 * once frames are read (hs_py_token's first call may look for CPython, which needs
 	 * more stack than a small thread stack has: chain_read_native asks after its room check) */
 	hs_py_eval_range(&ev_lo, &ev_span);
+	tok.fp = 0; /* no token kept here: hs_py_token reads it whole */
 	if (ev_span && !(site - ev_lo - 1 < ev_span) && hs_py_token(&tok)) {
 		struct chain_memo *mm = chain_memo_of();
 		want = tok.entry ? 2 : 1;
@@ -1034,6 +1035,7 @@ HS_HOT unsigned hs_chain_read_lazy(struct hs_chain *c, uint64_t site, uint64_t c
 	}
 	chain_read_native(c, site, cfa);
 	c->python = 0;
+	c->tok.fp = 0; /* the union held c->py: no token to compare with */
 	if (!c->walked || c->depth == 0 || hs_py_eval_pc(c->pc[0]) || !hs_py_token(&c->tok))
 		goto whole;
 	/* up to the evaluation-loop call running the frame, and its caller's when called from C */
@@ -1061,8 +1063,10 @@ int hs_chain_complete(struct hs_chain *c)
 	if (!c->lazy || !c->walked || c->depth == 0 || c->depth >= CHAIN_MAX ||
 	    c->gen != __atomic_load_n(&pcoff_gen, __ATOMIC_ACQUIRE) || !chain_top)
 		return 0;
-	/* the innermost Python frame is still the one the lock was taken under */
-	if (!hs_py_token(&now) || now.fp != c->tok.fp || now.code != c->tok.code || now.instr != c->tok.instr)
+	/* the innermost Python frame is still the one the lock was taken under, under the same
+	 * frames further out (a new call of the same helpers from another line: not the same) */
+	now.fp = 0;
+	if (!hs_py_token(&now) || !hs_py_token_same_call(&now, &c->tok))
 		return 0;
 	d = chain_extend(c, c->depth, chain_top);
 	chain_doubt = CHAIN_MAX;
