@@ -7,12 +7,19 @@
 #ifndef HS_UNWIND_MASK_H
 #define HS_UNWIND_MASK_H
 
+#include <stdint.h>
+
 #ifndef HS_CORE_ONLY
-/* Point libunwind's .got.plt entries for sigprocmask and dl_iterate_phdr
- * into unwind_mask.c (left alone when libunwind is not found or its
- * entries are read-only).  Once, from hs_init, before any unwind and
- * before other threads exist. */
-void hs_unwind_mask_init(void);
+/* Point the .got.plt entries for sigprocmask and dl_iterate_phdr of the
+ * libunwind that holds address unw into unwind_mask.c (left alone when
+ * that object is not found or its entries are read-only).  Once, from
+ * unwind_load.c right after libunwind is loaded, before any heisen unwind
+ * enters it (other threads' unwinds fail until it is done). */
+void hs_unwind_mask_init(uintptr_t unw);
+/* 1 once libunwind is loaded and its entry points bound (unwind_load.c:
+ * at heisen's first unwind started outside a signal handler).  Lock-free,
+ * async-signal-safe: a signal handler that finds 0 must not unwind. */
+int hs_unwind_loaded(void);
 /* Before heisen's own libunwind calls on this thread: blocks every signal
  * but the crash signals heisen handles (signals.c) with one system call and
  * answers libunwind's own mask calls without any until hs_unwind_leave.
@@ -31,6 +38,8 @@ int hs_unwind_active(void);
 static inline int hs_unwind_enter(void) { return 0; }
 static inline void hs_unwind_leave(int entered) { (void)entered; }
 static inline int hs_unwind_active(void) { return 0; }
+/* ... and links libunwind itself: always loaded */
+static inline int hs_unwind_loaded(void) { return 1; }
 #endif
 
 #endif
