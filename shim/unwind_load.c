@@ -17,10 +17,12 @@
  * dlopen("libunwind.so.8"), then dlsym of each.  Call sites stay as they
  * are.  The load is made only where dlopen is safe:
  *   - from unw_getcontext, the start of every unwind heisen begins itself
- *     (never from a signal handler: the crash and snapshot handlers start
- *     from the signal's context with unw_init_local2, which never loads;
+ *     (never from a signal handler: the snapshot handler starts from the
+ *     signal's context with unw_init_local2, which never loads, and
  *     hs_stack_from_signal then records the interrupted instruction alone,
- *     marked truncated, as when it interrupted heisen's own unwind);
+ *     marked truncated, as when it interrupted heisen's own unwind), and
+ *     from the crash handler where the crash's shape shows that the thread
+ *     holds none of the locks dlopen takes (hs_unwind_load_for_crash);
  *   - not when the hook whose stack is wanted was called from the dynamic
  *     loader (ld.so's own mallocs during a dlopen or a thread's TLS set-up,
  *     with its loader lock held and its lists half updated): heisen's own
@@ -40,8 +42,13 @@
 #include <dlfcn.h>
 #include <libunwind.h>
 #include <link.h>
+#include <gnu/libc-version.h>
+#include <signal.h>
 #include <stdint.h>
+#include <ucontext.h>
+#include <unistd.h>
 
+#include "heap_core.h"
 #include "shim.h"
 #include "unwind_mask.h"
 
@@ -138,16 +145,13 @@ static __attribute__((noinline)) int called_from_ld_so(void)
 			goto fail;                                         \
 	} while (0)
 
-/* Loads libunwind (see the top comment); 1 when it is ready. */
-static __attribute__((noinline)) int unwind_load(void)
+/* Loads libunwind (see the top comment) unless another thread is loading
+ * it or it failed; 1 when it is ready. */
+static __attribute__((noinline)) int unwind_load_now(void)
 {
 	int expect = UNW_NONE, (*set_policy)(unw_addr_space_t, unw_caching_policy_t);
 	unw_addr_space_t *local_as;
 	void *h;
-	if (unw_loading_here)
-		return 0;
-	if (called_from_ld_so())
-		return 0; /* a later unwind loads it */
 	if (!__atomic_compare_exchange_n(&unw_state, &expect, UNW_LOADING, 0, __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE))
 		return expect == UNW_READY;
 	unw_loading_here = 1;
@@ -175,6 +179,57 @@ fail:
 	__atomic_store_n(&unw_state, UNW_FAILED, __ATOMIC_RELEASE);
 	hs_write_err("heisen: cannot load " HS_LIBUNWIND_SONAME ": no native call stacks in this process\n");
 	return 0;
+}
+
+/* 1 when pc lies in the object that holds addr. */
+static int same_object(uintptr_t pc, const void *addr)
+{
+	struct dl_find_object a, b;
+	return _dl_find_object((void *)pc, &a) == 0 && _dl_find_object((void *)(uintptr_t)addr, &b) == 0 &&
+	       a.dlfo_link_map == b.dlfo_link_map;
+}
+
+/*
+ * A crash in an image that has not unwound yet (crash_handler, signals.c,
+ * before hs_stack_from_signal): libunwind is loaded from the handler only
+ * when the thread cannot be inside the dynamic loader or malloc, whose
+ * locks dlopen takes:
+ *   - a fault the kernel raised (si_code > 0) at an instruction outside
+ *     libheisen, ld.so and libc (the program's own code, or a library's
+ *     other than these), or abort()'s SIGABRT raised by this process on
+ *     itself while the heap checker is on (every malloc of the program's
+ *     and libc's then runs inside heisen's hook, so `was` is set there);
+ *   - not inside a heisen hook (was == 0), libunwind not being loaded.
+ * Else the crash's stack is the faulting instruction alone, marked
+ * truncated (hs_stack_from_signal).  Known limit: a heap the program has
+ * already corrupted can make dlopen's own allocations abort.
+ */
+void hs_unwind_load_for_crash(int sig, const siginfo_t *si, const void *ucontext, int was)
+{
+	uintptr_t pc = (uintptr_t)((const ucontext_t *)ucontext)->uc_mcontext.gregs[REG_RIP];
+	if (was || __atomic_load_n(&unw_state, __ATOMIC_ACQUIRE) != UNW_NONE)
+		return;
+	if (sig == SIGABRT) {
+		if (si->si_code != SI_TKILL || si->si_pid != getpid() || !hs_heap_on())
+			return;
+	} else if (sig != SIGSEGV && sig != SIGBUS && sig != SIGILL && sig != SIGFPE) {
+		return;
+	} else if (si->si_code <= 0 || (pc >= hs_self_lo && pc < hs_self_hi) ||
+		   same_object(pc, (const void *)(uintptr_t)&_dl_find_object) ||
+		   same_object(pc, (const void *)(uintptr_t)&gnu_get_libc_version)) {
+		return;
+	}
+	unwind_load_now();
+}
+
+/* Loads libunwind from unw_getcontext (see the top comment); 1 when ready. */
+static int unwind_load(void)
+{
+	if (unw_loading_here)
+		return 0;
+	if (called_from_ld_so())
+		return 0; /* a later unwind loads it */
+	return unwind_load_now();
 }
 
 /* The slow path of unw_getcontext below: 1 when libunwind is ready. */

@@ -7,6 +7,7 @@
 #ifndef HS_UNWIND_MASK_H
 #define HS_UNWIND_MASK_H
 
+#include <signal.h>
 #include <stdint.h>
 
 #ifndef HS_CORE_ONLY
@@ -20,6 +21,11 @@ void hs_unwind_mask_init(uintptr_t unw);
  * at heisen's first unwind started outside a signal handler).  Lock-free,
  * async-signal-safe: a signal handler that finds 0 must not unwind. */
 int hs_unwind_loaded(void);
+/* From the crash handler, before hs_stack_from_signal: loads libunwind
+ * when it is not yet and the crash's shape makes dlopen safe there
+ * (unwind_load.c).  si and ucontext are the handler's; was is the hook
+ * guard's value when the signal came. */
+void hs_unwind_load_for_crash(int sig, const siginfo_t *si, const void *ucontext, int was);
 /* Before heisen's own libunwind calls on this thread: blocks every signal
  * but the crash signals heisen handles (signals.c) with one system call and
  * answers libunwind's own mask calls without any until hs_unwind_leave.
