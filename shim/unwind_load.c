@@ -121,14 +121,15 @@ static int unwind_cache_per_thread(uintptr_t unw)
  * (the hook's caller) lies in ld.so; 1 too when the walk is unsure. */
 static __attribute__((noinline)) int called_from_ld_so(void)
 {
-	struct dl_find_object ld_fo;
+	struct dl_find_object self, ld;
 	uintptr_t fp = (uintptr_t)__builtin_frame_address(0);
-	if (_dl_find_object((void *)(uintptr_t)&_dl_find_object, &ld_fo) != 0)
+	if (_dl_find_object((void *)(uintptr_t)&called_from_ld_so, &self) != 0 ||
+	    _dl_find_object((void *)(uintptr_t)&_dl_find_object, &ld) != 0)
 		return 1;
 	for (int i = 0; i < 64; i++) {
 		uintptr_t next = ((const uintptr_t *)fp)[0], ret = ((const uintptr_t *)fp)[1];
-		if (ret < hs_self_lo || ret >= hs_self_hi)
-			return ret >= (uintptr_t)ld_fo.dlfo_map_start && ret < (uintptr_t)ld_fo.dlfo_map_end;
+		if (ret < (uintptr_t)self.dlfo_map_start || ret >= (uintptr_t)self.dlfo_map_end)
+			return ret >= (uintptr_t)ld.dlfo_map_start && ret < (uintptr_t)ld.dlfo_map_end;
 		/* the caller is heisen's, built with frame pointers: its saved frame
 		   pointer lies above this one, on the same stack */
 		if (next <= fp || next - fp > (1u << 20) || (next & 7))
@@ -214,7 +215,7 @@ void hs_unwind_load_for_crash(int sig, const siginfo_t *si, const void *ucontext
 			return;
 	} else if (sig != SIGSEGV && sig != SIGBUS && sig != SIGILL && sig != SIGFPE) {
 		return;
-	} else if (si->si_code <= 0 || (pc >= hs_self_lo && pc < hs_self_hi) ||
+	} else if (si->si_code <= 0 || same_object(pc, (const void *)(uintptr_t)&hs_unwind_load_for_crash) ||
 		   same_object(pc, (const void *)(uintptr_t)&_dl_find_object) ||
 		   same_object(pc, (const void *)(uintptr_t)&gnu_get_libc_version)) {
 		return;
