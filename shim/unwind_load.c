@@ -45,6 +45,7 @@
 #include <gnu/libc-version.h>
 #include <signal.h>
 #include <stdint.h>
+#include <sys/auxv.h>
 #include <ucontext.h>
 #include <unistd.h>
 
@@ -119,12 +120,20 @@ static int unwind_cache_per_thread(uintptr_t unw)
 
 /* 1 when the first return address outside libheisen on this thread's stack
  * (the hook's caller) lies in ld.so; 1 too when the walk is unsure. */
+/* ld.so's range: its base from the auxiliary vector (0 when ld.so was
+ * run as the program: then an object of its own, _r_debug).  glibc's
+ * _dl_find_object itself lives in libc, not in ld.so. */
+static int ld_so_object(struct dl_find_object *fo)
+{
+	uintptr_t base = (uintptr_t)getauxval(AT_BASE);
+	return _dl_find_object((void *)(base ? base : (uintptr_t)&_r_debug), fo);
+}
+
 static __attribute__((noinline)) int called_from_ld_so(void)
 {
 	struct dl_find_object self, ld;
 	uintptr_t fp = (uintptr_t)__builtin_frame_address(0);
-	if (_dl_find_object((void *)(uintptr_t)&called_from_ld_so, &self) != 0 ||
-	    _dl_find_object((void *)(uintptr_t)&_dl_find_object, &ld) != 0)
+	if (_dl_find_object((void *)(uintptr_t)&called_from_ld_so, &self) != 0 || ld_so_object(&ld) != 0)
 		return 1;
 	for (int i = 0; i < 64; i++) {
 		uintptr_t next = ((const uintptr_t *)fp)[0], ret = ((const uintptr_t *)fp)[1];
@@ -182,11 +191,12 @@ fail:
 	return 0;
 }
 
-/* 1 when pc lies in the object that holds addr. */
+/* 1 when pc lies in the object that holds addr (ld.so's when addr is NULL). */
 static int same_object(uintptr_t pc, const void *addr)
 {
 	struct dl_find_object a, b;
-	return _dl_find_object((void *)pc, &a) == 0 && _dl_find_object((void *)(uintptr_t)addr, &b) == 0 &&
+	return _dl_find_object((void *)pc, &a) == 0 &&
+	       (addr ? _dl_find_object((void *)(uintptr_t)addr, &b) : ld_so_object(&b)) == 0 &&
 	       a.dlfo_link_map == b.dlfo_link_map;
 }
 
@@ -216,7 +226,7 @@ void hs_unwind_load_for_crash(int sig, const siginfo_t *si, const void *ucontext
 	} else if (sig != SIGSEGV && sig != SIGBUS && sig != SIGILL && sig != SIGFPE) {
 		return;
 	} else if (si->si_code <= 0 || same_object(pc, (const void *)(uintptr_t)&hs_unwind_load_for_crash) ||
-		   same_object(pc, (const void *)(uintptr_t)&_dl_find_object) ||
+		   same_object(pc, NULL) ||
 		   same_object(pc, (const void *)(uintptr_t)&gnu_get_libc_version)) {
 		return;
 	}

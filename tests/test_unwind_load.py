@@ -34,10 +34,10 @@ def test_an_image_that_never_unwinds_maps_neither_libunwind_nor_liblzma(heisen, 
 
 
 def test_a_crash_before_the_first_unwind_loads_libunwind_in_the_handler_and_keeps_the_whole_stack(heisen, session):
-    p = run_logged(heisen, session, [target(heisen, "segv"), "segv"])
+    p = run_logged(heisen, session, [target(heisen, "segv"), "first"])
     assert p.returncode == -signal.SIGSEGV, p.stdout
     lines = p.stdout.splitlines()
-    fault = next(i for i, ln in enumerate(lines) if ln.startswith("fault_addr"))
+    fault = next(i for i, ln in enumerate(lines) if ln.startswith("pid "))
     loads = [i for i, ln in enumerate(lines) if "file=libunwind.so.8 " in ln and " by " in ln]
     # loaded once, by libheisen, after the program's last line before the fault
     assert len(loads) == 1 and loads[0] > fault, p.stdout
@@ -48,5 +48,21 @@ def test_a_crash_before_the_first_unwind_loads_libunwind_in_the_handler_and_keep
     assert len(crashes) == 1 and crashes[0]["pid"] == pid, report["findings"]
     stack = crashes[0]["stacks"][0]
     fns = frame_functions(stack)
-    assert fns[0] == "write_through_null" and "main" in fns, stack
+    assert fns[0] == "crash_first" and "main" in fns, stack
     assert not stack.get("truncated"), stack
+
+
+def test_the_first_heap_block_made_by_libc_has_its_whole_allocation_stack(heisen, session):
+    """The process's first unwind is for a block strdup allocated (the
+    malloc hook's caller is libc, not the dynamic loader): libunwind is
+    loaded there and the stack is whole."""
+    p = heisen.preload([target(heisen, "heap_libc_first")], session)
+    assert p.returncode == -signal.SIGABRT, (p.returncode, p.stderr)
+    assert "survived" not in p.stdout
+    pid = fact_int(p.stdout, "pid")
+    report = heisen.dump_json(session, expect_rc=1)
+    frees = findings_of(report, "double-free")
+    assert len(frees) == 1 and frees[0]["pid"] == pid, report["findings"]
+    alloc = next(s for s in frees[0]["stacks"] if s["role"] == "allocation")
+    fns = frame_functions(alloc)
+    assert "copy_name" in fns and "main" in fns, alloc
