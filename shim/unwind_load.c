@@ -165,7 +165,11 @@ static __attribute__((noinline)) int unwind_load_now(void)
 	if (!__atomic_compare_exchange_n(&unw_state, &expect, UNW_LOADING, 0, __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE))
 		return expect == UNW_READY;
 	unw_loading_here = 1;
-	h = dlopen(HS_LIBUNWIND_SONAME, RTLD_NOW | RTLD_LOCAL);
+	/* lazy binding, as ld.so bound it as libheisen's dependency (RTLD_NOW
+	   bound all of libunwind's and liblzma's imports: +40,000 instructions
+	   at a `cat`'s first unwind); RTLD_LOCAL keeps its _Unwind_* out of
+	   the program's global scope */
+	h = dlopen(HS_LIBUNWIND_SONAME, RTLD_LAZY | RTLD_LOCAL);
 	if (!h)
 		goto fail;
 	SYM(real_getcontext, "_Ux86_64_getcontext");
