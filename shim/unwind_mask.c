@@ -241,7 +241,14 @@ void hs_unwind_mask_init(uintptr_t unw)
 
 int hs_unwind_enter(void)
 {
-	if (um.active || !__atomic_load_n(&unw_patched, __ATOMIC_ACQUIRE))
+	if (um.active)
+		return 0;
+	/* heisen's first unwind loads libunwind here, before the mask, so that
+	   this unwind too is masked once and not per libunwind lock (a cat's
+	   first unwind made ~120 more system calls when it loaded later, in
+	   unw_getcontext) */
+	if (!__atomic_load_n(&unw_patched, __ATOMIC_ACQUIRE) &&
+	    (hs_unwind_loaded() || !hs_unwind_getcontext_load() || !__atomic_load_n(&unw_patched, __ATOMIC_ACQUIRE)))
 		return 0;
 	if (syscall(SYS_rt_sigprocmask, SIG_BLOCK, &unwind_block_k, &um.saved, sizeof um.saved) != 0)
 		return 0;

@@ -21,6 +21,10 @@ void hs_unwind_mask_init(uintptr_t unw);
  * at heisen's first unwind started outside a signal handler).  Lock-free,
  * async-signal-safe: a signal handler that finds 0 must not unwind. */
 int hs_unwind_loaded(void);
+/* Loads libunwind where that is safe (unwind_load.c: not for a hook ld.so
+ * called, not while another thread loads it); 1 when it is loaded.  Only
+ * from heisen's own unwinds outside signal handlers. */
+int hs_unwind_getcontext_load(void);
 /* From the crash handler, before hs_stack_from_signal: loads libunwind
  * when it is not yet and the crash's shape makes dlopen safe there
  * (unwind_load.c).  si and ucontext are the handler's; was is the hook
