@@ -16,7 +16,9 @@
  * hidden, and call through pointers that the first unwind fills:
  * dlopen("libunwind.so.8"), then dlsym of each.  Call sites stay as they
  * are.  The load is made only where dlopen is safe:
- *   - from unw_getcontext, the start of every unwind heisen begins itself
+ *   - from hs_unwind_enter (unwind_mask.c: before its one mask, so the
+ *     first unwind is masked once too) or unw_getcontext, the start of
+ *     every unwind heisen begins itself
  *     (never from a signal handler: the snapshot handler starts from the
  *     signal's context with unw_init_local2, which never loads, and
  *     hs_stack_from_signal then records the interrupted instruction alone,
