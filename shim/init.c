@@ -8,7 +8,6 @@
  */
 #define UNW_LOCAL_ONLY
 #include <dlfcn.h>
-#include <libunwind.h>
 #include <elf.h>
 #include <errno.h>
 #include <fcntl.h>
@@ -691,48 +690,6 @@ static void *vdso_symbol(const char *name)
 }
 
 
-/* dl_iterate_phdr's callback for unwind_cache_per_thread: arg[0] an
- * address inside libunwind, arg[1] set to the size of its TLS block when
- * the object holding arg[0] has one. */
-static int unwind_tls_of(struct dl_phdr_info *info, size_t size, void *arg)
-{
-	uintptr_t *a = arg, tls = 0;
-	int inside = 0;
-	(void)size;
-	for (unsigned i = 0; i < info->dlpi_phnum; i++) {
-		const ElfW(Phdr) *ph = &info->dlpi_phdr[i];
-		uintptr_t lo = info->dlpi_addr + ph->p_vaddr;
-		if (ph->p_type == PT_LOAD && a[0] >= lo && a[0] - lo < ph->p_memsz)
-			inside = 1;
-		else if (ph->p_type == PT_TLS)
-			tls = ph->p_memsz;
-	}
-	if (!inside)
-		return 0;
-	a[1] = tls;
-	return 1;
-}
-
-/*
- * 1 when the libunwind we run with keeps its unwind caches per thread, so
- * that unw_set_caching_policy(UNW_CACHE_PER_THREAD) changes something.
- * libunwind says so nowhere but in its TLS block: built with per-thread
- * caches (HAVE___THREAD) it holds a whole register-state cache per thread
- * (its 128 static buckets, tens of KiB); without, only unw_backtrace's
- * trace-cache pointer (16 bytes in Debian's 1.6.2).  Without them the
- * policy call falls back to the global cache, the default, and its only
- * effect is libunwind's start-up (tdep_init: ~38,000 instructions, a 26 KiB
- * memset, 8-11 page faults, five system calls) made in every image instead
- * of at the first unwind (bench/README.md "Process start: nothing an image
- * does not need").  Init only.
- */
-static int unwind_cache_per_thread(void)
-{
-	uintptr_t a[2] = {(uintptr_t)&unw_set_caching_policy, 0};
-	dl_iterate_phdr(unwind_tls_of, a);
-	return a[1] >= 4096;
-}
-
 /* glibc calls an ELF constructor with the program's argc, argv and envp
  * (elf/dl-init.c call_init): the segment's argv comes from there. */
 __attribute__((constructor(101))) static void hs_init(int argc, char **argv, char **envp)
@@ -753,16 +710,8 @@ __attribute__((constructor(101))) static void hs_init(int argc, char **argv, cha
 	if (hs_session_setup() != 0 || hs_segment_create(0) != 0)
 		goto out;
 	hs_modules_scan();
-	/* per-thread unwind caches where libunwind has them.  Debian's 1.6.2 is
-	   built without: it falls back to its global cache, whose mutex every
-	   unw_step takes, so a fork while another thread is inside a real unwind
-	   can leave that mutex held in the child (a known gap: docs/design.md
-	   "Stacks"; most stacks never enter libunwind).  Without them the call
-	   would only initialise libunwind now instead of at its first unwind,
-	   which most short processes never make (unwind_cache_per_thread) */
-	if (unwind_cache_per_thread())
-		unw_set_caching_policy(unw_local_addr_space, UNW_CACHE_PER_THREAD);
-	hs_unwind_mask_init(); /* one mask change per unwind, not per libunwind lock */
+	/* libunwind is loaded, its caching policy set and its masks pointed at
+	   unwind_mask.c at the first unwind (unwind_load.c), not here */
 	hs_threads_init();
 	pthread_atfork(atfork_prepare, NULL, atfork_child);
 	on_exit(on_exit_handler, NULL);

@@ -70,6 +70,7 @@
 #include "internal/snapshot_request.h"
 #include "hooks.h"
 #include "shim.h"
+#include "unwind_mask.h"
 
 #define ALTSTACK_SIZE (128 * 1024)
 
@@ -300,6 +301,7 @@ static void crash_handler(int sig, siginfo_t *si, void *uc)
 			t->pending_sig = sig;
 			t->pending_code = si->si_code;
 			t->pending_addr = (uint64_t)(uintptr_t)si->si_addr;
+			hs_unwind_load_for_crash(sig, si, uc, was); /* an image that has not unwound yet */
 			t->pending_stack = hs_stack_from_signal(uc);
 		}
 	}

@@ -1203,9 +1203,11 @@ uint32_t hs_stack_from_signal(void *ucontext)
 	uint64_t pcs[HS_STACK_DEPTH + PY_ROOM];
 	unsigned n = 0, flags = HS_STACK_EXACT_TOP;
 	int python, was;
-	if (hs_unwind_active()) {
+	if (hs_unwind_active() || !hs_unwind_loaded()) {
 		/* the signal interrupted heisen's own unwind, which may hold libunwind's
-		 * locks: the interrupted instruction alone, never a second unwind */
+		 * locks, or came before the first (libunwind not loaded yet, and not
+		 * loadable in a handler: unwind_load.c): the interrupted instruction
+		 * alone, never a second unwind */
 		uint64_t pc = (uint64_t)((ucontext_t *)ucontext)->uc_mcontext.gregs[REG_RIP];
 		return pc ? hs_stack_intern(&hs_seg, &pc, 1, HS_STACK_EXACT_TOP | HS_STACK_TRUNCATED) : 0;
 	}

@@ -22,8 +22,8 @@
  * then does not enter libunwind (hs_stack_from_signal: the faulting
  * instruction alone, marked truncated).
  *
- * Both of libunwind's calls are reached through its own PLT: at hs_init
- * its .got.plt entries for sigprocmask and dl_iterate_phdr are pointed
+ * Both of libunwind's calls are reached through its own PLT: when
+ * unwind_load.c has loaded libunwind (heisen's first unwind) its .got.plt entries for sigprocmask and dl_iterate_phdr are pointed
  * here (no symbol is exported: the program's calls, and every other
  * library's, go to glibc untouched).  Outside heisen's unwind both pass
  * straight to glibc, so libunwind used by the program itself masks as it
@@ -208,7 +208,7 @@ static void **plt_slot(const struct link_map *lm, const struct unw_find *f, cons
 	return NULL;
 }
 
-void hs_unwind_mask_init(void)
+void hs_unwind_mask_init(uintptr_t unw)
 {
 	struct dl_find_object fo;
 	void *lm = NULL, **mask_slot, **phdr_slot;
@@ -223,7 +223,7 @@ void hs_unwind_mask_init(void)
 	memcpy(&unwind_block_k, &unwind_block, sizeof unwind_block_k);
 	/* libunwind's link map from glibc's _dl_find_object (a search of the
 	   objects' ranges), not dladdr1, which also scans its symbols */
-	if (_dl_find_object((void *)(uintptr_t)&unw_backtrace, &fo) != 0 || (lm = fo.dlfo_link_map) == NULL)
+	if (_dl_find_object((void *)unw, &fo) != 0 || (lm = fo.dlfo_link_map) == NULL)
 		return; /* libunwind not found: it masks for itself, as without heisen */
 	f.base = (uintptr_t)((struct link_map *)lm)->l_addr; /* the load bias, dl_iterate_phdr's dlpi_addr */
 	dl_iterate_phdr(find_relro, &f);
@@ -241,7 +241,14 @@ void hs_unwind_mask_init(void)
 
 int hs_unwind_enter(void)
 {
-	if (um.active || !__atomic_load_n(&unw_patched, __ATOMIC_ACQUIRE))
+	if (um.active)
+		return 0;
+	/* heisen's first unwind loads libunwind here, before the mask, so that
+	   this unwind too is masked once and not per libunwind lock (a cat's
+	   first unwind made ~120 more system calls when it loaded later, in
+	   unw_getcontext) */
+	if (!__atomic_load_n(&unw_patched, __ATOMIC_ACQUIRE) &&
+	    (hs_unwind_loaded() || !hs_unwind_getcontext_load() || !__atomic_load_n(&unw_patched, __ATOMIC_ACQUIRE)))
 		return 0;
 	if (syscall(SYS_rt_sigprocmask, SIG_BLOCK, &unwind_block_k, &um.saved, sizeof um.saved) != 0)
 		return 0;

@@ -11,6 +11,9 @@
  *   segv ill      an undefined instruction in illegal_instruction(): SIGILL
  *   segv bus      touch a page of a file mapping beyond the file's end in
  *                 touch_past_eof(): SIGBUS at the printed fault address
+ *   segv first    the SIGSEGV of segv, in crash_first(), before any output
+ *                 through stdio or heap block of the program's ("pid P"
+ *                 written with write(2)): nothing has needed a call stack yet
  *   segv recover  the program's own SIGSEGV handler (installed in main, after
  *                 heisen's) jumps out of write_through_null() and the program
  *                 exits 0: handled, not a crash, nothing to report
@@ -81,6 +84,16 @@ __attribute__((noinline)) void touch_past_eof(void)
 	p[0] = 1; /* the file is empty: SIGBUS */
 }
 
+__attribute__((noinline)) void crash_first(void)
+{
+	char buf[32];
+	struct record *r = the_record;
+	int n = snprintf(buf, sizeof buf, "pid %d\n", (int)getpid());
+	if (write(1, buf, (size_t)n) != n)
+		exit(2);
+	r->value = 42;
+}
+
 static sigjmp_buf recover_point;
 
 static void recover_handler(int sig)
@@ -118,6 +131,8 @@ static void *crash_thread(void *arg)
 int main(int argc, char **argv)
 {
 	const char *mode = argc > 1 ? argv[1] : "segv";
+	if (strcmp(mode, "first") == 0)
+		crash_first();
 	printf("pid %d\n", (int)getpid());
 	fflush(stdout);
 	if (strcmp(mode, "thread") == 0) {
@@ -138,7 +153,7 @@ int main(int argc, char **argv)
 	else if (strcmp(mode, "recover") == 0)
 		return crash_and_recover();
 	else {
-		fprintf(stderr, "usage: %s [segv|thread|abort|fpe|ill|bus|recover]\n", argv[0]);
+		fprintf(stderr, "usage: %s [segv|first|thread|abort|fpe|ill|bus|recover]\n", argv[0]);
 		return 2;
 	}
 	printf("survived\n");
