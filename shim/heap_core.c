@@ -212,6 +212,12 @@ static inline int st_is_live(uint64_t w)
 
 HS_HIDDEN int hs_heap_mode;            /* [atomic] HS_HEAP_MODE_* (heap_core.h) */
 static unsigned heap_stacks = HS_HEAP_STACKS_SITE;
+
+int hs_heap_unwinds_each_site(void)
+{
+	return __atomic_load_n(&hs_heap_mode, __ATOMIC_ACQUIRE) == HS_HEAP_MODE_ON &&
+	       heap_stacks != HS_HEAP_STACKS_NONE;
+}
 static int heap_continue;              /* HEISEN_ON_HEAP_ERROR=continue */
 HS_HIDDEN size_t hs_heap_page_size = 4096;
 

@@ -91,6 +91,12 @@ void *hs_heap_memalign(size_t align, size_t n, uint64_t site);
 
 /* 1 and *n = the requested size when p is a live or quarantined block of
  * ours; 0 when not (the hook asks glibc). */
+/* 1 when the heap checker is on and keeps a stack for every call site
+ * (HEISEN_HEAP_STACKS site or full): then each allocation of the program's
+ * that reached the checker has unwound, so an image that has never unwound
+ * has no block of the program's in glibc's heap yet.  Reads two words, no
+ * call: safe in a signal handler (unwind_load.c's crash-time load). */
+int hs_heap_unwinds_each_site(void);
 int hs_heap_usable(const void *p, size_t *n);
 
 #endif

@@ -218,16 +218,24 @@ static int same_object(uintptr_t pc, const void *addr)
  *     and libc's then runs inside heisen's hook, so `was` is set there);
  *   - not inside a heisen hook (was == 0), libunwind not being loaded.
  * Else the crash's stack is the faulting instruction alone, marked
- * truncated (hs_stack_from_signal).  Known limit: a heap the program has
- * already corrupted can make dlopen's own allocations abort.
+ * truncated (hs_stack_from_signal).  And only while the heap checker keeps
+ * a stack for every call site (hs_heap_unwinds_each_site): each program
+ * allocation it saw has unwound, so an image that has not unwound has
+ * none of the program's blocks in glibc's heap, and no heap the program
+ * could have corrupted can make dlopen's own allocations abort (a process
+ * dies of its own signal, never of a SIGABRT heisen's load caused).
  */
 void hs_unwind_load_for_crash(int sig, const siginfo_t *si, const void *ucontext, int was)
 {
 	uintptr_t pc = (uintptr_t)((const ucontext_t *)ucontext)->uc_mcontext.gregs[REG_RIP];
 	if (was || __atomic_load_n(&unw_state, __ATOMIC_ACQUIRE) != UNW_NONE)
 		return;
+	/* no block of the program's in glibc's heap (none has unwound), so no
+	   heap it can have corrupted under dlopen's allocations */
+	if (!hs_heap_unwinds_each_site())
+		return;
 	if (sig == SIGABRT) {
-		if (si->si_code != SI_TKILL || si->si_pid != getpid() || !hs_heap_on())
+		if (si->si_code != SI_TKILL || si->si_pid != getpid())
 			return;
 	} else if (sig != SIGSEGV && sig != SIGBUS && sig != SIGILL && sig != SIGFPE) {
 		return;
