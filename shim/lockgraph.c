@@ -29,7 +29,7 @@
  * may be preempted).  A waiter that only spins never gives way: under
  * SCHED_FIFO a holder of the same priority waits for a CPU that spinning
  * waiters never give up, for good (bench/py_workload.py under `chrt -f 1`
- * on 2 CPUs locked up in about one run in 20, every thread spinning in
+ * on 2 CPUs locked up in 3 runs of about 40, every thread spinning in
  * hs_lock_id; bench/README.md "GIL hand-offs").  So a waiter spins
  * GRAPH_SPINS times, then yields GRAPH_YIELDS times (sched_yield: a holder
  * of its priority runs), then sleeps 50 us between looks (a holder of a
