@@ -17,13 +17,43 @@
  * a spin lock taken only on these slow paths, never while unwinding or
  * calling out of the shim.
  */
+#include <sched.h>
 #include <string.h>
+#include <time.h>
 
 #include "shim.h"
 
+/*
+ * The graph lock: a spin lock whose holder may stop running while it holds
+ * it (it commits segment pages, which enters the kernel and may fault; it
+ * may be preempted).  A waiter that only spins never gives way: under
+ * SCHED_FIFO a holder of the same priority waits for a CPU that spinning
+ * waiters never give up, for good (bench/py_workload.py under `chrt -f 1`
+ * on 2 CPUs locked up in 3 runs of about 40, every thread spinning in
+ * hs_lock_id; bench/README.md "GIL hand-offs").  So a waiter spins
+ * GRAPH_SPINS times, then yields GRAPH_YIELDS times (sched_yield: a holder
+ * of its priority runs), then sleeps 50 us between looks (a holder of a
+ * lower priority runs).  Uncontended it is one exchange, as before.  Raw
+ * system calls only: async-signal-safe, no lock, no allocation.
+ */
+#define GRAPH_SPINS 1024u
+#define GRAPH_YIELDS 64u
 static void graph_lock(struct hs_seg *s)
 {
-	hs_spin_lock(&s->graph_lock);
+	unsigned waits = 0;
+	while (__atomic_exchange_n(&s->graph_lock, 1, __ATOMIC_ACQUIRE))
+		while (__atomic_load_n(&s->graph_lock, __ATOMIC_RELAXED)) {
+			if (waits < GRAPH_SPINS) {
+				__builtin_ia32_pause();
+			} else if (waits < GRAPH_SPINS + GRAPH_YIELDS) {
+				sched_yield();
+			} else {
+				struct timespec ts = {0, 50000};
+				hs_sys.nanosleep(&ts);
+			}
+			if (waits < GRAPH_SPINS + GRAPH_YIELDS)
+				waits++;
+		}
 }
 
 static void graph_unlock(struct hs_seg *s)
