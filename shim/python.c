@@ -201,9 +201,7 @@ static void hook_PyGILState_Release(int state)
 {
 	struct hs_tls *t = hs_enter();
 	if (t) {
-		/* PyGILState_UNLOCKED (1): Ensure took the GIL, Release gives it back; recorded
-		 * before it (the release may clear the thread state, running Python code whose
-		 * locks must be seen: the guard is not held across it) */
+		/* PyGILState_UNLOCKED (1): Ensure took the GIL, Release gives it back */
 		if (state == 1)
 			hs_rec(t, gil_now(), HS_REC_GIL_RELEASED, 0, HS_GIL_RELEASE, 0, 0);
 		hs_leave(t);
@@ -211,29 +209,15 @@ static void hook_PyGILState_Release(int state)
 	py.release(state);
 }
 
-/*
- * The GIL's release records come after the real release, so that heisen
- * adds nothing to the GIL's hold: work done holding the GIL is what a
- * threaded program pays most for (every thread waiting for it waits
- * longer, and a waiter that gives up its CPU costs a context switch;
- * bench/README.md "GIL hand-offs").  The time is read before the release
- * (the coarse clock, a few ns), so the record is never later than the next
- * holder's GIL_ACQUIRED, whose time is read after its take: a reader that
- * orders the rings by time never sees two holders at once.
- */
 static void *hook_PyEval_SaveThread(void)
 {
 	struct hs_tls *t = hs_enter();
-	uint64_t now;
-	void *tstate;
-	if (!t)
-		return py.save_thread();
-	now = gil_now();
-	HS_CHAOS(HS_CHAOS_GIL_DROP); /* chaos.c: --chaos (before the release: the holder keeps it longer) */
-	tstate = py.save_thread();
-	hs_rec(t, now, HS_REC_GIL_RELEASED, 0, HS_GIL_SAVE, 0, 0);
-	hs_leave(t);
-	return tstate;
+	if (t) {
+		hs_rec(t, gil_now(), HS_REC_GIL_RELEASED, 0, HS_GIL_SAVE, 0, 0);
+		HS_CHAOS(HS_CHAOS_GIL_DROP); /* chaos.c: --chaos (before the release: the holder keeps it longer) */
+		hs_leave(t);
+	}
+	return py.save_thread();
 }
 
 /* RestoreThread and AcquireThread take the GIL for tstate: one body. */
@@ -266,15 +250,11 @@ static void hook_PyEval_AcquireThread(void *tstate)
 static void hook_PyEval_ReleaseThread(void *tstate)
 {
 	struct hs_tls *t = hs_enter();
-	uint64_t now;
-	if (!t) {
-		py.release_thread(tstate);
-		return;
+	if (t) {
+		hs_rec(t, gil_now(), HS_REC_GIL_RELEASED, 0, HS_GIL_RELEASE_THREAD, 0, 0);
+		hs_leave(t);
 	}
-	now = gil_now(); /* the record after the release, its time before (hook_PyEval_SaveThread) */
 	py.release_thread(tstate);
-	hs_rec(t, now, HS_REC_GIL_RELEASED, 0, HS_GIL_RELEASE_THREAD, 0, 0);
-	hs_leave(t);
 }
 
 /* ---- detection ---------------------------------------------------------------- */
