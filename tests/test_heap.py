@@ -314,6 +314,30 @@ def test_overflow_by_one(heisen, way):
     heap_abort_crash(r, pid)
 
 
+def run_overrun_next(heisen, way, field, over):
+    """heap_overrun_next FIELD OVER (a record's field overrun by OVER bytes
+    into the next chunk): the run killed by heisen's SIGABRT before "done
+    ok"; returns the run, its pid, the record's and the next block's
+    addresses, and heisen-dump's JSON (exit 1: findings)."""
+    p = way.run([target(heisen, "heap_overrun_next"), field, over], env=HEAP)
+    assert p.returncode == way.killed_by(signal.SIGABRT), (p.returncode, p.stderr)
+    assert "done ok" not in p.stdout
+    pid = fact_int(p.stdout, "pid")
+    block, nxt = (int(facts(p.stdout)[k][0], 16) for k in ("block", "next"))
+    return p, pid, block, nxt, heisen.dump_json(way.session, expect_rc=1)
+
+
+def assert_record_overrun(r, f, pid, field, freed_in):
+    """The overrun record's finding f: freed in `freed_in`, allocated in
+    make_record (a small block keeps its allocation stack; a large one's
+    went with the tail word), and the crash of heisen's abort."""
+    assert frame_functions(stack_by_role(f, "free"))[0] == freed_in
+    if field < 960:
+        assert [s["role"] for s in f["stacks"]] == ["free", "allocation"]
+        assert frame_functions(stack_by_role(f, "allocation"))[0] == "make_record"
+    heap_abort_crash(r, pid)
+
+
 @pytest.mark.parametrize("field,over", [(40, 8), (48, 16), (2000, 32)])
 def test_overflow_into_the_next_chunk_found_when_it_is_given_back(heisen, way, field, over):
     """A field overrun by `over` bytes (strcpy of unchecked input): past the
@@ -328,20 +352,11 @@ def test_overflow_into_the_next_chunk_found_when_it_is_given_back(heisen, way, f
     finding, before).  A block of 2000 bytes keeps its allocation stack in
     the tail word the overflow went through: that stack is lost (README
     "The heap")."""
-    p = way.run([target(heisen, "heap_overrun_next"), field, over], env=HEAP)
-    assert p.returncode == way.killed_by(signal.SIGABRT), (p.returncode, p.stderr)
-    assert "done ok" not in p.stdout
-    pid = fact_int(p.stdout, "pid")
-    block, nxt = (int(facts(p.stdout)[k][0], 16) for k in ("block", "next"))
-    r = heisen.dump_json(way.session, expect_rc=1)
+    p, pid, block, nxt, r = run_overrun_next(heisen, way, field, over)
     f = one(r, "heap-overflow")
     assert hexint(f["address"]) == block and f["size"] == field, f
     assert hex(nxt) in f["message"] and "went back to glibc" in f["message"], f["message"]
-    assert frame_functions(stack_by_role(f, "free"))[0] == "serve"
-    if field < 960:
-        assert [s["role"] for s in f["stacks"]] == ["free", "allocation"]
-        assert frame_functions(stack_by_role(f, "allocation"))[0] == "make_record"
-    heap_abort_crash(r, pid)
+    assert_record_overrun(r, f, pid, field, "serve")
 
 
 @pytest.mark.parametrize("field,over", [(40, 24), (41, 39), (2000, 48)])
@@ -355,21 +370,12 @@ def test_overflow_through_the_next_header_found_at_the_next_free(heisen, way, fi
     invalid free of the scratch buffer, the wrong bug, before).  The
     scratch buffer is kept from glibc, whose free would trust a chunk
     header made of the path's bytes."""
-    p = way.run([target(heisen, "heap_overrun_next"), field, over], env=HEAP)
-    assert p.returncode == way.killed_by(signal.SIGABRT), (p.returncode, p.stderr)
-    assert "done ok" not in p.stdout
-    pid = fact_int(p.stdout, "pid")
-    block, nxt = (int(facts(p.stdout)[k][0], 16) for k in ("block", "next"))
-    r = heisen.dump_json(way.session, expect_rc=1)
+    p, pid, block, nxt, r = run_overrun_next(heisen, way, field, over)
     assert findings_of(r, "invalid-free") == [], r["findings"]
     f = one(r, "heap-overflow")
     assert hexint(f["address"]) == block and f["size"] == field, f
     assert hex(nxt) in f["message"] and "ran past its end" in f["message"], f["message"]
-    assert frame_functions(stack_by_role(f, "free"))[0] == "main"
-    if field < 960:
-        assert [s["role"] for s in f["stacks"]] == ["free", "allocation"]
-        assert frame_functions(stack_by_role(f, "allocation"))[0] == "make_record"
-    heap_abort_crash(r, pid)
+    assert_record_overrun(r, f, pid, field, "main")
 
 
 @pytest.mark.parametrize("length", [40, 88, 472, 47])
