@@ -14,6 +14,10 @@
  *   segv first    the SIGSEGV of segv, in crash_first(), before any output
  *                 through stdio or heap block of the program's ("pid P"
  *                 written with write(2)): nothing has needed a call stack yet
+ *   segv corrupt-first  a heap block's overrun writes a wild size into glibc's
+ *                 top chunk (the next malloc from it would make glibc abort:
+ *                 "malloc(): corrupted top size"), then the SIGSEGV of first,
+ *                 in crash_first(): the process must still die of SIGSEGV
  *   segv recover  the program's own SIGSEGV handler (installed in main, after
  *                 heisen's) jumps out of write_through_null() and the program
  *                 exits 0: handled, not a crash, nothing to report
@@ -94,6 +98,17 @@ __attribute__((noinline)) void crash_first(void)
 	r->value = 42;
 }
 
+/* A 24-byte block carved from glibc's top chunk, overrun by 8 bytes: the
+ * top chunk's size word right after it becomes larger than the arena. */
+__attribute__((noinline)) void corrupt_top(void)
+{
+	char *volatile p = malloc(24);
+	size_t wild = ((size_t)1 << 40) | 1;
+	if (!p)
+		exit(2);
+	memcpy(p + 24, &wild, sizeof wild);
+}
+
 static sigjmp_buf recover_point;
 
 static void recover_handler(int sig)
@@ -133,6 +148,10 @@ int main(int argc, char **argv)
 	const char *mode = argc > 1 ? argv[1] : "segv";
 	if (strcmp(mode, "first") == 0)
 		crash_first();
+	if (strcmp(mode, "corrupt-first") == 0) {
+		corrupt_top();
+		crash_first();
+	}
 	printf("pid %d\n", (int)getpid());
 	fflush(stdout);
 	if (strcmp(mode, "thread") == 0) {

@@ -66,3 +66,24 @@ def test_the_first_heap_block_made_by_libc_has_its_whole_allocation_stack(heisen
     alloc = next(s for s in frees[0]["stacks"] if s["role"] == "allocation")
     fns = frame_functions(alloc)
     assert "copy_name" in fns and "main" in fns, alloc
+
+
+def test_a_crash_over_a_corrupt_heap_before_the_first_unwind_still_dies_of_its_own_signal(heisen, session):
+    """With the heap checker off (HEISEN_HEAP=0) the program's blocks are
+    glibc's alone and nothing has unwound: a 24-byte block overrun into
+    glibc's top chunk, then a SIGSEGV in the program's own code.  Loading
+    libunwind in the crash handler would allocate from that top chunk and
+    glibc would abort ("malloc(): corrupted top size"): the process would
+    die of SIGABRT, not of its own SIGSEGV.  So the handler does not load
+    it here; the crash is still recorded, its stack the faulting
+    instruction alone, marked truncated (README "Crash handlers and
+    faulthandler")."""
+    p = heisen.preload([target(heisen, "segv"), "corrupt-first"], session, env={"HEISEN_HEAP": "0"})
+    assert p.returncode == -signal.SIGSEGV, (p.returncode, p.stderr)
+    assert "corrupted" not in p.stderr, p.stderr
+    pid = fact_int(p.stdout, "pid")
+    report = heisen.dump_json(session, expect_rc=1)
+    crashes = findings_of(report, "crash")
+    assert len(crashes) == 1 and crashes[0]["pid"] == pid, report["findings"]
+    stack = crashes[0]["stacks"][0]
+    assert stack.get("truncated") and frame_functions(stack)[:1] == ["crash_first"], stack
