@@ -148,9 +148,8 @@ static int sem_made_here(const sem_t *sem)
 {
 	struct hs_pytoken tk;
 	uint64_t maker;
-	tk.fp = 0; /* nothing kept: read whole */
 	memcpy(&maker, (const char *)sem + SEM_MAKER_OFF, sizeof maker);
-	return maker && hs_py_token(&tk) && tk.fp == maker;
+	return maker && hs_py_token_read(&tk) && tk.fp == maker;
 }
 
 /* The semaphore was acquired: no longer fresh. */
@@ -768,9 +767,7 @@ HS_EXPORT int sem_init(sem_t *sem, int pshared, unsigned int value)
 		if (id) {
 			/* the frame that made it (sem_made_here) */
 			struct hs_pytoken tk;
-			uint64_t maker;
-			tk.fp = 0; /* nothing kept: read whole */
-			maker = hs_py_token(&tk) ? tk.fp : 0;
+			uint64_t maker = hs_py_token_read(&tk) ? tk.fp : 0;
 			memcpy((char *)sem + SEM_MAKER_OFF, &maker, sizeof maker);
 		}
 		hs_leave(t);

@@ -1438,8 +1438,18 @@ unsigned hs_py_chain_frames(struct hs_seg *s, const uint64_t *pcs, unsigned n, u
 /* Read the calling thread's innermost Python frame into tk (struct
  * hs_pytoken); 0 when there is none, or it is not a shown frame (a shim,
  * incomplete, not a code object), or frames are not read.  Direct loads:
- * not from a signal handler. */
+ * not from a signal handler.  tk on entry is the token this caller kept
+ * last (a `with lock:` in a loop: compared, not read again) or has fp = 0
+ * (nothing kept: read whole; hs_py_token_read).  Never an uninitialised
+ * token: its fields could pass the comparison. */
 int hs_py_token(struct hs_pytoken *tk);
+
+/* hs_py_token for a caller that keeps no token: tk read whole. */
+static inline int hs_py_token_read(struct hs_pytoken *tk)
+{
+	tk->fp = 0;
+	return hs_py_token(tk);
+}
 
 /* 1 when two tokens (hs_py_token's) name the same frames at the same
  * instructions, the frames further out than the caller (outer[]) too:

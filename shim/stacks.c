@@ -1010,8 +1010,7 @@ HS_HOT unsigned hs_chain_read_lazy(struct hs_chain *c, uint64_t site, uint64_t c
 	 * once frames are read (hs_py_token's first call may look for CPython, which needs
 	 * more stack than a small thread stack has: chain_read_native asks after its room check) */
 	hs_py_eval_range(&ev_lo, &ev_span);
-	tok.fp = 0; /* no token kept here: hs_py_token reads it whole */
-	if (ev_span && !(site - ev_lo - 1 < ev_span) && hs_py_token(&tok)) {
+	if (ev_span && !(site - ev_lo - 1 < ev_span) && hs_py_token_read(&tok)) {
 		struct chain_memo *mm = chain_memo_of();
 		want = tok.entry ? 2 : 1;
 		c->lazy = 0;
@@ -1035,8 +1034,8 @@ HS_HOT unsigned hs_chain_read_lazy(struct hs_chain *c, uint64_t site, uint64_t c
 	}
 	chain_read_native(c, site, cfa);
 	c->python = 0;
-	c->tok.fp = 0; /* the union held c->py: no token to compare with */
-	if (!c->walked || c->depth == 0 || hs_py_eval_pc(c->pc[0]) || !hs_py_token(&c->tok))
+	/* c->tok shares a union with c->py: no token kept to compare with */
+	if (!c->walked || c->depth == 0 || hs_py_eval_pc(c->pc[0]) || !hs_py_token_read(&c->tok))
 		goto whole;
 	/* up to the evaluation-loop call running the frame, and its caller's when called from C */
 	want = c->tok.entry ? 2 : 1;
@@ -1065,8 +1064,7 @@ int hs_chain_complete(struct hs_chain *c)
 		return 0;
 	/* the innermost Python frame is still the one the lock was taken under, under the same
 	 * frames further out (a new call of the same helpers from another line: not the same) */
-	now.fp = 0;
-	if (!hs_py_token(&now) || !hs_py_token_same_call(&now, &c->tok))
+	if (!hs_py_token_read(&now) || !hs_py_token_same_call(&now, &c->tok))
 		return 0;
 	d = chain_extend(c, c->depth, chain_top);
 	chain_doubt = CHAIN_MAX;
