@@ -37,8 +37,10 @@
  * Then they go back to glibc "released", leaving the record of the free in
  * their first user bytes (release(), small_record), where glibc's own
  * links do not reach, and blocks of 1 KiB and more leave a 48-byte
- * tombstone chunk that holds header and record, so a second free long
- * after the quarantine still finds both stacks, as long as glibc has not
+ * tombstone chunk that holds header and record (cut at their free already:
+ * the tombstone waits in the FIFO in the block's place, tomb_at_free), so
+ * a second free long after the quarantine still finds both stacks, as
+ * long as glibc has not
  * handed the same memory out again — the rule of Scudo's header check,
  * with the stacks.
  *
@@ -1513,12 +1515,54 @@ static inline void tomb_keep(void *r)
 	q->tomb[(q->tomb_head + q->tomb_count++) & (TOMB_KEEP - 1)] = r;
 }
 
-static inline __attribute__((always_inline)) void release(struct hs_tls *t, int ring, void *p, uint64_t live)
+/*
+ * A large block p (freed; live: its live word) given back to glibc: the
+ * record, the state released, and a chunk of 1 KiB or more cut to its
+ * tombstone, which is returned (glibc's pointer: the caller keeps it,
+ * tomb_keep or the quarantine's FIFO); NULL when the block went to glibc
+ * whole (mmapped, a smaller chunk, a failed cut) or was kept from it
+ * (damaged: chunk_overrun; an aligned block's unknown offset).
+ */
+static __attribute__((noinline)) void *release_large(struct hs_tls *t, int ring, void *p, uint64_t live)
 {
 	uint64_t *w = hw(p), *u = p;
 	struct bview v;
 	size_t chunk;
 	char *r;
+	if (!view_of_live(p, live, 1, &v) && ST_KIND(live) == ST_LIVE_LA)
+		return NULL;
+	/* an aligned block's chunk is what glibc's memalign split off: not checked */
+	if (ST_KIND(live) == ST_LIVE_L && HS_UNLIKELY(chunk_damaged(p, large_chunk(v.size)))) {
+		chunk_overrun(t, ring, p);
+		return NULL;
+	}
+	r = (char *)p - v.offset;
+	u[0] = __atomic_load_n(&w[1], __ATOMIC_RELAXED);
+	u[1] = ST_LIVE_S | (v.size < 0xffffffu ? v.size : 0xffffffu) << 8 | (uint64_t)v.alloc << 32;
+	u[2] = w[0];
+	/* freed -> released: the kind is the state word's low byte (x86-64 is
+	   little-endian); a byte store.  No CAS: a racing free of a freed
+	   block only reads the word */
+	__atomic_store_n((uint8_t *)&w[1], (uint8_t)ST_RELEASED, __ATOMIC_RELAXED);
+	memcpy(&chunk, r - 8, sizeof chunk); /* glibc's chunk size word: size | flags (2: mmapped) */
+	if ((chunk & ~(size_t)7) >= TOMBSTONE_MIN && !(chunk & 2)) {
+		char *k = __libc_realloc(r, v.offset + 24);
+		if (k)
+			return k;
+	}
+	__libc_free(r);
+	return NULL;
+}
+
+/* In a FIFO entry's live word: the entry is a tombstone (its p glibc's
+ * pointer), cut at the block's free (quarantine_put); release() hands it
+ * on to tomb_keep.  No state word of a block has this kind. */
+#define ST_TOMB 0x7bu
+
+static inline __attribute__((always_inline)) void release(struct hs_tls *t, int ring, void *p, uint64_t live)
+{
+	uint64_t *w = hw(p), *u = p;
+	void *k;
 	if (HS_LIKELY(ST_KIND(live) == ST_LIVE_S)) {
 		if (HS_UNLIKELY(chunk_damaged(p, small_chunk(ST_SSIZE(live))))) {
 			chunk_overrun(t, ring, p);
@@ -1532,30 +1576,12 @@ static inline __attribute__((always_inline)) void release(struct hs_tls *t, int 
 		__libc_free(w);
 		return;
 	}
-	if (!view_of_live(p, live, 1, &v) && ST_KIND(live) == ST_LIVE_LA)
-		return;
-	/* an aligned block's chunk is what glibc's memalign split off: not checked */
-	if (ST_KIND(live) == ST_LIVE_L && HS_UNLIKELY(chunk_damaged(p, large_chunk(v.size)))) {
-		chunk_overrun(t, ring, p);
+	if (ST_KIND(live) == ST_TOMB) { /* cut at its free: already released */
+		tomb_keep(p);
 		return;
 	}
-	r = (char *)p - v.offset;
-	u[0] = __atomic_load_n(&w[1], __ATOMIC_RELAXED);
-	u[1] = ST_LIVE_S | (v.size < 0xffffffu ? v.size : 0xffffffu) << 8 | (uint64_t)v.alloc << 32;
-	u[2] = w[0];
-	/* freed -> released: the kind is the state word's low byte (x86-64 is
-	   little-endian); a byte store.  No CAS: a racing free of a freed
-	   block only reads the word */
-	__atomic_store_n((uint8_t *)&w[1], (uint8_t)ST_RELEASED, __ATOMIC_RELAXED);
-	memcpy(&chunk, r - 8, sizeof chunk); /* glibc's chunk size word: size | flags (2: mmapped) */
-	if ((chunk & ~(size_t)7) >= TOMBSTONE_MIN && !(chunk & 2)) {
-		char *k = __libc_realloc(r, v.offset + 24);
-		if (k) {
-			tomb_keep(k);
-			return;
-		}
-	}
-	__libc_free(r);
+	if ((k = release_large(t, ring, p, live)) != NULL)
+		tomb_keep(k);
 }
 
 /*
@@ -1626,6 +1652,33 @@ static inline int interior(const void *p, uint64_t size, uintptr_t *lo, uintptr_
 	*lo = (u + 16 + hs_heap_page_size - 1) & ~(uintptr_t)(hs_heap_page_size - 1);
 	*hi = (u + size) & ~(uintptr_t)(hs_heap_page_size - 1);
 	return *hi > *lo;
+}
+
+/*
+ * 1 when the large block p (malloc's alignment, size bytes) waits in the
+ * quarantine as its tombstone: its glibc chunk is TOMBSTONE_MIN bytes or
+ * more and is the chunk glibc gave (not mmapped, its size word intact:
+ * chunk_damaged's test).  Such a block is given back to glibc at its free
+ * (release_large: the record, the state released, the chunk cut to the
+ * 48 bytes that hold header and record), and the tombstone waits in the
+ * FIFO in the block's place, counted at the block's bytes, so the budget
+ * and the FIFO's order are what they were for the whole block; then it
+ * joins the thread's kept tombstones (tomb_keep).  A second free finds
+ * the record all that time, as it found the whole block, and glibc can
+ * never hand the old pointer out as a chunk's start.  What changes is
+ * that the block's memory (all but 48 bytes) goes back to glibc at once:
+ * held whole, a threaded Python program's freed buffers made glibc's
+ * arenas grow while they waited (bench/README.md "The quarantine's
+ * kilobyte blocks wait as tombstones").  Blocks glibc mmapped still wait
+ * whole (release() unmaps them; a second free then finds no memory), and
+ * so does a block whose size word was damaged (its release reports it).
+ * The idea is ASan's quarantine without its memory: what a double free
+ * needs of a freed block is its header, not its bytes.
+ */
+static inline int tomb_at_free(const void *p, uint64_t size)
+{
+	uint64_t want = large_chunk(size), c = ((const uint64_t *)p)[-3];
+	return want >= TOMBSTONE_MIN && ((((c & ~(uint64_t)5) - want) & ~(uint64_t)16) == 0);
 }
 
 /* The ring's entries, a power of two: QUAR_THREAD_BLOCKS, or 65,536 with
@@ -1717,7 +1770,15 @@ static inline __attribute__((always_inline)) void quarantine_put(struct hs_tls *
 		q->keyed = 1;
 		pthread_setspecific(tquar_key, q);
 	}
-	if (HS_UNLIKELY(interior(p, v->size, &lo, &hi))) {
+	if (HS_UNLIKELY(ST_KIND(live) == ST_LIVE_L) && tomb_at_free(p, v->size)) {
+		/* a chunk of 1 KiB or more waits as its tombstone (tomb_at_free),
+		   counted at the block's bytes */
+		void *k = release_large(t, ring, p, live);
+		if (!k)
+			return;
+		p = k;
+		live = ST_TOMB;
+	} else if (HS_UNLIKELY(interior(p, v->size, &lo, &hi))) {
 		bytes -= hi - lo;
 		madvise((void *)lo, hi - lo, MADV_DONTNEED);
 	}

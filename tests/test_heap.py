@@ -490,6 +490,34 @@ def test_double_free_after_intervening_allocations(heisen, tmp_path, size, n, th
             assert frame_functions(stack_by_role(f, "allocation"))[:2] == ["alloc_victim", "sweep"]
 
 
+def test_kilobyte_buffers_wait_as_tombstones(heisen, tmp_path):
+    """A Python request loop under PYTHONMALLOC=malloc drops 20,000 buffers
+    of 1,500 to 1,999 bytes: by glibc's own count of the bytes in use
+    (mallinfo2), the loop leaves under 64 KiB in glibc's hands (each such
+    block goes back to glibc at its free, its 48-byte tombstone waiting in
+    the quarantine in its place; held whole, the quarantine kept about 210
+    KiB of them).  And a 1,500-byte ctypes buffer freed twice with 50
+    buffers dropped between is still a double free with the Python lines
+    of its allocation and both frees."""
+    script = heisen.src_targets / "py_kilobyte_buffers.py"
+    p = heisen.preload(["/usr/bin/python3", script], tmp_path / "s",
+                       env={**HEAP, "PYTHONMALLOC": "malloc", "HEISEN_ON_HEAP_ERROR": "continue"})
+    assert p.returncode == 0 and "done ok" in p.stdout, (p.returncode, p.stderr[-2000:])
+    held = fact_int(p.stdout, "held")
+    assert held < 64 << 10, held
+    tid = fact_int(p.stdout, "tid_main")
+    r = heisen.dump_json(tmp_path / "s", expect_rc=1)
+    f = one(r, "double-free")
+    assert f["tids"] == [tid, tid, tid] and f["size"] == 1500, f
+    assert hexint(f["address"]) == int(facts(p.stdout)["pointer"][0], 16)
+    want = {"second free": ("release_again", "second free"), "first free": ("release", "first free"),
+            "allocation": ("make_buffer", "alloc")}
+    for role, (fn, marker) in want.items():
+        py = python_frames(stack_by_role(f, role))
+        assert py and py[0]["function"] == fn, (role, [(x["function"], x["line"]) for x in py])
+        assert py[0]["line"] == marker_line(script, marker), (role, py[0])
+
+
 def test_double_free_of_a_large_buffer_soon_after(heisen, tmp_path):
     """A 200 KiB buffer (glibc maps it on its own) freed, ten mixed-size
     allocations with five frees between, and freed again: a double free
