@@ -1752,6 +1752,8 @@ static inline __attribute__((always_inline)) uint64_t fifo_release(struct hs_tls
  * that stops freeing keeps its blocks, within the budget, until it exits
  * (tquar_exit).
  */
+static int quarantine_tomb(struct hs_tls *t, int ring, void *p, uint64_t live, uint64_t bytes);
+
 static inline __attribute__((always_inline)) void quarantine_put(struct hs_tls *t, int ring, void *p, uint64_t live,
 								 const struct bview *v, uint64_t bytes)
 {
@@ -1770,15 +1772,13 @@ static inline __attribute__((always_inline)) void quarantine_put(struct hs_tls *
 		q->keyed = 1;
 		pthread_setspecific(tquar_key, q);
 	}
-	if (HS_UNLIKELY(ST_KIND(live) == ST_LIVE_L) && tomb_at_free(p, v->size)) {
-		/* a chunk of 1 KiB or more waits as its tombstone (tomb_at_free),
-		   counted at the block's bytes */
-		void *k = release_large(t, ring, p, live);
-		if (!k)
+	if (HS_UNLIKELY(ST_KIND(live) == ST_LIVE_L)) {
+		/* a chunk of 1 KiB or more waits as its tombstone (out of line:
+		   the small block's path keeps its registers) */
+		if (quarantine_tomb(t, ring, p, live, bytes))
 			return;
-		p = k;
-		live = ST_TOMB;
-	} else if (HS_UNLIKELY(interior(p, v->size, &lo, &hi))) {
+	}
+	if (HS_UNLIKELY(interior(p, v->size, &lo, &hi))) {
 		bytes -= hi - lo;
 		madvise((void *)lo, hi - lo, MADV_DONTNEED);
 	}
@@ -1814,6 +1814,25 @@ static inline __attribute__((always_inline)) void quarantine_put(struct hs_tls *
 		__atomic_add_fetch(&quar_total, (uint64_t)q->unsynced, __ATOMIC_RELAXED);
 		q->unsynced = 0;
 	}
+}
+
+/*
+ * The large block p (freed; live, bytes as quarantine_put's) when it waits
+ * as its tombstone (tomb_at_free): cut now and the tombstone queued in its
+ * place, counted at the block's bytes (its view's size 0: no interior to
+ * give back).  1 when p was handled so (or went to glibc whole, or was
+ * kept as damaged: release_large), 0 when it waits whole.
+ */
+static __attribute__((noinline)) int quarantine_tomb(struct hs_tls *t, int ring, void *p, uint64_t live, uint64_t bytes)
+{
+	struct bview tv = {.size = 0, .small = 0};
+	void *k;
+	if (!tomb_at_free(p, ST_LSIZE(live)))
+		return 0;
+	k = release_large(t, ring, p, live);
+	if (k)
+		quarantine_put(t, ring, k, ST_TOMB, &tv, bytes);
+	return 1;
 }
 
 /* pthread key destructor: an exiting thread's quarantined blocks go back to glibc now. */
