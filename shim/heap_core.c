@@ -785,6 +785,34 @@ static inline uint64_t site_hash(uint64_t key)
 	return (key >> 62) == 3 ? key : hs_mix64(key);
 }
 
+/*
+ * The calling thread's last wrapper keys (site, caller outside the wrapper)
+ * and their stacks, direct-mapped by the caller, in the thread's area
+ * (shim.h HS_AREA_HEAPWRAP): a C++ thread's few callers of operator new
+ * are answered there, without the site cache's hash and its load from a
+ * table every thread shares (bench/README.md "The wrapper's callers
+ * memoised").  Filled from the site cache's answer; cleared with it in a
+ * fork child whose site cache is cleared.
+ */
+#define WRAP_MEMO_BITS 5u
+#define WRAP_MEMO (1u << WRAP_MEMO_BITS)
+struct wrap_memo {
+	uint64_t pc[WRAP_MEMO];   /* the caller outside the wrapper; 0: empty */
+	uint64_t site[WRAP_MEMO]; /* the hook's site inside the wrapper */
+	uint32_t id[WRAP_MEMO];   /* the key's stack */
+};
+_Static_assert(sizeof(struct wrap_memo) <= HS_AREA_HEAPWRAP_SIZE, "the wrapper memo fits the area");
+
+static inline struct wrap_memo *wrap_memo_in(char *a)
+{
+	return (struct wrap_memo *)(void *)(a + HS_AREA_HEAPWRAP);
+}
+
+static inline unsigned wrap_slot(uint64_t pc)
+{
+	return (unsigned)((pc * 0x9e3779b97f4a7c15ull) >> (64 - WRAP_MEMO_BITS));
+}
+
 static uint32_t wrapper_stack(uint64_t site)
 {
 	uint64_t lo = __atomic_load_n(&wrapper_lo, __ATOMIC_RELAXED);
@@ -829,10 +857,20 @@ static uint32_t wrapper_stack(uint64_t site)
 	if (pc >= lo && pc < hi) {
 		pc = 0;
 	} else {
-		uint64_t h = wrapper_key(site, pc);
-		uint64_t v = __atomic_load_n(&site_cache[h & (SITE_CACHE - 1)], __ATOMIC_RELAXED);
-		if (HS_LIKELY(v != 0 && (v >> 26) == (h >> 26)))
+		char *a = hs_tls.area;
+		unsigned k = wrap_slot(pc);
+		uint64_t h, v;
+		if (HS_LIKELY(a != NULL) && wrap_memo_in(a)->pc[k] == pc && wrap_memo_in(a)->site[k] == site)
+			return wrap_memo_in(a)->id[k];
+		h = wrapper_key(site, pc);
+		v = __atomic_load_n(&site_cache[h & (SITE_CACHE - 1)], __ATOMIC_RELAXED);
+		if (HS_LIKELY(v != 0 && (v >> 26) == (h >> 26))) {
+			if (a) {
+				struct wrap_memo *m = wrap_memo_in(a);
+				m->pc[k] = pc, m->site[k] = site, m->id[k] = (uint32_t)(v & 0xffffffu);
+			}
 			return (uint32_t)(v & 0xffffffu);
+		}
 		if (!hs_module_known(pc))
 			pc = 0;
 	}
@@ -2098,8 +2136,10 @@ HS_FORK_TEXT HS_HIDDEN void hs_heap_after_fork_child(void)
 	if (!hs_seg_inherited) {
 		memset(site_cache, 0, sizeof site_cache);
 		memset(&site_memo, 0, sizeof site_memo);
-		if (hs_tls.area)
+		if (hs_tls.area) {
 			memset(memo_l2_in(hs_tls.area), 0, sizeof(struct site_memo_l2));
+			memset(wrap_memo_in(hs_tls.area), 0, sizeof(struct wrap_memo));
+		}
 		__atomic_add_fetch(&stack_epoch, 1, __ATOMIC_RELAXED);
 	}
 	/* the other threads' FIFOs stay allocated in the child; the total is this thread's */

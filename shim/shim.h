@@ -280,7 +280,9 @@ extern __thread struct hs_tls hs_tls __attribute__((tls_model("initial-exec")));
 #define HS_AREA_CHAINMEMO_SIZE 15360u
 #define HS_AREA_HEAPMEMO     40960u  /* heap_core.c: the call-site memo's second level */
 #define HS_AREA_HEAPMEMO_SIZE 1536u
-#define HS_AREA_SIZE         42496u  /* pages never touched are never backed */
+#define HS_AREA_HEAPWRAP     42496u  /* heap_core.c: operator new's callers met last (wrap_memo) */
+#define HS_AREA_HEAPWRAP_SIZE 640u
+#define HS_AREA_SIZE         43136u  /* pages never touched are never backed */
 char *hs_area_map(void);
 void hs_area_release(struct hs_tls *t);
 static inline char *hs_area(void)
