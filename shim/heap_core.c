@@ -790,8 +790,8 @@ static inline uint64_t site_hash(uint64_t key)
  * and their stacks, direct-mapped by the caller, in the thread's area
  * (shim.h HS_AREA_HEAPWRAP): a C++ thread's few callers of operator new
  * are answered there, without the site cache's hash and its load from a
- * table every thread shares (bench/README.md "The wrapper's callers
- * memoised").  Filled from the site cache's answer; cleared with it in a
+ * table every thread shares (bench/README.md "The heap checker's time
+ * and memory, broken down").  Filled from the site cache's answer; cleared with it in a
  * fork child whose site cache is cleared.
  */
 #define WRAP_MEMO_BITS 5u
@@ -1275,6 +1275,14 @@ static void bad_state(struct hs_tls *t, int ring, void *p, uint64_t state)
 		   compare-and-swap, so it is there */
 		f.stack3 = alloc_stack_of(v.alloc);
 		f.size = v.size;
+		/* a large block the racing first free is cutting to its tombstone
+		   right now (tomb_at_free): its tail word may be glibc's already,
+		   but the record, written before the cut, has the allocation */
+		if (!v.small && v.alloc == 0 && small_record(p, rec)) {
+			f.stack3 = alloc_stack_of(ST_SALLOC(rec[1]));
+			if (ST_SSIZE(rec[1]) != 0xffffffu)
+				f.size = ST_SSIZE(rec[1]);
+		}
 	}
 	heap_finding(t, ring, &f);
 }
@@ -1706,8 +1714,8 @@ static inline int interior(const void *p, uint64_t size, uintptr_t *lo, uintptr_
  * never hand the old pointer out as a chunk's start.  What changes is
  * that the block's memory (all but 48 bytes) goes back to glibc at once:
  * held whole, a threaded Python program's freed buffers made glibc's
- * arenas grow while they waited (bench/README.md "The quarantine's
- * kilobyte blocks wait as tombstones").  Blocks glibc mmapped still wait
+ * arenas grow while they waited (bench/README.md "The heap checker's
+ * time and memory, broken down").  Blocks glibc mmapped still wait
  * whole (release() unmaps them; a second free then finds no memory), and
  * so does a block whose size word was damaged (its release reports it).
  * The idea is ASan's quarantine without its memory: what a double free
