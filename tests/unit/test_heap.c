@@ -378,6 +378,26 @@ static void test_abort(const char *exe)
 	}
 }
 
+/* Remove the run's HEISEN_DIR (its segments, 5 MiB each, and its
+ * .environment): the directory is this run's own (mkdtemp below), and
+ * every run left one in /tmp before. */
+static void remove_run_dir(const char *d)
+{
+	char path[4096];
+	struct dirent *e;
+	DIR *dp;
+	if (!d || strncmp(d, "/tmp/heisen-test-heap-", 22) != 0 || !(dp = opendir(d)))
+		return;
+	while ((e = readdir(dp)) != NULL) {
+		if (strcmp(e->d_name, ".") == 0 || strcmp(e->d_name, "..") == 0)
+			continue;
+		snprintf(path, sizeof path, "%s/%s", d, e->d_name);
+		unlink(path);
+	}
+	closedir(dp);
+	rmdir(d);
+}
+
 int main(int argc, char **argv)
 {
 	if (argc == 2 && strcmp(argv[1], "abort-child") == 0)
@@ -411,5 +431,6 @@ int main(int argc, char **argv)
 	test_invalid_and_foreign();
 	test_abort("/proc/self/exe");
 	printf("test_heap: %d passed, %d failed\n", checks - failures, failures);
+	remove_run_dir(getenv("HEISEN_DIR"));
 	return failures ? 1 : 0;
 }
