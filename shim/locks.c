@@ -143,6 +143,21 @@ static uint32_t held_edge_stack(struct hs_thread *th, int i, uint32_t *site_n)
 	return held_stack(th, i);
 }
 
+/* held_edge_stack for a lock class -> GIL edge made at a semaphore lock's
+ * release (release_gil_edge): every Python lock class gets one at its
+ * first release with the GIL held, whether or not the GIL was ever taken
+ * while it was held (its acquisitions do not ask about the GIL: gil_safe),
+ * so it does not end the lock's leaf path; the edge's stack is the same. */
+static uint32_t held_edge_stack_sem_gil(struct hs_thread *th, int i, uint32_t *site_n)
+{
+	*site_n = 0;
+	if (th->held[i].flags & HS_HELDF_SITE) {
+		*site_n = LEAF_AFTER; /* the leaf path begins there */
+		return th->held[i].stack;
+	}
+	return held_stack(th, i);
+}
+
 uint32_t hs_locks_held_stack(struct hs_thread *th, int i, uint32_t *site_n)
 {
 	return held_edge_stack(th, i, site_n);
@@ -1008,10 +1023,11 @@ static __attribute__((noinline)) void release_gil_edge(struct hs_tls *t, int i)
 	uint32_t e, site_n;
 	if (id && gil && gil != id) {
 		e = hs_edge_find(&hs_seg, hs_edge_key(id, gil, mode, HS_MODE_WRITE));
+		int sem = hs_seg.locks[id].kind == HS_LOCK_SEMAPHORE;
 		if (!e || edge_from_site(e)) {
-			uint32_t from_stack = held_edge_stack(th, i, &site_n);
+			uint32_t from_stack = sem ? held_edge_stack_sem_gil(th, i, &site_n) : held_edge_stack(th, i, &site_n);
 			gil_edge(t, id, mode, from_stack, site_n, gil, HS_MODE_WRITE, 0, hs_now());
-		} else if (th->held[i].flags & HS_HELDF_SITE) {
+		} else if ((th->held[i].flags & HS_HELDF_SITE) && !sem) {
 			(void)lock_leaf_nested(id);
 		}
 	}

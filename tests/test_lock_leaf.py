@@ -1,0 +1,113 @@
+# SPDX-License-Identifier: MIT
+"""Locks that never nest keep their call site's stack only, and are still
+checked when they nest at last (README, "Lock order: locks that never
+nest"; docs/design.md "Lock order", the leaf path).
+
+py_leaf_lock.py takes a registry lock (libnativelock.so's pthread mutex
+through ctypes, or one threading.Lock shared by a Python class's
+callers) hundreds of times with nothing nested under it, then nests the
+journal's threading.Lock under it and takes the two in the opposite order
+too.  The cycle is predicted either way; when the registry lock was
+nested once, the edge out of it has the call site's stack only and the
+report says so; nested again, the edge has the exact stack.  A program
+whose registry lock never nests has no finding.  Every case runs on each
+interpreter of the machine.
+"""
+import pytest
+
+from conftest import fact_int, facts, findings_of, marker_line
+from test_python_versions import check_process, expect_python_run, py  # noqa: F401 (fixture)
+
+SHAPES = ["native", "wrapper"]
+SRC = "py_leaf_lock.py"
+COUNT = 500  # registry acquisitions with nothing nested: well past the 64 that keep exact stacks
+
+
+@pytest.fixture(autouse=True)
+def python_locks_default(monkeypatch):
+    monkeypatch.delenv("HEISEN_PY_LOCKS", raising=False)
+
+
+def run(heisen, session, py, shape, nest):
+    lib = heisen.targets / "libnativelock.so"
+    assert lib.exists(), f"{lib} is missing: ninja -C {heisen.build}"
+    src = heisen.src_targets / SRC
+    p = heisen.preload([py.exe, src, shape, lib, str(COUNT), str(nest)], session, timeout=120)
+    assert p.returncode == 0 and facts(p.stdout)["done"] == ["1"], (p.returncode, p.stdout, p.stderr)
+    return src, fact_int(p.stdout, "pid")
+
+
+def registry_name(py, src, shape):
+    if shape == "native":
+        return "registry_lock"
+    return f"{src.name}:{marker_line(src, 'registry lock created')} in {py.qualname('WrapperRegistry.__init__')}"
+
+
+def the_cycle(heisen, session, py, src, pid, shape):
+    """The one predicted cycle, its two edges by direction."""
+    report = heisen.dump_json(session, expect_rc=1)
+    cycles = [f for f in findings_of(report, "potential-deadlock") if f["pid"] == pid]
+    assert len(cycles) == 1 and len(cycles[0]["edges"]) == 2, report["findings"]
+    journal = f"{src.name}:{marker_line(src, 'journal lock created')} in {py.qualname('Journal.__init__')}"
+    registry = registry_name(py, src, shape)
+    edges = {(e["from"].get("name"), e["to"].get("name")): e for e in cycles[0]["edges"]}
+    assert set(edges) == {(registry, journal), (journal, registry)}, edges.keys()
+    check_process(report, pid, py)
+    return edges[(registry, journal)], edges[(journal, registry)]
+
+
+def check_journal_edge(py, src, back):
+    """journal -> registry: the journal lock was no leaf (taken with the registry
+    lock held first): its exact stack, the auditor's line."""
+    assert back.get("from_stack_site_only") in (False, None), back  # None: a build before the leaf path
+    expect_python_run(py, back["from_stack"], [("audit", marker_line(src, "auditor takes the journal lock"))], SRC)
+    expect_python_run(py, back["to_stack"], [("audit", marker_line(src, "auditor counts under the journal lock"))],
+                      SRC)
+
+
+@pytest.mark.parametrize("shape", SHAPES)
+def test_a_leaf_lock_nested_once_is_predicted_with_its_call_site_said(heisen, session, py, shape):
+    """Nested once, after 500 acquisitions alone: the cycle is found and names
+    both locks; the registry's edge has its call site's stack only, marked in
+    the JSON and said plainly in the text report; the inner acquisition's
+    stack is exact (the listener's line)."""
+    src, pid = run(heisen, session, py, shape, 1)
+    out, back = the_cycle(heisen, session, py, src, pid, shape)
+    assert out["from_stack_site_only"] is True and out["from_site_n"] == 64, out
+    expect_python_run(py, out["to_stack"], [("on_event", marker_line(src, "listener takes the journal lock"))], SRC)
+    check_journal_edge(py, src, back)
+    text = heisen.dump(session)
+    assert text.returncode == 1, (text.returncode, text.stderr)
+    said = ("(call site only: this lock had been taken 64 times with nothing nested under it before, "
+            "so only its call site's first stack was kept")
+    assert text.stdout.count(said) == 1, text.stdout
+
+
+@pytest.mark.parametrize("shape", SHAPES)
+def test_a_leaf_lock_nested_in_a_loop_ends_with_exact_stacks(heisen, session, py, shape):
+    """Nested three times: the edge made from the site's stack the first time is
+    recorded again with the exact stack the second time: the registry lock
+    taken under notify()'s line, nothing said about call sites."""
+    src, pid = run(heisen, session, py, shape, 3)
+    out, back = the_cycle(heisen, session, py, src, pid, shape)
+    assert out.get("from_stack_site_only") in (False, None), out  # None: a build before the leaf path
+    want = [("notify", marker_line(src, "notify under the registry lock"))]
+    if shape == "wrapper":
+        want.insert(0, ("WrapperRegistry.notify", marker_line(src, "registry notify takes the registry lock")))
+    else:
+        want.insert(0, ("NativeRegistry.notify", marker_line(src, "registry notify calls the library")))
+    expect_python_run(py, out["from_stack"], want, SRC)
+    expect_python_run(py, out["to_stack"], [("on_event", marker_line(src, "listener takes the journal lock"))], SRC)
+    check_journal_edge(py, src, back)
+    text = heisen.dump(session)
+    assert text.returncode == 1 and "call site only" not in text.stdout, text.stdout
+
+
+@pytest.mark.parametrize("shape", SHAPES)
+def test_a_lock_that_never_nests_has_no_finding(heisen, session, py, shape):
+    """The registry lock taken 500 times alone, never nested, the journal never
+    taken: no finding, and the process recorded (its locks in the graph)."""
+    src, pid = run(heisen, session, py, shape, 0)
+    report = heisen.dump_json(session, expect_rc=0)
+    assert not [f for f in report["findings"] if f.get("pid") == pid], report["findings"]
+    check_process(report, pid, py)
