@@ -57,11 +57,15 @@ static inline struct held_chain *held_chains_of(void)
  * the first lock of an edge -- never held while this process took another
  * lock or the GIL -- needs its exact held stack only if that happens some
  * day, and most such locks (sqlite's global memory mutex, taken around
- * every allocation; a shared wrapper's leaf lock) are taken thousands of
+ * every allocation; a C library's registry mutex) are taken thousands of
  * times and never nested.  So after LEAF_AFTER acquisitions with nothing
- * nested (short programs and tests keep exact stacks), an acquisition of
- * it reads no chain and no Python token: its held entry keeps the call
- * site's cached stack, marked HS_HELDF_SITE.  The first time it is held
+ * nested (short programs and tests keep exact stacks), a pthread lock's
+ * acquisition reads no chain and no Python token: its held entry keeps
+ * the call site's cached stack, marked HS_HELDF_SITE.  Not a Python lock
+ * (a semaphore, semaphores.c): its call site is CPython's lock code,
+ * shared by every Python lock, so that site's stack would name another
+ * lock's Python lines; and its lazy read in a loop is the token's compare
+ * already (lock_chain_read_lazy).  The first time it is held
  * while another lock or the GIL is taken, it stops being a leaf
  * (lock_leaf_nested; later acquisitions read chains again), and a new
  * edge made from that holding is recorded with the site's stack, marked
@@ -239,7 +243,7 @@ static inline __attribute__((always_inline)) void lock_acq_uncontended(struct hs
 	uint32_t n = th->held_count; /* at most HELD_CHAINS: hs_acq_ordered */
 	int32_t last = __atomic_load_n(&l->last_tid, __ATOMIC_RELAXED);
 	uint64_t t0 = lock_now();
-	uint32_t stack, extra = 0;
+	uint32_t stack;
 	if (HS_UNLIKELY(!held_chains)) {
 		stack = hs_stack_site(site);
 	} else {
@@ -247,12 +251,9 @@ static inline __attribute__((always_inline)) void lock_acq_uncontended(struct hs
 		struct held_chain *c = &held_chains[n];
 		c->addr = addr;
 		c->exact = 0;
-		/* the stack is needed only if an edge is made from it later: read lazily, and
-		 * not at all for a leaf so far (lock_leaf) */
-		if (HS_LIKELY(!(c->leaf = (uint16_t)lock_leaf(id, gen))))
-			lock_chain_read_lazy(&c->c, site, cfa);
-		else
-			extra = HS_HELDF_SITE;
+		c->leaf = 0; /* a Python lock: never the leaf path (lock_leaf) */
+		/* the stack is needed only if an edge is made from it later: read lazily */
+		lock_chain_read_lazy(&c->c, site, cfa);
 		if (HS_UNLIKELY(c->stack_site != site || !c->site_stack || c->site_gen != gen)) {
 			c->site_stack = hs_stack_site(site);
 			c->stack_site = site;
@@ -267,7 +268,7 @@ static inline __attribute__((always_inline)) void lock_acq_uncontended(struct hs
 		__atomic_store_n(&l->last_tid, t->tid, __ATOMIC_RELAXED);
 	}
 	/* held_push, its chain in place already (n <= HELD_CHAINS: room) */
-	held_push4(th, n, addr, id, hold_mode, trylock, stack, extra, t0);
+	held_push4(th, n, addr, id, hold_mode, trylock, stack, 0, t0);
 	hs_rec(t, t0, HS_REC_LOCK_ACQUIRED, stack, addr, id, (uint64_t)hold_mode | (uint64_t)trylock << 8);
 }
 

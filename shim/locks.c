@@ -143,21 +143,6 @@ static uint32_t held_edge_stack(struct hs_thread *th, int i, uint32_t *site_n)
 	return held_stack(th, i);
 }
 
-/* held_edge_stack for a lock class -> GIL edge made at a semaphore lock's
- * release (release_gil_edge): every Python lock class gets one at its
- * first release with the GIL held, whether or not the GIL was ever taken
- * while it was held (its acquisitions do not ask about the GIL: gil_safe),
- * so it does not end the lock's leaf path; the edge's stack is the same. */
-static uint32_t held_edge_stack_sem_gil(struct hs_thread *th, int i, uint32_t *site_n)
-{
-	*site_n = 0;
-	if (th->held[i].flags & HS_HELDF_SITE) {
-		*site_n = LEAF_AFTER; /* the leaf path begins there */
-		return th->held[i].stack;
-	}
-	return held_stack(th, i);
-}
-
 uint32_t hs_locks_held_stack(struct hs_thread *th, int i, uint32_t *site_n)
 {
 	return held_edge_stack(th, i, site_n);
@@ -508,10 +493,10 @@ static inline __attribute__((always_inline)) void acq_before(struct hs_tls *t, s
 		/* this call's chain, kept raw in the slot it will be held in; the site's cached
 		 * stack stands for it until needed.  Under Python, lazily (its frames up to the
 		 * evaluation loop, the Python frame as a token: docs/design.md "Lazy lock
-		 * stacks"); else the whole chain, inline.  None for a leaf so far (lock_leaf)
-		 * that is not relocked (a self-deadlock's or re-entry's held entry is found
-		 * below), nor for one taken by a lock not tracked */
-		if (a->id && h < 0 && lock_leaf(a->id, gen))
+		 * stacks"); else the whole chain, inline.  None for a pthread lock that is a
+		 * leaf so far (lockpath.h, lock_leaf) and not relocked (a self-deadlock's or
+		 * re-entry's held entry is found below) */
+		if (a->id && h < 0 && a->kind != HS_LOCK_SEMAPHORE && lock_leaf(a->id, gen))
 			p->leaf = 1;
 		else if (hs_py_frames_maybe())
 			hs_chain_read_lazy(&p->c, a->site, a->cfa);
@@ -1023,11 +1008,10 @@ static __attribute__((noinline)) void release_gil_edge(struct hs_tls *t, int i)
 	uint32_t e, site_n;
 	if (id && gil && gil != id) {
 		e = hs_edge_find(&hs_seg, hs_edge_key(id, gil, mode, HS_MODE_WRITE));
-		int sem = hs_seg.locks[id].kind == HS_LOCK_SEMAPHORE;
 		if (!e || edge_from_site(e)) {
-			uint32_t from_stack = sem ? held_edge_stack_sem_gil(th, i, &site_n) : held_edge_stack(th, i, &site_n);
+			uint32_t from_stack = held_edge_stack(th, i, &site_n);
 			gil_edge(t, id, mode, from_stack, site_n, gil, HS_MODE_WRITE, 0, hs_now());
-		} else if ((th->held[i].flags & HS_HELDF_SITE) && !sem) {
+		} else if (th->held[i].flags & HS_HELDF_SITE) {
 			(void)lock_leaf_nested(id);
 		}
 	}

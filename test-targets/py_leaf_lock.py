@@ -12,17 +12,18 @@ Two shapes of the registry:
   native   libnativelock.so's registry mutex (a pthread mutex in C,
            reached through ctypes.CDLL, the GIL released around each
            call): nl_count() takes it alone, nl_notify() calls a Python
-           listener with it held;
+           listener with it held (touch(): with no listener, alone);
   wrapper  a Python class sharing one threading.Lock between its
            callers: count() takes it alone, notify() calls a listener
-           with it held.
+           with it held (touch(): alone).
 In both, the listener takes the journal's threading.Lock under the
 registry lock (registry -> journal), and an auditor counts under the
 journal lock (journal -> registry).  One thread, in turn: the program
 ends.
 
 Usage: py_leaf_lock.py native|wrapper LIBNATIVELOCK.so COUNT NEST
-  COUNT  registry acquisitions with nothing nested, first (from one loop)
+  COUNT  rounds of count() and touch(), first (from one loop): the registry
+         lock taken 2 * COUNT times with nothing nested
   NEST   notifications under the registry lock, then the audit; 0: none,
          and no audit (a program whose registry lock never nests)
 Prints "pid P", "counted N", "done 1".
@@ -65,6 +66,11 @@ class NativeRegistry:
         self.listeners.append(cb)  # kept alive
         self.lib.nl_notify(cb, 1, 0)  # marker: registry notify calls the library
 
+    def touch(self):
+        if not self.listeners:
+            self.listeners.append(self.listener_type(lambda event: None))
+        self.lib.nl_notify(self.listeners[0], 0, 0)  # marker: registry touch calls the library
+
 
 class WrapperRegistry:
     """A Python registry: one threading.Lock shared by every caller."""
@@ -82,6 +88,10 @@ class WrapperRegistry:
             self.events += 1
             fn(self.events)
 
+    def touch(self):
+        with self.lock:  # marker: registry touch takes the registry lock
+            pass
+
 
 journal = Journal()
 registry = NativeRegistry() if shape == "native" else WrapperRegistry()
@@ -96,6 +106,7 @@ def poll():
     total = 0
     for _ in range(count):
         total += registry.count()  # marker: poll counts
+        registry.touch()  # marker: poll touches
     return total
 
 

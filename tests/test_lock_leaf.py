@@ -1,16 +1,18 @@
 # SPDX-License-Identifier: MIT
-"""Locks that never nest keep their call site's stack only, and are still
-checked when they nest at last (README, "Lock order: locks that never
-nest"; docs/design.md "Lock order", the leaf path).
+"""Native locks that never nest keep their call site's stack only, and are
+still checked when they nest at last (README, "Lock order: locks that
+never nest"; docs/design.md "Lock order", the leaf path).
 
 py_leaf_lock.py takes a registry lock (libnativelock.so's pthread mutex
 through ctypes, or one threading.Lock shared by a Python class's
 callers) hundreds of times with nothing nested under it, then nests the
 journal's threading.Lock under it and takes the two in the opposite order
-too.  The cycle is predicted either way; when the registry lock was
-nested once, the edge out of it has the call site's stack only and the
-report says so; nested again, the edge has the exact stack.  A program
-whose registry lock never nests has no finding.  Every case runs on each
+too.  The cycle is predicted either way.  When the native registry mutex
+was nested once, the edge out of it has the call site's stack only and
+the report says so; nested again, the edge has the exact stack.  A Python
+lock never takes the leaf path (its call site is CPython's, shared by
+every Python lock): its edge keeps the exact stack.  A program whose
+registry lock never nests has no finding.  Every case runs on each
 interpreter of the machine.
 """
 import pytest
@@ -65,15 +67,21 @@ def check_journal_edge(py, src, back):
                       SRC)
 
 
-@pytest.mark.parametrize("shape", SHAPES)
-def test_a_leaf_lock_nested_once_is_predicted_with_its_call_site_said(heisen, session, py, shape):
-    """Nested once, after 500 acquisitions alone: the cycle is found and names
-    both locks; the registry's edge has its call site's stack only, marked in
-    the JSON and said plainly in the text report; the inner acquisition's
-    stack is exact (the listener's line)."""
+def test_a_leaf_mutex_nested_once_is_predicted_with_its_call_site_said(heisen, session, py):
+    """libnativelock.so's registry mutex nested once, after 500 acquisitions
+    alone: the cycle is found and names both locks; the mutex's edge has
+    its call site's stack only, marked in the JSON and said plainly in the
+    text report; the inner acquisition's stack is exact (the listener's
+    line)."""
+    shape = "native"
     src, pid = run(heisen, session, py, shape, 1)
     out, back = the_cycle(heisen, session, py, src, pid, shape)
     assert out["from_stack_site_only"] is True and out["from_site_n"] == 64, out
+    # the site's first stack: nl_notify's first call, from the poll loop (with no listener),
+    # not this one from notify(): what the report warns of
+    expect_python_run(py, out["from_stack"], [("NativeRegistry.touch", marker_line(src, "registry touch calls the library")),
+                                             ("poll", marker_line(src, "poll touches"))], SRC)
+    assert out["from_stack"]["frames"][0]["function"] == "nl_notify", out["from_stack"]["frames"][0]
     expect_python_run(py, out["to_stack"], [("on_event", marker_line(src, "listener takes the journal lock"))], SRC)
     check_journal_edge(py, src, back)
     text = heisen.dump(session)
@@ -83,13 +91,9 @@ def test_a_leaf_lock_nested_once_is_predicted_with_its_call_site_said(heisen, se
     assert text.stdout.count(said) == 1, text.stdout
 
 
-@pytest.mark.parametrize("shape", SHAPES)
-def test_a_leaf_lock_nested_in_a_loop_ends_with_exact_stacks(heisen, session, py, shape):
-    """Nested three times: the edge made from the site's stack the first time is
-    recorded again with the exact stack the second time: the registry lock
-    taken under notify()'s line, nothing said about call sites."""
-    src, pid = run(heisen, session, py, shape, 3)
-    out, back = the_cycle(heisen, session, py, src, pid, shape)
+def check_exact_registry_edge(py, src, shape, out):
+    """registry -> journal with the registry lock's exact stack: taken under
+    notify()'s line."""
     assert out.get("from_stack_site_only") in (False, None), out  # None: a build before the leaf path
     want = [("notify", marker_line(src, "notify under the registry lock"))]
     if shape == "wrapper":
@@ -98,6 +102,29 @@ def test_a_leaf_lock_nested_in_a_loop_ends_with_exact_stacks(heisen, session, py
         want.insert(0, ("NativeRegistry.notify", marker_line(src, "registry notify calls the library")))
     expect_python_run(py, out["from_stack"], want, SRC)
     expect_python_run(py, out["to_stack"], [("on_event", marker_line(src, "listener takes the journal lock"))], SRC)
+
+
+@pytest.mark.parametrize("shape", SHAPES)
+def test_a_leaf_lock_nested_in_a_loop_ends_with_exact_stacks(heisen, session, py, shape):
+    """Nested three times: the edge made from the site's stack the first time is
+    recorded again with the exact stack the second time: the registry lock
+    taken under notify()'s line, nothing said about call sites."""
+    src, pid = run(heisen, session, py, shape, 3)
+    out, back = the_cycle(heisen, session, py, src, pid, shape)
+    check_exact_registry_edge(py, src, shape, out)
+    check_journal_edge(py, src, back)
+    text = heisen.dump(session)
+    assert text.returncode == 1 and "call site only" not in text.stdout, text.stdout
+
+
+def test_a_python_lock_taken_alone_many_times_keeps_exact_stacks(heisen, session, py):
+    """A threading.Lock shared by a Python class's callers, taken 500 times
+    alone and nested once: no leaf path for a Python lock, the edge out of it
+    has the exact stack (WrapperRegistry.notify's line and its caller's)."""
+    shape = "wrapper"
+    src, pid = run(heisen, session, py, shape, 1)
+    out, back = the_cycle(heisen, session, py, src, pid, shape)
+    check_exact_registry_edge(py, src, shape, out)
     check_journal_edge(py, src, back)
     text = heisen.dump(session)
     assert text.returncode == 1 and "call site only" not in text.stdout, text.stdout
