@@ -80,7 +80,12 @@ static inline struct held_chain *held_chains_of(void)
  * that take a shared leaf lock); nested is set once and stays.
  */
 #define LEAF_SLOTS 65536u
-#define LEAF_AFTER 64u
+#define LEAF_AFTER 64u   /* the default of HEISEN_LOCK_LEAF_AFTER */
+#define LEAF_AFTER_MAX 255u /* count is a byte */
+/* HEISEN_LOCK_LEAF_AFTER (1..LEAF_AFTER_MAX; 0 turns the leaf path off:
+ * UINT32_MAX here), 0 until read (locks.c lock_leaf_after_read). */
+extern uint32_t hs_lock_leaf_after HS_HIDDEN;
+uint32_t hs_lock_leaf_after_read(void) HS_HIDDEN;
 struct lock_leaf {
 	uint32_t id;            /* lock id the slot counts for (0: none) */
 	uint16_t gen;           /* hs_seg_gen's low 16 bits */
@@ -104,6 +109,12 @@ static __attribute__((noinline, cold)) void lock_leaf_claim(struct lock_leaf *l,
 static inline __attribute__((always_inline)) int lock_leaf(uint32_t id, uint32_t gen)
 {
 	struct lock_leaf *l = &hs_lock_leaf[id & (LEAF_SLOTS - 1)];
+	uint32_t after = __atomic_load_n(&hs_lock_leaf_after, __ATOMIC_RELAXED);
+	if (HS_UNLIKELY(after - 1 >= LEAF_AFTER_MAX)) {
+		/* not read yet (0), or off */
+		if (after || (after = hs_lock_leaf_after_read()) > LEAF_AFTER_MAX)
+			return 0;
+	}
 	if (HS_UNLIKELY(__atomic_load_n(&l->id, __ATOMIC_ACQUIRE) != id || l->gen != (uint16_t)gen)) {
 		lock_leaf_claim(l, id, gen);
 		return 0;
@@ -111,7 +122,7 @@ static inline __attribute__((always_inline)) int lock_leaf(uint32_t id, uint32_t
 	if (__atomic_load_n(&l->nested, __ATOMIC_RELAXED))
 		return 0;
 	uint8_t k = __atomic_load_n(&l->count, __ATOMIC_RELAXED);
-	if (HS_LIKELY(k >= LEAF_AFTER))
+	if (HS_LIKELY(k >= after))
 		return 1;
 	__atomic_store_n(&l->count, (uint8_t)(k + 1), __ATOMIC_RELAXED); /* a lost count: one more exact read */
 	return 0;

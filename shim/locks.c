@@ -88,6 +88,20 @@ static inline int holds_gil_now(void)
 
 uint16_t hs_relgen[RELGEN_SLOTS]; /* lockpath.h */
 struct lock_leaf hs_lock_leaf[LEAF_SLOTS]; /* lockpath.h, the leaf path */
+uint32_t hs_lock_leaf_after;                /* lockpath.h */
+
+/* HEISEN_LOCK_LEAF_AFTER read once (two threads may both read it: the same
+ * answer): the acquisitions with nothing nested after which a pthread lock
+ * keeps its call site's stack only, 1 to 255 (default LEAF_AFTER); 0:
+ * never (every acquisition reads its stack), kept as UINT32_MAX. */
+__attribute__((noinline, cold)) uint32_t hs_lock_leaf_after_read(void)
+{
+	uint32_t n = (uint32_t)hs_getenv_num("HEISEN_LOCK_LEAF_AFTER", LEAF_AFTER, 0, LEAF_AFTER_MAX, NULL);
+	if (n == 0)
+		n = UINT32_MAX;
+	__atomic_store_n(&hs_lock_leaf_after, n, __ATOMIC_RELAXED);
+	return n;
+}
 
 static void held_remove(struct hs_thread *th, int i);
 

@@ -30,13 +30,13 @@ def python_locks_default(monkeypatch):
     monkeypatch.delenv("HEISEN_PY_LOCKS", raising=False)
 
 
-def run(heisen, session, py, shape, nest):
+def run(heisen, session, py, shape, nest, env=None):
     lib = heisen.targets / "libnativelock.so"
     assert lib.exists(), f"{lib} is missing: ninja -C {heisen.build}"
     src = heisen.src_targets / SRC
-    p = heisen.preload([py.exe, src, shape, lib, str(COUNT), str(nest)], session, timeout=120)
+    p = heisen.preload([py.exe, src, shape, lib, str(COUNT), str(nest)], session, timeout=120, env=env or {})
     assert p.returncode == 0 and facts(p.stdout)["done"] == ["1"], (p.returncode, p.stdout, p.stderr)
-    return src, fact_int(p.stdout, "pid")
+    return src, fact_int(p.stdout, "pid"), p.stderr
 
 
 def registry_name(py, src, shape):
@@ -74,7 +74,7 @@ def test_a_leaf_mutex_nested_once_is_predicted_with_its_call_site_said(heisen, s
     text report; the inner acquisition's stack is exact (the listener's
     line)."""
     shape = "native"
-    src, pid = run(heisen, session, py, shape, 1)
+    src, pid, err = run(heisen, session, py, shape, 1)
     out, back = the_cycle(heisen, session, py, src, pid, shape)
     assert out["from_stack_site_only"] is True and out["from_site_n"] == 64, out
     # the site's first stack: nl_notify's first call, from the poll loop (with no listener),
@@ -89,6 +89,28 @@ def test_a_leaf_mutex_nested_once_is_predicted_with_its_call_site_said(heisen, s
     said = ("(call site only: this lock had been taken 64 times with nothing nested under it before, "
             "so only its call site's first stack was kept")
     assert text.stdout.count(said) == 1, text.stdout
+
+
+@pytest.mark.parametrize("after", ["0", "255", "300"])
+def test_the_leaf_path_can_be_turned_off_or_put_later(heisen, session, py, after):
+    """HEISEN_LOCK_LEAF_AFTER=0 turns the leaf path off: the registry mutex,
+    taken 1,000 times alone and then nested once, keeps its exact stack.
+    =255: it takes the leaf path after 255 acquisitions alone, and its edge
+    says so with that count.  =300 is out of range: said once on stderr, the
+    default 64 used."""
+    shape = "native"
+    src, pid, err = run(heisen, session, py, shape, 1, env={"HEISEN_LOCK_LEAF_AFTER": after})
+    out, back = the_cycle(heisen, session, py, src, pid, shape)
+    if after == "0":
+        check_exact_registry_edge(py, src, shape, out)
+    elif after == "255":
+        assert out["from_stack_site_only"] is True and out["from_site_n"] == 255, out
+    else:
+        # out of range: said once, the default used
+        said = "heisen: ignoring HEISEN_LOCK_LEAF_AFTER=300: out of range (0 to 255); using 64"
+        assert err.count(said) == 1, err
+        assert out["from_stack_site_only"] is True and out["from_site_n"] == 64, out
+    check_journal_edge(py, src, back)
 
 
 def check_exact_registry_edge(py, src, shape, out):
@@ -109,7 +131,7 @@ def test_a_leaf_lock_nested_in_a_loop_ends_with_exact_stacks(heisen, session, py
     """Nested three times: the edge made from the site's stack the first time is
     recorded again with the exact stack the second time: the registry lock
     taken under notify()'s line, nothing said about call sites."""
-    src, pid = run(heisen, session, py, shape, 3)
+    src, pid, err = run(heisen, session, py, shape, 3)
     out, back = the_cycle(heisen, session, py, src, pid, shape)
     check_exact_registry_edge(py, src, shape, out)
     check_journal_edge(py, src, back)
@@ -122,7 +144,7 @@ def test_a_python_lock_taken_alone_many_times_keeps_exact_stacks(heisen, session
     alone and nested once: no leaf path for a Python lock, the edge out of it
     has the exact stack (WrapperRegistry.notify's line and its caller's)."""
     shape = "wrapper"
-    src, pid = run(heisen, session, py, shape, 1)
+    src, pid, err = run(heisen, session, py, shape, 1)
     out, back = the_cycle(heisen, session, py, src, pid, shape)
     check_exact_registry_edge(py, src, shape, out)
     check_journal_edge(py, src, back)
@@ -134,7 +156,7 @@ def test_a_python_lock_taken_alone_many_times_keeps_exact_stacks(heisen, session
 def test_a_lock_that_never_nests_has_no_finding(heisen, session, py, shape):
     """The registry lock taken 500 times alone, never nested, the journal never
     taken: no finding, and the process recorded (its locks in the graph)."""
-    src, pid = run(heisen, session, py, shape, 0)
+    src, pid, err = run(heisen, session, py, shape, 0)
     report = heisen.dump_json(session, expect_rc=0)
     assert not [f for f in report["findings"] if f.get("pid") == pid], report["findings"]
     check_process(report, pid, py)
