@@ -1082,6 +1082,8 @@ static void blocked_thread(struct hs_json *j, struct hs_session *s, struct hs_fn
 	if (rel) {
 		snprintf(role, sizeof role, "thread %d acquires %s", t->t.tid, label(f->proc, rel->lock, rel->addr, &r));
 		stack(j, "hold_stack", f->proc, rel->stack, role, t->t.tid);
+		/* taken on the leaf path: its call site's stack only (HS_HELDF_SITE) */
+		hs_json_bool(j, "hold_stack_site_only", (rel->flags & HS_HELDF_SITE) != 0);
 	} else {
 		hs_json_null(j, "hold_stack");
 	}

@@ -21,7 +21,12 @@ registry lock (registry -> journal), and an auditor counts under the
 journal lock (journal -> registry).  One thread, in turn: the program
 ends.
 
-Usage: py_leaf_lock.py native|wrapper LIBNATIVELOCK.so COUNT NEST
+With NEST "deadlock" (native only), after the poll two threads deadlock
+for real: "notifier" holds the registry mutex (nl_notify) and its
+listener waits for the journal lock, which "auditor" holds while it
+counts (waiting for the registry mutex); heisen-run's watchdog ends it.
+
+Usage: py_leaf_lock.py native|wrapper LIBNATIVELOCK.so COUNT NEST|deadlock
   COUNT  rounds of count() and touch(), first (from one loop): the registry
          lock taken 2 * COUNT times with nothing nested
   NEST   notifications under the registry lock, then the audit; 0: none,
@@ -33,7 +38,9 @@ import os
 import sys
 import threading
 
-shape, path, count, nest = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4])
+shape, path, count = sys.argv[1], sys.argv[2], int(sys.argv[3])
+deadlock = sys.argv[4] == "deadlock"
+nest = 0 if deadlock else int(sys.argv[4])
 
 
 def say(key, value):
@@ -119,10 +126,39 @@ def audit():
         return registry.count()  # marker: auditor counts under the journal lock
 
 
+journal_held, registry_held = threading.Event(), threading.Event()
+
+
+def on_event_late(i):
+    journal_held.wait()
+    registry_held.set()
+    with journal.lock:  # marker: stuck listener takes the journal lock
+        journal.lines.append(i)
+
+
+def notifier():
+    say("tid_notifier", threading.get_native_id())
+    registry.notify(on_event_late)  # marker: notifier notifies
+
+
+def auditor():
+    say("tid_auditor", threading.get_native_id())
+    with journal.lock:  # marker: stuck auditor takes the journal lock
+        journal_held.set()
+        registry_held.wait()
+        registry.count()  # marker: stuck auditor counts
+
+
 say("pid", os.getpid())
 say("counted", poll())
 for _ in range(nest):
     notify()
 if nest:
     audit()
+if deadlock:
+    threads = [threading.Thread(target=fn, name=fn.__name__) for fn in (notifier, auditor)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
 say("done", 1)

@@ -18,7 +18,7 @@ interpreter of the machine.
 import pytest
 
 from conftest import fact_int, facts, findings_of, marker_line
-from test_python_versions import check_process, expect_python_run, py  # noqa: F401 (fixture)
+from test_python_versions import check_process, expect_python_run, py, run_watched  # noqa: F401 (fixture)
 
 SHAPES = ["native", "wrapper"]
 SRC = "py_leaf_lock.py"
@@ -160,3 +160,37 @@ def test_a_lock_that_never_nests_has_no_finding(heisen, session, py, shape):
     report = heisen.dump_json(session, expect_rc=0)
     assert not [f for f in report["findings"] if f.get("pid") == pid], report["findings"]
     check_process(report, pid, py)
+
+
+def test_a_deadlock_through_a_leaf_mutex_says_its_held_stack_is_the_call_sites(heisen, session, py):
+    """Deadlocked for real under heisen-run: the notifier holds the registry
+    mutex (taken on the leaf path, after 1,000 acquisitions alone) and its
+    listener waits for the journal lock, which the auditor holds while it
+    waits for the mutex.  Both holders named; the mutex's held stack is
+    marked as its call site's only (JSON and text), the journal lock's is
+    exact."""
+    lib = heisen.targets / "libnativelock.so"
+    assert lib.exists(), f"{lib} is missing: ninja -C {heisen.build}"
+    src = heisen.src_targets / SRC
+    rc, out, err = run_watched(heisen, session, [py.exe, src, "native", lib, COUNT, "deadlock"])
+    assert rc == 137 and "done" not in out, (rc, out, err)
+    pid, notifier, auditor = (fact_int(out, k) for k in ("pid", "tid_notifier", "tid_auditor"))
+    report = heisen.dump_json(session, expect_rc=1)
+    dls = [f for f in findings_of(report, "deadlock") if f["pid"] == pid]
+    assert len(dls) == 1, report["findings"]
+    by_tid = {t["tid"]: t for t in dls[0]["threads"]}
+    assert set(by_tid) == {notifier, auditor}, by_tid.keys()
+    journal = f"{src.name}:{marker_line(src, 'journal lock created')} in {py.qualname('Journal.__init__')}"
+    n, a = by_tid[notifier], by_tid[auditor]
+    assert n["waits_for"]["name"] == journal and "registry_lock" in [h.get("name") for h in n["holds"]], n
+    assert a["waits_for"]["name"] == "registry_lock" and journal in [h.get("name") for h in a["holds"]], a
+    assert n["hold_stack_site_only"] is True, n
+    assert a["hold_stack_site_only"] is False, a
+    expect_python_run(py, a["hold_stack"], [("auditor", marker_line(src, "stuck auditor takes the journal lock"))],
+                      SRC)
+    expect_python_run(py, n["wait_stack"], [("on_event_late", marker_line(src, "stuck listener takes the journal lock"))],
+                      SRC)
+    text = heisen.dump(session)
+    assert text.returncode == 1, (text.returncode, text.stderr)
+    assert "(call site only: this lock had been taken many times with nothing nested under it" in text.stdout, \
+        text.stdout
