@@ -129,7 +129,7 @@ static int lookups_setup(void)
 	for (int k = 0; k < KEYS; k++) {
 		int created;
 		uint32_t finding, to = ids[(k + 1) % KEYS];
-		if (!hs_graph_add(&hs_seg, ids[k], HS_MODE_WRITE, 1, to, HS_MODE_WRITE, 1, NULL, 1, 0, &created,
+		if (!hs_graph_add(&hs_seg, ids[k], HS_MODE_WRITE, 1, 0, to, HS_MODE_WRITE, 1, NULL, 1, 0, &created,
 				  &finding))
 			return -1;
 		edge_key[k] = hs_edge_key(ids[k], to, HS_MODE_WRITE, HS_MODE_WRITE);

@@ -4,7 +4,8 @@
 
 Runs end-to-end workloads natively, under heisen (the library alone, no
 launcher: LD_PRELOAD=BUILD/shim/libheisen.so HEISEN_DIR=<a fresh session>),
-under heisen with full stacks (HEISEN_HEAP_STACKS=full HEISEN_FD_STACKS=full),
+under heisen with full stacks (HEISEN_HEAP_STACKS=full HEISEN_FD_STACKS=full
+HEISEN_LOCK_LEAF_AFTER=0),
 and under the peer tools at their defaults: Scudo (LLVM's hardened allocator,
 libclang_rt.scudo_standalone preloaded), gcc's ASan runtime preloaded
 (ASAN_OPTIONS=verify_asan_link_order=0:detect_leaks=0), gcc's TSan runtime
@@ -334,7 +335,8 @@ def configs(shim):
         Config("native"),
         Config("heisen (defaults)", lambda s: {"LD_PRELOAD": shim, "HEISEN_DIR": s}, heisen=True),
         Config("heisen, full stacks", lambda s: {"LD_PRELOAD": shim, "HEISEN_DIR": s, "HEISEN_HEAP_STACKS": "full",
-                                                 "HEISEN_FD_STACKS": "full"}, heisen=True),
+                                                 "HEISEN_FD_STACKS": "full", "HEISEN_LOCK_LEAF_AFTER": "0"},
+               heisen=True),
         Config("Scudo preload", lambda s: {"LD_PRELOAD": scudo},
                missing=None if scudo else "not installed (apt-get install libclang-rt-14-dev)"),
         Config("ASan preload (gcc)", lambda s: {"LD_PRELOAD": asan,

@@ -763,7 +763,11 @@ static void potential(struct hs_json *j, struct hs_fnd *f, char *msg, size_t len
 	for (uint32_t i = 0; i < f->nedges; i++) {
 		const struct hs_edge *e = &f->edges[i];
 		label(f->proc, e->from, 0, &a), label(f->proc, e->to, 0, &b);
-		snprintf(role, sizeof role, "acquire %s (then %s)", a.label, b.label);
+		if (e->flags & HS_EDGE_FROM_SITE)
+			snprintf(role, sizeof role, "acquire %s (then %s; call site only: taken %u times with nothing nested before)",
+				 a.label, b.label, e->from_site_n);
+		else
+			snprintf(role, sizeof role, "acquire %s (then %s)", a.label, b.label);
 		stack(j, NULL, f->proc, e->from_stack, role, e->tid);
 		snprintf(role, sizeof role, "acquire %s while holding %s", b.label, a.label);
 		stack(j, NULL, f->proc, e->to_stack, role, e->tid);
@@ -781,6 +785,10 @@ static void potential(struct hs_json *j, struct hs_fnd *f, char *msg, size_t len
 		hs_json_int(j, "tid", e->tid);
 		snprintf(role, sizeof role, "acquire %s (then %s)", a.label, b.label);
 		stack(j, "from_stack", f->proc, e->from_stack, role, e->tid);
+		/* the leaf path: from_stack is the held lock's call site's only */
+		hs_json_bool(j, "from_stack_site_only", (e->flags & HS_EDGE_FROM_SITE) != 0);
+		if (e->flags & HS_EDGE_FROM_SITE)
+			hs_json_uint(j, "from_site_n", e->from_site_n);
 		snprintf(role, sizeof role, "acquire %s while holding %s", b.label, a.label);
 		stack(j, "to_stack", f->proc, e->to_stack, role, e->tid);
 		hs_json_end_object(j);
@@ -1074,6 +1082,8 @@ static void blocked_thread(struct hs_json *j, struct hs_session *s, struct hs_fn
 	if (rel) {
 		snprintf(role, sizeof role, "thread %d acquires %s", t->t.tid, label(f->proc, rel->lock, rel->addr, &r));
 		stack(j, "hold_stack", f->proc, rel->stack, role, t->t.tid);
+		/* taken on the leaf path: its call site's stack only (HS_HELDF_SITE) */
+		hs_json_bool(j, "hold_stack_site_only", (rel->flags & HS_HELDF_SITE) != 0);
 	} else {
 		hs_json_null(j, "hold_stack");
 	}

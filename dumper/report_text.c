@@ -179,6 +179,14 @@ static void potential(FILE *out, struct hs_fnd *f)
 		} else {
 			fprintf(out, "  %s (%s, 0x%" PRIx64 ") was acquired (%s) at:\n", from.label,
 				from.kind ? from.kind : "?", from.addr, hs_mode_name(e->from_mode));
+			if (e->flags & HS_EDGE_FROM_SITE)
+				/* the leaf path (docs/design.md "Lock order"): no exact stack was kept */
+				fprintf(out,
+					"  (call site only: this lock had been taken %u times with nothing nested under "
+					"it before, so only its call site's first stack was kept; the frames past the "
+					"first may be another caller's. The next time this order is taken, the edge "
+					"is recorded with the exact stack.)\n",
+					e->from_site_n);
 			print_frames(out, f->proc, e->from_stack, "    ");
 		}
 		fprintf(out, "  then %s (%s, 0x%" PRIx64 ") was acquired (%s) while holding it, at:\n", to.label,
@@ -380,6 +388,16 @@ static void holders_text(char *buf, size_t len, const struct hs_proc *p, const s
 }
 
 /* Where the holders of what t waits for took it: the other half of a hang. */
+/* A held entry taken on the leaf path (HS_HELDF_SITE) has its call site's
+ * stack only: said before its frames. */
+static void held_site_only(FILE *out, const struct hs_held *he)
+{
+	if (he->flags & HS_HELDF_SITE)
+		fprintf(out, "  (call site only: this lock had been taken many times with nothing nested under it, "
+			     "so only its call site's first stack was kept; the frames past the first may be another "
+			     "caller's)\n");
+}
+
 static void holder_stacks(FILE *out, struct hs_proc *p, const struct hs_tsnap *t)
 {
 	const struct hs_tsnap *h[4];
@@ -391,6 +409,7 @@ static void holder_stacks(FILE *out, struct hs_proc *p, const struct hs_tsnap *t
 			continue;
 		hs_lockref(p, he->lock, he->addr, &l);
 		fprintf(out, "  thread %d (%s) acquired %s at:\n", h[i]->t.tid, h[i]->name, l.label);
+		held_site_only(out, he);
 		print_frames(out, p, he->stack, "    ");
 		if (h[i]->t.wait_kind != HS_WAIT_NONE)
 			continue;
@@ -432,6 +451,7 @@ static void blocked_thread(FILE *out, struct hs_session *s, struct hs_fnd *f, co
 	if (rel) {
 		hs_lockref(f->proc, rel->lock, rel->addr, &l);
 		fprintf(out, "  %s was acquired at:\n", l.label);
+		held_site_only(out, rel);
 		print_frames(out, f->proc, rel->stack, "    ");
 	}
 	fprintf(out, "  it waits at:\n");

@@ -710,9 +710,25 @@ static uint32_t lock_recheck(struct hs_seg *s, uint32_t id, int32_t tid, uint64_
 	return finding;
 }
 
-uint32_t hs_graph_add(struct hs_seg *s, uint32_t from, unsigned from_mode, uint32_t from_stack, uint32_t to,
-		      unsigned to_mode, uint32_t to_stack, uint32_t (*capture)(void), int32_t tid, uint64_t now,
-		      int *created, uint32_t *finding_out)
+/* Edge id, marked HS_EDGE_FROM_SITE, gets the exact stack of its held lock
+ * (from_stack, not 0): the stack first, the mark cleared last, under the
+ * graph lock (a second thread's rewrite waits, then finds it done).  A
+ * reader may see the exact stack still marked, never the site's unmarked. */
+static __attribute__((noinline, cold)) void edge_exact(struct hs_seg *s, uint32_t id, uint32_t from_stack)
+{
+	struct hs_edge *e = &s->edges[id];
+	graph_lock(s);
+	if (__atomic_load_n(&e->flags, __ATOMIC_RELAXED) & HS_EDGE_FROM_SITE) {
+		__atomic_store_n(&e->from_stack, from_stack, __ATOMIC_RELAXED);
+		__atomic_store_n(&e->from_site_n, 0, __ATOMIC_RELAXED);
+		__atomic_and_fetch(&e->flags, (uint16_t)~HS_EDGE_FROM_SITE, __ATOMIC_RELEASE);
+	}
+	graph_unlock(s);
+}
+
+uint32_t hs_graph_add(struct hs_seg *s, uint32_t from, unsigned from_mode, uint32_t from_stack, uint32_t from_site_n,
+		      uint32_t to, unsigned to_mode, uint32_t to_stack, uint32_t (*capture)(void), int32_t tid,
+		      uint64_t now, int *created, uint32_t *finding_out)
 {
 	uint64_t key = hs_edge_key(from, to, from_mode, to_mode);
 	struct hs_table *tab = &s->hdr->tables[HS_T_EDGES];
@@ -724,8 +740,12 @@ uint32_t hs_graph_add(struct hs_seg *s, uint32_t from, unsigned from_mode, uint3
 	*created = 0;
 	*finding_out = 0;
 	id = hs_edge_find(s, key);
-	if (HS_LIKELY(id))
+	if (HS_LIKELY(id)) {
+		if (HS_UNLIKELY(__atomic_load_n(&s->edges[id].flags, __ATOMIC_RELAXED) & HS_EDGE_FROM_SITE) &&
+		    !from_site_n && from_stack)
+			edge_exact(s, id, from_stack);
 		return id;
+	}
 	/* new (probably): unwind now, outside the graph lock */
 	if (!to_stack && capture)
 		to_stack = capture();
@@ -734,6 +754,9 @@ uint32_t hs_graph_add(struct hs_seg *s, uint32_t from, unsigned from_mode, uint3
 	if (slot && slot->key == key) {
 		id = slot->value;
 		graph_unlock(s);
+		if (id && (__atomic_load_n(&s->edges[id].flags, __ATOMIC_RELAXED) & HS_EDGE_FROM_SITE) &&
+		    !from_site_n && from_stack)
+			edge_exact(s, id, from_stack);
 		return id;
 	}
 	if (!slot && (__atomic_load_n(&s->hdr->flags, __ATOMIC_ACQUIRE) & HS_HDR_SUSPECT)) {
@@ -754,6 +777,10 @@ uint32_t hs_graph_add(struct hs_seg *s, uint32_t from, unsigned from_mode, uint3
 	e->to_mode = (uint8_t)to_mode;
 	e->from_stack = from_stack;
 	e->to_stack = to_stack;
+	if (from_site_n) {
+		e->flags = HS_EDGE_FROM_SITE;
+		e->from_site_n = from_site_n;
+	}
 	e->tid = tid;
 	e->ts_ns = now;
 	e->next_out = s->locks[from].first_out;

@@ -30,7 +30,9 @@
  */
 struct held_chain {
 	uint64_t addr;          /* the held entry's lock */
-	uint32_t exact;         /* 1: held[].stack is already this chain, interned */
+	uint16_t exact;         /* 1: held[].stack is already this chain, interned */
+	uint16_t leaf;          /* 1: taken on the leaf path (lock_leaf): no chain read, c is an older
+				   acquisition's (the shadow only), held[].stack the site's (HS_HELDF_SITE) */
 	uint32_t site_stack;    /* hs_stack_site(stack_site) in the segment of generation site_gen */
 	uint32_t site_gen;
 	uint64_t stack_site;
@@ -48,6 +50,96 @@ static inline struct held_chain *held_chains_of(void)
 {
 	char *a = hs_area();
 	return a ? (struct held_chain *)(void *)(a + HS_AREA_LOCKS) : NULL;
+}
+
+/*
+ * The leaf path (docs/design.md "Lock order"): a lock that has never been
+ * the first lock of an edge -- never held while this process took another
+ * lock or the GIL -- needs its exact held stack only if that happens some
+ * day, and most such locks (sqlite's global memory mutex, taken around
+ * every allocation; a C library's registry mutex) are taken thousands of
+ * times and never nested.  So after LEAF_AFTER acquisitions with nothing
+ * nested (short programs and tests keep exact stacks), a pthread lock's
+ * acquisition reads no chain and no Python token: its held entry keeps
+ * the call site's cached stack, marked HS_HELDF_SITE.  Not a Python lock
+ * (a semaphore, semaphores.c): its call site is CPython's lock code,
+ * shared by every Python lock, so that site's stack would name another
+ * lock's Python lines; and its lazy read in a loop is the token's compare
+ * already (lock_chain_read_lazy).  The first time it is held
+ * while another lock or the GIL is taken, it stops being a leaf
+ * (lock_leaf_nested; later acquisitions read chains again), and a new
+ * edge made from that holding is recorded with the site's stack, marked
+ * HS_EDGE_FROM_SITE, and rewritten with the exact stack the next time the
+ * order is seen (lockgraph.c hs_graph_add).
+ *
+ * Per lock id, process-private, modulo LEAF_SLOTS and checked by id and
+ * segment generation (a fork child's new segment starts over): a slot that
+ * another id takes over starts counting again, so a collision costs
+ * exact stacks, never a missed nesting of a lock seen as a leaf.  count
+ * stops being written at LEAF_AFTER (no cache line passed between threads
+ * that take a shared leaf lock); nested is set once and stays.
+ */
+#define LEAF_SLOTS 65536u
+#define LEAF_AFTER 64u   /* the default of HEISEN_LOCK_LEAF_AFTER */
+#define LEAF_AFTER_MAX 255u /* count is a byte */
+/* HEISEN_LOCK_LEAF_AFTER (1..LEAF_AFTER_MAX; 0 turns the leaf path off:
+ * UINT32_MAX here), 0 until read (locks.c lock_leaf_after_read). */
+extern uint32_t hs_lock_leaf_after HS_HIDDEN;
+uint32_t hs_lock_leaf_after_read(void) HS_HIDDEN;
+struct lock_leaf {
+	uint32_t id;            /* lock id the slot counts for (0: none) */
+	uint16_t gen;           /* hs_seg_gen's low 16 bits */
+	uint8_t count;          /* acquisitions counted, up to LEAF_AFTER */
+	uint8_t nested;         /* [atomic] 1: held while another lock or the GIL was taken */
+};
+extern struct lock_leaf hs_lock_leaf[LEAF_SLOTS] HS_HIDDEN; /* defined in locks.c */
+
+/* The slot of lock id (gen: hs_seg_gen) made its own: count and nested 0. */
+static __attribute__((noinline, cold)) void lock_leaf_claim(struct lock_leaf *l, uint32_t id, uint32_t gen)
+{
+	__atomic_store_n(&l->id, 0, __ATOMIC_RELAXED);
+	__atomic_store_n(&l->count, 0, __ATOMIC_RELAXED);
+	__atomic_store_n(&l->nested, 0, __ATOMIC_RELAXED);
+	l->gen = (uint16_t)gen;
+	__atomic_store_n(&l->id, id, __ATOMIC_RELEASE);
+}
+
+/* 1 when this acquisition of lock id takes the leaf path (no chain read),
+ * counting it otherwise.  gen: hs_seg_gen. */
+static inline __attribute__((always_inline)) int lock_leaf(uint32_t id, uint32_t gen)
+{
+	struct lock_leaf *l = &hs_lock_leaf[id & (LEAF_SLOTS - 1)];
+	uint32_t after = __atomic_load_n(&hs_lock_leaf_after, __ATOMIC_RELAXED);
+	if (HS_UNLIKELY(after - 1 >= LEAF_AFTER_MAX)) {
+		/* not read yet (0), or off */
+		if (after || (after = hs_lock_leaf_after_read()) > LEAF_AFTER_MAX)
+			return 0;
+	}
+	if (HS_UNLIKELY(__atomic_load_n(&l->id, __ATOMIC_ACQUIRE) != id || l->gen != (uint16_t)gen)) {
+		lock_leaf_claim(l, id, gen);
+		return 0;
+	}
+	if (__atomic_load_n(&l->nested, __ATOMIC_RELAXED))
+		return 0;
+	uint8_t k = __atomic_load_n(&l->count, __ATOMIC_RELAXED);
+	if (HS_LIKELY(k >= after))
+		return 1;
+	__atomic_store_n(&l->count, (uint8_t)(k + 1), __ATOMIC_RELAXED); /* a lost count: one more exact read */
+	return 0;
+}
+
+/* Lock id was held while another lock or the GIL was taken: no leaf from
+ * now on.  Returns its count of acquisitions (at most LEAF_AFTER; for an
+ * entry taken on the leaf path, the count with nothing nested before). */
+static inline uint32_t lock_leaf_nested(uint32_t id)
+{
+	struct lock_leaf *l = &hs_lock_leaf[id & (LEAF_SLOTS - 1)];
+	uint32_t gen = __atomic_load_n(&hs_seg_gen, __ATOMIC_RELAXED);
+	if (__atomic_load_n(&l->id, __ATOMIC_ACQUIRE) != id || l->gen != (uint16_t)gen)
+		lock_leaf_claim(l, id, gen);
+	if (!__atomic_load_n(&l->nested, __ATOMIC_RELAXED))
+		__atomic_store_n(&l->nested, 1, __ATOMIC_RELAXED);
+	return __atomic_load_n(&l->count, __ATOMIC_RELAXED);
 }
 
 /*
@@ -170,6 +262,7 @@ static inline __attribute__((always_inline)) void lock_acq_uncontended(struct hs
 		struct held_chain *c = &held_chains[n];
 		c->addr = addr;
 		c->exact = 0;
+		c->leaf = 0; /* a Python lock: never the leaf path (lock_leaf) */
 		/* the stack is needed only if an edge is made from it later: read lazily */
 		lock_chain_read_lazy(&c->c, site, cfa);
 		if (HS_UNLIKELY(c->stack_site != site || !c->site_stack || c->site_gen != gen)) {

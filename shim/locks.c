@@ -87,8 +87,29 @@ static inline int holds_gil_now(void)
 }
 
 uint16_t hs_relgen[RELGEN_SLOTS]; /* lockpath.h */
+struct lock_leaf hs_lock_leaf[LEAF_SLOTS]; /* lockpath.h, the leaf path */
+uint32_t hs_lock_leaf_after;                /* lockpath.h */
+
+/* HEISEN_LOCK_LEAF_AFTER read once (two threads may both read it: the same
+ * answer): the acquisitions with nothing nested after which a pthread lock
+ * keeps its call site's stack only, 1 to 255 (default LEAF_AFTER); 0:
+ * never (every acquisition reads its stack), kept as UINT32_MAX. */
+__attribute__((noinline, cold)) uint32_t hs_lock_leaf_after_read(void)
+{
+	uint32_t n = (uint32_t)hs_getenv_num("HEISEN_LOCK_LEAF_AFTER", LEAF_AFTER, 0, LEAF_AFTER_MAX, NULL);
+	if (n == 0)
+		n = UINT32_MAX;
+	__atomic_store_n(&hs_lock_leaf_after, n, __ATOMIC_RELAXED);
+	return n;
+}
 
 static void held_remove(struct hs_thread *th, int i);
+
+/* 1 when edge e has its held lock's call site only (HS_EDGE_FROM_SITE). */
+static inline int edge_from_site(uint32_t e)
+{
+	return (__atomic_load_n(&hs_seg.edges[e].flags, __ATOMIC_RELAXED) & HS_EDGE_FROM_SITE) != 0;
+}
 
 /* Drop the held entries another thread released since (see relgen). */
 static inline void held_purge(struct hs_thread *th)
@@ -99,13 +120,14 @@ static inline void held_purge(struct hs_thread *th)
 			held_remove(th, i);
 }
 
-/* The exact stack of held entry i, interned now if it was not yet. */
+/* The exact stack of held entry i, interned now if it was not yet; the
+ * site's (held[i].stack) for an entry taken on the leaf path. */
 static uint32_t held_stack(struct hs_thread *th, int i)
 {
 	struct held_chain *held_chains = held_chains_of();
 	struct held_chain *c = held_chains ? &held_chains[i < HELD_CHAINS ? i : 0] : NULL;
 	uint32_t id;
-	if (!c || i >= HELD_CHAINS || c->addr != th->held[i].addr || c->c.depth == 0 || c->exact)
+	if (!c || i >= HELD_CHAINS || c->addr != th->held[i].addr || c->c.depth == 0 || c->exact || c->leaf)
 		return th->held[i].stack;
 	id = hs_chain_stack(&c->c);
 	if (id) {
@@ -117,9 +139,27 @@ static uint32_t held_stack(struct hs_thread *th, int i)
 	return th->held[i].stack;
 }
 
-uint32_t hs_locks_held_stack(struct hs_thread *th, int i)
+/*
+ * The stack a new edge from held entry i gets, and that entry's lock no
+ * leaf from now on (lock_leaf_nested): its exact stack (held_stack,
+ * *site_n 0), or for an entry taken on the leaf path its call site's
+ * stack, *site_n then the lock's count of acquisitions with nothing nested
+ * (at least 1; the edge is marked HS_EDGE_FROM_SITE).
+ */
+static uint32_t held_edge_stack(struct hs_thread *th, int i, uint32_t *site_n)
 {
+	uint32_t n = lock_leaf_nested(th->held[i].lock);
+	*site_n = 0;
+	if (th->held[i].flags & HS_HELDF_SITE) {
+		*site_n = n ? n : 1;
+		return th->held[i].stack;
+	}
 	return held_stack(th, i);
+}
+
+uint32_t hs_locks_held_stack(struct hs_thread *th, int i, uint32_t *site_n)
+{
+	return held_edge_stack(th, i, site_n);
 }
 
 /* The work of hs_locks_before_gil_take, out of line. */
@@ -130,7 +170,8 @@ static __attribute__((noinline, cold)) void held_complete_lazy(struct hs_thread 
 	lazy_nogil = 0;
 	for (uint32_t i = 0; held_chains && i < n && i < HELD_CHAINS; i++) {
 		struct held_chain *c = &held_chains[i];
-		if (c->addr == th->held[i].addr && c->c.lazy && !c->exact && !(th->held[i].flags & HS_HELDF_GIL))
+		if (c->addr == th->held[i].addr && c->c.lazy && !c->exact && !c->leaf &&
+		    !(th->held[i].flags & HS_HELDF_GIL))
 			(void)hs_chain_complete(&c->c);
 	}
 }
@@ -200,15 +241,15 @@ static void self_deadlock(struct hs_tls *t, struct acq *a, const struct hs_held 
 }
 
 /* Add the edge from -> to (one of them the GIL) and note it in the ring. */
-static void gil_edge(struct hs_tls *t, uint32_t from, unsigned from_mode, uint32_t from_stack, uint32_t to,
-		     unsigned to_mode, uint32_t to_stack, uint64_t now)
+static void gil_edge(struct hs_tls *t, uint32_t from, unsigned from_mode, uint32_t from_stack,
+		     uint32_t from_site_n, uint32_t to, unsigned to_mode, uint32_t to_stack, uint64_t now)
 {
 	int created;
 	uint32_t finding, e;
 	if (!from || !to || from == to)
 		return;
-	e = hs_graph_add(&hs_seg, from, from_mode, from_stack, to, to_mode, to_stack, hs_stack_here, t->tid, now,
-			 &created, &finding);
+	e = hs_graph_add(&hs_seg, from, from_mode, from_stack, from_site_n, to, to_mode, to_stack, hs_stack_here,
+			 t->tid, now, &created, &finding);
 	if (created)
 		hs_rec(t, now, HS_REC_NEW_EDGE, hs_seg.edges[e].to_stack, e, from, to);
 	if (finding)
@@ -306,7 +347,7 @@ static __attribute__((noinline)) void acq_edges(struct hs_tls *t, struct acq *a,
 	}
 	if (gil && gil != a->id) {
 		if (!hs_edge_find(&hs_seg, hs_edge_key(gil, a->id, HS_MODE_WRITE, a->acq_mode))) {
-			gil_edge(t, gil, HS_MODE_WRITE, 0, a->id, a->acq_mode, 0, a->t0);
+			gil_edge(t, gil, HS_MODE_WRITE, 0, 0, a->id, a->acq_mode, 0, a->t0);
 			all &= hs_edge_find(&hs_seg, hs_edge_key(gil, a->id, HS_MODE_WRITE, a->acq_mode)) != 0;
 		}
 	}
@@ -315,22 +356,27 @@ static __attribute__((noinline)) void acq_edges(struct hs_tls *t, struct acq *a,
 		const struct hs_held *he = &th->held[i];
 		int created;
 		uint32_t finding, e;
-		uint32_t from_stack;
+		uint32_t from_stack, site_n;
 		if (he->lock == a->id || he->lock == 0)
 			continue;
 		if (__atomic_load_n(&hs_seg.locks[he->lock].flags, __ATOMIC_RELAXED) & HS_LOCKF_COUNTER) {
 			all = 0;
 			continue;
 		}
-		/* an edge there already: nothing to add (hs_graph_add would find it again);
-		 * a new edge gets the held lock's exact stack */
-		if (hs_edge_find(&hs_seg, hs_edge_key(he->lock, a->id, he->mode, a->acq_mode)))
+		/* an edge there already: nothing to add (hs_graph_add would find it again) unless
+		 * it has its held lock's call site only; a new edge gets the held lock's exact
+		 * stack, or its site's when it was taken on the leaf path (then no leaf any more) */
+		e = hs_edge_find(&hs_seg, hs_edge_key(he->lock, a->id, he->mode, a->acq_mode));
+		if (HS_LIKELY(e) && HS_LIKELY(!edge_from_site(e))) {
+			if (HS_UNLIKELY(he->flags & HS_HELDF_SITE))
+				(void)lock_leaf_nested(he->lock); /* its nesting was not counted (a slot taken over) */
 			continue;
-		from_stack = held_stack(th, (int)i);
-		e = hs_graph_add(&hs_seg, he->lock, he->mode, from_stack, a->id, a->acq_mode, 0, edge_to_stack,
-				 t->tid, a->t0, &created, &finding);
-		if (!e)
-			all = 0; /* no room: not in the graph */
+		}
+		from_stack = held_edge_stack(th, (int)i, &site_n);
+		e = hs_graph_add(&hs_seg, he->lock, he->mode, from_stack, site_n, a->id, a->acq_mode, 0,
+				 edge_to_stack, t->tid, a->t0, &created, &finding);
+		if (!e || edge_from_site(e))
+			all = 0; /* no room: not in the graph; or its call site only: again next time */
 		if (created)
 			hs_rec(t, a->t0, HS_REC_NEW_EDGE, hs_seg.edges[e].to_stack, e, he->lock, a->id);
 		if (finding)
@@ -424,18 +470,11 @@ static inline __attribute__((always_inline)) void acq_before(struct hs_tls *t, s
 	if (HS_UNLIKELY(!held_chains)) {
 		acq_identify_no_area(t, a, flags);
 	} else {
-		/* this call's chain, kept raw in the slot it will be held in; the site's
-		 * cached stack stands for it until needed */
 		struct held_chain *p = &held_chains[n < HELD_CHAINS ? n : HELD_CHAINS];
 		pending = p;
 		p->addr = a->addr;
 		p->exact = 0;
-		/* under Python, lazily (its frames up to the evaluation loop, the Python frame as
-		 * a token: docs/design.md "Lazy lock stacks"); else the whole chain, inline */
-		if (hs_py_frames_maybe())
-			hs_chain_read_lazy(&p->c, a->site, a->cfa);
-		else
-			hs_chain_read_inline(&p->c, a->site, a->cfa);
+		p->leaf = 0;
 		uint32_t gen = __atomic_load_n(&hs_seg_gen, __ATOMIC_RELAXED);
 		if (!a->stack) {
 			/* the site's cached stack: the slot's last one, else the thread's cache (hs_stack_site) */
@@ -465,6 +504,18 @@ static inline __attribute__((always_inline)) void acq_before(struct hs_tls *t, s
 		} else {
 			lock_named_first_use(a, a->id, flags);
 		}
+		/* this call's chain, kept raw in the slot it will be held in; the site's cached
+		 * stack stands for it until needed.  Under Python, lazily (its frames up to the
+		 * evaluation loop, the Python frame as a token: docs/design.md "Lazy lock
+		 * stacks"); else the whole chain, inline.  None for a pthread lock that is a
+		 * leaf so far (lockpath.h, lock_leaf) and not relocked (a self-deadlock's or
+		 * re-entry's held entry is found below) */
+		if (a->id && h < 0 && a->kind != HS_LOCK_SEMAPHORE && lock_leaf(a->id, gen))
+			p->leaf = 1;
+		else if (hs_py_frames_maybe())
+			hs_chain_read_lazy(&p->c, a->site, a->cfa);
+		else
+			hs_chain_read_inline(&p->c, a->site, a->cfa);
 	}
 	if (HS_UNLIKELY(!a->id))
 		return;
@@ -512,6 +563,7 @@ static void held_chain_copy(struct held_chain *dst, const struct held_chain *src
 {
 	dst->addr = src->addr;
 	dst->exact = src->exact;
+	dst->leaf = src->leaf;
 	dst->site_stack = src->site_stack;
 	dst->site_gen = src->site_gen;
 	dst->stack_site = src->stack_site;
@@ -540,6 +592,7 @@ static void held_push(struct hs_thread *th, const struct hs_held *h, const struc
 		} else {
 			c->addr = h->addr;
 			c->exact = 0;
+			c->leaf = 0;
 			c->c.depth = 0;
 			c->c.walked = 0;
 			c->c.python = 0;
@@ -593,6 +646,7 @@ static __attribute__((noinline)) void held_chain_set(struct held_chain *c, uint6
 	} else {
 		c->addr = addr;
 		c->exact = 0;
+		c->leaf = 0;
 		c->c.depth = 0;
 		c->c.walked = 0;
 		c->c.python = 0;
@@ -649,7 +703,9 @@ static inline __attribute__((always_inline)) void acq_after(struct hs_tls *t, st
 			e->trylock = a->trylock;
 			e->recursion = 0;
 			e->stack = a->stack;
-			e->flags = (a->holds_gil ? HS_HELDF_GIL : 0) | relgen_of(a->id) << HS_HELDF_RELGEN_SHIFT;
+			e->flags = (a->holds_gil ? HS_HELDF_GIL : 0) |
+				   (pending && pending->leaf && pending->addr == a->addr ? HS_HELDF_SITE : 0) |
+				   relgen_of(a->id) << HS_HELDF_RELGEN_SHIFT;
 			e->since_ns = now;
 			th->held_count = n + 1;
 		} else {
@@ -661,7 +717,7 @@ static inline __attribute__((always_inline)) void acq_after(struct hs_tls *t, st
 			/* the chain was read into its slot (acq_before): nothing to copy */
 			if (held_chains && HS_UNLIKELY(pending != &held_chains[n] || pending->addr != a->addr))
 				held_chain_set(&held_chains[n], a->addr, pending);
-			if (held_chains && held_chains[n].c.lazy && !a->holds_gil)
+			if (held_chains && held_chains[n].c.lazy && !held_chains[n].leaf && !a->holds_gil)
 				lazy_nogil = 1; /* completed before this thread takes the GIL, if still held */
 		}
 	}
@@ -759,10 +815,6 @@ static inline __attribute__((always_inline)) int acq_first_before(struct hs_tls 
 		p->addr = addr;
 	if (p->exact)
 		p->exact = 0;
-	if (hs_py_frames_maybe())
-		hs_chain_read_lazy(&p->c, site, cfa);
-	else
-		hs_chain_read_inline(&p->c, site, cfa);
 	gen = __atomic_load_n(&hs_seg_gen, __ATOMIC_RELAXED);
 	if (HS_UNLIKELY(p->stack_site != site || !p->site_stack || p->site_gen != gen)) {
 		p->site_stack = hs_stack_site(site);
@@ -775,6 +827,16 @@ static inline __attribute__((always_inline)) int acq_first_before(struct hs_tls 
 			__atomic_load_n(&hs_seg.locks[id].addr, __ATOMIC_RELAXED) != addr ||
 			(__atomic_load_n(&hs_seg.locks[id].flags, __ATOMIC_RELAXED) & HS_LOCKF_DEAD)))
 		id = acq_first_identify(t, p, addr, kind, stack, now, gen);
+	/* the chain into slot n, unless a leaf so far (lock_leaf) */
+	if (HS_LIKELY(id) && lock_leaf(id, gen)) {
+		p->leaf = 1;
+	} else {
+		p->leaf = 0;
+		if (hs_py_frames_maybe())
+			hs_chain_read_lazy(&p->c, site, cfa);
+		else
+			hs_chain_read_inline(&p->c, site, cfa);
+	}
 	holds_gil = id && __atomic_load_n(&hs_py_present, __ATOMIC_RELAXED) && holds_gil_now();
 	/* the edges held -> lock and GIL -> lock: the chain cache looked at inline, acq_edges
 	 * (out of line) for a chain not known */
@@ -793,8 +855,9 @@ static inline __attribute__((always_inline)) void acq_first_after(struct hs_tls 
 								  uint32_t id, uint32_t stack, int holds_gil)
 {
 	struct hs_thread *th = t->slot;
-	held_push4(th, n, addr, id, HS_MODE_WRITE, 0, stack, holds_gil ? HS_HELDF_GIL : 0, now);
-	if (p->c.lazy && !holds_gil)
+	held_push4(th, n, addr, id, HS_MODE_WRITE, 0, stack, (holds_gil ? HS_HELDF_GIL : 0) | (p->leaf ? HS_HELDF_SITE : 0),
+		   now);
+	if (p->c.lazy && !p->leaf && !holds_gil)
 		lazy_nogil = 1; /* completed before this thread takes the GIL, if still held */
 	{
 		struct hs_lock *l = &hs_seg.locks[id];
@@ -835,11 +898,14 @@ static inline int edge_memoised(uint64_t key, uint32_t gen)
 	       __atomic_load_n(&edge_memo[i].gen, __ATOMIC_RELAXED) == gen;
 }
 
-/* 1 when the edge with this key is in the graph, memoised then. */
+/* 1 when the edge with this key is in the graph, memoised then; 0 too
+ * for an edge with its held lock's call site only (edge_from_site): the
+ * next acquisition in that order is to record it exactly. */
 static int edge_found(uint64_t key, uint32_t gen)
 {
 	unsigned i = (unsigned)((key * 0x9e3779b97f4a7c15ull) >> 52) & (EDGE_MEMO - 1);
-	if (!hs_edge_find(&hs_seg, key))
+	uint32_t e = hs_edge_find(&hs_seg, key);
+	if (!e || edge_from_site(e))
 		return 0;
 	__atomic_store_n(&edge_memo[i].gen, gen, __ATOMIC_RELAXED);
 	__atomic_store_n(&edge_memo[i].key, key, __ATOMIC_RELAXED);
@@ -953,8 +1019,16 @@ static __attribute__((noinline)) void release_gil_edge(struct hs_tls *t, int i)
 	/* an edge there already: nothing to add (one lookup, no clock read); a
 	 * holding that orders nothing (lock 0: a semaphore its holder probed,
 	 * semaphores.c sem_probed) makes no edge, so its stack is never read */
-	if (id && gil && gil != id && !hs_edge_find(&hs_seg, hs_edge_key(id, gil, mode, HS_MODE_WRITE)))
-		gil_edge(t, id, mode, held_stack(th, i), gil, HS_MODE_WRITE, 0, hs_now());
+	uint32_t e, site_n;
+	if (id && gil && gil != id) {
+		e = hs_edge_find(&hs_seg, hs_edge_key(id, gil, mode, HS_MODE_WRITE));
+		if (!e || edge_from_site(e)) {
+			uint32_t from_stack = held_edge_stack(th, i, &site_n);
+			gil_edge(t, id, mode, from_stack, site_n, gil, HS_MODE_WRITE, 0, hs_now());
+		} else if (th->held[i].flags & HS_HELDF_SITE) {
+			(void)lock_leaf_nested(id);
+		}
+	}
 	th->held[i].flags |= HS_HELDF_GIL;
 }
 
@@ -1114,7 +1188,7 @@ void hs_locks_on_free(void *p, size_t size)
 			/* it blocks: the wait gets this call's whole stack, Python frames too */ \
 			if ((a.stack = hs_stack_here()) != 0) {                                  \
 				if (pending)                                                     \
-					pending->exact = 1; /* the held entry keeps it */        \
+					pending->exact = 1, pending->leaf = 0; /* the held entry keeps it */ \
 			} else                                                                   \
 				a.stack = hs_stack_site(site);                                   \
 			hs_wait_begin(t, &a, HS_WAIT_LOCK, a.addr);                                 \
@@ -1200,7 +1274,7 @@ static __attribute__((noinline)) int mutex_lock_rest(struct hs_tls *t, pthread_m
 		a.t0 = hs_now(); /* the wait begins: the precise clock */
 		/* it blocks: the wait gets this call's whole stack, Python frames too */
 		if ((a.stack = hs_stack_here()) != 0)
-			p->exact = 1; /* the held entry keeps it */
+			p->exact = 1, p->leaf = 0; /* the held entry keeps it */
 		else
 			a.stack = hs_stack_site(site);
 		hs_wait_begin(t, &a, HS_WAIT_LOCK, a.addr);
@@ -1512,10 +1586,15 @@ static void cond_after(struct hs_tls *t, struct cond_wait *w, void *cond, int rc
 		for (uint32_t i = 0; i < n; i++) {
 			const struct hs_held *he = &th->held[i];
 			int created;
-			uint32_t finding, e;
+			uint32_t finding, e, from_stack, site_n;
 			if (he->lock == w->saved.lock || he->lock == 0)
 				continue;
-			e = hs_graph_add(&hs_seg, he->lock, he->mode, he->stack, w->saved.lock, HS_MODE_WRITE,
+			/* a known edge: nothing to add; else the held lock's stack as acq_edges gives it */
+			e = hs_edge_find(&hs_seg, hs_edge_key(he->lock, w->saved.lock, he->mode, HS_MODE_WRITE));
+			if (e && !edge_from_site(e))
+				continue;
+			from_stack = held_edge_stack(th, (int)i, &site_n);
+			e = hs_graph_add(&hs_seg, he->lock, he->mode, from_stack, site_n, w->saved.lock, HS_MODE_WRITE,
 					 w->a.stack, NULL, t->tid, now, &created, &finding);
 			if (created)
 				hs_rec(t, now, HS_REC_NEW_EDGE, w->a.stack, e, he->lock, w->saved.lock);

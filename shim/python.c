@@ -104,7 +104,7 @@ static void gil_wait_begin(struct hs_tls *t, unsigned which, uint64_t site, uint
 	for (uint32_t i = 0; gil && i < n; i++) {
 		const struct hs_held *he = &th->held[i];
 		int created;
-		uint32_t finding, e;
+		uint32_t finding, e, from_stack, site_n;
 		if (he->lock == 0 || he->lock == gil)
 			continue;
 		/* an edge in the graph already (edges are never removed): nothing to add,
@@ -112,9 +112,11 @@ static void gil_wait_begin(struct hs_tls *t, unsigned which, uint64_t site, uint
 		 * with a load and a compare (a thread holds its thread-state lock for life) */
 		if (hs_edge_known(hs_edge_key(he->lock, gil, he->mode, HS_MODE_WRITE)))
 			continue;
-		/* a new edge gets the held lock's exact stack, not its site's */
-		e = hs_graph_add(&hs_seg, he->lock, he->mode, hs_locks_held_stack(th, (int)i), gil, HS_MODE_WRITE,
-				 0, hs_stack_here, t->tid, now, &created, &finding);
+		/* a new edge gets the held lock's exact stack, not its site's (its site's when it was
+		 * taken on the leaf path: then marked, and no leaf any more) */
+		from_stack = hs_locks_held_stack(th, (int)i, &site_n);
+		e = hs_graph_add(&hs_seg, he->lock, he->mode, from_stack, site_n, gil, HS_MODE_WRITE, 0, hs_stack_here,
+				 t->tid, now, &created, &finding);
 		if (created)
 			hs_rec(t, now, HS_REC_NEW_EDGE, hs_seg.edges[e].to_stack, e, he->lock, gil);
 		if (finding)

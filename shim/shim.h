@@ -1248,13 +1248,18 @@ static inline int hs_lock_pages_seen(uint64_t lo, uint64_t hi)
  * becomes a potential-deadlock finding (once per set of locks).
  * from_stack/to_stack are the two acquisition stacks; to_stack may be 0, in
  * which case `capture` is called to get one only if the edge is new.
+ * from_site_n 0: from_stack is exact; else it is `from`'s call site's
+ * stack only, `from` having been taken that many times with nothing nested
+ * (the leaf path, lockpath.h): the edge is marked HS_EDGE_FROM_SITE.  An
+ * edge so marked already is rewritten with from_stack when this one is
+ * exact (the next time the order is seen).
  * Returns the edge id (0 when the table is full); *created is set to 1 when
  * this call added it, and *finding_out to the finding's index + 1 when it
  * closed a new cycle (else 0).
  */
-uint32_t hs_graph_add(struct hs_seg *s, uint32_t from, unsigned from_mode, uint32_t from_stack, uint32_t to,
-		      unsigned to_mode, uint32_t to_stack, uint32_t (*capture)(void), int32_t tid, uint64_t now,
-		      int *created, uint32_t *finding_out);
+uint32_t hs_graph_add(struct hs_seg *s, uint32_t from, unsigned from_mode, uint32_t from_stack, uint32_t from_site_n,
+		      uint32_t to, unsigned to_mode, uint32_t to_stack, uint32_t (*capture)(void), int32_t tid,
+		      uint64_t now, int *created, uint32_t *finding_out);
 
 /*
  * Lock `id` (a native lock instance) has just been found shared: acquired
@@ -1907,10 +1912,14 @@ void hs_locks_snapshot_held(struct hs_thread *th);
 void hs_locks_adopt_held(struct hs_thread *th, const struct hs_held *h);
 
 /* The exact acquisition stack of the calling thread's held entry i (its
- * kept chain interned now), for an edge out of it made outside locks.c
+ * kept chain interned now), for a new edge out of it made outside locks.c
  * (python.c's lock -> GIL); the entry's stack as it is when no chain was
- * kept.  0 when the stack table is full. */
-uint32_t hs_locks_held_stack(struct hs_thread *th, int i);
+ * kept.  For an entry taken on the leaf path (HS_HELDF_SITE) its call
+ * site's stack, *site_n then the lock's count of acquisitions with nothing
+ * nested (the edge's from_site_n), else *site_n 0.  Either way the lock is
+ * no leaf from now on (lockpath.h, lock_leaf_nested).  0 when the stack
+ * table is full. */
+uint32_t hs_locks_held_stack(struct hs_thread *th, int i, uint32_t *site_n);
 
 /*
  * The calling thread is about to take the GIL (th its own slot; python.c's

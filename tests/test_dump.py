@@ -113,7 +113,7 @@ def test_json_is_one_object_with_the_documented_keys(heisen, two_process_session
     s, pids = two_process_session
     p = heisen.dump(s, "--json")
     report = json.loads(p.stdout)
-    assert report["heisen"]["abi"] == 8
+    assert report["heisen"]["abi"] == 9
     assert report["heisen"]["session"] == str(s)
     assert sorted(pr["pid"] for pr in report["processes"]) == sorted(pids.values())
     assert finding_pids(report) == sorted(pids.values())

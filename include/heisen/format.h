@@ -38,7 +38,7 @@
 
 #define HS_MAGIC "HEISENSG"      /* 8 bytes, no terminator stored */
 #define HS_MAGIC_LEN 8
-#define HS_ABI_VERSION 8u  /* 2: Python frames, GIL wait flags, thread snapshots, 64-deep stacks; 3: heap findings and counters;
+#define HS_ABI_VERSION 9u  /* 2: Python frames, GIL wait flags, thread snapshots, 64-deep stacks; 3: heap findings and counters;
 				    4: processes and environment; file descriptors: fd table,
 				    fd event ring, fd finding history; 5: sparse segments (HS_HDR_SPARSE),
 				    cycles of any length (HS_T_CYCLE_EDGES), lock classes reuse dead lock ids,
@@ -48,7 +48,9 @@
 				    lock's acquisition record and a loop's close into its fd's creation record
 				    (HS_REC_FOLD_SHIFT: the high half of b, which an ABI 6 reader takes for the
 				    lock id or generation); 8: a close folded into its generation's creation
-				    event in the fd event ring (hs_fd_event.close_dt, 136 -> 152 bytes) */
+				    event in the fd event ring (hs_fd_event.close_dt, 136 -> 152 bytes); 9: an edge
+				    whose from_stack is its held lock's call site only (HS_EDGE_FROM_SITE,
+				    hs_edge.from_site_n), a held entry likewise (HS_HELDF_SITE) */
 #define HS_ENDIAN_TAG 0x01020304u /* reads back as 0x04030201 on a foreign-endian host */
 
 /* Fixed shapes.  Changing any of these changes the ABI version. */
@@ -442,10 +444,13 @@ struct hs_edge {
 	uint32_t to_stack;
 	int32_t tid;               /* the thread that made the edge */
 	uint32_t next_out;         /* writer-internal: next edge id with the same `from` */
-	uint32_t pad;
+	uint32_t from_site_n;      /* HS_EDGE_FROM_SITE: the times A had been taken with nothing nested
+				      under it before (at least); 0: from_stack is exact */
 	uint64_t ts_ns;            /* when it was first seen */
 };
 #define HS_EDGE_IN_CYCLE 0x1u      /* [atomic] part of a reported potential-deadlock cycle */
+#define HS_EDGE_FROM_SITE 0x2u     /* [atomic] from_stack is the stack of A's call site only (the first
+				      acquisition there), not this holding's: A had been a leaf so far */
 
 /* The edge index key.  Lock ids fit in 28 bits (capacities are far below). */
 static inline uint64_t hs_edge_key(uint32_t from, uint32_t to, unsigned from_mode, unsigned to_mode)
@@ -470,6 +475,8 @@ enum hs_wait_kind {
 };
 
 #define HS_HELDF_GIL 0x1u          /* the thread held the GIL when it took this lock */
+#define HS_HELDF_SITE 0x2u         /* stack is the call site's stack only: taken on the leaf path (a lock
+				      never held while another was taken, docs/design.md "Lock order") */
 #define HS_HELDF_RELGEN_SHIFT 16   /* flags bits 16..31 (writer-internal): the lock's count of releases by
 				      threads that did not hold it, when taken; another count means released */
 

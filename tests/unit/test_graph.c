@@ -23,7 +23,7 @@ static uint32_t edge(struct hs_seg *s, uint32_t from, unsigned fm, uint32_t to, 
 {
 	int created;
 	uint32_t finding;
-	uint32_t e = hs_graph_add(s, from, fm, 0, to, tm, 7, NULL, 42, 1, &created, &finding);
+	uint32_t e = hs_graph_add(s, from, fm, 0, 0, to, tm, 7, NULL, 42, 1, &created, &finding);
 	CHECK(e != 0);
 	return finding;
 }
@@ -41,13 +41,15 @@ static void test_abba(void)
 	CHECK(lock(&s, 0x1000, HS_LOCK_MUTEX) == a); /* stable identity */
 	CHECK(edge(&s, a, HS_MODE_WRITE, b, HS_MODE_WRITE) == 0);
 	/* the same edge again: no new edge */
-	CHECK(hs_graph_add(&s, a, 0, 0, b, 0, 9, NULL, 42, 2, &created, &finding) == 1 && !created);
+	CHECK(hs_graph_add(&s, a, 0, 0, 0, b, 0, 9, NULL, 42, 2, &created, &finding) == 1 && !created);
 	f = edge(&s, b, HS_MODE_WRITE, a, HS_MODE_WRITE);
 	CHECK(f == 1);
 	CHECK(s.findings[0].kind == HS_FIND_POTENTIAL_DEADLOCK && s.findings[0].n == 2 && s.findings[0].ready == 1);
 	CHECK(s.edges[s.findings[0].edges[0]].from == b && s.edges[s.findings[0].edges[0]].to == a);
 	CHECK(s.edges[s.findings[0].edges[1]].from == a && s.edges[s.findings[0].edges[1]].to == b);
 	CHECK(s.edges[1].flags & HS_EDGE_IN_CYCLE);
+	/* the edges are exact: none has its held lock's call site only */
+	CHECK(!(s.edges[1].flags & HS_EDGE_FROM_SITE) && s.edges[1].from_site_n == 0);
 	/* the same two locks closing again in read mode: folded into the first report */
 	CHECK(edge(&s, b, HS_MODE_WRITE, a, HS_MODE_READ) == 0);
 	CHECK(s.hdr->tables[HS_T_FINDINGS].count == 1 && s.findings[0].count == 2);
@@ -267,8 +269,35 @@ static void test_invariant_predicates(void)
 	CHECK(hs_index_may_fill(hs_index_capacity(100), hs_index_capacity(100)));
 }
 
+/* An edge made from a holding taken on the leaf path has its held lock's
+ * call site only (HS_EDGE_FROM_SITE, the count kept); the same order seen
+ * again with an exact stack rewrites it; a second site-only sighting does
+ * not undo that. */
+static void test_edge_from_site_then_exact(void)
+{
+	struct hs_seg s;
+	uint32_t a, b, e, finding;
+	int created;
+	unit_segment(&s, &geo);
+	a = lock(&s, 0x1000, HS_LOCK_MUTEX);
+	b = lock(&s, 0x2000, HS_LOCK_MUTEX);
+	e = hs_graph_add(&s, a, 0, 11, 64, b, 0, 12, NULL, 42, 1, &created, &finding);
+	CHECK(e && created);
+	CHECK((s.edges[e].flags & HS_EDGE_FROM_SITE) && s.edges[e].from_site_n == 64 && s.edges[e].from_stack == 11);
+	/* again from the site only: still marked, the first stack kept */
+	CHECK(hs_graph_add(&s, a, 0, 13, 64, b, 0, 12, NULL, 42, 2, &created, &finding) == e && !created);
+	CHECK((s.edges[e].flags & HS_EDGE_FROM_SITE) && s.edges[e].from_stack == 11);
+	/* exact: rewritten, unmarked */
+	CHECK(hs_graph_add(&s, a, 0, 21, 0, b, 0, 12, NULL, 42, 3, &created, &finding) == e && !created);
+	CHECK(!(s.edges[e].flags & HS_EDGE_FROM_SITE) && s.edges[e].from_site_n == 0 && s.edges[e].from_stack == 21);
+	/* a later site-only sighting leaves the exact stack */
+	CHECK(hs_graph_add(&s, a, 0, 13, 64, b, 0, 12, NULL, 42, 4, &created, &finding) == e && !created);
+	CHECK(!(s.edges[e].flags & HS_EDGE_FROM_SITE) && s.edges[e].from_stack == 21);
+}
+
 int main(void)
 {
+	test_edge_from_site_then_exact();
 	test_cycle_visits_each_lock_once();
 	test_long_cycle();
 	test_lock_classes_reuse_dead_ids();
