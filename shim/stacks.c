@@ -310,56 +310,71 @@ static inline struct hs_chain *call_chain_of(void)
 _Static_assert(SITE_TCACHE * sizeof(struct site_tc) + sizeof(struct hs_chain) <= HS_AREA_STACKS_SIZE,
 	       "site cache and call chain fit the area");
 
-static __attribute__((noinline)) uint32_t stack_site_slow(uint64_t site);
+static __attribute__((noinline)) uint32_t stack_site_slow(uint64_t key, uint64_t site, uint64_t cfa);
+static unsigned site_read(uint64_t *pcs, unsigned cap, uint64_t site, uint64_t cfa);
 
-uint32_t hs_stack_site(uint64_t site)
+static inline __attribute__((always_inline)) uint32_t stack_site_at(uint64_t key, uint64_t site, uint64_t cfa)
 {
 	uint32_t gen = __atomic_load_n(&hs_seg_gen, __ATOMIC_RELAXED), id;
 	struct site_tc *tc = site_tc_of();
-	struct site_tc *e = tc ? &tc[(site ^ site >> 9) & (SITE_TCACHE - 1)] : NULL;
-	if (e && e->site == site && e->gen == gen && e->id)
+	struct site_tc *e = tc ? &tc[(key ^ key >> 9) & (SITE_TCACHE - 1)] : NULL;
+	if (e && e->site == key && e->gen == gen && e->id)
 		return e->id;
 	if (HS_UNLIKELY(!room_to_unwind())) {
 		/* a small thread stack: the site's stack cached already, else the
 		 * call site alone, marked truncated and never cached (a later call
 		 * with room unwinds); no unwind that would overflow the stack */
-		if ((id = site_get(&hs_seg, site)) != 0)
+		if ((id = site_get(&hs_seg, key)) != 0)
 			return id;
-		return hs_stack_intern(&hs_seg, &site, 1, HS_STACK_SITE | HS_STACK_TRUNCATED);
+		return hs_stack_intern(&hs_seg, &key, 1, HS_STACK_SITE | HS_STACK_TRUNCATED);
 	}
-	id = stack_site_slow(site);
+	id = stack_site_slow(key, site, cfa);
 	if (id && e) {
 		__atomic_store_n(&e->site, 0, __ATOMIC_RELAXED);
 		__atomic_signal_fence(__ATOMIC_SEQ_CST);
 		e->id = id;
 		e->gen = gen;
 		__atomic_signal_fence(__ATOMIC_SEQ_CST);
-		__atomic_store_n(&e->site, site, __ATOMIC_RELAXED);
+		__atomic_store_n(&e->site, key, __ATOMIC_RELAXED);
 	}
 	return id;
 }
 
-static uint32_t stack_site_slow(uint64_t site)
+uint32_t hs_stack_site(uint64_t site)
+{
+	return stack_site_at(site, 0, 0);
+}
+
+uint32_t hs_stack_site_at(uint64_t key, uint64_t site, uint64_t cfa)
+{
+	return stack_site_at(key, site, cfa);
+}
+
+static uint32_t stack_site_slow(uint64_t key, uint64_t site, uint64_t cfa)
 {
 	struct hs_seg *s = &hs_seg;
 	uint64_t pcs[HS_STACK_DEPTH + 12 + PY_ROOM];
-	unsigned depth;
+	unsigned depth = 0;
 	uint32_t id;
 	int python;
 
-	if ((id = site_get(s, site)) != 0)
+	if ((id = site_get(s, key)) != 0)
 		return id;
-	/* first time at this site: the slow path */
-	depth = capture(pcs);
+	/* first time at this site: the slow path; through learnt distances
+	   where the hook said where its caller's frame is (site_read) */
+	if (cfa)
+		depth = site_read(pcs, HS_STACK_DEPTH + 12, site, cfa);
+	if (depth == 0)
+		depth = capture(pcs);
 	if (depth == 0)
 		return 0;
 	depth = hs_py_interleave(s, pcs, depth, depth > PY_ROOM ? depth : PY_ROOM, &python);
 	id = hs_stack_intern(s, pcs, depth, HS_STACK_SITE | (python ? HS_STACK_PYTHON : 0));
 #ifndef HS_CORE_ONLY /* init.c: libheisen.so only */
 	if (id && HS_UNLIKELY(hs_learn_post != NULL) && !python)
-		hs_fork_learn_post(site, &s->stacks[id]); /* for the forking parent's next children (init.c) */
+		hs_fork_learn_post(key, &s->stacks[id]); /* for the forking parent's next children (init.c) */
 #endif
-	return id ? site_put(s, site, id) : 0;
+	return id ? site_put(s, key, id) : 0;
 }
 
 /*
@@ -1230,4 +1245,208 @@ uint32_t hs_stack_from_signal(void *ucontext)
 	if (python)
 		flags |= HS_STACK_PYTHON;
 	return hs_stack_intern(&hs_seg, pcs, n, flags);
+}
+
+/*
+ * ---- a new call site's stack through learnt distances (hs_stack_site_at) ----
+ *
+ * A site's first stack (the heap checker's, once per allocating or freeing
+ * call site) was a whole libunwind unwind: ~1,300 instructions a step under
+ * Debian's libunwind, 20-30 steps through a Python start's or cc1's stacks
+ * (the shim's own seven or eight frames included), with the unwind's two
+ * mask changes (unwind_mask.c).  Most of those frames were unwound before:
+ * a new site differs from the last one in its innermost frame or two.  So
+ * the stack is read as hs_chain_read reads a lock's chain, through the
+ * return-address distances (pcoff, above) learnt from real unwinds: from
+ * the hook's caller (site at cfa, the hook's own knowledge of its frame),
+ * each return address's distance gives the next CFA and the slot below it
+ * the next return address.  A return address not learnt yet is unwound by
+ * libunwind, which learns it; for the innermost frame (the usual case: the
+ * site itself is new) libunwind starts right there, not in heisen's frames
+ * (site_unwind_short), and stops at the first return address it reaches
+ * whose distance is known.  Any other doubt -- a return address further
+ * out not learnt, the thread's first unwind, a (site, cfa) that is not on
+ * this thread's stack -- takes the whole unwind from here, which learns
+ * every frame it passes (site_unwind_whole).  The frames are the ones the
+ * whole unwind finds (the same distances, checked by the same slot test
+ * when learnt); reads stay between the hook's frame and the highest CFA a
+ * real unwind of this thread reached, inside the thread's stack bounds.
+ * docs/design.md "Call stacks".
+ */
+#define SITE_SHORT_MAX 16u /* frames a short unwind goes before it gives up (then the whole unwind) */
+
+/* Learn the distances of frames ip[0..n) at sp[0..n) (sig: signal frames),
+ * as chain_unwind_steps does: each checked by the next return address
+ * sitting just below the next CFA; r the last unw_step's result (0: the
+ * outermost frame was reached). */
+static void site_learn(const uint64_t *ip, const uint64_t *sp, const int *sig, unsigned n, int r)
+{
+	for (unsigned k = 0; k < n; k++) {
+		if (k + 1 < n) {
+			int ok = !sig[k] && !sig[k + 1] && sp[k + 1] > sp[k] &&
+				 *(const uint64_t *)(uintptr_t)(sp[k + 1] - 8) == ip[k + 1];
+			pcoff_learn(ip[k], ok ? sp[k + 1] - sp[k] : PCOFF_DOUBT);
+		} else if (r == 0) {
+			pcoff_learn(ip[k], PCOFF_END);
+		}
+	}
+	if (n && sp[n - 1] > chain_top)
+		chain_top = sp[n - 1];
+}
+
+/*
+ * The whole unwind from here (the shim's frames dropped), learning each
+ * frame's distance; up to cap frames into pcs.  Returns the depth.
+ */
+static __attribute__((noinline)) unsigned site_unwind_steps(uint64_t *pcs, unsigned cap)
+{
+	unw_context_t uc;
+	unw_cursor_t cur;
+	uint64_t ip[HS_STACK_DEPTH + 12 + 16], sp[HS_STACK_DEPTH + 12 + 16];
+	int sig[HS_STACK_DEPTH + 12 + 16];
+	unsigned n = 0, skip = 0, out;
+	int r = 1;
+	if (cap > HS_STACK_DEPTH + 12)
+		cap = HS_STACK_DEPTH + 12;
+	if (unw_getcontext(&uc) < 0 || unw_init_local(&cur, &uc) < 0)
+		return 0;
+	/* the first step leaves this frame: its caller's return address first, as unw_backtrace */
+	while (n - skip < cap && n < sizeof ip / sizeof ip[0] && (r = unw_step(&cur)) > 0) {
+		unw_word_t i = 0, s = 0;
+		if (unw_get_reg(&cur, UNW_REG_IP, &i) < 0 || i == 0 || unw_get_reg(&cur, UNW_REG_SP, &s) < 0) {
+			r = -1;
+			break;
+		}
+		ip[n] = i;
+		sp[n] = s;
+		sig[n] = unw_is_signal_frame(&cur) > 0;
+		if (n == skip && i >= hs_self_lo && i < hs_self_hi)
+			skip++;
+		n++;
+	}
+	site_learn(ip + skip, sp + skip, sig + skip, n - skip, r);
+	out = n - skip;
+	for (unsigned k = 0; k < out; k++)
+		pcs[k] = ip[skip + k];
+	for (unsigned k = 0; k < out; k++)
+		if (!hs_module_known(pcs[k]))
+			hs_module_note_pc(pcs[k], 1);
+	return out;
+}
+
+static unsigned site_unwind_whole(uint64_t *pcs, unsigned cap)
+{
+	int entered = hs_unwind_enter();
+	unsigned n = site_unwind_steps(pcs, cap);
+	hs_unwind_leave(entered);
+	return n;
+}
+
+/*
+ * A real unwind started at the hook's caller: return address site, stack
+ * pointer cfa, and its frame pointer as the hook saved it (heisen's hooks
+ * keep frame pointers: the caller's %rbp at cfa - 16).  The other
+ * callee-saved registers are this frame's, not the caller's: only the
+ * CFA rules of the frames stepped read registers (%rsp or %rbp in the
+ * compilers' CFI, DRAP frames included), and the walk is given up at the
+ * first return address whose distance is known.  Frames into pcs/sps, up
+ * to cap; returns the count, the last one a frame with a known distance
+ * (*ended 0) or the outermost (*ended 1); 0 when the unwind did not get
+ * there (no CFI, a signal frame, too deep): then the whole unwind.
+ */
+static __attribute__((noinline)) unsigned site_unwind_short(uint64_t *pcs, uint64_t *sps, unsigned cap, uint64_t site,
+							     uint64_t cfa, int *ended)
+{
+	unw_context_t uc;
+	unw_cursor_t cur;
+	uint64_t ip[SITE_SHORT_MAX], sp[SITE_SHORT_MAX];
+	int sig[SITE_SHORT_MAX];
+	unsigned n = 0, off;
+	int r = 1, known = 0;
+	if (unw_getcontext(&uc) < 0)
+		return 0;
+	uc.uc_mcontext.gregs[REG_RIP] = (greg_t)site;
+	uc.uc_mcontext.gregs[REG_RSP] = (greg_t)cfa;
+	uc.uc_mcontext.gregs[REG_RBP] = (greg_t) * (const uint64_t *)(uintptr_t)(cfa - 16);
+	if (unw_init_local(&cur, &uc) < 0)
+		return 0;
+	while (n < SITE_SHORT_MAX && n < cap) {
+		unw_word_t i = 0, s = 0;
+		if (unw_get_reg(&cur, UNW_REG_IP, &i) < 0 || i == 0 || unw_get_reg(&cur, UNW_REG_SP, &s) < 0) {
+			r = -1;
+			break;
+		}
+		ip[n] = i;
+		sp[n] = s;
+		sig[n] = unw_is_signal_frame(&cur) > 0;
+		n++;
+		if (n > 1 && !sig[n - 1] && pcoff_get(i, &off) && off != PCOFF_END) {
+			known = 1; /* walked on from here */
+			break;
+		}
+		if ((r = unw_step(&cur)) <= 0)
+			break;
+	}
+	if (n == 0 || ip[0] != site || sp[0] != cfa)
+		return 0;
+	for (unsigned k = 0; k < n; k++)
+		if (sig[k])
+			return 0;
+	site_learn(ip, sp, sig, n, known ? 1 : r);
+	if (!known && r != 0)
+		return 0; /* neither a known frame nor the outermost one reached */
+	for (unsigned k = 0; k < n; k++) {
+		pcs[k] = ip[k];
+		sps[k] = sp[k];
+	}
+	*ended = !known;
+	return n;
+}
+
+static unsigned site_read(uint64_t *pcs, unsigned cap, uint64_t site, uint64_t cfa)
+{
+	uint64_t sps[HS_STACK_DEPTH + 12];
+	uint64_t top = chain_top, lo = hs_tls.stack_lo, hi = hs_tls.stack_hi, sp, pc;
+	uint64_t here = (uint64_t)(uintptr_t)__builtin_frame_address(0);
+	unsigned n = 0, off;
+	int ended = 0;
+	if (cap > HS_STACK_DEPTH + 12)
+		cap = HS_STACK_DEPTH + 12;
+	/* (site, cfa) on this thread's stack, above this frame and below what the
+	   thread's unwinds reached; the hook's caller is not heisen */
+	if (!top || hi <= lo + 1 || here < lo || top >= hi || cfa <= here || cfa > top || (cfa & 7) ||
+	    (site >= hs_self_lo && site < hs_self_hi) || slot_at(cfa) != site)
+		return site_unwind_whole(pcs, cap);
+	if (!pcoff_get(site, &off)) {
+		/* a new return address at the hook's caller: unwound from there */
+		int entered = hs_unwind_enter();
+		n = site_unwind_short(pcs, sps, cap, site, cfa, &ended);
+		hs_unwind_leave(entered);
+		if (n == 0)
+			return site_unwind_whole(pcs, cap);
+		top = chain_top;
+	} else {
+		pcs[0] = site;
+		sps[0] = cfa;
+		n = 1;
+	}
+	pc = pcs[n - 1];
+	sp = sps[n - 1];
+	while (!ended && n < cap) {
+		if (!pcoff_get(pc, &off))
+			return site_unwind_whole(pcs, cap); /* a frame further out not learnt yet */
+		if (off == PCOFF_END)
+			break;
+		sp += off;
+		if (sp > top || sp >= hi)
+			return site_unwind_whole(pcs, cap);
+		pc = slot_at(sp);
+		pcs[n] = pc;
+		sps[n] = sp;
+		n++;
+	}
+	for (unsigned k = 0; k < n; k++)
+		if (!hs_module_known(pcs[k]))
+			hs_module_note_pc(pcs[k], 1);
+	return n;
 }
