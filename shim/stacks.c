@@ -1264,16 +1264,37 @@ uint32_t hs_stack_from_signal(void *ucontext)
  * libunwind, which learns it; for the innermost frame (the usual case: the
  * site itself is new) libunwind starts right there, not in heisen's frames
  * (site_unwind_short), and stops at the first return address it reaches
- * whose distance is known.  Any other doubt -- a return address further
- * out not learnt, the thread's first unwind, a (site, cfa) that is not on
- * this thread's stack -- takes the whole unwind from here, which learns
- * every frame it passes (site_unwind_whole).  The frames are the ones the
+ * whose distance is known and from which the walk gets through to the
+ * outermost frame (site_walk_ok: else a frame further out is new too, and
+ * the unwind goes on).  Any other doubt -- the thread's first unwind, a
+ * (site, cfa) that is not on this thread's stack, a short unwind that
+ * gets nowhere in SITE_SHORT_MAX frames -- takes the whole unwind from
+ * here, which learns every frame it passes (site_unwind_whole).  The frames are the ones the
  * whole unwind finds (the same distances, checked by the same slot test
  * when learnt); reads stay between the hook's frame and the highest CFA a
  * real unwind of this thread reached, inside the thread's stack bounds.
  * docs/design.md "Call stacks".
  */
-#define SITE_SHORT_MAX 16u /* frames a short unwind goes before it gives up (then the whole unwind) */
+#define SITE_SHORT_MAX 32u /* frames a short unwind goes before it gives up (then the whole unwind) */
+
+/* 1 when the walk from return address pc at CFA sp (frame n of at most cap)
+ * gets through learnt distances to the outermost frame or to cap frames,
+ * reading no slot above top or at or above hi. */
+static int site_walk_ok(uint64_t pc, uint64_t sp, unsigned n, unsigned cap, uint64_t top, uint64_t hi)
+{
+	unsigned off;
+	for (; n < cap; n++) {
+		if (!pcoff_get(pc, &off))
+			return 0;
+		if (off == PCOFF_END)
+			return 1;
+		sp += off;
+		if (sp > top || sp >= hi)
+			return 0;
+		pc = slot_at(sp);
+	}
+	return 1;
+}
 
 /* Learn the distances of frames ip[0..n) at sp[0..n) (sig: signal frames),
  * as chain_unwind_steps does: each checked by the next return address
@@ -1348,8 +1369,9 @@ static unsigned site_unwind_whole(uint64_t *pcs, unsigned cap)
  * keep frame pointers: the caller's %rbp at cfa - 16).  The other
  * callee-saved registers are this frame's, not the caller's: only the
  * CFA rules of the frames stepped read registers (%rsp or %rbp in the
- * compilers' CFI, DRAP frames included), and the walk is given up at the
- * first return address whose distance is known.  Frames into pcs/sps, up
+ * compilers' CFI, DRAP frames included), and the unwind is given up at
+ * the first return address from which the learnt distances lead on
+ * (site_walk_ok).  Frames into pcs/sps, up
  * to cap; returns the count, the last one a frame with a known distance
  * (*ended 0) or the outermost (*ended 1); 0 when the unwind did not get
  * there (no CFI, a signal frame, too deep): then the whole unwind.
@@ -1380,8 +1402,11 @@ static __attribute__((noinline)) unsigned site_unwind_short(uint64_t *pcs, uint6
 		sp[n] = s;
 		sig[n] = unw_is_signal_frame(&cur) > 0;
 		n++;
-		if (n > 1 && !sig[n - 1] && pcoff_get(i, &off) && off != PCOFF_END) {
-			known = 1; /* walked on from here */
+		/* walked on from the first frame whose distance is known and from
+		   which the walk gets through (else further out is new too: on) */
+		if (n > 1 && !sig[n - 1] && pcoff_get(i, &off) && off != PCOFF_END &&
+		    site_walk_ok(i, s, n - 1, cap, s > chain_top ? s : chain_top, hs_tls.stack_hi)) {
+			known = 1;
 			break;
 		}
 		if ((r = unw_step(&cur)) <= 0)
