@@ -313,6 +313,32 @@ _Static_assert(SITE_TCACHE * sizeof(struct site_tc) + sizeof(struct hs_chain) <=
 static __attribute__((noinline)) uint32_t stack_site_slow(uint64_t key, uint64_t site, uint64_t cfa);
 static unsigned site_read(uint64_t *pcs, unsigned cap, uint64_t site, uint64_t cfa);
 
+/*
+ * The CFA of the hook whose caller's return address is site, found by
+ * walking heisen's own frames by their frame pointers (libheisen is built
+ * with them) up to the first return address outside libheisen: that one
+ * must be site itself, else (a frame without a frame pointer on the way:
+ * the dlsym trampoline) 0.  Every frame read lies on this thread's stack,
+ * above this one (the bounds hs_stack_room read, area.c).
+ */
+static __attribute__((noinline)) uint64_t site_cfa_by_frame_pointers(uint64_t site)
+{
+	uint64_t fp = (uint64_t)(uintptr_t)__builtin_frame_address(0);
+	uint64_t lo = hs_tls.stack_lo, hi = hs_tls.stack_hi;
+	if (hi <= lo + 1 || fp < lo || fp + 16 > hi)
+		return 0;
+	for (unsigned i = 0; i < 64; i++) {
+		const uint64_t *f = (const uint64_t *)(uintptr_t)fp;
+		uint64_t ret = f[1], next = f[0];
+		if (ret < hs_self_lo || ret >= hs_self_hi)
+			return ret == site ? fp + 16 : 0;
+		if (next <= fp || (next & 7) || next + 16 > hi)
+			return 0;
+		fp = next;
+	}
+	return 0;
+}
+
 static inline __attribute__((always_inline)) uint32_t stack_site_at(uint64_t key, uint64_t site, uint64_t cfa)
 {
 	uint32_t gen = __atomic_load_n(&hs_seg_gen, __ATOMIC_RELAXED), id;
@@ -342,7 +368,7 @@ static inline __attribute__((always_inline)) uint32_t stack_site_at(uint64_t key
 
 uint32_t hs_stack_site(uint64_t site)
 {
-	return stack_site_at(site, 0, 0);
+	return stack_site_at(site, site, 0);
 }
 
 uint32_t hs_stack_site_at(uint64_t key, uint64_t site, uint64_t cfa)
@@ -361,7 +387,10 @@ static uint32_t stack_site_slow(uint64_t key, uint64_t site, uint64_t cfa)
 	if ((id = site_get(s, key)) != 0)
 		return id;
 	/* first time at this site: the slow path; through learnt distances
-	   where the hook said where its caller's frame is (site_read) */
+	   from the hook's caller's frame, where the hook said where it is or
+	   heisen's own frame pointers lead to it (site_read) */
+	if (!cfa && site)
+		cfa = site_cfa_by_frame_pointers(site);
 	if (cfa)
 		depth = site_read(pcs, HS_STACK_DEPTH + 12, site, cfa);
 	if (depth == 0)
