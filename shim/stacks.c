@@ -312,6 +312,7 @@ _Static_assert(SITE_TCACHE * sizeof(struct site_tc) + sizeof(struct hs_chain) <=
 
 static __attribute__((noinline)) uint32_t stack_site_slow(uint64_t key, uint64_t site, uint64_t cfa);
 static unsigned site_read(uint64_t *pcs, unsigned cap, uint64_t site, uint64_t cfa);
+static unsigned site_unwind_whole(uint64_t *pcs, unsigned cap);
 
 /*
  * The CFA of the hook whose caller's return address is site, found by
@@ -391,8 +392,8 @@ static uint32_t stack_site_slow(uint64_t key, uint64_t site, uint64_t cfa)
 	   heisen's own frame pointers lead to it (site_read) */
 	if (!cfa && site)
 		cfa = site_cfa_by_frame_pointers(site);
-	if (cfa)
-		depth = site_read(pcs, HS_STACK_DEPTH + 12, site, cfa);
+	if (cfa && (depth = site_read(pcs, HS_STACK_DEPTH + 12, site, cfa)) == 0)
+		depth = site_unwind_whole(pcs, HS_STACK_DEPTH + 12); /* learns for the next ones */
 	if (depth == 0)
 		depth = capture(pcs);
 	if (depth == 0)
@@ -1302,7 +1303,7 @@ uint32_t hs_stack_from_signal(void *ucontext)
  * whole unwind finds (the same distances, checked by the same slot test
  * when learnt); reads stay between the hook's frame and the highest CFA a
  * real unwind of this thread reached, inside the thread's stack bounds.
- * docs/design.md "Call stacks".
+ * docs/design.md "Stacks".
  */
 #define SITE_SHORT_MAX 32u /* frames a short unwind goes before it gives up (then the whole unwind) */
 
@@ -1329,7 +1330,7 @@ static int site_walk_ok(uint64_t pc, uint64_t sp, unsigned n, unsigned cap, uint
  * as chain_unwind_steps does: each checked by the next return address
  * sitting just below the next CFA; r the last unw_step's result (0: the
  * outermost frame was reached). */
-static void site_learn(const uint64_t *ip, const uint64_t *sp, const int *sig, unsigned n, int r)
+static void site_learn(const uint64_t *ip, const uint64_t *sp, const uint8_t *sig, unsigned n, int r)
 {
 	for (unsigned k = 0; k < n; k++) {
 		if (k + 1 < n) {
@@ -1353,7 +1354,7 @@ static __attribute__((noinline)) unsigned site_unwind_steps(uint64_t *pcs, unsig
 	unw_context_t uc;
 	unw_cursor_t cur;
 	uint64_t ip[HS_STACK_DEPTH + 12 + 16], sp[HS_STACK_DEPTH + 12 + 16];
-	int sig[HS_STACK_DEPTH + 12 + 16];
+	uint8_t sig[HS_STACK_DEPTH + 12 + 16];
 	unsigned n = 0, skip = 0, out;
 	int r = 1;
 	if (cap > HS_STACK_DEPTH + 12)
@@ -1411,7 +1412,7 @@ static __attribute__((noinline)) unsigned site_unwind_short(uint64_t *pcs, uint6
 	unw_context_t uc;
 	unw_cursor_t cur;
 	uint64_t ip[SITE_SHORT_MAX], sp[SITE_SHORT_MAX];
-	int sig[SITE_SHORT_MAX];
+	uint8_t sig[SITE_SHORT_MAX];
 	unsigned n = 0, off;
 	int r = 1, known = 0;
 	if (unw_getcontext(&uc) < 0)
@@ -1470,14 +1471,14 @@ static unsigned site_read(uint64_t *pcs, unsigned cap, uint64_t site, uint64_t c
 	   thread's unwinds reached; the hook's caller is not heisen */
 	if (!top || hi <= lo + 1 || here < lo || top >= hi || cfa <= here || cfa > top || (cfa & 7) ||
 	    (site >= hs_self_lo && site < hs_self_hi) || slot_at(cfa) != site)
-		return site_unwind_whole(pcs, cap);
+		return 0;
 	if (!pcoff_get(site, &off)) {
 		/* a new return address at the hook's caller: unwound from there */
 		int entered = hs_unwind_enter();
 		n = site_unwind_short(pcs, sps, cap, site, cfa, &ended);
 		hs_unwind_leave(entered);
 		if (n == 0)
-			return site_unwind_whole(pcs, cap);
+			return 0;
 		top = chain_top;
 	} else {
 		pcs[0] = site;
@@ -1488,12 +1489,12 @@ static unsigned site_read(uint64_t *pcs, unsigned cap, uint64_t site, uint64_t c
 	sp = sps[n - 1];
 	while (!ended && n < cap) {
 		if (!pcoff_get(pc, &off))
-			return site_unwind_whole(pcs, cap); /* a frame further out not learnt yet */
+			return 0; /* a frame further out not learnt yet */
 		if (off == PCOFF_END)
 			break;
 		sp += off;
 		if (sp > top || sp >= hi)
-			return site_unwind_whole(pcs, cap);
+			return 0;
 		pc = slot_at(sp);
 		pcs[n] = pc;
 		sps[n] = sp;
