@@ -78,60 +78,180 @@ static int same_stack(const struct hs_stack *st, const uint64_t *pcs, unsigned d
 	return st->depth == depth && st->flags == flags && memcmp(st->pc, pcs, depth * sizeof *pcs) == 0;
 }
 
+/*
+ * The stack index and the site index in regions.  Both are hash indexes
+ * of twice their table's capacity (format.h hs_index_capacity: 64 KiB
+ * each at the default geometry), committed a page at a time (segment.c
+ * hs_seg_commit), and a key's home slot anywhere in the index made a
+ * process's first few dozen keys commit nearly every page of both: ~30
+ * tmpfs pages, 2-3 us each, for an `as` that interns 57 stacks, in every
+ * process of a build (bench/README.md "A new site's stack through learnt
+ * distances").  So the index is cut into disjoint regions, slots
+ * [0, 256), [256, 1024), [1024, 4096), ... (each ending at four times the
+ * last one's end, the last at the capacity), and a key goes into the
+ * first region whose end is more than twice the stack table's count when
+ * it is placed (no region more than half full), its home slot in there by
+ * its hash, probing linearly inside the region and, should it be full,
+ * in the next one.  A look-up probes each region from the current one
+ * back to the first, stopping in each at an empty slot or a page never
+ * written.  The pages a process commits are those its count needs.  Only
+ * the writer reads the indexes (a fork child, its copy of its parent's:
+ * the same counts give the same regions); a key placed in a later region
+ * by a racing thread while a look-up walked the earlier ones is missed,
+ * and the stack interned twice, as a race already could.
+ */
+#define INDEX_REGION_FIRST 256u /* slots: one 4 KiB page of 16-byte slots */
+
+struct index_region {
+	uint32_t lo, n; /* slots [lo, lo + n) */
+};
+
+/* Region k of an index of cap slots (k 0 first); n 0 past the last. */
+static inline struct index_region index_region_at(unsigned k, uint32_t cap)
+{
+	struct index_region r = {0, 0};
+	uint32_t end = INDEX_REGION_FIRST < cap ? INDEX_REGION_FIRST : cap;
+	for (unsigned i = 0; i < k; i++) {
+		if (end >= cap)
+			return r;
+		r.lo = end;
+		end = end < cap / 4 ? end * 4 : cap;
+	}
+	r.n = end - r.lo;
+	return r;
+}
+
+/* The region keys go into while the stack table holds `entries`. */
+static inline unsigned index_region_for(uint32_t entries, uint32_t cap)
+{
+	unsigned k = 0;
+	uint32_t end = INDEX_REGION_FIRST < cap ? INDEX_REGION_FIRST : cap;
+	while (end < cap && end / 2 <= entries) {
+		end = end < cap / 4 ? end * 4 : cap;
+		k++;
+	}
+	return k;
+}
+
+/* A key's home slot in region r: its hash's high half scaled to the region. */
+static inline uint32_t index_home(struct index_region r, uint64_t hash)
+{
+	return r.lo + (uint32_t)(((hash >> 32) * r.n) >> 32);
+}
+
+/* The slot after i in region r. */
+static inline uint32_t index_next(struct index_region r, uint32_t i)
+{
+	return i + 1 < r.lo + r.n ? i + 1 : r.lo;
+}
+
+/* 1 when the page of index slot `slot` has store (hs_commit_map): a
+ * look-up in an earlier region stops at a page never written, and commits
+ * none. */
+static inline int index_slot_written(const struct hs_seg *s, const struct hs_index_slot *slot)
+{
+	uint64_t c = (uint64_t)((const char *)slot - (const char *)s->hdr) >> hs_commit_shift;
+	return (__atomic_load_n(&hs_commit_map[c >> 6], __ATOMIC_ACQUIRE) >> (c & 63)) & 1;
+}
+
+/* hs_index_slot_ready for slot i, the probe'th of a region's probe sequence. */
+static inline int region_slot_ready(struct hs_seg *s, const struct hs_index_slot *slot, struct index_region r,
+				    uint32_t i, uint32_t probe)
+{
+	if (HS_LIKELY(probe != 0 && i != r.lo && ((uintptr_t)slot & 4095u) != 0))
+		return 1;
+	return hs_seg_ready(s, slot, sizeof *slot);
+}
+
+/* The stack of (h, pcs, depth, flags) in a region before region `top`, 0 when none. */
+static uint32_t stack_find_before(struct hs_seg *s, unsigned top, uint64_t h, const uint64_t *pcs, unsigned depth,
+				  unsigned flags)
+{
+	struct hs_table *tab = &s->hdr->tables[HS_T_STACKS];
+	uint32_t cap = s->hdr->tables[HS_T_STACK_INDEX].capacity;
+	for (unsigned k = top; k-- > 0;) {
+		struct index_region r = index_region_at(k, cap);
+		uint32_t i = index_home(r, h);
+		for (uint32_t probe = 0; probe < r.n; probe++, i = index_next(r, i)) {
+			struct hs_index_slot *slot = &s->stack_index[i];
+			uint64_t key;
+			if ((probe == 0 || i == r.lo || ((uintptr_t)slot & 4095u) == 0) && !index_slot_written(s, slot))
+				break; /* a page never written: not in this region */
+			key = __atomic_load_n(&slot->key, __ATOMIC_ACQUIRE);
+			if (key == 0)
+				break; /* not in this region */
+			if (key == h) {
+				uint32_t id = __atomic_load_n(&slot->value, __ATOMIC_ACQUIRE);
+				if (id != 0 && id < tab->capacity && same_stack(&s->stacks[id], pcs, depth, flags))
+					return id;
+			}
+		}
+	}
+	return 0;
+}
+
 uint32_t hs_stack_intern(struct hs_seg *s, const uint64_t *pcs, unsigned depth, unsigned flags)
 {
 	struct hs_table *tab = &s->hdr->tables[HS_T_STACKS];
 	struct hs_table *idx = &s->hdr->tables[HS_T_STACK_INDEX];
-	uint32_t mask = idx->capacity - 1;
+	uint32_t cap = idx->capacity, id;
+	unsigned k;
 	uint64_t h;
-	uint32_t i, probe;
 
 	if (depth > HS_STACK_DEPTH) {
 		depth = HS_STACK_DEPTH;
 		flags |= HS_STACK_TRUNCATED;
 	}
 	h = stack_hash(pcs, depth, flags);
-	i = (uint32_t)h & mask;
-	for (probe = 0; probe <= mask; probe++, i = (i + 1) & mask) {
-		struct hs_index_slot *slot = &s->stack_index[i];
-		uint64_t key;
-		if (!hs_index_slot_ready(s, slot, i, probe))
-			break; /* no room for the index's next page: as if full */
-		key = __atomic_load_n(&slot->key, __ATOMIC_ACQUIRE);
-		if (key == 0) {
-			uint64_t expect = 0;
-			if (__atomic_compare_exchange_n(&slot->key, &expect, h, 0, __ATOMIC_ACQ_REL,
-							__ATOMIC_ACQUIRE)) {
-				uint32_t id = __atomic_fetch_add(&tab->count, 1, __ATOMIC_RELAXED);
-				struct hs_stack *st;
-				if (id >= tab->capacity || hs_seg_commit_entry(s, HS_T_STACKS, id) != 0) {
-					__atomic_add_fetch(&tab->dropped, 1, __ATOMIC_RELAXED);
-					return 0;
+	k = index_region_for(__atomic_load_n(&tab->count, __ATOMIC_RELAXED), cap);
+	if ((id = stack_find_before(s, k, h, pcs, depth, flags)) != 0)
+		return id;
+	for (;; k++) {
+		struct index_region r = index_region_at(k, cap);
+		uint32_t i = index_home(r, h);
+		if (r.n == 0)
+			break; /* every region probed */
+		for (uint32_t probe = 0; probe < r.n; probe++, i = index_next(r, i)) {
+			struct hs_index_slot *slot = &s->stack_index[i];
+			uint64_t key;
+			if (!region_slot_ready(s, slot, r, i, probe))
+				goto dropped; /* no room for the index's next page: as if full */
+			key = __atomic_load_n(&slot->key, __ATOMIC_ACQUIRE);
+			if (key == 0) {
+				uint64_t expect = 0;
+				if (__atomic_compare_exchange_n(&slot->key, &expect, h, 0, __ATOMIC_ACQ_REL,
+								__ATOMIC_ACQUIRE)) {
+					struct hs_stack *st;
+					id = __atomic_fetch_add(&tab->count, 1, __ATOMIC_RELAXED);
+					if (id >= tab->capacity || hs_seg_commit_entry(s, HS_T_STACKS, id) != 0) {
+						__atomic_add_fetch(&tab->dropped, 1, __ATOMIC_RELAXED);
+						return 0;
+					}
+					st = &s->stacks[id];
+					st->hash = h;
+					st->depth = (uint16_t)depth;
+					st->flags = (uint16_t)flags;
+					memcpy(st->pc, pcs, depth * sizeof *pcs);
+					/* pc[] is complete before ready, and ready before the index points here */
+					__atomic_store_n(&st->ready, 1, __ATOMIC_RELEASE);
+					__atomic_store_n(&slot->value, id, __ATOMIC_RELEASE);
+					return id;
 				}
-				st = &s->stacks[id];
-				st->hash = h;
-				st->depth = (uint16_t)depth;
-				st->flags = (uint16_t)flags;
-				memcpy(st->pc, pcs, depth * sizeof *pcs);
-				/* pc[] is complete before ready, and ready before the index points here */
-				__atomic_store_n(&st->ready, 1, __ATOMIC_RELEASE);
-				__atomic_store_n(&slot->value, id, __ATOMIC_RELEASE);
-				return id;
+				key = expect;
 			}
-			key = expect;
-		}
-		if (key == h) {
-			uint32_t id = __atomic_load_n(&slot->value, __ATOMIC_ACQUIRE);
-			/* id 0: another thread is still writing it; at worst we intern a twin */
-			if (id != 0 && id < tab->capacity && same_stack(&s->stacks[id], pcs, depth, flags))
-				return id;
+			if (key == h) {
+				id = __atomic_load_n(&slot->value, __ATOMIC_ACQUIRE);
+				/* id 0: another thread is still writing it; at worst we intern a twin */
+				if (id != 0 && id < tab->capacity && same_stack(&s->stacks[id], pcs, depth, flags))
+					return id;
+			}
 		}
 	}
 	/* every key claimed an entry (tab->count, the table's capacity of slack for the
 	   claims in flight): an index that ran out before its table did was written over */
-	if (probe > mask)
-		HS_ASSERT_IN(s, hs_index_may_fill(idx->capacity, (uint64_t)__atomic_load_n(&tab->count, __ATOMIC_RELAXED) +
-								 tab->capacity));
+	HS_ASSERT_IN(s, hs_index_may_fill(idx->capacity, (uint64_t)__atomic_load_n(&tab->count, __ATOMIC_RELAXED) +
+							 tab->capacity));
+dropped:
 	__atomic_add_fetch(&tab->dropped, 1, __ATOMIC_RELAXED);
 	return 0;
 }
@@ -196,22 +316,37 @@ static uint32_t stack_here_unwind(void)
  */
 #define SITE_PROBES 64u
 
+/* The site index's current region (index_region_for: the stack table's
+ * count stands for the sites', each site's stack being in it). */
+static inline unsigned site_region(const struct hs_seg *s)
+{
+	return index_region_for(__atomic_load_n(&s->hdr->tables[HS_T_STACKS].count, __ATOMIC_RELAXED),
+				s->hdr->tables[HS_T_SITE_INDEX].capacity);
+}
+
 static uint32_t site_get(struct hs_seg *s, uint64_t key)
 {
-	struct hs_table *idx = &s->hdr->tables[HS_T_SITE_INDEX];
-	uint32_t mask = idx->capacity - 1;
-	uint32_t i = (uint32_t)hs_mix64(key) & mask;
-
-	for (uint32_t probe = 0; probe <= mask && probe < SITE_PROBES; probe++, i = (i + 1) & mask) {
-		struct hs_index_slot *slot = &s->site_index[i];
-		uint64_t k;
-		if (!hs_index_slot_ready(s, slot, i, probe))
-			break; /* no room for the index's next page: not cached */
-		k = __atomic_load_n(&slot->key, __ATOMIC_ACQUIRE);
-		if (k == key)
-			return __atomic_load_n(&slot->value, __ATOMIC_ACQUIRE); /* 0: being filled: capture our own */
-		if (k == 0)
-			break;
+	uint32_t cap = s->hdr->tables[HS_T_SITE_INDEX].capacity;
+	uint64_t h = hs_mix64(key);
+	unsigned top = site_region(s);
+	for (unsigned k = top + 1; k-- > 0;) {
+		struct index_region r = index_region_at(k, cap);
+		uint32_t i = index_home(r, h);
+		for (uint32_t probe = 0; probe < r.n && probe < SITE_PROBES; probe++, i = index_next(r, i)) {
+			struct hs_index_slot *slot = &s->site_index[i];
+			uint64_t kk;
+			if (k != top) {
+				if ((probe == 0 || i == r.lo || ((uintptr_t)slot & 4095u) == 0) && !index_slot_written(s, slot))
+					break; /* an earlier region's page never written: not there */
+			} else if (!region_slot_ready(s, slot, r, i, probe)) {
+				return 0; /* no room for the index's next page: not cached */
+			}
+			kk = __atomic_load_n(&slot->key, __ATOMIC_ACQUIRE);
+			if (kk == key)
+				return __atomic_load_n(&slot->value, __ATOMIC_ACQUIRE); /* 0: being filled: capture our own */
+			if (kk == 0)
+				break;
+		}
 	}
 	return 0;
 }
@@ -220,42 +355,52 @@ static uint32_t site_get(struct hs_seg *s, uint64_t key)
 static uint32_t site_put(struct hs_seg *s, uint64_t key, uint32_t id)
 {
 	struct hs_table *idx = &s->hdr->tables[HS_T_SITE_INDEX];
-	uint32_t mask = idx->capacity - 1;
-	uint32_t i = (uint32_t)hs_mix64(key) & mask;
+	uint64_t h = hs_mix64(key);
 
-	for (uint32_t probe = 0; probe <= mask && probe < SITE_PROBES; probe++, i = (i + 1) & mask) {
-		struct hs_index_slot *slot = &s->site_index[i];
-		uint64_t expect = 0;
-		if (!hs_index_slot_ready(s, slot, i, probe))
-			break; /* no room for the index's next page: not cached */
-		if (__atomic_compare_exchange_n(&slot->key, &expect, key, 0, __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE) ||
-		    expect == key) {
-			uint32_t none = 0;
-			/* first writer wins; later ones keep what is there */
-			__atomic_compare_exchange_n(&slot->value, &none, id, 0, __ATOMIC_RELEASE, __ATOMIC_RELAXED);
-			return id;
+	for (unsigned k = site_region(s);; k++) {
+		struct index_region r = index_region_at(k, idx->capacity);
+		uint32_t i = index_home(r, h);
+		if (r.n == 0)
+			break;
+		for (uint32_t probe = 0; probe < r.n && probe < SITE_PROBES; probe++, i = index_next(r, i)) {
+			struct hs_index_slot *slot = &s->site_index[i];
+			uint64_t expect = 0;
+			if (!region_slot_ready(s, slot, r, i, probe))
+				goto dropped; /* no room for the index's next page: not cached */
+			if (__atomic_compare_exchange_n(&slot->key, &expect, key, 0, __ATOMIC_ACQ_REL,
+							__ATOMIC_ACQUIRE) ||
+			    expect == key) {
+				uint32_t none = 0;
+				/* first writer wins; later ones keep what is there */
+				__atomic_compare_exchange_n(&slot->value, &none, id, 0, __ATOMIC_RELEASE, __ATOMIC_RELAXED);
+				return id;
+			}
 		}
 	}
+dropped:
 	__atomic_add_fetch(&idx->dropped, 1, __ATOMIC_RELAXED);
 	return id;
 }
 
 uint32_t hs_site_peek(const struct hs_seg *s, uint64_t key)
 {
-	const struct hs_table *idx = &s->hdr->tables[HS_T_SITE_INDEX];
-	uint32_t mask = idx->capacity - 1;
-	uint32_t i = (uint32_t)hs_mix64(key) & mask;
+	uint32_t cap = s->hdr->tables[HS_T_SITE_INDEX].capacity;
+	uint64_t h = hs_mix64(key);
 
-	for (uint32_t probe = 0; probe <= mask && probe < SITE_PROBES; probe++, i = (i + 1) & mask) {
-		const struct hs_index_slot *slot = &s->site_index[i];
-		uint64_t k, c = (uint64_t)((const char *)slot - (const char *)s->hdr) >> hs_commit_shift;
-		if (!((__atomic_load_n(&hs_commit_map[c >> 6], __ATOMIC_ACQUIRE) >> (c & 63)) & 1))
-			break; /* a page without store (as far as this process knows): never touched */
-		k = __atomic_load_n(&slot->key, __ATOMIC_ACQUIRE);
-		if (k == key)
-			return __atomic_load_n(&slot->value, __ATOMIC_ACQUIRE);
-		if (k == 0)
-			break;
+	for (unsigned k = site_region(s) + 1; k-- > 0;) {
+		struct index_region r = index_region_at(k, cap);
+		uint32_t i = index_home(r, h);
+		for (uint32_t probe = 0; probe < r.n && probe < SITE_PROBES; probe++, i = index_next(r, i)) {
+			const struct hs_index_slot *slot = &s->site_index[i];
+			uint64_t kk;
+			if (!index_slot_written(s, slot))
+				break; /* a page without store (as far as this process knows): never touched */
+			kk = __atomic_load_n(&slot->key, __ATOMIC_ACQUIRE);
+			if (kk == key)
+				return __atomic_load_n(&slot->value, __ATOMIC_ACQUIRE);
+			if (kk == 0)
+				break;
+		}
 	}
 	return 0;
 }
