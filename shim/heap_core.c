@@ -900,7 +900,7 @@ static uint32_t site_stack_key(uint64_t key, uint64_t site, int first_sight)
 		kind = site_kind_of(site);
 	id = 0;
 	if (kind == SITE_PLAIN)
-		id = hs_stack_site(key);
+		id = hs_stack_site_at(key, site, hs_heap_cfa); /* read from the hook's caller on */
 	/* relaxed: the word is self-contained; a lost race only costs a lookup */
 	__atomic_store_n(e, tag << 26 | (kind == SITE_FFI ? SITE_EXACT : 0) | (kind == SITE_CXX ? SITE_WRAPPER : 0) |
 				    (id & 0xffffffu),

@@ -1003,6 +1003,17 @@ int hs_backtrace(void **buf, int size);
 /* The representative stack of call site `site` (a return address): the stack
  * of the first call from there, captured once and cached. */
 uint32_t hs_stack_site(uint64_t site);
+/* hs_stack_site for the cache key `key` (a return address, or a composite
+ * key: heap_core.c's wrapper keys), whose first stack is read from `site`,
+ * the return address into the hook's caller, at `cfa`, the hook's CFA
+ * (its caller's stack pointer at that return address): the frames from
+ * there on through return-address distances learnt from real unwinds,
+ * libunwind only for the frames not learnt yet (stacks.c site_read; the
+ * same frames as hs_stack_site's whole unwind, without the shim's).  A
+ * (site, cfa) that is not this thread's (the slot at cfa - 8 not holding
+ * site, cfa outside what the thread's unwinds reached): hs_stack_site's
+ * whole unwind. */
+uint32_t hs_stack_site_at(uint64_t key, uint64_t site, uint64_t cfa);
 
 /* This call's stack, from the return address `site` into the hook's caller
  * and `cfa`, the caller's stack pointer at that return address (the hook's

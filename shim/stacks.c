@@ -78,60 +78,180 @@ static int same_stack(const struct hs_stack *st, const uint64_t *pcs, unsigned d
 	return st->depth == depth && st->flags == flags && memcmp(st->pc, pcs, depth * sizeof *pcs) == 0;
 }
 
+/*
+ * The stack index and the site index in regions.  Both are hash indexes
+ * of twice their table's capacity (format.h hs_index_capacity: 64 KiB
+ * each at the default geometry), committed a page at a time (segment.c
+ * hs_seg_commit), and a key's home slot anywhere in the index made a
+ * process's first few dozen keys commit nearly every page of both: ~30
+ * tmpfs pages, 2-3 us each, for an `as` that interns 57 stacks, in every
+ * process of a build (bench/README.md "A new site's stack through learnt
+ * distances").  So the index is cut into disjoint regions, slots
+ * [0, 256), [256, 1024), [1024, 4096), ... (each ending at four times the
+ * last one's end, the last at the capacity), and a key goes into the
+ * first region whose end is more than twice the stack table's count when
+ * it is placed (no region more than half full), its home slot in there by
+ * its hash, probing linearly inside the region and, should it be full,
+ * in the next one.  A look-up probes each region from the current one
+ * back to the first, stopping in each at an empty slot or a page never
+ * written.  The pages a process commits are those its count needs.  Only
+ * the writer reads the indexes (a fork child, its copy of its parent's:
+ * the same counts give the same regions); a key placed in a later region
+ * by a racing thread while a look-up walked the earlier ones is missed,
+ * and the stack interned twice, as a race already could.
+ */
+#define INDEX_REGION_FIRST 256u /* slots: one 4 KiB page of 16-byte slots */
+
+struct index_region {
+	uint32_t lo, n; /* slots [lo, lo + n) */
+};
+
+/* Region k of an index of cap slots (k 0 first); n 0 past the last. */
+static inline struct index_region index_region_at(unsigned k, uint32_t cap)
+{
+	struct index_region r = {0, 0};
+	uint32_t end = INDEX_REGION_FIRST < cap ? INDEX_REGION_FIRST : cap;
+	for (unsigned i = 0; i < k; i++) {
+		if (end >= cap)
+			return r;
+		r.lo = end;
+		end = end < cap / 4 ? end * 4 : cap;
+	}
+	r.n = end - r.lo;
+	return r;
+}
+
+/* The region keys go into while the stack table holds `entries`. */
+static inline unsigned index_region_for(uint32_t entries, uint32_t cap)
+{
+	unsigned k = 0;
+	uint32_t end = INDEX_REGION_FIRST < cap ? INDEX_REGION_FIRST : cap;
+	while (end < cap && end / 2 <= entries) {
+		end = end < cap / 4 ? end * 4 : cap;
+		k++;
+	}
+	return k;
+}
+
+/* A key's home slot in region r: its hash's high half scaled to the region. */
+static inline uint32_t index_home(struct index_region r, uint64_t hash)
+{
+	return r.lo + (uint32_t)(((hash >> 32) * r.n) >> 32);
+}
+
+/* The slot after i in region r. */
+static inline uint32_t index_next(struct index_region r, uint32_t i)
+{
+	return i + 1 < r.lo + r.n ? i + 1 : r.lo;
+}
+
+/* 1 when the page of index slot `slot` has store (hs_commit_map): a
+ * look-up in an earlier region stops at a page never written, and commits
+ * none. */
+static inline int index_slot_written(const struct hs_seg *s, const struct hs_index_slot *slot)
+{
+	uint64_t c = (uint64_t)((const char *)slot - (const char *)s->hdr) >> hs_commit_shift;
+	return (__atomic_load_n(&hs_commit_map[c >> 6], __ATOMIC_ACQUIRE) >> (c & 63)) & 1;
+}
+
+/* hs_index_slot_ready for slot i, the probe'th of a region's probe sequence. */
+static inline int region_slot_ready(struct hs_seg *s, const struct hs_index_slot *slot, struct index_region r,
+				    uint32_t i, uint32_t probe)
+{
+	if (HS_LIKELY(probe != 0 && i != r.lo && ((uintptr_t)slot & 4095u) != 0))
+		return 1;
+	return hs_seg_ready(s, slot, sizeof *slot);
+}
+
+/* The stack of (h, pcs, depth, flags) in a region before region `top`, 0 when none. */
+static uint32_t stack_find_before(struct hs_seg *s, unsigned top, uint64_t h, const uint64_t *pcs, unsigned depth,
+				  unsigned flags)
+{
+	struct hs_table *tab = &s->hdr->tables[HS_T_STACKS];
+	uint32_t cap = s->hdr->tables[HS_T_STACK_INDEX].capacity;
+	for (unsigned k = top; k-- > 0;) {
+		struct index_region r = index_region_at(k, cap);
+		uint32_t i = index_home(r, h);
+		for (uint32_t probe = 0; probe < r.n; probe++, i = index_next(r, i)) {
+			struct hs_index_slot *slot = &s->stack_index[i];
+			uint64_t key;
+			if ((probe == 0 || i == r.lo || ((uintptr_t)slot & 4095u) == 0) && !index_slot_written(s, slot))
+				break; /* a page never written: not in this region */
+			key = __atomic_load_n(&slot->key, __ATOMIC_ACQUIRE);
+			if (key == 0)
+				break; /* not in this region */
+			if (key == h) {
+				uint32_t id = __atomic_load_n(&slot->value, __ATOMIC_ACQUIRE);
+				if (id != 0 && id < tab->capacity && same_stack(&s->stacks[id], pcs, depth, flags))
+					return id;
+			}
+		}
+	}
+	return 0;
+}
+
 uint32_t hs_stack_intern(struct hs_seg *s, const uint64_t *pcs, unsigned depth, unsigned flags)
 {
 	struct hs_table *tab = &s->hdr->tables[HS_T_STACKS];
 	struct hs_table *idx = &s->hdr->tables[HS_T_STACK_INDEX];
-	uint32_t mask = idx->capacity - 1;
+	uint32_t cap = idx->capacity, id;
+	unsigned k;
 	uint64_t h;
-	uint32_t i, probe;
 
 	if (depth > HS_STACK_DEPTH) {
 		depth = HS_STACK_DEPTH;
 		flags |= HS_STACK_TRUNCATED;
 	}
 	h = stack_hash(pcs, depth, flags);
-	i = (uint32_t)h & mask;
-	for (probe = 0; probe <= mask; probe++, i = (i + 1) & mask) {
-		struct hs_index_slot *slot = &s->stack_index[i];
-		uint64_t key;
-		if (!hs_index_slot_ready(s, slot, i, probe))
-			break; /* no room for the index's next page: as if full */
-		key = __atomic_load_n(&slot->key, __ATOMIC_ACQUIRE);
-		if (key == 0) {
-			uint64_t expect = 0;
-			if (__atomic_compare_exchange_n(&slot->key, &expect, h, 0, __ATOMIC_ACQ_REL,
-							__ATOMIC_ACQUIRE)) {
-				uint32_t id = __atomic_fetch_add(&tab->count, 1, __ATOMIC_RELAXED);
-				struct hs_stack *st;
-				if (id >= tab->capacity || hs_seg_commit_entry(s, HS_T_STACKS, id) != 0) {
-					__atomic_add_fetch(&tab->dropped, 1, __ATOMIC_RELAXED);
-					return 0;
+	k = index_region_for(__atomic_load_n(&tab->count, __ATOMIC_RELAXED), cap);
+	if ((id = stack_find_before(s, k, h, pcs, depth, flags)) != 0)
+		return id;
+	for (;; k++) {
+		struct index_region r = index_region_at(k, cap);
+		uint32_t i = index_home(r, h);
+		if (r.n == 0)
+			break; /* every region probed */
+		for (uint32_t probe = 0; probe < r.n; probe++, i = index_next(r, i)) {
+			struct hs_index_slot *slot = &s->stack_index[i];
+			uint64_t key;
+			if (!region_slot_ready(s, slot, r, i, probe))
+				goto dropped; /* no room for the index's next page: as if full */
+			key = __atomic_load_n(&slot->key, __ATOMIC_ACQUIRE);
+			if (key == 0) {
+				uint64_t expect = 0;
+				if (__atomic_compare_exchange_n(&slot->key, &expect, h, 0, __ATOMIC_ACQ_REL,
+								__ATOMIC_ACQUIRE)) {
+					struct hs_stack *st;
+					id = __atomic_fetch_add(&tab->count, 1, __ATOMIC_RELAXED);
+					if (id >= tab->capacity || hs_seg_commit_entry(s, HS_T_STACKS, id) != 0) {
+						__atomic_add_fetch(&tab->dropped, 1, __ATOMIC_RELAXED);
+						return 0;
+					}
+					st = &s->stacks[id];
+					st->hash = h;
+					st->depth = (uint16_t)depth;
+					st->flags = (uint16_t)flags;
+					memcpy(st->pc, pcs, depth * sizeof *pcs);
+					/* pc[] is complete before ready, and ready before the index points here */
+					__atomic_store_n(&st->ready, 1, __ATOMIC_RELEASE);
+					__atomic_store_n(&slot->value, id, __ATOMIC_RELEASE);
+					return id;
 				}
-				st = &s->stacks[id];
-				st->hash = h;
-				st->depth = (uint16_t)depth;
-				st->flags = (uint16_t)flags;
-				memcpy(st->pc, pcs, depth * sizeof *pcs);
-				/* pc[] is complete before ready, and ready before the index points here */
-				__atomic_store_n(&st->ready, 1, __ATOMIC_RELEASE);
-				__atomic_store_n(&slot->value, id, __ATOMIC_RELEASE);
-				return id;
+				key = expect;
 			}
-			key = expect;
-		}
-		if (key == h) {
-			uint32_t id = __atomic_load_n(&slot->value, __ATOMIC_ACQUIRE);
-			/* id 0: another thread is still writing it; at worst we intern a twin */
-			if (id != 0 && id < tab->capacity && same_stack(&s->stacks[id], pcs, depth, flags))
-				return id;
+			if (key == h) {
+				id = __atomic_load_n(&slot->value, __ATOMIC_ACQUIRE);
+				/* id 0: another thread is still writing it; at worst we intern a twin */
+				if (id != 0 && id < tab->capacity && same_stack(&s->stacks[id], pcs, depth, flags))
+					return id;
+			}
 		}
 	}
 	/* every key claimed an entry (tab->count, the table's capacity of slack for the
 	   claims in flight): an index that ran out before its table did was written over */
-	if (probe > mask)
-		HS_ASSERT_IN(s, hs_index_may_fill(idx->capacity, (uint64_t)__atomic_load_n(&tab->count, __ATOMIC_RELAXED) +
-								 tab->capacity));
+	HS_ASSERT_IN(s, hs_index_may_fill(idx->capacity, (uint64_t)__atomic_load_n(&tab->count, __ATOMIC_RELAXED) +
+							 tab->capacity));
+dropped:
 	__atomic_add_fetch(&tab->dropped, 1, __ATOMIC_RELAXED);
 	return 0;
 }
@@ -196,22 +316,37 @@ static uint32_t stack_here_unwind(void)
  */
 #define SITE_PROBES 64u
 
+/* The site index's current region (index_region_for: the stack table's
+ * count stands for the sites', each site's stack being in it). */
+static inline unsigned site_region(const struct hs_seg *s)
+{
+	return index_region_for(__atomic_load_n(&s->hdr->tables[HS_T_STACKS].count, __ATOMIC_RELAXED),
+				s->hdr->tables[HS_T_SITE_INDEX].capacity);
+}
+
 static uint32_t site_get(struct hs_seg *s, uint64_t key)
 {
-	struct hs_table *idx = &s->hdr->tables[HS_T_SITE_INDEX];
-	uint32_t mask = idx->capacity - 1;
-	uint32_t i = (uint32_t)hs_mix64(key) & mask;
-
-	for (uint32_t probe = 0; probe <= mask && probe < SITE_PROBES; probe++, i = (i + 1) & mask) {
-		struct hs_index_slot *slot = &s->site_index[i];
-		uint64_t k;
-		if (!hs_index_slot_ready(s, slot, i, probe))
-			break; /* no room for the index's next page: not cached */
-		k = __atomic_load_n(&slot->key, __ATOMIC_ACQUIRE);
-		if (k == key)
-			return __atomic_load_n(&slot->value, __ATOMIC_ACQUIRE); /* 0: being filled: capture our own */
-		if (k == 0)
-			break;
+	uint32_t cap = s->hdr->tables[HS_T_SITE_INDEX].capacity;
+	uint64_t h = hs_mix64(key);
+	unsigned top = site_region(s);
+	for (unsigned k = top + 1; k-- > 0;) {
+		struct index_region r = index_region_at(k, cap);
+		uint32_t i = index_home(r, h);
+		for (uint32_t probe = 0; probe < r.n && probe < SITE_PROBES; probe++, i = index_next(r, i)) {
+			struct hs_index_slot *slot = &s->site_index[i];
+			uint64_t kk;
+			if (k != top) {
+				if ((probe == 0 || i == r.lo || ((uintptr_t)slot & 4095u) == 0) && !index_slot_written(s, slot))
+					break; /* an earlier region's page never written: not there */
+			} else if (!region_slot_ready(s, slot, r, i, probe)) {
+				return 0; /* no room for the index's next page: not cached */
+			}
+			kk = __atomic_load_n(&slot->key, __ATOMIC_ACQUIRE);
+			if (kk == key)
+				return __atomic_load_n(&slot->value, __ATOMIC_ACQUIRE); /* 0: being filled: capture our own */
+			if (kk == 0)
+				break;
+		}
 	}
 	return 0;
 }
@@ -220,42 +355,52 @@ static uint32_t site_get(struct hs_seg *s, uint64_t key)
 static uint32_t site_put(struct hs_seg *s, uint64_t key, uint32_t id)
 {
 	struct hs_table *idx = &s->hdr->tables[HS_T_SITE_INDEX];
-	uint32_t mask = idx->capacity - 1;
-	uint32_t i = (uint32_t)hs_mix64(key) & mask;
+	uint64_t h = hs_mix64(key);
 
-	for (uint32_t probe = 0; probe <= mask && probe < SITE_PROBES; probe++, i = (i + 1) & mask) {
-		struct hs_index_slot *slot = &s->site_index[i];
-		uint64_t expect = 0;
-		if (!hs_index_slot_ready(s, slot, i, probe))
-			break; /* no room for the index's next page: not cached */
-		if (__atomic_compare_exchange_n(&slot->key, &expect, key, 0, __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE) ||
-		    expect == key) {
-			uint32_t none = 0;
-			/* first writer wins; later ones keep what is there */
-			__atomic_compare_exchange_n(&slot->value, &none, id, 0, __ATOMIC_RELEASE, __ATOMIC_RELAXED);
-			return id;
+	for (unsigned k = site_region(s);; k++) {
+		struct index_region r = index_region_at(k, idx->capacity);
+		uint32_t i = index_home(r, h);
+		if (r.n == 0)
+			break;
+		for (uint32_t probe = 0; probe < r.n && probe < SITE_PROBES; probe++, i = index_next(r, i)) {
+			struct hs_index_slot *slot = &s->site_index[i];
+			uint64_t expect = 0;
+			if (!region_slot_ready(s, slot, r, i, probe))
+				goto dropped; /* no room for the index's next page: not cached */
+			if (__atomic_compare_exchange_n(&slot->key, &expect, key, 0, __ATOMIC_ACQ_REL,
+							__ATOMIC_ACQUIRE) ||
+			    expect == key) {
+				uint32_t none = 0;
+				/* first writer wins; later ones keep what is there */
+				__atomic_compare_exchange_n(&slot->value, &none, id, 0, __ATOMIC_RELEASE, __ATOMIC_RELAXED);
+				return id;
+			}
 		}
 	}
+dropped:
 	__atomic_add_fetch(&idx->dropped, 1, __ATOMIC_RELAXED);
 	return id;
 }
 
 uint32_t hs_site_peek(const struct hs_seg *s, uint64_t key)
 {
-	const struct hs_table *idx = &s->hdr->tables[HS_T_SITE_INDEX];
-	uint32_t mask = idx->capacity - 1;
-	uint32_t i = (uint32_t)hs_mix64(key) & mask;
+	uint32_t cap = s->hdr->tables[HS_T_SITE_INDEX].capacity;
+	uint64_t h = hs_mix64(key);
 
-	for (uint32_t probe = 0; probe <= mask && probe < SITE_PROBES; probe++, i = (i + 1) & mask) {
-		const struct hs_index_slot *slot = &s->site_index[i];
-		uint64_t k, c = (uint64_t)((const char *)slot - (const char *)s->hdr) >> hs_commit_shift;
-		if (!((__atomic_load_n(&hs_commit_map[c >> 6], __ATOMIC_ACQUIRE) >> (c & 63)) & 1))
-			break; /* a page without store (as far as this process knows): never touched */
-		k = __atomic_load_n(&slot->key, __ATOMIC_ACQUIRE);
-		if (k == key)
-			return __atomic_load_n(&slot->value, __ATOMIC_ACQUIRE);
-		if (k == 0)
-			break;
+	for (unsigned k = site_region(s) + 1; k-- > 0;) {
+		struct index_region r = index_region_at(k, cap);
+		uint32_t i = index_home(r, h);
+		for (uint32_t probe = 0; probe < r.n && probe < SITE_PROBES; probe++, i = index_next(r, i)) {
+			const struct hs_index_slot *slot = &s->site_index[i];
+			uint64_t kk;
+			if (!index_slot_written(s, slot))
+				break; /* a page without store (as far as this process knows): never touched */
+			kk = __atomic_load_n(&slot->key, __ATOMIC_ACQUIRE);
+			if (kk == key)
+				return __atomic_load_n(&slot->value, __ATOMIC_ACQUIRE);
+			if (kk == 0)
+				break;
+		}
 	}
 	return 0;
 }
@@ -310,56 +455,101 @@ static inline struct hs_chain *call_chain_of(void)
 _Static_assert(SITE_TCACHE * sizeof(struct site_tc) + sizeof(struct hs_chain) <= HS_AREA_STACKS_SIZE,
 	       "site cache and call chain fit the area");
 
-static __attribute__((noinline)) uint32_t stack_site_slow(uint64_t site);
+static __attribute__((noinline)) uint32_t stack_site_slow(uint64_t key, uint64_t site, uint64_t cfa);
+static unsigned site_read(uint64_t *pcs, unsigned cap, uint64_t site, uint64_t cfa);
+static unsigned site_unwind_whole(uint64_t *pcs, unsigned cap);
 
-uint32_t hs_stack_site(uint64_t site)
+/*
+ * The CFA of the hook whose caller's return address is site, found by
+ * walking heisen's own frames by their frame pointers (libheisen is built
+ * with them) up to the first return address outside libheisen: that one
+ * must be site itself, else (a frame without a frame pointer on the way:
+ * the dlsym trampoline) 0.  Every frame read lies on this thread's stack,
+ * above this one (the bounds hs_stack_room read, area.c).
+ */
+static __attribute__((noinline)) uint64_t site_cfa_by_frame_pointers(uint64_t site)
+{
+	uint64_t fp = (uint64_t)(uintptr_t)__builtin_frame_address(0);
+	uint64_t lo = hs_tls.stack_lo, hi = hs_tls.stack_hi;
+	if (hi <= lo + 1 || fp < lo || fp + 16 > hi)
+		return 0;
+	for (unsigned i = 0; i < 64; i++) {
+		const uint64_t *f = (const uint64_t *)(uintptr_t)fp;
+		uint64_t ret = f[1], next = f[0];
+		if (ret < hs_self_lo || ret >= hs_self_hi)
+			return ret == site ? fp + 16 : 0;
+		if (next <= fp || (next & 7) || next + 16 > hi)
+			return 0;
+		fp = next;
+	}
+	return 0;
+}
+
+static inline __attribute__((always_inline)) uint32_t stack_site_at(uint64_t key, uint64_t site, uint64_t cfa)
 {
 	uint32_t gen = __atomic_load_n(&hs_seg_gen, __ATOMIC_RELAXED), id;
 	struct site_tc *tc = site_tc_of();
-	struct site_tc *e = tc ? &tc[(site ^ site >> 9) & (SITE_TCACHE - 1)] : NULL;
-	if (e && e->site == site && e->gen == gen && e->id)
+	struct site_tc *e = tc ? &tc[(key ^ key >> 9) & (SITE_TCACHE - 1)] : NULL;
+	if (e && e->site == key && e->gen == gen && e->id)
 		return e->id;
 	if (HS_UNLIKELY(!room_to_unwind())) {
 		/* a small thread stack: the site's stack cached already, else the
 		 * call site alone, marked truncated and never cached (a later call
 		 * with room unwinds); no unwind that would overflow the stack */
-		if ((id = site_get(&hs_seg, site)) != 0)
+		if ((id = site_get(&hs_seg, key)) != 0)
 			return id;
-		return hs_stack_intern(&hs_seg, &site, 1, HS_STACK_SITE | HS_STACK_TRUNCATED);
+		return hs_stack_intern(&hs_seg, &key, 1, HS_STACK_SITE | HS_STACK_TRUNCATED);
 	}
-	id = stack_site_slow(site);
+	id = stack_site_slow(key, site, cfa);
 	if (id && e) {
 		__atomic_store_n(&e->site, 0, __ATOMIC_RELAXED);
 		__atomic_signal_fence(__ATOMIC_SEQ_CST);
 		e->id = id;
 		e->gen = gen;
 		__atomic_signal_fence(__ATOMIC_SEQ_CST);
-		__atomic_store_n(&e->site, site, __ATOMIC_RELAXED);
+		__atomic_store_n(&e->site, key, __ATOMIC_RELAXED);
 	}
 	return id;
 }
 
-static uint32_t stack_site_slow(uint64_t site)
+uint32_t hs_stack_site(uint64_t site)
+{
+	return stack_site_at(site, site, 0);
+}
+
+uint32_t hs_stack_site_at(uint64_t key, uint64_t site, uint64_t cfa)
+{
+	return stack_site_at(key, site, cfa);
+}
+
+static uint32_t stack_site_slow(uint64_t key, uint64_t site, uint64_t cfa)
 {
 	struct hs_seg *s = &hs_seg;
 	uint64_t pcs[HS_STACK_DEPTH + 12 + PY_ROOM];
-	unsigned depth;
+	unsigned depth = 0;
 	uint32_t id;
 	int python;
 
-	if ((id = site_get(s, site)) != 0)
+	if ((id = site_get(s, key)) != 0)
 		return id;
-	/* first time at this site: the slow path */
-	depth = capture(pcs);
+	/* first time at this site: the slow path; through learnt distances
+	   from the hook's caller's frame, where the hook said where it is or
+	   heisen's own frame pointers lead to it (site_read) */
+	if (!cfa && site)
+		cfa = site_cfa_by_frame_pointers(site);
+	if (cfa && (depth = site_read(pcs, HS_STACK_DEPTH + 12, site, cfa)) == 0)
+		depth = site_unwind_whole(pcs, HS_STACK_DEPTH + 12); /* learns for the next ones */
+	if (depth == 0)
+		depth = capture(pcs);
 	if (depth == 0)
 		return 0;
 	depth = hs_py_interleave(s, pcs, depth, depth > PY_ROOM ? depth : PY_ROOM, &python);
 	id = hs_stack_intern(s, pcs, depth, HS_STACK_SITE | (python ? HS_STACK_PYTHON : 0));
 #ifndef HS_CORE_ONLY /* init.c: libheisen.so only */
 	if (id && HS_UNLIKELY(hs_learn_post != NULL) && !python)
-		hs_fork_learn_post(site, &s->stacks[id]); /* for the forking parent's next children (init.c) */
+		hs_fork_learn_post(key, &s->stacks[id]); /* for the forking parent's next children (init.c) */
 #endif
-	return id ? site_put(s, site, id) : 0;
+	return id ? site_put(s, key, id) : 0;
 }
 
 /*
@@ -1230,4 +1420,233 @@ uint32_t hs_stack_from_signal(void *ucontext)
 	if (python)
 		flags |= HS_STACK_PYTHON;
 	return hs_stack_intern(&hs_seg, pcs, n, flags);
+}
+
+/*
+ * ---- a new call site's stack through learnt distances (hs_stack_site_at) ----
+ *
+ * A site's first stack (the heap checker's, once per allocating or freeing
+ * call site) was a whole libunwind unwind: ~1,300 instructions a step under
+ * Debian's libunwind, 20-30 steps through a Python start's or cc1's stacks
+ * (the shim's own seven or eight frames included), with the unwind's two
+ * mask changes (unwind_mask.c).  Most of those frames were unwound before:
+ * a new site differs from the last one in its innermost frame or two.  So
+ * the stack is read as hs_chain_read reads a lock's chain, through the
+ * return-address distances (pcoff, above) learnt from real unwinds: from
+ * the hook's caller (site at cfa, the hook's own knowledge of its frame),
+ * each return address's distance gives the next CFA and the slot below it
+ * the next return address.  A return address not learnt yet is unwound by
+ * libunwind, which learns it; for the innermost frame (the usual case: the
+ * site itself is new) libunwind starts right there, not in heisen's frames
+ * (site_unwind_short), and stops at the first return address it reaches
+ * whose distance is known and from which the walk gets through to the
+ * outermost frame (site_walk_ok: else a frame further out is new too, and
+ * the unwind goes on).  Any other doubt -- the thread's first unwind, a
+ * (site, cfa) that is not on this thread's stack, a short unwind that
+ * gets nowhere in SITE_SHORT_MAX frames -- takes the whole unwind from
+ * here, which learns every frame it passes (site_unwind_whole).  The frames are the ones the
+ * whole unwind finds (the same distances, checked by the same slot test
+ * when learnt); reads stay between the hook's frame and the highest CFA a
+ * real unwind of this thread reached, inside the thread's stack bounds.
+ * docs/design.md "Stacks".
+ */
+#define SITE_SHORT_MAX 32u /* frames a short unwind goes before it gives up (then the whole unwind) */
+
+/* 1 when the walk from return address pc at CFA sp (frame n of at most cap)
+ * gets through learnt distances to the outermost frame or to cap frames,
+ * reading no slot above top or at or above hi. */
+static int site_walk_ok(uint64_t pc, uint64_t sp, unsigned n, unsigned cap, uint64_t top, uint64_t hi)
+{
+	unsigned off;
+	for (; n < cap; n++) {
+		if (!pcoff_get(pc, &off))
+			return 0;
+		if (off == PCOFF_END)
+			return 1;
+		sp += off;
+		if (sp > top || sp >= hi)
+			return 0;
+		pc = slot_at(sp);
+	}
+	return 1;
+}
+
+/* Learn the distances of frames ip[0..n) at sp[0..n) (sig: signal frames),
+ * as chain_unwind_steps does: each checked by the next return address
+ * sitting just below the next CFA; r the last unw_step's result (0: the
+ * outermost frame was reached). */
+static void site_learn(const uint64_t *ip, const uint64_t *sp, const uint8_t *sig, unsigned n, int r)
+{
+	for (unsigned k = 0; k < n; k++) {
+		if (k + 1 < n) {
+			int ok = !sig[k] && !sig[k + 1] && sp[k + 1] > sp[k] &&
+				 *(const uint64_t *)(uintptr_t)(sp[k + 1] - 8) == ip[k + 1];
+			pcoff_learn(ip[k], ok ? sp[k + 1] - sp[k] : PCOFF_DOUBT);
+		} else if (r == 0) {
+			pcoff_learn(ip[k], PCOFF_END);
+		}
+	}
+	if (n && sp[n - 1] > chain_top)
+		chain_top = sp[n - 1];
+}
+
+/*
+ * The whole unwind from here (the shim's frames dropped), learning each
+ * frame's distance; up to cap frames into pcs.  Returns the depth.
+ */
+static __attribute__((noinline)) unsigned site_unwind_steps(uint64_t *pcs, unsigned cap)
+{
+	unw_context_t uc;
+	unw_cursor_t cur;
+	uint64_t ip[HS_STACK_DEPTH + 12 + 16], sp[HS_STACK_DEPTH + 12 + 16];
+	uint8_t sig[HS_STACK_DEPTH + 12 + 16];
+	unsigned n = 0, skip = 0, out;
+	int r = 1;
+	if (cap > HS_STACK_DEPTH + 12)
+		cap = HS_STACK_DEPTH + 12;
+	if (unw_getcontext(&uc) < 0 || unw_init_local(&cur, &uc) < 0)
+		return 0;
+	/* the first step leaves this frame: its caller's return address first, as unw_backtrace */
+	while (n - skip < cap && n < sizeof ip / sizeof ip[0] && (r = unw_step(&cur)) > 0) {
+		unw_word_t i = 0, s = 0;
+		if (unw_get_reg(&cur, UNW_REG_IP, &i) < 0 || i == 0 || unw_get_reg(&cur, UNW_REG_SP, &s) < 0) {
+			r = -1;
+			break;
+		}
+		ip[n] = i;
+		sp[n] = s;
+		sig[n] = unw_is_signal_frame(&cur) > 0;
+		if (n == skip && i >= hs_self_lo && i < hs_self_hi)
+			skip++;
+		n++;
+	}
+	site_learn(ip + skip, sp + skip, sig + skip, n - skip, r);
+	out = n - skip;
+	for (unsigned k = 0; k < out; k++)
+		pcs[k] = ip[skip + k];
+	for (unsigned k = 0; k < out; k++)
+		if (!hs_module_known(pcs[k]))
+			hs_module_note_pc(pcs[k], 1);
+	return out;
+}
+
+static unsigned site_unwind_whole(uint64_t *pcs, unsigned cap)
+{
+	int entered = hs_unwind_enter();
+	unsigned n = site_unwind_steps(pcs, cap);
+	hs_unwind_leave(entered);
+	return n;
+}
+
+/*
+ * A real unwind started at the hook's caller: return address site, stack
+ * pointer cfa, and its frame pointer as the hook saved it (heisen's hooks
+ * keep frame pointers: the caller's %rbp at cfa - 16).  The other
+ * callee-saved registers are this frame's, not the caller's: only the
+ * CFA rules of the frames stepped read registers (%rsp or %rbp in the
+ * compilers' CFI, DRAP frames included), and the unwind is given up at
+ * the first return address from which the learnt distances lead on
+ * (site_walk_ok).  Frames into pcs/sps, up
+ * to cap; returns the count, the last one a frame with a known distance
+ * (*ended 0) or the outermost (*ended 1); 0 when the unwind did not get
+ * there (no CFI, a signal frame, too deep): then the whole unwind.
+ */
+static __attribute__((noinline)) unsigned site_unwind_short(uint64_t *pcs, uint64_t *sps, unsigned cap, uint64_t site,
+							     uint64_t cfa, int *ended)
+{
+	unw_context_t uc;
+	unw_cursor_t cur;
+	uint64_t ip[SITE_SHORT_MAX], sp[SITE_SHORT_MAX];
+	uint8_t sig[SITE_SHORT_MAX];
+	unsigned n = 0, off;
+	int r = 1, known = 0;
+	if (unw_getcontext(&uc) < 0)
+		return 0;
+	uc.uc_mcontext.gregs[REG_RIP] = (greg_t)site;
+	uc.uc_mcontext.gregs[REG_RSP] = (greg_t)cfa;
+	uc.uc_mcontext.gregs[REG_RBP] = (greg_t) * (const uint64_t *)(uintptr_t)(cfa - 16);
+	if (unw_init_local(&cur, &uc) < 0)
+		return 0;
+	while (n < SITE_SHORT_MAX && n < cap) {
+		unw_word_t i = 0, s = 0;
+		if (unw_get_reg(&cur, UNW_REG_IP, &i) < 0 || i == 0 || unw_get_reg(&cur, UNW_REG_SP, &s) < 0) {
+			r = -1;
+			break;
+		}
+		ip[n] = i;
+		sp[n] = s;
+		sig[n] = unw_is_signal_frame(&cur) > 0;
+		n++;
+		/* walked on from the first frame whose distance is known and from
+		   which the walk gets through (else further out is new too: on) */
+		if (n > 1 && !sig[n - 1] && pcoff_get(i, &off) && off != PCOFF_END &&
+		    site_walk_ok(i, s, n - 1, cap, s > chain_top ? s : chain_top, hs_tls.stack_hi)) {
+			known = 1;
+			break;
+		}
+		if ((r = unw_step(&cur)) <= 0)
+			break;
+	}
+	if (n == 0 || ip[0] != site || sp[0] != cfa)
+		return 0;
+	for (unsigned k = 0; k < n; k++)
+		if (sig[k])
+			return 0;
+	site_learn(ip, sp, sig, n, known ? 1 : r);
+	if (!known && r != 0)
+		return 0; /* neither a known frame nor the outermost one reached */
+	for (unsigned k = 0; k < n; k++) {
+		pcs[k] = ip[k];
+		sps[k] = sp[k];
+	}
+	*ended = !known;
+	return n;
+}
+
+static unsigned site_read(uint64_t *pcs, unsigned cap, uint64_t site, uint64_t cfa)
+{
+	uint64_t sps[HS_STACK_DEPTH + 12];
+	uint64_t top = chain_top, lo = hs_tls.stack_lo, hi = hs_tls.stack_hi, sp, pc;
+	uint64_t here = (uint64_t)(uintptr_t)__builtin_frame_address(0);
+	unsigned n = 0, off;
+	int ended = 0;
+	if (cap > HS_STACK_DEPTH + 12)
+		cap = HS_STACK_DEPTH + 12;
+	/* (site, cfa) on this thread's stack, above this frame and below what the
+	   thread's unwinds reached; the hook's caller is not heisen */
+	if (!top || hi <= lo + 1 || here < lo || top >= hi || cfa <= here || cfa > top || (cfa & 7) ||
+	    (site >= hs_self_lo && site < hs_self_hi) || slot_at(cfa) != site)
+		return 0;
+	if (!pcoff_get(site, &off)) {
+		/* a new return address at the hook's caller: unwound from there */
+		int entered = hs_unwind_enter();
+		n = site_unwind_short(pcs, sps, cap, site, cfa, &ended);
+		hs_unwind_leave(entered);
+		if (n == 0)
+			return 0;
+		top = chain_top;
+	} else {
+		pcs[0] = site;
+		sps[0] = cfa;
+		n = 1;
+	}
+	pc = pcs[n - 1];
+	sp = sps[n - 1];
+	while (!ended && n < cap) {
+		if (!pcoff_get(pc, &off))
+			return 0; /* a frame further out not learnt yet */
+		if (off == PCOFF_END)
+			break;
+		sp += off;
+		if (sp > top || sp >= hi)
+			return 0;
+		pc = slot_at(sp);
+		pcs[n] = pc;
+		sps[n] = sp;
+		n++;
+	}
+	for (unsigned k = 0; k < n; k++)
+		if (!hs_module_known(pcs[k]))
+			hs_module_note_pc(pcs[k], 1);
+	return n;
 }

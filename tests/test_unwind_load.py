@@ -87,3 +87,24 @@ def test_a_crash_over_a_corrupt_heap_before_the_first_unwind_still_dies_of_its_o
     assert len(crashes) == 1 and crashes[0]["pid"] == pid, report["findings"]
     stack = crashes[0]["stacks"][0]
     assert stack.get("truncated") and frame_functions(stack)[:1] == ["crash_first"], stack
+
+
+def test_a_site_reached_through_a_frame_that_changed_size_has_its_own_callers(heisen, session):
+    """A new allocation site's stack is read through return-address
+    distances learnt from earlier unwinds (shim/stacks.c site_read).  Here
+    the same call instruction in with_scratch runs with 16 and then 4096
+    bytes of alloca'd scratch: the distance learnt at the first call does
+    not hold at the second, whose site must still get its own, whole
+    allocation stack (the double free's), through second_request to main."""
+    p = heisen.preload([target(heisen, "heap_alloca_sites")], session)
+    assert p.returncode == -signal.SIGABRT, (p.returncode, p.stderr)
+    assert "survived" not in p.stdout
+    pid = fact_int(p.stdout, "pid")
+    report = heisen.dump_json(session, expect_rc=1)
+    frees = findings_of(report, "double-free")
+    assert len(frees) == 1 and frees[0]["pid"] == pid, report["findings"]
+    alloc = next(s for s in frees[0]["stacks"] if s["role"] == "allocation")
+    fns = frame_functions(alloc)
+    want = ["block_large", "make_block", "with_scratch", "second_request", "main"]
+    assert [f for f in fns if f in want + ["first_request", "block_small"]] == want, alloc
+    assert not alloc.get("truncated"), alloc
