@@ -195,9 +195,17 @@ static inline struct hs_fd *slot_of(int fd)
  * (bench/README.md "File descriptors: where an open/close pair's
  * nanoseconds go, measured").
  */
+/* &__libc_single_threaded, taken at the first look (any thread stores the
+ * same address): read from the fd hooks' line (hot_bss.ld places it after
+ * hs_fd_hot's) where the variable's own GOT entry was one more line a hook. */
+__attribute__((section(".bss.hs_fd_single"))) static const char *fd_single_threaded;
+
 static inline int one_thread(void)
 {
-	return __libc_single_threaded != 0;
+	const char *p = __atomic_load_n(&fd_single_threaded, __ATOMIC_RELAXED);
+	if (HS_UNLIKELY(p == NULL))
+		__atomic_store_n(&fd_single_threaded, p = &__libc_single_threaded, __ATOMIC_RELAXED);
+	return *p != 0;
 }
 
 /* claim()'s wait, out of line: another thread holds the slot. */
@@ -668,7 +676,7 @@ static __attribute__((noinline)) uint64_t fd_clock_tick(struct hs_tls *t)
  * one it was read under — no tick since, so the coarse clock still says
  * exactly that: one load of a line of the [vvar] page, no rdtsc (~8 ns on
  * a virtual machine, two a pair: bench/README.md "The open/close pair:
- * one clock line instead of two rdtsc").  hs_tls.fd_clock_tsc holds that
+ * the clock without rdtsc, the hooks' globals in one line").  hs_tls.fd_clock_tsc holds that
  * count then (a TSC value before: never a 32-bit count).  A count that
  * wrapped around to the same value (2^31 ticks, months) between two reads
  * of one thread would reuse an old reading: not guarded.  t: hs_enter()'s.
