@@ -17,7 +17,7 @@
 
 #include "shim.h"
 
-__thread struct hs_tls hs_tls __attribute__((tls_model("initial-exec"), aligned(64)));
+__thread struct hs_tls hs_tls __attribute__((tls_model("initial-exec")));
 
 /* The per-thread area (shim.h, hs_area): mapped on the thread's first need. */
 char *hs_area_map(void)

@@ -218,8 +218,13 @@ struct hs_tls {
 	struct hs_ring_header *ring;
 	struct hs_record *recs;
 	uint64_t ring_mask;
-	/* file descriptors (fd_core.c): with the fields above, the first two
-	 * lines of hs_tls (aligned to 64 bytes, area.c), all an fd hook reads of it */
+	void *altstack;               /* sigaltstack for crash handling */
+	/* a crash seen but not yet fatal (see signals.c) */
+	int pending_sig;
+	int pending_code;
+	uint64_t pending_addr;
+	uint32_t pending_stack;
+	/* file descriptors (fd_core.c) */
 	int32_t vfork_pid;            /* set by the vfork trampoline to the parent's pid: a vfork child shares this memory */
 	int32_t fd_last;              /* the number of this thread's last close, -1 = none (close-all sweeps) */
 	uint64_t fd_last_site;        /* and its call site */
@@ -232,15 +237,9 @@ struct hs_tls {
 	int area_failed;              /* mmap failed once: the hooks go on without it */
 	/* the thread's stack bounds (hs_stack_room): lo == hi == 1 when unknown */
 	uintptr_t stack_lo, stack_hi;
-	void *altstack;               /* sigaltstack for crash handling */
-	/* a crash seen but not yet fatal (see signals.c) */
-	int pending_sig;
-	int pending_code;
-	uint64_t pending_addr;
-	uint32_t pending_stack;
 };
 
-extern __thread struct hs_tls hs_tls __attribute__((tls_model("initial-exec"), aligned(64)));
+extern __thread struct hs_tls hs_tls __attribute__((tls_model("initial-exec")));
 
 /*
  * The per-thread area: the hooks' big per-thread buffers (held-lock chains,
