@@ -195,9 +195,17 @@ static inline struct hs_fd *slot_of(int fd)
  * (bench/README.md "File descriptors: where an open/close pair's
  * nanoseconds go, measured").
  */
+/* &__libc_single_threaded, taken at the first look (any thread stores the
+ * same address): read from the fd hooks' line (hot_bss.ld places it after
+ * hs_fd_hot's) where the variable's own GOT entry was one more line a hook. */
+__attribute__((section(".bss.hs_fd_single"))) static const char *fd_single_threaded;
+
 static inline int one_thread(void)
 {
-	return __libc_single_threaded != 0;
+	const char *p = __atomic_load_n(&fd_single_threaded, __ATOMIC_RELAXED);
+	if (HS_UNLIKELY(p == NULL))
+		__atomic_store_n(&fd_single_threaded, p = &__libc_single_threaded, __ATOMIC_RELAXED);
+	return *p != 0;
 }
 
 /* claim()'s wait, out of line: another thread holds the slot. */
@@ -613,18 +621,74 @@ static __attribute__((noinline)) uint64_t fd_clock_read(void)
  */
 #define CLOCK_REUSE_CYCLES (1ull << 19)
 
-/* t: hs_enter()'s; the TSC and the reading are t's (hs_tls.fd_clock_tsc, fd_clock_ns). */
-static inline uint64_t fd_clock(struct hs_tls *t)
+/* fd_clock before the coarse clock's data is found (hs_vclock.state 0)
+ * or when it cannot be (-1), out of line: the TSC's reuse of the
+ * thread's last reading (above).  An fd-heavy process looks for the data
+ * itself once its event ring has taken FD_VCLOCK_AFTER events, checked at
+ * each coarse reading (once per CLOCK_REUSE_CYCLES): a short process
+ * never pays the search (clock.c: 20-90 us), a loop of fd calls pays it
+ * after ~10 ms of them and reads the clock by fd_clock's tick check from
+ * then on. */
+#define FD_VCLOCK_AFTER 16384u
+static __attribute__((noinline)) uint64_t fd_clock_early(struct hs_tls *t)
 {
 	uint64_t c;
+	struct hs_header *h;
 	if (HS_UNLIKELY(!hs_fd_hot.tsc_ok))
 		return fd_clock_read();
 	c = __builtin_ia32_rdtsc();
 	if (c - t->fd_clock_tsc < CLOCK_REUSE_CYCLES)
 		return t->fd_clock_ns;
+	if ((h = hs_fd_hot.hdr) != NULL && __atomic_load_n(&hs_vclock.state, __ATOMIC_RELAXED) == 0 &&
+	    __atomic_load_n(&h->fd_event_head, __ATOMIC_RELAXED) >= FD_VCLOCK_AFTER)
+		hs_vclock_find(); /* async-signal-safe, no allocation (clock.c) */
 	t->fd_clock_ns = fd_clock_read();
 	t->fd_clock_tsc = c;
 	return t->fd_clock_ns;
+}
+
+/* A fresh reading of the coarse clock from the kernel's data (hs_vclock
+ * found), with the sequence count it was read under into t->fd_clock_tsc;
+ * a tick being written or a time namespace's page: the call, and a count
+ * no page holds (bit 32 set). */
+static __attribute__((noinline)) uint64_t fd_clock_tick(struct hs_tls *t)
+{
+	const uint32_t *seq = hs_vclock.seq;
+	const uint64_t *mono = hs_vclock.mono;
+	uint32_t s = __atomic_load_n(&seq[0], __ATOMIC_ACQUIRE);
+	uint32_t mode = __atomic_load_n(&seq[1], __ATOMIC_RELAXED);
+	uint64_t sec = __atomic_load_n(&mono[0], __ATOMIC_RELAXED);
+	uint64_t nsec = __atomic_load_n(&mono[1], __ATOMIC_RELAXED);
+	__atomic_thread_fence(__ATOMIC_ACQUIRE);
+	if (HS_LIKELY(!(s & 1)) && HS_LIKELY(mode != HS_VCLOCK_MODE_TIMENS) &&
+	    HS_LIKELY(__atomic_load_n(&seq[0], __ATOMIC_RELAXED) == s)) {
+		t->fd_clock_tsc = s;
+		return t->fd_clock_ns = sec * 1000000000ull + nsec;
+	}
+	t->fd_clock_tsc = 1ull << 32;
+	return t->fd_clock_ns = hs_now_coarse_slow();
+}
+
+/*
+ * The time of an fd record: CLOCK_MONOTONIC_COARSE (above).  Once clock.c
+ * found where the kernel keeps it (hs_vclock.state 1), the thread's last
+ * reading is reused while the kernel's sequence count of that data is the
+ * one it was read under — no tick since, so the coarse clock still says
+ * exactly that: one load of a line of the [vvar] page, no rdtsc (~8 ns on
+ * a virtual machine, two a pair: bench/README.md "The open/close pair:
+ * the clock without rdtsc, the hooks' globals in one line").  hs_tls.fd_clock_tsc holds that
+ * count then (a TSC value before: never a 32-bit count).  A count that
+ * wrapped around to the same value (2^31 ticks, months) between two reads
+ * of one thread would reuse an old reading: not guarded.  t: hs_enter()'s.
+ */
+static inline uint64_t fd_clock(struct hs_tls *t)
+{
+	if (HS_LIKELY(__atomic_load_n(&hs_vclock.state, __ATOMIC_ACQUIRE) > 0)) {
+		if (HS_LIKELY(__atomic_load_n(hs_vclock.seq, __ATOMIC_ACQUIRE) == t->fd_clock_tsc))
+			return t->fd_clock_ns;
+		return fd_clock_tick(t);
+	}
+	return fd_clock_early(t);
 }
 
 /*

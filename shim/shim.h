@@ -229,7 +229,7 @@ struct hs_tls {
 	int32_t fd_last;              /* the number of this thread's last close, -1 = none (close-all sweeps) */
 	uint64_t fd_last_site;        /* and its call site */
 	uint64_t fd_call_cfa;         /* the fd hook's CFA (fd_core.h HS_FD_SITE) */
-	uint64_t fd_clock_tsc;        /* fd_core.c fd_clock: the TSC at the thread's last coarse reading */
+	uint64_t fd_clock_tsc;        /* fd_core.c fd_clock: the vDSO data's sequence count (else the TSC) at the last coarse reading */
 	uint64_t fd_clock_ns;         /* and that reading */
 	int *fd_errno;                /* the thread's errno (__errno_location), NULL until its first fd record */
 	/* the per-thread area (threads.c, hs_area) */
