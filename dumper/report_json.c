@@ -87,6 +87,13 @@ static const char *label(struct hs_proc *p, uint32_t id, uint64_t addr, struct h
 
 /* ---- processes ---------------------------------------------------------- */
 
+/* What a stack's role says of a held entry taken on the leaf path
+ * (HS_HELDF_SITE: its call site's stack only), else "". */
+static const char *site_only(const struct hs_held *h)
+{
+	return (h->flags & HS_HELDF_SITE) ? " (call site only)" : "";
+}
+
 static void held(struct hs_json *j, struct hs_proc *p, const struct hs_tsnap *t)
 {
 	struct hs_lockref r;
@@ -99,8 +106,10 @@ static void held(struct hs_json *j, struct hs_proc *p, const struct hs_tsnap *t)
 		hs_json_str(j, "mode", hs_mode_name(h->mode));
 		hs_json_bool(j, "trylock", h->trylock);
 		hs_json_uint(j, "since_ns", hs_proc_realtime(p, h->since_ns));
-		snprintf(role, sizeof role, "acquire %s", label(p, h->lock, h->addr, &r));
+		snprintf(role, sizeof role, "acquire %s%s", label(p, h->lock, h->addr, &r), site_only(h));
 		stack(j, "stack", p, h->stack, role, t->t.tid);
+		/* taken on the leaf path: its call site's stack only (HS_HELDF_SITE) */
+		hs_json_bool(j, "stack_site_only", (h->flags & HS_HELDF_SITE) != 0);
 		hs_json_end_object(j);
 	}
 	hs_json_end_array(j);
@@ -1020,9 +1029,17 @@ static void self_deadlock(struct hs_json *j, struct hs_fnd *f, char *msg, size_t
 	hs_json_array(j, "stacks");
 	snprintf(role, sizeof role, "relock %s", l.label);
 	stack(j, NULL, f->proc, f->rec.stack, role, f->rec.tid);
-	snprintf(role, sizeof role, "first acquisition of %s", l.label);
+	if (f->rec.offset)
+		snprintf(role, sizeof role, "first acquisition of %s (call site only: taken %u times with nothing nested before)",
+			 l.label, f->rec.offset);
+	else
+		snprintf(role, sizeof role, "first acquisition of %s", l.label);
 	stack(j, NULL, f->proc, f->rec.stack2, role, f->rec.tid);
 	hs_json_end_array(j);
+	/* the leaf path: stack2 is the held entry's call site's only (format.h, struct hs_finding) */
+	hs_json_bool(j, "first_stack_site_only", f->rec.offset != 0);
+	if (f->rec.offset)
+		hs_json_uint(j, "first_site_n", f->rec.offset);
 }
 
 static uint64_t wait_target(const struct hs_tsnap *t)
@@ -1044,8 +1061,10 @@ static void held_by(struct hs_json *j, struct hs_proc *p, const struct hs_tsnap 
 		hs_json_int(j, "tid", h[i]->t.tid);
 		hs_json_str(j, "wait_kind", hs_wait_kind_name(h[i]->t.wait_kind));
 		if (he) {
-			snprintf(role, sizeof role, "thread %d acquires %s", h[i]->t.tid, label(p, he->lock, he->addr, &r));
+			snprintf(role, sizeof role, "thread %d acquires %s%s", h[i]->t.tid, label(p, he->lock, he->addr, &r),
+				 site_only(he));
 			stack(j, "stack", p, he->stack, role, h[i]->t.tid);
+			hs_json_bool(j, "stack_site_only", (he->flags & HS_HELDF_SITE) != 0);
 		} else {
 			hs_json_null(j, "stack");
 		}
@@ -1080,7 +1099,8 @@ static void blocked_thread(struct hs_json *j, struct hs_session *s, struct hs_fn
 	hs_json_uint(j, "since_ns", hs_proc_realtime(f->proc, t->t.wait_since_ns));
 	hs_json_double(j, "seconds", hs_wait_seconds(s, f->proc, t));
 	if (rel) {
-		snprintf(role, sizeof role, "thread %d acquires %s", t->t.tid, label(f->proc, rel->lock, rel->addr, &r));
+		snprintf(role, sizeof role, "thread %d acquires %s%s", t->t.tid, label(f->proc, rel->lock, rel->addr, &r),
+			 site_only(rel));
 		stack(j, "hold_stack", f->proc, rel->stack, role, t->t.tid);
 		/* taken on the leaf path: its call site's stack only (HS_HELDF_SITE) */
 		hs_json_bool(j, "hold_stack_site_only", (rel->flags & HS_HELDF_SITE) != 0);
@@ -1110,7 +1130,8 @@ static void holder_stacks(struct hs_json *j, struct hs_proc *p, const struct hs_
 		const struct hs_held *he = hs_held_for(h[i], t);
 		if (!he)
 			continue;
-		snprintf(role, sizeof role, "thread %d acquires %s (holds it)", h[i]->t.tid, label(p, he->lock, he->addr, &r));
+		snprintf(role, sizeof role, "thread %d acquires %s (holds it)%s", h[i]->t.tid,
+			 label(p, he->lock, he->addr, &r), site_only(he));
 		stack(j, NULL, p, he->stack, role, h[i]->t.tid);
 	}
 }
@@ -1124,7 +1145,8 @@ static void blocked_stacks(struct hs_json *j, struct hs_fnd *f)
 		const struct hs_tsnap *t = f->threads[i];
 		const struct hs_held *rel = hs_relevant_hold(f, t);
 		if (rel) {
-			snprintf(role, sizeof role, "thread %d acquires %s", t->t.tid, label(f->proc, rel->lock, rel->addr, &r));
+			snprintf(role, sizeof role, "thread %d acquires %s%s", t->t.tid,
+				 label(f->proc, rel->lock, rel->addr, &r), site_only(rel));
 			stack(j, NULL, f->proc, rel->stack, role, t->t.tid);
 		}
 		snprintf(role, sizeof role, "thread %d waits for %s", t->t.tid,

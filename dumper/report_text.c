@@ -222,6 +222,13 @@ static void self_deadlock(FILE *out, struct hs_fnd *f)
 	fprintf(out, "\n  relocked at:\n");
 	print_frames(out, f->proc, f->rec.stack, "    ");
 	fprintf(out, "  first acquired at:\n");
+	if (f->rec.offset)
+		/* the leaf path (docs/design.md "Lock order"): no exact stack was kept (format.h) */
+		fprintf(out,
+			"  (call site only: this lock had been taken %u times with nothing nested under it before, "
+			"so only its call site's first stack was kept; the frames past the first may be another "
+			"caller's)\n",
+			f->rec.offset);
 	print_frames(out, f->proc, f->rec.stack2, "    ");
 }
 

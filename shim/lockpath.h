@@ -142,6 +142,18 @@ static inline uint32_t lock_leaf_nested(uint32_t id)
 	return __atomic_load_n(&l->count, __ATOMIC_RELAXED);
 }
 
+/* Lock id's count of acquisitions with nothing nested (at most LEAF_AFTER),
+ * 0 when its slot counts for another id or segment generation; nothing
+ * written (a self-deadlock's mark, locks.c self_deadlock). */
+static inline uint32_t lock_leaf_count(uint32_t id)
+{
+	const struct lock_leaf *l = &hs_lock_leaf[id & (LEAF_SLOTS - 1)];
+	uint32_t gen = __atomic_load_n(&hs_seg_gen, __ATOMIC_RELAXED);
+	if (__atomic_load_n(&l->id, __ATOMIC_ACQUIRE) != id || l->gen != (uint16_t)gen)
+		return 0;
+	return __atomic_load_n(&l->count, __ATOMIC_RELAXED);
+}
+
 /*
  * The time of an uncontended acquisition or a release: CLOCK_MONOTONIC_COARSE
  * (the last tick, read from the vDSO without the clock source: 4 ms

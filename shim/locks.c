@@ -194,6 +194,9 @@ static __attribute__((noinline, cold)) void gil_mutex_locked(void)
 	hs_leave(t);
 }
 
+/* A held entry taken on the leaf path keeps its call site's stack and its
+ * mark: nothing kept proves its taking call still live (docs/design.md
+ * "Lock order", the leaf path), so it is not completed here. */
 void hs_locks_snapshot_held(struct hs_thread *th)
 {
 	uint32_t n = th->held_count < HS_HELD_MAX ? th->held_count : HS_HELD_MAX;
@@ -210,7 +213,12 @@ static int held_index(const struct hs_thread *th, uint64_t addr)
 	return -1;
 }
 
-/* A self-deadlock finding for lock id, once per lock. */
+/* A self-deadlock finding for lock id, once per lock.  Its stack2 is the
+ * held entry's exact stack, or for an entry taken on the leaf path
+ * (HS_HELDF_SITE) its call site's only: then offset says so, with the
+ * lock's count of acquisitions with nothing nested (format.h, struct
+ * hs_finding; as an edge's from_site_n).  A relock nests no other lock:
+ * the lock stays a leaf. */
 static void self_deadlock(struct hs_tls *t, struct acq *a, const struct hs_held *h)
 {
 	struct hs_table *tab = &hs_seg.hdr->tables[HS_T_FINDINGS];
@@ -233,6 +241,10 @@ static void self_deadlock(struct hs_tls *t, struct acq *a, const struct hs_held 
 	f.ts_ns = a->t0;
 	f.stack = hs_stack_here();
 	f.stack2 = held_stack(t->slot, (int)(h - t->slot->held));
+	if (h->flags & HS_HELDF_SITE) {
+		uint32_t k = lock_leaf_count(h->lock);
+		f.offset = k ? k : 1;
+	}
 	f.lock = a->id;
 	f.addr = a->addr;
 	idx = hs_finding_add(&hs_seg, &f);

@@ -1913,7 +1913,8 @@ void hs_fds_verify_open(void);
  * each held entry whose acquisition chain is still kept raw is interned now
  * (locks.c).  The snapshot handler calls it, outside any hook, so a hang
  * or deadlock report shows where each held lock was really taken, not the
- * site's cached stack.  Lock-free; signal-safe as stack interning is.
+ * site's cached stack (an entry taken on the leaf path keeps its site's,
+ * marked HS_HELDF_SITE).  Lock-free; signal-safe as stack interning is.
  */
 void hs_locks_snapshot_held(struct hs_thread *th);
 

@@ -26,7 +26,14 @@ for real: "notifier" holds the registry mutex (nl_notify) and its
 listener waits for the journal lock, which "auditor" holds while it
 counts (waiting for the registry mutex); heisen-run's watchdog ends it.
 
-Usage: py_leaf_lock.py native|wrapper LIBNATIVELOCK.so COUNT NEST|deadlock
+With NEST "reenter" (native only), after the poll the main thread is
+notified by the library and its listener counts the registry's events:
+nl_count() locks the registry mutex that nl_notify() holds on the same
+thread, a non-recursive mutex re-entered through a callback (the library
+documents no such rule): the thread waits for itself, and heisen-run's
+watchdog ends it.
+
+Usage: py_leaf_lock.py native|wrapper LIBNATIVELOCK.so COUNT NEST|deadlock|reenter
   COUNT  rounds of count() and touch(), first (from one loop): the registry
          lock taken 2 * COUNT times with nothing nested
   NEST   notifications under the registry lock, then the audit; 0: none,
@@ -40,7 +47,8 @@ import threading
 
 shape, path, count = sys.argv[1], sys.argv[2], int(sys.argv[3])
 deadlock = sys.argv[4] == "deadlock"
-nest = 0 if deadlock else int(sys.argv[4])
+reenter = sys.argv[4] == "reenter"
+nest = 0 if deadlock or reenter else int(sys.argv[4])
 
 
 def say(key, value):
@@ -66,7 +74,7 @@ class NativeRegistry:
         self.listeners = []
 
     def count(self):
-        return self.lib.nl_count()
+        return self.lib.nl_count()  # marker: registry count calls the library
 
     def notify(self, fn):
         cb = self.listener_type(fn)
@@ -149,12 +157,23 @@ def auditor():
         registry.count()  # marker: stuck auditor counts
 
 
+def on_event_reenter(i):
+    say("tid_reentrant", threading.get_native_id())
+    journal.lines.append(registry.count())  # marker: listener counts under the registry lock
+
+
+def reentrant_notify():
+    registry.notify(on_event_reenter)  # marker: notify for the reentrant listener
+
+
 say("pid", os.getpid())
 say("counted", poll())
 for _ in range(nest):
     notify()
 if nest:
     audit()
+if reenter:
+    reentrant_notify()
 if deadlock:
     threads = [threading.Thread(target=fn, name=fn.__name__) for fn in (notifier, auditor)]
     for t in threads:

@@ -186,6 +186,9 @@ def test_a_deadlock_through_a_leaf_mutex_says_its_held_stack_is_the_call_sites(h
     assert a["waits_for"]["name"] == "registry_lock" and journal in [h.get("name") for h in a["holds"]], a
     assert n["hold_stack_site_only"] is True, n
     assert a["hold_stack_site_only"] is False, a
+    # the auditor's holder is the notifier, its holding of the mutex marked there too
+    assert [(h["tid"], h["stack_site_only"]) for h in a["held_by"]] == [(notifier, True)], a["held_by"]
+    assert [(h["tid"], h["stack_site_only"]) for h in n["held_by"]] == [(auditor, False)], n["held_by"]
     expect_python_run(py, a["hold_stack"], [("auditor", marker_line(src, "stuck auditor takes the journal lock"))],
                       SRC)
     expect_python_run(py, n["wait_stack"], [("on_event_late", marker_line(src, "stuck listener takes the journal lock"))],
@@ -194,3 +197,58 @@ def test_a_deadlock_through_a_leaf_mutex_says_its_held_stack_is_the_call_sites(h
     assert text.returncode == 1, (text.returncode, text.stderr)
     assert "(call site only: this lock had been taken many times with nothing nested under it" in text.stdout, \
         text.stdout
+
+
+@pytest.mark.parametrize("after", ["64", "0"])
+def test_a_self_deadlock_through_a_leaf_mutex_says_its_held_stack_is_the_call_sites(heisen, session, py,
+                                                                                    monkeypatch, after):
+    """libnativelock.so's registry mutex taken 1,000 times alone, then
+    re-entered on the same thread through a callback (nl_notify calls a
+    Python listener that calls nl_count): the thread waits for itself and
+    heisen-run ends it.  The self-deadlock names the relock's exact stack
+    (the listener's line); by default the held entry was taken on the leaf
+    path, so its stack is the call site's first (the poll loop's touch, not
+    this notification's line), and the finding says so (JSON and text), as
+    does the thread's held entry.  With HEISEN_LOCK_LEAF_AFTER=0 the held
+    stack is exact (this notification's line) and nothing is said."""
+    monkeypatch.setenv("HEISEN_LOCK_LEAF_AFTER", after)
+    lib = heisen.targets / "libnativelock.so"
+    assert lib.exists(), f"{lib} is missing: ninja -C {heisen.build}"
+    src = heisen.src_targets / SRC
+    rc, out, err = run_watched(heisen, session, [py.exe, src, "native", lib, COUNT, "reenter"])
+    assert rc == 137 and "done" not in out, (rc, out, err)
+    pid, tid = fact_int(out, "pid"), fact_int(out, "tid_reentrant")
+    report = heisen.dump_json(session, expect_rc=1)
+    sds = [f for f in findings_of(report, "self-deadlock") if f["pid"] == pid]
+    assert len(sds) == 1, report["findings"]
+    sd = sds[0]
+    assert sd["tids"] == [tid] and [lk.get("name") for lk in sd["locks"]] == ["registry_lock"], sd
+    relock, first = sd["stacks"]
+    expect_python_run(py, relock, [("NativeRegistry.count", marker_line(src, "registry count calls the library")),
+                                   ("on_event_reenter", marker_line(src, "listener counts under the registry lock"))],
+                      SRC)
+    assert first["frames"][0]["function"] == "nl_notify", first["frames"][0]
+    proc = [p for p in report["processes"] if p["pid"] == pid]
+    assert len(proc) == 1, [p["pid"] for p in report["processes"]]
+    held = [h for t in proc[0]["threads"] if t["tid"] == tid for h in t["held"]
+            if h["lock"].get("name") == "registry_lock"]
+    assert len(held) == 1, proc[0]["threads"]
+    text = heisen.dump(session)
+    assert text.returncode == 1, (text.returncode, text.stderr)
+    said = ("  first acquired at:\n  (call site only: this lock had been taken 64 times with nothing nested "
+            "under it before, so only its call site's first stack was kept")
+    if after == "0":
+        assert sd["first_stack_site_only"] is False and "first_site_n" not in sd, sd
+        expect_python_run(py, first, [("NativeRegistry.notify", marker_line(src, "registry notify calls the library")),
+                                      ("reentrant_notify", marker_line(src, "notify for the reentrant listener"))],
+                          SRC)
+        assert held[0]["stack_site_only"] is False, held
+        assert "call site only" not in text.stdout, text.stdout
+        return
+    assert sd["first_stack_site_only"] is True and sd["first_site_n"] == 64, sd
+    assert first["role"].endswith("(call site only: taken 64 times with nothing nested before)"), first["role"]
+    # the site's first stack: nl_notify's first call, from the poll loop, not this notification's
+    expect_python_run(py, first, [("NativeRegistry.touch", marker_line(src, "registry touch calls the library")),
+                                  ("poll", marker_line(src, "poll touches"))], SRC)
+    assert held[0]["stack_site_only"] is True and held[0]["stack"]["role"].endswith("(call site only)"), held
+    assert text.stdout.count(said) == 1, text.stdout

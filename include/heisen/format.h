@@ -717,7 +717,7 @@ struct hs_ring_header {
 
 enum hs_finding_kind {
 	HS_FIND_POTENTIAL_DEADLOCK = 1, /* a cycle in the lock-order graph: edges[0..n) */
-	HS_FIND_SELF_DEADLOCK = 2,      /* relocking a held non-recursive lock: lock, stack (now), stack2 (first acquisition) */
+	HS_FIND_SELF_DEADLOCK = 2,      /* relocking a held non-recursive lock: lock, stack (now), stack2 (first acquisition; offset != 0: its site's only) */
 	HS_FIND_CRASH = 3,              /* signo, si_code, addr, stack (the faulting thread) */
 	HS_FIND_DOUBLE_FREE = 4,        /* addr, size; stack = the second free (tid), stack2 = the first (tid2), stack3 = the allocation (tid3) */
 	HS_FIND_INVALID_FREE = 5,       /* addr: never handed out, or the middle of a block; stack = the free (tid) */
@@ -754,7 +754,10 @@ struct hs_finding {
 	uint32_t stack3;           /* the allocation's stack */
 	int32_t tid2;              /* the first free's thread */
 	int32_t tid3;              /* the allocating thread */
-	uint32_t offset;           /* invalid free inside a block: addr - offset is the block's start;
+	uint32_t offset;           /* self-deadlock: 0, or stack2 is the held entry's call site's stack only
+				      (taken on the leaf path, HS_HELDF_SITE) and this is the lock's count of
+				      acquisitions with nothing nested before, at least 1 (as hs_edge.from_site_n);
+				      invalid free inside a block: addr - offset is the block's start;
 				      heap-overflow: 0 found at the block's own free, else addr + offset is the
 				      next block, whose chunk header the overflow reached, found at its release */
 	uint64_t size;             /* the block's size as requested */
