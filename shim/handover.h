@@ -18,7 +18,7 @@
 
 #include "shim.h"
 
-#define ORDER_RECS 8192u         /* records in the table (a power of two; 1 MiB, touched where used) */
+#define ORDER_RECS 8192u         /* records in the table (a power of two; 1 MiB, page-aligned, touched where used) */
 #define ORDER_WAYS 7u            /* per-slot ways of a record (way 0 is the last release) */
 #define ORDER_SEEN HS_ORDER_SEEN /* a thread's seen entries (a power of two) */
 #define ORDER_SLOTS 4096u        /* thread slots (HEISEN_THREADS is at most 4096) */
@@ -42,6 +42,35 @@ _Static_assert(sizeof(struct order_rec) == 128, "a record is two cache lines");
 _Static_assert(ORDER_SEEN * sizeof(uint64_t) <= HS_AREA_ORDER_SIZE, "seen fits the area");
 
 extern struct order_rec hs_order_tab[ORDER_RECS] HS_HIDDEN;
+
+/*
+ * The pages of hs_order_tab (page-aligned) written so far, one bit each:
+ * set by a release before it writes its records (order_release_at, the
+ * only writer of nonzero words); a word of a page never written is zero,
+ * no object's, and is not read (order_word).  That read faulted the
+ * kernel's zero page in -- a semaphore's sem_init forgets the last one at
+ * its address (hs_order_forget), a lock is acquired before its first
+ * release -- and the page's first write then faulted once more: ~160 of a
+ * Python start's page faults (bench/README.md "A Python start's system
+ * calls and page faults").
+ */
+#define ORDER_PAGE_RECS (4096u / (unsigned)sizeof(struct order_rec))
+extern uint64_t hs_order_written[ORDER_RECS / ORDER_PAGE_RECS / 64] HS_HIDDEN;
+_Static_assert(ORDER_RECS % (ORDER_PAGE_RECS * 64) == 0, "whole words of page bits");
+
+static inline int order_page_written(const struct order_rec *r)
+{
+	unsigned pg = (unsigned)(r - hs_order_tab) / ORDER_PAGE_RECS;
+	return (int)((__atomic_load_n(&hs_order_written[pg / 64], __ATOMIC_RELAXED) >> (pg % 64)) & 1);
+}
+
+static inline void order_page_mark(const struct order_rec *r)
+{
+	unsigned pg = (unsigned)(r - hs_order_tab) / ORDER_PAGE_RECS;
+	uint64_t bit = 1ull << (pg % 64);
+	if (HS_UNLIKELY(!(__atomic_load_n(&hs_order_written[pg / 64], __ATOMIC_RELAXED) & bit)))
+		__atomic_fetch_or(&hs_order_written[pg / 64], bit, __ATOMIC_RELAXED);
+}
 extern uint32_t hs_order_pending_n[ORDER_SLOTS] HS_HIDDEN;
 
 /* The record's key: one multiply (Fibonacci hashing), never 0 (a zeroed record matches no object). */
@@ -69,11 +98,14 @@ static inline struct order_rec *order_rec2_of(uint64_t key)
 }
 _Static_assert(ORDER_RECS == 1u << 13, "order_rec_of takes the key's top 13 bits");
 
-/* Word i of r when it belongs to key, else 0. */
+/* Word i of r when it belongs to key, else 0 (a page never written is not read). */
 static inline uint64_t order_word(const struct order_rec *r, unsigned i, uint64_t key)
 {
-	uint64_t v = __atomic_load_n(&r->w[i].val, __ATOMIC_RELAXED);
-	uint64_t c = __atomic_load_n(&r->w[i].chk, __ATOMIC_RELAXED);
+	uint64_t v, c;
+	if (HS_UNLIKELY(!order_page_written(r)))
+		return 0;
+	v = __atomic_load_n(&r->w[i].val, __ATOMIC_RELAXED);
+	c = __atomic_load_n(&r->w[i].chk, __ATOMIC_RELAXED);
 	return (c ^ v) == key ? v : 0;
 }
 
