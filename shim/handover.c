@@ -82,7 +82,7 @@
 #include "handover.h"
 
 struct order_rec hs_order_tab[ORDER_RECS] __attribute__((aligned(4096)));
-uint64_t hs_order_written[ORDER_RECS / ORDER_PAGE_RECS / 64]; /* [atomic] handover.h */
+uint8_t hs_order_written[ORDER_PAGES]; /* [atomic] handover.h */
 uint32_t hs_order_pending_n[ORDER_SLOTS]; /* [atomic] hand-overs pending per slot (below) */
 /* each slot's release count; written by the slot's thread only, at each
  * release of another object than its last: one cache line a slot, so that

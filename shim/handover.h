@@ -44,7 +44,7 @@ _Static_assert(ORDER_SEEN * sizeof(uint64_t) <= HS_AREA_ORDER_SIZE, "seen fits t
 extern struct order_rec hs_order_tab[ORDER_RECS] HS_HIDDEN;
 
 /*
- * The pages of hs_order_tab (page-aligned) written so far, one bit each:
+ * The pages of hs_order_tab (page-aligned) written so far, a byte each:
  * set by a release before it writes its records (order_release_at, the
  * only writer of nonzero words); a word of a page never written is zero,
  * no object's, and is not read (order_word).  That read faulted the
@@ -55,21 +55,27 @@ extern struct order_rec hs_order_tab[ORDER_RECS] HS_HIDDEN;
  * calls and page faults").
  */
 #define ORDER_PAGE_RECS (4096u / (unsigned)sizeof(struct order_rec))
-extern uint64_t hs_order_written[ORDER_RECS / ORDER_PAGE_RECS / 64] HS_HIDDEN;
-_Static_assert(ORDER_RECS % (ORDER_PAGE_RECS * 64) == 0, "whole words of page bits");
+#define ORDER_PAGES (ORDER_RECS / ORDER_PAGE_RECS)
+extern uint8_t hs_order_written[ORDER_PAGES] HS_HIDDEN; /* a byte a page: fewer instructions than a bit */
+
+/* r's page: the table's 256 pages are 256 consecutive page numbers,
+ * distinct modulo 256 (a shift and a mask, no subtraction) */
+static inline unsigned order_page_of(const struct order_rec *r)
+{
+	return (unsigned)((uintptr_t)r >> 12) & (ORDER_PAGES - 1);
+}
+_Static_assert(ORDER_PAGES == 256, "a page's index is its page number modulo 256");
 
 static inline int order_page_written(const struct order_rec *r)
 {
-	unsigned pg = (unsigned)(r - hs_order_tab) / ORDER_PAGE_RECS;
-	return (int)((__atomic_load_n(&hs_order_written[pg / 64], __ATOMIC_RELAXED) >> (pg % 64)) & 1);
+	return __atomic_load_n(&hs_order_written[order_page_of(r)], __ATOMIC_RELAXED);
 }
 
 static inline void order_page_mark(const struct order_rec *r)
 {
-	unsigned pg = (unsigned)(r - hs_order_tab) / ORDER_PAGE_RECS;
-	uint64_t bit = 1ull << (pg % 64);
-	if (HS_UNLIKELY(!(__atomic_load_n(&hs_order_written[pg / 64], __ATOMIC_RELAXED) & bit)))
-		__atomic_fetch_or(&hs_order_written[pg / 64], bit, __ATOMIC_RELAXED);
+	uint8_t *w = &hs_order_written[order_page_of(r)];
+	if (HS_UNLIKELY(!__atomic_load_n(w, __ATOMIC_RELAXED)))
+		__atomic_store_n(w, 1, __ATOMIC_RELAXED);
 }
 extern uint32_t hs_order_pending_n[ORDER_SLOTS] HS_HIDDEN;
 
