@@ -81,7 +81,8 @@
 
 #include "handover.h"
 
-struct order_rec hs_order_tab[ORDER_RECS] __attribute__((aligned(64)));
+struct order_rec hs_order_tab[ORDER_RECS] __attribute__((aligned(4096)));
+uint8_t hs_order_written[ORDER_PAGES]; /* [atomic] handover.h */
 uint32_t hs_order_pending_n[ORDER_SLOTS]; /* [atomic] hand-overs pending per slot (below) */
 /* each slot's release count; written by the slot's thread only, at each
  * release of another object than its last: one cache line a slot, so that
@@ -98,6 +99,8 @@ static inline uint64_t order_release_at(struct order_rec *r, struct order_rec *r
 					uint64_t key)
 {
 	uint64_t v = (uint64_t)(slot + 1) << 48 | (++order_clock[slot].count & COUNT_MASK);
+	order_page_mark(r);
+	order_page_mark(r2);
 	order_put(r, way, key, v);
 	order_put(r, 0, key, v);
 	order_put(r2, way, key, v);

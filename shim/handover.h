@@ -18,7 +18,7 @@
 
 #include "shim.h"
 
-#define ORDER_RECS 8192u         /* records in the table (a power of two; 1 MiB, touched where used) */
+#define ORDER_RECS 8192u         /* records in the table (a power of two; 1 MiB, page-aligned, touched where used) */
 #define ORDER_WAYS 7u            /* per-slot ways of a record (way 0 is the last release) */
 #define ORDER_SEEN HS_ORDER_SEEN /* a thread's seen entries (a power of two) */
 #define ORDER_SLOTS 4096u        /* thread slots (HEISEN_THREADS is at most 4096) */
@@ -42,6 +42,41 @@ _Static_assert(sizeof(struct order_rec) == 128, "a record is two cache lines");
 _Static_assert(ORDER_SEEN * sizeof(uint64_t) <= HS_AREA_ORDER_SIZE, "seen fits the area");
 
 extern struct order_rec hs_order_tab[ORDER_RECS] HS_HIDDEN;
+
+/*
+ * The pages of hs_order_tab (page-aligned) written so far, a byte each:
+ * set by a release before it writes its records (order_release_at, the
+ * only writer of nonzero words); a word of a page never written is zero,
+ * no object's, and is not read (order_word).  That read faulted the
+ * kernel's zero page in -- a semaphore's sem_init forgets the last one at
+ * its address (hs_order_forget), a lock is acquired before its first
+ * release -- and the page's first write then faulted once more: ~160 of a
+ * Python start's page faults (bench/README.md "A Python start's system
+ * calls and page faults").
+ */
+#define ORDER_PAGE_RECS (4096u / (unsigned)sizeof(struct order_rec))
+#define ORDER_PAGES (ORDER_RECS / ORDER_PAGE_RECS)
+extern uint8_t hs_order_written[ORDER_PAGES] HS_HIDDEN; /* a byte a page: fewer instructions than a bit */
+
+/* r's page: the table's 256 pages are 256 consecutive page numbers,
+ * distinct modulo 256 (a shift and a mask, no subtraction) */
+static inline unsigned order_page_of(const struct order_rec *r)
+{
+	return (unsigned)((uintptr_t)r >> 12) & (ORDER_PAGES - 1);
+}
+_Static_assert(ORDER_PAGES == 256, "a page's index is its page number modulo 256");
+
+static inline int order_page_written(const struct order_rec *r)
+{
+	return __atomic_load_n(&hs_order_written[order_page_of(r)], __ATOMIC_RELAXED);
+}
+
+static inline void order_page_mark(const struct order_rec *r)
+{
+	uint8_t *w = &hs_order_written[order_page_of(r)];
+	if (HS_UNLIKELY(!__atomic_load_n(w, __ATOMIC_RELAXED)))
+		__atomic_store_n(w, 1, __ATOMIC_RELAXED);
+}
 extern uint32_t hs_order_pending_n[ORDER_SLOTS] HS_HIDDEN;
 
 /* The record's key: one multiply (Fibonacci hashing), never 0 (a zeroed record matches no object). */
@@ -69,11 +104,14 @@ static inline struct order_rec *order_rec2_of(uint64_t key)
 }
 _Static_assert(ORDER_RECS == 1u << 13, "order_rec_of takes the key's top 13 bits");
 
-/* Word i of r when it belongs to key, else 0. */
+/* Word i of r when it belongs to key, else 0 (a page never written is not read). */
 static inline uint64_t order_word(const struct order_rec *r, unsigned i, uint64_t key)
 {
-	uint64_t v = __atomic_load_n(&r->w[i].val, __ATOMIC_RELAXED);
-	uint64_t c = __atomic_load_n(&r->w[i].chk, __ATOMIC_RELAXED);
+	uint64_t v, c;
+	if (HS_UNLIKELY(!order_page_written(r)))
+		return 0;
+	v = __atomic_load_n(&r->w[i].val, __ATOMIC_RELAXED);
+	c = __atomic_load_n(&r->w[i].chk, __ATOMIC_RELAXED);
 	return (c ^ v) == key ? v : 0;
 }
 

@@ -202,12 +202,71 @@ static int sys_mprotect(void *addr, size_t len, int prot)
 	return (int)syscall(SYS_mprotect, addr, len, prot);
 }
 
+/*
+ * The pid process_vm_readv is given, cached: a getpid before each checked
+ * read was ~100 of a Python start's system calls (libunwind validates
+ * each address it reads, fd_hooks.c validate_byte).  A stale pid would
+ * read another process's memory, so the cache lives in a page of its own
+ * marked MADV_WIPEONFORK (Linux 4.14): the kernel gives the child of any
+ * fork -- glibc's fork, _Fork, a raw clone without CLONE_VM, none of which
+ * need to run a handler of ours -- that page zeroed, and the child asks
+ * getpid again.  A child sharing the memory (vfork, posix_spawn's clone)
+ * keeps the page: the parent's pid reads the same memory, and a vfork
+ * child (t->vfork_pid set by the trampoline, fd_vfork.S) never fills an
+ * empty cache with its own pid.  Where the page cannot be had (an older
+ * kernel), each read asks getpid as before.  ESRCH or EPERM (the pid is
+ * gone: a CLONE_VM child outliving its parent; or a vfork child may not
+ * read its parent under Yama's ptrace scope) asks getpid again.  Left: a
+ * raw clone(CLONE_VM) child without CLONE_THREAD whose parent has exited
+ * and whose pid was taken by an unrelated process of the same user.
+ * bench/README.md "A Python start's system calls and page faults".
+ */
+#define PID_PAGE_NONE ((pid_t *)(uintptr_t)1) /* no WIPEONFORK page: getpid each time */
+static pid_t *self_pid_page; /* [atomic] NULL until the first checked read */
+
+static pid_t *pid_page(void)
+{
+	pid_t *p = __atomic_load_n(&self_pid_page, __ATOMIC_ACQUIRE), *none = NULL;
+	void *m;
+	if (HS_LIKELY(p != NULL))
+		return p;
+	m = (void *)syscall(SYS_mmap, NULL, 4096L, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1L, 0L);
+	if (m == MAP_FAILED)
+		p = PID_PAGE_NONE;
+	else if (syscall(SYS_madvise, m, 4096L, MADV_WIPEONFORK) != 0) {
+		syscall(SYS_munmap, m, 4096L);
+		p = PID_PAGE_NONE;
+	} else
+		p = m;
+	if (!__atomic_compare_exchange_n(&self_pid_page, &none, p, 0, __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE)) {
+		if (p != PID_PAGE_NONE)
+			syscall(SYS_munmap, p, 4096L); /* another thread's page was first */
+		p = none;
+	}
+	return p;
+}
+
+/* This process's pid for process_vm_readv; fresh asks getpid (the cache is refilled). */
+static pid_t self_pid(int fresh)
+{
+	pid_t *p = pid_page(), pid;
+	if (p != PID_PAGE_NONE && !fresh && (pid = __atomic_load_n(p, __ATOMIC_RELAXED)) != 0)
+		return pid;
+	pid = (pid_t)syscall(SYS_getpid);
+	if (p != PID_PAGE_NONE && hs_tls.vfork_pid == 0)
+		__atomic_store_n(p, pid, __ATOMIC_RELAXED);
+	return pid;
+}
+
 /* n bytes of this process's memory at src into dst, or -1 with errno
  * (EFAULT: not mapped or not readable) and never a fault. */
 static ssize_t sys_read_self(void *dst, const void *src, size_t n)
 {
 	struct iovec l = {dst, n}, r = {(void *)(uintptr_t)src, n};
-	return syscall(SYS_process_vm_readv, (long)syscall(SYS_getpid), &l, 1L, &r, 1L, 0L);
+	ssize_t rc = syscall(SYS_process_vm_readv, (long)self_pid(0), &l, 1L, &r, 1L, 0L);
+	if (rc < 0 && (errno == ESRCH || errno == EPERM))
+		rc = syscall(SYS_process_vm_readv, (long)self_pid(1), &l, 1L, &r, 1L, 0L);
+	return rc;
 }
 
 static int sys_access_dir(const char *path, int mode)
