@@ -385,6 +385,7 @@ void hs_py_on_new_objects(void)
 	dl_iterate_phdr(count_adds, &adds);
 	if (adds != __atomic_load_n(&seen, __ATOMIC_RELAXED)) {
 		__atomic_store_n(&seen, adds, __ATOMIC_RELAXED);
+		hs_modules_scan_loaded(); /* into the module table at their load, named in a stack or not */
 		hs_py_init();
 	}
 	t->in_hook = 0;

@@ -1707,29 +1707,44 @@ static void append_module(const struct dl_phdr_info *info, const char *name, uns
 	__atomic_store_n(&t->count, n + 1, __ATOMIC_RELEASE);
 }
 
+struct scan_state {
+	int first;       /* the next object is the first (the main program when it has no name) */
+	unsigned mflags; /* HS_MOD_* of every other object appended */
+};
+
 static int scan_one(struct dl_phdr_info *info, size_t size, void *arg)
 {
-	int *first = arg;
+	struct scan_state *st = arg;
 	(void)size;
-	if (*first) {
-		*first = 0;
+	if (st->first) {
+		st->first = 0;
 		if (!info->dlpi_name || !info->dlpi_name[0]) {
 			append_module(info, hs_seg.hdr->exe, HS_MOD_MAIN);
 			return 0;
 		}
 	}
-	append_module(info, info->dlpi_name, 0);
+	append_module(info, info->dlpi_name, st->mflags);
 	return 0;
+}
+
+static void modules_scan(unsigned mflags)
+{
+	struct scan_state st = {1, mflags};
+	if (!hs_seg.hdr)
+		return;
+	hs_spin_lock(&modules_lock);
+	dl_iterate_phdr(scan_one, &st);
+	hs_spin_unlock(&modules_lock);
 }
 
 void hs_modules_scan(void)
 {
-	int first = 1;
-	if (!hs_seg.hdr)
-		return;
-	hs_spin_lock(&modules_lock);
-	dl_iterate_phdr(scan_one, &first);
-	hs_spin_unlock(&modules_lock);
+	modules_scan(0);
+}
+
+void hs_modules_scan_loaded(void)
+{
+	modules_scan(HS_MOD_DLOPEN);
 }
 
 int hs_module_note_pc(uint64_t pc, int may_wait)

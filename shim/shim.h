@@ -945,6 +945,14 @@ uint32_t hs_str_add(struct hs_seg *s, const char *str, size_t len);
  * only: not async-signal-safe (takes the loader lock). */
 void hs_modules_scan(void);
 
+/* The same after the start, when the loader's count of added objects moved
+ * (python.c hs_py_on_new_objects, at the program's dlsym): the objects
+ * loaded since (an extension module and its libraries) are appended with
+ * HS_MOD_DLOPEN, so the table lists every object the process loaded, not
+ * only those a recorded stack passed through (what `heisen-dump diff`
+ * compares: docs/design.md "Tables").  Not async-signal-safe. */
+void hs_modules_scan_loaded(void);
+
 /*
  * Add the object containing pc to the module table if it is new, using
  * glibc's lock-free _dl_find_object (no loader lock), so an object loaded

@@ -9,18 +9,28 @@ add up to a step, at most once a millisecond on the precise clock.
                              within one tick of CLOCK_MONOTONIC_COARSE, which heisen
                              reads first for "is a sample due" and which lags: the
                              4 MiB allocation's own sample must be the last
-    py_alloc_burst.py gap    the 4 MiB within 0.5 ms of a 1 MiB one (inside the
-                             minimum gap), then a threading.Lock taken and released
-                             (a recorded event): the sample the gap held back is
-                             taken there
+    py_alloc_burst.py gap    a 4 MiB mapping less than 1 ms (the minimum gap) after
+                             a 1 MiB one's sample, both written, then a
+                             threading.Lock taken and released (a recorded event):
+                             the sample the gap held back is taken there
 
 tick: the program starts right after a coarse tick, makes the first
 allocation (its sample is timed on the precise clock), waits 1.5 ms on the
-precise clock and makes the second before the next tick.  gap: the first
-allocation comes 3 ms (precise) after the last recorded event, so that it
-is sampled, and the second within 0.5 ms of it.  When a try misses its
-timing (a loaded machine), the program waits and tries again (at most 50
-times).  It prints
+precise clock and makes the second before the next tick.  gap: the buffers
+are new anonymous mappings (mmap), written page by page once both are
+made, as numpy's and the like's large buffers are allocated, then filled:
+each try's memory is new (a freed bytearray's pages would be reused
+resident by a later try's malloc: no growth to see), and the two
+allocations follow each other closely.  The first comes 3 ms or more
+(precise) after the last recorded event, so that it is sampled, and the
+try counts only when both were made less than 1 ms after the precise
+clock read just before the first: the first's sample comes after that
+read and the second's check before the second read, so the second met
+the gap whatever the scheduler did in between.  The wait before the first
+varies from try to try (3 to 5.8 ms), so that the allocations do not fall
+at the end of a time slice at every try on a loaded machine.  When a try
+misses its timing, the program waits and tries again (at most 200 times).
+It prints
 
     tick TICK_NS             the coarse clock's resolution
     attempts N               tries until one met its timing
@@ -29,6 +39,7 @@ times).  It prints
 
 and exits 3 when no try met it.
 """
+import mmap
 import os
 import sys
 import threading
@@ -36,6 +47,8 @@ import time
 
 CLOCK_MONOTONIC_COARSE = 6  # <linux/time.h>; the time module has no name for it
 GAP_NS = 1_500_000
+PAGE = mmap.PAGESIZE
+MIN_GAP_NS = 1_000_000  # HS_MEM_MIN_GAP_NS (shim/shim.h): allocation-driven samples at most once per ms
 LOCK = threading.Lock()
 
 
@@ -54,7 +67,7 @@ def spin_ns(ns):
         pass
 
 
-def tick_try():
+def tick_try(attempt):
     before = rss()
     c0 = coarse()
     while (c := coarse()) == c0:
@@ -66,14 +79,26 @@ def tick_try():
     return before, first, bytearray(4 << 20)
 
 
-def gap_try():
-    before = rss()
-    spin_ns(3_000_000)
+def fresh(n):
+    """n bytes of new anonymous memory (not yet resident: written later)."""
+    return mmap.mmap(-1, n, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS)
+
+
+def write(buf):
+    for off in range(0, len(buf), PAGE):
+        buf[off] = 1
+
+
+def gap_try(attempt):
+    before = rss()  # /proc reads: recorded events, which may take a time-driven sample
+    spin_ns(3_000_000 + attempt % 8 * 400_000)
     t1 = time.monotonic_ns()
-    first = bytearray(1 << 20)
-    if time.monotonic_ns() - t1 >= 500_000:
-        return None
-    burst = bytearray(4 << 20)
+    first = fresh(1 << 20)
+    burst = fresh(4 << 20)
+    if time.monotonic_ns() - t1 >= MIN_GAP_NS:
+        return None  # the 4 MiB may have come after the gap: sampled on its own
+    write(first)
+    write(burst)
     with LOCK:
         pass
     return before, first, burst
@@ -82,9 +107,9 @@ def gap_try():
 def main(mode):
     print("tick", int(time.clock_getres(CLOCK_MONOTONIC_COARSE) * 1e9), flush=True)
     attempt_once = {"tick": tick_try, "gap": gap_try}[mode]
-    for attempt in range(1, 51):
+    for attempt in range(1, 201):
         time.sleep(0.06)
-        kept = attempt_once()
+        kept = attempt_once(attempt)
         if kept is None:
             continue
         before, *bufs = kept
