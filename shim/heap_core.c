@@ -1370,6 +1370,7 @@ static int front_overran(const void *p)
 	struct bview v;
 	const char *a = containing((const char *)p - HDR - 17, &unmapped), *end;
 	size_t clen;
+	uint64_t c[2];
 	if (!a || !blk_view(a, &v) || v.offset != HDR)
 		return 0;
 	clen = v.small ? canary_len_s(v.size) : canary_len(v.size);
@@ -1377,6 +1378,15 @@ static int front_overran(const void *p)
 	   large one's canary come its tail word and glibc's prev_size slot */
 	end = a + v.size + clen + (v.small ? 0 : 16);
 	if (end != (const char *)p - HDR - 8)
+		return 0;
+	/* and glibc's chunk of that block (its size word 24 bytes before it)
+	   ends there too, where a chunk of ours for p would start (p - 32).
+	   A chunk glibc handed out 16 bytes larger (a free chunk too small to
+	   split) ends at p - 16 instead: then p is glibc's own next chunk, a
+	   block from before checking started (a library's constructor), and
+	   its header is glibc's, not an overrun; the bytes compared below may
+	   then be no canary at all (a freed block's saved live word at a+8) */
+	if (!hs_safe_read16(a - 32, c) || (c[1] & 2) || a - 32 + (c[1] & ~(uint64_t)7) != (const char *)p - 32)
 		return 0;
 	if (!v.small || clen)
 		return !canary_ok(a, v.size, clen);
