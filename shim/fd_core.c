@@ -653,17 +653,11 @@ static __attribute__((noinline)) uint64_t fd_clock_early(struct hs_tls *t)
  * no page holds (bit 32 set). */
 static __attribute__((noinline)) uint64_t fd_clock_tick(struct hs_tls *t)
 {
-	const uint32_t *seq = hs_vclock.seq;
-	const uint64_t *mono = hs_vclock.mono;
-	uint32_t s = __atomic_load_n(&seq[0], __ATOMIC_ACQUIRE);
-	uint32_t mode = __atomic_load_n(&seq[1], __ATOMIC_RELAXED);
-	uint64_t sec = __atomic_load_n(&mono[0], __ATOMIC_RELAXED);
-	uint64_t nsec = __atomic_load_n(&mono[1], __ATOMIC_RELAXED);
-	__atomic_thread_fence(__ATOMIC_ACQUIRE);
-	if (HS_LIKELY(!(s & 1)) && HS_LIKELY(mode != HS_VCLOCK_MODE_TIMENS) &&
-	    HS_LIKELY(__atomic_load_n(&seq[0], __ATOMIC_RELAXED) == s)) {
+	uint64_t ns;
+	uint32_t s;
+	if (HS_LIKELY(hs_vclock_read(&ns, &s))) {
 		t->fd_clock_tsc = s;
-		return t->fd_clock_ns = sec * 1000000000ull + nsec;
+		return t->fd_clock_ns = ns;
 	}
 	t->fd_clock_tsc = 1ull << 32;
 	return t->fd_clock_ns = hs_now_coarse_slow();

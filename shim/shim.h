@@ -492,21 +492,37 @@ uint64_t hs_now_coarse_slow(void) HS_HIDDEN;
  * (compare two coarse reads for "no update in between", never a coarse
  * read with a precise one; docs/design.md "Cost").
  */
+/*
+ * The coarse clock read from the kernel's data (hs_vclock found: state > 0),
+ * the vDSO's own read inline: the two words between two equal even
+ * sequence counts.  1 with *ns (CLOCK_MONOTONIC_COARSE, ns) and *seq_out
+ * (the count it was read under); 0 while a tick is being written or the
+ * page is a time namespace's (then hs_now_coarse_slow's call).
+ */
+static inline __attribute__((always_inline)) int hs_vclock_read(uint64_t *ns, uint32_t *seq_out)
+{
+	const uint32_t *seq = hs_vclock.seq;
+	const uint64_t *mono = hs_vclock.mono;
+	uint32_t s = __atomic_load_n(&seq[0], __ATOMIC_ACQUIRE);
+	uint32_t mode = __atomic_load_n(&seq[1], __ATOMIC_RELAXED);
+	uint64_t sec = __atomic_load_n(&mono[0], __ATOMIC_RELAXED);
+	uint64_t nsec = __atomic_load_n(&mono[1], __ATOMIC_RELAXED);
+	__atomic_thread_fence(__ATOMIC_ACQUIRE);
+	if (HS_LIKELY(!(s & 1)) && HS_LIKELY(mode != HS_VCLOCK_MODE_TIMENS) &&
+	    HS_LIKELY(__atomic_load_n(&seq[0], __ATOMIC_RELAXED) == s)) {
+		*ns = sec * 1000000000ull + nsec;
+		*seq_out = s;
+		return 1;
+	}
+	return 0;
+}
+
 static inline __attribute__((always_inline)) uint64_t hs_now_coarse(void)
 {
-	if (HS_LIKELY(__atomic_load_n(&hs_vclock.state, __ATOMIC_ACQUIRE) > 0)) {
-		/* the vDSO's own read, inline: the two words between two equal even counts */
-		const uint32_t *seq = hs_vclock.seq;
-		const uint64_t *mono = hs_vclock.mono;
-		uint32_t s = __atomic_load_n(&seq[0], __ATOMIC_ACQUIRE);
-		uint32_t mode = __atomic_load_n(&seq[1], __ATOMIC_RELAXED);
-		uint64_t sec = __atomic_load_n(&mono[0], __ATOMIC_RELAXED);
-		uint64_t nsec = __atomic_load_n(&mono[1], __ATOMIC_RELAXED);
-		__atomic_thread_fence(__ATOMIC_ACQUIRE);
-		if (HS_LIKELY(!(s & 1)) && HS_LIKELY(mode != HS_VCLOCK_MODE_TIMENS) &&
-		    HS_LIKELY(__atomic_load_n(&seq[0], __ATOMIC_RELAXED) == s))
-			return sec * 1000000000ull + nsec;
-	}
+	uint64_t ns;
+	uint32_t s;
+	if (HS_LIKELY(__atomic_load_n(&hs_vclock.state, __ATOMIC_ACQUIRE) > 0) && HS_LIKELY(hs_vclock_read(&ns, &s)))
+		return ns;
 	return hs_now_coarse_slow();
 }
 

@@ -776,6 +776,24 @@ done:
  */
 static __attribute__((noinline)) unsigned chain_unwind_steps(struct hs_chain *c, unsigned want);
 
+/*
+ * The libunwind cursor's frame: its return address (or the first frame's
+ * instruction pointer) into *ip, its stack pointer (the frame's CFA as
+ * libunwind gives it) into *sp, and whether it is a signal frame into
+ * *sig.  -1 (nothing written) when libunwind cannot say or the address is
+ * 0 (the end); 0 otherwise.  Shared by the chain's unwind and a site's.
+ */
+static inline int unw_frame_read(unw_cursor_t *cur, uint64_t *ip, uint64_t *sp, uint8_t *sig)
+{
+	unw_word_t i = 0, s = 0;
+	if (unw_get_reg(cur, UNW_REG_IP, &i) < 0 || i == 0 || unw_get_reg(cur, UNW_REG_SP, &s) < 0)
+		return -1;
+	*ip = i;
+	*sp = s;
+	*sig = unw_is_signal_frame(cur) > 0;
+	return 0;
+}
+
 /* chain_unwind_steps inside one signal-mask change (unwind_mask.c) */
 static unsigned chain_unwind(struct hs_chain *c, unsigned want)
 {
@@ -790,7 +808,7 @@ static __attribute__((noinline)) unsigned chain_unwind_steps(struct hs_chain *c,
 	unw_context_t uc;
 	unw_cursor_t cur;
 	uint64_t ip[CHAIN_MAX + 16], sp[CHAIN_MAX + 16];
-	int sig[CHAIN_MAX + 16];
+	uint8_t sig[CHAIN_MAX + 16];
 	unsigned n, skip, out, off, d;
 	uint32_t gen;
 	int r, partial;
@@ -803,13 +821,9 @@ again:
 	if (unw_getcontext(&uc) < 0 || unw_init_local(&cur, &uc) < 0)
 		return 0;
 	while (n < sizeof ip / sizeof ip[0]) {
-		unw_word_t i = 0, s = 0;
-		if (unw_get_reg(&cur, UNW_REG_IP, &i) < 0 || i == 0 || unw_get_reg(&cur, UNW_REG_SP, &s) < 0)
+		if (unw_frame_read(&cur, &ip[n], &sp[n], &sig[n]) < 0)
 			break;
-		ip[n] = i;
-		sp[n] = s;
-		sig[n] = unw_is_signal_frame(&cur) > 0;
-		if (n == skip && i >= hs_self_lo && i < hs_self_hi)
+		if (n == skip && ip[n] >= hs_self_lo && ip[n] < hs_self_hi)
 			skip++;
 		n++;
 		/* far enough: past the return address in doubt, at one whose distance is known */
@@ -1508,15 +1522,11 @@ static __attribute__((noinline)) unsigned site_unwind_steps(uint64_t *pcs, unsig
 		return 0;
 	/* the first step leaves this frame: its caller's return address first, as unw_backtrace */
 	while (n - skip < cap && n < sizeof ip / sizeof ip[0] && (r = unw_step(&cur)) > 0) {
-		unw_word_t i = 0, s = 0;
-		if (unw_get_reg(&cur, UNW_REG_IP, &i) < 0 || i == 0 || unw_get_reg(&cur, UNW_REG_SP, &s) < 0) {
+		if (unw_frame_read(&cur, &ip[n], &sp[n], &sig[n]) < 0) {
 			r = -1;
 			break;
 		}
-		ip[n] = i;
-		sp[n] = s;
-		sig[n] = unw_is_signal_frame(&cur) > 0;
-		if (n == skip && i >= hs_self_lo && i < hs_self_hi)
+		if (n == skip && ip[n] >= hs_self_lo && ip[n] < hs_self_hi)
 			skip++;
 		n++;
 	}
@@ -1568,14 +1578,13 @@ static __attribute__((noinline)) unsigned site_unwind_short(uint64_t *pcs, uint6
 	if (unw_init_local(&cur, &uc) < 0)
 		return 0;
 	while (n < SITE_SHORT_MAX && n < cap) {
-		unw_word_t i = 0, s = 0;
-		if (unw_get_reg(&cur, UNW_REG_IP, &i) < 0 || i == 0 || unw_get_reg(&cur, UNW_REG_SP, &s) < 0) {
+		uint64_t i, s;
+		if (unw_frame_read(&cur, &ip[n], &sp[n], &sig[n]) < 0) {
 			r = -1;
 			break;
 		}
-		ip[n] = i;
-		sp[n] = s;
-		sig[n] = unw_is_signal_frame(&cur) > 0;
+		i = ip[n];
+		s = sp[n];
 		n++;
 		/* walked on from the first frame whose distance is known and from
 		   which the walk gets through (else further out is new too: on) */

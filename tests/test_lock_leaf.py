@@ -126,30 +126,31 @@ def check_exact_registry_edge(py, src, shape, out):
     expect_python_run(py, out["to_stack"], [("on_event", marker_line(src, "listener takes the journal lock"))], SRC)
 
 
-@pytest.mark.parametrize("shape", SHAPES)
-def test_a_leaf_lock_nested_in_a_loop_ends_with_exact_stacks(heisen, session, py, shape):
-    """Nested three times: the edge made from the site's stack the first time is
-    recorded again with the exact stack the second time: the registry lock
-    taken under notify()'s line, nothing said about call sites."""
-    src, pid, err = run(heisen, session, py, shape, 3)
+def expect_exact_cycle(heisen, session, py, shape, nestings):
+    """Run `shape` nesting the registry lock `nestings` times: the cycle is
+    found with exact stacks on both edges and nothing is said about call
+    sites."""
+    src, pid, err = run(heisen, session, py, shape, nestings)
     out, back = the_cycle(heisen, session, py, src, pid, shape)
     check_exact_registry_edge(py, src, shape, out)
     check_journal_edge(py, src, back)
     text = heisen.dump(session)
     assert text.returncode == 1 and "call site only" not in text.stdout, text.stdout
+
+
+@pytest.mark.parametrize("shape", SHAPES)
+def test_a_leaf_lock_nested_in_a_loop_ends_with_exact_stacks(heisen, session, py, shape):
+    """Nested three times: the edge made from the site's stack the first time is
+    recorded again with the exact stack the second time: the registry lock
+    taken under notify()'s line, nothing said about call sites."""
+    expect_exact_cycle(heisen, session, py, shape, 3)
 
 
 def test_a_python_lock_taken_alone_many_times_keeps_exact_stacks(heisen, session, py):
     """A threading.Lock shared by a Python class's callers, taken 500 times
     alone and nested once: no leaf path for a Python lock, the edge out of it
     has the exact stack (WrapperRegistry.notify's line and its caller's)."""
-    shape = "wrapper"
-    src, pid, err = run(heisen, session, py, shape, 1)
-    out, back = the_cycle(heisen, session, py, src, pid, shape)
-    check_exact_registry_edge(py, src, shape, out)
-    check_journal_edge(py, src, back)
-    text = heisen.dump(session)
-    assert text.returncode == 1 and "call site only" not in text.stdout, text.stdout
+    expect_exact_cycle(heisen, session, py, "wrapper", 1)
 
 
 @pytest.mark.parametrize("shape", SHAPES)

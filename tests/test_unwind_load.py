@@ -52,18 +52,26 @@ def test_a_crash_before_the_first_unwind_loads_libunwind_in_the_handler_and_keep
     assert not stack.get("truncated"), stack
 
 
-def test_the_first_heap_block_made_by_libc_has_its_whole_allocation_stack(heisen, session):
-    """The process's first unwind is for a block strdup allocated (the
-    malloc hook's caller is libc, not the dynamic loader): libunwind is
-    loaded there and the stack is whole."""
-    p = heisen.preload([target(heisen, "heap_libc_first")], session)
+def double_free_allocation_stack(heisen, session, name):
+    """Run test target `name` (a program that double-frees one block and
+    prints its pid) preloaded: it dies of SIGABRT (heisen's report of the double free), one
+    double-free finding of its own pid; returns the finding's allocation
+    stack."""
+    p = heisen.preload([target(heisen, name)], session)
     assert p.returncode == -signal.SIGABRT, (p.returncode, p.stderr)
     assert "survived" not in p.stdout
     pid = fact_int(p.stdout, "pid")
     report = heisen.dump_json(session, expect_rc=1)
     frees = findings_of(report, "double-free")
     assert len(frees) == 1 and frees[0]["pid"] == pid, report["findings"]
-    alloc = next(s for s in frees[0]["stacks"] if s["role"] == "allocation")
+    return next(s for s in frees[0]["stacks"] if s["role"] == "allocation")
+
+
+def test_the_first_heap_block_made_by_libc_has_its_whole_allocation_stack(heisen, session):
+    """The process's first unwind is for a block strdup allocated (the
+    malloc hook's caller is libc, not the dynamic loader): libunwind is
+    loaded there and the stack is whole."""
+    alloc = double_free_allocation_stack(heisen, session, "heap_libc_first")
     fns = frame_functions(alloc)
     assert "copy_name" in fns and "main" in fns, alloc
 
@@ -96,14 +104,7 @@ def test_a_site_reached_through_a_frame_that_changed_size_has_its_own_callers(he
     bytes of alloca'd scratch: the distance learnt at the first call does
     not hold at the second, whose site must still get its own, whole
     allocation stack (the double free's), through second_request to main."""
-    p = heisen.preload([target(heisen, "heap_alloca_sites")], session)
-    assert p.returncode == -signal.SIGABRT, (p.returncode, p.stderr)
-    assert "survived" not in p.stdout
-    pid = fact_int(p.stdout, "pid")
-    report = heisen.dump_json(session, expect_rc=1)
-    frees = findings_of(report, "double-free")
-    assert len(frees) == 1 and frees[0]["pid"] == pid, report["findings"]
-    alloc = next(s for s in frees[0]["stacks"] if s["role"] == "allocation")
+    alloc = double_free_allocation_stack(heisen, session, "heap_alloca_sites")
     fns = frame_functions(alloc)
     want = ["block_large", "make_block", "with_scratch", "second_request", "main"]
     assert [f for f in fns if f in want + ["first_request", "block_small"]] == want, alloc
