@@ -726,6 +726,15 @@ static __attribute__((noinline, cold)) void edge_exact(struct hs_seg *s, uint32_
 	graph_unlock(s);
 }
 
+/* Edge id seen again with from_stack (from_site_n 0: exact): an edge still
+ * marked HS_EDGE_FROM_SITE gets it (edge_exact). */
+static inline void edge_seen_again(struct hs_seg *s, uint32_t id, uint32_t from_stack, uint32_t from_site_n)
+{
+	if (HS_UNLIKELY(__atomic_load_n(&s->edges[id].flags, __ATOMIC_RELAXED) & HS_EDGE_FROM_SITE) &&
+	    !from_site_n && from_stack)
+		edge_exact(s, id, from_stack);
+}
+
 uint32_t hs_graph_add(struct hs_seg *s, uint32_t from, unsigned from_mode, uint32_t from_stack, uint32_t from_site_n,
 		      uint32_t to, unsigned to_mode, uint32_t to_stack, uint32_t (*capture)(void), int32_t tid,
 		      uint64_t now, int *created, uint32_t *finding_out)
@@ -741,9 +750,7 @@ uint32_t hs_graph_add(struct hs_seg *s, uint32_t from, unsigned from_mode, uint3
 	*finding_out = 0;
 	id = hs_edge_find(s, key);
 	if (HS_LIKELY(id)) {
-		if (HS_UNLIKELY(__atomic_load_n(&s->edges[id].flags, __ATOMIC_RELAXED) & HS_EDGE_FROM_SITE) &&
-		    !from_site_n && from_stack)
-			edge_exact(s, id, from_stack);
+		edge_seen_again(s, id, from_stack, from_site_n);
 		return id;
 	}
 	/* new (probably): unwind now, outside the graph lock */
@@ -754,9 +761,8 @@ uint32_t hs_graph_add(struct hs_seg *s, uint32_t from, unsigned from_mode, uint3
 	if (slot && slot->key == key) {
 		id = slot->value;
 		graph_unlock(s);
-		if (id && (__atomic_load_n(&s->edges[id].flags, __ATOMIC_RELAXED) & HS_EDGE_FROM_SITE) &&
-		    !from_site_n && from_stack)
-			edge_exact(s, id, from_stack);
+		if (id)
+			edge_seen_again(s, id, from_stack, from_site_n);
 		return id;
 	}
 	if (!slot && (__atomic_load_n(&s->hdr->flags, __ATOMIC_ACQUIRE) & HS_HDR_SUSPECT)) {

@@ -146,7 +146,7 @@ static uint32_t held_stack(struct hs_thread *th, int i)
  * stack, *site_n then the lock's count of acquisitions with nothing nested
  * (at least 1; the edge is marked HS_EDGE_FROM_SITE).
  */
-static uint32_t held_edge_stack(struct hs_thread *th, int i, uint32_t *site_n)
+uint32_t hs_locks_held_stack(struct hs_thread *th, int i, uint32_t *site_n)
 {
 	uint32_t n = lock_leaf_nested(th->held[i].lock);
 	*site_n = 0;
@@ -155,11 +155,6 @@ static uint32_t held_edge_stack(struct hs_thread *th, int i, uint32_t *site_n)
 		return th->held[i].stack;
 	}
 	return held_stack(th, i);
-}
-
-uint32_t hs_locks_held_stack(struct hs_thread *th, int i, uint32_t *site_n)
-{
-	return held_edge_stack(th, i, site_n);
 }
 
 /* The work of hs_locks_before_gil_take, out of line. */
@@ -384,7 +379,7 @@ static __attribute__((noinline)) void acq_edges(struct hs_tls *t, struct acq *a,
 				(void)lock_leaf_nested(he->lock); /* its nesting was not counted (a slot taken over) */
 			continue;
 		}
-		from_stack = held_edge_stack(th, (int)i, &site_n);
+		from_stack = hs_locks_held_stack(th, (int)i, &site_n);
 		e = hs_graph_add(&hs_seg, he->lock, he->mode, from_stack, site_n, a->id, a->acq_mode, 0,
 				 edge_to_stack, t->tid, a->t0, &created, &finding);
 		if (!e || edge_from_site(e))
@@ -1035,7 +1030,7 @@ static __attribute__((noinline)) void release_gil_edge(struct hs_tls *t, int i)
 	if (id && gil && gil != id) {
 		e = hs_edge_find(&hs_seg, hs_edge_key(id, gil, mode, HS_MODE_WRITE));
 		if (!e || edge_from_site(e)) {
-			uint32_t from_stack = held_edge_stack(th, i, &site_n);
+			uint32_t from_stack = hs_locks_held_stack(th, i, &site_n);
 			gil_edge(t, id, mode, from_stack, site_n, gil, HS_MODE_WRITE, 0, hs_now());
 		} else if (th->held[i].flags & HS_HELDF_SITE) {
 			(void)lock_leaf_nested(id);
@@ -1605,7 +1600,7 @@ static void cond_after(struct hs_tls *t, struct cond_wait *w, void *cond, int rc
 			e = hs_edge_find(&hs_seg, hs_edge_key(he->lock, w->saved.lock, he->mode, HS_MODE_WRITE));
 			if (e && !edge_from_site(e))
 				continue;
-			from_stack = held_edge_stack(th, (int)i, &site_n);
+			from_stack = hs_locks_held_stack(th, (int)i, &site_n);
 			e = hs_graph_add(&hs_seg, he->lock, he->mode, from_stack, site_n, w->saved.lock, HS_MODE_WRITE,
 					 w->a.stack, NULL, t->tid, now, &created, &finding);
 			if (created)
