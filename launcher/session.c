@@ -371,6 +371,8 @@ void hr_session_remove_if_clean(struct hr_run *r, int only_if_empty)
 	}
 	if (!only_if_empty || (r->session_created && r->session_auto))
 		(void)unlinkat(r->session_fd, HS_SEG_ENV_CACHE, 0); /* the shim's cache, not a record */
+	if (!only_if_empty || (r->session_created && r->session_auto))
+		(void)unlinkat(r->session_fd, HS_SEG_FRAMES, 0); /* the shim's learnt frame distances, likewise */
 	if (r->session_created && (r->session_auto || !only_if_empty))
 		(void)rmdir(r->session);
 }

@@ -1139,6 +1139,14 @@ int hs_seg_bind(struct hs_seg *s, struct hs_header *h, size_t size)
 	return 0;
 }
 
+int hs_session_file(char *out, size_t cap, const char *name)
+{
+	if (!session_dir[0] || strlen(session_dir) + 1 + strlen(name) + 1 > cap)
+		return -1;
+	path2(out, cap, session_dir, name);
+	return 0;
+}
+
 /* "<dir>/<pid>.<image>.seg" */
 static void seg_path(char *out, size_t cap, pid_t pid, unsigned image)
 {

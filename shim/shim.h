@@ -978,6 +978,25 @@ void hs_modules_scan_loaded(void);
  */
 int hs_module_note_pc(uint64_t pc, int may_wait);
 
+/* "<session directory>/name" into out (cap bytes); -1 when there is no
+ * session directory yet or it does not fit.  Raw string work, no malloc. */
+int hs_session_file(char *out, size_t cap, const char *name);
+
+/*
+ * Learnt frame distances shared by the session's processes (unwind_share.c,
+ * the table <session>/.frames; docs/interfaces.md).  hs_frames_get: the
+ * CFA - SP distance another process (or this one) learnt for return
+ * address pc into *off (stacks.c's units: 0 the outermost frame, 0xffff
+ * doubt); 1 when found and checked, 0 otherwise.  hs_frames_put: publish
+ * a distance this process learnt from a real unwind (a different one
+ * already there turns the entry to doubt).  hs_frames_mapped: 1 when the
+ * table is in use (mapped at the first call).  Lock-free; raw system calls
+ * only (the first call opens the file); every read of the table checked.
+ */
+int hs_frames_get(uint64_t pc, unsigned *off);
+void hs_frames_put(uint64_t pc, unsigned off);
+int hs_frames_mapped(void);
+
 /* 1 when pc lies in a known module. Lock-free. */
 int hs_module_known(uint64_t pc);
 

@@ -609,22 +609,30 @@ static inline uint32_t pcoff_home(uint64_t pc)
 	return (uint32_t)((pc * 0x9e3779b97f4a7c15ull) >> 40) & (PCOFF_CAP - 1);
 }
 
+static int pcoff_get_shared(uint64_t pc, unsigned *off);
+
 static inline int pcoff_get(uint64_t pc, unsigned *off)
 {
 	uint32_t i = pcoff_home(pc);
 	for (unsigned p = 0; p < PCOFF_PROBE; p++, i = (i + 1) & (PCOFF_CAP - 1)) {
 		uint64_t w = __atomic_load_n(&pcoff[i], __ATOMIC_RELAXED);
 		if (w == 0)
-			return 0;
+			return pcoff_get_shared(pc, off);
 		if (w >> 16 == pc) {
 			*off = (unsigned)(w & 0xffff);
 			return *off != PCOFF_DOUBT;
 		}
 	}
-	return 0;
+	return pcoff_get_shared(pc, off);
 }
 
-static void pcoff_learn(uint64_t pc, uint64_t off)
+/*
+ * Learn pc's distance off into this process's table; publish it to the
+ * session's table (unwind_share.c) when it is new here or turned to
+ * doubt, and `publish` (a distance from a real unwind of this process,
+ * not one taken from the session's table).
+ */
+static void pcoff_note(uint64_t pc, uint64_t off, int publish)
 {
 	uint32_t i = pcoff_home(pc);
 	uint64_t want;
@@ -635,16 +643,44 @@ static void pcoff_learn(uint64_t pc, uint64_t off)
 	want = pc << 16 | off;
 	for (unsigned p = 0; p < PCOFF_PROBE; p++, i = (i + 1) & (PCOFF_CAP - 1)) {
 		uint64_t w = __atomic_load_n(&pcoff[i], __ATOMIC_RELAXED);
-		if (w == 0 && __atomic_compare_exchange_n(&pcoff[i], &w, want, 0, __ATOMIC_RELAXED, __ATOMIC_RELAXED))
+		if (w == 0 && __atomic_compare_exchange_n(&pcoff[i], &w, want, 0, __ATOMIC_RELAXED, __ATOMIC_RELAXED)) {
+			if (publish)
+				hs_frames_put(pc, (unsigned)off);
 			return;
+		}
 		if (w >> 16 == pc) {
 			if ((w & 0xffff) != off && (w & 0xffff) != PCOFF_DOUBT) {
 				__atomic_store_n(&pcoff[i], pc << 16 | PCOFF_DOUBT, __ATOMIC_RELAXED);
 				__atomic_add_fetch(&pcoff_gen, 1, __ATOMIC_RELEASE);
+				hs_frames_put(pc, PCOFF_DOUBT); /* for the session too */
 			}
 			return;
 		}
 	}
+	if (publish)
+		hs_frames_put(pc, (unsigned)off); /* no room here: the session may keep it */
+}
+
+static void pcoff_learn(uint64_t pc, uint64_t off)
+{
+	pcoff_note(pc, off, 1);
+}
+
+/*
+ * A return address this process has not learnt: the distance the
+ * session's other processes (or this one, past a full neighbourhood here)
+ * learnt for it, if any (unwind_share.c checks the entry and the object's
+ * build), kept here as if learnt.  Off the hot path: only where the walk
+ * would otherwise doubt, and unwind.
+ */
+static __attribute__((noinline)) int pcoff_get_shared(uint64_t pc, unsigned *off)
+{
+	unsigned o;
+	if (!hs_frames_get(pc, &o))
+		return 0;
+	pcoff_note(pc, o, 0);
+	*off = o;
+	return o != PCOFF_DOUBT;
 }
 
 static inline uint64_t slot_at(uint64_t sp)
@@ -1562,7 +1598,7 @@ static unsigned site_unwind_whole(uint64_t *pcs, unsigned cap)
  * there (no CFI, a signal frame, too deep): then the whole unwind.
  */
 static __attribute__((noinline)) unsigned site_unwind_short(uint64_t *pcs, uint64_t *sps, unsigned cap, uint64_t site,
-							     uint64_t cfa, int *ended)
+							     uint64_t cfa, uint64_t top, int *ended)
 {
 	unw_context_t uc;
 	unw_cursor_t cur;
@@ -1589,7 +1625,7 @@ static __attribute__((noinline)) unsigned site_unwind_short(uint64_t *pcs, uint6
 		/* walked on from the first frame whose distance is known and from
 		   which the walk gets through (else further out is new too: on) */
 		if (n > 1 && !sig[n - 1] && pcoff_get(i, &off) && off != PCOFF_END &&
-		    site_walk_ok(i, s, n - 1, cap, s > chain_top ? s : chain_top, hs_tls.stack_hi)) {
+		    site_walk_ok(i, s, n - 1, cap, s > top ? s : top, hs_tls.stack_hi)) {
 			known = 1;
 			break;
 		}
@@ -1623,17 +1659,20 @@ static unsigned site_read(uint64_t *pcs, unsigned cap, uint64_t site, uint64_t c
 		cap = HS_STACK_DEPTH + 12;
 	/* (site, cfa) on this thread's stack, above this frame and below what the
 	   thread's unwinds reached; the hook's caller is not heisen */
+	if (!top && hi > lo + 1 && hs_frames_mapped())
+		top = hi - 8; /* the thread's first stack, through the session's distances: its stack's top bounds it */
 	if (!top || hi <= lo + 1 || here < lo || top >= hi || cfa <= here || cfa > top || (cfa & 7) ||
 	    (site >= hs_self_lo && site < hs_self_hi) || slot_at(cfa) != site)
 		return 0;
 	if (!pcoff_get(site, &off)) {
 		/* a new return address at the hook's caller: unwound from there */
 		int entered = hs_unwind_enter();
-		n = site_unwind_short(pcs, sps, cap, site, cfa, &ended);
+		n = site_unwind_short(pcs, sps, cap, site, cfa, top, &ended);
 		hs_unwind_leave(entered);
 		if (n == 0)
 			return 0;
-		top = chain_top;
+		if (chain_top > top)
+			top = chain_top;
 	} else {
 		pcs[0] = site;
 		sps[0] = cfa;

@@ -20,6 +20,10 @@
  *     (shim/proc.c): not a record, only what the session's next process
  *     may take instead of reading /sys again; whoever removes a session's
  *     segments removes it too;
+ *   - HS_SEG_FRAMES (".frames") is the shim's table of learnt frame
+ *     distances (shim/unwind_share.c): not a record either, only what the
+ *     session's next processes may take instead of unwinding; whoever
+ *     removes a session's segments removes it too;
  *   - everything else, the shim's temporary ".<pid>.new" among it, is not
  *     the readers' business and is skipped.
  * A segment is opened with O_NOFOLLOW | O_NONBLOCK | O_NOCTTY (a FIFO or a
@@ -44,6 +48,8 @@
 
 /* The shim's environment cache in a session directory (see above). */
 #define HS_SEG_ENV_CACHE ".environment"
+/* The shim's learnt frame distances in a session directory (see above). */
+#define HS_SEG_FRAMES ".frames"
 
 /* What a misnamed "*.seg" file is called by both readers. */
 #define HS_SEG_MISNAMED_MSG "not named <pid>.<image>.seg: not read"
