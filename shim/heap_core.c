@@ -659,6 +659,15 @@ static uint64_t wrapper_lo, wrapper_hi; /* [atomic] libstdc++'s range, once seen
 
 enum site_kind { SITE_PLAIN, SITE_FFI, SITE_CXX };
 
+/* The kind of each module-table entry once asked (kind + 1; 0 not yet):
+ * a cc1 meets ~1,400 new sites in a few objects, and the two searches of
+ * the path were ~430 instructions a site.  A fork child's table is its
+ * parent's, entry for entry; a fork child whose segment was made afresh
+ * (its module table scanned anew) forgets them with the site cache
+ * (hs_heap_after_fork_child). */
+#define KIND_MODS 512u
+static uint8_t module_kind[KIND_MODS]; /* [atomic] */
+
 /* What kind of object `site` lies in (first sight of a site only). */
 static enum site_kind site_kind_of(uint64_t site)
 {
@@ -671,19 +680,26 @@ static enum site_kind site_kind_of(uint64_t site)
 	for (uint32_t i = 0; i < n && i < t->capacity; i++) {
 		const struct hs_module *m = &hs_seg.modules[i];
 		const char *path = hs_seg.strings + m->path;
+		enum site_kind kind = SITE_PLAIN;
+		uint8_t known;
 		if (site < m->lo || site >= m->hi)
 			continue;
+		known = i < KIND_MODS ? __atomic_load_n(&module_kind[i], __ATOMIC_RELAXED) : 0;
+		if (known && known != SITE_CXX + 1)
+			return (enum site_kind)(known - 1);
 		if (m->path >= sbytes || m->path + (uint32_t)m->path_len >= sbytes)
 			return SITE_PLAIN;
-		if (memmem(path, m->path_len, "libffi", 6))
-			return SITE_FFI;
-		if (memmem(path, m->path_len, "libstdc++", 9)) {
+		if (!known && memmem(path, m->path_len, "libffi", 6)) {
+			kind = SITE_FFI;
+		} else if (known == SITE_CXX + 1 || memmem(path, m->path_len, "libstdc++", 9)) {
 			/* relaxed: a reader that sees 0 only takes the slower, still correct, way */
 			__atomic_store_n(&wrapper_lo, m->lo, __ATOMIC_RELAXED);
 			__atomic_store_n(&wrapper_hi, m->hi, __ATOMIC_RELAXED);
-			return SITE_CXX;
+			kind = SITE_CXX;
 		}
-		return SITE_PLAIN;
+		if (i < KIND_MODS)
+			__atomic_store_n(&module_kind[i], (uint8_t)(kind + 1), __ATOMIC_RELAXED);
+		return kind;
 	}
 	return SITE_PLAIN;
 }
@@ -2153,6 +2169,7 @@ HS_FORK_TEXT HS_HIDDEN void hs_heap_after_fork_child(void)
 	/* the site cache holds stack ids: valid here only when the tables were inherited */
 	if (!hs_seg_inherited) {
 		memset(site_cache, 0, sizeof site_cache);
+		memset(module_kind, 0, sizeof module_kind); /* indexes of the parent's module table */
 		memset(&site_memo, 0, sizeof site_memo);
 		if (hs_tls.area) {
 			memset(memo_l2_in(hs_tls.area), 0, sizeof(struct site_memo_l2));

@@ -888,9 +888,10 @@ again:
 		c->pc[k] = ip[skip + k];
 		c->sp[k] = sp[skip + k];
 	}
-	for (unsigned k = 0; k < out; k++)
-		if (!hs_module_known(c->pc[k]))
-			hs_module_note_pc(c->pc[k], 1);
+	/* every frame learnt, not only those kept: a learnt distance implies a known object (site_read) */
+	for (unsigned k = skip; k < n; k++)
+		if (!hs_module_known(ip[k]))
+			hs_module_note_pc(ip[k], 1);
 	c->walked = 0;
 	c->ended = 0;
 	if (!partial)
@@ -931,10 +932,27 @@ __attribute__((noinline)) void hs_chain_python(struct hs_chain *c)
 	c->python = hs_py_chain_frames(&hs_seg, c->pc, c->depth, CHAIN_MAX, &c->py) != 0;
 }
 
+/*
+ * The bound of a thread's first walk, before any real unwind of it set
+ * chain_top: with the session's learnt distances (unwind_share.c) the
+ * walk may get through without one, read no higher than the top of the
+ * thread's stack (its mapping, area.c), from a cfa on it above this frame.
+ * 0 (no walk: the real unwind) otherwise.
+ */
+static __attribute__((noinline)) uint64_t chain_top_shared(uint64_t cfa)
+{
+	uint64_t lo = hs_tls.stack_lo, hi = hs_tls.stack_hi, here = (uint64_t)(uintptr_t)__builtin_frame_address(0);
+	if (hi <= lo + 1 || here < lo || cfa <= here || cfa >= hi - 8 || (cfa & 7) || !hs_frames_mapped())
+		return 0;
+	return hi - 8;
+}
+
 /* hs_chain_read's native frames (c->python left as it was). */
 static unsigned chain_read_native(struct hs_chain *c, uint64_t site, uint64_t cfa)
 {
 	uint64_t top = chain_top;
+	if (HS_UNLIKELY(!top))
+		top = chain_top_shared(cfa);
 	uint32_t gen = __atomic_load_n(&pcoff_gen, __ATOMIC_ACQUIRE);
 	/* a lazy chain stops at its first evaluation loop: no shadow of the whole */
 	unsigned sn = c->walked && c->gen == gen && !c->lazy ? c->depth : 0, m, d;
@@ -1653,14 +1671,14 @@ static unsigned site_read(uint64_t *pcs, unsigned cap, uint64_t site, uint64_t c
 	uint64_t sps[HS_STACK_DEPTH + 12];
 	uint64_t top = chain_top, lo = hs_tls.stack_lo, hi = hs_tls.stack_hi, sp, pc;
 	uint64_t here = (uint64_t)(uintptr_t)__builtin_frame_address(0);
-	unsigned n = 0, off;
+	unsigned n = 0, off, unwound;
 	int ended = 0;
 	if (cap > HS_STACK_DEPTH + 12)
 		cap = HS_STACK_DEPTH + 12;
 	/* (site, cfa) on this thread's stack, above this frame and below what the
 	   thread's unwinds reached; the hook's caller is not heisen */
-	if (!top && hi > lo + 1 && hs_frames_mapped())
-		top = hi - 8; /* the thread's first stack, through the session's distances: its stack's top bounds it */
+	if (!top)
+		top = chain_top_shared(cfa); /* the thread's first stack, through the session's distances */
 	if (!top || hi <= lo + 1 || here < lo || top >= hi || cfa <= here || cfa > top || (cfa & 7) ||
 	    (site >= hs_self_lo && site < hs_self_hi) || slot_at(cfa) != site)
 		return 0;
@@ -1680,6 +1698,7 @@ static unsigned site_read(uint64_t *pcs, unsigned cap, uint64_t site, uint64_t c
 	}
 	pc = pcs[n - 1];
 	sp = sps[n - 1];
+	unwound = ended ? n : n - 1; /* frames from libunwind, the one walked on from aside */
 	while (!ended && n < cap) {
 		if (!pcoff_get(pc, &off))
 			return 0; /* a frame further out not learnt yet */
@@ -1693,8 +1712,12 @@ static unsigned site_read(uint64_t *pcs, unsigned cap, uint64_t site, uint64_t c
 		sps[n] = sp;
 		n++;
 	}
+	/* a return address with a learnt distance has its object in the module
+	   table already (learnt from an unwind here, which noted it, or taken
+	   from the session's table, which found it there): only the frames
+	   from libunwind and the last one read (its distance not asked) */
 	for (unsigned k = 0; k < n; k++)
-		if (!hs_module_known(pcs[k]))
+		if ((k < unwound || k == n - 1) && !hs_module_known(pcs[k]))
 			hs_module_note_pc(pcs[k], 1);
 	return n;
 }
