@@ -937,7 +937,9 @@ __attribute__((noinline)) void hs_chain_python(struct hs_chain *c)
  * chain_top: with the session's learnt distances (unwind_share.c) the
  * walk may get through without one, read no higher than the top of the
  * thread's stack (its mapping, area.c), from a cfa on it above this frame.
- * 0 (no walk: the real unwind) otherwise.
+ * 0 (no walk: the real unwind) otherwise.  A walk that gets through sets
+ * chain_top to its last CFA, as a real unwind of the same frames would
+ * (the inline reads, shim.h hs_chain_read_inline, need it set).
  */
 static __attribute__((noinline)) uint64_t chain_top_shared(uint64_t cfa)
 {
@@ -969,6 +971,8 @@ static unsigned chain_read_native(struct hs_chain *c, uint64_t site, uint64_t cf
 	} else {
 		d = top && slot_at(cfa) == site ? chain_walk(c, site, cfa, top, gen, sn) : 0;
 	}
+	if (HS_UNLIKELY(d && !chain_top && c->walked))
+		chain_top = c->sp[d - 1]; /* a first walk through the session's distances: as far as a real unwind would set */
 	if (d == 0 && HS_UNLIKELY(!room_to_unwind())) {
 		/* a small thread stack: no chain rather than an overflow */
 		chain_doubt = CHAIN_MAX;
@@ -1719,5 +1723,7 @@ static unsigned site_read(uint64_t *pcs, unsigned cap, uint64_t site, uint64_t c
 	for (unsigned k = 0; k < n; k++)
 		if ((k < unwound || k == n - 1) && !hs_module_known(pcs[k]))
 			hs_module_note_pc(pcs[k], 1);
+	if (!chain_top)
+		chain_top = sps[n - 1]; /* the thread's first walk, through the session's distances (chain_read_native) */
 	return n;
 }

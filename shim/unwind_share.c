@@ -15,11 +15,11 @@
  * it (pc - load bias: the same in every process, whatever ASLR did), and
  * the session's next processes take it from there instead of unwinding.
  *
- * The table (the file is 64 + 16 * FRAMES_CAP bytes, made sparse with
+ * The table (the file is 4096 + 16 * FRAMES_CAP bytes, made sparse with
  * ftruncate; created by the first process that needs it, O_NOFOLLOW, 0600,
  * the session directory being the user's own):
  *
- *   struct frames_hdr (64 bytes): magic "HSFRAMES" (8 bytes, little-endian
+ *   struct frames_hdr (64 bytes, then zeros to 4096): magic "HSFRAMES" (8 bytes, little-endian
  *     uint64 FRAMES_MAGIC), version (FRAMES_VERSION), capacity (entries,
  *     FRAMES_CAP), then counters [atomic, relaxed]: hits (distances taken
  *     from the table), published (entries written), doubts (entries turned
@@ -35,9 +35,11 @@
  *       as stacks.c keeps it (0: the outermost frame, 0xffff: doubt, seen
  *       at two distances); check the high 48 bits of a hash of the whole
  *       64-bit identity, the key and off (never 0; val 0: being written).
- *   Open addressing: home slot hs_mix64(key) mod capacity, FRAMES_PROBE
- *   slots probed linearly; a key is claimed by compare-and-swap from 0,
- *   its val stored after; a reader that sees val 0 treats it as absent.
+ *   Open addressing: home slot entry_home (a page of 256 entries by the
+ *   object and the 64 KiB of code, a slot in it by the key), FRAMES_PROBE
+ *   slots probed linearly inside that page; a key is claimed by
+ *   compare-and-swap from 0, its val stored after; a reader that sees val
+ *   0 treats it as absent.
  *
  * Errors, and why a wrong stack is never taken silently:
  *   - another build of an object at the same path has another build id:
@@ -81,6 +83,9 @@
 #define FRAMES_CAP 65536u  /* entries: a power of two; 1 MiB of sparse file */
 #define FRAMES_PROBE 32u
 #define FRAMES_OFF_MASK 0xffffu
+#define FRAMES_PAGE 256u        /* entries in one 4 KiB page */
+#define FRAMES_CHUNK_SHIFT 16   /* 64 KiB of an object's code share a home page */
+#define FRAMES_HDR_BYTES 4096u  /* the header's page: entries start page-aligned */
 
 struct frames_hdr {
 	uint64_t magic;
@@ -93,7 +98,7 @@ _Static_assert(sizeof(struct frames_hdr) == 64, "the table's header is 64 bytes"
 struct frames_entry {
 	uint64_t key, val;
 };
-#define FRAMES_BYTES (sizeof(struct frames_hdr) + (size_t)FRAMES_CAP * sizeof(struct frames_entry))
+#define FRAMES_BYTES (FRAMES_HDR_BYTES + (size_t)FRAMES_CAP * sizeof(struct frames_entry))
 
 #ifdef HS_CORE_ONLY /* the unit tests' core library: no crash handler for the checked reads, no sharing */
 int hs_frames_get(uint64_t pc, unsigned *off)
@@ -201,6 +206,9 @@ static __attribute__((noinline)) void frames_open(void)
 	hs_sys.close(fd);
 	if (h == MAP_FAILED)
 		goto off;
+	/* no fault-around: a look-up's page alone becomes resident, not the 15
+	   around it that other processes filled (the file is in the page cache) */
+	(void)hs_sys.madvise(h, FRAMES_BYTES, MADV_RANDOM);
 	{
 		uint64_t w[2];
 		if (!hs_safe_read16(h, w))
@@ -255,7 +263,26 @@ static inline uint64_t pc_key(uint64_t pc, uint64_t *id)
 
 static inline struct frames_entry *entry_at(struct frames_hdr *h, uint32_t i)
 {
-	return (struct frames_entry *)(void *)(h + 1) + i;
+	return (struct frames_entry *)(void *)((char *)h + FRAMES_HDR_BYTES) + i;
+}
+
+/*
+ * A key's home slot: a page chosen by the object and the 64 KiB of its
+ * code the return address lies in, a slot in the page by the key.  A
+ * process's return addresses cluster in a few dozen such chunks, so its
+ * look-ups touch a few dozen pages of the table (a Python start: ~40 of
+ * 256, where a home anywhere touched ~230: 0.9 MiB more resident).
+ */
+static inline uint32_t entry_home(uint64_t id, uint64_t key)
+{
+	uint64_t page = hs_mix64(id ^ ((key >> (32 + FRAMES_CHUNK_SHIFT)) * 0x9e3779b97f4a7c15ull));
+	return (uint32_t)(page % (FRAMES_CAP / FRAMES_PAGE)) * FRAMES_PAGE + (uint32_t)(hs_mix64(key) % FRAMES_PAGE);
+}
+
+/* The slot after i, inside i's page. */
+static inline uint32_t entry_next(uint32_t i)
+{
+	return (i & ~(FRAMES_PAGE - 1)) | ((i + 1) & (FRAMES_PAGE - 1));
 }
 
 int hs_frames_mapped(void)
@@ -270,8 +297,8 @@ int hs_frames_get(uint64_t pc, unsigned *off)
 	uint32_t i;
 	if (!h || (key = pc_key(pc, &id)) == 0)
 		return 0;
-	i = (uint32_t)hs_mix64(key) & (FRAMES_CAP - 1);
-	for (unsigned p = 0; p < FRAMES_PROBE; p++, i = (i + 1) & (FRAMES_CAP - 1)) {
+	i = entry_home(id, key);
+	for (unsigned p = 0; p < FRAMES_PROBE; p++, i = entry_next(i)) {
 		if (!hs_safe_read16(entry_at(h, i), w) || w[0] == 0)
 			return 0;
 		if (w[0] != key)
@@ -297,8 +324,8 @@ void hs_frames_put(uint64_t pc, unsigned off)
 	if (!h || off > FRAMES_OFF_MASK || (key = pc_key(pc, &id)) == 0)
 		return;
 	want = entry_val(id, key, off);
-	i = (uint32_t)hs_mix64(key) & (FRAMES_CAP - 1);
-	for (unsigned p = 0; p < FRAMES_PROBE; p++, i = (i + 1) & (FRAMES_CAP - 1)) {
+	i = entry_home(id, key);
+	for (unsigned p = 0; p < FRAMES_PROBE; p++, i = entry_next(i)) {
 		struct frames_entry *e = entry_at(h, i);
 		if (!hs_safe_read16(e, w))
 			return;
