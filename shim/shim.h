@@ -984,7 +984,7 @@ int hs_session_file(char *out, size_t cap, const char *name);
 
 /*
  * Learnt frame distances shared by the session's processes (unwind_share.c,
- * the table <session>/.frames; docs/interfaces.md).  hs_frames_get: the
+ * the table <session>/.frames; docs/design.md "Stacks").  hs_frames_get: the
  * CFA - SP distance another process (or this one) learnt for return
  * address pc into *off (stacks.c's units: 0 the outermost frame, 0xffff
  * doubt); 1 when found and checked, 0 otherwise.  hs_frames_put: publish

@@ -1520,6 +1520,10 @@ uint32_t hs_stack_from_signal(void *ucontext)
  * whole unwind finds (the same distances, checked by the same slot test
  * when learnt); reads stay between the hook's frame and the highest CFA a
  * real unwind of this thread reached, inside the thread's stack bounds.
+ * A return address this process has not learnt is first looked up in the
+ * distances the session's other processes learnt (pcoff_get_shared,
+ * unwind_share.c), and a thread's first walk, before any real unwind of
+ * it, is bounded by the top of its stack instead (chain_top_shared).
  * docs/design.md "Stacks".
  */
 #define SITE_SHORT_MAX 32u /* frames a short unwind goes before it gives up (then the whole unwind) */
@@ -1614,8 +1618,8 @@ static unsigned site_unwind_whole(uint64_t *pcs, unsigned cap)
  * CFA rules of the frames stepped read registers (%rsp or %rbp in the
  * compilers' CFI, DRAP frames included), and the unwind is given up at
  * the first return address from which the learnt distances lead on
- * (site_walk_ok).  Frames into pcs/sps, up
- * to cap; returns the count, the last one a frame with a known distance
+ * (site_walk_ok, its reads bounded by top as site_read's).  Frames into
+ * pcs/sps, up to cap; returns the count, the last one a frame with a known distance
  * (*ended 0) or the outermost (*ended 1); 0 when the unwind did not get
  * there (no CFI, a signal frame, too deep): then the whole unwind.
  */

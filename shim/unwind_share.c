@@ -19,8 +19,9 @@
  * ftruncate; created by the first process that needs it, O_NOFOLLOW, 0600,
  * the session directory being the user's own):
  *
- *   struct frames_hdr (64 bytes, then zeros to 4096): magic "HSFRAMES" (8 bytes, little-endian
- *     uint64 FRAMES_MAGIC), version (FRAMES_VERSION), capacity (entries,
+ *   struct frames_hdr (64 bytes, then zeros to 4096): magic "HSFRAMES"
+ *     (8 bytes, little-endian uint64 FRAMES_MAGIC), version
+ *     (FRAMES_VERSION), capacity (entries,
  *     FRAMES_CAP), then counters [atomic, relaxed]: hits (distances taken
  *     from the table), published (entries written), doubts (entries turned
  *     to doubt), full (inserts that found no free slot), rejected (entries
@@ -66,8 +67,7 @@
  * The idea is the per-PC CFA rule cache of a profiler's fast unwinder
  * (stacks.c), made persistent across exec the way ccache shares compiler
  * work across processes: a content-addressed table in a shared directory.
- * docs/design.md "Stacks" (learnt distances shared by the session),
- * docs/interfaces.md "The learnt frame distances (.frames)".
+ * docs/design.md "Stacks" (learnt distances shared by the session).
  * HEISEN_UNWIND_SHARE=0 turns it off.
  */
 #include <fcntl.h>
