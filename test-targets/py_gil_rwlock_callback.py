@@ -7,12 +7,17 @@ and, holding it, calls back into Python (on_context), which must take the
 GIL.  Thread "launcher" calls cudalike.launch() holding the GIL; launch takes
 the rwlock without releasing the GIL.
 
-Usage: py_gil_rwlock_callback.py quiet|hang [capi|ctypes|ffi] [write|read] [EXT_DIR]
+Usage: py_gil_rwlock_callback.py quiet|hang|hang-after-launch [capi|ctypes|ffi] [write|read] [EXT_DIR]
 
   quiet   the holder runs to completion, then the launcher runs: this run
           cannot hang, heisen must predict the deadlock (GIL <-> cuda_ctx_lock).
   hang    the two meet (cudalike.arm_meet / wait_held / launch(release_holder))
           and deadlock every time: run it under heisen-run --hang-timeout.
+  hang-after-launch
+          a thread "early" runs launch() to its end first (GIL -> cuda_ctx_lock,
+          as a program that launched kernels before), then the same hang: the
+          holder's callback closes the cycle when it starts waiting for the GIL,
+          so the deadlock is predicted before it happens, in the run that hangs.
 
   capi    the callback goes through the C API (PyGILState_Ensure in cudalike)
   ctypes  through a ctypes CFUNCTYPE(None) pointer handed to cudalike as an int
@@ -24,7 +29,7 @@ Usage: py_gil_rwlock_callback.py quiet|hang [capi|ctypes|ffi] [write|read] [EXT_
 
 The extension directory: EXT_DIR, else $HEISEN_PYEXT_DIR, else
 $HEISEN_BUILD/test-targets, else ../build/test-targets next to this file.
-Prints "pid P", "tid_holder T", "tid_launcher T", then "callback 1" and
+Prints "pid P", ("tid_early T",) "tid_holder T", "tid_launcher T", then "callback 1" and
 "done ok" (quiet), or "waiting ok" (hang; nothing after it can run).
 """
 import ctypes
@@ -33,7 +38,7 @@ import sys
 import threading
 from pathlib import Path
 
-MODES = ("quiet", "hang")
+MODES = ("quiet", "hang", "hang-after-launch")
 VIAS = ("capi", "ctypes", "ffi")
 LOCKINGS = ("write", "read")
 
@@ -102,9 +107,14 @@ def holder():
 go = threading.Event()
 
 
+def early():
+    say("tid_early", cudalike.native_tid())
+    cudalike.launch()  # marker: early calls launch
+
+
 def launcher():
     say("tid_launcher", cudalike.native_tid())
-    if MODE == "hang":
+    if MODE != "quiet":
         cudalike.wait_held()  # the holder holds cuda_ctx_lock
         go.wait()             # and main has said "waiting": from here on the GIL is ours
         cudalike.launch(release_holder=True)  # marker: launcher calls launch (hang)
@@ -123,6 +133,10 @@ def main():
         assert cudalike.kernels() == 1000
         say("done", "ok")
         return
+    if MODE == "hang-after-launch":
+        t = threading.Thread(target=early, name="early")
+        t.start()
+        t.join()
     cudalike.arm_meet()
     threads = [threading.Thread(target=fn, name=fn.__name__, daemon=True)
                for fn in (holder, launcher)]

@@ -15,6 +15,9 @@ the python3 on PATH when it is another shared build.
   and through a ctypes foreign call as Numba made it.
 - py_gil_rwlock_callback.py hang: the same two calls meet and deadlock: heisen-run names
   the `deadlock` (the GIL's waiter and the GIL's holder), kills, exits 137.
+- py_gil_rwlock_callback.py hang-after-launch: an earlier thread launched, then the
+  same deadlock: the run that hangs also carries the `potential-deadlock`, whose
+  edge cuda_ctx_lock -> GIL was added before the callback's take blocked.
 - py_crash_nested.py: a segfault in native code two Python calls deep: the
   crash stack shows the Python functions; the other threads' Python stacks
   are in the report too.
@@ -281,6 +284,61 @@ def test_gil_rwlock_deadlock_is_named_and_killed(heisen, session, interp, via):
                   find_python_frame(st, "launcher", SEED,
                                     marker_line(src, "launcher calls launch (hang)"))],
              "launcher waiting for cuda_ctx_lock")
+
+    proc = process_of(report, pid)
+    assert proc["state"] == "killed"
+    check_python_process(proc, interp)
+
+
+@pytest.mark.parametrize("via", list(VIAS))
+def test_gil_deadlock_is_predicted_by_the_take_that_then_hangs(heisen, session, interp, via):
+    """The edge cuda_ctx_lock -> GIL is added before the callback's take blocks.
+
+    A thread that ran launch() to its end earlier made GIL -> cuda_ctx_lock;
+    the holder then takes the rwlock and its callback waits for the GIL for
+    ever (the launcher holds it, waiting for the rwlock).  The take never
+    returns, so the cycle is predicted only if its edge was added before the
+    real take: the run that hangs carries the potential-deadlock (both edges,
+    the callback's Python line) next to the live deadlock.  Guards the order
+    of python.c's take hooks (bench/README.md "GIL hand-offs: where heisen's
+    work sits around the GIL does not matter").
+    """
+    ext = cudalike_dir(heisen)
+    src = script(heisen, SEED)
+    p = run_watched(heisen, session, interp.cmd(src, "hang-after-launch", via, "write", ext))
+    assert p.returncode == 137, (p.returncode, p.stdout, p.stderr)
+    assert "waiting ok" in p.stdout and "not reached" not in p.stdout, p.stdout
+    pid, tid_early, tid_holder, tid_launcher = (fact_int(p.stdout, k) for k in
+                                                ("pid", "tid_early", "tid_holder", "tid_launcher"))
+    report = heisen.dump_json(session, expect_rc=1)
+
+    dls = findings_of(report, "deadlock")
+    assert len(dls) == 1 and sorted(dls[0]["tids"]) == sorted([tid_holder, tid_launcher]), report["findings"]
+
+    pds = findings_of(report, "potential-deadlock")
+    assert len(pds) == 1, report["findings"]
+    f = pds[0]
+    assert f["pid"] == pid
+    assert sorted(f["tids"]) == sorted([tid_early, tid_holder]), f["tids"]
+    assert edge_pairs(f) == {("GIL", "cuda_ctx_lock"), ("cuda_ctx_lock", "GIL")}
+    by_to = {lockname(e["to"]): e for e in f["edges"]}
+    # GIL -> cuda_ctx_lock: the early thread's launch, taken with the GIL held.
+    e = by_to["cuda_ctx_lock"]
+    assert e["tid"] == tid_early
+    st = e["to_stack"]
+    in_order(st, [native_index(st, "cuda_launch_kernel"), native_index(st, "py_launch"),
+                  find_python_frame(st, "early", SEED, marker_line(src, "early calls launch"))],
+             "the early thread's wrlock")
+    # cuda_ctx_lock -> GIL: the holder's callback, whose take of the GIL never returned.
+    e = by_to["GIL"]
+    assert e["tid"] == tid_holder
+    natives, marker = VIAS[via]
+    line = marker_line(src, marker)
+    st = e["to_stack"]
+    in_order(st, [native_index(st, fn) for fn in natives]
+             + [find_python_frame(st, "holder", SEED, line)], "the callback's GIL take")
+    st = e["from_stack"]
+    assert st["frames"][0]["function"] == "cuda_ctx_call", frame_functions(st)
 
     proc = process_of(report, pid)
     assert proc["state"] == "killed"
