@@ -675,7 +675,10 @@ static int judge_entry(void *arg, const char *name, unsigned type)
 	struct stat st;
 	size_t l = strlen(name);
 	(void)type;
-	if (name[0] == '.' || hs_sys.fstatat(j->dfd, name, &st, AT_SYMLINK_NOFOLLOW) != 0)
+	/* every file counts, the session's dot-files too (.frames, .environment,
+	   the reference count): only the directory's own two entries are skipped */
+	if ((name[0] == '.' && (name[1] == 0 || (name[1] == '.' && name[2] == 0))) ||
+	    hs_sys.fstatat(j->dfd, name, &st, AT_SYMLINK_NOFOLLOW) != 0)
 		return 0;
 	j->e->bytes += (uint64_t)st.st_blocks * 512;
 	if (l > 4 && strcmp(name + l - 4, ".seg") == 0)

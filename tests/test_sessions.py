@@ -338,9 +338,12 @@ def test_heisen_run_removes_a_clean_default_session(heisen):
     assert "no findings; session removed" in p.stderr
 
 
-def test_cap_removes_oldest_finished_sessions_and_says_so(heisen, tmp_path):
+# "pad": a session's ordinary file; ".frames": the session's table of learnt
+# frame distances (shim/unwind_share.c), a dot-file that counts all the same
+@pytest.mark.parametrize("pad", ["pad", ".frames"])
+def test_cap_removes_oldest_finished_sessions_and_says_so(heisen, tmp_path, pad):
     # a private base: another user's /dev/shm/heisen-$UID
-    uid = 54000 + os.getpid() % 1000
+    uid = 54000 + os.getpid() % 1000 + (500 if pad.startswith(".") else 0)
     base = Path(f"/dev/shm/heisen-{uid}")
     if os.geteuid() != 0 or not shutil.which("setpriv"):
         pytest.skip("needs root and setpriv")
@@ -353,7 +356,7 @@ def test_cap_removes_oldest_finished_sessions_and_says_so(heisen, tmp_path):
         for i, name in enumerate(["a-1-1", "b-2-2", "c-3-3", "d-4-4"]):
             d = base / name
             d.mkdir(mode=0o700)
-            with open(d / "pad", "wb") as f:
+            with open(d / pad, "wb") as f:
                 f.write(b"x" * (2 << 20))
             os.utime(d, (now - 1000 + i, now - 1000 + i))
         crashed = base / "b-2-2"
