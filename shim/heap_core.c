@@ -80,7 +80,6 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
-#include <sys/single_threaded.h>
 #include <ucontext.h>
 #include <unistd.h>
 
@@ -2016,37 +2015,6 @@ static inline __attribute__((always_inline)) void *blk_alloc(struct hs_tls *t, s
 	return u;
 }
 
-/*
- * The state word's compare-and-swap at a free: *w from *expect to nw, 1
- * when it was *expect (else *expect is what it was).  With one thread in
- * the process (glibc's __libc_single_threaded, set until the first
- * pthread_create and never again after it) the instruction is cmpxchg
- * without the lock prefix: no other processor can write the word (the
- * thread that would start one is this one, inside free), and one
- * instruction is never split by a signal, so a handler's free of the same
- * block still sees the first free's word or loses to it (fd_core.c's
- * one_thread takes the same rule for the fd table).  The locked form waits
- * for every earlier load and store, the cold block's misses and the
- * program's own stores still in the store buffer (bench/README.md "The
- * heap checker's time and memory, broken down").  With threads: the
- * locked form, so two racing frees publish and see the first atomically.
- */
-static inline int state_cas(uint64_t *w, uint64_t *expect, uint64_t nw)
-{
-	if (HS_LIKELY(__libc_single_threaded)) {
-		uint64_t prev = *expect;
-		unsigned char ok;
-		__asm__ volatile("cmpxchgq %3, %1\n\tsete %0"
-				 : "=q"(ok), "+m"(*w), "+a"(prev)
-				 : "r"(nw)
-				 : "memory", "cc");
-		*expect = prev;
-		return ok;
-	}
-	/* acq_rel: the winner's free is published whole; a loser sees the winner's word */
-	return __atomic_compare_exchange_n(w, expect, nw, 0, __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE);
-}
-
 /* An exact-fit block's check at its free: the next chunk's size word
  * (fit_ok), or the canary in the room glibc gave (FIT_ROOM); a damaged
  * size word of its own is left to release() (chunk_damaged). */
@@ -2073,9 +2041,7 @@ static inline __attribute__((always_inline)) int blk_free(struct hs_tls *t, int 
 	uint64_t *sw = &hw(p)[1];
 	/* acquire: the first free's stores to the block happen before we read them */
 	uint64_t old = __atomic_load_n(sw, __ATOMIC_ACQUIRE);
-	/* a loop only when the compare-and-swap meets another live word: a
-	   racing realloc resized the block in place (realloc_in_place) */
-	while (HS_LIKELY(st_is_live(old))) {
+	if (HS_LIKELY(st_is_live(old))) {
 		struct bview v;
 		uint32_t st;
 		uint64_t nw, live = old;
@@ -2094,7 +2060,8 @@ static inline __attribute__((always_inline)) int blk_free(struct hs_tls *t, int 
 		((uint64_t *)p)[1] = old;
 		st = heap_stack(site);
 		nw = ST_FREED | (uint64_t)(st < (1u << 24) ? st : 0) << 8 | (uint64_t)(uint32_t)t->tid << 32;
-		if (state_cas(sw, &old, nw)) {
+		/* acq_rel: the winner's free is published whole; a loser sees the winner's word */
+		if (__atomic_compare_exchange_n(sw, &old, nw, 0, __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE)) {
 			if (HS_UNLIKELY(!intact)) {
 				struct hs_finding f;
 				view_of_live(p, live, 1, &v);
@@ -2314,94 +2281,6 @@ HS_HIDDEN void hs_heap_free(void *p, uint64_t site)
 	errno = e;
 }
 
-/*
- * realloc of p, a live block of ours with malloc's alignment (live: its
- * live word), to n bytes (1 or more) where it lies, as glibc's realloc
- * shrinks a chunk: when glibc's chunk of p is already the one a new block
- * of n bytes gets (small_chunk, large_chunk; or 16 bytes more, which
- * glibc hands out when it cannot split), nothing moves; when it is larger,
- * glibc's realloc of the chunk splits the rest off where it is (a
- * shrinking _int_realloc never moves a chunk that is not mmapped).  Then
- * the new block's canary, state word (size, and the realloc's stack as
- * the allocation, as a moved block has) and tag (the realloc's thread).
- * The user bytes stay, and no copy of the old block waits in the
- * quarantine: the pointer is still the program's, so there is nothing
- * freed to check (what glibc and Scudo do; ASan always moves, to catch a
- * later use of the old pointer, which is the new one here: a free of it
- * and a free of the result are a double free, found at the second).
- * Returns p, or NULL when the block must move (the caller then moves it):
- * it grows past its chunk, its canary or chunk size word is damaged (the
- * move's free reports it), the chunk is mmapped, or a racing free won the
- * state word.  A free racing with the resize either wins (the caller's
- * move reports the double free) or loses to the new live word and frees
- * the resized block (blk_free's loop), its canary maybe not yet written:
- * a heap-overflow finding then, for what is a double free; a window of a
- * few instructions in a program that already frees a block twice.
- */
-static __attribute__((noinline)) void *realloc_in_place(struct hs_tls *t, void *p, uint64_t live, size_t n,
-							uint64_t site)
-{
-	struct bview v;
-	uint64_t csz, want, nw, old = live;
-	size_t clen, after, req;
-	char *r = (char *)p - HDR, *k;
-	uint32_t stack;
-	int small = n < SMALL_MAX;
-	if (ST_KIND(live) != ST_LIVE_S && ST_KIND(live) != ST_LIVE_L)
-		return NULL;
-	if (n >= SIZE56)
-		return NULL;
-	view_of_live(p, live, 0, &v);
-	memcpy(&csz, r - 8, sizeof csz); /* glibc's size word of p's chunk: size | flags */
-	if (csz & 2)
-		return NULL; /* mmapped: glibc's realloc may move it (mremap) */
-	want = small ? small_chunk(n) : large_chunk(n);
-	if ((csz & ~(uint64_t)7) < want)
-		return NULL; /* grows past its chunk */
-	/* the old block intact: else the move's free reports it */
-	if (chunk_damaged(p, v.small ? small_chunk(v.size) : large_chunk(v.size)))
-		return NULL;
-	clen = v.small ? canary_len_s(v.size) : canary_len(v.size);
-	if (clen ? !canary_ok(p, v.size, clen) : !exact_fit_intact(p, v.size))
-		return NULL;
-	after = small ? canary_len_s(n) : canary_len(n) + 8;
-	req = HDR + n + after;
-	stack = heap_stack(site);
-	nw = small ? ST_LIVE_S | (uint64_t)n << 8 | (uint64_t)alloc_word(stack) << 32 : ST_LIVE_L | (uint64_t)n << 8;
-	/* claim the block: the state word from its live word to the new one */
-	if (!state_cas(&hw(p)[1], &old, nw))
-		return NULL;
-	if ((csz & ~(uint64_t)7) > want + 16) {
-		/* glibc splits the rest off; in place (checked all the same) */
-		k = __libc_realloc(r, req);
-		if (HS_UNLIKELY(k != r)) {
-			/* glibc moved it after all (or failed, r unchanged): the
-			   block at k holds the old header and bytes; made a block
-			   of ours there as a new allocation is */
-			if (k == NULL) {
-				__atomic_store_n(&hw(p)[1], live, __ATOMIC_RELAXED);
-				return NULL;
-			}
-			p = k + HDR;
-			__atomic_store_n(&hw(p)[1], nw, __ATOMIC_RELAXED);
-		}
-	}
-	if (small) {
-		if (HS_LIKELY(after))
-			canary_put(p, n, after);
-		else
-			exact_fit_put(p, n);
-	} else {
-		uint64_t tw = (uint64_t)alloc_word(stack) << 32 | (uint64_t)(HDR >> 4) << 8 | check8(p);
-		canary_put(p, n, after - 8);
-		memcpy((char *)p + n + after - 8, &tw, sizeof tw);
-	}
-	__atomic_store_n(&hw(p)[0], tag_of(p, small, t->tid), __ATOMIC_RELAXED);
-	count_free(v.size);
-	count_alloc(n);
-	return p;
-}
-
 HS_HIDDEN void *hs_heap_realloc(void *p, size_t n, uint64_t site)
 {
 	struct hs_tls *t = &hs_tls;
@@ -2470,11 +2349,6 @@ HS_HIDDEN void *hs_heap_realloc(void *p, size_t n, uint64_t site)
 		hs_leave(t);
 		errno = e;
 		return NULL;
-	}
-	if ((q = realloc_in_place(t, p, st, n, site)) != NULL) {
-		hs_leave(t);
-		errno = e;
-		return q;
 	}
 	q = blk_alloc(t, n, 0, 0, site);
 	if (q) {

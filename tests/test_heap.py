@@ -575,64 +575,6 @@ def test_churn_without_double_free_no_finding(heisen, tmp_path):
     assert process_of(r, fact_int(p.stdout, "pid"))["heap"]["allocs"] >= 8 * 100000
 
 
-# ---- realloc: a block shrunk (or grown within its chunk) stays where it is -------
-
-
-def run_realloc_shrink(heisen, tmp_path, mode):
-    p = heisen.preload([target(heisen, "heap_realloc_shrink"), mode], tmp_path / "s",
-                       env={**HEAP, "HEISEN_ON_HEAP_ERROR": "continue"})
-    assert p.returncode == 0 and "done ok" in p.stdout, (p.returncode, p.stderr[-2000:])
-    return p, heisen.dump_json(tmp_path / "s", expect_rc=1)
-
-
-def test_shrink_to_fit_stays_and_an_overflow_past_the_new_end_is_found(heisen, tmp_path):
-    """A line read into a 512-byte buffer, realloc'd down to strlen (no room
-    for the NUL) and the NUL written past the new end: the realloc keeps the
-    pointer (glibc's shrink in place; heisen moved every block), and the
-    byte past the 47 new bytes is still found at the free, with the free's
-    stack and the realloc as the allocation."""
-    p, r = run_realloc_shrink(heisen, tmp_path, "overflow")
-    fx = facts(p.stdout)
-    assert fx["kept"] == fx["buffer"]
-    f = one(r, "heap-overflow")
-    assert len(heap_findings(r)) == 1, r["findings"]
-    assert hexint(f["address"]) == int(fx["kept"][0], 16) and f["size"] == 47
-    assert [s["role"] for s in f["stacks"]] == ["free", "allocation"]
-    assert frame_functions(stack_by_role(f, "free"))[:2] == ["drop_line", "main"]
-    assert frame_functions(stack_by_role(f, "allocation"))[:2] == ["shrink_to_fit_no_nul", "main"]
-
-
-def test_double_free_of_a_line_shrunk_in_place(heisen, tmp_path):
-    """The shrunk line dropped by two owners: the pointer realloc kept is
-    freed twice, a double free with its size after the shrink (48) and
-    its three stacks: the realloc as the allocation, both frees."""
-    p, r = run_realloc_shrink(heisen, tmp_path, "double-free")
-    fx = facts(p.stdout)
-    assert fx["kept"] == fx["buffer"]
-    assert len(heap_findings(r)) == 1, r["findings"]
-    f = one(r, "double-free")
-    pid = fact_int(p.stdout, "pid")
-    assert hexint(f["address"]) == int(fx["kept"][0], 16) and f["size"] == 48
-    assert f["tids"] == [pid, pid, pid]
-    assert frame_functions(stack_by_role(f, "second free"))[:2] == ["drop_line_again", "main"]
-    assert frame_functions(stack_by_role(f, "first free"))[:2] == ["drop_line", "main"]
-    assert frame_functions(stack_by_role(f, "allocation"))[:2] == ["shrink_to_fit", "main"]
-
-
-def test_lines_shrunk_and_grown_in_place_no_finding(heisen, tmp_path):
-    """A correct reader: 2,000 lines of 1 to 3,000 bytes read into 512-byte
-    and 8 KiB buffers, each shrunk to its length and grown a little again
-    (within its chunk or past it), every byte checked after each realloc:
-    no shrink moved the block, no finding, and the heap counts every block
-    freed at the end."""
-    p = heisen.preload([target(heisen, "heap_realloc_shrink"), "ok"], tmp_path / "s", env=HEAP)
-    assert p.returncode == 0 and "done ok" in p.stdout, (p.returncode, p.stdout, p.stderr[-2000:])
-    assert fact_int(p.stdout, "moved") == 0
-    r = heisen.dump_json(tmp_path / "s", expect_rc=0)
-    assert heap_findings(r) == []
-    assert process_of(r, fact_int(p.stdout, "pid"))["heap"]["allocs"] >= 2000 * 3
-
-
 # ---- wild pointers: free of memory that is not there ---------------------------
 
 
