@@ -74,6 +74,13 @@ HS_EXPORT void free(void *p)
 {
 	if (!p)
 		return;
+	/* the chunk header's line and the one after it, where a small
+	   block's canary mostly ends (heap_core.c blk_free reads both): their
+	   misses start here, together, and the canary's no longer waits for
+	   the header's size (bench/README.md "The free path's three untried
+	   levers").  A prefetch never faults: a wild pointer is fine */
+	__builtin_prefetch((const char *)p - 16);
+	__builtin_prefetch((const char *)p + 48);
 	HS_CHAOS(HS_CHAOS_FREE); /* chaos.c: --chaos */
 	if (hs_guard_owns(p)) { /* guarded.c: sampled guard pages */
 		hs_guard_free(p, HS_GUARD_SITE(), HS_GUARD_CFA());
