@@ -383,8 +383,10 @@ static __attribute__((noinline, cold)) int sem_acquire_real(sem_t *sem, const st
  * its whole life, so one held entry is the common case, and 3.8's main
  * thread holds one more, made by the interpreter in C -- as each one's
  * address, lock id, mode (with its trylock and recursion) and flags, with
- * the acquired class and the generation: the same entries under the same
- * class again have their edges in the graph already (edges are never
+ * the classes acquired under them (up to SEM_ORDERED_CLASSES, the oldest
+ * replaced; a worker's `with` of two queues and a counter lock under its
+ * thread-state lock) with the generation: the same entries under one of
+ * those classes again have their edges in the graph already (edges are never
  * removed from a segment), so hs_acq_ordered's edge lookups are skipped.  Kept only for an entry of a semaphore lock
  * (whose release count, relgen in locks.c, no other thread moves: a post
  * by a thread that does not hold it makes the class a counter instead),
@@ -397,9 +399,11 @@ static __thread struct {
 } sem_seen __attribute__((tls_model("initial-exec")));
 
 #define SEM_ORDERED_MAX 2u
+#define SEM_ORDERED_CLASSES 4u
 static __thread struct {
-	uint64_t id_gen;        /* the class acquired under them | hs_seg_gen << 32; id 0: none */
+	uint64_t id_gen[SEM_ORDERED_CLASSES]; /* classes acquired under them | hs_seg_gen << 32; 0: none */
 	uint32_t n;             /* entries kept: the held count then (1 or 2) */
+	uint32_t next;          /* the id_gen slot the next class learnt under them takes */
 	uint32_t flags[SEM_ORDERED_MAX];     /* held[i].flags */
 	uint64_t addr[SEM_ORDERED_MAX];      /* held[i].addr */
 	uint64_t lock_mode[SEM_ORDERED_MAX]; /* held[i]'s lock, mode, trylock, recursion: one word (sem_held_word) */
@@ -461,7 +465,10 @@ static inline __attribute__((always_inline)) int sem_ordered_hit(const struct hs
 	if (n == 0)
 		return 1;
 	id_gen = (uint64_t)id | (uint64_t)__atomic_load_n(&hs_seg_gen, __ATOMIC_RELAXED) << 32;
-	return HS_LIKELY(n == sem_ordered.n && sem_ordered.id_gen == id_gen && sem_ordered_same(&he[0], 0)) &&
+	return HS_LIKELY(n == sem_ordered.n &&
+			 ((sem_ordered.id_gen[0] == id_gen) | (sem_ordered.id_gen[1] == id_gen) |
+			  (sem_ordered.id_gen[2] == id_gen) | (sem_ordered.id_gen[3] == id_gen)) &&
+			 sem_ordered_same(&he[0], 0)) &&
 	       (n == 1 || HS_LIKELY(sem_ordered_same(&he[1], 1)));
 }
 
@@ -479,13 +486,20 @@ static int sem_acq_ordered_learn(struct hs_tls *t, const struct acq *a)
 		return 0;
 	if (n <= SEM_ORDERED_MAX && !a->fresh && sem_ordered_keeps(&he[0], a) &&
 	    (n == 1 || sem_ordered_keeps(&he[1], a))) {
-		sem_ordered.n = n;
-		for (uint32_t i = 0; i < n; i++) {
-			sem_ordered.addr[i] = he[i].addr;
-			sem_ordered.lock_mode[i] = sem_held_word(&he[i]);
-			sem_ordered.flags[i] = he[i].flags;
+		uint64_t id_gen = (uint64_t)a->id | (uint64_t)__atomic_load_n(&hs_seg_gen, __ATOMIC_RELAXED) << 32;
+		int same = n == sem_ordered.n && sem_ordered_same(&he[0], 0) && (n == 1 || sem_ordered_same(&he[1], 1));
+		if (!same) {
+			/* other held entries: the classes cleared under the old ones do not count */
+			memset(sem_ordered.id_gen, 0, sizeof sem_ordered.id_gen);
+			sem_ordered.next = 0;
+			sem_ordered.n = n;
+			for (uint32_t i = 0; i < n; i++) {
+				sem_ordered.addr[i] = he[i].addr;
+				sem_ordered.lock_mode[i] = sem_held_word(&he[i]);
+				sem_ordered.flags[i] = he[i].flags;
+			}
 		}
-		sem_ordered.id_gen = (uint64_t)a->id | (uint64_t)__atomic_load_n(&hs_seg_gen, __ATOMIC_RELAXED) << 32;
+		sem_ordered.id_gen[sem_ordered.next++ & (SEM_ORDERED_CLASSES - 1)] = id_gen;
 	}
 	return 1;
 }
@@ -697,6 +711,9 @@ HS_HOT HS_EXPORT int sem_post(sem_t *sem)
 		if (HS_LIKELY(n && n <= HS_HELD_MAX && th->held[n - 1].addr == addr) &&
 		    HS_LIKELY((id = sem_top_lock(sem, &th->held[n - 1])) != 0))
 			h = (int)n - 1; /* the common `with lock:`: the innermost entry is its acquisition */
+		else if (n && n <= HS_HELD_MAX && th->held[n - 1].addr == addr && th->held[n - 1].lock == 0)
+			h = (int)n - 1; /* a holding its holder probed (sem_probed: queue.Queue's notify
+					 * under its mutex): it orders nothing, its release no edge */
 		else
 			h = sem_post_lock(t, sem, &id);
 	}
@@ -709,7 +726,7 @@ HS_HOT HS_EXPORT int sem_post(sem_t *sem)
 	if (h >= 0 && HS_LIKELY(rc == 0)) {
 		/* its edge to the GIL is there already: hs_release need not ask
 		 * whether the GIL is held nor look the edge up */
-		if (HS_LIKELY(sem_gil_edge_known(id))) {
+		if (id == 0 || HS_LIKELY(sem_gil_edge_known(id))) {
 			if (!lock_release_top(t, addr)) {
 				th->held[h].flags |= HS_HELDF_GIL;
 				hs_release(t, addr);
