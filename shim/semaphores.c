@@ -765,9 +765,29 @@ HS_EXPORT int sem_init(sem_t *sem, int pshared, unsigned int value)
 		return rc;
 	hs_order_forget((uint64_t)(uintptr_t)sem); /* a new semaphore: no order from the last one there */
 	if (value == 1 && !pshared && sem_on() && !hs_py_internal(sem) && (t = hs_enter())) {
-		const struct hs_chain *c = hs_chain_call(site, cfa);
-		uint64_t key = c && c->python && c->py.n ? sem_class_key(&c->py) : 0;
-		if (key && (id = hs_lock_find(&hs_seg, key)) != 0) {
+		/* a known class found from the token's two frames, without a stack read
+		 * (sem_class_key of the pyframe ids the chain would have); a new class, or
+		 * frames the token cannot name: the chain decides, as it always did */
+		struct hs_pytoken tk;
+		uint64_t maker = hs_py_token_read(&tk) ? tk.fp : 0;
+		const struct hs_chain *c = NULL;
+		uint64_t key = 0;
+		if (maker) {
+			struct hs_pychain two;
+			uint32_t outer;
+			two.id[0] = hs_py_token_frame_ids(&hs_seg, &tk, &outer);
+			two.id[1] = outer;
+			two.n = outer ? 2 : 1;
+			if (two.id[0] && (tk.caller_code || !tk.prev))
+				id = hs_lock_find(&hs_seg, sem_class_key(&two));
+		}
+		if (!id) {
+			c = hs_chain_call(site, cfa);
+			key = c && c->python && c->py.n ? sem_class_key(&c->py) : 0;
+		}
+		if (id) {
+			/* a known class, found from the token */
+		} else if (key && (id = hs_lock_find(&hs_seg, key)) != 0) {
 			/* another lock of a known class: nothing to intern */
 		} else if (key) {
 			/* a new class: its first lock's whole stack names it */
@@ -781,12 +801,8 @@ HS_EXPORT int sem_init(sem_t *sem, int pshared, unsigned int value)
 			id = hs_lock_id(&hs_seg, (uint64_t)(uintptr_t)sem, HS_LOCK_SEMAPHORE, 0, stack, t->tid,
 					hs_now());
 		}
-		if (id) {
-			/* the frame that made it (sem_made_here) */
-			struct hs_pytoken tk;
-			uint64_t maker = hs_py_token_read(&tk) ? tk.fp : 0;
+		if (id) /* the frame that made it (sem_made_here) */
 			memcpy((char *)sem + SEM_MAKER_OFF, &maker, sizeof maker);
-		}
 		hs_leave(t);
 	}
 	sem_tag_set(sem, id);
