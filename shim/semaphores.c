@@ -383,9 +383,10 @@ static __attribute__((noinline, cold)) int sem_acquire_real(sem_t *sem, const st
  * its whole life, so one held entry is the common case, and 3.8's main
  * thread holds one more, made by the interpreter in C -- as each one's
  * address, lock id, mode (with its trylock and recursion) and flags, with
- * the classes acquired under them (up to SEM_ORDERED_CLASSES, the oldest
- * replaced; a worker's `with` of two queues and a counter lock under its
- * thread-state lock) with the generation: the same entries under one of
+ * the classes acquired under them (up to SEM_ORDERED_CLASSES, one per
+ * class id modulo that, so the check is one compare; a worker's `with` of
+ * two queues and a counter lock under its thread-state lock) with the
+ * generation: the same entries under one of
  * those classes again have their edges in the graph already (edges are never
  * removed from a segment), so hs_acq_ordered's edge lookups are skipped.  Kept only for an entry of a semaphore lock
  * (whose release count, relgen in locks.c, no other thread moves: a post
@@ -401,9 +402,9 @@ static __thread struct {
 #define SEM_ORDERED_MAX 2u
 #define SEM_ORDERED_CLASSES 4u
 static __thread struct {
-	uint64_t id_gen[SEM_ORDERED_CLASSES]; /* classes acquired under them | hs_seg_gen << 32; 0: none */
+	uint64_t id_gen[SEM_ORDERED_CLASSES]; /* classes acquired under them | hs_seg_gen << 32, each at
+						 its id modulo SEM_ORDERED_CLASSES; 0: none */
 	uint32_t n;             /* entries kept: the held count then (1 or 2) */
-	uint32_t next;          /* the id_gen slot the next class learnt under them takes */
 	uint32_t flags[SEM_ORDERED_MAX];     /* held[i].flags */
 	uint64_t addr[SEM_ORDERED_MAX];      /* held[i].addr */
 	uint64_t lock_mode[SEM_ORDERED_MAX]; /* held[i]'s lock, mode, trylock, recursion: one word (sem_held_word) */
@@ -465,9 +466,7 @@ static inline __attribute__((always_inline)) int sem_ordered_hit(const struct hs
 	if (n == 0)
 		return 1;
 	id_gen = (uint64_t)id | (uint64_t)__atomic_load_n(&hs_seg_gen, __ATOMIC_RELAXED) << 32;
-	return HS_LIKELY(n == sem_ordered.n &&
-			 ((sem_ordered.id_gen[0] == id_gen) | (sem_ordered.id_gen[1] == id_gen) |
-			  (sem_ordered.id_gen[2] == id_gen) | (sem_ordered.id_gen[3] == id_gen)) &&
+	return HS_LIKELY(n == sem_ordered.n && sem_ordered.id_gen[id & (SEM_ORDERED_CLASSES - 1)] == id_gen &&
 			 sem_ordered_same(&he[0], 0)) &&
 	       (n == 1 || HS_LIKELY(sem_ordered_same(&he[1], 1)));
 }
@@ -491,7 +490,6 @@ static int sem_acq_ordered_learn(struct hs_tls *t, const struct acq *a)
 		if (!same) {
 			/* other held entries: the classes cleared under the old ones do not count */
 			memset(sem_ordered.id_gen, 0, sizeof sem_ordered.id_gen);
-			sem_ordered.next = 0;
 			sem_ordered.n = n;
 			for (uint32_t i = 0; i < n; i++) {
 				sem_ordered.addr[i] = he[i].addr;
@@ -499,7 +497,7 @@ static int sem_acq_ordered_learn(struct hs_tls *t, const struct acq *a)
 				sem_ordered.flags[i] = he[i].flags;
 			}
 		}
-		sem_ordered.id_gen[sem_ordered.next++ & (SEM_ORDERED_CLASSES - 1)] = id_gen;
+		sem_ordered.id_gen[a->id & (SEM_ORDERED_CLASSES - 1)] = id_gen;
 	}
 	return 1;
 }
