@@ -1478,6 +1478,13 @@ static uint32_t token_frame_id(struct hs_seg *s, uint64_t code, uint64_t instr, 
 	return id;
 }
 
+uint32_t hs_py_token_frame_ids(struct hs_seg *s, const struct hs_pytoken *tk, uint32_t *caller)
+{
+	uint32_t id = token_frame_id(s, tk->code, tk->instr, 0);
+	*caller = id && tk->caller_code ? token_frame_id(s, tk->caller_code, tk->caller_instr, 0) : 0;
+	return id;
+}
+
 /* Frame want in the thread's chain now: its address, 0 when not there;
  * *b the evaluation-loop calls ended before it (inner to it). */
 static uint64_t chain_find(uint64_t want, unsigned *b, unsigned *budget)

@@ -383,8 +383,11 @@ static __attribute__((noinline, cold)) int sem_acquire_real(sem_t *sem, const st
  * its whole life, so one held entry is the common case, and 3.8's main
  * thread holds one more, made by the interpreter in C -- as each one's
  * address, lock id, mode (with its trylock and recursion) and flags, with
- * the acquired class and the generation: the same entries under the same
- * class again have their edges in the graph already (edges are never
+ * the classes acquired under them (up to SEM_ORDERED_CLASSES, one per
+ * class id modulo that, so the check is one compare; a worker's `with` of
+ * two queues and a counter lock under its thread-state lock) with the
+ * generation: the same entries under one of
+ * those classes again have their edges in the graph already (edges are never
  * removed from a segment), so hs_acq_ordered's edge lookups are skipped.  Kept only for an entry of a semaphore lock
  * (whose release count, relgen in locks.c, no other thread moves: a post
  * by a thread that does not hold it makes the class a counter instead),
@@ -397,8 +400,10 @@ static __thread struct {
 } sem_seen __attribute__((tls_model("initial-exec")));
 
 #define SEM_ORDERED_MAX 2u
+#define SEM_ORDERED_CLASSES 4u
 static __thread struct {
-	uint64_t id_gen;        /* the class acquired under them | hs_seg_gen << 32; id 0: none */
+	uint64_t id_gen[SEM_ORDERED_CLASSES]; /* classes acquired under them | hs_seg_gen << 32, each at
+						 its id modulo SEM_ORDERED_CLASSES; 0: none */
 	uint32_t n;             /* entries kept: the held count then (1 or 2) */
 	uint32_t flags[SEM_ORDERED_MAX];     /* held[i].flags */
 	uint64_t addr[SEM_ORDERED_MAX];      /* held[i].addr */
@@ -461,7 +466,8 @@ static inline __attribute__((always_inline)) int sem_ordered_hit(const struct hs
 	if (n == 0)
 		return 1;
 	id_gen = (uint64_t)id | (uint64_t)__atomic_load_n(&hs_seg_gen, __ATOMIC_RELAXED) << 32;
-	return HS_LIKELY(n == sem_ordered.n && sem_ordered.id_gen == id_gen && sem_ordered_same(&he[0], 0)) &&
+	return HS_LIKELY(n == sem_ordered.n && sem_ordered.id_gen[id & (SEM_ORDERED_CLASSES - 1)] == id_gen &&
+			 sem_ordered_same(&he[0], 0)) &&
 	       (n == 1 || HS_LIKELY(sem_ordered_same(&he[1], 1)));
 }
 
@@ -479,13 +485,19 @@ static int sem_acq_ordered_learn(struct hs_tls *t, const struct acq *a)
 		return 0;
 	if (n <= SEM_ORDERED_MAX && !a->fresh && sem_ordered_keeps(&he[0], a) &&
 	    (n == 1 || sem_ordered_keeps(&he[1], a))) {
-		sem_ordered.n = n;
-		for (uint32_t i = 0; i < n; i++) {
-			sem_ordered.addr[i] = he[i].addr;
-			sem_ordered.lock_mode[i] = sem_held_word(&he[i]);
-			sem_ordered.flags[i] = he[i].flags;
+		uint64_t id_gen = (uint64_t)a->id | (uint64_t)__atomic_load_n(&hs_seg_gen, __ATOMIC_RELAXED) << 32;
+		int same = n == sem_ordered.n && sem_ordered_same(&he[0], 0) && (n == 1 || sem_ordered_same(&he[1], 1));
+		if (!same) {
+			/* other held entries: the classes cleared under the old ones do not count */
+			memset(sem_ordered.id_gen, 0, sizeof sem_ordered.id_gen);
+			sem_ordered.n = n;
+			for (uint32_t i = 0; i < n; i++) {
+				sem_ordered.addr[i] = he[i].addr;
+				sem_ordered.lock_mode[i] = sem_held_word(&he[i]);
+				sem_ordered.flags[i] = he[i].flags;
+			}
 		}
-		sem_ordered.id_gen = (uint64_t)a->id | (uint64_t)__atomic_load_n(&hs_seg_gen, __ATOMIC_RELAXED) << 32;
+		sem_ordered.id_gen[a->id & (SEM_ORDERED_CLASSES - 1)] = id_gen;
 	}
 	return 1;
 }
@@ -697,6 +709,9 @@ HS_HOT HS_EXPORT int sem_post(sem_t *sem)
 		if (HS_LIKELY(n && n <= HS_HELD_MAX && th->held[n - 1].addr == addr) &&
 		    HS_LIKELY((id = sem_top_lock(sem, &th->held[n - 1])) != 0))
 			h = (int)n - 1; /* the common `with lock:`: the innermost entry is its acquisition */
+		else if (n && n <= HS_HELD_MAX && th->held[n - 1].addr == addr && th->held[n - 1].lock == 0)
+			h = (int)n - 1; /* a holding its holder probed (sem_probed: queue.Queue's notify
+					 * under its mutex): it orders nothing, its release no edge */
 		else
 			h = sem_post_lock(t, sem, &id);
 	}
@@ -709,7 +724,7 @@ HS_HOT HS_EXPORT int sem_post(sem_t *sem)
 	if (h >= 0 && HS_LIKELY(rc == 0)) {
 		/* its edge to the GIL is there already: hs_release need not ask
 		 * whether the GIL is held nor look the edge up */
-		if (HS_LIKELY(sem_gil_edge_known(id))) {
+		if (id == 0 || HS_LIKELY(sem_gil_edge_known(id))) {
 			if (!lock_release_top(t, addr)) {
 				th->held[h].flags |= HS_HELDF_GIL;
 				hs_release(t, addr);
@@ -748,9 +763,29 @@ HS_EXPORT int sem_init(sem_t *sem, int pshared, unsigned int value)
 		return rc;
 	hs_order_forget((uint64_t)(uintptr_t)sem); /* a new semaphore: no order from the last one there */
 	if (value == 1 && !pshared && sem_on() && !hs_py_internal(sem) && (t = hs_enter())) {
-		const struct hs_chain *c = hs_chain_call(site, cfa);
-		uint64_t key = c && c->python && c->py.n ? sem_class_key(&c->py) : 0;
-		if (key && (id = hs_lock_find(&hs_seg, key)) != 0) {
+		/* a known class found from the token's two frames, without a stack read
+		 * (sem_class_key of the pyframe ids the chain would have); a new class, or
+		 * frames the token cannot name: the chain decides, as it always did */
+		struct hs_pytoken tk;
+		uint64_t maker = hs_py_token_read(&tk) ? tk.fp : 0;
+		const struct hs_chain *c = NULL;
+		uint64_t key = 0;
+		if (maker) {
+			struct hs_pychain two;
+			uint32_t outer;
+			two.id[0] = hs_py_token_frame_ids(&hs_seg, &tk, &outer);
+			two.id[1] = outer;
+			two.n = outer ? 2 : 1;
+			if (two.id[0] && (tk.caller_code || !tk.prev))
+				id = hs_lock_find(&hs_seg, sem_class_key(&two));
+		}
+		if (!id) {
+			c = hs_chain_call(site, cfa);
+			key = c && c->python && c->py.n ? sem_class_key(&c->py) : 0;
+		}
+		if (id) {
+			/* a known class, found from the token */
+		} else if (key && (id = hs_lock_find(&hs_seg, key)) != 0) {
 			/* another lock of a known class: nothing to intern */
 		} else if (key) {
 			/* a new class: its first lock's whole stack names it */
@@ -764,12 +799,8 @@ HS_EXPORT int sem_init(sem_t *sem, int pshared, unsigned int value)
 			id = hs_lock_id(&hs_seg, (uint64_t)(uintptr_t)sem, HS_LOCK_SEMAPHORE, 0, stack, t->tid,
 					hs_now());
 		}
-		if (id) {
-			/* the frame that made it (sem_made_here) */
-			struct hs_pytoken tk;
-			uint64_t maker = hs_py_token_read(&tk) ? tk.fp : 0;
+		if (id) /* the frame that made it (sem_made_here) */
 			memcpy((char *)sem + SEM_MAKER_OFF, &maker, sizeof maker);
-		}
 		hs_leave(t);
 	}
 	sem_tag_set(sem, id);

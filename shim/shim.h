@@ -1505,6 +1505,13 @@ unsigned hs_py_chain_frames(struct hs_seg *s, const uint64_t *pcs, unsigned n, u
  * token: its fields could pass the comparison. */
 int hs_py_token(struct hs_pytoken *tk);
 
+/* The pyframe ids (segment s) of a token's frame and of its calling Python
+ * frame (*caller 0: none named), as a chain read then would name them
+ * (hs_py_chain_frames); 0 when the frame cannot be named.  The token just
+ * read by this thread (its frames live).  A Python lock's class key
+ * without a stack read (semaphores.c sem_init). */
+uint32_t hs_py_token_frame_ids(struct hs_seg *s, const struct hs_pytoken *tk, uint32_t *caller);
+
 /* hs_py_token for a caller that keeps no token: tk read whole. */
 static inline int hs_py_token_read(struct hs_pytoken *tk)
 {
