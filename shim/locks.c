@@ -1147,6 +1147,9 @@ void hs_locks_on_free(void *p, size_t size)
 	if (!size)
 		size = malloc_usable_size(p);
 	hi = lo + size;
+	/* no lock address ever noted in [lo, hi): none lives there, none held there */
+	if (HS_LIKELY(!hs_lock_mem_seen(lo, hi)))
+		return;
 	n = th->held_count < HS_HELD_MAX ? th->held_count : HS_HELD_MAX;
 	for (int i = (int)n - 1; i >= 0; i--)
 		if (th->held[i].addr >= lo && th->held[i].addr < hi)
