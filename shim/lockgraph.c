@@ -162,6 +162,17 @@ static inline int bit_seen(const uint64_t *map, uint32_t b)
 	return (__atomic_load_n(&map[b / 64], __ATOMIC_RELAXED) >> (b % 64)) & 1;
 }
 
+int hs_lock_mem_seen_long(uint64_t lo, uint64_t hi)
+{
+	uint64_t last = hi > lo ? hi - 1 : lo;
+	if (last - lo < 4096) /* at most 65 granules: two loads */
+		return hs_lock_bits_any(hs_lock_granules, HS_LOCK_GRANULE_BITS, lo >> HS_LOCK_GRANULE_SHIFT,
+					last >> HS_LOCK_GRANULE_SHIFT);
+	if ((last >> 12) - (lo >> 12) >= 256)
+		return 1;
+	return hs_lock_bits_any(hs_lock_pages, HS_LOCK_PAGE_BITS, lo >> 12, last >> 12);
+}
+
 /* A lock node is made at addr: its granule, its page and the page of its
  * last byte (a lock that straddles a page) are noted. */
 static void addr_note(uint64_t addr)

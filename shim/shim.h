@@ -1285,15 +1285,21 @@ static inline int hs_lock_bits_any(const uint64_t *map, uint32_t nbits, uint64_t
 	}
 }
 
+/* hs_lock_mem_seen beyond one word of granules (or an empty range: lo's
+ * granule); out of line, so that the common free saves no registers
+ * (lockgraph.c). */
+HS_HIDDEN int hs_lock_mem_seen_long(uint64_t lo, uint64_t hi);
+
 static inline int hs_lock_mem_seen(uint64_t lo, uint64_t hi)
 {
-	uint64_t last = hi > lo ? hi - 1 : lo;
-	if (HS_LIKELY(last - lo < 4096)) /* at most 65 granules: one or two loads */
-		return hs_lock_bits_any(hs_lock_granules, HS_LOCK_GRANULE_BITS, lo >> HS_LOCK_GRANULE_SHIFT,
-					last >> HS_LOCK_GRANULE_SHIFT);
-	if ((last >> 12) - (lo >> 12) >= 256)
-		return 1;
-	return hs_lock_bits_any(hs_lock_pages, HS_LOCK_PAGE_BITS, lo >> 12, last >> 12);
+	/* k: the granules after lo's (hi <= lo: huge, the long way) */
+	uint64_t g = lo >> HS_LOCK_GRANULE_SHIFT, k = ((hi - 1) >> HS_LOCK_GRANULE_SHIFT) - g;
+	uint32_t sh = (uint32_t)g % 64;
+	if (HS_LIKELY(k < 64 - sh)) /* most blocks: their granules in one word, one load */
+		return ((__atomic_load_n(&hs_lock_granules[(g / 64) & (HS_LOCK_GRANULE_BITS / 64 - 1)],
+					 __ATOMIC_RELAXED) >> sh) &
+			((2ull << k) - 1)) != 0; /* k 63: 2 << 63 is 0, the mask all ones */
+	return hs_lock_mem_seen_long(lo, hi);
 }
 
 /*
