@@ -1222,8 +1222,9 @@ uint32_t hs_lock_find(struct hs_seg *s, uint64_t addr);
 void hs_lock_forget_range(struct hs_seg *s, uint64_t lo, uint64_t hi);
 
 /*
- * The memory [p, p + size) is being freed (size 0: glibc's usable size of
- * p, read only when needed): locks in it are gone.  Ends the calling
+ * The memory [p, p + size) is being freed (size 0: glibc's
+ * malloc_usable_size of p, called directly, not through the exported hook):
+ * locks in it are gone.  Ends the calling
  * thread's held state of those locks and forgets their identity, so that a
  * new lock in the same memory is a new lock (Helgrind's tc04_free_lock).
  * Called by the heap hook (heap_core.c) before the memory goes back; cheap when
@@ -1240,8 +1241,9 @@ void hs_locks_on_free(void *p, size_t size);
  * of the address space modulo the map (the number itself, not a hash: a
  * heap's pieces are contiguous, so any 256 MiB of them fall on distinct
  * bits):
- *   - granules: 64 bytes (addr >> 6, HS_LOCK_GRANULE_BITS), asked for a
- *     range up to 4 KiB: a small block freed next to a heap-allocated lock
+ *   - granules: 64 bytes (addr >> 6, HS_LOCK_GRANULE_BITS: 512 KiB of
+ *     zero-filled bss, a page of it committed when first written for 32 MiB
+ *     of address space), asked for a range up to 4 KiB: a small block freed next to a heap-allocated lock
  *     (sqlite's mutexes live in heap blocks among the connection's small
  *     ones) does not pass unless its own 64 bytes held a lock's address;
  *   - pages: 4 KiB (addr >> 12, HS_LOCK_PAGE_BITS; the page of a lock's
