@@ -1287,7 +1287,7 @@ static inline int hs_lock_bits_any(const uint64_t *map, uint32_t nbits, uint64_t
 	}
 }
 
-/* hs_lock_mem_seen beyond one word of granules (or an empty range: lo's
+/* hs_lock_mem_seen beyond two words of granules (or an empty range: lo's
  * granule); out of line, so that the common free saves no registers
  * (lockgraph.c). */
 HS_HIDDEN int hs_lock_mem_seen_long(uint64_t lo, uint64_t hi);
@@ -1296,11 +1296,15 @@ static inline int hs_lock_mem_seen(uint64_t lo, uint64_t hi)
 {
 	/* k: the granules after lo's (hi <= lo: huge, the long way) */
 	uint64_t g = lo >> HS_LOCK_GRANULE_SHIFT, k = ((hi - 1) >> HS_LOCK_GRANULE_SHIFT) - g;
-	uint32_t sh = (uint32_t)g % 64;
+	uint32_t sh = (uint32_t)g % 64, w = (uint32_t)(g / 64) & (HS_LOCK_GRANULE_BITS / 64 - 1);
 	if (HS_LIKELY(k < 64 - sh)) /* most blocks: their granules in one word, one load */
-		return ((__atomic_load_n(&hs_lock_granules[(g / 64) & (HS_LOCK_GRANULE_BITS / 64 - 1)],
-					 __ATOMIC_RELAXED) >> sh) &
-			((2ull << k) - 1)) != 0; /* k 63: 2 << 63 is 0, the mask all ones */
+		return ((__atomic_load_n(&hs_lock_granules[w], __ATOMIC_RELAXED) >> sh) & ((2ull << k) - 1)) !=
+		       0; /* k 63: 2 << 63 is 0, the mask all ones */
+	if (k <= 64) /* up to 4 KiB across a word's end: the rest of this word, the start of the next */
+		return (__atomic_load_n(&hs_lock_granules[w], __ATOMIC_RELAXED) >> sh) != 0 ||
+		       (__atomic_load_n(&hs_lock_granules[(w + 1) & (HS_LOCK_GRANULE_BITS / 64 - 1)],
+					__ATOMIC_RELAXED) &
+			((2ull << (sh + k - 64)) - 1)) != 0;
 	return hs_lock_mem_seen_long(lo, hi);
 }
 
