@@ -2288,7 +2288,7 @@ HS_HIDDEN void hs_heap_free(void *p, uint64_t site)
 			n = ST_LSIZE(w1);
 		else
 			n = blk_view(p, &v) ? v.size : 0;
-		if (HS_UNLIKELY(hs_lock_pages_seen((uintptr_t)p, (uintptr_t)p + n)))
+		if (HS_UNLIKELY(hs_lock_mem_seen((uintptr_t)p, (uintptr_t)p + n)))
 			hs_locks_on_free(p, n);
 		/* ---- */
 		blk_free(t, ring, p, site);

@@ -145,31 +145,46 @@ static int32_t outlived_tid(uint32_t id, uint64_t *since)
 }
 
 
-/* Pages (addr >> 12, modulo HS_LOCK_PAGE_BITS) where a lock was ever created: frees elsewhere
- * skip the lock graph at the cost of one load (process-private; shim.h
- * hs_lock_pages_seen). */
+/* Where lock addresses were ever noted: 4 KiB pages and 64-byte granules,
+ * each modulo its map; frees elsewhere skip the lock graph at the cost of a
+ * load or two (process-private; shim.h hs_lock_mem_seen). */
 HS_HIDDEN uint64_t hs_lock_pages[HS_LOCK_PAGE_BITS / 64];
-#define lock_pages hs_lock_pages
+HS_HIDDEN uint64_t hs_lock_granules[HS_LOCK_GRANULE_BITS / 64];
 
-static inline uint32_t page_bit(uint64_t addr)
+static inline void bit_note(uint64_t *map, uint32_t b)
 {
-	return hs_lock_page_bit(addr);
+	if (!(__atomic_load_n(&map[b / 64], __ATOMIC_RELAXED) & (1ull << (b % 64))))
+		__atomic_or_fetch(&map[b / 64], 1ull << (b % 64), __ATOMIC_RELAXED);
 }
 
-static void page_note(uint64_t addr)
+static inline int bit_seen(const uint64_t *map, uint32_t b)
 {
-	uint32_t b = page_bit(addr);
-	if (!(__atomic_load_n(&lock_pages[b / 64], __ATOMIC_RELAXED) & (1ull << (b % 64))))
-		__atomic_or_fetch(&lock_pages[b / 64], 1ull << (b % 64), __ATOMIC_RELAXED);
-	b = page_bit(addr + 63); /* a lock that straddles a page */
-	if (!(__atomic_load_n(&lock_pages[b / 64], __ATOMIC_RELAXED) & (1ull << (b % 64))))
-		__atomic_or_fetch(&lock_pages[b / 64], 1ull << (b % 64), __ATOMIC_RELAXED);
+	return (__atomic_load_n(&map[b / 64], __ATOMIC_RELAXED) >> (b % 64)) & 1;
 }
 
-static int page_seen(uint64_t addr)
+int hs_lock_mem_seen_long(uint64_t lo, uint64_t hi)
 {
-	uint32_t b = page_bit(addr);
-	return (__atomic_load_n(&lock_pages[b / 64], __ATOMIC_RELAXED) >> (b % 64)) & 1;
+	uint64_t last = hi > lo ? hi - 1 : lo;
+	if (last - lo < 4096) /* at most 65 granules: two loads */
+		return hs_lock_bits_any(hs_lock_granules, HS_LOCK_GRANULE_BITS, lo >> HS_LOCK_GRANULE_SHIFT,
+					last >> HS_LOCK_GRANULE_SHIFT);
+	if ((last >> 12) - (lo >> 12) >= 256)
+		return 1;
+	return hs_lock_bits_any(hs_lock_pages, HS_LOCK_PAGE_BITS, lo >> 12, last >> 12);
+}
+
+/* A lock node is made at addr: its granule, its page and the page of its
+ * last byte (a lock that straddles a page) are noted. */
+static void addr_note(uint64_t addr)
+{
+	bit_note(hs_lock_granules, hs_lock_granule_bit(addr));
+	bit_note(hs_lock_pages, hs_lock_page_bit(addr));
+	bit_note(hs_lock_pages, hs_lock_page_bit(addr + 63));
+}
+
+static int addr_seen(uint64_t addr)
+{
+	return bit_seen(hs_lock_granules, hs_lock_granule_bit(addr));
 }
 
 /*
@@ -252,7 +267,7 @@ uint32_t hs_lock_id(struct hs_seg *s, uint64_t addr, unsigned kind, unsigned fla
 		}
 		gen = slot->aux + 1;
 	}
-	page_note(addr);
+	addr_note(addr);
 	/* a destroyed (or freed) lock of the same class: its node again (lockdep's lock classes) */
 	cslot = stack ? index_probe(s, s->lock_index, icap, class_key(kind, stack)) : NULL;
 	if (cslot && cslot->key == class_key(kind, stack) && (id = cslot->value) != 0 && id < tab->count &&
@@ -332,7 +347,7 @@ uint32_t hs_lock_find(struct hs_seg *s, uint64_t addr)
 void hs_lock_forget(struct hs_seg *s, uint64_t addr)
 {
 	/* pthread_*_init of a fresh lock: nothing to forget, no graph lock */
-	if (!page_seen(addr) || !hs_lock_find(s, addr))
+	if (!addr_seen(addr) || !hs_lock_find(s, addr))
 		return;
 	graph_lock(s);
 	forget_locked(s, addr);
@@ -341,24 +356,22 @@ void hs_lock_forget(struct hs_seg *s, uint64_t addr)
 
 void hs_lock_forget_range(struct hs_seg *s, uint64_t lo, uint64_t hi)
 {
-	int seen = 0;
-	if (hi <= lo)
-		return;
-	/* the pages of [lo, hi), at most 256 of them looked at; beyond, assume seen */
-	if (hi - lo > 256ull << 12)
-		seen = 1;
-	for (uint64_t pg = lo & ~4095ull; !seen && pg < hi; pg += 4096)
-		seen = page_seen(pg);
-	if (!seen)
+	if (hi <= lo || !hs_lock_mem_seen(lo, hi))
 		return;
 	if (hi - lo <= 4096) {
-		/* a lock is 8-byte aligned: look each candidate up, lock-free first */
-		for (uint64_t a = (lo + 7) & ~7ull; a < hi; a += 8)
-			if (hs_lock_find(s, a)) {
-				graph_lock(s);
-				forget_locked(s, a);
-				graph_unlock(s);
-			}
+		/* a lock is 8-byte aligned: look each candidate of a noted granule
+		   up, lock-free first (the index's lines are other cores' writes) */
+		const uint64_t g = 1ull << HS_LOCK_GRANULE_SHIFT;
+		for (uint64_t gs = lo & ~(g - 1); gs < hi; gs += g) {
+			if (!addr_seen(gs))
+				continue;
+			for (uint64_t a = gs > lo ? gs : (lo + 7) & ~7ull; a < gs + g && a < hi; a += 8)
+				if (hs_lock_find(s, a)) {
+					graph_lock(s);
+					forget_locked(s, a);
+					graph_unlock(s);
+				}
+		}
 		return;
 	}
 	graph_lock(s);

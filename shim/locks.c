@@ -13,6 +13,7 @@
  * the original and records only what actually happened (docs/design.md
  * "Rules of the code", 4).
  */
+#include <dlfcn.h>
 #include <errno.h>
 #include <stddef.h>
 #include <malloc.h>
@@ -1136,22 +1137,53 @@ static void destroyed(struct hs_tls *t, uint64_t addr)
 	hs_rec(t, lock_now(), HS_REC_LOCK_DESTROYED, 0, addr, 0, 0);
 }
 
-void hs_locks_on_free(void *p, size_t size)
+/* glibc's malloc_usable_size itself, for hs_locks_on_free's size 0 (the
+ * heap checker off: every block is glibc's; the exported hook would ask the
+ * guard pages and the heap checker first).  Resolved at the first use with
+ * the hooks shut (dlvsym may allocate); NULL until then. */
+static size_t (*libc_usable_size)(void *);
+
+static __attribute__((noinline, cold)) size_t libc_usable_size_first(void *p)
+{
+	int was = hs_tls.in_hook;
+	size_t (*f)(void *);
+	hs_tls.in_hook = 1;
+	f = (size_t(*)(void *))dlvsym(RTLD_NEXT, "malloc_usable_size", "GLIBC_2.2.5");
+	hs_tls.in_hook = was;
+	if (!f)
+		return malloc_usable_size(p); /* the hook, which resolves it its own way */
+	__atomic_store_n(&libc_usable_size, f, __ATOMIC_RELEASE);
+	return f(p);
+}
+
+/* [lo, hi) passed the filter: the thread's held entries in it end and its
+ * locks are forgotten.  Out of line: the common free saves no registers. */
+static __attribute__((noinline)) void locks_freed(uint64_t lo, uint64_t hi)
 {
 	struct hs_thread *th = hs_tls.slot;
-	uint64_t lo = (uint64_t)(uintptr_t)p, hi;
 	uint32_t n;
-	if (!p || !__atomic_load_n(&hs_recording, __ATOMIC_ACQUIRE) || !th || hs_tls.dead ||
-	    hs_tls.seg_gen != __atomic_load_n(&hs_seg_gen, __ATOMIC_ACQUIRE))
+	if (!th || hs_tls.dead || hs_tls.seg_gen != __atomic_load_n(&hs_seg_gen, __ATOMIC_ACQUIRE))
 		return;
-	if (!size)
-		size = malloc_usable_size(p);
-	hi = lo + size;
 	n = th->held_count < HS_HELD_MAX ? th->held_count : HS_HELD_MAX;
 	for (int i = (int)n - 1; i >= 0; i--)
 		if (th->held[i].addr >= lo && th->held[i].addr < hi)
 			held_remove(th, i);
 	hs_lock_forget_range(&hs_seg, lo, hi);
+}
+
+void hs_locks_on_free(void *p, size_t size)
+{
+	uint64_t lo = (uint64_t)(uintptr_t)p;
+	if (!p || !__atomic_load_n(&hs_recording, __ATOMIC_ACQUIRE))
+		return;
+	if (!size) {
+		size_t (*f)(void *) = __atomic_load_n(&libc_usable_size, __ATOMIC_ACQUIRE);
+		size = HS_LIKELY(f) ? f(p) : libc_usable_size_first(p);
+	}
+	/* no lock address ever noted in [lo, lo + size): none lives there, none is held there */
+	if (HS_LIKELY(!hs_lock_mem_seen(lo, lo + size)))
+		return;
+	locks_freed(lo, lo + size);
 }
 
 /*

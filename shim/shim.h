@@ -1241,58 +1241,90 @@ uint32_t hs_lock_find(struct hs_seg *s, uint64_t addr);
 void hs_lock_forget_range(struct hs_seg *s, uint64_t lo, uint64_t hi);
 
 /*
- * The memory [p, p + size) is being freed (size 0: glibc's usable size of
- * p, read only when needed): locks in it are gone.  Ends the calling
+ * The memory [p, p + size) is being freed (size 0: glibc's
+ * malloc_usable_size of p, called directly, not through the exported hook):
+ * locks in it are gone.  Ends the calling
  * thread's held state of those locks and forgets their identity, so that a
  * new lock in the same memory is a new lock (Helgrind's tc04_free_lock).
  * Called by the heap hook (heap_core.c) before the memory goes back; cheap when
- * the thread holds no lock and no lock was ever in those pages.  Callable
+ * no lock address was ever noted in those bytes (hs_lock_mem_seen, asked
+ * first: the hook need not ask it itself).  Callable
  * inside a hook (it takes no guard); never allocates.
  */
 void hs_locks_on_free(void *p, size_t size);
 
 /*
- * The filter in front of hs_locks_on_free: a bitmap of pages (addr >> 12,
- * modulo HS_LOCK_PAGE_BITS) where a lock node was ever made (lockgraph.c
- * notes the page of the lock's first and last byte when it makes the node;
- * process-private, a fork child inherits it).  0 when no page of [lo, hi)
- * was ever noted: no lock lives there and the thread holds none there (a
- * held entry always has a node), so a free may skip hs_locks_on_free; 1 may
- * be an alias (pages 256 MiB apart share a bit).  Ranges over 256 pages
- * answer 1 without looking.  One load per page, no call: the heap hook asks
- * it at every free.
+ * The filter in front of hs_locks_on_free: two bitmaps of where a lock node
+ * was ever made (lockgraph.c notes a lock's address when it makes the node;
+ * process-private, a fork child inherits them), each bit a fixed-size piece
+ * of the address space modulo the map (the number itself, not a hash: a
+ * heap's pieces are contiguous, so any 256 MiB of them fall on distinct
+ * bits):
+ *   - granules: 64 bytes (addr >> 6, HS_LOCK_GRANULE_BITS: 512 KiB of
+ *     zero-filled bss, a page of it committed when first written for 32 MiB
+ *     of address space), asked for a range up to 4 KiB: a small block freed next to a heap-allocated lock
+ *     (sqlite's mutexes live in heap blocks among the connection's small
+ *     ones) does not pass unless its own 64 bytes held a lock's address;
+ *   - pages: 4 KiB (addr >> 12, HS_LOCK_PAGE_BITS; the page of a lock's
+ *     first and last byte), asked for longer ranges; over 256 pages the
+ *     answer is 1 without looking.
+ * hs_lock_mem_seen answers 0 when no lock address in [lo, hi) was ever
+ * noted: no lock lives there and the thread holds none there (a held entry
+ * always has a node), so a free may skip hs_locks_on_free; 1 may be an alias
+ * or a lock made and forgotten since.  At most two loads for a block up to
+ * 4 KiB, no call: the heap hook asks it at every free.
  */
 #define HS_LOCK_PAGE_BITS 65536u
+#define HS_LOCK_GRANULE_SHIFT 6
+#define HS_LOCK_GRANULE_BITS (1u << 22)
 extern HS_HIDDEN uint64_t hs_lock_pages[HS_LOCK_PAGE_BITS / 64];
+extern HS_HIDDEN uint64_t hs_lock_granules[HS_LOCK_GRANULE_BITS / 64];
 
 static inline uint32_t hs_lock_page_bit(uint64_t addr)
 {
-	/* the page number itself, not a hash: the heap's pages are contiguous,
-	   so any 256 MiB of them fall on distinct bits */
 	return (uint32_t)(addr >> 12) & (HS_LOCK_PAGE_BITS - 1);
 }
 
-static inline int hs_lock_pages_seen(uint64_t lo, uint64_t hi)
+static inline uint32_t hs_lock_granule_bit(uint64_t addr)
 {
-	uint64_t pg = lo >> 12, last = hi > lo ? (hi - 1) >> 12 : pg;
-	if (HS_LIKELY(last == pg)) { /* most blocks: one page, one bit */
-		uint32_t b = hs_lock_page_bit(lo);
-		return (__atomic_load_n(&hs_lock_pages[b / 64], __ATOMIC_RELAXED) >> (b % 64)) & 1;
-	}
-	if (last - pg >= 256)
-		return 1;
-	/* a page's bits lie in a row: up to 64 pages per load (a 256 KiB
-	   block is 1 to 2 loads, not 64) */
+	return (uint32_t)(addr >> HS_LOCK_GRANULE_SHIFT) & (HS_LOCK_GRANULE_BITS - 1);
+}
+
+/* Is any bit of pieces [first, last] set in map (nbits a power of 2, a
+ * piece's bit its number modulo nbits)?  Up to 64 pieces a load. */
+static inline int hs_lock_bits_any(const uint64_t *map, uint32_t nbits, uint64_t first, uint64_t last)
+{
 	for (;;) {
-		uint32_t b = hs_lock_page_bit(pg << 12), sh = b % 64;
-		uint64_t span = 64 - sh < last - pg + 1 ? 64 - sh : last - pg + 1;
+		uint32_t b = (uint32_t)first & (nbits - 1), sh = b % 64;
+		uint64_t span = 64 - sh < last - first + 1 ? 64 - sh : last - first + 1;
 		uint64_t mask = (span == 64 ? ~0ull : (1ull << span) - 1) << sh;
-		if (__atomic_load_n(&hs_lock_pages[b / 64], __ATOMIC_RELAXED) & mask)
+		if (__atomic_load_n(&map[b / 64], __ATOMIC_RELAXED) & mask)
 			return 1;
-		if (last - pg < span)
+		if (last - first < span)
 			return 0;
-		pg += span;
+		first += span;
 	}
+}
+
+/* hs_lock_mem_seen beyond two words of granules (or an empty range: lo's
+ * granule); out of line, so that the common free saves no registers
+ * (lockgraph.c). */
+HS_HIDDEN int hs_lock_mem_seen_long(uint64_t lo, uint64_t hi);
+
+static inline int hs_lock_mem_seen(uint64_t lo, uint64_t hi)
+{
+	/* k: the granules after lo's (hi <= lo: huge, the long way) */
+	uint64_t g = lo >> HS_LOCK_GRANULE_SHIFT, k = ((hi - 1) >> HS_LOCK_GRANULE_SHIFT) - g;
+	uint32_t sh = (uint32_t)g % 64, w = (uint32_t)(g / 64) & (HS_LOCK_GRANULE_BITS / 64 - 1);
+	if (HS_LIKELY(k < 64 - sh)) /* most blocks: their granules in one word, one load */
+		return ((__atomic_load_n(&hs_lock_granules[w], __ATOMIC_RELAXED) >> sh) & ((2ull << k) - 1)) !=
+		       0; /* k 63: 2 << 63 is 0, the mask all ones */
+	if (k <= 64) /* up to 4 KiB across a word's end: the rest of this word, the start of the next */
+		return (__atomic_load_n(&hs_lock_granules[w], __ATOMIC_RELAXED) >> sh) != 0 ||
+		       (__atomic_load_n(&hs_lock_granules[(w + 1) & (HS_LOCK_GRANULE_BITS / 64 - 1)],
+					__ATOMIC_RELAXED) &
+			((2ull << (sh + k - 64)) - 1)) != 0;
+	return hs_lock_mem_seen_long(lo, hi);
 }
 
 /*

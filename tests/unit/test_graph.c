@@ -295,8 +295,58 @@ static void test_edge_from_site_then_exact(void)
 	CHECK(!(s.edges[e].flags & HS_EDGE_FROM_SITE) && s.edges[e].from_stack == 21);
 }
 
+/* The free filter (shim.h hs_lock_mem_seen) against the plain answer — is a
+ * noted lock address in [lo, hi)? (to the 64-byte granule up to 4 KiB; beyond,
+ * to the page, never missing one) — for every block of 1 to 4,200 bytes at
+ * every 8-byte start around locks placed at a 64-byte granule's start and
+ * end and across a bitmap word's end (4 KiB of granules); then
+ * hs_lock_forget_range forgets exactly the locks in the freed range, which
+ * the filter's word boundaries must not hide.  First in main: no other
+ * test's locks are noted yet. */
+static void test_free_filter_granules(void)
+{
+	struct hs_seg s;
+	const uint64_t base = 0x5a300000; /* a bitmap word starts at base (4 KiB aligned) */
+	const uint64_t at[] = {base + 0x40, base + 0x78, base + 0xff8, base + 0x1000, base + 0x1f40, base + 0x3008};
+	const unsigned n = sizeof at / sizeof at[0];
+	uint32_t id[sizeof at / sizeof at[0]];
+	unit_segment(&s, &geo);
+	for (unsigned i = 0; i < n; i++)
+		CHECK((id[i] = lock(&s, at[i], HS_LOCK_MUTEX)) != 0);
+	for (uint64_t lo = base - 4096; lo < base + 0x3100; lo += 8)
+		for (uint64_t len = 1; len <= 4200; len += len < 130 ? 1 : 61) {
+			int want = 0;
+			for (unsigned i = 0; i < n; i++)
+				want |= at[i] >= lo && at[i] < lo + len;
+			/* exact within granules: a lock's granule noted means every range
+			   reaching into that granule answers 1 */
+			int granule = 0;
+			for (unsigned i = 0; i < n; i++)
+				granule |= (at[i] >> 6) >= (lo >> 6) && (at[i] >> 6) <= ((lo + len - 1) >> 6);
+			/* up to 4 KiB exact to the granule; beyond, to the page: never a miss */
+			if (len <= 4096)
+				CHECK(hs_lock_mem_seen(lo, lo + len) == granule);
+			else
+				CHECK(!want || hs_lock_mem_seen(lo, lo + len));
+			CHECK(!want || granule);
+		}
+	/* an empty range asks lo's granule */
+	CHECK(hs_lock_mem_seen(base + 0x40, base + 0x40) == 1 && hs_lock_mem_seen(base + 0x80, base + 0x80) == 0);
+	/* a 4 KiB block across a bitmap word's end forgets the two locks in it, not its neighbours */
+	hs_lock_forget_range(&s, base + 0xf80, base + 0x1f80);
+	CHECK(hs_lock_find(&s, at[0]) == id[0] && hs_lock_find(&s, at[1]) == id[1] && hs_lock_find(&s, at[5]) == id[5]);
+	CHECK(hs_lock_find(&s, at[2]) == 0 && hs_lock_find(&s, at[3]) == 0 && hs_lock_find(&s, at[4]) == 0);
+	/* a block starting mid-granule, its lock at the granule's last 8 bytes */
+	hs_lock_forget_range(&s, base + 0x50, base + 0x80);
+	CHECK(hs_lock_find(&s, at[0]) == id[0] && hs_lock_find(&s, at[1]) == 0);
+	/* a long range (the page bitmap and the table scan) */
+	hs_lock_forget_range(&s, base, base + 0x8000);
+	CHECK(hs_lock_find(&s, at[0]) == 0 && hs_lock_find(&s, at[5]) == 0);
+}
+
 int main(void)
 {
+	test_free_filter_granules();
 	test_edge_from_site_then_exact();
 	test_cycle_visits_each_lock_once();
 	test_long_cycle();
