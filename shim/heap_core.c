@@ -2278,7 +2278,7 @@ HS_HIDDEN void hs_heap_free(void *p, uint64_t site)
 	o = owner_of(p);
 	if (HS_LIKELY(o == OWN_OURS)) {
 		/* ---- lock graph (locks.c): locks in the freed block are gone (the
-		   page filter first: most blocks never held a lock) ---- */
+		   lock-address filter first, shim.h hs_lock_mem_seen: most blocks never held a lock) ---- */
 		uint64_t w1 = hw(p)[1];
 		size_t n;
 		struct bview v;
