@@ -143,6 +143,20 @@ def in_order(stack, indexes, what):
     assert present == sorted(present), (what, indexes, frame_functions(stack))
 
 
+def check_callback_gil_edge(by_to, tid_holder, via, src, what):
+    """The edge cuda_ctx_lock -> GIL: made by the holder's thread, its GIL
+    stack the callback's native frames (by `via`) then the holder's Python
+    line. Returns the edge and that line."""
+    e = by_to["GIL"]
+    assert e["tid"] == tid_holder
+    natives, marker = VIAS[via]
+    line = marker_line(src, marker)
+    st = e["to_stack"]
+    in_order(st, [native_index(st, fn) for fn in natives]
+             + [find_python_frame(st, "holder", SEED, line)], what)
+    return e, line
+
+
 def check_gil_rwlock_prediction(heisen, report, stdout, interp, via):
     pid, tid_holder, tid_launcher = (fact_int(stdout, k)
                                      for k in ("pid", "tid_holder", "tid_launcher"))
@@ -176,13 +190,8 @@ def check_gil_rwlock_prediction(heisen, report, stdout, interp, via):
         check_python_frame(fr, fr["file"].rsplit("/", 1)[-1])
 
     # cuda_ctx_lock -> GIL: the holder's callback took the GIL holding the rwlock.
-    e = by_to["GIL"]
-    assert e["tid"] == tid_holder
-    natives, marker = VIAS[via]
-    line = marker_line(src, marker)
+    e, line = check_callback_gil_edge(by_to, tid_holder, via, src, "the callback's GIL")
     st = e["to_stack"]
-    in_order(st, [native_index(st, fn) for fn in natives]
-             + [find_python_frame(st, "holder", SEED, line)], "the callback's GIL")
     check_python_frame(st["frames"][find_python_frame(st, "holder", SEED, line)], SEED)
     # ... and the rwlock's acquisition in the same thread, where it is held.
     st = e["from_stack"]
@@ -330,13 +339,7 @@ def test_gil_deadlock_is_predicted_by_the_take_that_then_hangs(heisen, session, 
                   find_python_frame(st, "early", SEED, marker_line(src, "early calls launch"))],
              "the early thread's wrlock")
     # cuda_ctx_lock -> GIL: the holder's callback, whose take of the GIL never returned.
-    e = by_to["GIL"]
-    assert e["tid"] == tid_holder
-    natives, marker = VIAS[via]
-    line = marker_line(src, marker)
-    st = e["to_stack"]
-    in_order(st, [native_index(st, fn) for fn in natives]
-             + [find_python_frame(st, "holder", SEED, line)], "the callback's GIL take")
+    e, _ = check_callback_gil_edge(by_to, tid_holder, via, src, "the callback's GIL take")
     st = e["from_stack"]
     assert st["frames"][0]["function"] == "cuda_ctx_call", frame_functions(st)
 
