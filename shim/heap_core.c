@@ -671,37 +671,34 @@ static uint8_t module_kind[KIND_MODS]; /* [atomic] */
 /* What kind of object `site` lies in (first sight of a site only). */
 static enum site_kind site_kind_of(uint64_t site)
 {
-	struct hs_table *t = &hs_seg.hdr->tables[HS_T_MODULES];
-	uint32_t n, sbytes = hs_seg.hdr->tables[HS_T_STRINGS].capacity;
+	uint32_t i, sbytes = hs_seg.hdr->tables[HS_T_STRINGS].capacity;
+	const struct hs_module *m = hs_module_at(site, &i);
+	enum site_kind kind = SITE_PLAIN;
+	const char *path;
+	uint8_t known;
 	/* libffi comes with a dlopen (ctypes): put its object in the table before asking */
-	if (!hs_module_known(site))
-		hs_module_note_pc(site, 1);
-	n = __atomic_load_n(&t->count, __ATOMIC_ACQUIRE);
-	for (uint32_t i = 0; i < n && i < t->capacity; i++) {
-		const struct hs_module *m = &hs_seg.modules[i];
-		const char *path = hs_seg.strings + m->path;
-		enum site_kind kind = SITE_PLAIN;
-		uint8_t known;
-		if (site < m->lo || site >= m->hi)
-			continue;
-		known = i < KIND_MODS ? __atomic_load_n(&module_kind[i], __ATOMIC_RELAXED) : 0;
-		if (known && known != SITE_CXX + 1)
-			return (enum site_kind)(known - 1);
-		if (m->path >= sbytes || m->path + (uint32_t)m->path_len >= sbytes)
-			return SITE_PLAIN;
-		if (!known && memmem(path, m->path_len, "libffi", 6)) {
-			kind = SITE_FFI;
-		} else if (known == SITE_CXX + 1 || memmem(path, m->path_len, "libstdc++", 9)) {
-			/* relaxed: a reader that sees 0 only takes the slower, still correct, way */
-			__atomic_store_n(&wrapper_lo, m->lo, __ATOMIC_RELAXED);
-			__atomic_store_n(&wrapper_hi, m->hi, __ATOMIC_RELAXED);
-			kind = SITE_CXX;
-		}
-		if (i < KIND_MODS)
-			__atomic_store_n(&module_kind[i], (uint8_t)(kind + 1), __ATOMIC_RELAXED);
-		return kind;
+	if (!m && hs_module_note_pc(site, 1) == 0)
+		m = hs_module_at(site, &i);
+	if (!m)
+		return SITE_PLAIN;
+	/* libstdc++'s range was stored when its kind was first found, and is never cleared */
+	known = i < KIND_MODS ? __atomic_load_n(&module_kind[i], __ATOMIC_RELAXED) : 0;
+	if (known)
+		return (enum site_kind)(known - 1);
+	if (m->path >= sbytes || m->path + (uint32_t)m->path_len >= sbytes)
+		return SITE_PLAIN;
+	path = hs_seg.strings + m->path;
+	if (memmem(path, m->path_len, "libffi", 6)) {
+		kind = SITE_FFI;
+	} else if (memmem(path, m->path_len, "libstdc++", 9)) {
+		/* relaxed: a reader that sees 0 only takes the slower, still correct, way */
+		__atomic_store_n(&wrapper_lo, m->lo, __ATOMIC_RELAXED);
+		__atomic_store_n(&wrapper_hi, m->hi, __ATOMIC_RELAXED);
+		kind = SITE_CXX;
 	}
-	return SITE_PLAIN;
+	if (i < KIND_MODS)
+		__atomic_store_n(&module_kind[i], (uint8_t)(kind + 1), __ATOMIC_RELAXED);
+	return kind;
 }
 
 /* The cached stack for key (a site, or a wrapper's composite key); the

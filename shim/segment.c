@@ -1793,12 +1793,15 @@ int hs_module_note_pc(uint64_t pc, int may_wait)
 	return 0;
 }
 
-int hs_module_known(uint64_t pc)
+const struct hs_module *hs_module_at(uint64_t pc, uint32_t *index)
 {
 	struct hs_table *t = &hs_seg.hdr->tables[HS_T_MODULES];
 	uint32_t n = __atomic_load_n(&t->count, __ATOMIC_ACQUIRE);
-	for (uint32_t i = 0; i < n; i++)
-		if (pc >= hs_seg.modules[i].lo && pc < hs_seg.modules[i].hi)
-			return 1;
-	return 0;
+	for (uint32_t i = 0; i < n && i < t->capacity; i++)
+		if (pc >= hs_seg.modules[i].lo && pc < hs_seg.modules[i].hi) {
+			if (index)
+				*index = i;
+			return &hs_seg.modules[i];
+		}
+	return NULL;
 }

@@ -997,8 +997,16 @@ int hs_frames_get(uint64_t pc, unsigned *off);
 void hs_frames_put(uint64_t pc, unsigned off);
 int hs_frames_mapped(void);
 
+/* The module-table entry whose load range holds pc (its index into *index
+ * when index is not NULL); NULL when no known module holds it.  Lock-free:
+ * entries are appended, never changed (segment.c). */
+const struct hs_module *hs_module_at(uint64_t pc, uint32_t *index);
+
 /* 1 when pc lies in a known module. Lock-free. */
-int hs_module_known(uint64_t pc);
+static inline int hs_module_known(uint64_t pc)
+{
+	return hs_module_at(pc, NULL) != NULL;
+}
 
 /* The address range of libheisen.so itself, to trim hook frames. */
 extern uint64_t hs_self_lo, hs_self_hi;

@@ -145,8 +145,8 @@ static uint64_t build_id_hash(const uint8_t *b, unsigned n)
 static uint64_t mod_of(uint64_t pc, uint64_t *base)
 {
 	unsigned n = __atomic_load_n(&mods_n, __ATOMIC_ACQUIRE), i, k;
-	const struct hs_table *t;
-	uint32_t mn;
+	const struct hs_module *sm;
+	uint64_t id;
 	if (n > MODS_CAP)
 		n = MODS_CAP;
 	for (i = 0; i < n; i++) {
@@ -156,29 +156,19 @@ static uint64_t mod_of(uint64_t pc, uint64_t *base)
 			return m->id;
 		}
 	}
-	if (!hs_seg.hdr)
+	if (!hs_seg.hdr || (sm = hs_module_at(pc, NULL)) == NULL)
 		return 0;
-	t = &hs_seg.hdr->tables[HS_T_MODULES];
-	mn = __atomic_load_n(&t->count, __ATOMIC_ACQUIRE);
-	for (uint32_t j = 0; j < mn && j < t->capacity; j++) {
-		const struct hs_module *sm = &hs_seg.modules[j];
-		uint64_t id;
-		if (pc < sm->lo || pc >= sm->hi)
-			continue;
-		id = sm->build_id_len && sm->build_id_len <= HS_BUILD_ID_MAX ? build_id_hash(sm->build_id, sm->build_id_len)
-									      : 0;
-		k = __atomic_fetch_add(&mods_n, 1, __ATOMIC_ACQ_REL);
-		if (k < MODS_CAP) {
-			mods[k].lo = sm->lo;
-			mods[k].hi = sm->hi;
-			mods[k].base = sm->base;
-			mods[k].id = id;
-			__atomic_store_n(&mods[k].ready, 1, __ATOMIC_RELEASE);
-		}
-		*base = sm->base;
-		return id;
+	id = sm->build_id_len && sm->build_id_len <= HS_BUILD_ID_MAX ? build_id_hash(sm->build_id, sm->build_id_len) : 0;
+	k = __atomic_fetch_add(&mods_n, 1, __ATOMIC_ACQ_REL);
+	if (k < MODS_CAP) {
+		mods[k].lo = sm->lo;
+		mods[k].hi = sm->hi;
+		mods[k].base = sm->base;
+		mods[k].id = id;
+		__atomic_store_n(&mods[k].ready, 1, __ATOMIC_RELEASE);
 	}
-	return 0;
+	*base = sm->base;
+	return id;
 }
 
 /* The table mapped and checked, or FR_OFF; once per process image. */
