@@ -186,20 +186,12 @@ HS_EXPORT void *pvalloc(size_t n)
 	return hs_heap_memalign(hs_heap_page_size, r & ~(hs_heap_page_size - 1), HS_HEAP_SITE());
 }
 
-/* glibc's malloc_usable_size, for foreign pointers: resolved once, inside the guard. */
+/* glibc's malloc_usable_size: resolved once, with the hooks shut. */
 static size_t (*real_usable)(void *);
 
-HS_EXPORT size_t malloc_usable_size(void *p)
+HS_HIDDEN size_t hs_libc_usable_size(void *p)
 {
-	size_t (*f)(void *);
-	size_t n;
-	if (!p)
-		return 0;
-	if (hs_guard_owns(p)) /* guarded.c: sampled guard pages */
-		return hs_guard_usable_size(p);
-	if (hs_heap_on() && hs_heap_usable(p, &n))
-		return n;
-	f = __atomic_load_n(&real_usable, __ATOMIC_ACQUIRE);
+	size_t (*f)(void *) = __atomic_load_n(&real_usable, __ATOMIC_ACQUIRE);
 	if (HS_UNLIKELY(!f)) {
 		struct hs_tls *t = &hs_tls;
 		int was = t->in_hook;
@@ -215,4 +207,16 @@ HS_EXPORT size_t malloc_usable_size(void *p)
 		__atomic_store_n(&real_usable, f, __ATOMIC_RELEASE);
 	}
 	return f(p);
+}
+
+HS_EXPORT size_t malloc_usable_size(void *p)
+{
+	size_t n;
+	if (!p)
+		return 0;
+	if (hs_guard_owns(p)) /* guarded.c: sampled guard pages */
+		return hs_guard_usable_size(p);
+	if (hs_heap_on() && hs_heap_usable(p, &n))
+		return n;
+	return hs_libc_usable_size(p); /* a foreign pointer */
 }

@@ -13,7 +13,6 @@
  * the original and records only what actually happened (docs/design.md
  * "Rules of the code", 4).
  */
-#include <dlfcn.h>
 #include <errno.h>
 #include <stddef.h>
 #include <malloc.h>
@@ -1137,25 +1136,6 @@ static void destroyed(struct hs_tls *t, uint64_t addr)
 	hs_rec(t, lock_now(), HS_REC_LOCK_DESTROYED, 0, addr, 0, 0);
 }
 
-/* glibc's malloc_usable_size itself, for hs_locks_on_free's size 0 (the
- * heap checker off: every block is glibc's; the exported hook would ask the
- * guard pages and the heap checker first).  Resolved at the first use with
- * the hooks shut (dlvsym may allocate); NULL until then. */
-static size_t (*libc_usable_size)(void *);
-
-static __attribute__((noinline, cold)) size_t libc_usable_size_first(void *p)
-{
-	int was = hs_tls.in_hook;
-	size_t (*f)(void *);
-	hs_tls.in_hook = 1;
-	f = (size_t(*)(void *))dlvsym(RTLD_NEXT, "malloc_usable_size", "GLIBC_2.2.5");
-	hs_tls.in_hook = was;
-	if (!f)
-		return malloc_usable_size(p); /* the hook, which resolves it its own way */
-	__atomic_store_n(&libc_usable_size, f, __ATOMIC_RELEASE);
-	return f(p);
-}
-
 /* [lo, hi) passed the filter: the thread's held entries in it end and its
  * locks are forgotten.  Out of line: the common free saves no registers. */
 static __attribute__((noinline)) void locks_freed(uint64_t lo, uint64_t hi)
@@ -1176,10 +1156,10 @@ void hs_locks_on_free(void *p, size_t size)
 	uint64_t lo = (uint64_t)(uintptr_t)p;
 	if (!p || !__atomic_load_n(&hs_recording, __ATOMIC_ACQUIRE))
 		return;
-	if (!size) {
-		size_t (*f)(void *) = __atomic_load_n(&libc_usable_size, __ATOMIC_ACQUIRE);
-		size = HS_LIKELY(f) ? f(p) : libc_usable_size_first(p);
-	}
+	/* size 0: the heap checker off, every block is glibc's (the exported
+	   hook would ask the guard pages and the heap checker first) */
+	if (!size)
+		size = hs_libc_usable_size(p);
 	/* no lock address ever noted in [lo, lo + size): none lives there, none is held there */
 	if (HS_LIKELY(!hs_lock_mem_seen(lo, lo + size)))
 		return;

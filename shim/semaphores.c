@@ -753,6 +753,21 @@ static inline uint64_t sem_class_key(const struct hs_pychain *py)
 }
 
 /* A new semaphore: an instance of its creation site's class with value 1, untracked otherwise. */
+/* The known class of a new lock made by the token's frame: sem_class_key of
+ * the pyframe ids a stack read would give for its two frames; 0 for a new
+ * class or frames the token cannot name (then the stack decides). */
+static uint32_t sem_class_of_token(const struct hs_pytoken *tk)
+{
+	struct hs_pychain two;
+	uint32_t outer;
+	two.id[0] = hs_py_token_frame_ids(&hs_seg, tk, &outer);
+	two.id[1] = outer;
+	two.n = outer ? 2 : 1;
+	if (!two.id[0] || (!tk->caller_code && tk->prev))
+		return 0;
+	return hs_lock_find(&hs_seg, sem_class_key(&two));
+}
+
 HS_EXPORT int sem_init(sem_t *sem, int pshared, unsigned int value)
 {
 	uint64_t site = RET_ADDR(), cfa = CALLER_SP();
@@ -768,36 +783,25 @@ HS_EXPORT int sem_init(sem_t *sem, int pshared, unsigned int value)
 		 * frames the token cannot name: the chain decides, as it always did */
 		struct hs_pytoken tk;
 		uint64_t maker = hs_py_token_read(&tk) ? tk.fp : 0;
-		const struct hs_chain *c = NULL;
-		uint64_t key = 0;
-		if (maker) {
-			struct hs_pychain two;
-			uint32_t outer;
-			two.id[0] = hs_py_token_frame_ids(&hs_seg, &tk, &outer);
-			two.id[1] = outer;
-			two.n = outer ? 2 : 1;
-			if (two.id[0] && (tk.caller_code || !tk.prev))
-				id = hs_lock_find(&hs_seg, sem_class_key(&two));
-		}
+		if (maker)
+			id = sem_class_of_token(&tk);
 		if (!id) {
-			c = hs_chain_call(site, cfa);
-			key = c && c->python && c->py.n ? sem_class_key(&c->py) : 0;
-		}
-		if (id) {
-			/* a known class, found from the token */
-		} else if (key && (id = hs_lock_find(&hs_seg, key)) != 0) {
-			/* another lock of a known class: nothing to intern */
-		} else if (key) {
-			/* a new class: its first lock's whole stack names it */
-			stack = hs_chain_stack(c);
-			id = hs_lock_id(&hs_seg, key, HS_LOCK_SEMAPHORE, 0, stack, t->tid, hs_now());
-		} else {
-			stack = c ? hs_chain_stack(c) : hs_stack_call(site, cfa);
-			/* created by C with no Python caller (the interpreter's own locks, few):
-			 * a node of its own, as a mutex is */
-			hs_lock_forget(&hs_seg, (uint64_t)(uintptr_t)sem);
-			id = hs_lock_id(&hs_seg, (uint64_t)(uintptr_t)sem, HS_LOCK_SEMAPHORE, 0, stack, t->tid,
-					hs_now());
+			const struct hs_chain *c = hs_chain_call(site, cfa);
+			uint64_t key = c && c->python && c->py.n ? sem_class_key(&c->py) : 0;
+			if (key && (id = hs_lock_find(&hs_seg, key)) != 0) {
+				/* another lock of a known class: nothing to intern */
+			} else if (key) {
+				/* a new class: its first lock's whole stack names it */
+				stack = hs_chain_stack(c);
+				id = hs_lock_id(&hs_seg, key, HS_LOCK_SEMAPHORE, 0, stack, t->tid, hs_now());
+			} else {
+				stack = c ? hs_chain_stack(c) : hs_stack_call(site, cfa);
+				/* created by C with no Python caller (the interpreter's own locks, few):
+				 * a node of its own, as a mutex is */
+				hs_lock_forget(&hs_seg, (uint64_t)(uintptr_t)sem);
+				id = hs_lock_id(&hs_seg, (uint64_t)(uintptr_t)sem, HS_LOCK_SEMAPHORE, 0, stack, t->tid,
+						hs_now());
+			}
 		}
 		if (id) /* the frame that made it (sem_made_here) */
 			memcpy((char *)sem + SEM_MAKER_OFF, &maker, sizeof maker);

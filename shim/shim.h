@@ -1261,6 +1261,11 @@ void hs_lock_forget_range(struct hs_seg *s, uint64_t lo, uint64_t hi);
  */
 void hs_locks_on_free(void *p, size_t size);
 
+/* glibc's own malloc_usable_size of p (heap_hooks.c; resolved at the first
+ * call with the hooks shut, aborting with a message when glibc has none):
+ * for a pointer neither the guard pages nor the heap checker own. */
+size_t hs_libc_usable_size(void *p);
+
 /*
  * The filter in front of hs_locks_on_free: two bitmaps of where a lock node
  * was ever made (lockgraph.c notes a lock's address when it makes the node;
