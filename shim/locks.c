@@ -1317,21 +1317,14 @@ static __attribute__((noinline)) int mutex_lock_rest(struct hs_tls *t, pthread_m
  * the inline helpers of shim.h and handover.h (hs_rec, hs_order_acquire)
  * stay inline in this large body, where GCC would otherwise call them.
  */
-HS_EXPORT HS_HOT __attribute__((flatten)) int pthread_mutex_lock(pthread_mutex_t *lock)
+static __attribute__((noinline, flatten)) int mutex_lock_tracked(pthread_mutex_t *lock, uint64_t site,
+								   uint64_t cfa)
 {
-	uint64_t site = RET_ADDR(), cfa = CALLER_SP();
 	uint64_t addr = (uint64_t)(uintptr_t)lock, now;
 	struct hs_tls *t;
 	struct held_chain *p;
 	uint32_t n, id, stack;
 	int holds_gil, rc;
-	if (HS_UNLIKELY(hs_py_internal(lock))) {
-		/* the GIL's own mutex: passed through (ACQUIRE) */
-		gil_mutex_locking(); /* a GIL take or drop may follow */
-		if (HS_UNLIKELY(lazy_nogil))
-			gil_mutex_locked(); /* a GIL take may follow */
-		return HS_REAL(pthread_mutex_lock)(lock);
-	}
 	t = hs_enter();
 	if (HS_UNLIKELY(t == NULL))
 		return HS_REAL(pthread_mutex_lock)(lock);
@@ -1356,6 +1349,24 @@ HS_EXPORT HS_HOT __attribute__((flatten)) int pthread_mutex_lock(pthread_mutex_t
 	hs_leave(t);
 	HS_CHAOS(HS_CHAOS_LOCK); /* chaos.c: --chaos, holding it longer */
 	return 0;
+}
+
+/*
+ * The exported hook: the GIL's own mutex passed straight through (ACQUIRE),
+ * every other mutex to mutex_lock_tracked, a tail call with the call
+ * site and the caller's CFA.  Apart so that the pass-through (half of the
+ * calls under a threaded Python service: take_gil and drop_gil lock it)
+ * saves and restores none of the registers the tracked body needs.
+ */
+HS_EXPORT HS_HOT int pthread_mutex_lock(pthread_mutex_t *lock)
+{
+	if (hs_py_internal(lock)) {
+		gil_mutex_locking(); /* a GIL take or drop may follow */
+		if (HS_UNLIKELY(lazy_nogil))
+			gil_mutex_locked(); /* a GIL take may follow */
+		return HS_REAL(pthread_mutex_lock)(lock);
+	}
+	return mutex_lock_tracked(lock, RET_ADDR(), CALLER_SP());
 }
 
 HS_EXPORT int pthread_mutex_trylock(pthread_mutex_t *lock)
@@ -1397,13 +1408,11 @@ static __attribute__((noinline)) int mutex_unlock_entered(struct hs_tls *t, pthr
 /* The release of the innermost held entry, taken once and still this
  * thread's (the common case, last in first out): release_begin's search is
  * one compare. */
-HS_EXPORT HS_HOT int pthread_mutex_unlock(pthread_mutex_t *lock)
+static __attribute__((noinline)) int mutex_unlock_tracked(pthread_mutex_t *lock)
 {
 	struct hs_tls *t;
 	uint64_t addr = (uint64_t)(uintptr_t)lock;
 	int rc;
-	if (HS_UNLIKELY(hs_py_internal(lock)))
-		return HS_REAL(pthread_mutex_unlock)(lock); /* the GIL's own mutex: passed through (RELEASE) */
 	t = hs_enter();
 	if (HS_UNLIKELY(t == NULL))
 		return HS_REAL(pthread_mutex_unlock)(lock);
@@ -1415,6 +1424,16 @@ HS_EXPORT HS_HOT int pthread_mutex_unlock(pthread_mutex_t *lock)
 	hs_leave(t);
 	HS_CHAOS(HS_CHAOS_UNLOCK); /* chaos.c: --chaos */
 	return rc;
+}
+
+/* The exported hook: the GIL's own mutex passed straight through (RELEASE),
+ * every other mutex to mutex_unlock_tracked (a tail call; apart for the
+ * reason pthread_mutex_lock is). */
+HS_EXPORT HS_HOT int pthread_mutex_unlock(pthread_mutex_t *lock)
+{
+	if (hs_py_internal(lock))
+		return HS_REAL(pthread_mutex_unlock)(lock);
+	return mutex_unlock_tracked(lock);
 }
 
 HS_EXPORT int pthread_mutex_destroy(pthread_mutex_t *lock)
