@@ -155,6 +155,22 @@ static inline uint32_t lock_leaf_count(uint32_t id)
 }
 
 /*
+ * hs_py_gil_lock()'s common answer inline: the GIL's id kept for this
+ * segment generation (python.c), else the call (no Python: 0; a new
+ * segment: the GIL's node made there).  Asked at every acquisition made
+ * with the GIL held, for the chain cache's key.
+ */
+extern uint32_t hs_py_gil_id HS_HIDDEN, hs_py_gil_gen HS_HIDDEN; /* defined in python.c */
+static inline uint32_t lock_gil_id(void)
+{
+	uint32_t id = __atomic_load_n(&hs_py_gil_id, __ATOMIC_RELAXED);
+	if (HS_LIKELY(id != 0) &&
+	    HS_LIKELY(__atomic_load_n(&hs_py_gil_gen, __ATOMIC_RELAXED) == __atomic_load_n(&hs_seg_gen, __ATOMIC_RELAXED)))
+		return id;
+	return hs_py_gil_lock();
+}
+
+/*
  * The time of an uncontended acquisition or a release: CLOCK_MONOTONIC_COARSE
  * (the last tick, read from the vDSO without the clock source: 4 ms
  * resolution at HZ=250, never ahead of CLOCK_MONOTONIC).  A precise read

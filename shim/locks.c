@@ -67,16 +67,11 @@ static inline void gil_mutex_locking(void)
 	gil_mutex_epoch++;
 }
 
-/* hs_py_holds_gil(), asked only when this thread locked the GIL's mutex
- * since the last answer (hs_py_present checked by the caller). */
-static inline int holds_gil_now(void)
+/* The question asked (holds_gil_now's rare case, out of line): the answer
+ * kept for epoch e and segment generation gen. */
+static __attribute__((noinline)) int holds_gil_ask(uint64_t e, uint32_t gen)
 {
-	uint64_t e = gil_mutex_epoch;
-	uint32_t gen = __atomic_load_n(&hs_seg_gen, __ATOMIC_RELAXED);
-	int holds;
-	if (HS_LIKELY(e != 0 && gil_q.epoch == e && gil_q.gen == gen))
-		return gil_q.holds;
-	holds = hs_py_holds_gil();
+	int holds = hs_py_holds_gil();
 	gil_q.epoch = 0;
 	__atomic_signal_fence(__ATOMIC_SEQ_CST);
 	gil_q.gen = gen;
@@ -84,6 +79,18 @@ static inline int holds_gil_now(void)
 	__atomic_signal_fence(__ATOMIC_SEQ_CST);
 	gil_q.epoch = e;
 	return holds;
+}
+
+/* hs_py_holds_gil(), asked only when this thread locked the GIL's mutex
+ * since the last answer (hs_py_present checked by the caller); the check
+ * inline in the hooks, the question out of line. */
+static inline __attribute__((always_inline)) int holds_gil_now(void)
+{
+	uint64_t e = gil_mutex_epoch;
+	uint32_t gen = __atomic_load_n(&hs_seg_gen, __ATOMIC_RELAXED);
+	if (HS_LIKELY(e != 0 && gil_q.epoch == e && gil_q.gen == gen))
+		return gil_q.holds;
+	return holds_gil_ask(e, gen);
 }
 
 uint16_t hs_relgen[RELGEN_SLOTS]; /* lockpath.h */
@@ -339,7 +346,7 @@ static __attribute__((noinline)) void acq_edges(struct hs_tls *t, struct acq *a,
 {
 	struct hs_thread *th = t->slot;
 	struct edge_chains *ec = edge_chains_of();
-	uint32_t gil = a->holds_gil ? hs_py_gil_lock() : 0;
+	uint32_t gil = a->holds_gil ? lock_gil_id() : 0;
 	uint32_t gen = __atomic_load_n(&hs_seg_gen, __ATOMIC_RELAXED);
 	uint64_t key = 0;
 	int all = 1; /* every edge of the chain is in the graph */
@@ -848,7 +855,7 @@ static inline __attribute__((always_inline)) int acq_first_before(struct hs_tls 
 	/* the edges held -> lock and GIL -> lock: the chain cache looked at inline, acq_edges
 	 * (out of line) for a chain not known */
 	if (id && (n || HS_UNLIKELY(holds_gil)) &&
-	    !edge_chain_known(th, n, id, HS_MODE_WRITE, holds_gil ? hs_py_gil_lock() : 0))
+	    !edge_chain_known(th, n, id, HS_MODE_WRITE, holds_gil ? lock_gil_id() : 0))
 		acq_first_edges(t, addr, site, kind, id, stack, now, holds_gil, n);
 	*now_ = now;
 	*id_ = id;

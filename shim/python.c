@@ -55,7 +55,11 @@ static struct {
 int hs_py_present;               /* [atomic] CPython found and hooked */
 uint64_t hs_py_rt_lo, hs_py_rt_size;  /* _PyRuntime: the GIL's internals live there */
 static uint64_t gil_addr;        /* the GIL node's address: _PyRuntime, or a CPython function */
-static uint32_t gil_id, gil_seg_gen;
+/* The GIL's lock id in the segment of generation gil_seg_gen (0: not yet);
+ * lockpath.h reads both inline (lock_gil_id) */
+uint32_t hs_py_gil_id HS_HIDDEN, hs_py_gil_gen HS_HIDDEN;
+#define gil_id hs_py_gil_id
+#define gil_seg_gen hs_py_gil_gen
 static int init_lock;
 
 int hs_py_holds_gil(void)
