@@ -1253,8 +1253,8 @@ static inline void chain_memo_put(struct chain_memo *mm, const struct hs_chain *
 HS_HOT unsigned hs_chain_read_lazy(struct hs_chain *c, uint64_t site, uint64_t cfa)
 {
 	unsigned m, e, k, want;
-	struct hs_pytoken tok;
 	uint64_t ev_lo, ev_span;
+	uint8_t was_lazy;
 	if (HS_LIKELY(c->lazy && c->site == site && c->cfa == cfa && c->walked &&
 		      c->gen == __atomic_load_n(&pcoff_gen, __ATOMIC_ACQUIRE) && chain_top && slot_at(cfa) == site)) {
 		/* the same native frames as last time up to the evaluation loop(s): compare their slots */
@@ -1272,27 +1272,30 @@ HS_HOT unsigned hs_chain_read_lazy(struct hs_chain *c, uint64_t site, uint64_t c
 	 * once frames are read (hs_py_token's first call may look for CPython, which needs
 	 * more stack than a small thread stack has: chain_read_native asks after its room check) */
 	hs_py_eval_range(&ev_lo, &ev_span);
-	if (ev_span && !(site - ev_lo - 1 < ev_span) && hs_py_token_read(&tok)) {
+	/* the token read into c->tok in place (not lazy meanwhile: c->py, which it shares a union
+	 * with, is read again below; c->python 0); when none is read, a lazy chain's frames are
+	 * no shadow of the whole for chain_read_native (walked 0: it stops at the loop) */
+	was_lazy = c->lazy;
+	c->lazy = 0;
+	c->python = 0;
+	if (ev_span && !(site - ev_lo - 1 < ev_span) && hs_py_token_read(&c->tok)) {
 		struct chain_memo *mm = chain_memo_of();
-		want = tok.entry ? 2 : 1;
-		c->lazy = 0;
+		want = c->tok.entry ? 2 : 1;
 		if (mm && chain_top && slot_at(cfa) == site &&
 		    chain_memo_get(mm, c, site, cfa, want, __atomic_load_n(&pcoff_gen, __ATOMIC_ACQUIRE))) {
-			c->tok = tok;
 			c->lazy = (uint8_t)want;
-			c->python = 0;
 			c->unchanged = 0;
 			return c->depth;
 		}
 		if (chain_walk_eval(c, site, cfa, want)) {
 			if (mm)
 				chain_memo_put(mm, c, want);
-			c->tok = tok;
 			c->lazy = (uint8_t)want;
-			c->python = 0;
 			c->unchanged = 0;
 			return c->depth;
 		}
+	} else if (was_lazy) {
+		c->walked = 0;
 	}
 	chain_read_native(c, site, cfa);
 	c->python = 0;
