@@ -292,10 +292,11 @@ static uint32_t edge_to_stack(void)
  * stay; direct-mapped, such a pair missed at every acquisition under
  * py_workload, ~4,000 misses of 66,000, bench/README.md "The pthread lock
  * hooks under a threaded Python service"), and the next acquisition with
- * that key skips the lookups.  A chain with a semaphore counter in it (skipped, its flag may
- * change) or an edge the graph had no room for is never kept.  In the
- * thread's area, after the held chains; keys of another segment generation
- * (a fork child's parent's) are dropped at the first look.
+ * that key skips the lookups.  A chain with a semaphore counter in it
+ * (skipped, its flag may change) or an edge the graph had no room for is
+ * never kept.  In the thread's area, after the held chains; keys of
+ * another segment generation (a fork child's parent's) are dropped at the
+ * first look.
  */
 #define EDGE_CHAINS 64u /* a power of two: EDGE_CHAINS / 2 sets of two */
 struct edge_chains {
