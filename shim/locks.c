@@ -1396,14 +1396,24 @@ static __attribute__((noinline, flatten)) int mutex_lock_tracked(pthread_mutex_t
  * calls under a threaded Python service: take_gil and drop_gil lock it)
  * saves and restores none of the registers the tracked body needs.
  */
+static __attribute__((noinline, cold)) int mutex_lock_resolve(pthread_mutex_t *lock)
+{
+	return HS_REAL(pthread_mutex_lock)(lock);
+}
+
+static __attribute__((noinline)) int mutex_lock_gil(pthread_mutex_t *lock)
+{
+	int (*real)(pthread_mutex_t *) = hs_real_pthread_mutex_lock;
+	gil_mutex_locking(); /* a GIL take or drop may follow */
+	if (HS_UNLIKELY(lazy_nogil))
+		gil_mutex_locked(); /* a GIL take may follow */
+	return HS_LIKELY(real != NULL) ? real(lock) : mutex_lock_resolve(lock);
+}
+
 HS_EXPORT HS_HOT int pthread_mutex_lock(pthread_mutex_t *lock)
 {
-	if (hs_py_internal(lock)) {
-		gil_mutex_locking(); /* a GIL take or drop may follow */
-		if (HS_UNLIKELY(lazy_nogil))
-			gil_mutex_locked(); /* a GIL take may follow */
-		return HS_REAL(pthread_mutex_lock)(lock);
-	}
+	if (hs_py_internal(lock))
+		return mutex_lock_gil(lock);
 	return mutex_lock_tracked(lock, RET_ADDR(), CALLER_SP());
 }
 
@@ -1467,10 +1477,16 @@ static __attribute__((noinline)) int mutex_unlock_tracked(pthread_mutex_t *lock)
 /* The exported hook: the GIL's own mutex passed straight through (RELEASE),
  * every other mutex to mutex_unlock_tracked (a tail call; apart for the
  * reason pthread_mutex_lock is). */
+static __attribute__((noinline, cold)) int mutex_unlock_resolve(pthread_mutex_t *lock)
+{
+	return HS_REAL(pthread_mutex_unlock)(lock);
+}
+
 HS_EXPORT HS_HOT int pthread_mutex_unlock(pthread_mutex_t *lock)
 {
+	int (*real)(pthread_mutex_t *) = hs_real_pthread_mutex_unlock;
 	if (hs_py_internal(lock))
-		return HS_REAL(pthread_mutex_unlock)(lock);
+		return HS_LIKELY(real != NULL) ? real(lock) : mutex_unlock_resolve(lock);
 	return mutex_unlock_tracked(lock);
 }
 
