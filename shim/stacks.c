@@ -1523,7 +1523,10 @@ uint32_t hs_stack_from_signal(void *ucontext)
  * A return address this process has not learnt is first looked up in the
  * distances the session's other processes learnt (pcoff_get_shared,
  * unwind_share.c), and a thread's first walk, before any real unwind of
- * it, is bounded by the top of its stack instead (chain_top_shared).
+ * it, is bounded by the top of its stack instead (chain_top_shared).  A
+ * doubtful return address (an alloca frame) is walked through its frame
+ * pointer where its %rbp rule allows (site_fp_cfa, "frame-pointer
+ * frames" above), else it is doubt.
  * docs/design.md "Stacks".
  */
 /*
