@@ -995,6 +995,10 @@ int hs_session_file(char *out, size_t cap, const char *name);
  */
 int hs_frames_get(uint64_t pc, unsigned *off);
 void hs_frames_put(uint64_t pc, unsigned off);
+/* The same for pc's %rbp rule (stacks.c "frame-pointer frames": 16 bits,
+ * 0xffff doubt), in an entry of its own next to the distance's. */
+int hs_frames_get_rule(uint64_t pc, unsigned *rule);
+void hs_frames_put_rule(uint64_t pc, unsigned rule);
 int hs_frames_mapped(void);
 
 /* The module-table entry whose load range holds pc (its index into *index

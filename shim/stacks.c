@@ -1526,9 +1526,158 @@ uint32_t hs_stack_from_signal(void *ucontext)
  * A return address this process has not learnt is first looked up in the
  * distances the session's other processes learnt (pcoff_get_shared,
  * unwind_share.c), and a thread's first walk, before any real unwind of
- * it, is bounded by the top of its stack instead (chain_top_shared).
+ * it, is bounded by the top of its stack instead (chain_top_shared).  A
+ * doubtful return address (an alloca frame) is walked through its frame
+ * pointer where its %rbp rule allows (site_fp_cfa, "frame-pointer
+ * frames" above), else it is doubt.
  * docs/design.md "Stacks".
  */
+/*
+ * ---- frame-pointer frames: a doubtful distance read through %rbp ----
+ *
+ * A frame whose size changes between calls (alloca, a variable-length
+ * array: glibc's _nl_load_locale under every setlocale) has no learnt
+ * distance (PCOFF_DOUBT), and a walk that meets one took a whole libunwind
+ * unwind each time, in every process of a session (loading libunwind for
+ * that alone in as, ls, cc1, a Python start).  Such a function keeps a
+ * frame pointer: its CFI says CFA = %rbp + 16 from its prologue on.  So
+ * each return address of a stack through a doubtful frame also learns,
+ * from the same real unwind, its %rbp rule (16 bits; the DWARF CFA and
+ * register rules for %rbp that libunwind applied, read back through
+ * unw_get_reg and unw_get_save_loc, never interpreted here):
+ *
+ *   bits 0-7  where the frame keeps its caller's %rbp: 0 nowhere (the
+ *             register still holds it: the frame never wrote %rbp), d in
+ *             1..255 at CFA - 8 * d;
+ *   bit 8     the frame's CFA is its own %rbp + 16 at that return address;
+ *   0xffff    doubt (two different rules seen, a register save, a save
+ *             outside the frame).
+ *
+ * A walk at a doubtful return address whose rule has bit 8 finds the %rbp
+ * of that frame from the hook's caller's (which the hook saved at its CFA
+ * - 16, heisen's hooks keeping frame pointers) through the rules of every
+ * frame in between, and takes CFA = %rbp + 16; the walk then goes on as
+ * before (the return address read there must itself be learnt).  Any
+ * frame in between without a rule, or a CFA outside the frame's bounds,
+ * is doubt: the real unwind, as before.  Rules live in a process table
+ * (pcrule, as pcoff) and in the session's .frames next to the distances
+ * (unwind_share.c), so a session's later processes walk through the locale
+ * frames without libunwind.  The idea is the frame-pointer fallback of
+ * profilers' fast unwinders (the CFA rule kinds of a DWARF CFI row),
+ * learnt per return address instead of read from .eh_frame.
+ */
+#define PCRULE_CAP 4096u
+#define PCRULE_PROBE 16u
+#define PCRULE_FP 0x100u        /* CFA = %rbp + 16 */
+#define PCRULE_SAVE_MASK 0xffu  /* the caller's %rbp at CFA - 8 * d; 0: in the register still */
+#define PCRULE_DOUBT 0xffffu
+
+/* (pc << 16) | rule; pc a user-space address (< 2^47) */
+static uint64_t pcrule[PCRULE_CAP];
+
+/* Learn pc's rule into this process's table (publish: to the session's
+ * too, when it is new here or turns to doubt). */
+static void pcrule_note(uint64_t pc, unsigned rule, int publish)
+{
+	uint32_t i = pcoff_home(pc) & (PCRULE_CAP - 1);
+	uint64_t want;
+	if (pc == 0 || pc >> 47)
+		return;
+	want = pc << 16 | rule;
+	for (unsigned p = 0; p < PCRULE_PROBE; p++, i = (i + 1) & (PCRULE_CAP - 1)) {
+		uint64_t w = __atomic_load_n(&pcrule[i], __ATOMIC_RELAXED);
+		if (w == 0 && __atomic_compare_exchange_n(&pcrule[i], &w, want, 0, __ATOMIC_RELAXED, __ATOMIC_RELAXED)) {
+			if (publish)
+				hs_frames_put_rule(pc, rule);
+			return;
+		}
+		if (w >> 16 == pc) {
+			if ((w & 0xffff) != rule && (w & 0xffff) != PCRULE_DOUBT) {
+				__atomic_store_n(&pcrule[i], pc << 16 | PCRULE_DOUBT, __ATOMIC_RELAXED);
+				hs_frames_put_rule(pc, PCRULE_DOUBT);
+			}
+			return;
+		}
+	}
+	if (publish)
+		hs_frames_put_rule(pc, rule);
+}
+
+/* pc's rule, from this process's table or the session's; 0 when unknown
+ * or doubtful. */
+static int pcrule_get(uint64_t pc, unsigned *rule)
+{
+	uint32_t i = pcoff_home(pc) & (PCRULE_CAP - 1);
+	unsigned r;
+	for (unsigned p = 0; p < PCRULE_PROBE; p++, i = (i + 1) & (PCRULE_CAP - 1)) {
+		uint64_t w = __atomic_load_n(&pcrule[i], __ATOMIC_RELAXED);
+		if (w == 0)
+			break;
+		if (w >> 16 == pc) {
+			*rule = (unsigned)(w & 0xffff);
+			return *rule != PCRULE_DOUBT;
+		}
+	}
+	if (!hs_frames_get_rule(pc, &r))
+		return 0;
+	pcrule_note(pc, r, 0);
+	*rule = r;
+	return r != PCRULE_DOUBT;
+}
+
+/*
+ * The rule of frame k of a real unwind: its return address at SP sp, its
+ * CFA cfa (the next frame's SP), %rbp in it rbp, and where libunwind found
+ * the next frame's %rbp (loc_type an unw_save_loc_type_t, -1 when
+ * libunwind could not say; loc its address).
+ */
+static unsigned pcrule_of(uint64_t sp, uint64_t cfa, uint64_t rbp, int loc_type, uint64_t loc)
+{
+	unsigned rule;
+	if (loc_type != UNW_SLT_MEMORY || cfa <= sp)
+		return PCRULE_DOUBT;
+	if (loc >= sp && loc < cfa) {
+		if ((cfa - loc) & 7 || (cfa - loc) / 8 > PCRULE_SAVE_MASK)
+			return PCRULE_DOUBT;
+		rule = (unsigned)((cfa - loc) / 8);
+	} else {
+		rule = 0; /* saved further in (or the unwind's own context): this frame left it alone */
+	}
+	if (cfa - rbp == 16)
+		rule |= PCRULE_FP;
+	return rule;
+}
+
+/*
+ * The CFA of frame j (return address pcs[j] at SP sps[j]) by its
+ * frame pointer: %rbp of frame 0 as the hook saved it (sps[0] is the
+ * hook's CFA), carried out through the rules of frames 0..j-1, and
+ * frame j's rule CFA = %rbp + 16.  0 on any doubt, or when the CFA is not
+ * above sps[j], at or below top and below hi.
+ */
+static __attribute__((noinline)) uint64_t site_fp_cfa(const uint64_t *pcs, const uint64_t *sps, unsigned j,
+						      uint64_t top, uint64_t hi)
+{
+	uint64_t rbp = *(const uint64_t *)(uintptr_t)(sps[0] - 16), cfa;
+	unsigned rule, d;
+	if (!pcrule_get(pcs[j], &rule) || !(rule & PCRULE_FP) || (rule & PCRULE_SAVE_MASK) != 2)
+		return 0;
+	for (unsigned k = 0; k < j; k++) {
+		if (!pcrule_get(pcs[k], &rule))
+			return 0;
+		if ((d = rule & PCRULE_SAVE_MASK) != 0) {
+			uint64_t at = sps[k + 1] - 8u * d;
+			if (at < sps[k] || at + 8 > sps[k + 1])
+				return 0;
+			rbp = *(const uint64_t *)(uintptr_t)at;
+		}
+	}
+	cfa = rbp + 16;
+	if (cfa <= sps[j] || (cfa & 7) || cfa > top || cfa >= hi)
+		return 0;
+	return cfa;
+}
+
 #define SITE_SHORT_MAX 32u /* frames a short unwind goes before it gives up (then the whole unwind) */
 
 /* 1 when the walk from return address pc at CFA sp (frame n of at most cap)
@@ -1550,21 +1699,49 @@ static int site_walk_ok(uint64_t pc, uint64_t sp, unsigned n, unsigned cap, uint
 	return 1;
 }
 
+/* %rbp in the cursor's frame into *rbp, and where libunwind found it (the
+ * save location's type into *lt, -1 when it cannot say, its address into
+ * *loc): the inputs of pcrule_of. */
+static inline void unw_rbp_read(unw_cursor_t *cur, uint64_t *rbp, int8_t *lt, uint64_t *loc)
+{
+	unw_word_t v = 0;
+	unw_save_loc_t sl;
+	*rbp = unw_get_reg(cur, UNW_X86_64_RBP, &v) < 0 ? 0 : v;
+	memset(&sl, 0, sizeof sl);
+	if (unw_get_save_loc(cur, UNW_X86_64_RBP, &sl) < 0) {
+		*lt = -1;
+		*loc = 0;
+		return;
+	}
+	*lt = (int8_t)sl.type;
+	*loc = sl.type == UNW_SLT_MEMORY ? sl.u.addr : 0;
+}
+
 /* Learn the distances of frames ip[0..n) at sp[0..n) (sig: signal frames),
  * as chain_unwind_steps does: each checked by the next return address
  * sitting just below the next CFA; r the last unw_step's result (0: the
- * outermost frame was reached). */
-static void site_learn(const uint64_t *ip, const uint64_t *sp, const uint8_t *sig, unsigned n, int r)
+ * outermost frame was reached).  When a frame's distance is doubt, the
+ * %rbp rules (pcrule_of: rb, lt, loc per frame, unw_rbp_read's) of every
+ * frame up to the outermost doubtful one are learnt too. */
+static void site_learn(const uint64_t *ip, const uint64_t *sp, const uint8_t *sig, unsigned n, int r,
+		       const uint64_t *rb, const int8_t *lt, const uint64_t *loc)
 {
+	unsigned doubt = 0, off;
 	for (unsigned k = 0; k < n; k++) {
 		if (k + 1 < n) {
 			int ok = !sig[k] && !sig[k + 1] && sp[k + 1] > sp[k] &&
 				 *(const uint64_t *)(uintptr_t)(sp[k + 1] - 8) == ip[k + 1];
 			pcoff_learn(ip[k], ok ? sp[k + 1] - sp[k] : PCOFF_DOUBT);
+			off = 0;
+			if (!sig[k] && !sig[k + 1] && !pcoff_get(ip[k], &off) && off == PCOFF_DOUBT)
+				doubt = k + 1;
 		} else if (r == 0) {
 			pcoff_learn(ip[k], PCOFF_END);
 		}
 	}
+	for (unsigned k = 0; k < doubt; k++)
+		if (!sig[k] && !sig[k + 1])
+			pcrule_note(ip[k], pcrule_of(sp[k], sp[k + 1], rb[k], lt[k + 1], loc[k + 1]), 1);
 	if (n && sp[n - 1] > chain_top)
 		chain_top = sp[n - 1];
 }
@@ -1577,8 +1754,10 @@ static __attribute__((noinline)) unsigned site_unwind_steps(uint64_t *pcs, unsig
 {
 	unw_context_t uc;
 	unw_cursor_t cur;
-	uint64_t ip[HS_STACK_DEPTH + 12 + 16], sp[HS_STACK_DEPTH + 12 + 16];
+	uint64_t ip[HS_STACK_DEPTH + 12 + 16], sp[HS_STACK_DEPTH + 12 + 16], rb[HS_STACK_DEPTH + 12 + 16],
+		loc[HS_STACK_DEPTH + 12 + 16];
 	uint8_t sig[HS_STACK_DEPTH + 12 + 16];
+	int8_t lt[HS_STACK_DEPTH + 12 + 16];
 	unsigned n = 0, skip = 0, out;
 	int r = 1;
 	if (cap > HS_STACK_DEPTH + 12)
@@ -1591,11 +1770,12 @@ static __attribute__((noinline)) unsigned site_unwind_steps(uint64_t *pcs, unsig
 			r = -1;
 			break;
 		}
+		unw_rbp_read(&cur, &rb[n], &lt[n], &loc[n]);
 		if (n == skip && ip[n] >= hs_self_lo && ip[n] < hs_self_hi)
 			skip++;
 		n++;
 	}
-	site_learn(ip + skip, sp + skip, sig + skip, n - skip, r);
+	site_learn(ip + skip, sp + skip, sig + skip, n - skip, r, rb + skip, lt + skip, loc + skip);
 	out = n - skip;
 	for (unsigned k = 0; k < out; k++)
 		pcs[k] = ip[skip + k];
@@ -1631,8 +1811,9 @@ static __attribute__((noinline)) unsigned site_unwind_short(uint64_t *pcs, uint6
 {
 	unw_context_t uc;
 	unw_cursor_t cur;
-	uint64_t ip[SITE_SHORT_MAX], sp[SITE_SHORT_MAX];
+	uint64_t ip[SITE_SHORT_MAX], sp[SITE_SHORT_MAX], rb[SITE_SHORT_MAX], loc[SITE_SHORT_MAX];
 	uint8_t sig[SITE_SHORT_MAX];
+	int8_t lt[SITE_SHORT_MAX];
 	unsigned n = 0, off;
 	int r = 1, known = 0;
 	if (unw_getcontext(&uc) < 0)
@@ -1648,6 +1829,7 @@ static __attribute__((noinline)) unsigned site_unwind_short(uint64_t *pcs, uint6
 			r = -1;
 			break;
 		}
+		unw_rbp_read(&cur, &rb[n], &lt[n], &loc[n]);
 		i = ip[n];
 		s = sp[n];
 		n++;
@@ -1666,7 +1848,7 @@ static __attribute__((noinline)) unsigned site_unwind_short(uint64_t *pcs, uint6
 	for (unsigned k = 0; k < n; k++)
 		if (sig[k])
 			return 0;
-	site_learn(ip, sp, sig, n, known ? 1 : r);
+	site_learn(ip, sp, sig, n, known ? 1 : r, rb, lt, loc);
 	if (!known && r != 0)
 		return 0; /* neither a known frame nor the outermost one reached */
 	for (unsigned k = 0; k < n; k++) {
@@ -1693,7 +1875,10 @@ static unsigned site_read(uint64_t *pcs, unsigned cap, uint64_t site, uint64_t c
 	if (!top || hi <= lo + 1 || here < lo || top >= hi || cfa <= here || cfa > top || (cfa & 7) ||
 	    (site >= hs_self_lo && site < hs_self_hi) || slot_at(cfa) != site)
 		return 0;
-	if (!pcoff_get(site, &off)) {
+	pcs[0] = site;
+	sps[0] = cfa;
+	off = 0;
+	if (!pcoff_get(site, &off) && (off != PCOFF_DOUBT || !site_fp_cfa(pcs, sps, 0, top, hi))) {
 		/* a new return address at the hook's caller: unwound from there */
 		int entered = hs_unwind_enter();
 		n = site_unwind_short(pcs, sps, cap, site, cfa, top, &ended);
@@ -1711,11 +1896,14 @@ static unsigned site_read(uint64_t *pcs, unsigned cap, uint64_t site, uint64_t c
 	sp = sps[n - 1];
 	unwound = ended ? n : n - 1; /* frames from libunwind, the one walked on from aside */
 	while (!ended && n < cap) {
-		if (!pcoff_get(pc, &off))
-			return 0; /* a frame further out not learnt yet */
-		if (off == PCOFF_END)
-			break;
-		sp += off;
+		off = 0;
+		if (pcoff_get(pc, &off)) {
+			if (off == PCOFF_END)
+				break;
+			sp += off;
+		} else if (off != PCOFF_DOUBT || (sp = site_fp_cfa(pcs, sps, n - 1, top, hi)) == 0) {
+			return 0; /* a frame further out not learnt yet, or doubt */
+		}
 		if (sp > top || sp >= hi)
 			return 0;
 		pc = slot_at(sp);

@@ -72,6 +72,9 @@ static int (*real_step)(unw_cursor_t *);
 static int (*real_get_reg)(unw_cursor_t *, int, unw_word_t *);
 static int (*real_is_signal_frame)(unw_cursor_t *);
 static int (*real_backtrace)(void **, int);
+/* optional: where a frame's caller-saved register lives (stacks.c learns
+ * where each frame keeps its caller's %rbp from it); NULL if missing */
+static int (*real_get_save_loc)(unw_cursor_t *, int, unw_save_loc_t *);
 
 int hs_unwind_loaded(void)
 {
@@ -181,6 +184,7 @@ static __attribute__((noinline)) int unwind_load_now(void)
 	SYM(real_get_reg, "_ULx86_64_get_reg");
 	SYM(real_is_signal_frame, "_ULx86_64_is_signal_frame");
 	SYM(real_backtrace, "unw_backtrace");
+	*(void **)(&real_get_save_loc) = dlsym(h, "_ULx86_64_get_save_loc");
 	*(void **)(&set_policy) = dlsym(h, "_ULx86_64_set_caching_policy");
 	local_as = dlsym(h, "_ULx86_64_local_addr_space");
 	/* per-thread unwind caches where libunwind has them */
@@ -317,6 +321,11 @@ int _ULx86_64_step(unw_cursor_t *c)
 int _ULx86_64_get_reg(unw_cursor_t *c, int reg, unw_word_t *val)
 {
 	return hs_unwind_loaded() ? real_get_reg(c, reg, val) : -UNW_EUNSPEC;
+}
+
+int _ULx86_64_get_save_loc(unw_cursor_t *c, int reg, unw_save_loc_t *loc)
+{
+	return hs_unwind_loaded() && real_get_save_loc ? real_get_save_loc(c, reg, loc) : -UNW_EUNSPEC;
 }
 
 int _ULx86_64_is_signal_frame(unw_cursor_t *c)

@@ -36,6 +36,12 @@
  *       as stacks.c keeps it (0: the outermost frame, 0xffff: doubt, seen
  *       at two distances); check the high 48 bits of a hash of the whole
  *       64-bit identity, the key and off (never 0; val 0: being written).
+ *     A second entry of the same return address, its key's bit 31 flipped
+ *     (FRAMES_RULE_TAG), holds in off its %rbp rule instead (stacks.c,
+ *     "frame-pointer frames": where the frame keeps its caller's %rbp, and
+ *     whether its CFA is %rbp + 16); written only for the frames of a
+ *     stack that goes through a frame of doubtful distance, with the same
+ *     check, and turned to doubt (0xffff) the same way.
  *   Open addressing: home slot entry_home (a page of 256 entries by the
  *   object and the 64 KiB of code, a slot in it by the key), FRAMES_PROBE
  *   slots probed linearly inside that page; a key is claimed by
@@ -86,6 +92,7 @@
 #define FRAMES_PAGE 256u        /* entries in one 4 KiB page */
 #define FRAMES_CHUNK_SHIFT 16   /* 64 KiB of an object's code share a home page */
 #define FRAMES_HDR_BYTES 4096u  /* the header's page: entries start page-aligned */
+#define FRAMES_RULE_TAG 0x80000000u /* in a key's low half: the entry of pc's %rbp rule, not its distance */
 
 struct frames_hdr {
 	uint64_t magic;
@@ -109,6 +116,15 @@ int hs_frames_get(uint64_t pc, unsigned *off)
 void hs_frames_put(uint64_t pc, unsigned off)
 {
 	(void)pc, (void)off;
+}
+int hs_frames_get_rule(uint64_t pc, unsigned *rule)
+{
+	(void)pc, (void)rule;
+	return 0;
+}
+void hs_frames_put_rule(uint64_t pc, unsigned rule)
+{
+	(void)pc, (void)rule;
 }
 int hs_frames_mapped(void)
 {
@@ -241,14 +257,15 @@ static inline uint64_t entry_val(uint64_t id, uint64_t key, unsigned off)
 	return (c ? c : 1ull << 16) | off;
 }
 
-/* pc's key in the table and its identity; 0 when pc is not shared. */
-static inline uint64_t pc_key(uint64_t pc, uint64_t *id)
+/* pc's key in the table and its identity; 0 when pc is not shared.  tag
+ * 0: its distance's entry; FRAMES_RULE_TAG: its %rbp rule's entry. */
+static inline uint64_t pc_key(uint64_t pc, uint64_t *id, uint32_t tag)
 {
 	uint64_t base = 0, rel;
 	*id = mod_of(pc, &base);
 	if (!*id || pc < base || ((rel = pc - base) >> 32))
 		return 0;
-	return rel << 32 | (uint32_t)(*id | 1);
+	return rel << 32 | ((uint32_t)(*id | 1) ^ tag);
 }
 
 static inline struct frames_entry *entry_at(struct frames_hdr *h, uint32_t i)
@@ -280,12 +297,12 @@ int hs_frames_mapped(void)
 	return frames() != NULL;
 }
 
-int hs_frames_get(uint64_t pc, unsigned *off)
+static int frames_get(uint64_t pc, unsigned *off, uint32_t tag)
 {
 	struct frames_hdr *h = frames();
 	uint64_t id, key, w[2];
 	uint32_t i;
-	if (!h || (key = pc_key(pc, &id)) == 0)
+	if (!h || (key = pc_key(pc, &id, tag)) == 0)
 		return 0;
 	i = entry_home(id, key);
 	for (unsigned p = 0; p < FRAMES_PROBE; p++, i = entry_next(i)) {
@@ -306,12 +323,12 @@ int hs_frames_get(uint64_t pc, unsigned *off)
 	return 0;
 }
 
-void hs_frames_put(uint64_t pc, unsigned off)
+static void frames_put(uint64_t pc, unsigned off, uint32_t tag)
 {
 	struct frames_hdr *h = frames();
 	uint64_t id, key, w[2], want;
 	uint32_t i;
-	if (!h || off > FRAMES_OFF_MASK || (key = pc_key(pc, &id)) == 0)
+	if (!h || off > FRAMES_OFF_MASK || (key = pc_key(pc, &id, tag)) == 0)
 		return;
 	want = entry_val(id, key, off);
 	i = entry_home(id, key);
@@ -345,5 +362,25 @@ void hs_frames_put(uint64_t pc, unsigned off)
 		return;
 	}
 	__atomic_add_fetch(&h->full, 1, __ATOMIC_RELAXED);
+}
+
+int hs_frames_get(uint64_t pc, unsigned *off)
+{
+	return frames_get(pc, off, 0);
+}
+
+void hs_frames_put(uint64_t pc, unsigned off)
+{
+	frames_put(pc, off, 0);
+}
+
+int hs_frames_get_rule(uint64_t pc, unsigned *rule)
+{
+	return frames_get(pc, rule, FRAMES_RULE_TAG);
+}
+
+void hs_frames_put_rule(uint64_t pc, unsigned rule)
+{
+	frames_put(pc, rule, FRAMES_RULE_TAG);
 }
 #endif
