@@ -21,7 +21,7 @@ lock pairs at a fixed place").
 
 Usage: python3 bench/pylock_pairs.py [--procs N] BUILD_DIR[,BUILD_DIR...] [ROUNDS [PYTHON ...]]
   (defaults: 3 processes a side, 11 rounds; /usr/bin/python3 and every
-  CPython 3.8 to 3.13 found under ~/.pyenv/versions)
+  CPython 3.6 to 3.13 found under ~/.pyenv/versions)
 Prints one line per interpreter: native median, heisen's added median and
 range (the load average before and after).  With several builds (a
 comma-separated list, e.g. main's and a branch's), each round runs every
@@ -44,11 +44,11 @@ LOOPS, REPEATS = "200000", "9"
 
 
 def default_pythons():
-    """/usr/bin/python3 and the pyenv builds of 3.8 to 3.13, oldest first."""
+    """/usr/bin/python3 and the pyenv builds of 3.6 to 3.13, oldest first."""
     found = []
     for p in glob.glob(os.path.expanduser("~/.pyenv/versions/3.*/bin/python3")):
         m = re.search(r"/3\.(\d+)\.(\d+)[^/]*/bin/python3$", p)
-        if m and 8 <= int(m.group(1)) <= 13:
+        if m and 6 <= int(m.group(1)) <= 13:
             found.append(((int(m.group(1)), int(m.group(2))), p))
     pys = [p for _, p in sorted(found)]
     if os.path.exists("/usr/bin/python3"):
