@@ -926,78 +926,87 @@ static uint32_t site_stack_key(uint64_t key, uint64_t site, int first_sight)
 }
 
 /*
- * The calling thread's last two plain sites and their stacks, in front of
- * the site cache: a loop that allocates and frees meets the same two sites
- * again and again, and a compare is cheaper than the cache's hash and load.
- * Behind them MEMO_L2 more, direct-mapped by the site (memo_l2): a C++
- * `delete` reaches free() through two tail calls, so the free's site is
- * each inlined `delete` of the program, and a churning C++ thread's frees
- * missed the two entries five times in six (bench/README.md "The C++
- * churn's heap path").  128 of them: under PYTHONMALLOC=malloc CPython's
- * allocator functions reach malloc and free through indirect tail calls,
- * so every allocating place of the interpreter is a site, and a threaded
- * Python service's working set of sites missed 16 entries a fifth of the
- * time (128: 6%; bench/README.md "The heap checker's misses; the guard
- * pages' burst").  The second level lives in the thread's area (shim.h
- * HS_AREA_HEAPMEMO: 1.5 KiB would not fit the static TLS a small-stack
- * thread can spare); without an area (not mapped yet, or the thread has
- * exited) the site cache answers.  Filled together (site_stack); cleared
- * together in a fork child whose site cache is cleared.
+ * The calling thread's call sites met last and their stacks, in front of
+ * the site cache: a compare and a load are cheaper than the cache's hash
+ * and its load from a table every thread shares.  MEMO_SETS sets of two
+ * entries, a site's set chosen by one multiply (return addresses of nearby
+ * call sites differ in their low bits), the newer entry first: a site met
+ * anew takes the set's first entry and moves the older one to the second,
+ * whose own goes (no reordering on a hit: the stores cost more than the
+ * second compare).  Why so many: a C++ `delete` reaches free() through two
+ * tail calls, so the free's site is each inlined `delete` of the program;
+ * and under PYTHONMALLOC=malloc CPython's allocator functions reach malloc
+ * and free through indirect tail calls, so every allocating place of the
+ * interpreter is a site: a threaded Python service's 80-odd busy sites
+ * (bench/py_alloc_workload.py).  Why two ways: those 80 sites in 128
+ * direct-mapped entries still missed 12% of the lookups, nearly all of it
+ * two busy sites on one entry (the birthday problem: a set of two holds
+ * such a pair; 2.8% missed then, a simulation of that run's 1.8 million
+ * lookups), and a program whose malloc and free sites shared an entry
+ * missed every time (bench/README.md "The heap checker's per-operation
+ * cost").  It lives in the thread's area (shim.h HS_AREA_HEAPMEMO: 3 KiB
+ * would not fit the static TLS a small-stack thread can spare); without
+ * an area (not mapped yet, or the thread has exited) the site cache
+ * answers.  Filled by site_stack; cleared in a fork child whose site cache
+ * is cleared.
  */
-#define MEMO_L2_BITS 7u
-#define MEMO_L2 (1u << MEMO_L2_BITS)
+#define MEMO_SET_BITS 7u
+#define MEMO_SETS (1u << MEMO_SET_BITS)
 struct site_memo {
-	uint64_t site[2];
-	uint32_t id[2];
+	uint64_t site[MEMO_SETS][2]; /* the call site (a return address); 0: empty.  [k][0] the newer */
+	uint32_t id[MEMO_SETS][2];   /* its stack id, or MEMO_WRAPPER */
 };
-static __thread struct site_memo site_memo __attribute__((tls_model("initial-exec")));
-struct site_memo_l2 {
-	uint64_t site[MEMO_L2];
-	uint32_t id[MEMO_L2];
-};
-_Static_assert(sizeof(struct site_memo_l2) <= HS_AREA_HEAPMEMO_SIZE, "the memo's second level fits the area");
+_Static_assert(sizeof(struct site_memo) <= HS_AREA_HEAPMEMO_SIZE, "the memo fits the area");
 
-/* The memo's second level in the thread's area a (not NULL). */
-static inline struct site_memo_l2 *memo_l2_in(char *a)
+/* The memo in the thread's area a (not NULL). */
+static inline struct site_memo *memo_in(char *a)
 {
-	return (struct site_memo_l2 *)(void *)(a + HS_AREA_HEAPMEMO);
+	return (struct site_memo *)(void *)(a + HS_AREA_HEAPMEMO);
 }
 
 #define MEMO_WRAPPER (1u << 31) /* in site_memo.id: a wrapper site, see wrapper_stack */
 
-/* site's entry in the memo's second level (one multiply: return addresses
- * of nearby call sites differ in their low bits) */
-static inline unsigned memo_l2(uint64_t site)
+/* site's set in the memo */
+static inline unsigned memo_set(uint64_t site)
 {
-	return (unsigned)((site * 0x9e3779b97f4a7c15ull) >> (64 - MEMO_L2_BITS));
+	return (unsigned)((site * 0x9e3779b97f4a7c15ull) >> (64 - MEMO_SET_BITS));
 }
 
+/* 1 and *id when the memo in the area a (not NULL) holds site. */
+static inline __attribute__((always_inline)) int memo_find(char *a, uint64_t site, uint32_t *id)
+{
+	struct site_memo *m = memo_in(a);
+	unsigned k = memo_set(site);
+	if (m->site[k][0] == site) {
+		*id = m->id[k][0];
+		return 1;
+	}
+	if (m->site[k][1] == site) {
+		*id = m->id[k][1];
+		return 1;
+	}
+	return 0;
+}
+
+/* The stack of a plain or wrapper site from the site cache (the memo
+ * missed), which fills the memo; a site the cache does not know yet (its
+ * first sight, or its entry taken by another) is looked up through
+ * site_stack_key. */
 static inline uint32_t site_stack(uint64_t site)
 {
-	struct site_memo *m = &site_memo;
 	uint64_t h, v;
 	uint32_t id;
-	/* no reordering on a hit: a loop's malloc and free sites alternate,
-	   and swapping them at every call cost more than the second compare */
-	if (HS_LIKELY(m->site[0] == site)) {
-		id = m->id[0];
-	} else if (HS_LIKELY(m->site[1] == site)) {
-		id = m->id[1];
-	} else {
-		h = hs_mix64(site);
-		v = __atomic_load_n(&site_cache[h & (SITE_CACHE - 1)], __ATOMIC_RELAXED);
-		if (v == 0 || (v >> 26) != (h >> 26) || (v & SITE_EXACT) || !(v & (SITE_WRAPPER | 0xffffffu)))
-			return site_stack_key(site, site, 1);
-		id = v & SITE_WRAPPER ? MEMO_WRAPPER : (uint32_t)(v & 0xffffffu);
-		m->site[1] = m->site[0], m->id[1] = m->id[0];
-		m->site[0] = site, m->id[0] = id;
-		{
-			char *a = hs_area();
-			if (a) {
-				struct site_memo_l2 *l2 = memo_l2_in(a);
-				l2->site[memo_l2(site)] = site, l2->id[memo_l2(site)] = id;
-			}
-		}
+	char *a;
+	h = hs_mix64(site);
+	v = __atomic_load_n(&site_cache[h & (SITE_CACHE - 1)], __ATOMIC_RELAXED);
+	if (v == 0 || (v >> 26) != (h >> 26) || (v & SITE_EXACT) || !(v & (SITE_WRAPPER | 0xffffffu)))
+		return site_stack_key(site, site, 1);
+	id = v & SITE_WRAPPER ? MEMO_WRAPPER : (uint32_t)(v & 0xffffffu);
+	if ((a = hs_area()) != NULL) {
+		struct site_memo *m = memo_in(a);
+		unsigned k = memo_set(site);
+		m->site[k][1] = m->site[k][0], m->id[k][1] = m->id[k][0];
+		m->site[k][0] = site, m->id[k][0] = id;
 	}
 	return HS_UNLIKELY(id & MEMO_WRAPPER) ? wrapper_stack(site) : id;
 }
@@ -1012,14 +1021,13 @@ static inline uint32_t site_stack(uint64_t site)
  */
 static __attribute__((noinline)) uint32_t pending_stack(uint64_t site)
 {
-	struct site_memo *m = &site_memo;
 	uint64_t h = hs_mix64(site), v = __atomic_load_n(&site_cache[h & (SITE_CACHE - 1)], __ATOMIC_RELAXED);
+	uint32_t id;
 	if (heap_stacks == HS_HEAP_STACKS_NONE)
 		return 0;
-	if (heap_stacks == HS_HEAP_STACKS_SITE && !(m->id[0] & MEMO_WRAPPER) && m->site[0] == site && m->id[0])
-		return m->id[0];
-	if (heap_stacks == HS_HEAP_STACKS_SITE && !(m->id[1] & MEMO_WRAPPER) && m->site[1] == site && m->id[1])
-		return m->id[1];
+	if (heap_stacks == HS_HEAP_STACKS_SITE && hs_tls.area && memo_find(hs_tls.area, site, &id) &&
+	    !(id & MEMO_WRAPPER) && id)
+		return id;
 	if (heap_stacks == HS_HEAP_STACKS_SITE && v != 0 && (v >> 26) == (h >> 26) && !(v & (SITE_EXACT | SITE_WRAPPER)) &&
 	    (v & 0xffffffu))
 		return (uint32_t)(v & 0xffffffu);
@@ -1055,17 +1063,9 @@ static __attribute__((noinline)) uint32_t heap_stack_slow(uint64_t site)
  */
 static inline __attribute__((always_inline)) uint32_t heap_stack(uint64_t site)
 {
-	struct site_memo *m = &site_memo;
+	char *a = hs_tls.area;
 	uint32_t id;
-	unsigned k;
-	char *a;
-	if (m->site[0] == site)
-		id = m->id[0];
-	else if (m->site[1] == site)
-		id = m->id[1];
-	else if ((a = hs_tls.area) != NULL && memo_l2_in(a)->site[k = memo_l2(site)] == site)
-		id = memo_l2_in(a)->id[k];
-	else
+	if (HS_UNLIKELY(a == NULL) || !memo_find(a, site, &id))
 		return heap_stack_slow(site);
 	if (HS_LIKELY(!(id & MEMO_WRAPPER)))
 		return id;
@@ -2167,9 +2167,8 @@ HS_FORK_TEXT HS_HIDDEN void hs_heap_after_fork_child(void)
 	if (!hs_seg_inherited) {
 		memset(site_cache, 0, sizeof site_cache);
 		memset(module_kind, 0, sizeof module_kind); /* indexes of the parent's module table */
-		memset(&site_memo, 0, sizeof site_memo);
 		if (hs_tls.area) {
-			memset(memo_l2_in(hs_tls.area), 0, sizeof(struct site_memo_l2));
+			memset(memo_in(hs_tls.area), 0, sizeof(struct site_memo));
 			memset(wrap_memo_in(hs_tls.area), 0, sizeof(struct wrap_memo));
 		}
 		__atomic_add_fetch(&stack_epoch, 1, __ATOMIC_RELAXED);
