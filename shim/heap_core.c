@@ -213,6 +213,23 @@ static inline int st_is_live(uint64_t w)
 }
 
 HS_HIDDEN int hs_heap_mode;            /* [atomic] HS_HEAP_MODE_* (heap_core.h) */
+
+/*
+ * errno's place as an offset from the thread pointer, the same in every
+ * thread (glibc's errno is initial-exec TLS of libc.so, in the static TLS
+ * block whose offset the dynamic linker fixes once for all threads: the
+ * offset __errno_location itself adds to %fs:0).  Read once by
+ * hs_heap_init (before checking is on), so the core's entries save and
+ * restore errno with two instructions and no call to __errno_location
+ * through the PLT.
+ */
+static intptr_t errno_tpoff;
+
+/* The calling thread's errno (checking is on: errno_tpoff is set). */
+static inline int *errno_at(void)
+{
+	return (int *)(void *)((char *)__builtin_thread_pointer() + errno_tpoff);
+}
 static unsigned heap_stacks = HS_HEAP_STACKS_SITE;
 
 int hs_heap_unwinds_each_site(void)
@@ -496,9 +513,11 @@ static inline int blk_view(const void *p, struct bview *v)
 }
 
 /*
- * What lies in front of p, a pointer the program hands to free or realloc.
- * Reads the 16 bytes at p-16 only, and through hs_safe_read16, so a wild
- * pointer is reported instead of crashing here.
+ * What lies in front of p, a pointer the program hands to free or realloc,
+ * and the 16 bytes there (w: the tag and the state word as read, when p is
+ * 16-aligned and they are mapped).  Reads the 16 bytes at p-16 only, and
+ * through hs_safe_read16, so a wild pointer is reported instead of
+ * crashing here.
  */
 enum owner {
 	OWN_FOREIGN,   /* mapped, not ours: glibc's (or provably bad: foreign_is_invalid) */
@@ -507,9 +526,8 @@ enum owner {
 	OWN_MISALIGNED /* not 16-aligned: glibc never returns one */
 };
 
-static inline enum owner owner_of(const void *p)
+static inline __attribute__((always_inline)) enum owner owner_words(const void *p, uint64_t w[2])
 {
-	uint64_t w[2];
 	enum fmt f;
 	if (HS_UNLIKELY(((uintptr_t)p & 15) != 0))
 		return OWN_MISALIGNED;
@@ -522,6 +540,13 @@ static inline enum owner owner_of(const void *p)
 		return ST_KIND(w[1]) == ST_LIVE_L || ST_KIND(w[1]) == ST_LIVE_LA || st_is_freed(w[1]) ? OWN_OURS
 														      : OWN_FOREIGN;
 	return OWN_FOREIGN;
+}
+
+/* What lies in front of p (owner_words without the words). */
+static inline enum owner owner_of(const void *p)
+{
+	uint64_t w[2];
+	return owner_words(p, w);
 }
 
 /* 1 when p carries our magic and state (see owner_of). */
@@ -2044,16 +2069,18 @@ static __attribute__((noinline)) int exact_fit_intact(const void *p, size_t n)
 }
 
 /*
- * A checked free of p, which carries our magic.  With the guard held.
- * Returns 1 when the block was freed, 0 when it was reported instead
+ * A checked free of p, which carries our magic; old: its state word as
+ * read just before (the probe's, owner_words, or an acquire load: the first
+ * free's stores to the block happen before the words read after it; a
+ * word that changed since only fails the compare-and-swap, which then
+ * sees the new one).  With the guard held.  Returns 1 when the block was freed, 0 when it was reported instead
  * (double or invalid free: nothing freed; overflow: marked freed but kept
  * out of glibc's hands, since glibc's own next chunk may be damaged).
  */
-static inline __attribute__((always_inline)) int blk_free(struct hs_tls *t, int ring, void *p, uint64_t site)
+static inline __attribute__((always_inline)) int blk_free(struct hs_tls *t, int ring, void *p, uint64_t site,
+							  uint64_t old)
 {
 	uint64_t *sw = &hw(p)[1];
-	/* acquire: the first free's stores to the block happen before we read them */
-	uint64_t old = __atomic_load_n(sw, __ATOMIC_ACQUIRE);
 	if (HS_LIKELY(st_is_live(old))) {
 		struct bview v;
 		uint32_t st;
@@ -2208,6 +2235,7 @@ HS_HIDDEN void hs_heap_init(void)
 		return;
 	}
 	hs_heap_page_size = (size_t)sysconf(_SC_PAGESIZE);
+	errno_tpoff = (char *)__errno_location() - (char *)__builtin_thread_pointer();
 	quar_limit = hs_getenv_num("HEISEN_QUARANTINE_MB", 64, 0, QUARANTINE_MB_MAX, &quar_explicit) << 20;
 	if (!quar_explicit)
 		quar_thread_max = QUAR_THREAD_BLOCKS;
@@ -2246,20 +2274,21 @@ HS_HIDDEN void hs_heap_init(void)
 HS_HIDDEN void *hs_heap_alloc(size_t n, size_t align, int zero, uint64_t site)
 {
 	struct hs_tls *t = &hs_tls;
-	int e = errno;
+	int *ep = errno_at(), e = *ep;
 	void *p;
 	heap_enter(t);
 	p = blk_alloc(t, n, align, zero, site);
 	hs_leave(t);
 	if (p)
-		errno = e;
+		*ep = e;
 	return p;
 }
 
 HS_HIDDEN void hs_heap_free(void *p, uint64_t site)
 {
 	struct hs_tls *t = &hs_tls;
-	int e = errno, ring;
+	int *ep = errno_at(), e = *ep, ring;
+	uint64_t w[2];
 	enum owner o;
 	if (HS_UNLIKELY(t->in_hook)) {
 		o = owner_of(p);
@@ -2267,15 +2296,17 @@ HS_HIDDEN void hs_heap_free(void *p, uint64_t site)
 			blk_free_quiet(p);
 		else if (o == OWN_FOREIGN)
 			__libc_free(p);
-		errno = e;
+		*ep = e;
 		return;
 	}
 	ring = heap_enter(t);
-	o = owner_of(p);
+	o = owner_words(p, w);
+	/* acquire: the probe's load is the state word's read (blk_free) */
+	__atomic_thread_fence(__ATOMIC_ACQUIRE);
 	if (HS_LIKELY(o == OWN_OURS)) {
 		/* ---- lock graph (locks.c): locks in the freed block are gone (the
 		   lock-address filter first, shim.h hs_lock_mem_seen: most blocks never held a lock) ---- */
-		uint64_t w1 = hw(p)[1];
+		uint64_t w1 = w[1];
 		size_t n;
 		struct bview v;
 		if (HS_LIKELY(ST_KIND(w1) == ST_LIVE_S))
@@ -2287,17 +2318,17 @@ HS_HIDDEN void hs_heap_free(void *p, uint64_t site)
 		if (HS_UNLIKELY(hs_lock_mem_seen((uintptr_t)p, (uintptr_t)p + n)))
 			hs_locks_on_free(p, n);
 		/* ---- */
-		blk_free(t, ring, p, site);
+		blk_free(t, ring, p, site, w1);
 	} else if (!foreign_is_invalid(t, ring, p, o))
 		__libc_free(p);
 	hs_leave(t);
-	errno = e;
+	*ep = e;
 }
 
 HS_HIDDEN void *hs_heap_realloc(void *p, size_t n, uint64_t site)
 {
 	struct hs_tls *t = &hs_tls;
-	int e = errno, ring;
+	int *ep = errno_at(), e = *ep, ring;
 	struct bview v;
 	void *q;
 	uint64_t st, keep, rec[3];
@@ -2313,7 +2344,7 @@ HS_HIDDEN void *hs_heap_realloc(void *p, size_t n, uint64_t site)
 		record_double_free(t, ring, p, rec);
 		q = n ? blk_alloc(t, n, 0, 0, site) : NULL;
 		hs_leave(t);
-		errno = e;
+		*ep = e;
 		return q;
 	}
 	if (o != OWN_OURS) {
@@ -2321,7 +2352,7 @@ HS_HIDDEN void *hs_heap_realloc(void *p, size_t n, uint64_t site)
 			ring = heap_enter(t);
 			foreign_is_invalid(t, ring, p, o);
 			hs_leave(t);
-			errno = EINVAL;
+			*ep = EINVAL;
 			return NULL;
 		}
 		return __libc_realloc(p, n);
@@ -2353,21 +2384,21 @@ HS_HIDDEN void *hs_heap_realloc(void *p, size_t n, uint64_t site)
 		if (q)
 			memcpy(q, p, keep);
 		hs_leave(t);
-		errno = e;
+		*ep = e;
 		return q;
 	}
 	if (n == 0) {
 		/* glibc: realloc(p, 0) frees p and returns NULL */
-		blk_free(t, ring, p, site);
+		blk_free(t, ring, p, site, st);
 		hs_leave(t);
-		errno = e;
+		*ep = e;
 		return NULL;
 	}
 	q = blk_alloc(t, n, 0, 0, site);
 	if (q) {
 		memcpy(q, p, keep);
-		blk_free(t, ring, p, site);
-		errno = e;
+		blk_free(t, ring, p, site, __atomic_load_n(&hw(p)[1], __ATOMIC_ACQUIRE));
+		*ep = e;
 	}
 	hs_leave(t);
 	return q;
