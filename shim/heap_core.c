@@ -1801,6 +1801,23 @@ static int quar_ring(struct tquar *q)
 	return 1;
 }
 
+/*
+ * The victim QUAR_PREFETCH_AHEAD releases of FIFO f ahead (f's head has
+ * just moved past the one released now) was freed long ago and is cold:
+ * fetch its header and glibc's size word in front of it (chunk_damaged)
+ * now, so its release finds them near.  At each release, not at the
+ * queueing: the budget gives back from either FIFO (the heavier), and one
+ * free may give back several.
+ */
+static inline __attribute__((always_inline)) void fifo_prefetch(struct tquar *q, struct qfifo *f)
+{
+	if (HS_LIKELY(f->count >= QUAR_PREFETCH_AHEAD)) {
+		char *n = f->ring[(f->head + QUAR_PREFETCH_AHEAD - 1) & q->mask].p;
+		__builtin_prefetch(n - 16, 1);
+		__builtin_prefetch(n - 24, 1);
+	}
+}
+
 /* Give back the oldest block of FIFO f (not empty); its bytes leave the thread's count. */
 static inline __attribute__((always_inline)) uint64_t fifo_release(struct hs_tls *t, int ring, struct tquar *q,
 								  struct qfifo *f)
@@ -1810,16 +1827,7 @@ static inline __attribute__((always_inline)) uint64_t fifo_release(struct hs_tls
 	uint64_t olive = o->live, ob = o->bytes;
 	f->head = (f->head + 1) & q->mask;
 	f->count--;
-	/* the victim QUAR_PREFETCH_AHEAD releases of this FIFO ahead was freed
-	   long ago and is cold: fetch its header and glibc's size word in
-	   front of it (chunk_damaged) now, so its release finds them near.
-	   Here, not at the queueing: the budget gives back from either FIFO
-	   (the heavier), and one free may give back several */
-	if (HS_LIKELY(f->count >= QUAR_PREFETCH_AHEAD)) {
-		char *n = f->ring[(f->head + QUAR_PREFETCH_AHEAD - 1) & q->mask].p;
-		__builtin_prefetch(n - 16, 1);
-		__builtin_prefetch(n - 24, 1);
-	}
+	fifo_prefetch(q, f);
 	f->bytes -= ob;
 	q->unsynced -= (int64_t)ob;
 	release(t, ring, op, olive);
@@ -1853,6 +1861,9 @@ static inline __attribute__((always_inline)) void quarantine_put(struct hs_tls *
 {
 	struct tquar *q = &tquar;
 	struct qfifo *f, *o;
+	struct qent *e;
+	void *vp = NULL;
+	uint64_t vlive = 0, vbytes = 0;
 	uintptr_t lo, hi;
 	int64_t total;
 	if (HS_UNLIKELY(!q->keyed)) { /* keyed: the rings are there and the thread is not exiting */
@@ -1877,18 +1888,25 @@ static inline __attribute__((always_inline)) void quarantine_put(struct hs_tls *
 		madvise((void *)lo, hi - lo, MADV_DONTNEED);
 	}
 	f = &q->f[v->small ? QF_SMALL : QF_LARGE];
-	if (f->count == q->cap) /* full: its oldest goes now (the per-thread bound) */
-		fifo_release(t, ring, q, f);
-	{
-		struct qent *e = &f->ring[f->tail];
-		e->p = p;
-		e->live = live;
-		e->bytes = bytes;
+	e = &f->ring[f->tail];
+	if (f->count == q->cap) {
+		/* full (the per-thread bound): its oldest goes, and its entry
+		   (the tail's, when full) takes p.  Given back last (below), so
+		   that little is live across glibc's free */
+		vp = e->p;
+		vlive = e->live;
+		vbytes = e->bytes;
+		f->head = (f->head + 1) & q->mask;
+		fifo_prefetch(q, f);
+	} else {
+		f->count++;
 	}
+	e->p = p;
+	e->live = live;
+	e->bytes = bytes;
 	f->tail = (f->tail + 1) & q->mask;
-	f->count++;
-	f->bytes += bytes;
-	q->unsynced += (int64_t)bytes;
+	f->bytes += bytes - vbytes;
+	q->unsynced += (int64_t)(bytes - vbytes);
 	/* relaxed: a budget, ordered with nothing else */
 	total = (int64_t)__atomic_load_n(&quar_total, __ATOMIC_RELAXED) + q->unsynced;
 	/* below the least budget there can be (quar_floor), the live heap
@@ -1908,6 +1926,8 @@ static inline __attribute__((always_inline)) void quarantine_put(struct hs_tls *
 		__atomic_add_fetch(&quar_total, (uint64_t)q->unsynced, __ATOMIC_RELAXED);
 		q->unsynced = 0;
 	}
+	if (vp)
+		release(t, ring, vp, vlive);
 }
 
 /*
