@@ -2089,25 +2089,39 @@ static __attribute__((noinline)) int exact_fit_intact(const void *p, size_t n)
 }
 
 /*
+ * The lock graph (locks.c): locks in the n bytes at p, a block being
+ * freed, are gone.  The lock-address filter first (shim.h
+ * hs_lock_mem_seen: most blocks never held a lock).
+ */
+static inline __attribute__((always_inline)) void lock_mem_freed(void *p, size_t n)
+{
+	if (HS_UNLIKELY(hs_lock_mem_seen((uintptr_t)p, (uintptr_t)p + n)))
+		hs_locks_on_free(p, n);
+}
+
+/*
  * A checked free of p, which carries our magic; old: its state word as
  * read just before (the probe's, owner_words, or an acquire load: the first
  * free's stores to the block happen before the words read after it; a
  * word that changed since only fails the compare-and-swap, which then
- * sees the new one).  With the guard held.  Returns 1 when the block was freed, 0 when it was reported instead
+ * sees the new one); locks: the lock graph is told (lock_mem_freed: the
+ * free's, not realloc's).  With the guard held.  Returns 1 when the block was freed, 0 when it was reported instead
  * (double or invalid free: nothing freed; overflow: marked freed but kept
  * out of glibc's hands, since glibc's own next chunk may be damaged).
  */
 static inline __attribute__((always_inline)) int blk_free(struct hs_tls *t, int ring, void *p, uint64_t site,
-							  uint64_t old)
+							  uint64_t old, int locks)
 {
 	uint64_t *sw = &hw(p)[1];
+	struct bview v;
 	if (HS_LIKELY(st_is_live(old))) {
-		struct bview v;
 		uint32_t st;
 		uint64_t nw, live = old;
 		int intact;
 		size_t clen;
 		view_of_live(p, old, 0, &v);
+		if (locks)
+			lock_mem_freed(p, v.size);
 		/* the canary first: the saved live word may lie over it */
 		clen = v.small ? canary_len_s(v.size) : canary_len(v.size);
 		if (HS_LIKELY(clen))
@@ -2137,6 +2151,8 @@ static inline __attribute__((always_inline)) int blk_free(struct hs_tls *t, int 
 			quarantine_put(t, ring, p, live, &v, v.offset + v.size + clen + (v.small ? 0 : 8));
 			return 1;
 		}
+	} else if (locks) {
+		lock_mem_freed(p, blk_view(p, &v) ? v.size : 0);
 	}
 	if (HS_UNLIKELY(!st_is_freed(old))) {
 		uint64_t rec[3];
@@ -2323,23 +2339,9 @@ HS_HIDDEN void hs_heap_free(void *p, uint64_t site)
 	o = owner_words(p, w);
 	/* acquire: the probe's load is the state word's read (blk_free) */
 	__atomic_thread_fence(__ATOMIC_ACQUIRE);
-	if (HS_LIKELY(o == OWN_OURS)) {
-		/* ---- lock graph (locks.c): locks in the freed block are gone (the
-		   lock-address filter first, shim.h hs_lock_mem_seen: most blocks never held a lock) ---- */
-		uint64_t w1 = w[1];
-		size_t n;
-		struct bview v;
-		if (HS_LIKELY(ST_KIND(w1) == ST_LIVE_S))
-			n = ST_SSIZE(w1);
-		else if (ST_KIND(w1) == ST_LIVE_L || ST_KIND(w1) == ST_LIVE_LA)
-			n = ST_LSIZE(w1);
-		else
-			n = blk_view(p, &v) ? v.size : 0;
-		if (HS_UNLIKELY(hs_lock_mem_seen((uintptr_t)p, (uintptr_t)p + n)))
-			hs_locks_on_free(p, n);
-		/* ---- */
-		blk_free(t, ring, p, site, w1);
-	} else if (!foreign_is_invalid(t, ring, p, o))
+	if (HS_LIKELY(o == OWN_OURS))
+		blk_free(t, ring, p, site, w[1], 1); /* and the lock graph (locks.c): locks in the block are gone */
+	else if (!foreign_is_invalid(t, ring, p, o))
 		__libc_free(p);
 	hs_leave(t);
 	*ep = e;
@@ -2409,7 +2411,7 @@ HS_HIDDEN void *hs_heap_realloc(void *p, size_t n, uint64_t site)
 	}
 	if (n == 0) {
 		/* glibc: realloc(p, 0) frees p and returns NULL */
-		blk_free(t, ring, p, site, st);
+		blk_free(t, ring, p, site, st, 0);
 		hs_leave(t);
 		*ep = e;
 		return NULL;
@@ -2417,7 +2419,7 @@ HS_HIDDEN void *hs_heap_realloc(void *p, size_t n, uint64_t site)
 	q = blk_alloc(t, n, 0, 0, site);
 	if (q) {
 		memcpy(q, p, keep);
-		blk_free(t, ring, p, site, __atomic_load_n(&hw(p)[1], __ATOMIC_ACQUIRE));
+		blk_free(t, ring, p, site, __atomic_load_n(&hw(p)[1], __ATOMIC_ACQUIRE), 0);
 		*ep = e;
 	}
 	hs_leave(t);
