@@ -1991,7 +1991,9 @@ static void tquar_exit(void *arg)
  * glibc set) on failure, counted as a heap failure.  A small block (see
  * the formats above) under SMALL_MAX bytes with malloc's alignment, else a
  * large one; a request of 2^56 bytes or more, or aligned beyond what the
- * tail word's offset field holds, is glibc's own (foreign).
+ * tail word's offset field holds, is glibc's own (foreign).  *stackp:
+ * the allocation's stack id when it was asked (else left as it was), so
+ * that realloc's free of the old block need not ask again.
  */
 /* A failed allocation of n bytes at stack: counted, errno kept; NULL. */
 static __attribute__((noinline, cold)) void *alloc_failed(size_t n, uint32_t stack)
@@ -2009,7 +2011,11 @@ static inline uint32_t alloc_word(uint32_t stack)
 	return (stack < (1u << 24) ? stack : 0) | (__atomic_load_n(&stack_epoch, __ATOMIC_RELAXED) & 0xffu) << 24;
 }
 
-static inline __attribute__((always_inline)) void *blk_alloc(struct hs_tls *t, size_t n, size_t align, int zero, uint64_t site)
+/* No stack id yet (blk_alloc's *stackp, blk_free's stack): heap_stack(site) is asked. */
+#define STACK_UNSET UINT32_MAX
+
+static inline __attribute__((always_inline)) void *blk_alloc(struct hs_tls *t, size_t n, size_t align, int zero, uint64_t site,
+							     uint32_t *stackp)
 {
 	size_t off, after, total;
 	char *r, *u;
@@ -2020,7 +2026,7 @@ static inline __attribute__((always_inline)) void *blk_alloc(struct hs_tls *t, s
 		/* the common case, straight: a small block, malloc's alignment */
 		after = canary_len_s(n);
 		r = zero ? __libc_calloc(1, HDR + n + after) : __libc_malloc(HDR + n + after);
-		stack = heap_stack(site);
+		*stackp = stack = heap_stack(site);
 		if (HS_UNLIKELY(r == NULL))
 			return alloc_failed(n, stack);
 		u = r + HDR;
@@ -2056,7 +2062,7 @@ static inline __attribute__((always_inline)) void *blk_alloc(struct hs_tls *t, s
 	} else {
 		r = __libc_memalign(align, total);
 	}
-	stack = heap_stack(site);
+	*stackp = stack = heap_stack(site);
 	if (HS_UNLIKELY(r == NULL))
 		return alloc_failed(n, stack);
 	u = r + off;
@@ -2104,13 +2110,14 @@ static inline __attribute__((always_inline)) void lock_mem_freed(void *p, size_t
  * read just before (the probe's, owner_words, or an acquire load: the first
  * free's stores to the block happen before the words read after it; a
  * word that changed since only fails the compare-and-swap, which then
- * sees the new one); locks: the lock graph is told (lock_mem_freed: the
- * free's, not realloc's).  With the guard held.  Returns 1 when the block was freed, 0 when it was reported instead
+ * sees the new one); stack: the free's stack id when known (realloc's,
+ * from its allocation), else STACK_UNSET; locks: the lock graph is told
+ * (lock_mem_freed: the free's, not realloc's).  With the guard held.  Returns 1 when the block was freed, 0 when it was reported instead
  * (double or invalid free: nothing freed; overflow: marked freed but kept
  * out of glibc's hands, since glibc's own next chunk may be damaged).
  */
 static inline __attribute__((always_inline)) int blk_free(struct hs_tls *t, int ring, void *p, uint64_t site,
-							  uint64_t old, int locks)
+							  uint32_t stack, uint64_t old, int locks)
 {
 	uint64_t *sw = &hw(p)[1];
 	struct bview v;
@@ -2132,7 +2139,7 @@ static inline __attribute__((always_inline)) int blk_free(struct hs_tls *t, int 
 		   before the compare-and-swap, so that a racing second free that
 		   loses finds it there (both store the same value) */
 		((uint64_t *)p)[1] = old;
-		st = heap_stack(site);
+		st = stack != STACK_UNSET ? stack : heap_stack(site);
 		nw = ST_FREED | (uint64_t)(st < (1u << 24) ? st : 0) << 8 | (uint64_t)(uint32_t)t->tid << 32;
 		/* acq_rel: the winner's free is published whole; a loser sees the winner's word */
 		if (__atomic_compare_exchange_n(sw, &old, nw, 0, __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE)) {
@@ -2311,9 +2318,10 @@ HS_HIDDEN void *hs_heap_alloc(size_t n, size_t align, int zero, uint64_t site)
 {
 	struct hs_tls *t = &hs_tls;
 	int *ep = errno_at(), e = *ep;
+	uint32_t stack;
 	void *p;
 	heap_enter(t);
-	p = blk_alloc(t, n, align, zero, site);
+	p = blk_alloc(t, n, align, zero, site, &stack);
 	hs_leave(t);
 	if (p)
 		*ep = e;
@@ -2340,7 +2348,7 @@ HS_HIDDEN void hs_heap_free(void *p, uint64_t site)
 	/* acquire: the probe's load is the state word's read (blk_free) */
 	__atomic_thread_fence(__ATOMIC_ACQUIRE);
 	if (HS_LIKELY(o == OWN_OURS))
-		blk_free(t, ring, p, site, w[1], 1); /* and the lock graph (locks.c): locks in the block are gone */
+		blk_free(t, ring, p, site, STACK_UNSET, w[1], 1); /* and the lock graph (locks.c): locks in the block are gone */
 	else if (!foreign_is_invalid(t, ring, p, o))
 		__libc_free(p);
 	hs_leave(t);
@@ -2353,18 +2361,21 @@ HS_HIDDEN void *hs_heap_realloc(void *p, size_t n, uint64_t site)
 	int *ep = errno_at(), e = *ep, ring;
 	struct bview v;
 	void *q;
-	uint64_t st, keep, rec[3];
+	uint64_t st, keep, rec[3], w[2];
+	uint32_t stack = STACK_UNSET;
 	enum owner o;
 
 	if (p == NULL)
 		return hs_tls.in_hook ? __libc_malloc(n) : hs_heap_alloc(n, 0, 0, site);
-	o = owner_of(p);
+	o = owner_words(p, w);
+	/* acquire: the probe's load is the state word's read (as blk_free's) */
+	__atomic_thread_fence(__ATOMIC_ACQUIRE);
 	if (o == OWN_FOREIGN && !t->in_hook && small_record(p, rec)) {
 		/* a block of ours given back to glibc: as a double free in realloc
 		   (continue: a new block, nothing copied from freed memory) */
 		ring = heap_enter(t);
 		record_double_free(t, ring, p, rec);
-		q = n ? blk_alloc(t, n, 0, 0, site) : NULL;
+		q = n ? blk_alloc(t, n, 0, 0, site, &stack) : NULL;
 		hs_leave(t);
 		*ep = e;
 		return q;
@@ -2379,9 +2390,12 @@ HS_HIDDEN void *hs_heap_realloc(void *p, size_t n, uint64_t site)
 		}
 		return __libc_realloc(p, n);
 	}
-	st = __atomic_load_n(&hw(p)[1], __ATOMIC_ACQUIRE);
+	st = w[1];
 	/* the bytes the old block holds: none once given back to glibc */
-	keep = ST_KIND(st) == ST_RELEASED ? 0 : (blk_view(p, &v), v.size);
+	if (HS_LIKELY(ST_KIND(st) == ST_LIVE_S))
+		keep = ST_SSIZE(st);
+	else
+		keep = ST_KIND(st) == ST_RELEASED ? 0 : (blk_view(p, &v), v.size);
 	if (keep > n)
 		keep = n;
 	if (HS_UNLIKELY(t->in_hook)) {
@@ -2402,7 +2416,7 @@ HS_HIDDEN void *hs_heap_realloc(void *p, size_t n, uint64_t site)
 	if (HS_UNLIKELY(!st_is_live(st))) {
 		/* continue: a new block with what the old one held; the old one is not freed again */
 		bad_state(t, ring, p, st);
-		q = n ? blk_alloc(t, n, 0, 0, site) : NULL;
+		q = n ? blk_alloc(t, n, 0, 0, site, &stack) : NULL;
 		if (q)
 			memcpy(q, p, keep);
 		hs_leave(t);
@@ -2411,15 +2425,16 @@ HS_HIDDEN void *hs_heap_realloc(void *p, size_t n, uint64_t site)
 	}
 	if (n == 0) {
 		/* glibc: realloc(p, 0) frees p and returns NULL */
-		blk_free(t, ring, p, site, st, 0);
+		blk_free(t, ring, p, site, STACK_UNSET, st, 0);
 		hs_leave(t);
 		*ep = e;
 		return NULL;
 	}
-	q = blk_alloc(t, n, 0, 0, site);
+	q = blk_alloc(t, n, 0, 0, site, &stack);
 	if (q) {
 		memcpy(q, p, keep);
-		blk_free(t, ring, p, site, __atomic_load_n(&hw(p)[1], __ATOMIC_ACQUIRE), 0);
+		/* the free's stack is the allocation's: one call site */
+		blk_free(t, ring, p, site, stack, __atomic_load_n(&hw(p)[1], __ATOMIC_ACQUIRE), 0);
 		*ep = e;
 	}
 	hs_leave(t);
