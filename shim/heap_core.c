@@ -595,6 +595,7 @@ struct heap_counts {
 	int64_t live;      /* bytes allocated - bytes freed by this thread since its last flush */
 	uint64_t allocs;
 	int64_t spent;     /* credit used since the last flush: 1 per operation and 1 per 16 KiB */
+	int64_t live_seen; /* the header's heap_live_bytes as this thread's last flush left it; 0: none yet */
 };
 static __thread struct heap_counts hcounts __attribute__((tls_model("initial-exec")));
 
@@ -607,6 +608,7 @@ static void count_flush(void)
 		/* relaxed throughout: counters, ordered with nothing else */
 		__atomic_add_fetch(&h->heap_allocs, c->allocs, __ATOMIC_RELAXED);
 		live = __atomic_add_fetch(&h->heap_live_bytes, (uint64_t)c->live, __ATOMIC_RELAXED);
+		c->live_seen = (int64_t)live;
 		peak = __atomic_load_n(&h->heap_peak_bytes, __ATOMIC_RELAXED);
 		while ((int64_t)live > 0 && live > peak &&
 		       !__atomic_compare_exchange_n(&h->heap_peak_bytes, &peak, live, 1, __ATOMIC_RELAXED,
@@ -639,11 +641,22 @@ static inline void count_free(uint64_t n)
 		count_flush();
 }
 
-/* The live heap as the header has it (flushed deltas), for the quarantine's budget. */
+/*
+ * The live heap as the header has it (flushed deltas), for the quarantine's
+ * budget: as the calling thread's last flush read it (its at most
+ * COUNT_FLUSH_OPS operations old; the header itself is exact only within
+ * that many operations per thread), so that a free over the budget's floor
+ * does not read the header's line, which every thread's flush writes (a
+ * miss whenever another thread flushed since); the header's when the
+ * thread has not flushed yet.
+ */
 static inline uint64_t live_bytes(void)
 {
-	struct hs_header *h = hdr_if_recording();
-	int64_t v = h ? (int64_t)__atomic_load_n(&h->heap_live_bytes, __ATOMIC_RELAXED) : 0;
+	int64_t v = hcounts.live_seen;
+	if (HS_UNLIKELY(v == 0)) {
+		struct hs_header *h = hdr_if_recording();
+		v = h ? (int64_t)__atomic_load_n(&h->heap_live_bytes, __ATOMIC_RELAXED) : 0;
+	}
 	return v > 0 ? (uint64_t)v : 0;
 }
 
