@@ -933,6 +933,45 @@ static uint32_t wrapper_stack(uint64_t site)
 	return site_stack_key(wrapper_key(site, pc), site, 0);
 }
 
+/*
+ * wrapper_stack's common case, a leaf (no call, so no register saved): the
+ * walk up the learnt frames inside the thread's own stack (bounds known)
+ * to a caller outside the wrapper that the thread's wrapper memo holds.
+ * WRAP_UNKNOWN for anything else (a frame not learnt, a slot outside the
+ * stack, no area, a memo miss): then wrapper_stack does it all.
+ */
+#define WRAP_UNKNOWN UINT32_MAX
+static __attribute__((noinline)) uint32_t wrapper_stack_memo(uint64_t site)
+{
+	uint64_t lo = __atomic_load_n(&wrapper_lo, __ATOMIC_RELAXED);
+	uint64_t hi = __atomic_load_n(&wrapper_hi, __ATOMIC_RELAXED);
+	uint64_t cfa = hs_heap_cfa, slo = hs_tls.stack_lo, shi = hs_tls.stack_hi, slot, pc, top;
+	struct wrap_memo *m;
+	unsigned k;
+	char *a;
+	/* cfa in the thread's own stack (unknown bounds: lo == hi), whose last
+	   whole word is top: the slots in between are mapped (wrapper_stack) */
+	if (!lo || shi <= 8 || cfa - slo >= shi - slo)
+		return WRAP_UNKNOWN;
+	top = shi - 8;
+	slot = cfa - 8;
+	pc = site;
+	for (int i = 0; i < WRAP_DEPTH && pc >= lo && pc < hi; i++) {
+		uint64_t w = frame_words(pc);
+		if (!w)
+			return WRAP_UNKNOWN;
+		slot += 8 * w;
+		if (slot >= top)
+			return WRAP_UNKNOWN;
+		pc = *(const uint64_t *)(uintptr_t)slot;
+	}
+	if ((pc >= lo && pc < hi) || (a = hs_tls.area) == NULL)
+		return WRAP_UNKNOWN;
+	m = wrap_memo_in(a);
+	k = wrap_slot(pc);
+	return m->pc[k] == pc && m->site[k] == site ? m->id[k] : WRAP_UNKNOWN;
+}
+
 static uint32_t site_stack_key(uint64_t key, uint64_t site, int first_sight)
 {
 	uint64_t h = site_hash(key);
@@ -1109,7 +1148,10 @@ static inline __attribute__((always_inline)) uint32_t heap_stack(uint64_t site)
 		return id;
 	/* a wrapper site (operator new): its caller's stack, which may be new
 	   to the stack table, so only while recording */
-	return HS_LIKELY(__atomic_load_n(&hs_recording, __ATOMIC_ACQUIRE)) ? wrapper_stack(site) : heap_stack_slow(site);
+	if (HS_UNLIKELY(!__atomic_load_n(&hs_recording, __ATOMIC_ACQUIRE)))
+		return heap_stack_slow(site);
+	id = wrapper_stack_memo(site);
+	return HS_LIKELY(id != WRAP_UNKNOWN) ? id : wrapper_stack(site);
 }
 
 /*
