@@ -213,6 +213,23 @@ static inline int st_is_live(uint64_t w)
 }
 
 HS_HIDDEN int hs_heap_mode;            /* [atomic] HS_HEAP_MODE_* (heap_core.h) */
+
+/*
+ * errno's place as an offset from the thread pointer, the same in every
+ * thread (glibc's errno is initial-exec TLS of libc.so, in the static TLS
+ * block whose offset the dynamic linker fixes once for all threads: the
+ * offset __errno_location itself adds to %fs:0).  Read once by
+ * hs_heap_init (before checking is on), so the core's entries save and
+ * restore errno with two instructions and no call to __errno_location
+ * through the PLT.
+ */
+static intptr_t errno_tpoff;
+
+/* The calling thread's errno (checking is on: errno_tpoff is set). */
+static inline int *errno_at(void)
+{
+	return (int *)(void *)((char *)__builtin_thread_pointer() + errno_tpoff);
+}
 static unsigned heap_stacks = HS_HEAP_STACKS_SITE;
 
 int hs_heap_unwinds_each_site(void)
@@ -496,9 +513,11 @@ static inline int blk_view(const void *p, struct bview *v)
 }
 
 /*
- * What lies in front of p, a pointer the program hands to free or realloc.
- * Reads the 16 bytes at p-16 only, and through hs_safe_read16, so a wild
- * pointer is reported instead of crashing here.
+ * What lies in front of p, a pointer the program hands to free or realloc,
+ * and the 16 bytes there (w: the tag and the state word as read, when p is
+ * 16-aligned and they are mapped).  Reads the 16 bytes at p-16 only, and
+ * through hs_safe_read16, so a wild pointer is reported instead of
+ * crashing here.
  */
 enum owner {
 	OWN_FOREIGN,   /* mapped, not ours: glibc's (or provably bad: foreign_is_invalid) */
@@ -507,9 +526,8 @@ enum owner {
 	OWN_MISALIGNED /* not 16-aligned: glibc never returns one */
 };
 
-static inline enum owner owner_of(const void *p)
+static inline __attribute__((always_inline)) enum owner owner_words(const void *p, uint64_t w[2])
 {
-	uint64_t w[2];
 	enum fmt f;
 	if (HS_UNLIKELY(((uintptr_t)p & 15) != 0))
 		return OWN_MISALIGNED;
@@ -522,6 +540,13 @@ static inline enum owner owner_of(const void *p)
 		return ST_KIND(w[1]) == ST_LIVE_L || ST_KIND(w[1]) == ST_LIVE_LA || st_is_freed(w[1]) ? OWN_OURS
 														      : OWN_FOREIGN;
 	return OWN_FOREIGN;
+}
+
+/* What lies in front of p (owner_words without the words). */
+static inline enum owner owner_of(const void *p)
+{
+	uint64_t w[2];
+	return owner_words(p, w);
 }
 
 /* 1 when p carries our magic and state (see owner_of). */
@@ -570,6 +595,7 @@ struct heap_counts {
 	int64_t live;      /* bytes allocated - bytes freed by this thread since its last flush */
 	uint64_t allocs;
 	int64_t spent;     /* credit used since the last flush: 1 per operation and 1 per 16 KiB */
+	int64_t live_seen; /* the header's heap_live_bytes as this thread's last flush left it; 0: none yet */
 };
 static __thread struct heap_counts hcounts __attribute__((tls_model("initial-exec")));
 
@@ -582,6 +608,7 @@ static void count_flush(void)
 		/* relaxed throughout: counters, ordered with nothing else */
 		__atomic_add_fetch(&h->heap_allocs, c->allocs, __ATOMIC_RELAXED);
 		live = __atomic_add_fetch(&h->heap_live_bytes, (uint64_t)c->live, __ATOMIC_RELAXED);
+		c->live_seen = (int64_t)live;
 		peak = __atomic_load_n(&h->heap_peak_bytes, __ATOMIC_RELAXED);
 		while ((int64_t)live > 0 && live > peak &&
 		       !__atomic_compare_exchange_n(&h->heap_peak_bytes, &peak, live, 1, __ATOMIC_RELAXED,
@@ -614,11 +641,22 @@ static inline void count_free(uint64_t n)
 		count_flush();
 }
 
-/* The live heap as the header has it (flushed deltas), for the quarantine's budget. */
+/*
+ * The live heap as the header has it (flushed deltas), for the quarantine's
+ * budget: as the calling thread's last flush read it (its at most
+ * COUNT_FLUSH_OPS operations old; the header itself is exact only within
+ * that many operations per thread), so that a free over the budget's floor
+ * does not read the header's line, which every thread's flush writes (a
+ * miss whenever another thread flushed since); the header's when the
+ * thread has not flushed yet.
+ */
 static inline uint64_t live_bytes(void)
 {
-	struct hs_header *h = hdr_if_recording();
-	int64_t v = h ? (int64_t)__atomic_load_n(&h->heap_live_bytes, __ATOMIC_RELAXED) : 0;
+	int64_t v = hcounts.live_seen;
+	if (HS_UNLIKELY(v == 0)) {
+		struct hs_header *h = hdr_if_recording();
+		v = h ? (int64_t)__atomic_load_n(&h->heap_live_bytes, __ATOMIC_RELAXED) : 0;
+	}
 	return v > 0 ? (uint64_t)v : 0;
 }
 
@@ -895,6 +933,45 @@ static uint32_t wrapper_stack(uint64_t site)
 	return site_stack_key(wrapper_key(site, pc), site, 0);
 }
 
+/*
+ * wrapper_stack's common case, a leaf (no call, so no register saved): the
+ * walk up the learnt frames inside the thread's own stack (bounds known)
+ * to a caller outside the wrapper that the thread's wrapper memo holds.
+ * WRAP_UNKNOWN for anything else (a frame not learnt, a slot outside the
+ * stack, no area, a memo miss): then wrapper_stack does it all.
+ */
+#define WRAP_UNKNOWN UINT32_MAX
+static __attribute__((noinline)) uint32_t wrapper_stack_memo(uint64_t site)
+{
+	uint64_t lo = __atomic_load_n(&wrapper_lo, __ATOMIC_RELAXED);
+	uint64_t hi = __atomic_load_n(&wrapper_hi, __ATOMIC_RELAXED);
+	uint64_t cfa = hs_heap_cfa, slo = hs_tls.stack_lo, shi = hs_tls.stack_hi, slot, pc, top;
+	struct wrap_memo *m;
+	unsigned k;
+	char *a;
+	/* cfa in the thread's own stack (unknown bounds: lo == hi), whose last
+	   whole word is top: the slots in between are mapped (wrapper_stack) */
+	if (!lo || shi <= 8 || cfa - slo >= shi - slo)
+		return WRAP_UNKNOWN;
+	top = shi - 8;
+	slot = cfa - 8;
+	pc = site;
+	for (int i = 0; i < WRAP_DEPTH && pc >= lo && pc < hi; i++) {
+		uint64_t w = frame_words(pc);
+		if (!w)
+			return WRAP_UNKNOWN;
+		slot += 8 * w;
+		if (slot >= top)
+			return WRAP_UNKNOWN;
+		pc = *(const uint64_t *)(uintptr_t)slot;
+	}
+	if ((pc >= lo && pc < hi) || (a = hs_tls.area) == NULL)
+		return WRAP_UNKNOWN;
+	m = wrap_memo_in(a);
+	k = wrap_slot(pc);
+	return m->pc[k] == pc && m->site[k] == site ? m->id[k] : WRAP_UNKNOWN;
+}
+
 static uint32_t site_stack_key(uint64_t key, uint64_t site, int first_sight)
 {
 	uint64_t h = site_hash(key);
@@ -926,78 +1003,87 @@ static uint32_t site_stack_key(uint64_t key, uint64_t site, int first_sight)
 }
 
 /*
- * The calling thread's last two plain sites and their stacks, in front of
- * the site cache: a loop that allocates and frees meets the same two sites
- * again and again, and a compare is cheaper than the cache's hash and load.
- * Behind them MEMO_L2 more, direct-mapped by the site (memo_l2): a C++
- * `delete` reaches free() through two tail calls, so the free's site is
- * each inlined `delete` of the program, and a churning C++ thread's frees
- * missed the two entries five times in six (bench/README.md "The C++
- * churn's heap path").  128 of them: under PYTHONMALLOC=malloc CPython's
- * allocator functions reach malloc and free through indirect tail calls,
- * so every allocating place of the interpreter is a site, and a threaded
- * Python service's working set of sites missed 16 entries a fifth of the
- * time (128: 6%; bench/README.md "The heap checker's misses; the guard
- * pages' burst").  The second level lives in the thread's area (shim.h
- * HS_AREA_HEAPMEMO: 1.5 KiB would not fit the static TLS a small-stack
- * thread can spare); without an area (not mapped yet, or the thread has
- * exited) the site cache answers.  Filled together (site_stack); cleared
- * together in a fork child whose site cache is cleared.
+ * The calling thread's call sites met last and their stacks, in front of
+ * the site cache: a compare and a load are cheaper than the cache's hash
+ * and its load from a table every thread shares.  MEMO_SETS sets of two
+ * entries, a site's set chosen by one multiply (return addresses of nearby
+ * call sites differ in their low bits), the newer entry first: a site met
+ * anew takes the set's first entry and moves the older one to the second,
+ * whose own goes (no reordering on a hit: the stores cost more than the
+ * second compare).  Why so many: a C++ `delete` reaches free() through two
+ * tail calls, so the free's site is each inlined `delete` of the program;
+ * and under PYTHONMALLOC=malloc CPython's allocator functions reach malloc
+ * and free through indirect tail calls, so every allocating place of the
+ * interpreter is a site: a threaded Python service's 80-odd busy sites
+ * (bench/py_alloc_workload.py).  Why two ways: those 80 sites in 128
+ * direct-mapped entries still missed 12% of the lookups, nearly all of it
+ * two busy sites on one entry (the birthday problem: a set of two holds
+ * such a pair; 2.8% missed then, a simulation of that run's 1.8 million
+ * lookups), and a program whose malloc and free sites shared an entry
+ * missed every time (bench/README.md "The heap checker's per-operation
+ * cost").  It lives in the thread's area (shim.h HS_AREA_HEAPMEMO: 3 KiB
+ * would not fit the static TLS a small-stack thread can spare); without
+ * an area (not mapped yet, or the thread has exited) the site cache
+ * answers.  Filled by site_stack; cleared in a fork child whose site cache
+ * is cleared.
  */
-#define MEMO_L2_BITS 7u
-#define MEMO_L2 (1u << MEMO_L2_BITS)
+#define MEMO_SET_BITS 7u
+#define MEMO_SETS (1u << MEMO_SET_BITS)
 struct site_memo {
-	uint64_t site[2];
-	uint32_t id[2];
+	uint64_t site[MEMO_SETS][2]; /* the call site (a return address); 0: empty.  [k][0] the newer */
+	uint32_t id[MEMO_SETS][2];   /* its stack id, or MEMO_WRAPPER */
 };
-static __thread struct site_memo site_memo __attribute__((tls_model("initial-exec")));
-struct site_memo_l2 {
-	uint64_t site[MEMO_L2];
-	uint32_t id[MEMO_L2];
-};
-_Static_assert(sizeof(struct site_memo_l2) <= HS_AREA_HEAPMEMO_SIZE, "the memo's second level fits the area");
+_Static_assert(sizeof(struct site_memo) <= HS_AREA_HEAPMEMO_SIZE, "the memo fits the area");
 
-/* The memo's second level in the thread's area a (not NULL). */
-static inline struct site_memo_l2 *memo_l2_in(char *a)
+/* The memo in the thread's area a (not NULL). */
+static inline struct site_memo *memo_in(char *a)
 {
-	return (struct site_memo_l2 *)(void *)(a + HS_AREA_HEAPMEMO);
+	return (struct site_memo *)(void *)(a + HS_AREA_HEAPMEMO);
 }
 
 #define MEMO_WRAPPER (1u << 31) /* in site_memo.id: a wrapper site, see wrapper_stack */
 
-/* site's entry in the memo's second level (one multiply: return addresses
- * of nearby call sites differ in their low bits) */
-static inline unsigned memo_l2(uint64_t site)
+/* site's set in the memo */
+static inline unsigned memo_set(uint64_t site)
 {
-	return (unsigned)((site * 0x9e3779b97f4a7c15ull) >> (64 - MEMO_L2_BITS));
+	return (unsigned)((site * 0x9e3779b97f4a7c15ull) >> (64 - MEMO_SET_BITS));
 }
 
+/* 1 and *id when the memo in the area a (not NULL) holds site. */
+static inline __attribute__((always_inline)) int memo_find(char *a, uint64_t site, uint32_t *id)
+{
+	struct site_memo *m = memo_in(a);
+	unsigned k = memo_set(site);
+	if (m->site[k][0] == site) {
+		*id = m->id[k][0];
+		return 1;
+	}
+	if (m->site[k][1] == site) {
+		*id = m->id[k][1];
+		return 1;
+	}
+	return 0;
+}
+
+/* The stack of a plain or wrapper site from the site cache (the memo
+ * missed), which fills the memo; a site the cache does not know yet (its
+ * first sight, or its entry taken by another) is looked up through
+ * site_stack_key. */
 static inline uint32_t site_stack(uint64_t site)
 {
-	struct site_memo *m = &site_memo;
 	uint64_t h, v;
 	uint32_t id;
-	/* no reordering on a hit: a loop's malloc and free sites alternate,
-	   and swapping them at every call cost more than the second compare */
-	if (HS_LIKELY(m->site[0] == site)) {
-		id = m->id[0];
-	} else if (HS_LIKELY(m->site[1] == site)) {
-		id = m->id[1];
-	} else {
-		h = hs_mix64(site);
-		v = __atomic_load_n(&site_cache[h & (SITE_CACHE - 1)], __ATOMIC_RELAXED);
-		if (v == 0 || (v >> 26) != (h >> 26) || (v & SITE_EXACT) || !(v & (SITE_WRAPPER | 0xffffffu)))
-			return site_stack_key(site, site, 1);
-		id = v & SITE_WRAPPER ? MEMO_WRAPPER : (uint32_t)(v & 0xffffffu);
-		m->site[1] = m->site[0], m->id[1] = m->id[0];
-		m->site[0] = site, m->id[0] = id;
-		{
-			char *a = hs_area();
-			if (a) {
-				struct site_memo_l2 *l2 = memo_l2_in(a);
-				l2->site[memo_l2(site)] = site, l2->id[memo_l2(site)] = id;
-			}
-		}
+	char *a;
+	h = hs_mix64(site);
+	v = __atomic_load_n(&site_cache[h & (SITE_CACHE - 1)], __ATOMIC_RELAXED);
+	if (v == 0 || (v >> 26) != (h >> 26) || (v & SITE_EXACT) || !(v & (SITE_WRAPPER | 0xffffffu)))
+		return site_stack_key(site, site, 1);
+	id = v & SITE_WRAPPER ? MEMO_WRAPPER : (uint32_t)(v & 0xffffffu);
+	if ((a = hs_area()) != NULL) {
+		struct site_memo *m = memo_in(a);
+		unsigned k = memo_set(site);
+		m->site[k][1] = m->site[k][0], m->id[k][1] = m->id[k][0];
+		m->site[k][0] = site, m->id[k][0] = id;
 	}
 	return HS_UNLIKELY(id & MEMO_WRAPPER) ? wrapper_stack(site) : id;
 }
@@ -1012,14 +1098,13 @@ static inline uint32_t site_stack(uint64_t site)
  */
 static __attribute__((noinline)) uint32_t pending_stack(uint64_t site)
 {
-	struct site_memo *m = &site_memo;
 	uint64_t h = hs_mix64(site), v = __atomic_load_n(&site_cache[h & (SITE_CACHE - 1)], __ATOMIC_RELAXED);
+	uint32_t id;
 	if (heap_stacks == HS_HEAP_STACKS_NONE)
 		return 0;
-	if (heap_stacks == HS_HEAP_STACKS_SITE && !(m->id[0] & MEMO_WRAPPER) && m->site[0] == site && m->id[0])
-		return m->id[0];
-	if (heap_stacks == HS_HEAP_STACKS_SITE && !(m->id[1] & MEMO_WRAPPER) && m->site[1] == site && m->id[1])
-		return m->id[1];
+	if (heap_stacks == HS_HEAP_STACKS_SITE && hs_tls.area && memo_find(hs_tls.area, site, &id) &&
+	    !(id & MEMO_WRAPPER) && id)
+		return id;
 	if (heap_stacks == HS_HEAP_STACKS_SITE && v != 0 && (v >> 26) == (h >> 26) && !(v & (SITE_EXACT | SITE_WRAPPER)) &&
 	    (v & 0xffffffu))
 		return (uint32_t)(v & 0xffffffu);
@@ -1055,23 +1140,18 @@ static __attribute__((noinline)) uint32_t heap_stack_slow(uint64_t site)
  */
 static inline __attribute__((always_inline)) uint32_t heap_stack(uint64_t site)
 {
-	struct site_memo *m = &site_memo;
+	char *a = hs_tls.area;
 	uint32_t id;
-	unsigned k;
-	char *a;
-	if (m->site[0] == site)
-		id = m->id[0];
-	else if (m->site[1] == site)
-		id = m->id[1];
-	else if ((a = hs_tls.area) != NULL && memo_l2_in(a)->site[k = memo_l2(site)] == site)
-		id = memo_l2_in(a)->id[k];
-	else
+	if (HS_UNLIKELY(a == NULL) || !memo_find(a, site, &id))
 		return heap_stack_slow(site);
 	if (HS_LIKELY(!(id & MEMO_WRAPPER)))
 		return id;
 	/* a wrapper site (operator new): its caller's stack, which may be new
 	   to the stack table, so only while recording */
-	return HS_LIKELY(__atomic_load_n(&hs_recording, __ATOMIC_ACQUIRE)) ? wrapper_stack(site) : heap_stack_slow(site);
+	if (HS_UNLIKELY(!__atomic_load_n(&hs_recording, __ATOMIC_ACQUIRE)))
+		return heap_stack_slow(site);
+	id = wrapper_stack_memo(site);
+	return HS_LIKELY(id != WRAP_UNKNOWN) ? id : wrapper_stack(site);
 }
 
 /*
@@ -1776,6 +1856,23 @@ static int quar_ring(struct tquar *q)
 	return 1;
 }
 
+/*
+ * The victim QUAR_PREFETCH_AHEAD releases of FIFO f ahead (f's head has
+ * just moved past the one released now) was freed long ago and is cold:
+ * fetch its header and glibc's size word in front of it (chunk_damaged)
+ * now, so its release finds them near.  At each release, not at the
+ * queueing: the budget gives back from either FIFO (the heavier), and one
+ * free may give back several.
+ */
+static inline __attribute__((always_inline)) void fifo_prefetch(struct tquar *q, struct qfifo *f)
+{
+	if (HS_LIKELY(f->count >= QUAR_PREFETCH_AHEAD)) {
+		char *n = f->ring[(f->head + QUAR_PREFETCH_AHEAD - 1) & q->mask].p;
+		__builtin_prefetch(n - 16, 1);
+		__builtin_prefetch(n - 24, 1);
+	}
+}
+
 /* Give back the oldest block of FIFO f (not empty); its bytes leave the thread's count. */
 static inline __attribute__((always_inline)) uint64_t fifo_release(struct hs_tls *t, int ring, struct tquar *q,
 								  struct qfifo *f)
@@ -1785,16 +1882,7 @@ static inline __attribute__((always_inline)) uint64_t fifo_release(struct hs_tls
 	uint64_t olive = o->live, ob = o->bytes;
 	f->head = (f->head + 1) & q->mask;
 	f->count--;
-	/* the victim QUAR_PREFETCH_AHEAD releases of this FIFO ahead was freed
-	   long ago and is cold: fetch its header and glibc's size word in
-	   front of it (chunk_damaged) now, so its release finds them near.
-	   Here, not at the queueing: the budget gives back from either FIFO
-	   (the heavier), and one free may give back several */
-	if (HS_LIKELY(f->count >= QUAR_PREFETCH_AHEAD)) {
-		char *n = f->ring[(f->head + QUAR_PREFETCH_AHEAD - 1) & q->mask].p;
-		__builtin_prefetch(n - 16, 1);
-		__builtin_prefetch(n - 24, 1);
-	}
+	fifo_prefetch(q, f);
 	f->bytes -= ob;
 	q->unsynced -= (int64_t)ob;
 	release(t, ring, op, olive);
@@ -1828,6 +1916,9 @@ static inline __attribute__((always_inline)) void quarantine_put(struct hs_tls *
 {
 	struct tquar *q = &tquar;
 	struct qfifo *f, *o;
+	struct qent *e;
+	void *vp = NULL;
+	uint64_t vlive = 0, vbytes = 0;
 	uintptr_t lo, hi;
 	int64_t total;
 	if (HS_UNLIKELY(!q->keyed)) { /* keyed: the rings are there and the thread is not exiting */
@@ -1852,18 +1943,25 @@ static inline __attribute__((always_inline)) void quarantine_put(struct hs_tls *
 		madvise((void *)lo, hi - lo, MADV_DONTNEED);
 	}
 	f = &q->f[v->small ? QF_SMALL : QF_LARGE];
-	if (f->count == q->cap) /* full: its oldest goes now (the per-thread bound) */
-		fifo_release(t, ring, q, f);
-	{
-		struct qent *e = &f->ring[f->tail];
-		e->p = p;
-		e->live = live;
-		e->bytes = bytes;
+	e = &f->ring[f->tail];
+	if (f->count == q->cap) {
+		/* full (the per-thread bound): its oldest goes, and its entry
+		   (the tail's, when full) takes p.  Given back last (below), so
+		   that little is live across glibc's free */
+		vp = e->p;
+		vlive = e->live;
+		vbytes = e->bytes;
+		f->head = (f->head + 1) & q->mask;
+		fifo_prefetch(q, f);
+	} else {
+		f->count++;
 	}
+	e->p = p;
+	e->live = live;
+	e->bytes = bytes;
 	f->tail = (f->tail + 1) & q->mask;
-	f->count++;
-	f->bytes += bytes;
-	q->unsynced += (int64_t)bytes;
+	f->bytes += bytes - vbytes;
+	q->unsynced += (int64_t)(bytes - vbytes);
 	/* relaxed: a budget, ordered with nothing else */
 	total = (int64_t)__atomic_load_n(&quar_total, __ATOMIC_RELAXED) + q->unsynced;
 	/* below the least budget there can be (quar_floor), the live heap
@@ -1883,6 +1981,8 @@ static inline __attribute__((always_inline)) void quarantine_put(struct hs_tls *
 		__atomic_add_fetch(&quar_total, (uint64_t)q->unsynced, __ATOMIC_RELAXED);
 		q->unsynced = 0;
 	}
+	if (vp)
+		release(t, ring, vp, vlive);
 }
 
 /*
@@ -1946,7 +2046,9 @@ static void tquar_exit(void *arg)
  * glibc set) on failure, counted as a heap failure.  A small block (see
  * the formats above) under SMALL_MAX bytes with malloc's alignment, else a
  * large one; a request of 2^56 bytes or more, or aligned beyond what the
- * tail word's offset field holds, is glibc's own (foreign).
+ * tail word's offset field holds, is glibc's own (foreign).  *stackp:
+ * the allocation's stack id when it was asked (else left as it was), so
+ * that realloc's free of the old block need not ask again.
  */
 /* A failed allocation of n bytes at stack: counted, errno kept; NULL. */
 static __attribute__((noinline, cold)) void *alloc_failed(size_t n, uint32_t stack)
@@ -1964,7 +2066,11 @@ static inline uint32_t alloc_word(uint32_t stack)
 	return (stack < (1u << 24) ? stack : 0) | (__atomic_load_n(&stack_epoch, __ATOMIC_RELAXED) & 0xffu) << 24;
 }
 
-static inline __attribute__((always_inline)) void *blk_alloc(struct hs_tls *t, size_t n, size_t align, int zero, uint64_t site)
+/* No stack id yet (blk_alloc's *stackp, blk_free's stack): heap_stack(site) is asked. */
+#define STACK_UNSET UINT32_MAX
+
+static inline __attribute__((always_inline)) void *blk_alloc(struct hs_tls *t, size_t n, size_t align, int zero, uint64_t site,
+							     uint32_t *stackp)
 {
 	size_t off, after, total;
 	char *r, *u;
@@ -1975,7 +2081,7 @@ static inline __attribute__((always_inline)) void *blk_alloc(struct hs_tls *t, s
 		/* the common case, straight: a small block, malloc's alignment */
 		after = canary_len_s(n);
 		r = zero ? __libc_calloc(1, HDR + n + after) : __libc_malloc(HDR + n + after);
-		stack = heap_stack(site);
+		*stackp = stack = heap_stack(site);
 		if (HS_UNLIKELY(r == NULL))
 			return alloc_failed(n, stack);
 		u = r + HDR;
@@ -2011,7 +2117,7 @@ static inline __attribute__((always_inline)) void *blk_alloc(struct hs_tls *t, s
 	} else {
 		r = __libc_memalign(align, total);
 	}
-	stack = heap_stack(site);
+	*stackp = stack = heap_stack(site);
 	if (HS_UNLIKELY(r == NULL))
 		return alloc_failed(n, stack);
 	u = r + off;
@@ -2044,23 +2150,40 @@ static __attribute__((noinline)) int exact_fit_intact(const void *p, size_t n)
 }
 
 /*
- * A checked free of p, which carries our magic.  With the guard held.
- * Returns 1 when the block was freed, 0 when it was reported instead
+ * The lock graph (locks.c): locks in the n bytes at p, a block being
+ * freed, are gone.  The lock-address filter first (shim.h
+ * hs_lock_mem_seen: most blocks never held a lock).
+ */
+static inline __attribute__((always_inline)) void lock_mem_freed(void *p, size_t n)
+{
+	if (HS_UNLIKELY(hs_lock_mem_seen((uintptr_t)p, (uintptr_t)p + n)))
+		hs_locks_on_free(p, n);
+}
+
+/*
+ * A checked free of p, which carries our magic; old: its state word as
+ * read just before (the probe's, owner_words, or an acquire load: the first
+ * free's stores to the block happen before the words read after it; a
+ * word that changed since only fails the compare-and-swap, which then
+ * sees the new one); stack: the free's stack id when known (realloc's,
+ * from its allocation), else STACK_UNSET; locks: the lock graph is told
+ * (lock_mem_freed: the free's, not realloc's).  With the guard held.  Returns 1 when the block was freed, 0 when it was reported instead
  * (double or invalid free: nothing freed; overflow: marked freed but kept
  * out of glibc's hands, since glibc's own next chunk may be damaged).
  */
-static inline __attribute__((always_inline)) int blk_free(struct hs_tls *t, int ring, void *p, uint64_t site)
+static inline __attribute__((always_inline)) int blk_free(struct hs_tls *t, int ring, void *p, uint64_t site,
+							  uint32_t stack, uint64_t old, int locks)
 {
 	uint64_t *sw = &hw(p)[1];
-	/* acquire: the first free's stores to the block happen before we read them */
-	uint64_t old = __atomic_load_n(sw, __ATOMIC_ACQUIRE);
+	struct bview v;
 	if (HS_LIKELY(st_is_live(old))) {
-		struct bview v;
 		uint32_t st;
 		uint64_t nw, live = old;
 		int intact;
 		size_t clen;
 		view_of_live(p, old, 0, &v);
+		if (locks)
+			lock_mem_freed(p, v.size);
 		/* the canary first: the saved live word may lie over it */
 		clen = v.small ? canary_len_s(v.size) : canary_len(v.size);
 		if (HS_LIKELY(clen))
@@ -2071,7 +2194,7 @@ static inline __attribute__((always_inline)) int blk_free(struct hs_tls *t, int 
 		   before the compare-and-swap, so that a racing second free that
 		   loses finds it there (both store the same value) */
 		((uint64_t *)p)[1] = old;
-		st = heap_stack(site);
+		st = stack != STACK_UNSET ? stack : heap_stack(site);
 		nw = ST_FREED | (uint64_t)(st < (1u << 24) ? st : 0) << 8 | (uint64_t)(uint32_t)t->tid << 32;
 		/* acq_rel: the winner's free is published whole; a loser sees the winner's word */
 		if (__atomic_compare_exchange_n(sw, &old, nw, 0, __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE)) {
@@ -2090,6 +2213,8 @@ static inline __attribute__((always_inline)) int blk_free(struct hs_tls *t, int 
 			quarantine_put(t, ring, p, live, &v, v.offset + v.size + clen + (v.small ? 0 : 8));
 			return 1;
 		}
+	} else if (locks) {
+		lock_mem_freed(p, blk_view(p, &v) ? v.size : 0);
 	}
 	if (HS_UNLIKELY(!st_is_freed(old))) {
 		uint64_t rec[3];
@@ -2167,9 +2292,8 @@ HS_FORK_TEXT HS_HIDDEN void hs_heap_after_fork_child(void)
 	if (!hs_seg_inherited) {
 		memset(site_cache, 0, sizeof site_cache);
 		memset(module_kind, 0, sizeof module_kind); /* indexes of the parent's module table */
-		memset(&site_memo, 0, sizeof site_memo);
 		if (hs_tls.area) {
-			memset(memo_l2_in(hs_tls.area), 0, sizeof(struct site_memo_l2));
+			memset(memo_in(hs_tls.area), 0, sizeof(struct site_memo));
 			memset(wrap_memo_in(hs_tls.area), 0, sizeof(struct wrap_memo));
 		}
 		__atomic_add_fetch(&stack_epoch, 1, __ATOMIC_RELAXED);
@@ -2209,6 +2333,7 @@ HS_HIDDEN void hs_heap_init(void)
 		return;
 	}
 	hs_heap_page_size = (size_t)sysconf(_SC_PAGESIZE);
+	errno_tpoff = (char *)__errno_location() - (char *)__builtin_thread_pointer();
 	quar_limit = hs_getenv_num("HEISEN_QUARANTINE_MB", 64, 0, QUARANTINE_MB_MAX, &quar_explicit) << 20;
 	if (!quar_explicit)
 		quar_thread_max = QUAR_THREAD_BLOCKS;
@@ -2247,20 +2372,22 @@ HS_HIDDEN void hs_heap_init(void)
 HS_HIDDEN void *hs_heap_alloc(size_t n, size_t align, int zero, uint64_t site)
 {
 	struct hs_tls *t = &hs_tls;
-	int e = errno;
+	int *ep = errno_at(), e = *ep;
+	uint32_t stack;
 	void *p;
 	heap_enter(t);
-	p = blk_alloc(t, n, align, zero, site);
+	p = blk_alloc(t, n, align, zero, site, &stack);
 	hs_leave(t);
 	if (p)
-		errno = e;
+		*ep = e;
 	return p;
 }
 
 HS_HIDDEN void hs_heap_free(void *p, uint64_t site)
 {
 	struct hs_tls *t = &hs_tls;
-	int e = errno, ring;
+	int *ep = errno_at(), e = *ep, ring;
+	uint64_t w[2];
 	enum owner o;
 	if (HS_UNLIKELY(t->in_hook)) {
 		o = owner_of(p);
@@ -2268,53 +2395,44 @@ HS_HIDDEN void hs_heap_free(void *p, uint64_t site)
 			blk_free_quiet(p);
 		else if (o == OWN_FOREIGN)
 			__libc_free(p);
-		errno = e;
+		*ep = e;
 		return;
 	}
 	ring = heap_enter(t);
-	o = owner_of(p);
-	if (HS_LIKELY(o == OWN_OURS)) {
-		/* ---- lock graph (locks.c): locks in the freed block are gone (the
-		   lock-address filter first, shim.h hs_lock_mem_seen: most blocks never held a lock) ---- */
-		uint64_t w1 = hw(p)[1];
-		size_t n;
-		struct bview v;
-		if (HS_LIKELY(ST_KIND(w1) == ST_LIVE_S))
-			n = ST_SSIZE(w1);
-		else if (ST_KIND(w1) == ST_LIVE_L || ST_KIND(w1) == ST_LIVE_LA)
-			n = ST_LSIZE(w1);
-		else
-			n = blk_view(p, &v) ? v.size : 0;
-		if (HS_UNLIKELY(hs_lock_mem_seen((uintptr_t)p, (uintptr_t)p + n)))
-			hs_locks_on_free(p, n);
-		/* ---- */
-		blk_free(t, ring, p, site);
-	} else if (!foreign_is_invalid(t, ring, p, o))
+	o = owner_words(p, w);
+	/* acquire: the probe's load is the state word's read (blk_free) */
+	__atomic_thread_fence(__ATOMIC_ACQUIRE);
+	if (HS_LIKELY(o == OWN_OURS))
+		blk_free(t, ring, p, site, STACK_UNSET, w[1], 1); /* and the lock graph (locks.c): locks in the block are gone */
+	else if (!foreign_is_invalid(t, ring, p, o))
 		__libc_free(p);
 	hs_leave(t);
-	errno = e;
+	*ep = e;
 }
 
 HS_HIDDEN void *hs_heap_realloc(void *p, size_t n, uint64_t site)
 {
 	struct hs_tls *t = &hs_tls;
-	int e = errno, ring;
+	int *ep = errno_at(), e = *ep, ring;
 	struct bview v;
 	void *q;
-	uint64_t st, keep, rec[3];
+	uint64_t st, keep, rec[3], w[2];
+	uint32_t stack = STACK_UNSET;
 	enum owner o;
 
 	if (p == NULL)
 		return hs_tls.in_hook ? __libc_malloc(n) : hs_heap_alloc(n, 0, 0, site);
-	o = owner_of(p);
+	o = owner_words(p, w);
+	/* acquire: the probe's load is the state word's read (as blk_free's) */
+	__atomic_thread_fence(__ATOMIC_ACQUIRE);
 	if (o == OWN_FOREIGN && !t->in_hook && small_record(p, rec)) {
 		/* a block of ours given back to glibc: as a double free in realloc
 		   (continue: a new block, nothing copied from freed memory) */
 		ring = heap_enter(t);
 		record_double_free(t, ring, p, rec);
-		q = n ? blk_alloc(t, n, 0, 0, site) : NULL;
+		q = n ? blk_alloc(t, n, 0, 0, site, &stack) : NULL;
 		hs_leave(t);
-		errno = e;
+		*ep = e;
 		return q;
 	}
 	if (o != OWN_OURS) {
@@ -2322,14 +2440,17 @@ HS_HIDDEN void *hs_heap_realloc(void *p, size_t n, uint64_t site)
 			ring = heap_enter(t);
 			foreign_is_invalid(t, ring, p, o);
 			hs_leave(t);
-			errno = EINVAL;
+			*ep = EINVAL;
 			return NULL;
 		}
 		return __libc_realloc(p, n);
 	}
-	st = __atomic_load_n(&hw(p)[1], __ATOMIC_ACQUIRE);
+	st = w[1];
 	/* the bytes the old block holds: none once given back to glibc */
-	keep = ST_KIND(st) == ST_RELEASED ? 0 : (blk_view(p, &v), v.size);
+	if (HS_LIKELY(ST_KIND(st) == ST_LIVE_S))
+		keep = ST_SSIZE(st);
+	else
+		keep = ST_KIND(st) == ST_RELEASED ? 0 : (blk_view(p, &v), v.size);
 	if (keep > n)
 		keep = n;
 	if (HS_UNLIKELY(t->in_hook)) {
@@ -2350,25 +2471,26 @@ HS_HIDDEN void *hs_heap_realloc(void *p, size_t n, uint64_t site)
 	if (HS_UNLIKELY(!st_is_live(st))) {
 		/* continue: a new block with what the old one held; the old one is not freed again */
 		bad_state(t, ring, p, st);
-		q = n ? blk_alloc(t, n, 0, 0, site) : NULL;
+		q = n ? blk_alloc(t, n, 0, 0, site, &stack) : NULL;
 		if (q)
 			memcpy(q, p, keep);
 		hs_leave(t);
-		errno = e;
+		*ep = e;
 		return q;
 	}
 	if (n == 0) {
 		/* glibc: realloc(p, 0) frees p and returns NULL */
-		blk_free(t, ring, p, site);
+		blk_free(t, ring, p, site, STACK_UNSET, st, 0);
 		hs_leave(t);
-		errno = e;
+		*ep = e;
 		return NULL;
 	}
-	q = blk_alloc(t, n, 0, 0, site);
+	q = blk_alloc(t, n, 0, 0, site, &stack);
 	if (q) {
 		memcpy(q, p, keep);
-		blk_free(t, ring, p, site);
-		errno = e;
+		/* the free's stack is the allocation's: one call site */
+		blk_free(t, ring, p, site, stack, __atomic_load_n(&hw(p)[1], __ATOMIC_ACQUIRE), 0);
+		*ep = e;
 	}
 	hs_leave(t);
 	return q;

@@ -43,13 +43,38 @@ static inline void note_size(size_t n)
 		hs_mem_big_alloc(n);
 }
 
-HS_EXPORT void *malloc(size_t n)
+/*
+ * malloc and free in two parts: the exported hook tests, in one branch,
+ * that nothing but the heap checker has work to do (no fault injection or
+ * chaos, no memory sample due, no guard-page sample this time, checking on,
+ * the call not from inside the shim) and goes straight on to the core; any
+ * other case is the out-of-line part, with the hook's call site and CFA,
+ * in the order the hook always had.  So the common call saves no register
+ * for a call it does not make (bench/README.md "The heap checker's
+ * per-operation cost").
+ */
+static __attribute__((noinline)) void *malloc_slow(size_t n, uint64_t site, uint64_t cfa)
 {
 	HS_FAULT_ALLOC(n); /* faults.c, chaos.c: --fail malloc, --heap-limit, --chaos */
 	note_size(n);
-	HS_GUARD_ALLOC(n, 0, 0); /* guarded.c: sampled guard pages */
+	if (HS_UNLIKELY(hs_guard_sample(n))) { /* guarded.c: sampled guard pages */
+		void *g = hs_guard_malloc(n, 0, 0, site, cfa);
+		if (g)
+			return g;
+	}
 	if (!hs_heap_on() || hs_tls.in_hook)
 		return __libc_malloc(n);
+	hs_heap_cfa = cfa; /* HS_HEAP_SITE's note, for the hook's frame */
+	return hs_heap_alloc(n, 0, 0, site);
+}
+
+HS_EXPORT void *malloc(size_t n)
+{
+	/* the guard-page countdown above 1: this allocation is not sampled (hs_guard_sample) */
+	if (HS_UNLIKELY(hs_inject_on) || HS_UNLIKELY(n >= HS_MEM_BIG) || HS_UNLIKELY(hs_guard_countdown <= 1) ||
+	    HS_UNLIKELY(__atomic_load_n(&hs_heap_mode, __ATOMIC_ACQUIRE) != HS_HEAP_MODE_ON) || HS_UNLIKELY(hs_tls.in_hook))
+		return malloc_slow(n, HS_GUARD_SITE(), HS_GUARD_CFA());
+	hs_guard_countdown--;
 	return hs_heap_alloc(n, 0, 0, HS_HEAP_SITE());
 }
 
@@ -70,6 +95,26 @@ HS_EXPORT void *calloc(size_t n, size_t m)
 	return hs_heap_alloc(total, 0, 1, HS_HEAP_SITE());
 }
 
+/* free's out-of-line part (see malloc_slow). */
+static __attribute__((noinline)) void free_slow(void *p, uint64_t site, uint64_t cfa)
+{
+	HS_CHAOS(HS_CHAOS_FREE); /* chaos.c: --chaos */
+	if (hs_guard_owns(p)) { /* guarded.c: sampled guard pages */
+		hs_guard_free(p, site, cfa);
+		return;
+	}
+	if (!hs_heap_on()) {
+		/* ---- lock graph (locks.c): locks in the freed block are gone (0: glibc's usable size) ---- */
+		if (!hs_tls.in_hook)
+			hs_locks_on_free(p, 0);
+		/* ---- */
+		__libc_free(p);
+		return;
+	}
+	hs_heap_cfa = cfa; /* HS_HEAP_SITE's note, for the hook's frame */
+	hs_heap_free(p, site);
+}
+
 HS_EXPORT void free(void *p)
 {
 	if (!p)
@@ -81,17 +126,9 @@ HS_EXPORT void free(void *p)
 	   levers").  A prefetch never faults: a wild pointer is fine */
 	__builtin_prefetch((const char *)p - 16);
 	__builtin_prefetch((const char *)p + 48);
-	HS_CHAOS(HS_CHAOS_FREE); /* chaos.c: --chaos */
-	if (hs_guard_owns(p)) { /* guarded.c: sampled guard pages */
-		hs_guard_free(p, HS_GUARD_SITE(), HS_GUARD_CFA());
-		return;
-	}
-	if (!hs_heap_on()) {
-		/* ---- lock graph (locks.c): locks in the freed block are gone (0: glibc's usable size) ---- */
-		if (!hs_tls.in_hook)
-			hs_locks_on_free(p, 0);
-		/* ---- */
-		__libc_free(p);
+	if (HS_UNLIKELY(hs_chaos_on) || HS_UNLIKELY(hs_guard_owns(p)) ||
+	    HS_UNLIKELY(__atomic_load_n(&hs_heap_mode, __ATOMIC_ACQUIRE) != HS_HEAP_MODE_ON)) {
+		free_slow(p, HS_GUARD_SITE(), HS_GUARD_CFA());
 		return;
 	}
 	hs_heap_free(p, HS_HEAP_SITE());

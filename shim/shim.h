@@ -278,11 +278,11 @@ extern __thread struct hs_tls hs_tls __attribute__((tls_model("initial-exec")));
 #define HS_AREA_FD_SCRATCH_SIZE 9216u
 #define HS_AREA_CHAINMEMO    25600u  /* stacks.c: chain_memo, the thread's recent lazy chains */
 #define HS_AREA_CHAINMEMO_SIZE 15360u
-#define HS_AREA_HEAPMEMO     40960u  /* heap_core.c: the call-site memo's second level */
-#define HS_AREA_HEAPMEMO_SIZE 1536u
-#define HS_AREA_HEAPWRAP     42496u  /* heap_core.c: operator new's callers met last (wrap_memo) */
+#define HS_AREA_HEAPMEMO     40960u  /* heap_core.c: the call-site memo (site_memo) */
+#define HS_AREA_HEAPMEMO_SIZE 3072u
+#define HS_AREA_HEAPWRAP     44032u  /* heap_core.c: operator new's callers met last (wrap_memo) */
 #define HS_AREA_HEAPWRAP_SIZE 640u
-#define HS_AREA_SIZE         43136u  /* pages never touched are never backed */
+#define HS_AREA_SIZE         44672u  /* pages never touched are never backed */
 char *hs_area_map(void);
 void hs_area_release(struct hs_tls *t);
 static inline char *hs_area(void)

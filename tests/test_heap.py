@@ -797,3 +797,18 @@ def test_cpython_regrtest_under_heap(heisen, session, name):
     assert heap_findings(r) == [], [(f["kind"], f["message"]) for f in heap_findings(r)]
     main = [x for x in r["processes"] if x["argv"][1:4] == ["-m", "test", "-q"]]
     assert main and main[0]["heap"] is not None
+
+
+def test_errno_kept_by_the_heap_calls(heisen, tmp_path):
+    """malloc, calloc, realloc (growing and shrinking), posix_memalign,
+    aligned_alloc and free keep a set errno on success, as glibc's do, in
+    the main thread and a second one, for small blocks, blocks cut to their
+    tombstone, blocks that make a memory sample due and aligned ones, past
+    the quarantine's budget (the core saves errno through its offset from
+    the thread pointer, taken once at start: a wrong offset would change
+    errno, or another thread's, at every call)."""
+    p = heisen.preload([target(heisen, "heap_errno_kept"), 20000], tmp_path / "s", env=HEAP)
+    assert p.returncode == 0 and "errno kept ok 400000" in p.stdout, (p.returncode, p.stdout, p.stderr[-2000:])
+    r = heisen.dump_json(tmp_path / "s", expect_rc=0)
+    assert heap_findings(r) == []
+    assert r["processes"][0]["heap"] is not None
