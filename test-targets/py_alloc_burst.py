@@ -5,7 +5,7 @@
 the 4 MiB.  heisen takes an allocation-driven sample when large allocations
 add up to a step, at most once a millisecond on the precise clock.
 
-    py_alloc_burst.py tick   the 4 MiB 1.5 ms (precise clock) after a 2 MiB one,
+    py_alloc_burst.py tick   the 4 MiB 1.5 ms (precise clock) after a 1 MiB one,
                              within one tick of CLOCK_MONOTONIC_COARSE, which heisen
                              reads first for "is a sample due" and which lags: the
                              4 MiB allocation's own sample must be the last
@@ -15,8 +15,12 @@ add up to a step, at most once a millisecond on the precise clock.
                              the sample the gap held back is taken there
 
 tick: the program starts right after a coarse tick, makes the first
-allocation (its sample is timed on the precise clock), waits 1.5 ms on the
-precise clock and makes the second before the next tick.  gap: the buffers
+allocation (its sample is timed on the precise clock), waits until 1.5 ms
+on the precise clock have passed since that allocation began and makes the
+second before the next tick.  The first is 1 MiB, the smallest that makes
+a sample due (shim/proc.c mem_step's floor): writing new pages takes ~3 ms a MiB
+where page faults are slow (a Firecracker guest: 12 us a page), so a 2 MiB
+one and the gap did not fit in one 4 ms tick there.  gap: the buffers
 are new anonymous mappings (mmap), written page by page once both are
 made, as numpy's and the like's large buffers are allocated, then filled:
 each try's memory is new (a freed bytearray's pages would be reused
@@ -29,7 +33,12 @@ read and the second's check before the second read, so the second met
 the gap whatever the scheduler did in between.  The wait before the first
 varies from try to try (3 to 5.8 ms), so that the allocations do not fall
 at the end of a time slice at every try on a loaded machine.  When a try
-misses its timing, the program waits and tries again (at most 200 times).
+misses its timing, the program gives its buffers back to the kernel
+(glibc's malloc_trim: after the first such buffer is freed, glibc raises
+its mmap threshold and keeps the next ones in the heap, where a freed
+buffer's pages would stay resident and the next try's buffer would reuse
+them: no growth of the resident set to see), waits and tries again (at
+most 200 times).
 It prints
 
     tick TICK_NS             the coarse clock's resolution
@@ -39,6 +48,7 @@ It prints
 
 and exits 3 when no try met it.
 """
+import ctypes
 import mmap
 import os
 import sys
@@ -50,6 +60,7 @@ GAP_NS = 1_500_000
 PAGE = mmap.PAGESIZE
 MIN_GAP_NS = 1_000_000  # HS_MEM_MIN_GAP_NS (shim/shim.h): allocation-driven samples at most once per ms
 LOCK = threading.Lock()
+LIBC = ctypes.CDLL(None)
 
 
 def coarse():
@@ -61,10 +72,13 @@ def rss():
         return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
 
 
-def spin_ns(ns):
-    t0 = time.monotonic_ns()
-    while time.monotonic_ns() < t0 + ns:
+def spin_until(t):
+    while time.monotonic_ns() < t:
         pass
+
+
+def spin_ns(ns):
+    spin_until(time.monotonic_ns() + ns)
 
 
 def tick_try(attempt):
@@ -72,8 +86,9 @@ def tick_try(attempt):
     c0 = coarse()
     while (c := coarse()) == c0:
         pass
-    first = bytearray(2 << 20)
-    spin_ns(GAP_NS)
+    t0 = time.monotonic_ns()
+    first = bytearray(1 << 20)
+    spin_until(t0 + GAP_NS)
     if coarse() != c:
         return None
     return before, first, bytearray(4 << 20)
@@ -111,6 +126,7 @@ def main(mode):
         time.sleep(0.06)
         kept = attempt_once(attempt)
         if kept is None:
+            LIBC.malloc_trim(0)  # the missed try's pages back to the kernel: the next try's are new
             continue
         before, *bufs = kept
         print("attempts", attempt, flush=True)
