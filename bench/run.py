@@ -701,7 +701,18 @@ def fd_cost(build, shim, dump, sess, quick, notes):
           ["under"] + pcases + ["runs"], rows)
 
 
+OPTIONS = ("--quick", "--heap-only", "--proc-only", "--fd-only")
+
+
 def main():
+    usage = next(ln for ln in __doc__.splitlines() if ln.startswith("Usage:"))
+    for a in sys.argv[1:]:
+        if a in ("-h", "--help"):
+            print(usage)
+            return
+        if a.startswith("-") and a not in OPTIONS:
+            sys.stderr.write("run.py: unknown option %s\n%s\n" % (a, usage))
+            sys.exit(2)
     args = [a for a in sys.argv[1:] if not a.startswith("--")]
     quick = "--quick" in sys.argv[1:]
     heap_only = "--heap-only" in sys.argv[1:]
