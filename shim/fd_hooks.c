@@ -194,10 +194,39 @@ HS_EXPORT int pipe(int fds[2])
  */
 /* VALIDATE_FD: fd_core.h */
 
+/*
+ * Is site (a return address) in libunwind?  libunwind reopens its pipe at
+ * every validation after a failed read (once an unwind: 1,017 times in a
+ * run of bench/py_workload.py 3000), and dladdr costs ~3,100 instructions,
+ * so the call sites found to be libunwind's are remembered (UNW_SITES of
+ * them, each written once, relaxed: a reader that misses asks dladdr).
+ * libunwind is never unloaded once heisen has used it (unwind_load.c
+ * holds its own dlopen reference), so a remembered site stays libunwind's.
+ * Only hooks' own calls get here (hs_tls.in_hook), never a signal handler.
+ */
+#define UNW_SITES 4
+static uint64_t unw_sites[UNW_SITES];
+
 static int from_libunwind(uint64_t site)
 {
 	Dl_info info;
-	return dladdr((void *)(uintptr_t)site, &info) && info.dli_fname && strstr(info.dli_fname, "libunwind");
+	unsigned i;
+	for (i = 0; i < UNW_SITES; i++) {
+		uint64_t s = __atomic_load_n(&unw_sites[i], __ATOMIC_RELAXED);
+		if (s == site)
+			return 1;
+		if (s == 0)
+			break;
+	}
+	if (!dladdr((void *)(uintptr_t)site, &info) || !info.dli_fname || !strstr(info.dli_fname, "libunwind"))
+		return 0;
+	for (i = 0; i < UNW_SITES; i++) {
+		uint64_t zero = 0;
+		if (__atomic_compare_exchange_n(&unw_sites[i], &zero, site, 0, __ATOMIC_RELAXED, __ATOMIC_RELAXED) ||
+		    zero == site)
+			break;
+	}
+	return 1;
 }
 
 /* Can one byte at addr be read?  1 (as write(2) would return) or -1 with errno EFAULT. */
