@@ -1830,6 +1830,37 @@ static inline int tomb_at_free(const void *p, uint64_t size)
 	return want >= TOMBSTONE_MIN && ((((c & ~(uint64_t)5) - want) & ~(uint64_t)16) == 0);
 }
 
+/*
+ * release_large for a block that tomb_at_free has just passed at its free
+ * (p ours, malloc's alignment, live its live word): the record, the state
+ * released, the chunk cut to its tombstone, which is returned (NULL when
+ * the cut failed and the block went to glibc whole).  What release_large
+ * asks again is known here: glibc's size word is the one large_chunk()
+ * names (so neither damaged nor mmapped, and 1 KiB or more), the offset is
+ * HDR.  The tail word (the allocation stack) is read without the probe:
+ * it shares its 16 aligned bytes with the canary's last word, which the
+ * free has just read (canary_ok), and lies inside the chunk whose size
+ * word was checked; a tail word without p's check byte gives allocation 0,
+ * as view_of_live's does.
+ */
+static inline __attribute__((always_inline)) void *tomb_cut(void *p, uint64_t live)
+{
+	uint64_t *w = hw(p), *u = p, size = ST_LSIZE(live), tw;
+	char *r = (char *)p - HDR, *k;
+	memcpy(&tw, (const char *)p + size + canary_len(size), sizeof tw);
+	tw = (tw & 0xffu) == check8(p) ? tw >> 32 : 0;
+	u[0] = __atomic_load_n(&w[1], __ATOMIC_RELAXED);
+	u[1] = ST_LIVE_S | (size < 0xffffffu ? size : 0xffffffu) << 8 | tw << 32;
+	u[2] = w[0];
+	/* freed -> released, a byte store (release_large's) */
+	__atomic_store_n((uint8_t *)&w[1], (uint8_t)ST_RELEASED, __ATOMIC_RELAXED);
+	k = __libc_realloc(r, HDR + 24);
+	if (HS_LIKELY(k != NULL))
+		return k;
+	__libc_free(r);
+	return NULL;
+}
+
 /* The ring's entries, a power of two: QUAR_THREAD_BLOCKS, or 65,536 with
  * HEISEN_QUARANTINE_MB (then the per-thread bound). */
 #define QUAR_RING_EXPLICIT 65536u
@@ -1998,7 +2029,7 @@ static __attribute__((noinline)) int quarantine_tomb(struct hs_tls *t, int ring,
 	void *k;
 	if (!tomb_at_free(p, ST_LSIZE(live)))
 		return 0;
-	k = release_large(t, ring, p, live);
+	k = tomb_cut(p, live);
 	if (k)
 		quarantine_put(t, ring, k, ST_TOMB, &tv, bytes);
 	return 1;
