@@ -973,7 +973,8 @@ static __attribute__((noinline)) uint32_t wrapper_stack_memo(uint64_t site)
 	   whole word is the walk's top */
 	if (!lo || shi <= 8 || cfa - slo >= shi - slo)
 		return WRAP_UNKNOWN;
-	/* a walk that gave up (pc 0) finds no entry: an empty one's site is 0 */
+	/* a walk that gave up (pc 0) finds no entry: a filled one's pc is a
+	   caller's (never 0), an empty one's site is 0 (never a hook's site) */
 	pc = wrapper_walk(site, lo, hi, cfa, shi - 8, 0);
 	return wrap_memo_get(hs_tls.area, pc, site, &id) ? id : WRAP_UNKNOWN;
 }
