@@ -864,60 +864,82 @@ static inline unsigned wrap_slot(uint64_t pc)
 	return (unsigned)((pc * 0x9e3779b97f4a7c15ull) >> (64 - WRAP_MEMO_BITS));
 }
 
+/*
+ * The walk up the learnt frames from the hook's return address (site) at
+ * cfa - 8 to the first caller outside the wrapper [lo, hi), at most
+ * WRAP_DEPTH frames: that caller's return address, or 0 when the walk
+ * stopped inside the wrapper (a frame not learnt, WRAP_DEPTH frames, a
+ * slot it could not or would not read).  A slot below top (the last whole
+ * word of the thread's own stack when cfa lies in it, else 0) is mapped: a
+ * plain load.  A slot at or past top is read through the probe when probe
+ * is set (a frame size that was wrong after all must not walk off the top
+ * of the stack into a fault) and given up on when not (the leaf's way,
+ * wrapper_stack_memo).  A constant probe, so each caller gets its own
+ * copy of the loop.
+ */
+static inline __attribute__((always_inline)) uint64_t wrapper_walk(uint64_t site, uint64_t lo, uint64_t hi,
+								  uint64_t cfa, uint64_t top, int probe)
+{
+	uint64_t slot = cfa - 8, pc = site, two[2];
+	for (int i = 0;; i++) {
+		uint64_t w;
+		if (pc < lo || pc >= hi)
+			return pc;
+		if (i == WRAP_DEPTH || (w = frame_words(pc)) == 0)
+			return 0;
+		slot += 8 * w;
+		if (HS_LIKELY(slot < top)) {
+			pc = *(const uint64_t *)(uintptr_t)slot;
+			continue;
+		}
+		if (!probe || !hs_safe_read16((const void *)(uintptr_t)(slot & ~(uint64_t)15), two))
+			return 0;
+		pc = two[(slot >> 3) & 1];
+	}
+}
+
+/* The thread's wrapper memo's stack for (pc, site) into *id; 0 when it holds none (or there is no area). */
+static inline int wrap_memo_get(const char *a, uint64_t pc, uint64_t site, uint32_t *id)
+{
+	const struct wrap_memo *m;
+	unsigned k = wrap_slot(pc);
+	if (HS_UNLIKELY(a == NULL))
+		return 0;
+	m = wrap_memo_in((char *)(uintptr_t)a);
+	if (m->pc[k] != pc || m->site[k] != site)
+		return 0;
+	*id = m->id[k];
+	return 1;
+}
+
 static uint32_t wrapper_stack(uint64_t site)
 {
 	uint64_t lo = __atomic_load_n(&wrapper_lo, __ATOMIC_RELAXED);
 	uint64_t hi = __atomic_load_n(&wrapper_hi, __ATOMIC_RELAXED);
-	uint64_t cfa = hs_heap_cfa, slot, pc, w;
-	/* the top of the thread's own stack when cfa lies in it (slot >= cfa
-	   then; 8 bytes below the top: the last whole word), else 0: every
-	   read through the probe */
-	uint64_t stack_hi;
+	uint64_t cfa = hs_heap_cfa, pc, stack_hi;
+	uint32_t id;
 	if (HS_UNLIKELY(!hs_tls.stack_hi))
 		(void)hs_stack_room(cfa); /* reads the bounds, once per thread */
+	/* the top of the thread's own stack when cfa lies in it (8 bytes below
+	   the top: the last whole word), else 0: every read through the probe */
 	stack_hi = hs_tls.stack_hi > 8 && cfa >= hs_tls.stack_lo && cfa < hs_tls.stack_hi ? hs_tls.stack_hi - 8 : 0;
-	int i;
 	if (!lo || !cfa)
 		return hs_stack_here();
-	/* the hook's return address (the site) lies at its CFA - 8 */
-	slot = cfa - 8;
-	pc = site;
-	for (i = 0; i < WRAP_DEPTH && pc >= lo && pc < hi; i++) {
-		uint64_t two[2];
-		w = frame_words(pc);
-		if (!w)
-			break;
-		slot += 8 * w;
-		/* a slot between the hook's frame and the top of the thread's own
-		   stack (bounds read once per thread, area.c) is mapped: a plain
-		   load.  Elsewhere through the probe: a frame size that was wrong
-		   after all must not walk off the top of the stack into a fault */
-		if (HS_LIKELY(slot < stack_hi)) {
-			pc = *(const uint64_t *)(uintptr_t)slot;
-			continue;
-		}
-		if (!hs_safe_read16((const void *)(uintptr_t)(slot & ~(uint64_t)15), two)) {
-			pc = 0;
-			break;
-		}
-		pc = two[(slot >> 3) & 1];
-	}
-	/* a caller seen before is in the cache (its entry is a plain one); a new
-	   one must at least be code of a loaded module (else a frame's size was
-	   not what was learnt) */
-	if (pc >= lo && pc < hi) {
-		pc = 0;
-	} else {
+	pc = wrapper_walk(site, lo, hi, cfa, stack_hi, 1);
+	/* a caller seen before is in the memo or the cache (its entry is a
+	   plain one); a new one must at least be code of a loaded module (else
+	   a frame's size was not what was learnt) */
+	if (pc) {
 		char *a = hs_tls.area;
-		unsigned k = wrap_slot(pc);
 		uint64_t h, v;
-		if (HS_LIKELY(a != NULL) && wrap_memo_in(a)->pc[k] == pc && wrap_memo_in(a)->site[k] == site)
-			return wrap_memo_in(a)->id[k];
+		if (wrap_memo_get(a, pc, site, &id))
+			return id;
 		h = wrapper_key(site, pc);
 		v = __atomic_load_n(&site_cache[h & (SITE_CACHE - 1)], __ATOMIC_RELAXED);
 		if (HS_LIKELY(v != 0 && (v >> 26) == (h >> 26))) {
 			if (a) {
 				struct wrap_memo *m = wrap_memo_in(a);
+				unsigned k = wrap_slot(pc);
 				m->pc[k] = pc, m->site[k] = site, m->id[k] = (uint32_t)(v & 0xffffffu);
 			}
 			return (uint32_t)(v & 0xffffffu);
@@ -945,31 +967,16 @@ static __attribute__((noinline)) uint32_t wrapper_stack_memo(uint64_t site)
 {
 	uint64_t lo = __atomic_load_n(&wrapper_lo, __ATOMIC_RELAXED);
 	uint64_t hi = __atomic_load_n(&wrapper_hi, __ATOMIC_RELAXED);
-	uint64_t cfa = hs_heap_cfa, slo = hs_tls.stack_lo, shi = hs_tls.stack_hi, slot, pc, top;
-	struct wrap_memo *m;
-	unsigned k;
-	char *a;
+	uint64_t cfa = hs_heap_cfa, slo = hs_tls.stack_lo, shi = hs_tls.stack_hi, pc;
+	uint32_t id;
 	/* cfa in the thread's own stack (unknown bounds: lo == hi), whose last
-	   whole word is top: the slots in between are mapped (wrapper_stack) */
+	   whole word is the walk's top */
 	if (!lo || shi <= 8 || cfa - slo >= shi - slo)
 		return WRAP_UNKNOWN;
-	top = shi - 8;
-	slot = cfa - 8;
-	pc = site;
-	for (int i = 0; i < WRAP_DEPTH && pc >= lo && pc < hi; i++) {
-		uint64_t w = frame_words(pc);
-		if (!w)
-			return WRAP_UNKNOWN;
-		slot += 8 * w;
-		if (slot >= top)
-			return WRAP_UNKNOWN;
-		pc = *(const uint64_t *)(uintptr_t)slot;
-	}
-	if ((pc >= lo && pc < hi) || (a = hs_tls.area) == NULL)
-		return WRAP_UNKNOWN;
-	m = wrap_memo_in(a);
-	k = wrap_slot(pc);
-	return m->pc[k] == pc && m->site[k] == site ? m->id[k] : WRAP_UNKNOWN;
+	/* a walk that gave up (pc 0) finds no entry: a filled one's pc is a
+	   caller's (never 0), an empty one's site is 0 (never a hook's site) */
+	pc = wrapper_walk(site, lo, hi, cfa, shi - 8, 0);
+	return wrap_memo_get(hs_tls.area, pc, site, &id) ? id : WRAP_UNKNOWN;
 }
 
 static uint32_t site_stack_key(uint64_t key, uint64_t site, int first_sight)
@@ -1830,6 +1837,37 @@ static inline int tomb_at_free(const void *p, uint64_t size)
 	return want >= TOMBSTONE_MIN && ((((c & ~(uint64_t)5) - want) & ~(uint64_t)16) == 0);
 }
 
+/*
+ * release_large for a block that tomb_at_free has just passed at its free
+ * (p ours, malloc's alignment, live its live word): the record, the state
+ * released, the chunk cut to its tombstone, which is returned (NULL when
+ * the cut failed and the block went to glibc whole).  What release_large
+ * asks again is known here: glibc's size word is the one large_chunk()
+ * names (so neither damaged nor mmapped, and 1 KiB or more), the offset is
+ * HDR.  The tail word (the allocation stack) is read without the probe:
+ * it shares its 16 aligned bytes with the canary's last word, which the
+ * free has just read (canary_ok), and lies inside the chunk whose size
+ * word was checked; a tail word without p's check byte gives allocation 0,
+ * as view_of_live's does.
+ */
+static inline __attribute__((always_inline)) void *tomb_cut(void *p, uint64_t live)
+{
+	uint64_t *w = hw(p), *u = p, size = ST_LSIZE(live), tw;
+	char *r = (char *)p - HDR, *k;
+	memcpy(&tw, (const char *)p + size + canary_len(size), sizeof tw);
+	tw = (tw & 0xffu) == check8(p) ? tw >> 32 : 0;
+	u[0] = __atomic_load_n(&w[1], __ATOMIC_RELAXED);
+	u[1] = ST_LIVE_S | (size < 0xffffffu ? size : 0xffffffu) << 8 | tw << 32;
+	u[2] = w[0];
+	/* freed -> released, a byte store (release_large's) */
+	__atomic_store_n((uint8_t *)&w[1], (uint8_t)ST_RELEASED, __ATOMIC_RELAXED);
+	k = __libc_realloc(r, HDR + 24);
+	if (HS_LIKELY(k != NULL))
+		return k;
+	__libc_free(r);
+	return NULL;
+}
+
 /* The ring's entries, a power of two: QUAR_THREAD_BLOCKS, or 65,536 with
  * HEISEN_QUARANTINE_MB (then the per-thread bound). */
 #define QUAR_RING_EXPLICIT 65536u
@@ -1998,7 +2036,7 @@ static __attribute__((noinline)) int quarantine_tomb(struct hs_tls *t, int ring,
 	void *k;
 	if (!tomb_at_free(p, ST_LSIZE(live)))
 		return 0;
-	k = release_large(t, ring, p, live);
+	k = tomb_cut(p, live);
 	if (k)
 		quarantine_put(t, ring, k, ST_TOMB, &tv, bytes);
 	return 1;
