@@ -55,11 +55,9 @@ static struct {
 int hs_py_present;               /* [atomic] CPython found and hooked */
 uint64_t hs_py_rt_lo, hs_py_rt_size;  /* _PyRuntime: the GIL's internals live there */
 static uint64_t gil_addr;        /* the GIL node's address: _PyRuntime, or a CPython function */
-/* The GIL's lock id in the segment of generation gil_seg_gen (0: not yet);
- * lockpath.h reads both inline (lock_gil_id) */
+/* The GIL's lock id in the segment of generation hs_py_gil_gen (0: not
+ * yet); lockpath.h (lock_gil_id) and gil_wait_begin read both inline */
 uint32_t hs_py_gil_id HS_HIDDEN, hs_py_gil_gen HS_HIDDEN;
-#define gil_id hs_py_gil_id
-#define gil_seg_gen hs_py_gil_gen
 static int init_lock;
 
 int hs_py_holds_gil(void)
@@ -76,16 +74,16 @@ uint32_t hs_py_gil_lock(void)
 	uint32_t id;
 	if (!__atomic_load_n(&hs_py_present, __ATOMIC_ACQUIRE))
 		return 0;
-	if (gil_seg_gen == gen && gil_id)
-		return gil_id;
+	if (hs_py_gil_gen == gen && hs_py_gil_id)
+		return hs_py_gil_id;
 	/* a new segment (start-up, fork child): the GIL gets its node there */
 	id = hs_lock_id(&hs_seg, gil_addr, HS_LOCK_GIL, 0, 0, hs_tls.tid, hs_now());
 	if (id) {
 		if (!hs_seg.locks[id].name)
 			__atomic_store_n(&hs_seg.locks[id].name, hs_str_add(&hs_seg, "GIL", 3), __ATOMIC_RELEASE);
 		__atomic_store_n(&hs_seg.hdr->gil_lock, id, __ATOMIC_RELEASE);
-		gil_id = id;
-		gil_seg_gen = gen;
+		hs_py_gil_id = id;
+		hs_py_gil_gen = gen;
 	}
 	return id;
 }
