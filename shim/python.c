@@ -36,6 +36,7 @@
 #include "hooks.h"
 #include "inject.h" /* fault injection and chaos: one line per hook */
 #include "shim.h"
+#include "lockpath.h" /* the GIL's id and the lock sites' stacks, inline */
 
 #define RET_ADDR() ((uint64_t)(uintptr_t)__builtin_extract_return_addr(__builtin_return_address(0)))
 
@@ -56,7 +57,7 @@ int hs_py_present;               /* [atomic] CPython found and hooked */
 uint64_t hs_py_rt_lo, hs_py_rt_size;  /* _PyRuntime: the GIL's internals live there */
 static uint64_t gil_addr;        /* the GIL node's address: _PyRuntime, or a CPython function */
 /* The GIL's lock id in the segment of generation hs_py_gil_gen (0: not
- * yet); lockpath.h (lock_gil_id) and gil_wait_begin read both inline */
+ * yet); lockpath.h (lock_gil_id) reads both inline */
 uint32_t hs_py_gil_id HS_HIDDEN, hs_py_gil_gen HS_HIDDEN;
 static int init_lock;
 
@@ -98,8 +99,11 @@ uint32_t hs_py_gil_lock(void)
 static void gil_wait_begin(struct hs_tls *t, unsigned which, uint64_t site, uint64_t now)
 {
 	struct hs_thread *th = t->slot;
-	uint32_t gil = hs_py_gil_lock();
-	uint32_t stack = hs_stack_site(site);
+	uint32_t gil = lock_gil_id();
+	/* through the thread's memo of lock sites: a thread takes the GIL back
+	 * from a few places (an extension's Py_END_ALLOW_THREADS, the interpreter's
+	 * lock waits) thousands of times a second */
+	uint32_t stack = lock_site_stack(site, __atomic_load_n(&hs_seg_gen, __ATOMIC_RELAXED));
 	uint32_t n = th->held_count < HS_HELD_MAX ? th->held_count : HS_HELD_MAX;
 
 	hs_locks_before_gil_take(th); /* lazily read stacks of locks held without the GIL: complete them now */
