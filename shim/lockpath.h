@@ -67,10 +67,10 @@ static inline struct held_chain *held_chains_of(void)
  * take under bench/py_workload.py asked hs_stack_site, ~75-100
  * instructions each with the misses of the thread's shared site cache
  * behind it (bench/README.md "The GIL take's and the mutex hooks' own
- * instructions").  Static TLS (512 bytes), written only inside a hook (the
+ * instructions").  Static TLS (1 KiB), written only inside a hook (the
  * guard held), so a signal handler of the thread never reads half an entry.
  */
-#define LOCK_SITE_SETS 16u
+#define LOCK_SITE_SETS 32u
 struct lock_site {
 	uint64_t site;  /* the hook's return address, 0: none */
 	uint32_t stack; /* hs_stack_site(site) in the segment of generation gen */
@@ -88,14 +88,14 @@ static inline int lock_site_is(const struct lock_site *e, uint64_t site, uint32_
 /* hs_stack_site(site) through the thread's memo; gen: hs_seg_gen. */
 static inline __attribute__((always_inline)) uint32_t lock_site_stack(uint64_t site, uint32_t gen)
 {
-	struct lock_site *w = hs_lock_sites[(site * 0x9e3779b97f4a7c15ull) >> 60];
+	struct lock_site *w = hs_lock_sites[(site * 0x9e3779b97f4a7c15ull) >> 59];
 	if (HS_LIKELY(lock_site_is(&w[0], site, gen)))
 		return w[0].stack;
 	if (HS_LIKELY(lock_site_is(&w[1], site, gen)))
 		return w[1].stack;
 	return hs_lock_site_learn(w, site, gen);
 }
-_Static_assert(LOCK_SITE_SETS == 1u << (64 - 60), "lock_site_stack takes the hash's top 4 bits");
+_Static_assert(LOCK_SITE_SETS == 1u << (64 - 59), "lock_site_stack takes the hash's top 5 bits");
 
 /*
  * The leaf path (docs/design.md "Lock order"): a lock that has never been
