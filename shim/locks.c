@@ -100,11 +100,14 @@ __thread struct lock_site hs_lock_sites[LOCK_SITE_SETS][2] __attribute__((tls_mo
 
 /* lock_site_stack's miss (lockpath.h): the site's stack asked of stacks.c
  * and kept first in set w, the entry there before moved second, unless none
- * was interned (0: nothing kept). */
+ * was interned (0) or it was cut short below HS_STACK_DEPTH (the call site
+ * alone, which stacks.c gives on a thread stack too small to unwind on and
+ * never caches: a later call with room unwinds). */
 __attribute__((noinline)) uint32_t hs_lock_site_learn(struct lock_site *w, uint64_t site, uint32_t gen)
 {
 	uint32_t stack = hs_stack_site(site);
-	if (stack) {
+	const struct hs_stack *st = stack ? &hs_seg.stacks[stack] : NULL;
+	if (st && !((st->flags & HS_STACK_TRUNCATED) && st->depth < HS_STACK_DEPTH)) {
 		w[1] = w[0];
 		w[0].site = site;
 		w[0].stack = stack;
