@@ -92,22 +92,14 @@ uint32_t hs_py_gil_lock(void)
 /* ---- the hooks ------------------------------------------------------------- */
 
 /*
- * About to take the GIL through entry point `which`: add held -> GIL for
- * every native lock held (before blocking, so a run that then deadlocks is
- * still predicted), then publish the wait.
+ * The edges held -> GIL for the thread's n held entries (n > 0, the GIL's
+ * id gil): gil_wait_begin's loop, out of line (most takes hold no native
+ * lock).
  */
-static void gil_wait_begin(struct hs_tls *t, unsigned which, uint64_t site, uint64_t now)
+static __attribute__((noinline)) void gil_held_edges(struct hs_tls *t, uint32_t gil, uint32_t n, uint64_t now)
 {
 	struct hs_thread *th = t->slot;
-	uint32_t gil = lock_gil_id();
-	/* through the thread's memo of lock sites: a thread takes the GIL back
-	 * from a few places (an extension's Py_END_ALLOW_THREADS, the interpreter's
-	 * lock waits) thousands of times a second */
-	uint32_t stack = lock_site_stack(site, __atomic_load_n(&hs_seg_gen, __ATOMIC_RELAXED));
-	uint32_t n = th->held_count < HS_HELD_MAX ? th->held_count : HS_HELD_MAX;
-
-	hs_locks_before_gil_take(th); /* lazily read stacks of locks held without the GIL: complete them now */
-	for (uint32_t i = 0; gil && i < n; i++) {
+	for (uint32_t i = 0; i < n; i++) {
 		const struct hs_held *he = &th->held[i];
 		int created;
 		uint32_t finding, e, from_stack, site_n;
@@ -128,6 +120,30 @@ static void gil_wait_begin(struct hs_tls *t, unsigned which, uint64_t site, uint
 		if (finding)
 			hs_rec(t, now, HS_REC_FINDING, 0, finding - 1, 0, 0);
 	}
+}
+
+/*
+ * About to take the GIL through entry point `which`: add held -> GIL for
+ * every native lock held (before blocking, so a run that then deadlocks is
+ * still predicted), then publish the wait.  Inline in its two callers (as
+ * gil_wait_end): a take is then one call and one frame of heisen's, not
+ * three (bench/README.md "The GIL take's and the mutex hooks' own
+ * instructions").
+ */
+static inline __attribute__((always_inline)) void gil_wait_begin(struct hs_tls *t, unsigned which, uint64_t site,
+								 uint64_t now)
+{
+	struct hs_thread *th = t->slot;
+	uint32_t gil = lock_gil_id();
+	/* through the thread's memo of lock sites: a thread takes the GIL back
+	 * from a few places (an extension's Py_END_ALLOW_THREADS, the interpreter's
+	 * lock waits) thousands of times a second */
+	uint32_t stack = lock_site_stack(site, __atomic_load_n(&hs_seg_gen, __ATOMIC_RELAXED));
+	uint32_t n = th->held_count < HS_HELD_MAX ? th->held_count : HS_HELD_MAX;
+
+	hs_locks_before_gil_take(th); /* lazily read stacks of locks held without the GIL: complete them now */
+	if (gil && n)
+		gil_held_edges(t, gil, n, now);
 	hs_rec(t, now, HS_REC_GIL_WAIT, stack, which, 0, 0);
 	hs_lockstate_begin(th);
 	th->wait_kind = HS_WAIT_GIL;
@@ -169,7 +185,7 @@ static inline uint64_t gil_now(void)
 	return now > gil_last_ns ? now : gil_last_ns;
 }
 
-static void gil_wait_end(struct hs_tls *t, unsigned which, uint64_t since)
+static inline __attribute__((always_inline)) void gil_wait_end(struct hs_tls *t, unsigned which, uint64_t since)
 {
 	struct hs_thread *th = t->slot;
 	uint64_t now = hs_now_coarse();
