@@ -67,8 +67,10 @@ static inline struct held_chain *held_chains_of(void)
  * take under bench/py_workload.py asked hs_stack_site, ~75-100
  * instructions each with the misses of the thread's shared site cache
  * behind it (bench/README.md "The GIL take's and the mutex hooks' own
- * instructions").  Static TLS (1 KiB), written only inside a hook (the
- * guard held), so a signal handler of the thread never reads half an entry.
+ * instructions").  In the thread's area (HS_AREA_LOCKSITES, 1 KiB: not in
+ * static TLS, which glibc takes from the thread's stack), written only
+ * inside a hook (the guard held), so a signal handler of the thread never
+ * reads half an entry.
  */
 #define LOCK_SITE_SETS 32u
 struct lock_site {
@@ -76,7 +78,7 @@ struct lock_site {
 	uint32_t stack; /* hs_stack_site(site) in the segment of generation gen */
 	uint32_t gen;
 };
-extern __thread struct lock_site hs_lock_sites[LOCK_SITE_SETS][2] __attribute__((tls_model("initial-exec"))) HS_HIDDEN;
+_Static_assert(sizeof(struct lock_site) * 2 * LOCK_SITE_SETS <= HS_AREA_LOCKSITES_SIZE, "the lock sites fit the area");
 /* The miss: hs_stack_site(site) kept as the newest of set w (locks.c). */
 uint32_t hs_lock_site_learn(struct lock_site *w, uint64_t site, uint32_t gen) HS_HIDDEN;
 
@@ -85,15 +87,25 @@ static inline int lock_site_is(const struct lock_site *e, uint64_t site, uint32_
 	return e->site == site && e->gen == gen && e->stack != 0;
 }
 
-/* hs_stack_site(site) through the thread's memo; gen: hs_seg_gen. */
-static inline __attribute__((always_inline)) uint32_t lock_site_stack(uint64_t site, uint32_t gen)
+/* hs_stack_site(site) through the thread's memo in area a (hs_area(), not
+ * NULL); gen: hs_seg_gen. */
+static inline __attribute__((always_inline)) uint32_t lock_site_stack_in(char *a, uint64_t site, uint32_t gen)
 {
-	struct lock_site *w = hs_lock_sites[(site * 0x9e3779b97f4a7c15ull) >> 59];
+	struct lock_site *w = (struct lock_site *)(void *)(a + HS_AREA_LOCKSITES) +
+			      2 * ((site * 0x9e3779b97f4a7c15ull) >> 59);
 	if (HS_LIKELY(lock_site_is(&w[0], site, gen)))
 		return w[0].stack;
 	if (HS_LIKELY(lock_site_is(&w[1], site, gen)))
 		return w[1].stack;
 	return hs_lock_site_learn(w, site, gen);
+}
+
+/* The same for a caller without the area at hand: hs_stack_site itself
+ * when the thread has none. */
+static inline __attribute__((always_inline)) uint32_t lock_site_stack(uint64_t site, uint32_t gen)
+{
+	char *a = hs_area();
+	return HS_LIKELY(a != NULL) ? lock_site_stack_in(a, site, gen) : hs_stack_site(site);
 }
 _Static_assert(LOCK_SITE_SETS == 1u << (64 - 59), "lock_site_stack takes the hash's top 5 bits");
 

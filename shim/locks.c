@@ -96,7 +96,6 @@ static inline __attribute__((always_inline)) int holds_gil_now(void)
 uint16_t hs_relgen[RELGEN_SLOTS]; /* lockpath.h */
 struct lock_leaf hs_lock_leaf[LEAF_SLOTS]; /* lockpath.h, the leaf path */
 uint32_t hs_lock_leaf_after;                /* lockpath.h */
-__thread struct lock_site hs_lock_sites[LOCK_SITE_SETS][2] __attribute__((tls_model("initial-exec"))); /* lockpath.h */
 
 /* lock_site_stack's miss (lockpath.h): the site's stack asked of stacks.c
  * and kept first in set w, the entry there before moved second, unless none
@@ -881,7 +880,7 @@ static inline __attribute__((always_inline)) int acq_first_before(struct hs_tls 
 		p->exact = 0;
 	gen = __atomic_load_n(&hs_seg_gen, __ATOMIC_RELAXED);
 	if (HS_UNLIKELY(p->stack_site != site || !p->site_stack || p->site_gen != gen)) {
-		p->site_stack = lock_site_stack(site, gen);
+		p->site_stack = lock_site_stack_in(t->area, site, gen);
 		p->stack_site = site;
 		p->site_gen = gen;
 	}
