@@ -228,6 +228,18 @@ static inline uint32_t lock_gil_id(void)
 }
 
 /*
+ * hs_locks_before_gil_take's test inline (python.c, at every GIL take): 1
+ * in hs_lock_lazy_nogil when a held entry taken without the GIL may have a
+ * lazy chain to complete before the thread takes the GIL (locks.c).
+ */
+extern __thread int hs_lock_lazy_nogil __attribute__((tls_model("initial-exec"))) HS_HIDDEN;
+static inline void lock_before_gil_take(struct hs_thread *th)
+{
+	if (HS_UNLIKELY(hs_lock_lazy_nogil))
+		hs_locks_before_gil_take(th);
+}
+
+/*
  * The time of an uncontended acquisition or a release: CLOCK_MONOTONIC_COARSE
  * (the last tick, read from the vDSO without the clock source: 4 ms
  * resolution at HZ=250, never ahead of CLOCK_MONOTONIC).  A precise read

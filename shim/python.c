@@ -141,7 +141,7 @@ static inline __attribute__((always_inline)) void gil_wait_begin(struct hs_tls *
 	uint32_t stack = lock_site_stack(site, __atomic_load_n(&hs_seg_gen, __ATOMIC_RELAXED));
 	uint32_t n = th->held_count < HS_HELD_MAX ? th->held_count : HS_HELD_MAX;
 
-	hs_locks_before_gil_take(th); /* lazily read stacks of locks held without the GIL: complete them now */
+	lock_before_gil_take(th); /* lazily read stacks of locks held without the GIL: complete them now */
 	if (gil && n)
 		gil_held_edges(t, gil, n, now);
 	hs_rec(t, now, HS_REC_GIL_WAIT, stack, which, 0, 0);
