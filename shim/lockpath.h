@@ -6,8 +6,8 @@
  * (hs_relgen), the held entry pushed in four stores, and the common Python
  * lock pair's two halves (lock_acq_uncontended, lock_release_top), inline
  * in sem_trywait's fast path and sem_post so that a `with lock:` pair is
- * two calls fewer.  docs/design.md "Lock order".  Included by locks.c and
- * semaphores.c only.
+ * two calls fewer.  docs/design.md "Lock order".  Included by locks.c,
+ * semaphores.c and python.c (the GIL's id and the take's site stack).
  */
 #ifndef HEISEN_LOCKPATH_H
 #define HEISEN_LOCKPATH_H
@@ -53,6 +53,63 @@ static inline struct held_chain *held_chains_of(void)
 }
 
 /*
+ * The stacks of this thread's recent lock call sites: hs_stack_site(site)
+ * of a hook's return address, in LOCK_SITE_SETS sets of two (picked by the
+ * address's Fibonacci hash; the newest first, the one it displaces
+ * second), each for the segment of generation gen (a
+ * site's stack is interned once per segment and stays: a hit is what
+ * hs_stack_site would return; stack 0, none interned, is never kept).  A
+ * held chain slot remembers one site, and one depth of a thread's held
+ * stack is reached from several in turn (sqlite's connection mutex from
+ * sqlite3_step, sqlite3_reset, the prepare functions ...; its memory mutex
+ * from sqlite3Malloc, sqlite3_free, sqlite3Realloc), and a GIL take
+ * (python.c gil_wait_begin) from a few: half the acquisitions and every
+ * take under bench/py_workload.py asked hs_stack_site, ~75-100
+ * instructions each with the misses of the thread's shared site cache
+ * behind it (bench/README.md "The GIL take's and the mutex hooks' own
+ * instructions").  In the thread's area (HS_AREA_LOCKSITES, 1 KiB: not in
+ * static TLS, which glibc takes from the thread's stack), written only
+ * inside a hook (the guard held), so a signal handler of the thread never
+ * reads half an entry.
+ */
+#define LOCK_SITE_SETS 32u
+struct lock_site {
+	uint64_t site;  /* the hook's return address, 0: none */
+	uint32_t stack; /* hs_stack_site(site) in the segment of generation gen */
+	uint32_t gen;
+};
+_Static_assert(sizeof(struct lock_site) * 2 * LOCK_SITE_SETS <= HS_AREA_LOCKSITES_SIZE, "the lock sites fit the area");
+/* The miss: hs_stack_site(site) kept as the newest of set w (locks.c). */
+uint32_t hs_lock_site_learn(struct lock_site *w, uint64_t site, uint32_t gen) HS_HIDDEN;
+
+static inline int lock_site_is(const struct lock_site *e, uint64_t site, uint32_t gen)
+{
+	return e->site == site && e->gen == gen && e->stack != 0;
+}
+
+/* hs_stack_site(site) through the thread's memo in area a (hs_area(), not
+ * NULL); gen: hs_seg_gen. */
+static inline __attribute__((always_inline)) uint32_t lock_site_stack_in(char *a, uint64_t site, uint32_t gen)
+{
+	struct lock_site *w = (struct lock_site *)(void *)(a + HS_AREA_LOCKSITES) +
+			      2 * ((site * 0x9e3779b97f4a7c15ull) >> 59);
+	if (HS_LIKELY(lock_site_is(&w[0], site, gen)))
+		return w[0].stack;
+	if (HS_LIKELY(lock_site_is(&w[1], site, gen)))
+		return w[1].stack;
+	return hs_lock_site_learn(w, site, gen);
+}
+
+/* The same for a caller without the area at hand: hs_stack_site itself
+ * when the thread has none. */
+static inline __attribute__((always_inline)) uint32_t lock_site_stack(uint64_t site, uint32_t gen)
+{
+	char *a = hs_area();
+	return HS_LIKELY(a != NULL) ? lock_site_stack_in(a, site, gen) : hs_stack_site(site);
+}
+_Static_assert(LOCK_SITE_SETS == 1u << (64 - 59), "lock_site_stack takes the hash's top 5 bits");
+
+/*
  * The leaf path (docs/design.md "Lock order"): a lock that has never been
  * the first lock of an edge -- never held while this process took another
  * lock or the GIL -- needs its exact held stack only if that happens some
@@ -95,7 +152,7 @@ struct lock_leaf {
 extern struct lock_leaf hs_lock_leaf[LEAF_SLOTS] HS_HIDDEN; /* defined in locks.c */
 
 /* The slot of lock id (gen: hs_seg_gen) made its own: count and nested 0. */
-static __attribute__((noinline, cold)) void lock_leaf_claim(struct lock_leaf *l, uint32_t id, uint32_t gen)
+static __attribute__((noinline, cold, unused)) void lock_leaf_claim(struct lock_leaf *l, uint32_t id, uint32_t gen)
 {
 	__atomic_store_n(&l->id, 0, __ATOMIC_RELAXED);
 	__atomic_store_n(&l->count, 0, __ATOMIC_RELAXED);
@@ -168,6 +225,18 @@ static inline uint32_t lock_gil_id(void)
 	    HS_LIKELY(__atomic_load_n(&hs_py_gil_gen, __ATOMIC_RELAXED) == __atomic_load_n(&hs_seg_gen, __ATOMIC_RELAXED)))
 		return id;
 	return hs_py_gil_lock();
+}
+
+/*
+ * hs_locks_before_gil_take's test inline (python.c, at every GIL take): 1
+ * in hs_lock_lazy_nogil when a held entry taken without the GIL may have a
+ * lazy chain to complete before the thread takes the GIL (locks.c).
+ */
+extern __thread int hs_lock_lazy_nogil __attribute__((tls_model("initial-exec"))) HS_HIDDEN;
+static inline void lock_before_gil_take(struct hs_thread *th)
+{
+	if (HS_UNLIKELY(hs_lock_lazy_nogil))
+		hs_locks_before_gil_take(th);
 }
 
 /*
@@ -294,7 +363,7 @@ static inline __attribute__((always_inline)) void lock_acq_uncontended(struct hs
 		/* the stack is needed only if an edge is made from it later: read lazily */
 		lock_chain_read_lazy(&c->c, site, cfa);
 		if (HS_UNLIKELY(c->stack_site != site || !c->site_stack || c->site_gen != gen)) {
-			c->site_stack = hs_stack_site(site);
+			c->site_stack = lock_site_stack(site, gen);
 			c->stack_site = site;
 			c->site_gen = gen;
 		}

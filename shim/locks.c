@@ -33,7 +33,7 @@
 static __thread struct held_chain *pending __attribute__((tls_model("initial-exec"))); /* the acquisition in progress, NULL: none kept */
 /* 1: a held entry taken without the GIL may have a lazy chain to complete
  * before the thread takes the GIL (hs_locks_before_gil_take) */
-static __thread int lazy_nogil __attribute__((tls_model("initial-exec")));
+__thread int hs_lock_lazy_nogil __attribute__((tls_model("initial-exec"))); /* lockpath.h */
 
 /*
  * "Does this thread hold the GIL?" asked once per change.  A thread takes
@@ -96,6 +96,24 @@ static inline __attribute__((always_inline)) int holds_gil_now(void)
 uint16_t hs_relgen[RELGEN_SLOTS]; /* lockpath.h */
 struct lock_leaf hs_lock_leaf[LEAF_SLOTS]; /* lockpath.h, the leaf path */
 uint32_t hs_lock_leaf_after;                /* lockpath.h */
+
+/* lock_site_stack's miss (lockpath.h): the site's stack asked of stacks.c
+ * and kept first in set w, the entry there before moved second, unless none
+ * was interned (0) or it was cut short below HS_STACK_DEPTH (the call site
+ * alone, which stacks.c gives on a thread stack too small to unwind on and
+ * never caches: a later call with room unwinds). */
+__attribute__((noinline)) uint32_t hs_lock_site_learn(struct lock_site *w, uint64_t site, uint32_t gen)
+{
+	uint32_t stack = hs_stack_site(site);
+	const struct hs_stack *st = stack ? &hs_seg.stacks[stack] : NULL;
+	if (st && !((st->flags & HS_STACK_TRUNCATED) && st->depth < HS_STACK_DEPTH)) {
+		w[1] = w[0];
+		w[0].site = site;
+		w[0].stack = stack;
+		w[0].gen = gen;
+	}
+	return stack;
+}
 
 /* HEISEN_LOCK_LEAF_AFTER read once (two threads may both read it: the same
  * answer): the acquisitions with nothing nested after which a pthread lock
@@ -169,7 +187,7 @@ static __attribute__((noinline, cold)) void held_complete_lazy(struct hs_thread 
 {
 	struct held_chain *held_chains = held_chains_of();
 	uint32_t n = th->held_count < HS_HELD_MAX ? th->held_count : HS_HELD_MAX;
-	lazy_nogil = 0;
+	hs_lock_lazy_nogil = 0;
 	for (uint32_t i = 0; held_chains && i < n && i < HELD_CHAINS; i++) {
 		struct held_chain *c = &held_chains[i];
 		if (c->addr == th->held[i].addr && c->c.lazy && !c->exact && !c->leaf &&
@@ -180,7 +198,7 @@ static __attribute__((noinline, cold)) void held_complete_lazy(struct hs_thread 
 
 void hs_locks_before_gil_take(struct hs_thread *th)
 {
-	if (HS_UNLIKELY(lazy_nogil) && th)
+	if (HS_UNLIKELY(hs_lock_lazy_nogil) && th)
 		held_complete_lazy(th);
 }
 
@@ -763,7 +781,7 @@ static inline __attribute__((always_inline)) void acq_after(struct hs_tls *t, st
 			if (held_chains && HS_UNLIKELY(pending != &held_chains[n] || pending->addr != a->addr))
 				held_chain_set(&held_chains[n], a->addr, pending);
 			if (held_chains && held_chains[n].c.lazy && !held_chains[n].leaf && !a->holds_gil)
-				lazy_nogil = 1; /* completed before this thread takes the GIL, if still held */
+				hs_lock_lazy_nogil = 1; /* completed before this thread takes the GIL, if still held */
 		}
 	}
 	l = &hs_seg.locks[a->id];
@@ -862,7 +880,7 @@ static inline __attribute__((always_inline)) int acq_first_before(struct hs_tls 
 		p->exact = 0;
 	gen = __atomic_load_n(&hs_seg_gen, __ATOMIC_RELAXED);
 	if (HS_UNLIKELY(p->stack_site != site || !p->site_stack || p->site_gen != gen)) {
-		p->site_stack = hs_stack_site(site);
+		p->site_stack = lock_site_stack_in(t->area, site, gen);
 		p->stack_site = site;
 		p->site_gen = gen;
 	}
@@ -903,7 +921,7 @@ static inline __attribute__((always_inline)) void acq_first_after(struct hs_tls 
 	held_push4(th, n, addr, id, HS_MODE_WRITE, 0, stack, (holds_gil ? HS_HELDF_GIL : 0) | (p->leaf ? HS_HELDF_SITE : 0),
 		   now);
 	if (p->c.lazy && !p->leaf && !holds_gil)
-		lazy_nogil = 1; /* completed before this thread takes the GIL, if still held */
+		hs_lock_lazy_nogil = 1; /* completed before this thread takes the GIL, if still held */
 	{
 		struct hs_lock *l = &hs_seg.locks[id];
 		int32_t last = __atomic_load_n(&l->last_tid, __ATOMIC_RELAXED);
@@ -1041,8 +1059,8 @@ static inline int release_begin(struct hs_tls *t, uint64_t addr, uint32_t *id)
 static inline __attribute__((always_inline)) void after_release(struct hs_thread *th, uint32_t n)
 {
 	if (!n) {
-		if (HS_UNLIKELY(lazy_nogil))
-			lazy_nogil = 0;
+		if (HS_UNLIKELY(hs_lock_lazy_nogil))
+			hs_lock_lazy_nogil = 0;
 		return;
 	}
 	for (uint32_t k = 0; k < n && k < HS_HELD_MAX; k++)
@@ -1213,7 +1231,7 @@ void hs_locks_on_free(void *p, size_t size)
 		struct hs_tls *t;                                                                \
 		if (HS_UNLIKELY(hs_py_internal(lock))) {                                         \
 			gil_mutex_locking(); /* a GIL take or drop may follow */                 \
-			if (HS_UNLIKELY(lazy_nogil))                                             \
+			if (HS_UNLIKELY(hs_lock_lazy_nogil))                                      \
 				gil_mutex_locked(); /* a GIL take may follow */                  \
 			t = NULL;                                                                \
 		} else {                                                                         \
@@ -1405,7 +1423,7 @@ static __attribute__((noinline)) int mutex_lock_gil(pthread_mutex_t *lock)
 {
 	int (*real)(pthread_mutex_t *) = hs_real_pthread_mutex_lock;
 	gil_mutex_locking(); /* a GIL take or drop may follow */
-	if (HS_UNLIKELY(lazy_nogil))
+	if (HS_UNLIKELY(hs_lock_lazy_nogil))
 		gil_mutex_locked(); /* a GIL take may follow */
 	return HS_LIKELY(real != NULL) ? real(lock) : mutex_lock_resolve(lock);
 }

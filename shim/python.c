@@ -36,6 +36,7 @@
 #include "hooks.h"
 #include "inject.h" /* fault injection and chaos: one line per hook */
 #include "shim.h"
+#include "lockpath.h" /* the GIL's id and the lock sites' stacks, inline */
 
 #define RET_ADDR() ((uint64_t)(uintptr_t)__builtin_extract_return_addr(__builtin_return_address(0)))
 
@@ -55,11 +56,9 @@ static struct {
 int hs_py_present;               /* [atomic] CPython found and hooked */
 uint64_t hs_py_rt_lo, hs_py_rt_size;  /* _PyRuntime: the GIL's internals live there */
 static uint64_t gil_addr;        /* the GIL node's address: _PyRuntime, or a CPython function */
-/* The GIL's lock id in the segment of generation gil_seg_gen (0: not yet);
- * lockpath.h reads both inline (lock_gil_id) */
+/* The GIL's lock id in the segment of generation hs_py_gil_gen (0: not
+ * yet); lockpath.h (lock_gil_id) reads both inline */
 uint32_t hs_py_gil_id HS_HIDDEN, hs_py_gil_gen HS_HIDDEN;
-#define gil_id hs_py_gil_id
-#define gil_seg_gen hs_py_gil_gen
 static int init_lock;
 
 int hs_py_holds_gil(void)
@@ -76,16 +75,16 @@ uint32_t hs_py_gil_lock(void)
 	uint32_t id;
 	if (!__atomic_load_n(&hs_py_present, __ATOMIC_ACQUIRE))
 		return 0;
-	if (gil_seg_gen == gen && gil_id)
-		return gil_id;
+	if (hs_py_gil_gen == gen && hs_py_gil_id)
+		return hs_py_gil_id;
 	/* a new segment (start-up, fork child): the GIL gets its node there */
 	id = hs_lock_id(&hs_seg, gil_addr, HS_LOCK_GIL, 0, 0, hs_tls.tid, hs_now());
 	if (id) {
 		if (!hs_seg.locks[id].name)
 			__atomic_store_n(&hs_seg.locks[id].name, hs_str_add(&hs_seg, "GIL", 3), __ATOMIC_RELEASE);
 		__atomic_store_n(&hs_seg.hdr->gil_lock, id, __ATOMIC_RELEASE);
-		gil_id = id;
-		gil_seg_gen = gen;
+		hs_py_gil_id = id;
+		hs_py_gil_gen = gen;
 	}
 	return id;
 }
@@ -93,19 +92,14 @@ uint32_t hs_py_gil_lock(void)
 /* ---- the hooks ------------------------------------------------------------- */
 
 /*
- * About to take the GIL through entry point `which`: add held -> GIL for
- * every native lock held (before blocking, so a run that then deadlocks is
- * still predicted), then publish the wait.
+ * The edges held -> GIL for the thread's n held entries (n > 0, the GIL's
+ * id gil): gil_wait_begin's loop, out of line (most takes hold no native
+ * lock).
  */
-static void gil_wait_begin(struct hs_tls *t, unsigned which, uint64_t site, uint64_t now)
+static __attribute__((noinline)) void gil_held_edges(struct hs_tls *t, uint32_t gil, uint32_t n, uint64_t now)
 {
 	struct hs_thread *th = t->slot;
-	uint32_t gil = hs_py_gil_lock();
-	uint32_t stack = hs_stack_site(site);
-	uint32_t n = th->held_count < HS_HELD_MAX ? th->held_count : HS_HELD_MAX;
-
-	hs_locks_before_gil_take(th); /* lazily read stacks of locks held without the GIL: complete them now */
-	for (uint32_t i = 0; gil && i < n; i++) {
+	for (uint32_t i = 0; i < n; i++) {
 		const struct hs_held *he = &th->held[i];
 		int created;
 		uint32_t finding, e, from_stack, site_n;
@@ -126,6 +120,30 @@ static void gil_wait_begin(struct hs_tls *t, unsigned which, uint64_t site, uint
 		if (finding)
 			hs_rec(t, now, HS_REC_FINDING, 0, finding - 1, 0, 0);
 	}
+}
+
+/*
+ * About to take the GIL through entry point `which`: add held -> GIL for
+ * every native lock held (before blocking, so a run that then deadlocks is
+ * still predicted), then publish the wait.  Inline in its two callers (as
+ * gil_wait_end): a take is then one call and one frame of heisen's, not
+ * three (bench/README.md "The GIL take's and the mutex hooks' own
+ * instructions").
+ */
+static inline __attribute__((always_inline)) void gil_wait_begin(struct hs_tls *t, unsigned which, uint64_t site,
+								 uint64_t now)
+{
+	struct hs_thread *th = t->slot;
+	uint32_t gil = lock_gil_id();
+	/* through the thread's memo of lock sites: a thread takes the GIL back
+	 * from a few places (an extension's Py_END_ALLOW_THREADS, the interpreter's
+	 * lock waits) thousands of times a second */
+	uint32_t stack = lock_site_stack(site, __atomic_load_n(&hs_seg_gen, __ATOMIC_RELAXED));
+	uint32_t n = th->held_count < HS_HELD_MAX ? th->held_count : HS_HELD_MAX;
+
+	lock_before_gil_take(th); /* lazily read stacks of locks held without the GIL: complete them now */
+	if (gil && n)
+		gil_held_edges(t, gil, n, now);
 	hs_rec(t, now, HS_REC_GIL_WAIT, stack, which, 0, 0);
 	hs_lockstate_begin(th);
 	th->wait_kind = HS_WAIT_GIL;
@@ -167,7 +185,7 @@ static inline uint64_t gil_now(void)
 	return now > gil_last_ns ? now : gil_last_ns;
 }
 
-static void gil_wait_end(struct hs_tls *t, unsigned which, uint64_t since)
+static inline __attribute__((always_inline)) void gil_wait_end(struct hs_tls *t, unsigned which, uint64_t since)
 {
 	struct hs_thread *th = t->slot;
 	uint64_t now = hs_now_coarse();

@@ -282,7 +282,9 @@ extern __thread struct hs_tls hs_tls __attribute__((tls_model("initial-exec")));
 #define HS_AREA_HEAPMEMO_SIZE 3072u
 #define HS_AREA_HEAPWRAP     44032u  /* heap_core.c: operator new's callers met last (wrap_memo) */
 #define HS_AREA_HEAPWRAP_SIZE 640u
-#define HS_AREA_SIZE         44672u  /* pages never touched are never backed */
+#define HS_AREA_LOCKSITES    44672u  /* lockpath.h: the lock and GIL-take call sites' stacks (lock_site_stack) */
+#define HS_AREA_LOCKSITES_SIZE 1024u
+#define HS_AREA_SIZE         45696u  /* pages never touched are never backed */
 char *hs_area_map(void);
 void hs_area_release(struct hs_tls *t);
 static inline char *hs_area(void)
