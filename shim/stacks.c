@@ -279,6 +279,7 @@ static inline int room_to_unwind(void)
 }
 
 static __attribute__((noinline)) uint32_t stack_here_unwind(void);
+static __attribute__((noinline)) unsigned here_read(uint64_t *pcs, unsigned cap);
 
 uint32_t hs_stack_here(void)
 {
@@ -287,19 +288,28 @@ uint32_t hs_stack_here(void)
 	return stack_here_unwind();
 }
 
+/*
+ * The calling thread's stack, the shim's frames trimmed from the top, Python
+ * frames interleaved, interned.  The native frames are those the whole
+ * unwind from here gives (hs_backtrace: HS_STACK_DEPTH + 12 return
+ * addresses from the one into this function on, the shim's counted), read
+ * through the learnt distances from this frame on where they are all known
+ * (here_read), so the frames, the cut and the Python frames matched to
+ * them are libunwind's, frame for frame.
+ */
 static uint32_t stack_here_unwind(void)
 {
-	void *buf[HS_STACK_DEPTH + 12];
 	uint64_t pcs[HS_STACK_DEPTH + 12 + PY_ROOM];
-	int n = backtrace_masked(buf, (int)(sizeof buf / sizeof buf[0]));
-	unsigned depth, flags = 0;
+	unsigned n = here_read(pcs, HS_STACK_DEPTH + 12), depth, skip = 0, flags = 0;
 	int python;
-	if (n <= 0)
+	if (n == 0)
 		return 0;
-	for (int i = 0; i < n; i++)
-		pcs[i] = (uint64_t)(uintptr_t)buf[i];
-	depth = trim_and_check(pcs, (unsigned)n);
-	if ((size_t)n == sizeof buf / sizeof buf[0] && depth >= HS_STACK_DEPTH)
+	while (skip < n && pcs[skip] >= hs_self_lo && pcs[skip] < hs_self_hi)
+		skip++;
+	depth = n - skip;
+	if (skip)
+		memmove(pcs, pcs + skip, depth * sizeof *pcs);
+	if (n == HS_STACK_DEPTH + 12 && depth >= HS_STACK_DEPTH)
 		flags |= HS_STACK_TRUNCATED;
 	depth = hs_py_interleave(&hs_seg, pcs, depth, depth > PY_ROOM ? depth : PY_ROOM, &python);
 	if (python)
@@ -456,8 +466,8 @@ _Static_assert(SITE_TCACHE * sizeof(struct site_tc) + sizeof(struct hs_chain) <=
 	       "site cache and call chain fit the area");
 
 static __attribute__((noinline)) uint32_t stack_site_slow(uint64_t key, uint64_t site, uint64_t cfa);
-static unsigned site_read(uint64_t *pcs, unsigned cap, uint64_t site, uint64_t cfa);
-static unsigned site_unwind_whole(uint64_t *pcs, unsigned cap);
+static unsigned site_read(uint64_t *pcs, unsigned cap, uint64_t site, uint64_t cfa, int self_ok);
+static unsigned site_unwind_whole(uint64_t *pcs, unsigned cap, uint64_t from);
 
 /*
  * The CFA of the hook whose caller's return address is site, found by
@@ -537,8 +547,8 @@ static uint32_t stack_site_slow(uint64_t key, uint64_t site, uint64_t cfa)
 	   heisen's own frame pointers lead to it (site_read) */
 	if (!cfa && site)
 		cfa = site_cfa_by_frame_pointers(site);
-	if (cfa && (depth = site_read(pcs, HS_STACK_DEPTH + 12, site, cfa)) == 0)
-		depth = site_unwind_whole(pcs, HS_STACK_DEPTH + 12); /* learns for the next ones */
+	if (cfa && (depth = site_read(pcs, HS_STACK_DEPTH + 12, site, cfa, 0)) == 0)
+		depth = site_unwind_whole(pcs, HS_STACK_DEPTH + 12, 0); /* learns for the next ones */
 	if (depth == 0)
 		depth = capture(pcs);
 	if (depth == 0)
@@ -1747,10 +1757,13 @@ static void site_learn(const uint64_t *ip, const uint64_t *sp, const uint8_t *si
 }
 
 /*
- * The whole unwind from here (the shim's frames dropped), learning each
- * frame's distance; up to cap frames into pcs.  Returns the depth.
+ * The whole unwind from here, learning each frame's distance; up to cap
+ * frames into pcs.  from 0: the shim's frames at the top dropped; else the
+ * frames below the CFA from dropped (the shim's own kept: hs_stack_here's
+ * walk starts in the shim, at its frame whose CFA is from).  Returns the
+ * depth.
  */
-static __attribute__((noinline)) unsigned site_unwind_steps(uint64_t *pcs, unsigned cap)
+static __attribute__((noinline)) unsigned site_unwind_steps(uint64_t *pcs, unsigned cap, uint64_t from)
 {
 	unw_context_t uc;
 	unw_cursor_t cur;
@@ -1771,7 +1784,7 @@ static __attribute__((noinline)) unsigned site_unwind_steps(uint64_t *pcs, unsig
 			break;
 		}
 		unw_rbp_read(&cur, &rb[n], &lt[n], &loc[n]);
-		if (n == skip && ip[n] >= hs_self_lo && ip[n] < hs_self_hi)
+		if (n == skip && (from ? sp[n] < from : ip[n] >= hs_self_lo && ip[n] < hs_self_hi))
 			skip++;
 		n++;
 	}
@@ -1785,10 +1798,10 @@ static __attribute__((noinline)) unsigned site_unwind_steps(uint64_t *pcs, unsig
 	return out;
 }
 
-static unsigned site_unwind_whole(uint64_t *pcs, unsigned cap)
+static unsigned site_unwind_whole(uint64_t *pcs, unsigned cap, uint64_t from)
 {
 	int entered = hs_unwind_enter();
-	unsigned n = site_unwind_steps(pcs, cap);
+	unsigned n = site_unwind_steps(pcs, cap, from);
 	hs_unwind_leave(entered);
 	return n;
 }
@@ -1859,7 +1872,14 @@ static __attribute__((noinline)) unsigned site_unwind_short(uint64_t *pcs, uint6
 	return n;
 }
 
-static unsigned site_read(uint64_t *pcs, unsigned cap, uint64_t site, uint64_t cfa)
+/*
+ * The stack from the hook's caller (return address site, its CFA cfa)
+ * through the learnt distances, up to cap frames into pcs (site_unwind_short
+ * where site itself is new); 0 on any doubt (the caller then unwinds
+ * whole).  self_ok: site may lie in the shim (hs_stack_here's walk, which
+ * starts at its own frame); else a site in the shim is refused.
+ */
+static unsigned site_read(uint64_t *pcs, unsigned cap, uint64_t site, uint64_t cfa, int self_ok)
 {
 	uint64_t sps[HS_STACK_DEPTH + 12];
 	uint64_t top = chain_top, lo = hs_tls.stack_lo, hi = hs_tls.stack_hi, sp, pc;
@@ -1873,7 +1893,7 @@ static unsigned site_read(uint64_t *pcs, unsigned cap, uint64_t site, uint64_t c
 	if (!top)
 		top = chain_top_shared(cfa); /* the thread's first stack, through the session's distances */
 	if (!top || hi <= lo + 1 || here < lo || top >= hi || cfa <= here || cfa > top || (cfa & 7) ||
-	    (site >= hs_self_lo && site < hs_self_hi) || slot_at(cfa) != site)
+	    (!self_ok && site >= hs_self_lo && site < hs_self_hi) || slot_at(cfa) != site)
 		return 0;
 	pcs[0] = site;
 	sps[0] = cfa;
@@ -1920,5 +1940,30 @@ static unsigned site_read(uint64_t *pcs, unsigned cap, uint64_t site, uint64_t c
 			hs_module_note_pc(pcs[k], 1);
 	if (!chain_top)
 		chain_top = sps[n - 1]; /* the thread's first walk, through the session's distances (chain_read_native) */
+	return n;
+}
+
+/*
+ * hs_stack_here's native frames: up to cap return addresses into pcs, from
+ * the one into this function's caller on (the shim's frames kept, the
+ * caller trims them), the frames hs_backtrace called from the same place
+ * would give.  A blocking lock's wait stack, a new lock-order edge's, a
+ * heap report's were a whole libunwind unwind each (~1,150 instructions a
+ * step, ~28k for a Python thread's 23 frames); now they are walked as a
+ * new site's stack is (site_read): through the learnt distances from this
+ * frame on, libunwind only at a return address not learnt yet (from this
+ * frame when it is the first, else the whole unwind), which learns what
+ * it steps, so the next stack through the same frames is walked.  The
+ * shim's own frames are learnt like any other (their distances are
+ * fixed: heisen has no alloca frames on these paths).  Returns the count,
+ * 0 when libunwind found nothing either.
+ */
+static __attribute__((noinline)) unsigned here_read(uint64_t *pcs, unsigned cap)
+{
+	uint64_t site = (uint64_t)(uintptr_t)__builtin_return_address(0);
+	uint64_t cfa = (uint64_t)(uintptr_t)__builtin_frame_address(0) + 16;
+	unsigned n = site_read(pcs, cap, site, cfa, 1);
+	if (n == 0)
+		n = site_unwind_whole(pcs, cap, cfa);
 	return n;
 }
