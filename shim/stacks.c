@@ -439,31 +439,53 @@ static unsigned capture(uint64_t *pcs)
 }
 
 /*
- * In front of the shared site index, each thread keeps the last SITE_TCACHE
- * sites it asked for (direct-mapped, tagged with the segment generation: a
- * fork child's new segment has other ids).  An entry is written site last,
- * after a zero, so a signal handler of the same thread never reads half.
+ * In front of the shared site index, each thread keeps the SITE_TC_SETS *
+ * SITE_TC_WAYS sites it asked for last: two-way sets by the site (the
+ * newest of a set in way 0, the one it displaced in way 1, as locks.c's
+ * chain cache), entries tagged with the segment generation (a fork child's
+ * new segment has other ids).  Direct-mapped with 32 entries it missed
+ * 7.7k to 15.6k times a py_workload run of 3000 requests (sqlite's six
+ * connection-mutex sites, the GIL takes' sites and the allocator's falling
+ * into the same slots, depending on where the libraries are loaded), each
+ * miss ~260 instructions through the shared site index (bench/README.md
+ * "The pthread lock hooks under a threaded Python service").  An entry is
+ * written site last, after a zero, so a signal handler of the same thread
+ * never reads half.  In the tail of the chain memo's range of the thread's
+ * area (the memo leaves it free), 1 KiB.
  */
-#define SITE_TCACHE 32u
+#define SITE_TC_SETS 32u
+#define SITE_TC_WAYS 2u
 struct site_tc {
 	uint64_t site;
 	uint32_t id, gen;
 };
-/* [SITE_TCACHE] in the thread's area (shim.h, hs_area), NULL without one */
+#define SITE_TC_BYTES (SITE_TC_SETS * SITE_TC_WAYS * sizeof(struct site_tc))
+#define SITE_TC_AT (HS_AREA_CHAINMEMO + HS_AREA_CHAINMEMO_SIZE - SITE_TC_BYTES)
+/* [SITE_TC_SETS][SITE_TC_WAYS] in the thread's area (shim.h, hs_area), NULL without one */
 static inline struct site_tc *site_tc_of(void)
 {
 	char *a = hs_area();
-	return a ? (struct site_tc *)(void *)(a + HS_AREA_STACKS) : NULL;
+	return a ? (struct site_tc *)(void *)(a + SITE_TC_AT) : NULL;
 }
 /* The shadow of hs_stack_call's reads (the fd hooks', sem_init's, a cond
- * wait's), after site_tc in the same range of the area. */
+ * wait's), in the area's stacks range. */
 static inline struct hs_chain *call_chain_of(void)
 {
 	char *a = hs_area();
-	return a ? (struct hs_chain *)(void *)(a + HS_AREA_STACKS + SITE_TCACHE * sizeof(struct site_tc)) : NULL;
+	return a ? (struct hs_chain *)(void *)(a + HS_AREA_STACKS) : NULL;
 }
-_Static_assert(SITE_TCACHE * sizeof(struct site_tc) + sizeof(struct hs_chain) <= HS_AREA_STACKS_SIZE,
-	       "site cache and call chain fit the area");
+_Static_assert(sizeof(struct hs_chain) <= HS_AREA_STACKS_SIZE, "the call chain fits the area");
+
+/* e <- (key, id, gen), written so that a signal handler never matches half of it. */
+static inline void site_tc_write(struct site_tc *e, uint64_t key, uint32_t id, uint32_t gen)
+{
+	__atomic_store_n(&e->site, 0, __ATOMIC_RELAXED);
+	__atomic_signal_fence(__ATOMIC_SEQ_CST);
+	e->id = id;
+	e->gen = gen;
+	__atomic_signal_fence(__ATOMIC_SEQ_CST);
+	__atomic_store_n(&e->site, key, __ATOMIC_RELAXED);
+}
 
 static __attribute__((noinline)) uint32_t stack_site_slow(uint64_t key, uint64_t site, uint64_t cfa);
 static unsigned site_read(uint64_t *pcs, unsigned cap, uint64_t site, uint64_t cfa, int self_ok);
@@ -499,9 +521,11 @@ static inline __attribute__((always_inline)) uint32_t stack_site_at(uint64_t key
 {
 	uint32_t gen = __atomic_load_n(&hs_seg_gen, __ATOMIC_RELAXED), id;
 	struct site_tc *tc = site_tc_of();
-	struct site_tc *e = tc ? &tc[(key ^ key >> 9) & (SITE_TCACHE - 1)] : NULL;
-	if (e && e->site == key && e->gen == gen && e->id)
-		return e->id;
+	struct site_tc *e = tc ? &tc[((key ^ key >> 9) & (SITE_TC_SETS - 1)) * SITE_TC_WAYS] : NULL;
+	if (e && e[0].site == key && e[0].gen == gen && e[0].id)
+		return e[0].id;
+	if (e && e[1].site == key && e[1].gen == gen && e[1].id)
+		return e[1].id;
 	if (HS_UNLIKELY(!room_to_unwind())) {
 		/* a small thread stack: the site's stack cached already, else the
 		 * call site alone, marked truncated and never cached (a later call
@@ -512,12 +536,10 @@ static inline __attribute__((always_inline)) uint32_t stack_site_at(uint64_t key
 	}
 	id = stack_site_slow(key, site, cfa);
 	if (id && e) {
-		__atomic_store_n(&e->site, 0, __ATOMIC_RELAXED);
-		__atomic_signal_fence(__ATOMIC_SEQ_CST);
-		e->id = id;
-		e->gen = gen;
-		__atomic_signal_fence(__ATOMIC_SEQ_CST);
-		__atomic_store_n(&e->site, key, __ATOMIC_RELAXED);
+		/* the newest first, the one it displaces second */
+		if (e[0].site)
+			site_tc_write(&e[1], e[0].site, e[0].id, e[0].gen);
+		site_tc_write(&e[0], key, id, gen);
 	}
 	return id;
 }
@@ -1194,7 +1216,7 @@ struct chain_memo {
 	struct chain_memo_entry e[CHAIN_MEMO_SETS][CHAIN_MEMO_WAYS];
 	uint8_t next[CHAIN_MEMO_SETS]; /* the way replaced next */
 };
-_Static_assert(sizeof(struct chain_memo) <= HS_AREA_CHAINMEMO_SIZE, "the chain memo fits the area");
+_Static_assert(sizeof(struct chain_memo) <= SITE_TC_AT - HS_AREA_CHAINMEMO, "the chain memo fits the area before the site cache");
 _Static_assert(CHAIN_MEMO_DEPTH <= CHAIN_MAX, "a memo entry fits a chain");
 _Static_assert(HS_AREA_CHAINMEMO % 64 == 0, "the memo's tags start on a cache line");
 static inline struct chain_memo *chain_memo_of(void)
@@ -1288,7 +1310,12 @@ HS_HOT unsigned hs_chain_read_lazy(struct hs_chain *c, uint64_t site, uint64_t c
 	was_lazy = c->lazy;
 	c->lazy = 0;
 	c->python = 0;
-	if (ev_span && !(site - ev_lo - 1 < ev_span) && hs_py_token_read(&c->tok)) {
+	/* a lazy chain's token is the slot's last one: compared first (the same Python frame at
+	 * the same instruction under the same callers: sqlite's step, reset and finalize under
+	 * one execute()), read whole only when it changed; else c->py's bytes, no token */
+	if (!was_lazy)
+		c->tok.fp = 0;
+	if (ev_span && !(site - ev_lo - 1 < ev_span) && hs_py_token(&c->tok)) {
 		struct chain_memo *mm = chain_memo_of();
 		want = c->tok.entry ? 2 : 1;
 		if (mm && chain_top && slot_at(cfa) == site &&
