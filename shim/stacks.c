@@ -1412,15 +1412,13 @@ static unsigned chain_interleave(const struct hs_chain *c, uint64_t *out)
  */
 static uint32_t chain_stack_lazy(const struct hs_chain *c)
 {
-	void *buf[HS_STACK_DEPTH + 12];
 	uint64_t cur[HS_STACK_DEPTH + 12], out[CHAIN_MAX];
 	unsigned n = 0, o;
-	int got = 0, whole = 0;
-	if (room_to_unwind() && (got = backtrace_masked(buf, (int)(sizeof buf / sizeof buf[0]))) > 0) {
-		for (int i = 0; i < got; i++)
-			cur[i] = (uint64_t)(uintptr_t)buf[i];
-		n = (unsigned)got;
-	}
+	int whole = 0;
+	/* the thread's stack now, the shim's frames included (hs_py_held_frames finds the
+	 * evaluation-loop calls in it): through the learnt distances, as hs_stack_here's */
+	if (room_to_unwind())
+		n = here_read(cur, HS_STACK_DEPTH + 12);
 	unsigned e1 = c->depth - 1;
 	if (c->lazy == 2)
 		for (e1 = 1; e1 < c->depth - 1 && !hs_py_eval_pc(c->pc[e1]); e1++)
