@@ -1899,10 +1899,14 @@ static __attribute__((noinline)) unsigned site_unwind_short(uint64_t *pcs, uint6
 
 /*
  * The stack from the hook's caller (return address site, its CFA cfa)
- * through the learnt distances, up to cap frames into pcs (site_unwind_short
- * where site itself is new); 0 on any doubt (the caller then unwinds
- * whole).  self_ok: site may lie in the shim (hs_stack_here's walk, which
- * starts at its own frame); else a site in the shim is refused.
+ * through the learnt distances, up to cap frames into pcs; 0 on any doubt
+ * (the caller then unwinds whole).  A return address on the way whose
+ * distance is not known (site itself, or one further out: a new caller of
+ * a known function) is unwound by site_unwind_short from the hook's
+ * caller, which stops past it at a frame from which the walk gets
+ * through; once: a doubt after that is the whole unwind's.  self_ok: site
+ * may lie in the shim (hs_stack_here's walk, which starts at its own
+ * frame); else a site in the shim is refused.
  */
 static unsigned site_read(uint64_t *pcs, unsigned cap, uint64_t site, uint64_t cfa, int self_ok)
 {
@@ -1910,7 +1914,7 @@ static unsigned site_read(uint64_t *pcs, unsigned cap, uint64_t site, uint64_t c
 	uint64_t top = chain_top, lo = hs_tls.stack_lo, hi = hs_tls.stack_hi, sp, pc;
 	uint64_t here = (uint64_t)(uintptr_t)__builtin_frame_address(0);
 	unsigned n = 0, off, unwound;
-	int ended = 0;
+	int ended = 0, entered, short_done = 0;
 	if (cap > HS_STACK_DEPTH + 12)
 		cap = HS_STACK_DEPTH + 12;
 	/* (site, cfa) on this thread's stack, above this frame and below what the
@@ -1922,21 +1926,11 @@ static unsigned site_read(uint64_t *pcs, unsigned cap, uint64_t site, uint64_t c
 		return 0;
 	pcs[0] = site;
 	sps[0] = cfa;
+	n = 1;
 	off = 0;
-	if (!pcoff_get(site, &off) && (off != PCOFF_DOUBT || !site_fp_cfa(pcs, sps, 0, top, hi))) {
-		/* a new return address at the hook's caller: unwound from there */
-		int entered = hs_unwind_enter();
-		n = site_unwind_short(pcs, sps, cap, site, cfa, top, &ended);
-		hs_unwind_leave(entered);
-		if (n == 0)
-			return 0;
-		if (chain_top > top)
-			top = chain_top;
-	} else {
-		pcs[0] = site;
-		sps[0] = cfa;
-		n = 1;
-	}
+	if (!pcoff_get(site, &off) && (off != PCOFF_DOUBT || !site_fp_cfa(pcs, sps, 0, top, hi)))
+		goto unwind; /* a new return address at the hook's caller: unwound from there */
+walk:
 	pc = pcs[n - 1];
 	sp = sps[n - 1];
 	unwound = ended ? n : n - 1; /* frames from libunwind, the one walked on from aside */
@@ -1947,10 +1941,10 @@ static unsigned site_read(uint64_t *pcs, unsigned cap, uint64_t site, uint64_t c
 				break;
 			sp += off;
 		} else if (off != PCOFF_DOUBT || (sp = site_fp_cfa(pcs, sps, n - 1, top, hi)) == 0) {
-			return 0; /* a frame further out not learnt yet, or doubt */
+			goto unwind; /* a frame further out not learnt yet, or doubt */
 		}
 		if (sp > top || sp >= hi)
-			return 0;
+			goto unwind;
 		pc = slot_at(sp);
 		pcs[n] = pc;
 		sps[n] = sp;
@@ -1966,6 +1960,18 @@ static unsigned site_read(uint64_t *pcs, unsigned cap, uint64_t site, uint64_t c
 	if (!chain_top)
 		chain_top = sps[n - 1]; /* the thread's first walk, through the session's distances (chain_read_native) */
 	return n;
+unwind:
+	if (short_done)
+		return 0;
+	short_done = 1;
+	entered = hs_unwind_enter();
+	n = site_unwind_short(pcs, sps, cap, site, cfa, top, &ended);
+	hs_unwind_leave(entered);
+	if (n == 0)
+		return 0;
+	if (chain_top > top)
+		top = chain_top;
+	goto walk;
 }
 
 /*
