@@ -260,7 +260,7 @@ extern __thread struct hs_tls hs_tls __attribute__((tls_model("initial-exec")));
  */
 #define HS_AREA_LOCKS        0u      /* locks.c: held_chains */
 #define HS_AREA_LOCKS_SIZE   7680u
-#define HS_AREA_STACKS       7680u   /* stacks.c: call_chain, site_tc */
+#define HS_AREA_STACKS       7680u   /* stacks.c: call_chain */
 #define HS_AREA_STACKS_SIZE  1408u
 #define HS_AREA_FDS          9088u   /* fd_core.c: stack_cache, fd_chain */
 #define HS_AREA_FDS_SIZE     1920u
@@ -276,7 +276,7 @@ extern __thread struct hs_tls hs_tls __attribute__((tls_model("initial-exec")));
 #define HS_AREA_FDS3_SIZE    1280u
 #define HS_AREA_FD_SCRATCH   16384u  /* fd_core.c: a finding's event buffers (touched only by a finding) */
 #define HS_AREA_FD_SCRATCH_SIZE 9216u
-#define HS_AREA_CHAINMEMO    25600u  /* stacks.c: chain_memo, the thread's recent lazy chains */
+#define HS_AREA_CHAINMEMO    25600u  /* stacks.c: chain_memo, the thread's recent lazy chains; site_tc in its last KiB */
 #define HS_AREA_CHAINMEMO_SIZE 15360u
 #define HS_AREA_HEAPMEMO     40960u  /* heap_core.c: the call-site memo (site_memo) */
 #define HS_AREA_HEAPMEMO_SIZE 3072u

@@ -279,6 +279,7 @@ static inline int room_to_unwind(void)
 }
 
 static __attribute__((noinline)) uint32_t stack_here_unwind(void);
+static __attribute__((noinline)) unsigned here_read(uint64_t *pcs, unsigned cap);
 
 uint32_t hs_stack_here(void)
 {
@@ -287,19 +288,28 @@ uint32_t hs_stack_here(void)
 	return stack_here_unwind();
 }
 
+/*
+ * The calling thread's stack, the shim's frames trimmed from the top, Python
+ * frames interleaved, interned.  The native frames are those the whole
+ * unwind from here gives (hs_backtrace: HS_STACK_DEPTH + 12 return
+ * addresses from the one into this function on, the shim's counted), read
+ * through the learnt distances from this frame on where they are all known
+ * (here_read), so the frames, the cut and the Python frames matched to
+ * them are libunwind's, frame for frame.
+ */
 static uint32_t stack_here_unwind(void)
 {
-	void *buf[HS_STACK_DEPTH + 12];
 	uint64_t pcs[HS_STACK_DEPTH + 12 + PY_ROOM];
-	int n = backtrace_masked(buf, (int)(sizeof buf / sizeof buf[0]));
-	unsigned depth, flags = 0;
+	unsigned n = here_read(pcs, HS_STACK_DEPTH + 12), depth, skip = 0, flags = 0;
 	int python;
-	if (n <= 0)
+	if (n == 0)
 		return 0;
-	for (int i = 0; i < n; i++)
-		pcs[i] = (uint64_t)(uintptr_t)buf[i];
-	depth = trim_and_check(pcs, (unsigned)n);
-	if ((size_t)n == sizeof buf / sizeof buf[0] && depth >= HS_STACK_DEPTH)
+	while (skip < n && pcs[skip] >= hs_self_lo && pcs[skip] < hs_self_hi)
+		skip++;
+	depth = n - skip;
+	if (skip)
+		memmove(pcs, pcs + skip, depth * sizeof *pcs);
+	if (n == HS_STACK_DEPTH + 12 && depth >= HS_STACK_DEPTH)
 		flags |= HS_STACK_TRUNCATED;
 	depth = hs_py_interleave(&hs_seg, pcs, depth, depth > PY_ROOM ? depth : PY_ROOM, &python);
 	if (python)
@@ -429,35 +439,57 @@ static unsigned capture(uint64_t *pcs)
 }
 
 /*
- * In front of the shared site index, each thread keeps the last SITE_TCACHE
- * sites it asked for (direct-mapped, tagged with the segment generation: a
- * fork child's new segment has other ids).  An entry is written site last,
- * after a zero, so a signal handler of the same thread never reads half.
+ * In front of the shared site index, each thread keeps the SITE_TC_SETS *
+ * SITE_TC_WAYS sites it asked for last: two-way sets by the site (the
+ * newest of a set in way 0, the one it displaced in way 1, as locks.c's
+ * chain cache), entries tagged with the segment generation (a fork child's
+ * new segment has other ids).  Direct-mapped with 32 entries it missed
+ * 7.7k to 15.6k times a py_workload run of 3000 requests (sqlite's six
+ * connection-mutex sites, the GIL takes' sites and the allocator's falling
+ * into the same slots, depending on where the libraries are loaded), each
+ * miss ~260 instructions through the shared site index (bench/README.md
+ * "The pthread lock hooks under a threaded Python service").  An entry is
+ * written site last, after a zero, so a signal handler of the same thread
+ * never reads half.  In the tail of the chain memo's range of the thread's
+ * area (the memo leaves it free), 1 KiB.
  */
-#define SITE_TCACHE 32u
+#define SITE_TC_SETS 32u
+#define SITE_TC_WAYS 2u
 struct site_tc {
 	uint64_t site;
 	uint32_t id, gen;
 };
-/* [SITE_TCACHE] in the thread's area (shim.h, hs_area), NULL without one */
+#define SITE_TC_BYTES (SITE_TC_SETS * SITE_TC_WAYS * sizeof(struct site_tc))
+#define SITE_TC_AT (HS_AREA_CHAINMEMO + HS_AREA_CHAINMEMO_SIZE - SITE_TC_BYTES)
+/* [SITE_TC_SETS][SITE_TC_WAYS] in the thread's area (shim.h, hs_area), NULL without one */
 static inline struct site_tc *site_tc_of(void)
 {
 	char *a = hs_area();
-	return a ? (struct site_tc *)(void *)(a + HS_AREA_STACKS) : NULL;
+	return a ? (struct site_tc *)(void *)(a + SITE_TC_AT) : NULL;
 }
 /* The shadow of hs_stack_call's reads (the fd hooks', sem_init's, a cond
- * wait's), after site_tc in the same range of the area. */
+ * wait's), in the area's stacks range. */
 static inline struct hs_chain *call_chain_of(void)
 {
 	char *a = hs_area();
-	return a ? (struct hs_chain *)(void *)(a + HS_AREA_STACKS + SITE_TCACHE * sizeof(struct site_tc)) : NULL;
+	return a ? (struct hs_chain *)(void *)(a + HS_AREA_STACKS) : NULL;
 }
-_Static_assert(SITE_TCACHE * sizeof(struct site_tc) + sizeof(struct hs_chain) <= HS_AREA_STACKS_SIZE,
-	       "site cache and call chain fit the area");
+_Static_assert(sizeof(struct hs_chain) <= HS_AREA_STACKS_SIZE, "the call chain fits the area");
+
+/* e <- (key, id, gen), written so that a signal handler never matches half of it. */
+static inline void site_tc_write(struct site_tc *e, uint64_t key, uint32_t id, uint32_t gen)
+{
+	__atomic_store_n(&e->site, 0, __ATOMIC_RELAXED);
+	__atomic_signal_fence(__ATOMIC_SEQ_CST);
+	e->id = id;
+	e->gen = gen;
+	__atomic_signal_fence(__ATOMIC_SEQ_CST);
+	__atomic_store_n(&e->site, key, __ATOMIC_RELAXED);
+}
 
 static __attribute__((noinline)) uint32_t stack_site_slow(uint64_t key, uint64_t site, uint64_t cfa);
-static unsigned site_read(uint64_t *pcs, unsigned cap, uint64_t site, uint64_t cfa);
-static unsigned site_unwind_whole(uint64_t *pcs, unsigned cap);
+static unsigned site_read(uint64_t *pcs, unsigned cap, uint64_t site, uint64_t cfa, int self_ok);
+static unsigned site_unwind_whole(uint64_t *pcs, unsigned cap, uint64_t from);
 
 /*
  * The CFA of the hook whose caller's return address is site, found by
@@ -489,9 +521,11 @@ static inline __attribute__((always_inline)) uint32_t stack_site_at(uint64_t key
 {
 	uint32_t gen = __atomic_load_n(&hs_seg_gen, __ATOMIC_RELAXED), id;
 	struct site_tc *tc = site_tc_of();
-	struct site_tc *e = tc ? &tc[(key ^ key >> 9) & (SITE_TCACHE - 1)] : NULL;
-	if (e && e->site == key && e->gen == gen && e->id)
-		return e->id;
+	struct site_tc *e = tc ? &tc[((key ^ key >> 9) & (SITE_TC_SETS - 1)) * SITE_TC_WAYS] : NULL;
+	if (e && e[0].site == key && e[0].gen == gen && e[0].id)
+		return e[0].id;
+	if (e && e[1].site == key && e[1].gen == gen && e[1].id)
+		return e[1].id;
 	if (HS_UNLIKELY(!room_to_unwind())) {
 		/* a small thread stack: the site's stack cached already, else the
 		 * call site alone, marked truncated and never cached (a later call
@@ -502,12 +536,10 @@ static inline __attribute__((always_inline)) uint32_t stack_site_at(uint64_t key
 	}
 	id = stack_site_slow(key, site, cfa);
 	if (id && e) {
-		__atomic_store_n(&e->site, 0, __ATOMIC_RELAXED);
-		__atomic_signal_fence(__ATOMIC_SEQ_CST);
-		e->id = id;
-		e->gen = gen;
-		__atomic_signal_fence(__ATOMIC_SEQ_CST);
-		__atomic_store_n(&e->site, key, __ATOMIC_RELAXED);
+		/* the newest first, the one it displaces second */
+		if (e[0].site)
+			site_tc_write(&e[1], e[0].site, e[0].id, e[0].gen);
+		site_tc_write(&e[0], key, id, gen);
 	}
 	return id;
 }
@@ -537,8 +569,8 @@ static uint32_t stack_site_slow(uint64_t key, uint64_t site, uint64_t cfa)
 	   heisen's own frame pointers lead to it (site_read) */
 	if (!cfa && site)
 		cfa = site_cfa_by_frame_pointers(site);
-	if (cfa && (depth = site_read(pcs, HS_STACK_DEPTH + 12, site, cfa)) == 0)
-		depth = site_unwind_whole(pcs, HS_STACK_DEPTH + 12); /* learns for the next ones */
+	if (cfa && (depth = site_read(pcs, HS_STACK_DEPTH + 12, site, cfa, 0)) == 0)
+		depth = site_unwind_whole(pcs, HS_STACK_DEPTH + 12, 0); /* learns for the next ones */
 	if (depth == 0)
 		depth = capture(pcs);
 	if (depth == 0)
@@ -1184,7 +1216,7 @@ struct chain_memo {
 	struct chain_memo_entry e[CHAIN_MEMO_SETS][CHAIN_MEMO_WAYS];
 	uint8_t next[CHAIN_MEMO_SETS]; /* the way replaced next */
 };
-_Static_assert(sizeof(struct chain_memo) <= HS_AREA_CHAINMEMO_SIZE, "the chain memo fits the area");
+_Static_assert(sizeof(struct chain_memo) <= SITE_TC_AT - HS_AREA_CHAINMEMO, "the chain memo fits the area before the site cache");
 _Static_assert(CHAIN_MEMO_DEPTH <= CHAIN_MAX, "a memo entry fits a chain");
 _Static_assert(HS_AREA_CHAINMEMO % 64 == 0, "the memo's tags start on a cache line");
 static inline struct chain_memo *chain_memo_of(void)
@@ -1278,7 +1310,12 @@ HS_HOT unsigned hs_chain_read_lazy(struct hs_chain *c, uint64_t site, uint64_t c
 	was_lazy = c->lazy;
 	c->lazy = 0;
 	c->python = 0;
-	if (ev_span && !(site - ev_lo - 1 < ev_span) && hs_py_token_read(&c->tok)) {
+	/* a lazy chain's token is the slot's last one: compared first (the same Python frame at
+	 * the same instruction under the same callers: sqlite's step, reset and finalize under
+	 * one execute()), read whole only when it changed; else c->py's bytes, no token */
+	if (!was_lazy)
+		c->tok.fp = 0;
+	if (ev_span && !(site - ev_lo - 1 < ev_span) && hs_py_token(&c->tok)) {
 		struct chain_memo *mm = chain_memo_of();
 		want = c->tok.entry ? 2 : 1;
 		if (mm && chain_top && slot_at(cfa) == site &&
@@ -1375,15 +1412,13 @@ static unsigned chain_interleave(const struct hs_chain *c, uint64_t *out)
  */
 static uint32_t chain_stack_lazy(const struct hs_chain *c)
 {
-	void *buf[HS_STACK_DEPTH + 12];
 	uint64_t cur[HS_STACK_DEPTH + 12], out[CHAIN_MAX];
 	unsigned n = 0, o;
-	int got = 0, whole = 0;
-	if (room_to_unwind() && (got = backtrace_masked(buf, (int)(sizeof buf / sizeof buf[0]))) > 0) {
-		for (int i = 0; i < got; i++)
-			cur[i] = (uint64_t)(uintptr_t)buf[i];
-		n = (unsigned)got;
-	}
+	int whole = 0;
+	/* the thread's stack now, the shim's frames included (hs_py_held_frames finds the
+	 * evaluation-loop calls in it): through the learnt distances, as hs_stack_here's */
+	if (room_to_unwind())
+		n = here_read(cur, HS_STACK_DEPTH + 12);
 	unsigned e1 = c->depth - 1;
 	if (c->lazy == 2)
 		for (e1 = 1; e1 < c->depth - 1 && !hs_py_eval_pc(c->pc[e1]); e1++)
@@ -1747,10 +1782,13 @@ static void site_learn(const uint64_t *ip, const uint64_t *sp, const uint8_t *si
 }
 
 /*
- * The whole unwind from here (the shim's frames dropped), learning each
- * frame's distance; up to cap frames into pcs.  Returns the depth.
+ * The whole unwind from here, learning each frame's distance; up to cap
+ * frames into pcs.  from 0: the shim's frames at the top dropped; else the
+ * frames below the CFA from dropped (the shim's own kept: hs_stack_here's
+ * walk starts in the shim, at its frame whose CFA is from).  Returns the
+ * depth.
  */
-static __attribute__((noinline)) unsigned site_unwind_steps(uint64_t *pcs, unsigned cap)
+static __attribute__((noinline)) unsigned site_unwind_steps(uint64_t *pcs, unsigned cap, uint64_t from)
 {
 	unw_context_t uc;
 	unw_cursor_t cur;
@@ -1771,7 +1809,7 @@ static __attribute__((noinline)) unsigned site_unwind_steps(uint64_t *pcs, unsig
 			break;
 		}
 		unw_rbp_read(&cur, &rb[n], &lt[n], &loc[n]);
-		if (n == skip && ip[n] >= hs_self_lo && ip[n] < hs_self_hi)
+		if (n == skip && (from ? sp[n] < from : ip[n] >= hs_self_lo && ip[n] < hs_self_hi))
 			skip++;
 		n++;
 	}
@@ -1785,10 +1823,10 @@ static __attribute__((noinline)) unsigned site_unwind_steps(uint64_t *pcs, unsig
 	return out;
 }
 
-static unsigned site_unwind_whole(uint64_t *pcs, unsigned cap)
+static unsigned site_unwind_whole(uint64_t *pcs, unsigned cap, uint64_t from)
 {
 	int entered = hs_unwind_enter();
-	unsigned n = site_unwind_steps(pcs, cap);
+	unsigned n = site_unwind_steps(pcs, cap, from);
 	hs_unwind_leave(entered);
 	return n;
 }
@@ -1859,13 +1897,24 @@ static __attribute__((noinline)) unsigned site_unwind_short(uint64_t *pcs, uint6
 	return n;
 }
 
-static unsigned site_read(uint64_t *pcs, unsigned cap, uint64_t site, uint64_t cfa)
+/*
+ * The stack from the hook's caller (return address site, its CFA cfa)
+ * through the learnt distances, up to cap frames into pcs; 0 on any doubt
+ * (the caller then unwinds whole).  A return address on the way whose
+ * distance is not known (site itself, or one further out: a new caller of
+ * a known function) is unwound by site_unwind_short from the hook's
+ * caller, which stops past it at a frame from which the walk gets
+ * through; once: a doubt after that is the whole unwind's.  self_ok: site
+ * may lie in the shim (hs_stack_here's walk, which starts at its own
+ * frame); else a site in the shim is refused.
+ */
+static unsigned site_read(uint64_t *pcs, unsigned cap, uint64_t site, uint64_t cfa, int self_ok)
 {
 	uint64_t sps[HS_STACK_DEPTH + 12];
 	uint64_t top = chain_top, lo = hs_tls.stack_lo, hi = hs_tls.stack_hi, sp, pc;
 	uint64_t here = (uint64_t)(uintptr_t)__builtin_frame_address(0);
 	unsigned n = 0, off, unwound;
-	int ended = 0;
+	int ended = 0, entered, short_done = 0;
 	if (cap > HS_STACK_DEPTH + 12)
 		cap = HS_STACK_DEPTH + 12;
 	/* (site, cfa) on this thread's stack, above this frame and below what the
@@ -1873,25 +1922,15 @@ static unsigned site_read(uint64_t *pcs, unsigned cap, uint64_t site, uint64_t c
 	if (!top)
 		top = chain_top_shared(cfa); /* the thread's first stack, through the session's distances */
 	if (!top || hi <= lo + 1 || here < lo || top >= hi || cfa <= here || cfa > top || (cfa & 7) ||
-	    (site >= hs_self_lo && site < hs_self_hi) || slot_at(cfa) != site)
+	    (!self_ok && site >= hs_self_lo && site < hs_self_hi) || slot_at(cfa) != site)
 		return 0;
 	pcs[0] = site;
 	sps[0] = cfa;
+	n = 1;
 	off = 0;
-	if (!pcoff_get(site, &off) && (off != PCOFF_DOUBT || !site_fp_cfa(pcs, sps, 0, top, hi))) {
-		/* a new return address at the hook's caller: unwound from there */
-		int entered = hs_unwind_enter();
-		n = site_unwind_short(pcs, sps, cap, site, cfa, top, &ended);
-		hs_unwind_leave(entered);
-		if (n == 0)
-			return 0;
-		if (chain_top > top)
-			top = chain_top;
-	} else {
-		pcs[0] = site;
-		sps[0] = cfa;
-		n = 1;
-	}
+	if (!pcoff_get(site, &off) && (off != PCOFF_DOUBT || !site_fp_cfa(pcs, sps, 0, top, hi)))
+		goto unwind; /* a new return address at the hook's caller: unwound from there */
+walk:
 	pc = pcs[n - 1];
 	sp = sps[n - 1];
 	unwound = ended ? n : n - 1; /* frames from libunwind, the one walked on from aside */
@@ -1902,10 +1941,10 @@ static unsigned site_read(uint64_t *pcs, unsigned cap, uint64_t site, uint64_t c
 				break;
 			sp += off;
 		} else if (off != PCOFF_DOUBT || (sp = site_fp_cfa(pcs, sps, n - 1, top, hi)) == 0) {
-			return 0; /* a frame further out not learnt yet, or doubt */
+			goto unwind; /* a frame further out not learnt yet, or doubt */
 		}
 		if (sp > top || sp >= hi)
-			return 0;
+			goto unwind;
 		pc = slot_at(sp);
 		pcs[n] = pc;
 		sps[n] = sp;
@@ -1920,5 +1959,42 @@ static unsigned site_read(uint64_t *pcs, unsigned cap, uint64_t site, uint64_t c
 			hs_module_note_pc(pcs[k], 1);
 	if (!chain_top)
 		chain_top = sps[n - 1]; /* the thread's first walk, through the session's distances (chain_read_native) */
+	return n;
+unwind:
+	if (short_done)
+		return 0;
+	short_done = 1;
+	entered = hs_unwind_enter();
+	n = site_unwind_short(pcs, sps, cap, site, cfa, top, &ended);
+	hs_unwind_leave(entered);
+	if (n == 0)
+		return 0;
+	if (chain_top > top)
+		top = chain_top;
+	goto walk;
+}
+
+/*
+ * hs_stack_here's native frames: up to cap return addresses into pcs, from
+ * the one into this function's caller on (the shim's frames kept, the
+ * caller trims them), the frames hs_backtrace called from the same place
+ * would give.  A blocking lock's wait stack, a new lock-order edge's, a
+ * heap report's were a whole libunwind unwind each (~1,150 instructions a
+ * step, ~28k for a Python thread's 23 frames); now they are walked as a
+ * new site's stack is (site_read): through the learnt distances from this
+ * frame on, libunwind only at a return address not learnt yet (from this
+ * frame when it is the first, else the whole unwind), which learns what
+ * it steps, so the next stack through the same frames is walked.  The
+ * shim's own frames are learnt like any other (their distances are
+ * fixed: heisen has no alloca frames on these paths).  Returns the count,
+ * 0 when libunwind found nothing either.
+ */
+static __attribute__((noinline)) unsigned here_read(uint64_t *pcs, unsigned cap)
+{
+	uint64_t site = (uint64_t)(uintptr_t)__builtin_return_address(0);
+	uint64_t cfa = (uint64_t)(uintptr_t)__builtin_frame_address(0) + 16;
+	unsigned n = site_read(pcs, cap, site, cfa, 1);
+	if (n == 0)
+		n = site_unwind_whole(pcs, cap, cfa);
 	return n;
 }
