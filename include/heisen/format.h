@@ -1057,7 +1057,8 @@ static inline uint32_t hs_index_capacity(uint32_t n)
  * The tables every process writes at its start (the header, the modules,
  * the strings' entry 0, the first thread slot, the findings, the fd table
  * and its event ring, the first thread's ring) come first, within 1.2 MiB
- * at the default geometry, and the tables only a process that takes locks,
+ * at the default geometry, each after the first from a page boundary, and
+ * the tables only a process that takes locks,
  * records stacks or runs Python touches after them: the writer maps the
  * segment at a 2 MiB boundary (shim/segment.c map_segment), so a start
  * touches one page-table page of it, not three (bench/README.md "Process
@@ -1098,7 +1099,10 @@ static inline void hs_layout(struct hs_header *h, const struct hs_geometry *g)
 		h->tables[t].capacity = cap[t];
 		h->tables[t].count = 0;
 		h->tables[t].dropped = 0;
-		off = hs_align64(off + (uint64_t)es * cap[t]);
+		/* each later table from a page boundary: its first entries -- a
+		   thread's slot, the first fds' block, the first fd events -- in one
+		   page, not two (the modules share the header's page) */
+		off = (off + (uint64_t)es * cap[t] + 4095u) & ~(uint64_t)4095u;
 	}
 	h->ring_records = g->ring_records;
 	h->segment_size = off;
