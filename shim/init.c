@@ -648,10 +648,14 @@ int (*hs_vdso_clock_gettime)(clockid_t, struct timespec *);
  * (getauxval(AT_SYSINFO_EHDR): a read of libc's saved copy, no lock), not
  * through dlopen(RTLD_NOLOAD), which takes the loader's lock: the first fd
  * hook can run inside another library's constructor, under that lock in
- * another thread.  Its dynamic symbols are read from the image's own
- * section headers (the kernel maps the vDSO's whole ELF image, section
- * headers included); the load bias is the image's address less its first
- * PT_LOAD's p_vaddr.  Called once, at start (hs_init).
+ * another thread.  Its dynamic symbols are found through its dynamic
+ * section (DT_SYMTAB, DT_STRTAB, and DT_HASH's chain count), which lie in
+ * its first page, the page ld.so read at start; the section headers, which
+ * the kernel maps too, are the way when there is no DT_HASH (they are at
+ * the image's end: on this kernel a second page, a page fault every image
+ * paid for nothing, bench/README.md "Process start: page-table pages").
+ * The load bias is the image's address less its first PT_LOAD's p_vaddr.
+ * Called once, at start (hs_init).
  */
 static void *vdso_symbol(const char *name)
 {
@@ -671,6 +675,28 @@ static void *vdso_symbol(const char *name)
 		}
 	if (!loaded)
 		return NULL;
+	for (unsigned i = 0; i < eh->e_phnum; i++) {
+		const ElfW(Dyn) *d;
+		const ElfW(Sym) *sym = NULL;
+		const ElfW(Word) *hash = NULL;
+		const char *str = NULL;
+		if (ph[i].p_type != PT_DYNAMIC)
+			continue;
+		for (d = (const ElfW(Dyn) *)(bias + (uintptr_t)ph[i].p_vaddr); d->d_tag != DT_NULL; d++)
+			if (d->d_tag == DT_SYMTAB)
+				sym = (const ElfW(Sym) *)(bias + (uintptr_t)d->d_un.d_ptr);
+			else if (d->d_tag == DT_STRTAB)
+				str = (const char *)(bias + (uintptr_t)d->d_un.d_ptr);
+			else if (d->d_tag == DT_HASH)
+				hash = (const ElfW(Word) *)(bias + (uintptr_t)d->d_un.d_ptr);
+		if (!sym || !str || !hash)
+			break; /* the section headers below */
+		for (ElfW(Word) k = 0; k < hash[1]; k++) /* nchain: the number of symbols */
+			if (ELF64_ST_TYPE(sym[k].st_info) == STT_FUNC && sym[k].st_shndx != SHN_UNDEF &&
+			    strcmp(str + sym[k].st_name, name) == 0)
+				return (void *)(bias + (uintptr_t)sym[k].st_value);
+		return NULL;
+	}
 	sh = (const ElfW(Shdr) *)(base + eh->e_shoff);
 	for (unsigned i = 0; i < eh->e_shnum; i++) {
 		const ElfW(Sym) *sym;

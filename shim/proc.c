@@ -256,11 +256,18 @@ static void cpu_quota(char *dir, size_t n, size_t root, unsigned version, struct
 
 int hs_oom_kills_read(const struct hs_env *e, uint64_t *out)
 {
-	char buf[512];
+	/* the directory is shorter than mem_cgroup (tested below), so the path
+	   needs that and a file name, not read_in's PATH_MAX: this runs at every
+	   start, at the deepest point of the segment's creation, where each 4 KiB
+	   of stack is a fresh page (bench/README.md "Process start: page-table
+	   pages") */
+	char buf[512], path[sizeof e->mem_cgroup + 32];
 	size_t n = strnlen(e->mem_cgroup, sizeof e->mem_cgroup);
 	if (e->cgroup == 0 || n == 0 || n == sizeof e->mem_cgroup)
 		return -1;
-	if (read_in(e->mem_cgroup, e->cgroup == 2 ? "memory.events" : "memory.oom_control", buf, sizeof buf) <= 0)
+	if (hs_read_small(join(path, sizeof path, e->mem_cgroup, "/",
+			       e->cgroup == 2 ? "memory.events" : "memory.oom_control"),
+			  buf, sizeof buf) <= 0)
 		return -1;
 	return keyed(buf, "oom_kill", out) ? 0 : -1;
 }
@@ -397,8 +404,10 @@ static uint64_t env_cache_sum(const struct env_cache *c)
 	return h;
 }
 
-/* 1 when cache_path holds facts this process may take (see above), copied into e. */
-static int env_cache_take(struct hs_env *e, const char *cache_path, const char *self, size_t self_len,
+/* 1 when cache_path holds facts this process may take (see above), copied
+ * into e.  Not inlined: its 2.4 KiB copy of the file is off the stack while
+ * the caller reads the rest (fewer fresh stack pages at every start). */
+static __attribute__((noinline)) int env_cache_take(struct hs_env *e, const char *cache_path, const char *self, size_t self_len,
 			  uint32_t ns, uint64_t now)
 {
 	struct env_cache rec, *c = &rec;

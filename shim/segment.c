@@ -141,14 +141,28 @@ ssize_t hs_read_small(const char *path, char *buf, size_t cap)
 	return n;
 }
 
+/* The decimal number at *p (digits only, no sign or space), *end past it.
+ * libc's strtoull is not used here: nothing else of an image's start calls
+ * it, and its code is two pages of libc each image would fault in
+ * (bench/README.md "Process start: page-table pages"). */
+static uint64_t decimal(const char *p, const char **end)
+{
+	uint64_t v = 0;
+	for (; *p >= '0' && *p <= '9'; p++)
+		v = v * 10 + (uint64_t)(*p - '0');
+	if (end)
+		*end = p;
+	return v;
+}
+
 /* Field 22 (starttime) of /proc/self/stat: tells a reused pid apart.  Field
  * 24 (rss, pages: the resident set statm's second field gives) of the same
  * read into *rss_pages (left alone when absent): the new header's rss_bytes
  * before any sample, which the start sample takes (proc.c hs_mem_sample). */
-static uint64_t read_start_ticks(uint64_t *rss_pages)
+static __attribute__((noinline)) uint64_t read_start_ticks(uint64_t *rss_pages)
 {
 	char buf[1024];
-	char *p, *end;
+	const char *p, *end;
 	int field = 2;
 	uint64_t ticks;
 	if (hs_read_small("/proc/self/stat", buf, sizeof buf) <= 0)
@@ -159,13 +173,13 @@ static uint64_t read_start_ticks(uint64_t *rss_pages)
 	for (; *p && field < 22; p++)
 		if (*p == ' ')
 			field++;
-	ticks = strtoull(p, &end, 10);
+	ticks = decimal(p, &end);
 	/* " vsize rss": two fields on */
 	for (p = end; *p && field < 24; p++)
 		if (*p == ' ')
 			field++;
 	if (field == 24 && *p >= '0' && *p <= '9')
-		*rss_pages = strtoull(p, NULL, 10);
+		*rss_pages = decimal(p, NULL);
 	return ticks;
 }
 
@@ -871,7 +885,14 @@ int hs_session_setup(void)
 		hs_fmt_u64(num, (uint64_t)getpid());
 		n = cat(buf, n, sizeof buf, num);
 		n = cat(buf, n, sizeof buf, "-");
-		hs_fmt_u64(num, (uint64_t)time(NULL));
+		{
+			/* CLOCK_REALTIME's seconds, as time(NULL) gives them: libc's
+			   time is an IFUNC whose resolver libheisen's import would run
+			   in every image (-z now), one more page of libc */
+			struct timespec ts;
+			clock_gettime(CLOCK_REALTIME, &ts);
+			hs_fmt_u64(num, (uint64_t)ts.tv_sec);
+		}
 		n = cat(buf, n, sizeof buf, num);
 	}
 	while (n > 1 && buf[n - 1] == '/')
@@ -1191,6 +1212,43 @@ static void mark_execed(const char *path, pid_t pid, uint64_t ticks, unsigned ne
 }
 
 /*
+ * Map size bytes of the segment file fd shared and writable at a 2 MiB
+ * boundary: the tables a start writes lie in the first 1.2 MiB (hs_layout,
+ * format.h), so they share one page-table page.  Placed where the kernel
+ * chooses, that prefix crossed a 2 MiB boundary more often than not, and
+ * the old table order spread it over three; a page-table page costs ~45-60
+ * us on the Firecracker guest measured, made at the first touch and freed
+ * at exit (bench/README.md "Process start: page-table pages").  The place
+ * is found by reserving size + 2 MiB of address space without access,
+ * mapping the file over its aligned part (MAP_FIXED) and giving back the
+ * slack on both sides: three system calls more than a plain mmap.  If the
+ * reservation fails the file is mapped wherever the kernel puts it.
+ * MAP_FAILED with errno as mmap.
+ */
+#define SEG_MAP_ALIGN (2u << 20)
+static void *map_aligned(int fd, size_t size)
+{
+	size_t len = (size + 4095) & ~(size_t)4095, span = len + SEG_MAP_ALIGN;
+	char *r = hs_sys.mmap(NULL, span, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0), *a;
+	void *h;
+	if (r == MAP_FAILED)
+		return hs_sys.mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+	a = (char *)(((uintptr_t)r + SEG_MAP_ALIGN - 1) & ~(uintptr_t)(SEG_MAP_ALIGN - 1));
+	h = hs_sys.mmap(a, size, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_FIXED, fd, 0);
+	if (h == MAP_FAILED) {
+		int err = errno;
+		hs_sys.munmap(r, span);
+		errno = err;
+		return MAP_FAILED;
+	}
+	if (a > r)
+		hs_sys.munmap(r, (size_t)(a - r));
+	if (a + len < r + span)
+		hs_sys.munmap(a + len, (size_t)(r + span - (a + len)));
+	return h;
+}
+
+/*
  * Size fd to layout's full geometry as a sparse file, map it and commit what
  * is needed now (commit_initial).  NULL with errno when short of space or
  * the mapping fails.
@@ -1203,7 +1261,7 @@ static struct hs_header *map_segment(int fd, const struct hs_header *layout, int
 	   a fresh file is empty already */
 	if ((retry && hs_sys.ftruncate(fd, 0) != 0) || hs_sys.ftruncate(fd, (off_t)layout->segment_size) != 0)
 		return NULL;
-	h = hs_sys.mmap(NULL, layout->segment_size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+	h = map_aligned(fd, (size_t)layout->segment_size);
 	if (h == MAP_FAILED)
 		return NULL;
 	/*
@@ -1224,10 +1282,28 @@ static struct hs_header *map_segment(int fd, const struct hs_header *layout, int
 	return NULL;
 }
 
+/*
+ * map_segment for geometry g's layout (retry as map_segment's), *size set to
+ * the segment's size.  Not inlined: the layout's header (3.6 KiB) is off the
+ * stack while hs_segment_create goes on to read the environment, the deepest
+ * point of a start, where each 4 KiB of stack is a fresh page.
+ */
+static __attribute__((noinline)) struct hs_header *map_geometry(int fd, const struct hs_geometry *g, int retry,
+								uint64_t *size)
+{
+	struct hs_header layout;
+	hs_layout(&layout, g);
+	*size = layout.segment_size;
+	return map_segment(fd, &layout, retry);
+}
+
 HS_HOT_BSS int hs_start_argc;    /* set by init.c's constructor */
 HS_HOT_BSS char **hs_start_argv;
 
-static void fill_identity(struct hs_header *h, const struct hs_header *parent)
+/* Not inlined, as read_start_ticks: their buffers (3 KiB) are not on the
+ * stack under the environment's reads (hs_env_read_cached), the deepest
+ * point of a start, where each 4 KiB is a fresh page. */
+static __attribute__((noinline)) void fill_identity(struct hs_header *h, const struct hs_header *parent)
 {
 	char buf[HS_ARGV_MAX + 1];
 	ssize_t n;
@@ -1342,7 +1418,7 @@ int hs_segment_create(int forked)
 	struct hs_header *h;
 	char path[PATH_MAX], tmp[PATH_MAX];
 	pid_t pid = hs_sys.getpid();
-	uint64_t rss_pages = 0, ticks = read_start_ticks(&rss_pages);
+	uint64_t rss_pages = 0, ticks = read_start_ticks(&rss_pages), seg_size = 0;
 	uint32_t flags = 0;
 	unsigned image;
 	int fd = -1;
@@ -1359,16 +1435,13 @@ int hs_segment_create(int forked)
 		return -1;
 	}
 
-	struct hs_header probe;
-	hs_layout(&probe, &g);
-	h = map_segment(fd, &probe, 0);
+	h = map_geometry(fd, &g, 0, &seg_size);
 	if (!h) {
 		int err = errno;
 		struct hs_geometry small = HS_GEOMETRY_SMALL;
 		small.ring_records = g.ring_records < small.ring_records ? g.ring_records : small.ring_records;
 		g = small;
-		hs_layout(&probe, &g);
-		h = map_segment(fd, &probe, 1);
+		h = map_geometry(fd, &g, 1, &seg_size);
 		if (!h) {
 			warn3("no space for a segment in ", session_dir,
 			      "; not recording this process (set HEISEN_DIR to a larger volume)", errno);
@@ -1421,8 +1494,8 @@ int hs_segment_create(int forked)
 	h->tables[HS_T_PYFRAMES].count = 1;
 	h->state = HS_STATE_PACK(HS_STATE_RUNNING, 0);
 
-	if (hs_seg_bind(&fresh, h, probe.segment_size) != 0) {
-		hs_sys.munmap(h, probe.segment_size);
+	if (hs_seg_bind(&fresh, h, seg_size) != 0) {
+		hs_sys.munmap(h, seg_size);
 		hs_sys.close(fd);
 		if (tmp[0])
 			hs_sys.unlink(tmp);

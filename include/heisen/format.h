@@ -1052,7 +1052,17 @@ static inline uint32_t hs_index_capacity(uint32_t n)
  * Fill h->tables[] and h->segment_size for geometry g (ring_records must be a
  * power of two).  Used by the writer to lay out a new segment and by tests
  * to synthesize one; readers must not use it (they trust only what the
- * segment says, after validating it).
+ * segment says, after validating it: the tables may lie in any order).
+ *
+ * The tables every process writes at its start (the header, the modules,
+ * the strings' entry 0, the first thread slot, the findings, the fd table
+ * and its event ring, the first thread's ring) come first, within 1.2 MiB
+ * at the default geometry, each after the first from a page boundary, and
+ * the tables only a process that takes locks,
+ * records stacks or runs Python touches after them: the writer maps the
+ * segment at a 2 MiB boundary (shim/segment.c map_segment), so a start
+ * touches one page-table page of it, not three (bench/README.md "Process
+ * start: page-table pages").
  */
 static inline void hs_layout(struct hs_header *h, const struct hs_geometry *g)
 {
@@ -1072,8 +1082,15 @@ static inline void hs_layout(struct hs_header *h, const struct hs_geometry *g)
 		g->fds, g->fd_events, g->findings * HS_FD_FINDING_EVENTS,
 		g->findings * HS_CYCLE_EDGES_PER_FINDING,
 	};
+	static const uint8_t order[HS_T_COUNT] = {
+		HS_T_MODULES, HS_T_STRINGS, HS_T_THREADS, HS_T_FINDINGS, HS_T_FDS, HS_T_FD_EVENTS, HS_T_RINGS,
+		HS_T_STACKS, HS_T_STACK_INDEX, HS_T_SITE_INDEX, HS_T_LOCKS, HS_T_LOCK_INDEX, HS_T_EDGES,
+		HS_T_EDGE_INDEX, HS_T_PYFRAMES, HS_T_PYFRAME_INDEX, HS_T_FD_HISTORY, HS_T_CYCLE_EDGES,
+	};
+	_Static_assert(HS_T_COUNT == 18, "order[] lists every table once");
 	uint64_t off = hs_align64(sizeof(struct hs_header));
-	for (int t = 0; t < HS_T_COUNT; t++) {
+	for (int i = 0; i < HS_T_COUNT; i++) {
+		int t = order[i];
 		uint32_t es = entry[t];
 		if (t == HS_T_RINGS)
 			es = (uint32_t)(sizeof(struct hs_ring_header) + (uint64_t)g->ring_records * sizeof(struct hs_record));
@@ -1082,7 +1099,10 @@ static inline void hs_layout(struct hs_header *h, const struct hs_geometry *g)
 		h->tables[t].capacity = cap[t];
 		h->tables[t].count = 0;
 		h->tables[t].dropped = 0;
-		off = hs_align64(off + (uint64_t)es * cap[t]);
+		/* each later table from a page boundary: its first entries -- a
+		   thread's slot, the first fds' block, the first fd events -- in one
+		   page, not two (the modules share the header's page) */
+		off = (off + (uint64_t)es * cap[t] + 4095u) & ~(uint64_t)4095u;
 	}
 	h->ring_records = g->ring_records;
 	h->segment_size = off;
