@@ -300,15 +300,11 @@ uint32_t hs_stack_here(void)
 static uint32_t stack_here_unwind(void)
 {
 	uint64_t pcs[HS_STACK_DEPTH + 12 + PY_ROOM];
-	unsigned n = here_read(pcs, HS_STACK_DEPTH + 12), depth, skip = 0, flags = 0;
+	unsigned n = here_read(pcs, HS_STACK_DEPTH + 12), depth, flags = 0;
 	int python;
 	if (n == 0)
 		return 0;
-	while (skip < n && pcs[skip] >= hs_self_lo && pcs[skip] < hs_self_hi)
-		skip++;
-	depth = n - skip;
-	if (skip)
-		memmove(pcs, pcs + skip, depth * sizeof *pcs);
+	depth = trim_and_check(pcs, n);
 	if (n == HS_STACK_DEPTH + 12 && depth >= HS_STACK_DEPTH)
 		flags |= HS_STACK_TRUNCATED;
 	depth = hs_py_interleave(&hs_seg, pcs, depth, depth > PY_ROOM ? depth : PY_ROOM, &python);
