@@ -113,11 +113,12 @@ static char *join(char *dst, size_t cap, const char *a, const char *b, const cha
 	return dst;
 }
 
-/* A small file of dir, e.g. "<dir>/memory.max"; -1 when unreadable. */
-static ssize_t read_in(const char *dir, const char *file, char *buf, size_t cap)
+/* A small file of dir, e.g. "<dir>/memory.max", into buf (cap bytes), its
+ * path joined in the caller's path[pcap] (cut to fit); -1 when unreadable.
+ * The caller sizes path: the start's deepest callers keep it small. */
+static ssize_t read_in(char *path, size_t pcap, const char *dir, const char *file, char *buf, size_t cap)
 {
-	char path[PATH_MAX];
-	return hs_read_small(join(path, sizeof path, dir, "/", file), buf, cap);
+	return hs_read_small(join(path, pcap, dir, "/", file), buf, cap);
 }
 
 /* Drop the last component of the cgroup directory dir (length *n); 0 when
@@ -207,12 +208,13 @@ static uint64_t limit_value(const char *buf)
  * (root bytes of dir are the mount point). */
 static uint64_t memory_limit(char *dir, size_t n, size_t root, unsigned version)
 {
-	char buf[64];
+	char buf[64], path[PATH_MAX];
 	uint64_t best = 0;
 	if (n <= root)
 		return 0;
 	do {
-		if (read_in(dir, version == 2 ? "memory.max" : "memory.limit_in_bytes", buf, sizeof buf) > 0) {
+		if (read_in(path, sizeof path, dir, version == 2 ? "memory.max" : "memory.limit_in_bytes", buf,
+			    sizeof buf) > 0) {
 			uint64_t v = limit_value(buf);
 			if (v && (!best || v < best))
 				best = v;
@@ -224,7 +226,7 @@ static uint64_t memory_limit(char *dir, size_t n, size_t root, unsigned version)
 /* The tightest CFS quota (quota/period) from dir up to, not including, the root cgroup. */
 static void cpu_quota(char *dir, size_t n, size_t root, unsigned version, struct hs_env *e)
 {
-	char buf[64];
+	char buf[64], path[PATH_MAX];
 	if (n <= root)
 		return;
 	do {
@@ -232,17 +234,18 @@ static void cpu_quota(char *dir, size_t n, size_t root, unsigned version, struct
 		const char *p = buf;
 		if (version == 2) {
 			/* "max 100000" or "400000 100000" */
-			if (read_in(dir, "cpu.max", buf, sizeof buf) > 0 && *p >= '0' && *p <= '9') {
+			if (read_in(path, sizeof path, dir, "cpu.max", buf, sizeof buf) > 0 && *p >= '0' && *p <= '9') {
 				q = parse_u64(&p);
 				if (*p == ' ')
 					p++;
 				per = parse_u64(&p);
 			}
-		} else if (read_in(dir, "cpu.cfs_quota_us", buf, sizeof buf) > 0 && *p >= '0' && *p <= '9') {
+		} else if (read_in(path, sizeof path, dir, "cpu.cfs_quota_us", buf, sizeof buf) > 0 && *p >= '0' &&
+			   *p <= '9') {
 			/* "-1" = none */
 			q = parse_u64(&p);
 			p = buf;
-			if (read_in(dir, "cpu.cfs_period_us", buf, sizeof buf) > 0)
+			if (read_in(path, sizeof path, dir, "cpu.cfs_period_us", buf, sizeof buf) > 0)
 				per = parse_u64(&p);
 		}
 		/* q/per < best_q/best_per, without division */
@@ -257,17 +260,15 @@ static void cpu_quota(char *dir, size_t n, size_t root, unsigned version, struct
 int hs_oom_kills_read(const struct hs_env *e, uint64_t *out)
 {
 	/* the directory is shorter than mem_cgroup (tested below), so the path
-	   needs that and a file name, not read_in's PATH_MAX: this runs at every
-	   start, at the deepest point of the segment's creation, where each 4 KiB
-	   of stack is a fresh page (bench/README.md "Process start: page-table
-	   pages") */
+	   needs that and a file name, not PATH_MAX: this runs at every start, at
+	   the deepest point of the segment's creation, where each 4 KiB of stack
+	   is a fresh page (bench/README.md "Process start: page-table pages") */
 	char buf[512], path[sizeof e->mem_cgroup + 32];
 	size_t n = strnlen(e->mem_cgroup, sizeof e->mem_cgroup);
 	if (e->cgroup == 0 || n == 0 || n == sizeof e->mem_cgroup)
 		return -1;
-	if (hs_read_small(join(path, sizeof path, e->mem_cgroup, "/",
-			       e->cgroup == 2 ? "memory.events" : "memory.oom_control"),
-			  buf, sizeof buf) <= 0)
+	if (read_in(path, sizeof path, e->mem_cgroup, e->cgroup == 2 ? "memory.events" : "memory.oom_control", buf,
+		    sizeof buf) <= 0)
 		return -1;
 	return keyed(buf, "oom_kill", out) ? 0 : -1;
 }

@@ -166,6 +166,45 @@ def test_signal_is_forwarded(heisen, sig, code):
     assert f"got {int(getattr(signal, sig))}" in out
 
 
+# A command that catches SIGUSR1 (it may be sent by kill) and exits on SIGUSR2
+# with 1 when SIGUSR1 reached it first, else 0.
+USR1_THEN_USR2 = """
+import os, signal, sys, time
+got = []
+signal.signal(signal.SIGUSR1, lambda *a: got.append(1))
+signal.signal(signal.SIGUSR2, lambda *a: sys.exit(1 if got else 0))
+print("ready", os.getpid(), flush=True)
+end = time.monotonic() + 30
+while time.monotonic() < end:
+    time.sleep(0.05)
+sys.exit(99)
+"""
+
+
+def test_a_signal_ignored_when_heisen_run_started_is_not_forwarded(heisen):
+    """`nohup heisen-run -- CMD`, or a shell's `trap '' USR1`: heisen-run
+    started with the signal ignored, as the command would have been without
+    it, so a kill() of heisen-run's pid does not reach the command (which
+    installed a handler of its own), while a signal heisen-run did not start
+    ignoring is forwarded as always.  The signals are sent in one go and
+    forwarded in order: a forwarded SIGUSR1 would run the command's handler
+    before SIGUSR2 ends it."""
+    for ignored, code in ((True, 0), (False, 1)):
+        def start_ignoring(ignored=ignored):
+            signal.signal(signal.SIGUSR1, signal.SIG_IGN if ignored else signal.SIG_DFL)
+        proc = popen(heisen, ["--quiet", "--rm", "--", SYSTEM_PYTHON, "-c", USR1_THEN_USR2],
+                     preexec_fn=start_ignoring)
+        try:
+            wait_for_line(proc.stdout, "ready")
+            proc.send_signal(signal.SIGUSR1)
+            time.sleep(0.2)
+            proc.send_signal(signal.SIGUSR2)
+            out, err = proc.communicate(timeout=30)
+        finally:
+            proc.kill()
+        assert proc.returncode == code, (ignored, proc.returncode, err)
+
+
 COUNT_SIGINT = """
 import signal, sys, time
 n = 0
