@@ -1053,7 +1053,12 @@ __attribute__((noinline)) void hs_chain_python(struct hs_chain *c)
  */
 static __attribute__((noinline)) uint64_t chain_top_shared(uint64_t cfa)
 {
-	uint64_t lo = hs_tls.stack_lo, hi = hs_tls.stack_hi, here = (uint64_t)(uintptr_t)__builtin_frame_address(0);
+	uint64_t lo, hi, here = (uint64_t)(uintptr_t)__builtin_frame_address(0);
+	/* the bounds not read yet (a thread's first walk, often the guard
+	   sampler's): read now, as the real unwind's room check would next */
+	if (HS_UNLIKELY(!hs_tls.stack_hi))
+		(void)hs_stack_room(here);
+	lo = hs_tls.stack_lo, hi = hs_tls.stack_hi;
 	if (hi <= lo + 1 || here < lo || cfa <= here || cfa >= hi - 8 || (cfa & 7) || !hs_frames_mapped())
 		return 0;
 	return hi - 8;
