@@ -593,7 +593,7 @@ static uint32_t stack_site_slow(uint64_t key, uint64_t site, uint64_t cfa)
  * libunwind unwind (DWARF CFI) and checked there (the next return address
  * must sit at CFA - 8).  A pc whose frame showed two different distances
  * (alloca, variable-length arrays), a signal frame, a pc never learnt, a
- * frame larger than 64 KiB or a CFA beyond the deepest one this thread ever
+ * frame of 512 KiB or more or a CFA beyond the deepest one this thread ever
  * unwound through all mean doubt, and doubt means a real unwind (which
  * learns).  A pc is only ever trusted because a real unwind returned into it
  * at a known distance, so the chain read is the chain libunwind would read.
@@ -615,12 +615,17 @@ static uint32_t stack_site_slow(uint64_t key, uint64_t site, uint64_t cfa)
 #define PCOFF_PROBE 16u
 #define PCOFF_END 0u             /* the outermost frame: nothing above it */
 #define PCOFF_DOUBT 0xffffu      /* seen at two distances, or not learnable */
+#define PCOFF_UNIT_SHIFT 3       /* kept in 8-byte units: frames up to 512 KiB */
 #define CHAIN_MAX HS_CHAIN_MAX
 
 /*
  * The learnt distances, a table that doubles as it fills.  Entries are
- * (pc << 16) | off; pc is a user-space address (< 2^47), off the CFA - SP
- * distance.  A hashed table is touched at random: at a fixed 16,384 slots
+ * (pc << 16) | code; pc is a user-space address (< 2^47), code the CFA - SP
+ * distance in 8-byte units (pcoff_code: a return address's slot and the
+ * next one's are 8-byte aligned, so every distance is a multiple of 8;
+ * in bytes, a frame of 64 KiB or more -- CPython's Py_RunMain keeps a
+ * 64 KiB path buffer -- could not be kept and meant a real unwind through
+ * it in every process), or PCOFF_END, or PCOFF_DOUBT.  A hashed table is touched at random: at a fixed 16,384 slots
  * (128 KiB) the ~500 return addresses of a Python start wrote every one of
  * its 32 pages, a page fault each (~12 us on a VM).  So the table starts
  * at PCOFF_MIN slots and moves into one twice its size when half full:
@@ -670,6 +675,25 @@ static inline uint32_t pcoff_home(uint64_t pc)
 
 static int pcoff_get_shared(uint64_t pc, unsigned *off);
 
+/* A distance in bytes (PCOFF_END, PCOFF_DOUBT as they are) as kept: its
+ * code, PCOFF_DOUBT when it is no multiple of 8 or too large. */
+static inline unsigned pcoff_code(uint64_t off)
+{
+	if (off == PCOFF_END)
+		return PCOFF_END;
+	if ((off & ((1u << PCOFF_UNIT_SHIFT) - 1)) || (off >> PCOFF_UNIT_SHIFT) >= PCOFF_DOUBT)
+		return PCOFF_DOUBT;
+	return (unsigned)(off >> PCOFF_UNIT_SHIFT);
+}
+
+/* A code as kept back into bytes (PCOFF_END, PCOFF_DOUBT as they are). */
+static inline unsigned pcoff_bytes(unsigned code)
+{
+	return code == PCOFF_DOUBT ? PCOFF_DOUBT : code << PCOFF_UNIT_SHIFT;
+}
+
+/* pc's learnt distance in bytes into *off: 1; 0 when not learnt here or in
+ * the session's table (*off untouched) or doubtful (*off PCOFF_DOUBT). */
 static inline int pcoff_get(uint64_t pc, unsigned *off)
 {
 	const uint64_t *t = __atomic_load_n(&pcoff_tab, __ATOMIC_ACQUIRE);
@@ -679,7 +703,7 @@ static inline int pcoff_get(uint64_t pc, unsigned *off)
 		if (w == 0)
 			return pcoff_get_shared(pc, off);
 		if (w >> 16 == pc) {
-			*off = (unsigned)(w & 0xffff);
+			*off = pcoff_bytes((unsigned)(w & 0xffff));
 			return *off != PCOFF_DOUBT;
 		}
 	}
@@ -723,12 +747,13 @@ static void pcoff_grow(void)
 }
 
 /*
- * Learn pc's distance off into this process's table; publish it to the
- * session's table (unwind_share.c) when it is new here or turned to
- * doubt, and `publish` (a distance from a real unwind of this process,
- * not one taken from the session's table).
+ * Learn pc's distance into this process's table, as its code off
+ * (pcoff_code); publish it to the session's table (unwind_share.c, the
+ * same codes) when it is new here or turned to doubt, and `publish` (a
+ * distance from a real unwind of this process, not one taken from the
+ * session's table).
  */
-static void pcoff_note(uint64_t pc, uint64_t off, int publish)
+static void pcoff_note(uint64_t pc, unsigned off, int publish)
 {
 	uint64_t want, *t;
 	uint32_t m, i;
@@ -771,9 +796,10 @@ out:
 		hs_frames_put(pc, (unsigned)off);
 }
 
+/* A distance in bytes a real unwind of this process saw (PCOFF_END, PCOFF_DOUBT). */
 static void pcoff_learn(uint64_t pc, uint64_t off)
 {
-	pcoff_note(pc, off, 1);
+	pcoff_note(pc, pcoff_code(off), 1);
 }
 
 /*
@@ -789,7 +815,7 @@ static __attribute__((noinline)) int pcoff_get_shared(uint64_t pc, unsigned *off
 	if (!hs_frames_get(pc, &o))
 		return 0;
 	pcoff_note(pc, o, 0);
-	*off = o;
+	*off = pcoff_bytes(o);
 	return o != PCOFF_DOUBT;
 }
 

@@ -9,7 +9,10 @@ in the stack and heap tables").  The learnt return-address distances
 grow as they fill, so a Python start writes a few pages of each, not all
 32 and 16 of their largest sizes.  Checked from inside the started Python
 itself: at its end it reads its own /proc/self/pagemap for the pages of
-each table (libheisen's .bss, the symbols' addresses from nm).
+each table (libheisen's .bss, the symbols' addresses from nm).  And a
+warm session's Python script start takes every frame distance from the
+session's table, the 64 KiB frame of Py_RunMain's included, so it loads
+no libunwind at all.
 """
 import json
 import os
@@ -84,3 +87,31 @@ def test_a_python_start_writes_few_pages_of_the_heap_site_cache(heisen, session)
     assert present >= 1, pages  # the heap checker did cache sites
     # 2048 entries (4 pages) until 256 sites; a start meets ~120 (all 16 pages before)
     assert present <= 6, pages
+
+
+# A script's start: CPython computes sys.path[0] in Py_RunMain, whose frame
+# holds a 64 KiB path buffer (Debian's 3.11: CFA = rsp + 65,600).
+SCRIPT = r"""
+import json, sqlite3, sys, threading
+print(any(line.rstrip().endswith(("/libunwind.so.8", ".so.8.0.1")) and "libunwind" in line
+          for line in open("/proc/self/maps")))
+"""
+
+
+def test_a_warm_python_script_start_loads_no_libunwind(heisen, session, tmp_path):
+    """The frame distances learnt by a session's first Python start walk every
+    later start's new call sites, Py_RunMain's 64 KiB frame included: no
+    libunwind loaded (its dlopen, its pages and the DWARF it reads).  A
+    distance was kept in bytes in 16 bits, so that frame was never learnt and
+    each start unwound through it."""
+    script = tmp_path / "start.py"
+    script.write_text(SCRIPT)
+    e = heisen.env(session, LD_PRELOAD=os.path.realpath(heisen.lib), HEISEN_SESSION_AUTO="1",
+                   HEISEN_GUARD_RATE="0", PYTHONHASHSEED="0")
+    loaded = []
+    for _ in range(3):
+        r = subprocess.run([SYSTEM_PYTHON, str(script)], env=e, capture_output=True, text=True, timeout=120)
+        assert r.returncode == 0, r.stderr
+        loaded.append(r.stdout.strip())
+    assert loaded[0] == "True", loaded  # the session's first start unwinds, and learns
+    assert loaded[1:] == ["False", "False"], loaded
