@@ -640,7 +640,7 @@ static uint32_t stack_site_slow(uint64_t key, uint64_t site, uint64_t cfa)
  * taken for its own pc, and every slot holding pc's entry holds a distance
  * learnt for pc (a copy, or zeros where pages were given back: a miss,
  * which asks the session's table and at worst unwinds).  Writers (learning,
- * a doubt, a move) hold pcoff_lock, so a doubt is never lost to a move's
+ * a doubt, a move) hold pcoff_owner, so a doubt is never lost to a move's
  * copy; a thread that finds the lock its own (a signal handler that
  * unwinds, interrupting its own learning) learns nothing rather than wait.
  */
@@ -648,9 +648,11 @@ static uint32_t stack_site_slow(uint64_t key, uint64_t site, uint64_t cfa)
 static uint64_t pcoff_store[PCOFF_STORE] __attribute__((aligned(4096)));
 static uint64_t *pcoff_tab = pcoff_store;  /* [atomic] the table in use */
 static uint32_t pcoff_mask = PCOFF_MIN - 1; /* [atomic] its slots - 1 */
-static uint32_t pcoff_used;                 /* its entries; under pcoff_lock */
-static int pcoff_lock;                      /* [atomic] held by a writer */
-static __thread int pcoff_mine __attribute__((tls_model("initial-exec"))); /* this thread holds pcoff_lock */
+static uint32_t pcoff_used;                 /* its entries; under pcoff_owner */
+/* [atomic] the writer holding the table, 0 when none: the address of its
+ * hs_chain_top (a thread's own word; no TLS of its own, whose size would
+ * move every thread's stack, and so the chain memo's sets) */
+static uintptr_t pcoff_owner;
 /* Moves when a learnt distance turns into doubt: a chain walked before that
  * is no shadow any more (its distances are no longer all trusted).
  * [atomic]; shim.h (hs_chain_read_inline) reads it too. */
@@ -711,7 +713,7 @@ static inline int pcoff_get(uint64_t pc, unsigned *off)
 }
 
 /* Put the entry w (pc's) in table t of mask m at pc's first free slot:
- * 1, 0 when its neighbourhood is full.  Under pcoff_lock. */
+ * 1, 0 when its neighbourhood is full.  Under pcoff_owner. */
 static int pcoff_place(uint64_t *t, uint32_t m, uint64_t w)
 {
 	uint32_t i = pcoff_home(w >> 16) & m;
@@ -724,7 +726,7 @@ static int pcoff_place(uint64_t *t, uint32_t m, uint64_t w)
 }
 
 /* The table in use is half full: its entries into the next size, the
- * old pages given back.  Under pcoff_lock. */
+ * old pages given back.  Under pcoff_owner. */
 static void pcoff_grow(void)
 {
 	uint64_t *t = pcoff_tab, *n;
@@ -763,12 +765,12 @@ static void pcoff_note(uint64_t pc, unsigned off, int publish)
 	if (off >= PCOFF_DOUBT)
 		off = PCOFF_DOUBT;
 	want = pc << 16 | off;
-	if (pcoff_mine)
-		return; /* a handler interrupting this thread's own learning */
-	pcoff_mine = 1;
-	while (__atomic_exchange_n(&pcoff_lock, 1, __ATOMIC_ACQUIRE))
-		while (__atomic_load_n(&pcoff_lock, __ATOMIC_RELAXED))
-			__builtin_ia32_pause();
+	for (uintptr_t me = (uintptr_t)&hs_chain_top, cur = 0;
+	     !__atomic_compare_exchange_n(&pcoff_owner, &cur, me, 0, __ATOMIC_ACQUIRE, __ATOMIC_RELAXED); cur = 0) {
+		if (cur == me)
+			return; /* a handler interrupting this thread's own learning */
+		__builtin_ia32_pause();
+	}
 	t = pcoff_tab, m = pcoff_mask, i = pcoff_home(pc) & m;
 	for (unsigned p = 0; p < PCOFF_PROBE; p++, i = (i + 1) & m) {
 		uint64_t w = __atomic_load_n(&t[i], __ATOMIC_RELAXED);
@@ -790,8 +792,7 @@ static void pcoff_note(uint64_t pc, unsigned off, int publish)
 	}
 	put = publish; /* no room here: the session may keep it */
 out:
-	__atomic_store_n(&pcoff_lock, 0, __ATOMIC_RELEASE);
-	pcoff_mine = 0;
+	__atomic_store_n(&pcoff_owner, 0, __ATOMIC_RELEASE);
 	if (put)
 		hs_frames_put(pc, (unsigned)off);
 }
