@@ -743,7 +743,9 @@ static void pcoff_grow(void)
 	__atomic_store_n(&pcoff_tab, n, __ATOMIC_RELEASE);
 	pcoff_used = used;
 #ifndef HS_CORE_ONLY /* the unit tests' core library calls no system call wrappers */
-	/* a reader still in the old table then reads zeros: a miss */
+	/* a reader still in the old table then reads zeros: a miss (the array
+	   is page-aligned in .bss, so never in the page the file maps the end
+	   of .data into: anonymous memory, zero again after MADV_DONTNEED) */
 	(void)hs_sys.madvise(t, (size_t)(m + 1) * sizeof *t, MADV_DONTNEED);
 #endif
 }
