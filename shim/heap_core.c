@@ -689,10 +689,41 @@ static void count_failure(uint64_t n, uint32_t stack)
  *     unwind, so each C++ call site of `new` has a representative stack of
  *     its own.
  */
-#define SITE_CACHE 8192u
+#define SITE_CACHE 8192u     /* entries, at most */
+#define SITE_CACHE_MIN 2048u /* entries at first: four pages */
 #define SITE_EXACT (1ull << 24)
 #define SITE_WRAPPER (1ull << 25)
-static uint64_t site_cache[SITE_CACHE];
+static uint64_t site_cache[SITE_CACHE] __attribute__((aligned(4096)));
+/*
+ * The part of site_cache in use, its entries - 1, and the entries filled
+ * in it.  A direct-mapped table is touched at random: a Python start's
+ * ~120 sites wrote all 16 pages of the 8192 entries, a page fault each
+ * (~12 us on a VM).  So the cache uses its first SITE_CACHE_MIN entries and
+ * doubles its part when more than an eighth is filled (a site then meets
+ * another on its entry about as often as in the whole table at a
+ * thousand sites).  An entry's index is its hash's low bits: after a
+ * doubling half the entries sit at their index still, the others are a
+ * miss (a look-up in the segment's site index, the cache's miss path);
+ * the tag, the hash's high bits, tells a stale entry from a match.
+ * [atomic] both, relaxed: a racing reader uses either size.
+ */
+static uint32_t site_mask = SITE_CACHE_MIN - 1;
+static uint32_t site_filled;
+
+/* The site cache's entry for the hash h. */
+static inline uint64_t *site_entry(uint64_t h)
+{
+	return &site_cache[h & __atomic_load_n(&site_mask, __ATOMIC_RELAXED)];
+}
+
+/* One more entry filled (it held 0): the part in use doubles at an eighth. */
+static void site_cache_filled(void)
+{
+	uint32_t n = __atomic_add_fetch(&site_filled, 1, __ATOMIC_RELAXED);
+	uint32_t m = __atomic_load_n(&site_mask, __ATOMIC_RELAXED);
+	if (m + 1 < SITE_CACHE && n > (m + 1) / 8)
+		__atomic_compare_exchange_n(&site_mask, &m, 2 * m + 1, 0, __ATOMIC_RELAXED, __ATOMIC_RELAXED);
+}
 static uint64_t wrapper_lo, wrapper_hi; /* [atomic] libstdc++'s range, once seen */
 
 enum site_kind { SITE_PLAIN, SITE_FFI, SITE_CXX };
@@ -935,7 +966,7 @@ static uint32_t wrapper_stack(uint64_t site)
 		if (wrap_memo_get(a, pc, site, &id))
 			return id;
 		h = wrapper_key(site, pc);
-		v = __atomic_load_n(&site_cache[h & (SITE_CACHE - 1)], __ATOMIC_RELAXED);
+		v = __atomic_load_n(site_entry(h), __ATOMIC_RELAXED);
 		if (HS_LIKELY(v != 0 && (v >> 26) == (h >> 26))) {
 			if (a) {
 				struct wrap_memo *m = wrap_memo_in(a);
@@ -982,7 +1013,7 @@ static __attribute__((noinline)) uint32_t wrapper_stack_memo(uint64_t site)
 static uint32_t site_stack_key(uint64_t key, uint64_t site, int first_sight)
 {
 	uint64_t h = site_hash(key);
-	uint64_t *e = &site_cache[h & (SITE_CACHE - 1)];
+	uint64_t *e = site_entry(h);
 	uint64_t tag = h >> 26, v = __atomic_load_n(e, __ATOMIC_RELAXED);
 	enum site_kind kind = SITE_PLAIN;
 	uint32_t id;
@@ -1002,6 +1033,8 @@ static uint32_t site_stack_key(uint64_t key, uint64_t site, int first_sight)
 	__atomic_store_n(e, tag << 26 | (kind == SITE_FFI ? SITE_EXACT : 0) | (kind == SITE_CXX ? SITE_WRAPPER : 0) |
 				    (id & 0xffffffu),
 			 __ATOMIC_RELAXED);
+	if (v == 0)
+		site_cache_filled();
 	if (kind == SITE_FFI)
 		return hs_stack_here();
 	if (kind == SITE_CXX)
@@ -1082,7 +1115,7 @@ static inline uint32_t site_stack(uint64_t site)
 	uint32_t id;
 	char *a;
 	h = hs_mix64(site);
-	v = __atomic_load_n(&site_cache[h & (SITE_CACHE - 1)], __ATOMIC_RELAXED);
+	v = __atomic_load_n(site_entry(h), __ATOMIC_RELAXED);
 	if (v == 0 || (v >> 26) != (h >> 26) || (v & SITE_EXACT) || !(v & (SITE_WRAPPER | 0xffffffu)))
 		return site_stack_key(site, site, 1);
 	id = v & SITE_WRAPPER ? MEMO_WRAPPER : (uint32_t)(v & 0xffffffu);
@@ -1105,7 +1138,7 @@ static inline uint32_t site_stack(uint64_t site)
  */
 static __attribute__((noinline)) uint32_t pending_stack(uint64_t site)
 {
-	uint64_t h = hs_mix64(site), v = __atomic_load_n(&site_cache[h & (SITE_CACHE - 1)], __ATOMIC_RELAXED);
+	uint64_t h = hs_mix64(site), v = __atomic_load_n(site_entry(h), __ATOMIC_RELAXED);
 	uint32_t id;
 	if (heap_stacks == HS_HEAP_STACKS_NONE)
 		return 0;
@@ -1171,10 +1204,11 @@ static inline __attribute__((always_inline)) uint32_t heap_stack(uint64_t site)
  */
 HS_HIDDEN void hs_heap_site_learnt(uint64_t key, uint32_t id)
 {
-	uint64_t h = site_hash(key), *e = &site_cache[h & (SITE_CACHE - 1)];
+	uint64_t h = site_hash(key), *e = site_entry(h);
 	/* relaxed: the word is self-contained, as site_stack_key's store */
-	if (id && id < (1u << 24) && heap_stacks == HS_HEAP_STACKS_SITE)
-		__atomic_store_n(e, (h >> 26) << 26 | id, __ATOMIC_RELAXED);
+	if (id && id < (1u << 24) && heap_stacks == HS_HEAP_STACKS_SITE &&
+	    __atomic_exchange_n(e, (h >> 26) << 26 | id, __ATOMIC_RELAXED) == 0)
+		site_cache_filled();
 }
 
 /* ---- the guard ------------------------------------------------------------------ */
@@ -2328,7 +2362,9 @@ HS_FORK_TEXT HS_HIDDEN void hs_heap_after_fork_child(void)
 		return;
 	/* the site cache holds stack ids: valid here only when the tables were inherited */
 	if (!hs_seg_inherited) {
-		memset(site_cache, 0, sizeof site_cache);
+		/* the part in use only: the rest was never written */
+		memset(site_cache, 0, ((size_t)__atomic_load_n(&site_mask, __ATOMIC_RELAXED) + 1) * sizeof site_cache[0]);
+		__atomic_store_n(&site_filled, 0, __ATOMIC_RELAXED);
 		memset(module_kind, 0, sizeof module_kind); /* indexes of the parent's module table */
 		if (hs_tls.area) {
 			memset(memo_in(hs_tls.area), 0, sizeof(struct site_memo));

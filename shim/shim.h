@@ -988,8 +988,8 @@ int hs_session_file(char *out, size_t cap, const char *name);
  * Learnt frame distances shared by the session's processes (unwind_share.c,
  * the table <session>/.frames; docs/design.md "Stacks").  hs_frames_get: the
  * CFA - SP distance another process (or this one) learnt for return
- * address pc into *off (stacks.c's units: 0 the outermost frame, 0xffff
- * doubt); 1 when found and checked, 0 otherwise.  hs_frames_put: publish
+ * address pc into *off (stacks.c's codes: 8-byte units, 0 the outermost
+ * frame, 0xffff doubt); 1 when found and checked, 0 otherwise.  hs_frames_put: publish
  * a distance this process learnt from a real unwind (a different one
  * already there turns the entry to doubt).  hs_frames_mapped: 1 when the
  * table is in use (mapped at the first call).  Lock-free; raw system calls

@@ -15,6 +15,7 @@
 #include <libunwind.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <ucontext.h>
 
 #include "shim.h"
@@ -592,7 +593,7 @@ static uint32_t stack_site_slow(uint64_t key, uint64_t site, uint64_t cfa)
  * libunwind unwind (DWARF CFI) and checked there (the next return address
  * must sit at CFA - 8).  A pc whose frame showed two different distances
  * (alloca, variable-length arrays), a signal frame, a pc never learnt, a
- * frame larger than 64 KiB or a CFA beyond the deepest one this thread ever
+ * frame of 512 KiB or more or a CFA beyond the deepest one this thread ever
  * unwound through all mean doubt, and doubt means a real unwind (which
  * learns).  A pc is only ever trusted because a real unwind returned into it
  * at a known distance, so the chain read is the chain libunwind would read.
@@ -608,14 +609,50 @@ static uint32_t stack_site_slow(uint64_t key, uint64_t site, uint64_t cfa)
  * first that differs is read on from there through the learnt distances.
  * A chain from a real unwind is no shadow (its CFAs were not walked).
  */
-#define PCOFF_CAP 16384u         /* learnt return addresses (process-private) */
+#define PCOFF_CAP 16384u         /* learnt return addresses (process-private), at most */
+#define PCOFF_MIN 2048u          /* the table's first size: four pages */
+#define PCOFF_LEVELS 4u          /* sizes PCOFF_MIN << 0 .. 3 */
 #define PCOFF_PROBE 16u
 #define PCOFF_END 0u             /* the outermost frame: nothing above it */
 #define PCOFF_DOUBT 0xffffu      /* seen at two distances, or not learnable */
+#define PCOFF_UNIT_SHIFT 3       /* kept in 8-byte units: frames up to 512 KiB */
 #define CHAIN_MAX HS_CHAIN_MAX
 
-/* (pc << 16) | off; pc is a user-space address (< 2^47), off the CFA - SP distance. */
-static uint64_t pcoff[PCOFF_CAP];
+/*
+ * The learnt distances, a table that doubles as it fills.  Entries are
+ * (pc << 16) | code; pc is a user-space address (< 2^47), code the CFA - SP
+ * distance in 8-byte units (pcoff_code: a return address's slot and the
+ * next one's are 8-byte aligned, so every distance is a multiple of 8;
+ * in bytes, a frame of 64 KiB or more -- CPython's Py_RunMain keeps a
+ * 64 KiB path buffer -- could not be kept and meant a real unwind through
+ * it in every process), or PCOFF_END, or PCOFF_DOUBT.  A hashed table is touched at random: at a fixed 16,384 slots
+ * (128 KiB) the ~500 return addresses of a Python start wrote every one of
+ * its 32 pages, a page fault each (~12 us on a VM).  So the table starts
+ * at PCOFF_MIN slots and moves into one twice its size when half full:
+ * the sizes lie one after the other in pcoff_store (2048 slots at 0, 4096
+ * at 2048, 8192 at 6144, 16384 at 14336), and a move copies
+ * the entries over and gives the old pages back (MADV_DONTNEED), so a long
+ * run's resident size is the largest table's, as before.
+ *
+ * Readers take no lock: they load pcoff_tab and pcoff_mask separately and
+ * may see one of a move's and one of the last; every combination indexes
+ * inside pcoff_store (base + mask < PCOFF_STORE) and an entry is only
+ * taken for its own pc, and every slot holding pc's entry holds a distance
+ * learnt for pc (a copy, or zeros where pages were given back: a miss,
+ * which asks the session's table and at worst unwinds).  Writers (learning,
+ * a doubt, a move) hold pcoff_owner, so a doubt is never lost to a move's
+ * copy; a thread that finds the lock its own (a signal handler that
+ * unwinds, interrupting its own learning) learns nothing rather than wait.
+ */
+#define PCOFF_STORE (PCOFF_MIN * ((1u << PCOFF_LEVELS) - 1u))
+static uint64_t pcoff_store[PCOFF_STORE] __attribute__((aligned(4096)));
+static uint64_t *pcoff_tab = pcoff_store;  /* [atomic] the table in use */
+static uint32_t pcoff_mask = PCOFF_MIN - 1; /* [atomic] its slots - 1 */
+static uint32_t pcoff_used;                 /* its entries; under pcoff_owner */
+/* [atomic] the writer holding the table, 0 when none: the address of its
+ * hs_chain_top (a thread's own word; no TLS of its own, whose size would
+ * move every thread's stack, and so the chain memo's sets) */
+static uintptr_t pcoff_owner;
 /* Moves when a learnt distance turns into doubt: a chain walked before that
  * is no shadow any more (its distances are no longer all trusted).
  * [atomic]; shim.h (hs_chain_read_inline) reads it too. */
@@ -630,68 +667,142 @@ __thread uint64_t hs_chain_top __attribute__((tls_model("initial-exec")));
  * doubt (a CFA above chain_top).  Read and reset by the real unwind. */
 static __thread unsigned chain_doubt __attribute__((tls_model("initial-exec"))) = CHAIN_MAX;
 
-/* pc's home slot: a multiplicative hash (return addresses are spread enough;
- * one multiply where hs_mix64 takes five operations, once per walked frame) */
+/* pc's home hash: a multiplicative hash (return addresses are spread enough;
+ * one multiply where hs_mix64 takes five operations, once per walked frame);
+ * 24 bits, masked by the table's size */
 static inline uint32_t pcoff_home(uint64_t pc)
 {
-	return (uint32_t)((pc * 0x9e3779b97f4a7c15ull) >> 40) & (PCOFF_CAP - 1);
+	return (uint32_t)((pc * 0x9e3779b97f4a7c15ull) >> 40);
 }
 
 static int pcoff_get_shared(uint64_t pc, unsigned *off);
 
+/* A distance in bytes (PCOFF_END, PCOFF_DOUBT as they are) as kept: its
+ * code, PCOFF_DOUBT when it is no multiple of 8 or too large. */
+static inline unsigned pcoff_code(uint64_t off)
+{
+	if (off == PCOFF_END)
+		return PCOFF_END;
+	if ((off & ((1u << PCOFF_UNIT_SHIFT) - 1)) || (off >> PCOFF_UNIT_SHIFT) >= PCOFF_DOUBT)
+		return PCOFF_DOUBT;
+	return (unsigned)(off >> PCOFF_UNIT_SHIFT);
+}
+
+/* A code as kept back into bytes (PCOFF_END, PCOFF_DOUBT as they are). */
+static inline unsigned pcoff_bytes(unsigned code)
+{
+	return code == PCOFF_DOUBT ? PCOFF_DOUBT : code << PCOFF_UNIT_SHIFT;
+}
+
+/* pc's learnt distance in bytes into *off: 1; 0 when not learnt here or in
+ * the session's table (*off untouched) or doubtful (*off PCOFF_DOUBT). */
 static inline int pcoff_get(uint64_t pc, unsigned *off)
 {
-	uint32_t i = pcoff_home(pc);
-	for (unsigned p = 0; p < PCOFF_PROBE; p++, i = (i + 1) & (PCOFF_CAP - 1)) {
-		uint64_t w = __atomic_load_n(&pcoff[i], __ATOMIC_RELAXED);
+	const uint64_t *t = __atomic_load_n(&pcoff_tab, __ATOMIC_ACQUIRE);
+	uint32_t m = __atomic_load_n(&pcoff_mask, __ATOMIC_RELAXED), i = pcoff_home(pc) & m;
+	for (unsigned p = 0; p < PCOFF_PROBE; p++, i = (i + 1) & m) {
+		uint64_t w = __atomic_load_n(&t[i], __ATOMIC_RELAXED);
 		if (w == 0)
 			return pcoff_get_shared(pc, off);
 		if (w >> 16 == pc) {
-			*off = (unsigned)(w & 0xffff);
+			*off = pcoff_bytes((unsigned)(w & 0xffff));
 			return *off != PCOFF_DOUBT;
 		}
 	}
 	return pcoff_get_shared(pc, off);
 }
 
-/*
- * Learn pc's distance off into this process's table; publish it to the
- * session's table (unwind_share.c) when it is new here or turned to
- * doubt, and `publish` (a distance from a real unwind of this process,
- * not one taken from the session's table).
- */
-static void pcoff_note(uint64_t pc, uint64_t off, int publish)
+/* Put the entry w (pc's) in table t of mask m at pc's first free slot:
+ * 1, 0 when its neighbourhood is full.  Under pcoff_owner. */
+static int pcoff_place(uint64_t *t, uint32_t m, uint64_t w)
 {
-	uint32_t i = pcoff_home(pc);
-	uint64_t want;
+	uint32_t i = pcoff_home(w >> 16) & m;
+	for (unsigned p = 0; p < PCOFF_PROBE; p++, i = (i + 1) & m)
+		if (__atomic_load_n(&t[i], __ATOMIC_RELAXED) == 0) {
+			__atomic_store_n(&t[i], w, __ATOMIC_RELAXED);
+			return 1;
+		}
+	return 0;
+}
+
+/* The table in use is half full: its entries into the next size, the
+ * old pages given back.  Under pcoff_owner. */
+static void pcoff_grow(void)
+{
+	uint64_t *t = pcoff_tab, *n;
+	uint32_t m = pcoff_mask, used = 0;
+	if (m + 1 >= PCOFF_CAP)
+		return;
+	n = t + m + 1; /* the next size starts where this one ends */
+	for (uint32_t i = 0; i <= m; i++) {
+		uint64_t w = __atomic_load_n(&t[i], __ATOMIC_RELAXED);
+		if (w != 0)
+			used += (uint32_t)pcoff_place(n, 2 * m + 1, w);
+	}
+	__atomic_store_n(&pcoff_mask, 2 * m + 1, __ATOMIC_RELAXED);
+	__atomic_store_n(&pcoff_tab, n, __ATOMIC_RELEASE);
+	pcoff_used = used;
+#ifndef HS_CORE_ONLY /* the unit tests' core library calls no system call wrappers */
+	/* a reader still in the old table then reads zeros: a miss (the array
+	   is page-aligned in .bss, so never in the page the file maps the end
+	   of .data into: anonymous memory, zero again after MADV_DONTNEED) */
+	(void)hs_sys.madvise(t, (size_t)(m + 1) * sizeof *t, MADV_DONTNEED);
+#endif
+}
+
+/*
+ * Learn pc's distance into this process's table, as its code off
+ * (pcoff_code); publish it to the session's table (unwind_share.c, the
+ * same codes) when it is new here or turned to doubt, and `publish` (a
+ * distance from a real unwind of this process, not one taken from the
+ * session's table).
+ */
+static void pcoff_note(uint64_t pc, unsigned off, int publish)
+{
+	uint64_t want, *t;
+	uint32_t m, i;
+	int put = 0;
 	if (pc == 0 || pc >> 47)
 		return;
 	if (off >= PCOFF_DOUBT)
 		off = PCOFF_DOUBT;
 	want = pc << 16 | off;
-	for (unsigned p = 0; p < PCOFF_PROBE; p++, i = (i + 1) & (PCOFF_CAP - 1)) {
-		uint64_t w = __atomic_load_n(&pcoff[i], __ATOMIC_RELAXED);
-		if (w == 0 && __atomic_compare_exchange_n(&pcoff[i], &w, want, 0, __ATOMIC_RELAXED, __ATOMIC_RELAXED)) {
-			if (publish)
-				hs_frames_put(pc, (unsigned)off);
-			return;
+	for (uintptr_t me = (uintptr_t)&hs_chain_top, cur = 0;
+	     !__atomic_compare_exchange_n(&pcoff_owner, &cur, me, 0, __ATOMIC_ACQUIRE, __ATOMIC_RELAXED); cur = 0) {
+		if (cur == me)
+			return; /* a handler interrupting this thread's own learning */
+		__builtin_ia32_pause();
+	}
+	t = pcoff_tab, m = pcoff_mask, i = pcoff_home(pc) & m;
+	for (unsigned p = 0; p < PCOFF_PROBE; p++, i = (i + 1) & m) {
+		uint64_t w = __atomic_load_n(&t[i], __ATOMIC_RELAXED);
+		if (w == 0) {
+			__atomic_store_n(&t[i], want, __ATOMIC_RELAXED);
+			put = publish;
+			if (++pcoff_used > (m + 1) / 2)
+				pcoff_grow();
+			goto out;
 		}
 		if (w >> 16 == pc) {
 			if ((w & 0xffff) != off && (w & 0xffff) != PCOFF_DOUBT) {
-				__atomic_store_n(&pcoff[i], pc << 16 | PCOFF_DOUBT, __ATOMIC_RELAXED);
+				__atomic_store_n(&t[i], pc << 16 | PCOFF_DOUBT, __ATOMIC_RELAXED);
 				__atomic_add_fetch(&pcoff_gen, 1, __ATOMIC_RELEASE);
-				hs_frames_put(pc, PCOFF_DOUBT); /* for the session too */
+				off = PCOFF_DOUBT, put = 1; /* for the session too */
 			}
-			return;
+			goto out;
 		}
 	}
-	if (publish)
-		hs_frames_put(pc, (unsigned)off); /* no room here: the session may keep it */
+	put = publish; /* no room here: the session may keep it */
+out:
+	__atomic_store_n(&pcoff_owner, 0, __ATOMIC_RELEASE);
+	if (put)
+		hs_frames_put(pc, (unsigned)off);
 }
 
+/* A distance in bytes a real unwind of this process saw (PCOFF_END, PCOFF_DOUBT). */
 static void pcoff_learn(uint64_t pc, uint64_t off)
 {
-	pcoff_note(pc, off, 1);
+	pcoff_note(pc, pcoff_code(off), 1);
 }
 
 /*
@@ -707,7 +818,7 @@ static __attribute__((noinline)) int pcoff_get_shared(uint64_t pc, unsigned *off
 	if (!hs_frames_get(pc, &o))
 		return 0;
 	pcoff_note(pc, o, 0);
-	*off = o;
+	*off = pcoff_bytes(o);
 	return o != PCOFF_DOUBT;
 }
 
@@ -971,7 +1082,12 @@ __attribute__((noinline)) void hs_chain_python(struct hs_chain *c)
  */
 static __attribute__((noinline)) uint64_t chain_top_shared(uint64_t cfa)
 {
-	uint64_t lo = hs_tls.stack_lo, hi = hs_tls.stack_hi, here = (uint64_t)(uintptr_t)__builtin_frame_address(0);
+	uint64_t lo, hi, here = (uint64_t)(uintptr_t)__builtin_frame_address(0);
+	/* the bounds not read yet (a thread's first walk, often the guard
+	   sampler's): read now, as the real unwind's room check would next */
+	if (HS_UNLIKELY(!hs_tls.stack_hi))
+		(void)hs_stack_room(here);
+	lo = hs_tls.stack_lo, hi = hs_tls.stack_hi;
 	if (hi <= lo + 1 || here < lo || cfa <= here || cfa >= hi - 8 || (cfa & 7) || !hs_frames_mapped())
 		return 0;
 	return hi - 8;

@@ -32,9 +32,10 @@
  *   struct frames_entry[capacity], 16 bytes each:
  *     key = offset << 32 | (low 32 bits of the object's identity, | 1):
  *       never 0 (0: a free slot);
- *     val = check << 16 | off: off the frame's CFA - SP distance in bytes
- *       as stacks.c keeps it (0: the outermost frame, 0xffff: doubt, seen
- *       at two distances); check the high 48 bits of a hash of the whole
+ *     val = check << 16 | off: off the frame's CFA - SP distance in
+ *       8-byte units as stacks.c keeps it (pcoff_code; 0: the outermost
+ *       frame, 0xffff: doubt, seen at two distances; version 1 had bytes,
+ *       which left a frame of 64 KiB or more unshared); check the high 48 bits of a hash of the whole
  *       64-bit identity, the key and off (never 0; val 0: being written).
  *     A second entry of the same return address, its key's bit 31 flipped
  *     (FRAMES_RULE_TAG), holds in off its %rbp rule instead (stacks.c,
@@ -85,7 +86,7 @@
 #include "internal/seg_dir.h"
 
 #define FRAMES_MAGIC 0x53454d4152465348ull /* "HSFRAMES" */
-#define FRAMES_VERSION 1u
+#define FRAMES_VERSION 2u /* 2: distances in 8-byte units */
 #define FRAMES_CAP 65536u  /* entries: a power of two; 1 MiB of sparse file */
 #define FRAMES_PROBE 32u
 #define FRAMES_OFF_MASK 0xffffu

@@ -135,7 +135,7 @@ def table(session):
     """The session's table header as a dict."""
     with open(session / ".frames", "rb") as f:
         magic, version, cap, hits, published, doubts, full, rejected, _ = HDR.unpack(f.read(HDR.size))
-    assert magic == MAGIC and version == 1, (hex(magic), version)
+    assert magic == MAGIC and version == 2, (hex(magic), version)
     return dict(capacity=cap, hits=hits, published=published, doubts=doubts, full=full, rejected=rejected)
 
 
@@ -205,3 +205,21 @@ def test_a_library_rebuilt_at_the_same_path_gets_its_own_distances(heisen, sessi
     t2 = table(session)
     # the rebuilt library's return addresses were learnt and published anew
     assert t2["published"] > t1["published"] and t2["rejected"] == 0, (t1, t2)
+
+
+def test_frames_of_64_kib_and_more_are_learnt_and_shared(heisen, session, tmp_path):
+    """Distances are kept in 8-byte units: a frame of 64 KiB or more (CPython's
+    Py_RunMain keeps a 64 KiB path buffer) is learnt and shared like any
+    other, not doubt for good (a real unwind through it in every process)."""
+    exe = build(tmp_path / "prog", 70000)
+    want = reference(heisen, tmp_path, exe, "ref")
+    assert double_free_stacks(heisen, session, exe)[0] == want
+    t1 = table(session)
+    got2, _ = double_free_stacks(heisen, session, exe)
+    assert got2 == want  # frame for frame what libunwind reads
+    t2 = table(session)
+    assert t2["hits"] > t1["hits"] and t2["rejected"] == 0, (t1, t2)
+    data = (session / ".frames").read_bytes()
+    doubt = [hex(key >> 32) for key, val in (ENTRY.unpack_from(data, off) for off in range(ENTRIES_AT, len(data), ENTRY.size))
+             if key and not key & 0x80000000 and val & 0xFFFF == 0xFFFF]
+    assert not doubt, doubt  # no return address left unlearnable
