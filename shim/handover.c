@@ -339,6 +339,8 @@ int hs_order_handed_over_by(uint32_t slot, const uint64_t *seen, uint64_t addr)
 	return hs_order_handed_over_from(slot, seen, addr, ORDER_SLOTS);
 }
 
+static void order_forget_self(uint64_t addr);
+
 /*
  * The object at addr ended: its index entries are emptied, its words in
  * its record cleared (a record placed by the key may hold other objects'
@@ -349,6 +351,7 @@ void hs_order_forget(uint64_t addr)
 {
 	uint64_t key = order_key(addr);
 	uint32_t tag = order_tag(key);
+	order_forget_self(addr);
 	for (unsigned k = 0; k < 2; k++) {
 		uint32_t *b = order_bucket(key, k);
 		if (!__atomic_load_n(order_idx_page(b), __ATOMIC_RELAXED))
@@ -369,7 +372,24 @@ void hs_order_forget(uint64_t addr)
 	}
 }
 
-#ifndef HS_CORE_ONLY
+#ifdef HS_CORE_ONLY
+static void order_forget_self(uint64_t addr)
+{
+	(void)addr; /* the unit tests' core: no thread areas */
+}
+#else
+static void order_self_drop(struct order_self *me, uint64_t addr);
+
+/* The calling thread's caches of addr's record dropped (hs_order_forget):
+ * another thread's are checked when they read nothing of the object's
+ * (hs_order_learn). */
+static void order_forget_self(uint64_t addr)
+{
+	char *a = hs_tls.area; /* not hs_area(): no area is made for this */
+	if (a)
+		order_self_drop((struct order_self *)(void *)(a + HS_AREA_ORDER), addr);
+}
+
 /* First use in this thread (or in a fork child): the slot index for t->slot. */
 struct order_self *hs_order_self_bind(struct order_self *me, const struct hs_tls *t)
 {
@@ -380,6 +400,7 @@ struct order_self *hs_order_self_bind(struct order_self *me, const struct hs_tls
 	me->slot = slot;
 	me->way = 1 + slot % ORDER_WAYS;
 	me->rel_addr = me->acq_addr = 0;
+	me->memo[0].addr = me->memo[1].addr = 0;
 	return me;
 }
 
@@ -450,43 +471,86 @@ void hs_order_pending_settle(struct hs_tls *t, uint32_t slot, int32_t tid, int e
 		order_shared(t, shared[i].id, shared[i].addr, shared[i].tid2, shared[i].stack, shared[i].when, 1);
 }
 
-/* A release of another object than this thread's last one: the record of
- * the thread's last acquisition when it is that object's (a lock taken and
- * then released), else the index's. */
+/* The memo's entry of addr, NULL when it has none. */
+static inline struct order_memo *order_memo_of(struct order_self *me, uint64_t addr)
+{
+	if (me->memo[0].addr == addr)
+		return &me->memo[0];
+	if (me->memo[1].addr == addr)
+		return &me->memo[1];
+	return NULL;
+}
+
+/* addr's record (never hs_order_none nor order_sink) into the memo, as its newest entry. */
+static inline void order_memo_put(struct order_self *me, uint64_t addr, uint64_t key, struct order_rec *rec)
+{
+	me->memo[1] = me->memo[0];
+	me->memo[0] = (struct order_memo){addr, key, rec};
+}
+
+/* A release of another object than this thread's last one. */
 void hs_order_release_new(struct order_self *me, uint64_t addr)
 {
+	const struct order_memo *m = order_memo_of(me, addr);
 	me->rel_addr = addr;
-	if (addr == me->acq_addr && me->acq_rec != &hs_order_none) {
-		me->rel_key = me->acq_key;
-		me->rel_rec = (struct order_rec *)(uintptr_t)me->acq_rec; /* a pool's record, never hs_order_none */
+	if (m) {
+		me->rel_key = m->key;
+		me->rel_rec = m->rec;
 	} else {
 		me->rel_key = order_key(addr);
 		me->rel_rec = order_claim(me->rel_key);
+		if (me->rel_rec != &order_sink)
+			order_memo_put(me, addr, me->rel_key, me->rel_rec);
 	}
 	me->rel_v = order_release_at(me->rel_rec, me->slot, me->way, me->rel_key);
 }
 
-/* An acquisition of another object than this thread's last one: the record
- * of its last release when it is that object's (a lock released, then
- * taken again after another), else the index's. */
+/* An acquisition of another object than this thread's last one. */
 void hs_order_acquire_look(struct order_self *me, uint64_t addr)
 {
+	const struct order_memo *m = order_memo_of(me, addr);
+	uint32_t e;
 	me->acq_addr = addr;
-	if (addr == me->rel_addr && me->rel_rec != &order_sink) {
-		me->acq_key = me->rel_key;
-		me->acq_rec = me->rel_rec;
-	} else {
-		me->acq_key = order_key(addr);
-		me->acq_rec = order_rec_read(me->acq_key);
+	if (m) {
+		me->acq_key = m->key;
+		me->acq_rec = m->rec;
+		return;
 	}
+	me->acq_key = order_key(addr);
+	if (order_find(me->acq_key, &e)) {
+		me->acq_rec = order_rec_at(e);
+		order_memo_put(me, addr, me->acq_key, order_rec_at(e));
+	} else {
+		me->acq_rec = &hs_order_none;
+	}
+}
+
+/* Forget what the thread keeps of addr's record (its last release and
+ * acquisition, its memo): the object ended, or its record changed. */
+static void order_self_drop(struct order_self *me, uint64_t addr)
+{
+	if (me->rel_addr == addr)
+		me->rel_addr = 0;
+	if (me->acq_addr == addr)
+		me->acq_addr = 0;
+	for (unsigned i = 0; i < 2; i++)
+		if (me->memo[i].addr == addr)
+			me->memo[i].addr = 0;
 }
 
 void hs_order_learn(struct order_self *me, uint64_t last)
 {
 	if (!last) {
-		/* none of its releases in the record looked up: it may have one since */
-		me->acq_rec = order_rec_read(me->acq_key);
-		last = order_word(me->acq_rec, 0, me->acq_key);
+		/* none of its releases in the record looked up: it may have another record since
+		 * (its own, given back and taken again), or one now */
+		uint64_t addr = me->acq_addr;
+		const struct order_rec *r = order_rec_read(me->acq_key);
+		if (r != me->acq_rec) {
+			order_self_drop(me, addr);
+			me->acq_addr = addr;
+			me->acq_rec = r;
+		}
+		last = order_word(r, 0, me->acq_key);
 		if ((last >> 48) == (uint64_t)me->slot + 1)
 			return;
 	}

@@ -104,6 +104,10 @@ static inline void order_put(struct order_rec *r, unsigned i, uint64_t key, uint
  * last, with no other release of its own since, keeps its count (nothing
  * of this thread's came in between) and only says again that it was last.
  */
+struct order_memo {
+	uint64_t addr, key;
+	struct order_rec *rec;
+};
 struct order_self {
 	const struct hs_thread *slot_of;   /* t->slot the index below is for */
 	uint32_t slot, way;
@@ -111,6 +115,10 @@ struct order_self {
 	struct order_rec *rel_rec;         /* its record (handover.c order_sink when it has none) */
 	uint64_t acq_addr, acq_key;        /* the last acquisition looked up */
 	const struct order_rec *acq_rec;   /* its record when looked up (hs_order_none when it had none) */
+	/* the records of the last two objects looked up in the index (newest first; addr 0: none),
+	 * so that a thread alternating between two objects (a lock nested in another, a
+	 * condition's mutex and the queue's) does not look them up again */
+	struct order_memo memo[2];
 	uint64_t seen[ORDER_SEEN];
 };
 _Static_assert(sizeof(struct order_self) <= HS_AREA_ORDER_SIZE, "the order state fits the area");
