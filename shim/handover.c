@@ -173,6 +173,8 @@ static uint32_t *order_empty(uint64_t key)
 {
 	for (unsigned k = 0; k < 2; k++) {
 		uint32_t *b = order_bucket(key, k);
+		if (!__atomic_load_n(order_idx_page(b), __ATOMIC_RELAXED))
+			return b; /* a page never written is empty: not read (its first touch a write) */
 		for (unsigned i = 0; i < ORDER_IDX_WAYS; i++)
 			if (!__atomic_load_n(&b[i], __ATOMIC_RELAXED))
 				return &b[i];
@@ -550,6 +552,8 @@ void hs_order_learn(struct order_self *me, uint64_t last)
 			me->acq_addr = addr;
 			me->acq_rec = r;
 		}
+		if (r == &hs_order_none)
+			return; /* never released (or lost): nothing to learn */
 		last = order_word(r, 0, me->acq_key);
 		if ((last >> 48) == (uint64_t)me->slot + 1)
 			return;
