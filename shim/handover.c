@@ -106,6 +106,7 @@ uint32_t hs_order_idx[ORDER_IDX_BUCKETS][ORDER_IDX_WAYS] __attribute__((aligned(
 uint8_t hs_order_idx_written[ORDER_IDX_PAGES]; /* [atomic] handover.h */
 const struct order_rec hs_order_none; /* never written (read-only) */
 uint32_t hs_order_pending_n[ORDER_SLOTS]; /* [atomic] hand-overs pending per slot (below) */
+struct order_epoch hs_order_epoch __attribute__((aligned(64))); /* [atomic] handover.h */
 /* each slot's release count; written by the slot's thread only, at each
  * release of another object than its last: one cache line a slot, so that
  * threads releasing at once on two cores do not pass one line between them
@@ -341,8 +342,6 @@ int hs_order_handed_over_by(uint32_t slot, const uint64_t *seen, uint64_t addr)
 	return hs_order_handed_over_from(slot, seen, addr, ORDER_SLOTS);
 }
 
-static void order_forget_self(uint64_t addr);
-
 /*
  * The object at addr ended: its index entries are emptied, its words in
  * its record cleared (a record placed by the key may hold other objects'
@@ -353,7 +352,6 @@ void hs_order_forget(uint64_t addr)
 {
 	uint64_t key = order_key(addr);
 	uint32_t tag = order_tag(key);
-	order_forget_self(addr);
 	for (unsigned k = 0; k < 2; k++) {
 		uint32_t *b = order_bucket(key, k);
 		if (!__atomic_load_n(order_idx_page(b), __ATOMIC_RELAXED))
@@ -368,30 +366,21 @@ void hs_order_forget(uint64_t addr)
 			for (unsigned w = 0; w <= ORDER_WAYS; w++)
 				if (order_word(r, w, key))
 					order_put(r, w, key, 0);
-			if (!(e & ORDER_ENTRY_FIXED))
+			if (!(e & ORDER_ENTRY_FIXED)) {
+				/* the threads' records cached through addr are stale from here; then the record
+				 * is emptied whole (a word a stale cache wrote meanwhile included) and given back */
+				__atomic_add_fetch(&hs_order_epoch.n, 1, __ATOMIC_SEQ_CST);
+				for (unsigned w = 0; w <= ORDER_WAYS; w++) {
+					__atomic_store_n(&r->w[w].val, 0, __ATOMIC_RELAXED);
+					__atomic_store_n(&r->w[w].chk, 0, __ATOMIC_RELAXED);
+				}
 				order_give(e & ORDER_ENTRY_REC);
+			}
 		}
 	}
 }
 
-#ifdef HS_CORE_ONLY
-static void order_forget_self(uint64_t addr)
-{
-	(void)addr; /* the unit tests' core: no thread areas */
-}
-#else
-static void order_self_drop(struct order_self *me, uint64_t addr);
-
-/* The calling thread's caches of addr's record dropped (hs_order_forget):
- * another thread's are checked when they read nothing of the object's
- * (hs_order_learn). */
-static void order_forget_self(uint64_t addr)
-{
-	char *a = hs_tls.area; /* not hs_area(): no area is made for this */
-	if (a)
-		order_self_drop((struct order_self *)(void *)(a + HS_AREA_ORDER), addr);
-}
-
+#ifndef HS_CORE_ONLY
 /* First use in this thread (or in a fork child): the slot index for t->slot. */
 struct order_self *hs_order_self_bind(struct order_self *me, const struct hs_tls *t)
 {
@@ -403,6 +392,7 @@ struct order_self *hs_order_self_bind(struct order_self *me, const struct hs_tls
 	me->way = 1 + slot % ORDER_WAYS;
 	me->rel_addr = me->acq_addr = 0;
 	me->memo[0].addr = me->memo[1].addr = 0;
+	me->epoch = __atomic_load_n(&hs_order_epoch.n, __ATOMIC_RELAXED);
 	return me;
 }
 
@@ -490,10 +480,23 @@ static inline void order_memo_put(struct order_self *me, uint64_t addr, uint64_t
 	me->memo[0] = (struct order_memo){addr, key, rec};
 }
 
-/* A release of another object than this thread's last one. */
+/* The thread's cached records dropped when a record was given back since they were cached. */
+static inline void order_self_epoch(struct order_self *me)
+{
+	uint32_t e = __atomic_load_n(&hs_order_epoch.n, __ATOMIC_RELAXED);
+	if (HS_UNLIKELY(me->epoch != e)) {
+		me->epoch = e;
+		me->rel_addr = me->acq_addr = 0;
+		me->memo[0].addr = me->memo[1].addr = 0;
+	}
+}
+
+/* A release of another object than this thread's last one (or the epoch moved). */
 void hs_order_release_new(struct order_self *me, uint64_t addr)
 {
-	const struct order_memo *m = order_memo_of(me, addr);
+	const struct order_memo *m;
+	order_self_epoch(me);
+	m = order_memo_of(me, addr);
 	me->rel_addr = addr;
 	if (m) {
 		me->rel_key = m->key;
@@ -507,11 +510,13 @@ void hs_order_release_new(struct order_self *me, uint64_t addr)
 	me->rel_v = order_release_at(me->rel_rec, me->slot, me->way, me->rel_key);
 }
 
-/* An acquisition of another object than this thread's last one. */
+/* An acquisition of another object than this thread's last one (or the epoch moved). */
 void hs_order_acquire_look(struct order_self *me, uint64_t addr)
 {
-	const struct order_memo *m = order_memo_of(me, addr);
+	const struct order_memo *m;
 	uint32_t e;
+	order_self_epoch(me);
+	m = order_memo_of(me, addr);
 	me->acq_addr = addr;
 	if (m) {
 		me->acq_key = m->key;

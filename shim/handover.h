@@ -72,6 +72,16 @@ extern uint32_t hs_order_idx[ORDER_IDX_BUCKETS][ORDER_IDX_WAYS] HS_HIDDEN;
 extern uint8_t hs_order_idx_written[ORDER_IDX_PAGES] HS_HIDDEN;
 extern const struct order_rec hs_order_none HS_HIDDEN; /* all zero, read-only: the record of an object with none */
 extern uint32_t hs_order_pending_n[ORDER_SLOTS] HS_HIDDEN;
+/* Bumped by hs_order_forget when an object's record is given back (before
+ * another object can take it): a thread's cached records (struct
+ * order_self) are used only while it is the value they were cached at, so
+ * no thread writes to or reads from a record that another object has
+ * taken since, through the address of the object that ended. */
+struct order_epoch {
+	uint32_t n;
+	char pad[60]; /* a line of its own: read by every hook, written by a forget that gives a record back */
+};
+extern struct order_epoch hs_order_epoch HS_HIDDEN;
 
 /* The record's key: one multiply (Fibonacci hashing), never 0 (a zeroed record matches no object). */
 static inline uint64_t order_key(uint64_t addr)
@@ -119,15 +129,16 @@ struct order_self {
 	 * so that a thread alternating between two objects (a lock nested in another, a
 	 * condition's mutex and the queue's) does not look them up again */
 	struct order_memo memo[2];
+	uint32_t epoch;                    /* hs_order_epoch when the records above were cached */
 	uint64_t seen[ORDER_SEEN];
 };
 _Static_assert(sizeof(struct order_self) <= HS_AREA_ORDER_SIZE, "the order state fits the area");
 
 /* Out of line (handover.c): the rare paths of the functions below. */
 struct order_self *hs_order_self_bind(struct order_self *me, const struct hs_tls *t) HS_HIDDEN;
-/* a release of another object than the thread's last one: its record (taken at its first release), stamped */
+/* a release of another object than the thread's last one (or the epoch moved): its record (taken at its first release), stamped */
 void hs_order_release_new(struct order_self *me, uint64_t addr) HS_HIDDEN;
-/* an acquisition of another object than the thread's last one: its key and record into me->acq_* */
+/* an acquisition of another object than the thread's last one (or the epoch moved): its key and record into me->acq_* */
 void hs_order_acquire_look(struct order_self *me, uint64_t addr) HS_HIDDEN;
 /* an acquisition whose object another thread released last (last: way 0 of its record, 0 when
  * it holds none of this object's): learn the record's releases into me->seen */
@@ -160,7 +171,7 @@ static inline void hs_order_release(struct hs_tls *t, uint64_t addr)
 	struct order_self *me = order_self(t);
 	if (HS_UNLIKELY(!me))
 		return;
-	if (HS_LIKELY(addr == me->rel_addr)) {
+	if (HS_LIKELY(addr == me->rel_addr && me->epoch == __atomic_load_n(&hs_order_epoch.n, __ATOMIC_RELAXED))) {
 		order_put(me->rel_rec, 0, me->rel_key, me->rel_v);
 		return;
 	}
@@ -175,7 +186,7 @@ static inline void hs_order_acquire(struct hs_tls *t, uint64_t addr)
 		return;
 	if (HS_UNLIKELY(__atomic_load_n(&hs_order_pending_n[me->slot], __ATOMIC_RELAXED)))
 		hs_order_pending_settle(t, me->slot, t->tid, 0); /* this thread goes on: what it handed over was a hand-over */
-	if (HS_UNLIKELY(addr != me->acq_addr))
+	if (HS_UNLIKELY(addr != me->acq_addr || me->epoch != __atomic_load_n(&hs_order_epoch.n, __ATOMIC_RELAXED)))
 		hs_order_acquire_look(me, addr);
 	last = order_word(me->acq_rec, 0, me->acq_key);
 	/* another thread released it last, or its record holds no release of it (none yet, or it

@@ -10,7 +10,8 @@
  * X -> T3, T3 -> Y -> T2: a join then a start); records taken in order
  * from the pool and the last one given back taken first (the pages
  * written follow the objects in use); another object in the same index
- * buckets keeps its own record (the ordering kept); an object whose two
+ * buckets keeps its own record (the ordering kept); a record given back
+ * emptied, the epoch of the threads' cached records moved on; an object whose two
  * buckets are full has none (its orderings lost: shared) until one
  * empties; once the pool is used up, records placed by the key and shared:
  * an ordering lost when another object took way 0 and the slot's way of
@@ -172,6 +173,25 @@ int main(void)
 		r2 = hs_order_rec_of(0x98000);
 		CHECK(r1 != NULL && r2 == r1);
 		hs_order_forget(0x98000);
+	}
+
+	/* an object that ends gives its record back emptied whole, and the epoch moves on (the
+	 * threads' records cached through its address are not used again); one that had no
+	 * record changes nothing */
+	reset();
+	{
+		uint32_t e0 = hs_order_epoch.n;
+		const struct order_rec *r;
+		int empty = 1;
+		hs_order_release_by(T1, 0xb0000);
+		r = hs_order_rec_of(0xb0000);
+		hs_order_forget(0xb0008);
+		CHECK(hs_order_epoch.n == e0);
+		hs_order_forget(0xb0000);
+		CHECK(hs_order_epoch.n == e0 + 1);
+		for (unsigned w = 0; w <= ORDER_WAYS; w++)
+			empty &= !r->w[w].chk && !r->w[w].val;
+		CHECK(r != NULL && empty);
 	}
 
 	/* another object in the hand-over object's index bucket, released by a slot of T1's way,
