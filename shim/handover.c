@@ -45,9 +45,13 @@
  *     (eight other objects of those buckets in use: it gets no record),
  *     (b) the pool is used up (ORDER_RECS - 1 objects in use: the next
  *     ones share records placed by the hash, as a direct-mapped table),
- *     (c) its record was given back and taken by another object while a
- *     thread still had it cached (an object ended while in use), or (d)
- *     two slots of one way (slot % ORDER_WAYS) released it.  A
+ *     or (c) two slots of one way (slot % ORDER_WAYS) released it.  A
+ *     thread caches its last objects' records (handover.h struct
+ *     order_self); a forget that gives a record back first moves
+ *     hs_order_epoch, and a thread uses its cached records only at the
+ *     epoch it cached them at, so no thread writes or reads, through the
+ *     address of an object that ended, a record that another object took
+ *     since (the object made again at that address gets its own).  A
  *     long-lived lock keeps its record however many short-lived objects
  *     come and go around it (they take and give back other records); a
  *     lost way 0 still leaves the other ways: an acquirer learns them,
