@@ -105,6 +105,13 @@ static inline void order_put(struct order_rec *r, unsigned i, uint64_t key, uint
 }
 
 
+/* A thread's memo entry: the object at addr, its key and its record (never
+ * hs_order_none nor handover.c's order_sink). */
+struct order_memo {
+	uint64_t addr, key;
+	struct order_rec *rec;
+};
+
 /*
  * The calling thread's state, in its area (HS_AREA_ORDER): its slot (the
  * index cached for t->slot, which a fork changes), its way, its seen
@@ -114,10 +121,6 @@ static inline void order_put(struct order_rec *r, unsigned i, uint64_t key, uint
  * last, with no other release of its own since, keeps its count (nothing
  * of this thread's came in between) and only says again that it was last.
  */
-struct order_memo {
-	uint64_t addr, key;
-	struct order_rec *rec;
-};
 struct order_self {
 	const struct hs_thread *slot_of;   /* t->slot the index below is for */
 	uint32_t slot, way;
