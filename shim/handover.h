@@ -18,7 +18,7 @@
 
 #include "shim.h"
 
-#define ORDER_RECS 8192u         /* records in the table (a power of two; 1 MiB, page-aligned, touched where used) */
+#define ORDER_RECS 4096u         /* records in the pool (a power of two; 512 KiB, page-aligned, taken from the start) */
 #define ORDER_WAYS 7u            /* per-slot ways of a record (way 0 is the last release) */
 #define ORDER_SEEN HS_ORDER_SEEN /* a thread's seen entries (a power of two) */
 #define ORDER_SLOTS 4096u        /* thread slots (HEISEN_THREADS is at most 4096) */
@@ -41,43 +41,47 @@ struct order_rec {
 _Static_assert(sizeof(struct order_rec) == 128, "a record is two cache lines");
 _Static_assert(ORDER_SEEN * sizeof(uint64_t) <= HS_AREA_ORDER_SIZE, "seen fits the area");
 
-extern struct order_rec hs_order_tab[ORDER_RECS] HS_HIDDEN;
-
 /*
- * The pages of hs_order_tab (page-aligned) written so far, a byte each:
- * set by a release before it writes its records (order_release_at, the
- * only writer of nonzero words); a word of a page never written is zero,
- * no object's, and is not read (order_word).  That read faulted the
- * kernel's zero page in -- a semaphore's sem_init forgets the last one at
- * its address (hs_order_forget), a lock is acquired before its first
- * release -- and the page's first write then faulted once more: ~160 of a
- * Python start's page faults (bench/README.md "A Python start's system
- * calls and page faults").
+ * The records and their index (handover.c explains the placement).
+ * hs_order_tab: the pool, record 0 never given out; a sync object gets a
+ * record at its first release (the last one given back by an object that
+ * ended, else the pool's next unused one) and gives it back when it ends
+ * (hs_order_forget), so the pages written grow with the objects in use at
+ * once, not with the objects ever seen.
+ * hs_order_idx: from an address's hash to its record: ORDER_IDX_BUCKETS
+ * buckets of ORDER_IDX_WAYS 4-byte entries (16 bytes, in one cache line),
+ * two buckets per key (two-choice: an entry goes into the first with room).
+ * An entry is (the key's bits 34..52 as a tag) | ORDER_ENTRY_FIXED (the
+ * record is placed by the key, shared, never given back: the pool was used
+ * up) | the record's number; 0 is empty.  32 KiB: 8 pages.
+ * hs_order_idx_written: a byte per page of the index, set before its first
+ * entry is written; a page never written is not read (a read faulted in
+ * the kernel's zero page, and the first write then faulted again).
  */
-#define ORDER_PAGE_RECS (4096u / (unsigned)sizeof(struct order_rec))
-#define ORDER_PAGES (ORDER_RECS / ORDER_PAGE_RECS)
-extern uint8_t hs_order_written[ORDER_PAGES] HS_HIDDEN; /* a byte a page: fewer instructions than a bit */
+#define ORDER_IDX_BUCKETS 2048u
+#define ORDER_IDX_WAYS 4u
+#define ORDER_IDX_PAGES (ORDER_IDX_BUCKETS * ORDER_IDX_WAYS * 4u / 4096u)
+#define ORDER_ENTRY_REC 0xfffu       /* the record's number, 1..ORDER_RECS - 1 */
+#define ORDER_ENTRY_FIXED 0x1000u    /* the record is placed by the key (shared), not taken from the pool */
+#define ORDER_ENTRY_TAG 0xffffe000u  /* bits 34..52 of the key */
+_Static_assert(ORDER_RECS - 1 == ORDER_ENTRY_REC, "an entry holds a record's number");
+_Static_assert(ORDER_IDX_BUCKETS == 1u << 11, "order_bucket takes 11 bits of the key");
 
-/* r's page: the table's 256 pages are 256 consecutive page numbers,
- * distinct modulo 256 (a shift and a mask, no subtraction) */
-static inline unsigned order_page_of(const struct order_rec *r)
-{
-	return (unsigned)((uintptr_t)r >> 12) & (ORDER_PAGES - 1);
-}
-_Static_assert(ORDER_PAGES == 256, "a page's index is its page number modulo 256");
-
-static inline int order_page_written(const struct order_rec *r)
-{
-	return __atomic_load_n(&hs_order_written[order_page_of(r)], __ATOMIC_RELAXED);
-}
-
-static inline void order_page_mark(const struct order_rec *r)
-{
-	uint8_t *w = &hs_order_written[order_page_of(r)];
-	if (HS_UNLIKELY(!__atomic_load_n(w, __ATOMIC_RELAXED)))
-		__atomic_store_n(w, 1, __ATOMIC_RELAXED);
-}
+extern struct order_rec hs_order_tab[ORDER_RECS] HS_HIDDEN;
+extern uint32_t hs_order_idx[ORDER_IDX_BUCKETS][ORDER_IDX_WAYS] HS_HIDDEN;
+extern uint8_t hs_order_idx_written[ORDER_IDX_PAGES] HS_HIDDEN;
+extern const struct order_rec hs_order_none HS_HIDDEN; /* all zero, read-only: the record of an object with none */
 extern uint32_t hs_order_pending_n[ORDER_SLOTS] HS_HIDDEN;
+/* Bumped by hs_order_forget when an object's record is given back (before
+ * another object can take it): a thread's cached records (struct
+ * order_self) are used only while it is the value they were cached at, so
+ * no thread writes to or reads from a record that another object has
+ * taken since, through the address of the object that ended. */
+struct order_epoch {
+	uint32_t n;
+	char pad[60]; /* a line of its own: read by every hook, written by a forget that gives a record back */
+};
+extern struct order_epoch hs_order_epoch HS_HIDDEN;
 
 /* The record's key: one multiply (Fibonacci hashing), never 0 (a zeroed record matches no object). */
 static inline uint64_t order_key(uint64_t addr)
@@ -85,31 +89,10 @@ static inline uint64_t order_key(uint64_t addr)
 	return (addr * 0x9e3779b97f4a7c15ull) | 1;
 }
 
-/*
- * An object's two records (two-choice hashing): each release is written to
- * both, a reader takes whichever still holds the word, so an ordering is
- * lost only when other objects took that word in both.  One record alone
- * lost it whenever another object of the same thread shared the entry
- * (the thread's own releases write the same way): a false hand-over miss
- * in about one run in 30 of tests/test_gil_order.py's connection pool.
- */
-static inline struct order_rec *order_rec_of(uint64_t key)
-{
-	return &hs_order_tab[key >> (64 - 13)];
-}
-
-static inline struct order_rec *order_rec2_of(uint64_t key)
-{
-	return &hs_order_tab[(key >> 32) & (ORDER_RECS - 1)];
-}
-_Static_assert(ORDER_RECS == 1u << 13, "order_rec_of takes the key's top 13 bits");
-
-/* Word i of r when it belongs to key, else 0 (a page never written is not read). */
+/* Word i of r when it belongs to key, else 0. */
 static inline uint64_t order_word(const struct order_rec *r, unsigned i, uint64_t key)
 {
 	uint64_t v, c;
-	if (HS_UNLIKELY(!order_page_written(r)))
-		return 0;
 	v = __atomic_load_n(&r->w[i].val, __ATOMIC_RELAXED);
 	c = __atomic_load_n(&r->w[i].chk, __ATOMIC_RELAXED);
 	return (c ^ v) == key ? v : 0;
@@ -121,6 +104,13 @@ static inline void order_put(struct order_rec *r, unsigned i, uint64_t key, uint
 	__atomic_store_n(&r->w[i].chk, key ^ v, __ATOMIC_RELAXED);
 }
 
+
+/* A thread's memo entry: the object at addr, its key and its record (never
+ * hs_order_none nor handover.c's order_sink). */
+struct order_memo {
+	uint64_t addr, key;
+	struct order_rec *rec;
+};
 
 /*
  * The calling thread's state, in its area (HS_AREA_ORDER): its slot (the
@@ -135,25 +125,36 @@ struct order_self {
 	const struct hs_thread *slot_of;   /* t->slot the index below is for */
 	uint32_t slot, way;
 	uint64_t rel_addr, rel_key, rel_v; /* the last release: rel_v as stored */
-	struct order_rec *rel_rec, *rel_rec2;
+	struct order_rec *rel_rec;         /* its record (handover.c order_sink when it has none) */
 	uint64_t acq_addr, acq_key;        /* the last acquisition looked up */
-	const struct order_rec *acq_rec, *acq_rec2;
+	const struct order_rec *acq_rec;   /* its record when looked up (hs_order_none when it had none) */
+	/* the records of the last two objects looked up in the index (newest first; addr 0: none),
+	 * so that a thread alternating between two objects (a lock nested in another, a
+	 * condition's mutex and the queue's) does not look them up again */
+	struct order_memo memo[2];
+	uint32_t epoch;                    /* hs_order_epoch when the records above were cached */
 	uint64_t seen[ORDER_SEEN];
 };
 _Static_assert(sizeof(struct order_self) <= HS_AREA_ORDER_SIZE, "the order state fits the area");
 
 /* Out of line (handover.c): the rare paths of the functions below. */
 struct order_self *hs_order_self_bind(struct order_self *me, const struct hs_tls *t) HS_HIDDEN;
+/* a release of another object than the thread's last one (or the epoch moved): its record (taken at its first release), stamped */
 void hs_order_release_new(struct order_self *me, uint64_t addr) HS_HIDDEN;
-void hs_order_learn(const struct order_rec *r, const struct order_rec *r2, uint64_t *seen, uint64_t key,
-		    uint64_t last) HS_HIDDEN;
+/* an acquisition of another object than the thread's last one (or the epoch moved): its key and record into me->acq_* */
+void hs_order_acquire_look(struct order_self *me, uint64_t addr) HS_HIDDEN;
+/* an acquisition whose object another thread released last (last: way 0 of its record, 0 when
+ * it holds none of this object's): learn the record's releases into me->seen */
+void hs_order_learn(struct order_self *me, uint64_t last) HS_HIDDEN;
 void hs_order_pending_settle(struct hs_tls *t, uint32_t slot, int32_t tid, int ended) HS_HIDDEN;
 /* hs_order_handed_over_by (shim.h) when the lock's last release is known to
  * be by slot `from` (the slot of its last acquirer; ORDER_SLOTS: unknown):
- * with way 0 of both its records taken by other objects (collisions), the
- * lock's way of `from` still gives that release.  For hs_order_acquirer_changed and
- * unit tests. */
+ * with way 0 of its record taken by another object (records shared once
+ * the pool is used up), the lock's way of `from` still gives that release.
+ * For hs_order_acquirer_changed and unit tests. */
 int hs_order_handed_over_from(uint32_t slot, const uint64_t *seen, uint64_t addr, uint32_t from) HS_HIDDEN;
+/* The record of the object at addr, NULL when it has none (unit tests). */
+const struct order_rec *hs_order_rec_of(uint64_t addr) HS_HIDDEN;
 
 /* The calling thread's order state, NULL when it has no area or no slot index. */
 static inline struct order_self *order_self(const struct hs_tls *t)
@@ -173,9 +174,8 @@ static inline void hs_order_release(struct hs_tls *t, uint64_t addr)
 	struct order_self *me = order_self(t);
 	if (HS_UNLIKELY(!me))
 		return;
-	if (HS_LIKELY(addr == me->rel_addr)) {
+	if (HS_LIKELY(addr == me->rel_addr && me->epoch == __atomic_load_n(&hs_order_epoch.n, __ATOMIC_RELAXED))) {
 		order_put(me->rel_rec, 0, me->rel_key, me->rel_v);
-		order_put(me->rel_rec2, 0, me->rel_key, me->rel_v);
 		return;
 	}
 	hs_order_release_new(me, addr);
@@ -184,25 +184,18 @@ static inline void hs_order_release(struct hs_tls *t, uint64_t addr)
 static inline void hs_order_acquire(struct hs_tls *t, uint64_t addr)
 {
 	struct order_self *me = order_self(t);
+	uint64_t last;
 	if (HS_UNLIKELY(!me))
 		return;
 	if (HS_UNLIKELY(__atomic_load_n(&hs_order_pending_n[me->slot], __ATOMIC_RELAXED)))
 		hs_order_pending_settle(t, me->slot, t->tid, 0); /* this thread goes on: what it handed over was a hand-over */
-	if (HS_UNLIKELY(addr != me->acq_addr)) {
-		me->acq_addr = addr;
-		me->acq_key = order_key(addr);
-		me->acq_rec = order_rec_of(me->acq_key);
-		me->acq_rec2 = order_rec2_of(me->acq_key);
-	}
-	{
-		uint64_t last = order_word(me->acq_rec, 0, me->acq_key);
-		if (HS_UNLIKELY(!last))
-			last = order_word(me->acq_rec2, 0, me->acq_key);
-		/* another thread released it last, or its way 0 is another object's in both
-		 * records (or it was never released): its ways may still hold its releases */
-		if ((last >> 48) != (uint64_t)me->slot + 1)
-			hs_order_learn(me->acq_rec, me->acq_rec2, me->seen, me->acq_key, last);
-	}
+	if (HS_UNLIKELY(addr != me->acq_addr || me->epoch != __atomic_load_n(&hs_order_epoch.n, __ATOMIC_RELAXED)))
+		hs_order_acquire_look(me, addr);
+	last = order_word(me->acq_rec, 0, me->acq_key);
+	/* another thread released it last, or its record holds no release of it (none yet, or it
+	 * has another record since it was looked up): learn its releases */
+	if ((last >> 48) != (uint64_t)me->slot + 1)
+		hs_order_learn(me, last);
 }
 
 #endif
