@@ -228,9 +228,10 @@ static inline uint32_t lock_gil_id(void)
 }
 
 /*
- * hs_locks_before_gil_take's test inline (python.c, at every GIL take): 1
- * in hs_lock_lazy_nogil when a held entry taken without the GIL may have a
- * lazy chain to complete before the thread takes the GIL (locks.c).
+ * hs_locks_before_gil_take's test inline (python.c, at every GIL take):
+ * hs_lock_lazy_nogil not 0 when a held entry taken without the GIL may have
+ * a lazy chain to complete before the thread takes the GIL (1 + the lowest
+ * index such an entry may have, locks.c).
  */
 extern __thread int hs_lock_lazy_nogil __attribute__((tls_model("initial-exec"))) HS_HIDDEN;
 static inline void lock_before_gil_take(struct hs_thread *th)
@@ -401,6 +402,8 @@ static inline __attribute__((always_inline)) int lock_release_top(struct hs_tls 
 	uint32_t id = h->lock;
 	/* one store outside the seqlock (release_end) */
 	__atomic_store_n(&th->held_count, n - 1, __ATOMIC_RELEASE);
+	if (HS_UNLIKELY((uint32_t)hs_lock_lazy_nogil > n - 1))
+		hs_lock_lazy_nogil = 0; /* no entry left where a lazy chain may need completing */
 	hs_rec_released(t, lock_now(), addr, id);
 	return 1;
 }

@@ -31,9 +31,28 @@
 #define CALLER_SP() ((uint64_t)(uintptr_t)__builtin_frame_address(0) + 16)
 
 static __thread struct held_chain *pending __attribute__((tls_model("initial-exec"))); /* the acquisition in progress, NULL: none kept */
-/* 1: a held entry taken without the GIL may have a lazy chain to complete
- * before the thread takes the GIL (hs_locks_before_gil_take) */
+/*
+ * Whether a held entry taken without the GIL may have a lazy chain to
+ * complete before the thread takes the GIL (hs_locks_before_gil_take):
+ * 0 none; else 1 + the lowest index such an entry may have (every such
+ * entry is at index hs_lock_lazy_nogil - 1 or above).  So a release that
+ * leaves fewer entries than that clears it: a Python thread holds its
+ * thread-state lock for life, and with a plain "may" flag, cleared only
+ * when nothing was held, every GIL take after a sqlite call made without
+ * the GIL looked over the held entries for nothing (~56 instructions, 8.7k
+ * takes a run of bench/py_workload.py 3000; bench/README.md "Lock hooks
+ * around the GIL's windows").  A removal from the middle of the held
+ * stack (held_remove: the entries above move down) lowers it to the
+ * removed index + 1, never raises it.  lockpath.h.
+ */
 __thread int hs_lock_lazy_nogil __attribute__((tls_model("initial-exec"))); /* lockpath.h */
+
+/* Held entry n was pushed with a lazy chain taken without the GIL. */
+static inline void lazy_nogil_note(uint32_t n)
+{
+	if (hs_lock_lazy_nogil == 0 || (uint32_t)hs_lock_lazy_nogil > n + 1)
+		hs_lock_lazy_nogil = (int)(n + 1);
+}
 
 /*
  * "Does this thread hold the GIL?" asked once per change.  A thread takes
@@ -694,6 +713,9 @@ static void held_remove(struct hs_thread *th, int i)
 		memmove(&th->held[i], &th->held[i + 1], (th->held_count - (uint32_t)i - 1) * sizeof th->held[0]);
 	th->held_count--;
 	hs_lockstate_end(th);
+	/* the entries above i move down: the lowest that may need completing is at i or above */
+	if (hs_lock_lazy_nogil > i + 1)
+		hs_lock_lazy_nogil = i + 1;
 	/* the top entry's slot keeps its chain: the shadow of the next acquisition there */
 	struct held_chain *held_chains = held_chains_of();
 	for (uint32_t k = (uint32_t)i; held_chains && k < th->held_count && k + 1 < HELD_CHAINS; k++)
@@ -781,7 +803,7 @@ static inline __attribute__((always_inline)) void acq_after(struct hs_tls *t, st
 			if (held_chains && HS_UNLIKELY(pending != &held_chains[n] || pending->addr != a->addr))
 				held_chain_set(&held_chains[n], a->addr, pending);
 			if (held_chains && held_chains[n].c.lazy && !held_chains[n].leaf && !a->holds_gil)
-				hs_lock_lazy_nogil = 1; /* completed before this thread takes the GIL, if still held */
+				lazy_nogil_note(n); /* completed before this thread takes the GIL, if still held */
 		}
 	}
 	l = &hs_seg.locks[a->id];
@@ -896,7 +918,7 @@ static inline __attribute__((always_inline)) int acq_first_before(struct hs_tls 
 	} else {
 		p->leaf = 0;
 		if (hs_py_frames_maybe())
-			hs_chain_read_lazy(&p->c, site, cfa);
+			lock_chain_read_lazy(&p->c, site, cfa); /* the slot's own last chain compared inline */
 		else
 			hs_chain_read_inline(&p->c, site, cfa);
 	}
@@ -921,7 +943,7 @@ static inline __attribute__((always_inline)) void acq_first_after(struct hs_tls 
 	held_push4(th, n, addr, id, HS_MODE_WRITE, 0, stack, (holds_gil ? HS_HELDF_GIL : 0) | (p->leaf ? HS_HELDF_SITE : 0),
 		   now);
 	if (p->c.lazy && !p->leaf && !holds_gil)
-		hs_lock_lazy_nogil = 1; /* completed before this thread takes the GIL, if still held */
+		lazy_nogil_note(n); /* completed before this thread takes the GIL, if still held */
 	{
 		struct hs_lock *l = &hs_seg.locks[id];
 		int32_t last = __atomic_load_n(&l->last_tid, __ATOMIC_RELAXED);
@@ -1053,16 +1075,17 @@ static inline int release_begin(struct hs_tls *t, uint64_t addr, uint32_t *id)
 	return -1;
 }
 
-/* After a release left n entries held: nothing held, nothing for the lazy
- * chain to complete; else the entries another thread released since are
- * purged (the scan inline, the purge out of line). */
+/* After a release left n entries held: none left at or above the lowest
+ * index a lazy chain taken without the GIL may have, nothing for the take
+ * to complete (hs_lock_lazy_nogil); nothing held, done; else the entries
+ * another thread released since are purged (the scan inline, the purge out
+ * of line). */
 static inline __attribute__((always_inline)) void after_release(struct hs_thread *th, uint32_t n)
 {
-	if (!n) {
-		if (HS_UNLIKELY(hs_lock_lazy_nogil))
-			hs_lock_lazy_nogil = 0;
+	if (HS_UNLIKELY((uint32_t)hs_lock_lazy_nogil > n))
+		hs_lock_lazy_nogil = 0;
+	if (!n)
 		return;
-	}
 	for (uint32_t k = 0; k < n && k < HS_HELD_MAX; k++)
 		if (HS_UNLIKELY((th->held[k].flags >> HS_HELDF_RELGEN_SHIFT) != relgen_of(th->held[k].lock))) {
 			held_purge_slow(th);
@@ -1207,19 +1230,66 @@ static __attribute__((noinline)) void locks_freed(uint64_t lo, uint64_t hi)
 	hs_lock_forget_range(&hs_seg, lo, hi);
 }
 
-void hs_locks_on_free(void *p, size_t size)
+/*
+ * A bound on the usable bytes of glibc's block p, from its chunk header
+ * alone: the size word 8 bytes before the block (its low three bits
+ * flags: PREV_INUSE, IS_MMAPPED, NON_MAIN_ARENA) less 8, which is
+ * malloc_usable_size of an in-use heap chunk (the next chunk's prev_size
+ * word is the block's) and 8 more than that of an mmapped one (glibc
+ * malloc.c musable; the layout of every glibc since 2.0).  One load where
+ * the exported call (a call through a pointer, glibc's own checks) took
+ * ~30 instructions at each free with the heap checker off (bench/README.md
+ * "Lock hooks around the GIL's windows").  Used only as the filter's range:
+ * a range that passes is taken again with the exact size, so a bound
+ * that runs past the block forgets nothing that lives after it.
+ */
+static inline uint64_t libc_block_bound(const void *p)
+{
+	uint64_t w;
+	memcpy(&w, (const char *)p - 8, sizeof w);
+	w &= ~(uint64_t)7;
+	return w > 8 ? w - 8 : 0;
+}
+
+/* The block [p, hi) that hs_locks_on_free's one-word look did not clear
+ * (size 0: glibc's block, hi its header's bound) is being freed: the whole
+ * filter (hs_lock_mem_seen), again over the exact bytes (glibc's size)
+ * when hi was a bound, then locks_freed.  Out of line: the common free
+ * saves no registers. */
+static __attribute__((noinline)) void locks_on_free_look(void *p, size_t size, uint64_t hi)
 {
 	uint64_t lo = (uint64_t)(uintptr_t)p;
+	if (!hs_lock_mem_seen(lo, hi))
+		return;
+	if (!size) {
+		size = hs_libc_usable_size(p);
+		if (!hs_lock_mem_seen(lo, lo + size))
+			return;
+	}
+	locks_freed(lo, lo + size);
+}
+
+void hs_locks_on_free(void *p, size_t size)
+{
+	uint64_t lo = (uint64_t)(uintptr_t)p, hi, g, k;
+	uint32_t sh;
 	if (!p || !__atomic_load_n(&hs_recording, __ATOMIC_ACQUIRE))
 		return;
-	/* size 0: the heap checker off, every block is glibc's (the exported
-	   hook would ask the guard pages and the heap checker first) */
-	if (!size)
-		size = hs_libc_usable_size(p);
-	/* no lock address ever noted in [lo, lo + size): none lives there, none is held there */
-	if (HS_LIKELY(!hs_lock_mem_seen(lo, lo + size)))
+	/* no lock address ever noted in [lo, hi): none lives there, none is held there.
+	   size 0: the heap checker off, every block is glibc's (the exported hook would ask the
+	   guard pages and the heap checker first): the filter asked over the header's bound, a
+	   superset of the block's bytes, and glibc's exact size only when that passes.  Most
+	   blocks' granules lie in one word of the map: hs_lock_mem_seen's first case here, its
+	   others out of line */
+	hi = lo + (size ? size : libc_block_bound(p));
+	g = lo >> HS_LOCK_GRANULE_SHIFT;
+	k = ((hi - 1) >> HS_LOCK_GRANULE_SHIFT) - g;
+	sh = (uint32_t)g % 64;
+	if (HS_LIKELY(k < 64 - sh) &&
+	    HS_LIKELY(((__atomic_load_n(&hs_lock_granules[(g / 64) & (HS_LOCK_GRANULE_BITS / 64 - 1)],
+				     __ATOMIC_RELAXED) >> sh) & ((2ull << k) - 1)) == 0))
 		return;
-	locks_freed(lo, lo + size);
+	locks_on_free_look(p, size, hi);
 }
 
 /*
