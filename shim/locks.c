@@ -35,15 +35,16 @@ static __thread struct held_chain *pending __attribute__((tls_model("initial-exe
  * Whether a held entry taken without the GIL may have a lazy chain to
  * complete before the thread takes the GIL (hs_locks_before_gil_take):
  * 0 none; else 1 + the lowest index such an entry may have (every such
- * entry is at index hs_lock_lazy_nogil - 1 or above).  So a release that
- * leaves fewer entries than that clears it: a Python thread holds its
- * thread-state lock for life, and with a plain "may" flag, cleared only
- * when nothing was held, every GIL take after a sqlite call made without
- * the GIL looked over the held entries for nothing (~56 instructions, 8.7k
- * takes a run of bench/py_workload.py 3000; bench/README.md "Lock hooks
- * around the GIL's windows").  A removal from the middle of the held
- * stack (held_remove: the entries above move down) lowers it to the
- * removed index + 1, never raises it.  lockpath.h.
+ * entry is at index hs_lock_lazy_nogil - 1 or above).  So a take that
+ * finds fewer entries held than that clears it without looking
+ * (lock_before_gil_take): a Python thread holds its thread-state lock for
+ * life, and with a plain "may" flag, cleared only when nothing was held,
+ * every GIL take after a sqlite call made without the GIL looked over the
+ * held entries for nothing (~56 instructions, 8.7k takes a run of
+ * bench/py_workload.py 3000; bench/README.md "Lock hooks around the GIL's
+ * windows").  A removal from the middle of the held stack (held_remove:
+ * the entries above move down) lowers it to the removed index + 1, never
+ * raises it; a release of everything clears it.  lockpath.h.
  */
 __thread int hs_lock_lazy_nogil __attribute__((tls_model("initial-exec"))); /* lockpath.h */
 
@@ -217,8 +218,12 @@ static __attribute__((noinline, cold)) void held_complete_lazy(struct hs_thread 
 
 void hs_locks_before_gil_take(struct hs_thread *th)
 {
-	if (HS_UNLIKELY(hs_lock_lazy_nogil) && th)
-		held_complete_lazy(th);
+	if (HS_UNLIKELY(hs_lock_lazy_nogil) && th) {
+		if ((uint32_t)hs_lock_lazy_nogil > th->held_count)
+			hs_lock_lazy_nogil = 0; /* released since: none left where one may need completing */
+		else
+			held_complete_lazy(th);
+	}
 }
 
 /* The GIL's own mutex is being locked outside python.c's hooks (a take
@@ -1075,17 +1080,19 @@ static inline int release_begin(struct hs_tls *t, uint64_t addr, uint32_t *id)
 	return -1;
 }
 
-/* After a release left n entries held: none left at or above the lowest
- * index a lazy chain taken without the GIL may have, nothing for the take
- * to complete (hs_lock_lazy_nogil); nothing held, done; else the entries
- * another thread released since are purged (the scan inline, the purge out
- * of line). */
+/* After a release left n entries held: nothing held, nothing for the lazy
+ * chain to complete; else the entries another thread released since are
+ * purged (the scan inline, the purge out of line).  (A mark left with
+ * fewer entries held than its index is cleared at the take instead:
+ * lock_before_gil_take, one compare there rather than one at every
+ * release.) */
 static inline __attribute__((always_inline)) void after_release(struct hs_thread *th, uint32_t n)
 {
-	if (HS_UNLIKELY((uint32_t)hs_lock_lazy_nogil > n))
-		hs_lock_lazy_nogil = 0;
-	if (!n)
+	if (!n) {
+		if (HS_UNLIKELY(hs_lock_lazy_nogil))
+			hs_lock_lazy_nogil = 0;
 		return;
+	}
 	for (uint32_t k = 0; k < n && k < HS_HELD_MAX; k++)
 		if (HS_UNLIKELY((th->held[k].flags >> HS_HELDF_RELGEN_SHIFT) != relgen_of(th->held[k].lock))) {
 			held_purge_slow(th);
