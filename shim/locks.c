@@ -923,7 +923,7 @@ static inline __attribute__((always_inline)) int acq_first_before(struct hs_tls 
 	} else {
 		p->leaf = 0;
 		if (hs_py_frames_maybe())
-			lock_chain_read_lazy(&p->c, site, cfa); /* the slot's own last chain compared inline */
+			hs_chain_read_lazy(&p->c, site, cfa);
 		else
 			hs_chain_read_inline(&p->c, site, cfa);
 	}
