@@ -412,6 +412,83 @@ static inline int edge_chain_known(const struct hs_thread *th, uint32_t n, uint3
 	return edge_chain_has(ec, key);
 }
 
+/*
+ * The chain cache's answer for the thread's last known chains at held
+ * depths 1 and 2, with and without the GIL, without their keys: acquiring
+ * lock id (in write mode, the common path's, acq_first_before) over held
+ * entries whose lock, mode, trylock and recursion words are below[0 .. n-1],
+ * with GIL id gil (0: not held), in the segment of generation gen, was
+ * found in the chain cache (every edge in the graph: edges are never
+ * removed from a segment), so the same again adds nothing.  The key
+ * (edge_chain_key_of) is a hs_mix64 per held entry and one more, ~45
+ * instructions for sqlite's memory mutex taken under its connection mutex
+ * under a Python thread's thread-state lock, 40k times a run of
+ * bench/py_workload.py 3000; a compare per word here (bench/README.md "Lock
+ * hooks around the GIL's windows").  sqlite takes both mutexes with the
+ * GIL held and without it in turn, hence an entry for each.  In the
+ * thread's area after the chain cache (128 of the 320 bytes the lock
+ * range had free); written only inside a hook (the guard held), the id
+ * zeroed first and written last; a fork child's new segment has another
+ * generation.
+ */
+#define CHAIN_KNOWN_DEPTHS 2u
+struct chain_known {
+	uint64_t below[CHAIN_KNOWN_DEPTHS];
+	uint32_t id, gil, gen, pad;
+};
+_Static_assert(sizeof(struct held_chain) * (HELD_CHAINS + 1) + sizeof(struct edge_chains) +
+			       sizeof(struct chain_known) * CHAIN_KNOWN_DEPTHS * 2 <=
+		       HS_AREA_LOCKS_SIZE,
+	       "the known chains fit the area after the chain cache");
+
+/* The entry of depth n (1 or 2), with the GIL or not, in area a (hs_area()). */
+static inline struct chain_known *chain_known_of(char *a, uint32_t n, uint32_t gil)
+{
+	return (struct chain_known *)(void *)(a + HS_AREA_LOCKS + sizeof(struct held_chain) * (HELD_CHAINS + 1) +
+					      sizeof(struct edge_chains)) +
+	       (n - 1) * 2 + (gil != 0);
+}
+
+/* A held entry's lock, mode, trylock and recursion as one word (lockpath.h held_push4). */
+static inline uint64_t held_word_of(const struct hs_held *he)
+{
+	uint64_t w;
+	memcpy(&w, &he->lock, sizeof w);
+	return w;
+}
+
+/* 1 when acquiring id over held[0 .. n-1] with GIL id gil is the known chain of its depth (area a). */
+static inline __attribute__((always_inline)) int chain_known_again(char *a, const struct hs_thread *th,
+								   uint32_t n, uint32_t id, uint32_t gil,
+								   uint32_t gen)
+{
+	const struct chain_known *k;
+	if (n - 1 >= CHAIN_KNOWN_DEPTHS)
+		return 0; /* nothing held (the GIL alone: one hs_mix64), or deeper */
+	k = chain_known_of(a, n, gil);
+	return k->id == id && k->gil == gil && k->gen == gen && held_word_of(&th->held[0]) == k->below[0] &&
+	       (n == 1 || held_word_of(&th->held[1]) == k->below[1]);
+}
+
+/* edge_chain_known for acq_first_before, its yes kept as its depth's known chain (area a). */
+static __attribute__((noinline)) int chain_known_ask(char *a, const struct hs_thread *th, uint32_t n, uint32_t id,
+						     uint32_t gil, uint32_t gen)
+{
+	struct chain_known *k;
+	if (!edge_chain_known(th, n, id, HS_MODE_WRITE, gil))
+		return 0;
+	if (n - 1 < CHAIN_KNOWN_DEPTHS) {
+		k = chain_known_of(a, n, gil);
+		k->id = 0;
+		for (uint32_t i = 0; i < n; i++)
+			k->below[i] = held_word_of(&th->held[i]);
+		k->gil = gil;
+		k->gen = gen;
+		k->id = id;
+	}
+	return 1;
+}
+
 /* The edges held -> a->id of a blocking acquisition (n held entries), and
  * the GIL -> it when the thread holds the GIL; out of line (most
  * acquisitions hold nothing, or find their chain's edges known). */
@@ -928,11 +1005,13 @@ static inline __attribute__((always_inline)) int acq_first_before(struct hs_tls 
 			hs_chain_read_inline(&p->c, site, cfa);
 	}
 	holds_gil = id && __atomic_load_n(&hs_py_present, __ATOMIC_RELAXED) && holds_gil_now();
-	/* the edges held -> lock and GIL -> lock: the chain cache looked at inline, acq_edges
-	 * (out of line) for a chain not known */
-	if (id && (n || HS_UNLIKELY(holds_gil)) &&
-	    !edge_chain_known(th, n, id, HS_MODE_WRITE, holds_gil ? lock_gil_id() : 0))
-		acq_first_edges(t, addr, site, kind, id, stack, now, holds_gil, n);
+	/* the edges held -> lock and GIL -> lock: the depth's last known chain compared inline, the
+	 * chain cache (chain_known_ask), acq_edges (out of line) for a chain not known */
+	if (id && (n || HS_UNLIKELY(holds_gil))) {
+		uint32_t gil = holds_gil ? lock_gil_id() : 0;
+		if (!chain_known_again(t->area, th, n, id, gil, gen) && !chain_known_ask(t->area, th, n, id, gil, gen))
+			acq_first_edges(t, addr, site, kind, id, stack, now, holds_gil, n);
+	}
 	*now_ = now;
 	*id_ = id;
 	*stack_ = stack;
