@@ -228,15 +228,21 @@ static inline uint32_t lock_gil_id(void)
 }
 
 /*
- * hs_locks_before_gil_take's test inline (python.c, at every GIL take): 1
- * in hs_lock_lazy_nogil when a held entry taken without the GIL may have a
- * lazy chain to complete before the thread takes the GIL (locks.c).
+ * hs_locks_before_gil_take's test inline (python.c, at every GIL take):
+ * hs_lock_lazy_nogil not 0 when a held entry taken without the GIL may have
+ * a lazy chain to complete before the thread takes the GIL (1 + the lowest
+ * index such an entry may have, locks.c); when fewer entries are held than
+ * that, none is left to complete, and the mark is cleared here.
  */
 extern __thread int hs_lock_lazy_nogil __attribute__((tls_model("initial-exec"))) HS_HIDDEN;
 static inline void lock_before_gil_take(struct hs_thread *th)
 {
-	if (HS_UNLIKELY(hs_lock_lazy_nogil))
-		hs_locks_before_gil_take(th);
+	if (HS_UNLIKELY(hs_lock_lazy_nogil)) {
+		if ((uint32_t)hs_lock_lazy_nogil > th->held_count)
+			hs_lock_lazy_nogil = 0;
+		else
+			hs_locks_before_gil_take(th);
+	}
 }
 
 /*

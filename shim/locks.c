@@ -31,9 +31,29 @@
 #define CALLER_SP() ((uint64_t)(uintptr_t)__builtin_frame_address(0) + 16)
 
 static __thread struct held_chain *pending __attribute__((tls_model("initial-exec"))); /* the acquisition in progress, NULL: none kept */
-/* 1: a held entry taken without the GIL may have a lazy chain to complete
- * before the thread takes the GIL (hs_locks_before_gil_take) */
+/*
+ * Whether a held entry taken without the GIL may have a lazy chain to
+ * complete before the thread takes the GIL (hs_locks_before_gil_take):
+ * 0 none; else 1 + the lowest index such an entry may have (every such
+ * entry is at index hs_lock_lazy_nogil - 1 or above).  So a take that
+ * finds fewer entries held than that clears it without looking
+ * (lock_before_gil_take): a Python thread holds its thread-state lock for
+ * life, and with a plain "may" flag, cleared only when nothing was held,
+ * every GIL take after a sqlite call made without the GIL looked over the
+ * held entries for nothing (~56 instructions, 8.7k takes a run of
+ * bench/py_workload.py 3000; bench/README.md "Lock hooks around the GIL's
+ * windows").  A removal from the middle of the held stack (held_remove:
+ * the entries above move down) lowers it to the removed index + 1, never
+ * raises it; a release of everything clears it.  lockpath.h.
+ */
 __thread int hs_lock_lazy_nogil __attribute__((tls_model("initial-exec"))); /* lockpath.h */
+
+/* Held entry n was pushed with a lazy chain taken without the GIL. */
+static inline void lazy_nogil_note(uint32_t n)
+{
+	if (hs_lock_lazy_nogil == 0 || (uint32_t)hs_lock_lazy_nogil > n + 1)
+		hs_lock_lazy_nogil = (int)(n + 1);
+}
 
 /*
  * "Does this thread hold the GIL?" asked once per change.  A thread takes
@@ -198,8 +218,12 @@ static __attribute__((noinline, cold)) void held_complete_lazy(struct hs_thread 
 
 void hs_locks_before_gil_take(struct hs_thread *th)
 {
-	if (HS_UNLIKELY(hs_lock_lazy_nogil) && th)
-		held_complete_lazy(th);
+	if (HS_UNLIKELY(hs_lock_lazy_nogil) && th) {
+		if ((uint32_t)hs_lock_lazy_nogil > th->held_count)
+			hs_lock_lazy_nogil = 0; /* released since: none left where one may need completing */
+		else
+			held_complete_lazy(th);
+	}
 }
 
 /* The GIL's own mutex is being locked outside python.c's hooks (a take
@@ -386,6 +410,83 @@ static inline int edge_chain_known(const struct hs_thread *th, uint32_t n, uint3
 		return 0;
 	key = edge_chain_key_of(th, n, id, acq_mode, gil);
 	return edge_chain_has(ec, key);
+}
+
+/*
+ * The chain cache's answer for the thread's last known chains at held
+ * depths 1 and 2, with and without the GIL, without their keys: acquiring
+ * lock id (in write mode, the common path's, acq_first_before) over held
+ * entries whose lock, mode, trylock and recursion words are below[0 .. n-1],
+ * with GIL id gil (0: not held), in the segment of generation gen, was
+ * found in the chain cache (every edge in the graph: edges are never
+ * removed from a segment), so the same again adds nothing.  The key
+ * (edge_chain_key_of) is a hs_mix64 per held entry and one more, ~45
+ * instructions for sqlite's memory mutex taken under its connection mutex
+ * under a Python thread's thread-state lock, 40k times a run of
+ * bench/py_workload.py 3000; a compare per word here (bench/README.md "Lock
+ * hooks around the GIL's windows").  sqlite takes both mutexes with the
+ * GIL held and without it in turn, hence an entry for each.  In the
+ * thread's area after the chain cache (128 of the 320 bytes the lock
+ * range had free); written only inside a hook (the guard held), the id
+ * zeroed first and written last; a fork child's new segment has another
+ * generation.
+ */
+#define CHAIN_KNOWN_DEPTHS 2u
+struct chain_known {
+	uint64_t below[CHAIN_KNOWN_DEPTHS];
+	uint32_t id, gil, gen, pad;
+};
+_Static_assert(sizeof(struct held_chain) * (HELD_CHAINS + 1) + sizeof(struct edge_chains) +
+			       sizeof(struct chain_known) * CHAIN_KNOWN_DEPTHS * 2 <=
+		       HS_AREA_LOCKS_SIZE,
+	       "the known chains fit the area after the chain cache");
+
+/* The entry of depth n (1 or 2), with the GIL or not, in area a (hs_area()). */
+static inline struct chain_known *chain_known_of(char *a, uint32_t n, uint32_t gil)
+{
+	return (struct chain_known *)(void *)(a + HS_AREA_LOCKS + sizeof(struct held_chain) * (HELD_CHAINS + 1) +
+					      sizeof(struct edge_chains)) +
+	       (n - 1) * 2 + (gil != 0);
+}
+
+/* A held entry's lock, mode, trylock and recursion as one word (lockpath.h held_push4). */
+static inline uint64_t held_word_of(const struct hs_held *he)
+{
+	uint64_t w;
+	memcpy(&w, &he->lock, sizeof w);
+	return w;
+}
+
+/* 1 when acquiring id over held[0 .. n-1] with GIL id gil is the known chain of its depth (area a). */
+static inline __attribute__((always_inline)) int chain_known_again(char *a, const struct hs_thread *th,
+								   uint32_t n, uint32_t id, uint32_t gil,
+								   uint32_t gen)
+{
+	const struct chain_known *k;
+	if (n - 1 >= CHAIN_KNOWN_DEPTHS)
+		return 0; /* nothing held (the GIL alone: one hs_mix64), or deeper */
+	k = chain_known_of(a, n, gil);
+	return k->id == id && k->gil == gil && k->gen == gen && held_word_of(&th->held[0]) == k->below[0] &&
+	       (n == 1 || held_word_of(&th->held[1]) == k->below[1]);
+}
+
+/* edge_chain_known for acq_first_before, its yes kept as its depth's known chain (area a). */
+static __attribute__((noinline)) int chain_known_ask(char *a, const struct hs_thread *th, uint32_t n, uint32_t id,
+						     uint32_t gil, uint32_t gen)
+{
+	struct chain_known *k;
+	if (!edge_chain_known(th, n, id, HS_MODE_WRITE, gil))
+		return 0;
+	if (n - 1 < CHAIN_KNOWN_DEPTHS) {
+		k = chain_known_of(a, n, gil);
+		k->id = 0;
+		for (uint32_t i = 0; i < n; i++)
+			k->below[i] = held_word_of(&th->held[i]);
+		k->gil = gil;
+		k->gen = gen;
+		k->id = id;
+	}
+	return 1;
 }
 
 /* The edges held -> a->id of a blocking acquisition (n held entries), and
@@ -694,6 +795,9 @@ static void held_remove(struct hs_thread *th, int i)
 		memmove(&th->held[i], &th->held[i + 1], (th->held_count - (uint32_t)i - 1) * sizeof th->held[0]);
 	th->held_count--;
 	hs_lockstate_end(th);
+	/* the entries above i move down: the lowest that may need completing is at i or above */
+	if (hs_lock_lazy_nogil > i + 1)
+		hs_lock_lazy_nogil = i + 1;
 	/* the top entry's slot keeps its chain: the shadow of the next acquisition there */
 	struct held_chain *held_chains = held_chains_of();
 	for (uint32_t k = (uint32_t)i; held_chains && k < th->held_count && k + 1 < HELD_CHAINS; k++)
@@ -781,7 +885,7 @@ static inline __attribute__((always_inline)) void acq_after(struct hs_tls *t, st
 			if (held_chains && HS_UNLIKELY(pending != &held_chains[n] || pending->addr != a->addr))
 				held_chain_set(&held_chains[n], a->addr, pending);
 			if (held_chains && held_chains[n].c.lazy && !held_chains[n].leaf && !a->holds_gil)
-				hs_lock_lazy_nogil = 1; /* completed before this thread takes the GIL, if still held */
+				lazy_nogil_note(n); /* completed before this thread takes the GIL, if still held */
 		}
 	}
 	l = &hs_seg.locks[a->id];
@@ -901,11 +1005,13 @@ static inline __attribute__((always_inline)) int acq_first_before(struct hs_tls 
 			hs_chain_read_inline(&p->c, site, cfa);
 	}
 	holds_gil = id && __atomic_load_n(&hs_py_present, __ATOMIC_RELAXED) && holds_gil_now();
-	/* the edges held -> lock and GIL -> lock: the chain cache looked at inline, acq_edges
-	 * (out of line) for a chain not known */
-	if (id && (n || HS_UNLIKELY(holds_gil)) &&
-	    !edge_chain_known(th, n, id, HS_MODE_WRITE, holds_gil ? lock_gil_id() : 0))
-		acq_first_edges(t, addr, site, kind, id, stack, now, holds_gil, n);
+	/* the edges held -> lock and GIL -> lock: the depth's last known chain compared inline, the
+	 * chain cache (chain_known_ask), acq_edges (out of line) for a chain not known */
+	if (id && (n || HS_UNLIKELY(holds_gil))) {
+		uint32_t gil = holds_gil ? lock_gil_id() : 0;
+		if (!chain_known_again(t->area, th, n, id, gil, gen) && !chain_known_ask(t->area, th, n, id, gil, gen))
+			acq_first_edges(t, addr, site, kind, id, stack, now, holds_gil, n);
+	}
 	*now_ = now;
 	*id_ = id;
 	*stack_ = stack;
@@ -921,7 +1027,7 @@ static inline __attribute__((always_inline)) void acq_first_after(struct hs_tls 
 	held_push4(th, n, addr, id, HS_MODE_WRITE, 0, stack, (holds_gil ? HS_HELDF_GIL : 0) | (p->leaf ? HS_HELDF_SITE : 0),
 		   now);
 	if (p->c.lazy && !p->leaf && !holds_gil)
-		hs_lock_lazy_nogil = 1; /* completed before this thread takes the GIL, if still held */
+		lazy_nogil_note(n); /* completed before this thread takes the GIL, if still held */
 	{
 		struct hs_lock *l = &hs_seg.locks[id];
 		int32_t last = __atomic_load_n(&l->last_tid, __ATOMIC_RELAXED);
@@ -1055,7 +1161,10 @@ static inline int release_begin(struct hs_tls *t, uint64_t addr, uint32_t *id)
 
 /* After a release left n entries held: nothing held, nothing for the lazy
  * chain to complete; else the entries another thread released since are
- * purged (the scan inline, the purge out of line). */
+ * purged (the scan inline, the purge out of line).  (A mark left with
+ * fewer entries held than its index is cleared at the take instead:
+ * lock_before_gil_take, one compare there rather than one at every
+ * release.) */
 static inline __attribute__((always_inline)) void after_release(struct hs_thread *th, uint32_t n)
 {
 	if (!n) {
@@ -1207,19 +1316,73 @@ static __attribute__((noinline)) void locks_freed(uint64_t lo, uint64_t hi)
 	hs_lock_forget_range(&hs_seg, lo, hi);
 }
 
-void hs_locks_on_free(void *p, size_t size)
+/*
+ * A bound on the usable bytes of glibc's block p, from its chunk header
+ * alone: the size word 8 bytes before the block (its low three bits
+ * flags: PREV_INUSE, IS_MMAPPED, NON_MAIN_ARENA) less 8, which is
+ * malloc_usable_size of an in-use heap chunk (the next chunk's prev_size
+ * word is the block's) and 8 more than that of an mmapped one (glibc
+ * malloc.c musable; the layout of every glibc since 2.0).  One load where
+ * the exported call (a call through a pointer, glibc's own checks) took
+ * ~30 instructions at each free with the heap checker off (bench/README.md
+ * "Lock hooks around the GIL's windows").  Used only as the filter's range:
+ * a range that passes is taken again with the exact size, so a bound
+ * that runs past the block forgets nothing that lives after it.
+ */
+static inline uint64_t libc_block_bound(const void *p)
+{
+	uint64_t w;
+	memcpy(&w, (const char *)p - 8, sizeof w);
+	w &= ~(uint64_t)7;
+	return w > 8 ? w - 8 : 0;
+}
+
+/* The block [p, hi) that hs_locks_on_free's one-word look did not clear
+ * (size 0: glibc's block, hi its header's bound) is being freed: the whole
+ * filter (hs_lock_mem_seen), again over the exact bytes (glibc's size)
+ * when hi was a bound, then locks_freed.  Out of line: the common free
+ * saves no registers. */
+static __attribute__((noinline)) void locks_on_free_look(void *p, size_t size, uint64_t hi)
 {
 	uint64_t lo = (uint64_t)(uintptr_t)p;
+	if (!hs_lock_mem_seen(lo, hi))
+		return;
+	if (!size) {
+		size = hs_libc_usable_size(p);
+		if (!hs_lock_mem_seen(lo, lo + size))
+			return;
+	}
+	locks_freed(lo, lo + size);
+}
+
+void hs_locks_on_free(void *p, size_t size)
+{
+	uint64_t lo = (uint64_t)(uintptr_t)p, hi, g, k;
+	uint32_t sh, w;
 	if (!p || !__atomic_load_n(&hs_recording, __ATOMIC_ACQUIRE))
 		return;
-	/* size 0: the heap checker off, every block is glibc's (the exported
-	   hook would ask the guard pages and the heap checker first) */
-	if (!size)
-		size = hs_libc_usable_size(p);
-	/* no lock address ever noted in [lo, lo + size): none lives there, none is held there */
-	if (HS_LIKELY(!hs_lock_mem_seen(lo, lo + size)))
-		return;
-	locks_freed(lo, lo + size);
+	/* no lock address ever noted in [lo, hi): none lives there, none is held there.
+	   size 0: the heap checker off, every block is glibc's (the exported hook would ask the
+	   guard pages and the heap checker first): the filter asked over the header's bound, a
+	   superset of the block's bytes, and glibc's exact size only when that passes.
+	   hs_lock_mem_seen's two cases of a block up to 4 KiB here (its granules in one word
+	   of the map, or across a word's end), its long look out of line */
+	hi = lo + (size ? size : libc_block_bound(p));
+	g = lo >> HS_LOCK_GRANULE_SHIFT;
+	k = ((hi - 1) >> HS_LOCK_GRANULE_SHIFT) - g;
+	sh = (uint32_t)g % 64;
+	w = (uint32_t)(g / 64) & (HS_LOCK_GRANULE_BITS / 64 - 1);
+	if (HS_LIKELY(k < 64 - sh)) {
+		if (HS_LIKELY(((__atomic_load_n(&hs_lock_granules[w], __ATOMIC_RELAXED) >> sh) & ((2ull << k) - 1)) ==
+			      0))
+			return;
+	} else if (k <= 64) {
+		if ((__atomic_load_n(&hs_lock_granules[w], __ATOMIC_RELAXED) >> sh) == 0 &&
+		    (__atomic_load_n(&hs_lock_granules[(w + 1) & (HS_LOCK_GRANULE_BITS / 64 - 1)], __ATOMIC_RELAXED) &
+		     ((2ull << (sh + k - 64)) - 1)) == 0)
+			return;
+	}
+	locks_on_free_look(p, size, hi);
 }
 
 /*

@@ -92,13 +92,53 @@ uint32_t hs_py_gil_lock(void)
 /* ---- the hooks ------------------------------------------------------------- */
 
 /*
+ * The held entries whose edges to the GIL were all in the graph at this
+ * thread's last take that looked (gil_held_edges): a take under the same
+ * entries adds nothing (edges are never removed from a segment) and skips
+ * the loop.  A Python thread holds its thread-state lock for life, so
+ * every take of a worker under bench/py_workload.py holds one entry and
+ * looked its edge up again (~70 instructions a take with the call,
+ * bench/README.md "Lock hooks around the GIL's windows").  Kept for at most
+ * GIL_TAKE_KNOWN_MAX entries, each as its lock, mode, trylock and recursion
+ * word (the held entry's bytes 8..15, lockpath.h held_push4), for the GIL's
+ * id gil in the segment of generation gen; n 0: nothing kept.  Written only
+ * inside a hook (the guard held): a signal handler's take passes through.
+ */
+#define GIL_TAKE_KNOWN_MAX 2u
+static __thread struct {
+	uint32_t n, gen, gil;
+	uint64_t word[GIL_TAKE_KNOWN_MAX];
+} gil_take_known __attribute__((tls_model("initial-exec")));
+
+static inline uint64_t held_word(const struct hs_held *he)
+{
+	uint64_t w;
+	memcpy(&w, &he->lock, sizeof w);
+	return w;
+}
+
+/* 1 when held[0 .. n-1] are the entries gil_take_known keeps for gil. */
+static inline __attribute__((always_inline)) int gil_take_is_known(const struct hs_thread *th, uint32_t gil,
+								    uint32_t n)
+{
+	return n == gil_take_known.n && gil == gil_take_known.gil &&
+	       gil_take_known.gen == __atomic_load_n(&hs_seg_gen, __ATOMIC_RELAXED) &&
+	       held_word(&th->held[0]) == gil_take_known.word[0] &&
+	       (n == 1 || held_word(&th->held[1]) == gil_take_known.word[1]);
+}
+
+/*
  * The edges held -> GIL for the thread's n held entries (n > 0, the GIL's
  * id gil): gil_wait_begin's loop, out of line (most takes hold no native
- * lock).
+ * lock, or the entries of the last take, gil_take_known).  When every
+ * edge was in the graph (hs_edge_known: not one with its held lock's call
+ * site only) and n <= GIL_TAKE_KNOWN_MAX, the entries are kept there.
  */
 static __attribute__((noinline)) void gil_held_edges(struct hs_tls *t, uint32_t gil, uint32_t n, uint64_t now)
 {
 	struct hs_thread *th = t->slot;
+	int all = 1; /* every edge in the graph already */
+	gil_take_known.n = 0;
 	for (uint32_t i = 0; i < n; i++) {
 		const struct hs_held *he = &th->held[i];
 		int created;
@@ -112,6 +152,7 @@ static __attribute__((noinline)) void gil_held_edges(struct hs_tls *t, uint32_t 
 			continue;
 		/* a new edge gets the held lock's exact stack, not its site's (its site's when it was
 		 * taken on the leaf path: then marked, and no leaf any more) */
+		all = 0; /* looked up again next time: it may be new, or recorded with a call site's stack */
 		from_stack = hs_locks_held_stack(th, (int)i, &site_n);
 		e = hs_graph_add(&hs_seg, he->lock, he->mode, from_stack, site_n, gil, HS_MODE_WRITE, 0, hs_stack_here,
 				 t->tid, now, &created, &finding);
@@ -119,6 +160,13 @@ static __attribute__((noinline)) void gil_held_edges(struct hs_tls *t, uint32_t 
 			hs_rec(t, now, HS_REC_NEW_EDGE, hs_seg.edges[e].to_stack, e, he->lock, gil);
 		if (finding)
 			hs_rec(t, now, HS_REC_FINDING, 0, finding - 1, 0, 0);
+	}
+	if (all && n <= GIL_TAKE_KNOWN_MAX) {
+		for (uint32_t i = 0; i < n; i++)
+			gil_take_known.word[i] = held_word(&th->held[i]);
+		gil_take_known.gil = gil;
+		gil_take_known.gen = __atomic_load_n(&hs_seg_gen, __ATOMIC_RELAXED);
+		gil_take_known.n = n;
 	}
 }
 
@@ -142,7 +190,7 @@ static inline __attribute__((always_inline)) void gil_wait_begin(struct hs_tls *
 	uint32_t n = th->held_count < HS_HELD_MAX ? th->held_count : HS_HELD_MAX;
 
 	lock_before_gil_take(th); /* lazily read stacks of locks held without the GIL: complete them now */
-	if (gil && n)
+	if (gil && n && !gil_take_is_known(th, gil, n))
 		gil_held_edges(t, gil, n, now);
 	hs_rec(t, now, HS_REC_GIL_WAIT, stack, which, 0, 0);
 	hs_lockstate_begin(th);

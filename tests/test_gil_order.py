@@ -324,3 +324,162 @@ def test_short_lived_locks_write_few_pages_of_the_hand_over_records(heisen, sess
         proc.wait(timeout=60)
     assert proc.returncode == 0
     assert len(pages) <= 32, len(pages)
+
+
+# ---- a lazily read held stack completed after a lock below it was released -------
+
+BELOW_RELEASED_C = r"""
+#include <pthread.h>
+pthread_mutex_t below_lock_x = PTHREAD_MUTEX_INITIALIZER;
+pthread_mutex_t below_lock_c = PTHREAD_MUTEX_INITIALIZER;
+void take_x(void) { pthread_mutex_lock(&below_lock_x); }
+__attribute__((noinline)) void take_c_drop_x(void)
+{
+	pthread_mutex_lock(&below_lock_c);
+	pthread_mutex_unlock(&below_lock_x);
+}
+void release_c(void) { pthread_mutex_unlock(&below_lock_c); }
+void take_c_with_gil(void)
+{
+	pthread_mutex_lock(&below_lock_c);
+	pthread_mutex_unlock(&below_lock_c);
+}
+"""
+
+BELOW_RELEASED_PY = """\
+import ctypes, os, threading
+nogil = ctypes.CDLL(os.environ["BELOW_LIB"])   # its calls release the GIL
+withgil = ctypes.PyDLL(os.environ["BELOW_LIB"])  # its calls keep it
+
+
+def take():
+    nogil.take_c_drop_x()  # marker: take c
+
+
+def take_via():
+    take()  # marker: call take
+
+
+def keeper():
+    withgil.take_x()
+    take_via()  # marker: call take_via
+    withgil.release_c()
+
+
+def grabber():
+    withgil.take_c_with_gil()
+
+
+for fn in (keeper, grabber):
+    t = threading.Thread(target=fn)
+    t.start()
+    t.join()
+print("done ok", flush=True)
+"""
+
+
+@pytest.mark.parametrize("got", ["1", "0"])
+def test_lock_kept_past_return_after_a_lock_below_it_was_released_keeps_their_lines(heisen, session, tmp_path,
+                                                                                    got):
+    """below_lock_x is taken with the GIL (a held entry below), then, in one
+    call made without the GIL, below_lock_c is taken and below_lock_x
+    released: c's entry moves down one place in the held stack.  c is kept
+    past the return of its Python callers (take, take_via) and released
+    with the GIL held (the c -> GIL edge made there without GOT patching, at
+    the GIL retake with it).  Its from-stack is whole, the callers at their
+    lines: the lazily read chain was still completed before the thread took
+    the GIL back, though the release below it left fewer entries held than
+    there were when c was taken."""
+    lib = tmp_path / "libbelow.so"
+    src = tmp_path / "below.c"
+    src.write_text(BELOW_RELEASED_C)
+    subprocess.run(["cc", "-O1", "-g", "-shared", "-fPIC", "-pthread", "-o", str(lib), str(src)], check=True)
+    script = tmp_path / "below_released.py"
+    script.write_text(BELOW_RELEASED_PY)
+    p = heisen.preload([SYSTEM_PYTHON, script], session, env={"HEISEN_GOT_PATCH": got, "BELOW_LIB": str(lib)})
+    assert p.returncode == 0 and "done ok" in p.stdout, p.stderr
+    report = heisen.dump_json(session, expect_rc=1)
+    fs = [f for f in findings_of(report, "potential-deadlock")
+          if edge_pairs(f) == {("below_lock_c", "GIL"), ("GIL", "below_lock_c")}]
+    assert len(fs) == 1, report["findings"]
+    (held,) = [e for e in fs[0]["edges"] if e["from"]["name"] == "below_lock_c"]
+    st = held["from_stack"]
+    assert not st.get("truncated"), st
+    names = [fr.get("function") for fr in st["frames"]]
+    assert names[0] == "take_c_drop_x", names
+    pys = [(fr["function"], fr["line"]) for fr in st["frames"] if fr.get("python")]
+    assert pys[:3] == [("take", marker_line(script, "take c")),
+                       ("take_via", marker_line(script, "call take")),
+                       ("keeper", marker_line(script, "call take_via"))], pys
+
+
+# ---- the GIL taken back under other held entries of the same count -----------
+
+HELD_ACROSS_C = r"""
+#include <pthread.h>
+pthread_mutex_t across_lock_a = PTHREAD_MUTEX_INITIALIZER;
+pthread_mutex_t across_lock_b = PTHREAD_MUTEX_INITIALIZER;
+void take_a(void) { pthread_mutex_lock(&across_lock_a); }
+void nothing(void) { }
+void swap_a_for_b(void)
+{
+	pthread_mutex_unlock(&across_lock_a);
+	pthread_mutex_lock(&across_lock_b);
+}
+void release_b(void) { pthread_mutex_unlock(&across_lock_b); }
+void take_b_and_release(void)
+{
+	pthread_mutex_lock(&across_lock_b);
+	pthread_mutex_unlock(&across_lock_b);
+}
+"""
+
+HELD_ACROSS_PY = """\
+import ctypes, os, threading
+nogil = ctypes.CDLL(os.environ["ACROSS_LIB"])   # its calls give the GIL up and take it back
+withgil = ctypes.PyDLL(os.environ["ACROSS_LIB"])  # its calls keep it
+
+
+def keeper():
+    nogil.take_a()
+    nogil.nothing()
+    nogil.swap_a_for_b()  # marker: the GIL taken back holding b
+    nogil.release_b()
+
+
+def grabber():
+    withgil.take_b_and_release()
+
+
+for fn in (keeper, grabber):
+    t = threading.Thread(target=fn)
+    t.start()
+    t.join()
+print("done ok", flush=True)
+"""
+
+
+def test_gil_taken_back_under_other_held_locks_of_the_same_count_adds_their_edge(heisen, session, tmp_path):
+    """A thread takes across_lock_a without the GIL and takes the GIL back
+    holding it, twice (a -> GIL; the second take finds every edge of its
+    held entries known), then in one call without the GIL releases a and
+    takes across_lock_b: the take after it holds as many entries as the
+    last (its thread-state lock and one mutex) but another lock, and must
+    add b -> GIL; b is released without the GIL (no edge there).  A second
+    thread takes b with the GIL (GIL -> b): one potential deadlock through
+    the GIL and b, b's edge from that take."""
+    lib = tmp_path / "libacross.so"
+    src = tmp_path / "across.c"
+    src.write_text(HELD_ACROSS_C)
+    subprocess.run(["cc", "-O1", "-g", "-shared", "-fPIC", "-pthread", "-o", str(lib), str(src)], check=True)
+    script = tmp_path / "held_across.py"
+    script.write_text(HELD_ACROSS_PY)
+    p = heisen.preload([SYSTEM_PYTHON, script], session, env={"ACROSS_LIB": str(lib)})
+    assert p.returncode == 0 and "done ok" in p.stdout, p.stderr
+    report = heisen.dump_json(session, expect_rc=1)
+    fs = [f for f in findings_of(report, "potential-deadlock")
+          if edge_pairs(f) == {("across_lock_b", "GIL"), ("GIL", "across_lock_b")}]
+    assert len(fs) == 1, report["findings"]
+    (held,) = [e for e in fs[0]["edges"] if e["from"]["name"] == "across_lock_b"]
+    pys = [(fr["function"], fr["line"]) for fr in held["to_stack"]["frames"] if fr.get("python")]
+    assert ("keeper", marker_line(script, "the GIL taken back holding b")) in pys, pys

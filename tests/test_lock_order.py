@@ -8,6 +8,8 @@ the pid, the tids, the lock names (named globals) and the functions in the
 acquisition stacks.  Every test runs twice: under a bare LD_PRELOAD +
 HEISEN_DIR and under heisen-run (the `way` fixture).
 """
+import subprocess
+
 import pytest
 
 from conftest import (SYSTEM_PYTHON, all_frame_functions, edge_pairs, fact_int, facts, findings_of,
@@ -605,3 +607,63 @@ def test_relock_after_reinit_is_still_a_self_deadlock(heisen, way):
     p, report = run_target(heisen, way, "lock_reuse", "relock")
     (f,) = findings_of(report, "self-deadlock")
     assert f["pid"] == fact_int(p.stdout, "pid")
+
+
+# ---- one lock taken at one held depth under other locks in turn --------------
+
+SAME_DEPTH_C = r"""
+#include <pthread.h>
+#include <stdio.h>
+pthread_mutex_t depth_a = PTHREAD_MUTEX_INITIALIZER, depth_b = PTHREAD_MUTEX_INITIALIZER,
+		depth_c = PTHREAD_MUTEX_INITIALIZER, depth_d = PTHREAD_MUTEX_INITIALIZER,
+		depth_l1 = PTHREAD_MUTEX_INITIALIZER, depth_l2 = PTHREAD_MUTEX_INITIALIZER;
+static void take(pthread_mutex_t *m) { pthread_mutex_lock(m); }
+static void drop(pthread_mutex_t *m) { pthread_mutex_unlock(m); }
+static void *first(void *arg)
+{
+	(void)arg;
+	for (int i = 0; i < 3; i++) { /* depth_l1 at depth 1 under depth_a, known from the second time */
+		take(&depth_a); take(&depth_l1); drop(&depth_l1); drop(&depth_a);
+	}
+	take(&depth_b); take(&depth_l1); drop(&depth_l1); drop(&depth_b); /* under depth_b: a new edge */
+	for (int i = 0; i < 3; i++) { /* depth_l2 at depth 2 under depth_a, depth_c */
+		take(&depth_a); take(&depth_c); take(&depth_l2); drop(&depth_l2); drop(&depth_c); drop(&depth_a);
+	}
+	take(&depth_a); take(&depth_d); take(&depth_l2); drop(&depth_l2); drop(&depth_d); drop(&depth_a);
+	return NULL;
+}
+static void *second(void *arg)
+{
+	(void)arg;
+	take(&depth_l1); take(&depth_b); drop(&depth_b); drop(&depth_l1);
+	take(&depth_l2); take(&depth_d); drop(&depth_d); drop(&depth_l2);
+	return NULL;
+}
+int main(void)
+{
+	pthread_t t;
+	pthread_create(&t, NULL, first, NULL);
+	pthread_join(t, NULL);
+	pthread_create(&t, NULL, second, NULL);
+	pthread_join(t, NULL);
+	printf("done\n");
+	return 0;
+}
+"""
+
+
+def test_one_lock_at_one_depth_under_other_locks_in_turn_orders_each(heisen, way, tmp_path):
+    """depth_l1 is taken at held depth 1 under depth_a three times (its
+    chain known from the second), then under depth_b; depth_l2 at depth 2
+    under depth_a and depth_c three times, then under depth_a and depth_d.
+    The same lock at the same depth under other held locks is another
+    chain: depth_b -> depth_l1 and depth_d -> depth_l2 are edges, and a
+    second thread's reverse orders close two cycles."""
+    src, exe = tmp_path / "same_depth.c", tmp_path / "same_depth"
+    src.write_text(SAME_DEPTH_C)
+    subprocess.run(["cc", "-O1", "-g", "-pthread", "-o", str(exe), str(src)], check=True)
+    p = way.run([exe])
+    assert p.returncode == 0 and "done" in p.stdout.split(), (p.returncode, p.stdout, p.stderr)
+    report = heisen.dump_json(way.session)
+    pairs = sorted(sorted(lockname(l) for l in f["locks"]) for f in findings_of(report, "potential-deadlock"))
+    assert pairs == [["depth_b", "depth_l1"], ["depth_d", "depth_l2"]], report["findings"]
