@@ -530,6 +530,7 @@ HS_FORK_TEXT static void atfork_child(void)
 		return;
 	t->in_hook = 1;
 	__atomic_store_n(&hs_recording, 0, __ATOMIC_RELEASE);
+	hs_stacks_after_fork_child(); /* before anything here could learn a distance */
 	fork_oslot = t->slot && t->seg_gen == hs_seg_gen;
 	fork_parent = hs_seg;
 	memset(&hs_seg, 0, sizeof hs_seg);

@@ -1758,6 +1758,15 @@ void hs_heap_init(void);
  * Idempotent: a fork handler, and again when the child's segment is made
  * (init.c hs_fork_segment). */
 void hs_heap_after_fork_child(void);
+/*
+ * stacks.c, from init.c's fork child handler: a thread that held the
+ * learnt-distance table's writer lock (pcoff_owner) at the fork does not
+ * exist in the child, so the lock is let go there (the forking thread's
+ * own hold, a fork from a handler that interrupted its learning, stays:
+ * its learning ends it).  Without it the child's first distance learnt
+ * would wait for good.  Async-signal-safe; no write when nothing is held.
+ */
+void hs_stacks_after_fork_child(void);
 
 /* "0x" and v in lower-case hex, NUL-terminated, into buf (19 bytes at
  * most): for the heap checker's and the guard pages' one-line messages on

@@ -13,6 +13,7 @@
  */
 #define UNW_LOCAL_ONLY
 #include <libunwind.h>
+#include <sched.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
@@ -640,8 +641,9 @@ static uint32_t stack_site_slow(uint64_t key, uint64_t site, uint64_t cfa)
  * taken for its own pc, and every slot holding pc's entry holds a distance
  * learnt for pc (a copy, or zeros where pages were given back: a miss,
  * which asks the session's table and at worst unwinds).  Writers (learning,
- * a doubt, a move) hold pcoff_owner, so a doubt is never lost to a move's
- * copy; a thread that finds the lock its own (a signal handler that
+ * a doubt, a move) hold pcoff_owner (pcoff_take; a fork child lets go of a
+ * holder it has not got: hs_stacks_after_fork_child), so a doubt is never
+ * lost to a move's copy; a thread that finds the lock its own (a signal handler that
  * unwinds, interrupting its own learning) learns nothing rather than wait.
  */
 #define PCOFF_STORE (PCOFF_MIN * ((1u << PCOFF_LEVELS) - 1u))
@@ -757,6 +759,51 @@ static void pcoff_grow(void)
  * distance from a real unwind of this process, not one taken from the
  * session's table).
  */
+/*
+ * Take pcoff_owner for the calling thread: 1, or 0 when this thread holds
+ * it already (a signal handler interrupting its own learning, which then
+ * learns nothing rather than wait).  A waiter spins PCOFF_SPINS times,
+ * then yields PCOFF_YIELDS times, then sleeps 50 us between looks, as
+ * lockgraph.c's graph_lock and for its reason: a holder preempted under
+ * SCHED_FIFO waits for a CPU that pure spinners of its priority never give
+ * up.  Async-signal-safe: no lock of libc's, raw waits.
+ */
+#define PCOFF_SPINS 1024u
+#define PCOFF_YIELDS 64u
+static int pcoff_take(void)
+{
+	uintptr_t me = (uintptr_t)&hs_chain_top, cur = 0;
+	unsigned waits = 0;
+	while (!__atomic_compare_exchange_n(&pcoff_owner, &cur, me, 0, __ATOMIC_ACQUIRE, __ATOMIC_RELAXED)) {
+		if (cur == me)
+			return 0;
+		cur = 0;
+		if (waits < PCOFF_SPINS) {
+			__builtin_ia32_pause();
+		} else if (waits < PCOFF_SPINS + PCOFF_YIELDS) {
+			sched_yield();
+		} else {
+#ifndef HS_CORE_ONLY /* the unit tests' core library calls no system call wrappers */
+			struct timespec ts = {0, 50000};
+			hs_sys.nanosleep(&ts);
+#else
+			sched_yield();
+#endif
+		}
+		if (waits < PCOFF_SPINS + PCOFF_YIELDS)
+			waits++;
+	}
+	return 1;
+}
+
+HS_FORK_TEXT HS_HIDDEN void hs_stacks_after_fork_child(void)
+{
+	/* a load first: a child with nothing to clear takes no copy-on-write fault */
+	uintptr_t o = __atomic_load_n(&pcoff_owner, __ATOMIC_RELAXED);
+	if (o != 0 && o != (uintptr_t)&hs_chain_top)
+		__atomic_store_n(&pcoff_owner, 0, __ATOMIC_RELAXED);
+}
+
 static void pcoff_note(uint64_t pc, unsigned off, int publish)
 {
 	uint64_t want, *t;
@@ -767,12 +814,8 @@ static void pcoff_note(uint64_t pc, unsigned off, int publish)
 	if (off >= PCOFF_DOUBT)
 		off = PCOFF_DOUBT;
 	want = pc << 16 | off;
-	for (uintptr_t me = (uintptr_t)&hs_chain_top, cur = 0;
-	     !__atomic_compare_exchange_n(&pcoff_owner, &cur, me, 0, __ATOMIC_ACQUIRE, __ATOMIC_RELAXED); cur = 0) {
-		if (cur == me)
-			return; /* a handler interrupting this thread's own learning */
-		__builtin_ia32_pause();
-	}
+	if (!pcoff_take())
+		return; /* a handler interrupting this thread's own learning */
 	t = pcoff_tab, m = pcoff_mask, i = pcoff_home(pc) & m;
 	for (unsigned p = 0; p < PCOFF_PROBE; p++, i = (i + 1) & m) {
 		uint64_t w = __atomic_load_n(&t[i], __ATOMIC_RELAXED);
