@@ -1357,31 +1357,18 @@ static __attribute__((noinline)) void locks_on_free_look(void *p, size_t size, u
 
 void hs_locks_on_free(void *p, size_t size)
 {
-	uint64_t lo = (uint64_t)(uintptr_t)p, hi, g, k;
-	uint32_t sh, w;
+	uint64_t lo = (uint64_t)(uintptr_t)p, hi;
 	if (!p || !__atomic_load_n(&hs_recording, __ATOMIC_ACQUIRE))
 		return;
 	/* no lock address ever noted in [lo, hi): none lives there, none is held there.
 	   size 0: the heap checker off, every block is glibc's (the exported hook would ask the
 	   guard pages and the heap checker first): the filter asked over the header's bound, a
 	   superset of the block's bytes, and glibc's exact size only when that passes.
-	   hs_lock_mem_seen's two cases of a block up to 4 KiB here (its granules in one word
-	   of the map, or across a word's end), its long look out of line */
+	   hs_lock_mem_seen's one- and two-word cases here (a block up to 4 KiB), its long look
+	   out of line */
 	hi = lo + (size ? size : libc_block_bound(p));
-	g = lo >> HS_LOCK_GRANULE_SHIFT;
-	k = ((hi - 1) >> HS_LOCK_GRANULE_SHIFT) - g;
-	sh = (uint32_t)g % 64;
-	w = (uint32_t)(g / 64) & (HS_LOCK_GRANULE_BITS / 64 - 1);
-	if (HS_LIKELY(k < 64 - sh)) {
-		if (HS_LIKELY(((__atomic_load_n(&hs_lock_granules[w], __ATOMIC_RELAXED) >> sh) & ((2ull << k) - 1)) ==
-			      0))
-			return;
-	} else if (k <= 64) {
-		if ((__atomic_load_n(&hs_lock_granules[w], __ATOMIC_RELAXED) >> sh) == 0 &&
-		    (__atomic_load_n(&hs_lock_granules[(w + 1) & (HS_LOCK_GRANULE_BITS / 64 - 1)], __ATOMIC_RELAXED) &
-		     ((2ull << (sh + k - 64)) - 1)) == 0)
-			return;
-	}
+	if (HS_LIKELY(hs_lock_mem_seen_short(lo, hi) == 0))
+		return;
 	locks_on_free_look(p, size, hi);
 }
 

@@ -1330,7 +1330,11 @@ static inline int hs_lock_bits_any(const uint64_t *map, uint32_t nbits, uint64_t
  * (lockgraph.c). */
 HS_HIDDEN int hs_lock_mem_seen_long(uint64_t lo, uint64_t hi);
 
-static inline int hs_lock_mem_seen(uint64_t lo, uint64_t hi)
+/* hs_lock_mem_seen's answer for a range up to 4 KiB from one or two words
+ * of the map: 0 none seen, 1 seen; -1 for a longer range (or hi <= lo),
+ * which only hs_lock_mem_seen_long answers.  Inline in callers that keep
+ * the long look out of line (locks.c hs_locks_on_free). */
+static inline int hs_lock_mem_seen_short(uint64_t lo, uint64_t hi)
 {
 	/* k: the granules after lo's (hi <= lo: huge, the long way) */
 	uint64_t g = lo >> HS_LOCK_GRANULE_SHIFT, k = ((hi - 1) >> HS_LOCK_GRANULE_SHIFT) - g;
@@ -1343,7 +1347,13 @@ static inline int hs_lock_mem_seen(uint64_t lo, uint64_t hi)
 		       (__atomic_load_n(&hs_lock_granules[(w + 1) & (HS_LOCK_GRANULE_BITS / 64 - 1)],
 					__ATOMIC_RELAXED) &
 			((2ull << (sh + k - 64)) - 1)) != 0;
-	return hs_lock_mem_seen_long(lo, hi);
+	return -1;
+}
+
+static inline int hs_lock_mem_seen(uint64_t lo, uint64_t hi)
+{
+	int r = hs_lock_mem_seen_short(lo, hi);
+	return r >= 0 ? r : hs_lock_mem_seen_long(lo, hi);
 }
 
 /*
